@@ -1,0 +1,98 @@
+#pragma once
+//! \file error.hpp
+//! Error types and the argument-validation helpers every public entry point uses.
+//!
+//! Messages have one shape, so users and tests can rely on it:
+//!   "<function>: argument '<argument>': expected <expected>, got <actual>"
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace specdec {
+
+//! Thrown by host entry points when an argument violates a precondition. Derives from
+//! std::invalid_argument so generic handlers catch it.
+class invalid_argument : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+//! Thrown when a CUDA runtime call fails; the message carries the CUDA error string and the call.
+class cuda_error : public std::runtime_error {
+ public:
+  cuda_error(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  //! The cudaError_t value, as int so this header needs no CUDA headers.
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+namespace detail {
+template <class T>
+void append_value(std::ostringstream& os, const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    os << (v ? "true" : "false");
+  } else if constexpr (std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char> ||
+                       std::is_same_v<T, char>) {
+    os << static_cast<int>(v);
+  } else {
+    os << v;
+  }
+}
+}  // namespace detail
+
+//! Builds the canonical message "<function>: argument '<argument>': expected <expected>, got <actual>".
+template <class Actual>
+[[nodiscard]] std::string format_argument_error(std::string_view function, std::string_view argument,
+                                                std::string_view expected, const Actual& actual) {
+  std::ostringstream os;
+  os << function << ": argument '" << argument << "': expected " << expected << ", got ";
+  detail::append_value(os, actual);
+  return os.str();
+}
+
+//! Throws specdec::invalid_argument with the canonical message.
+template <class Actual>
+[[noreturn]] void throw_invalid_argument(std::string_view function, std::string_view argument,
+                                         std::string_view expected, const Actual& actual) {
+  throw invalid_argument(format_argument_error(function, argument, expected, actual));
+}
+
+//! Precondition check: if !ok, throws invalid_argument naming function, argument, expectation and
+//! the actual value. `expected` is only formatted on failure, so the happy path costs one branch.
+template <class Actual>
+void require(bool ok, std::string_view function, std::string_view argument, std::string_view expected,
+             const Actual& actual) {
+  if (!ok) [[unlikely]] throw_invalid_argument(function, argument, expected, actual);
+}
+
+//! require(actual == expected) with the expected value printed.
+template <class A, class B>
+void require_equal(std::string_view function, std::string_view argument, const A& expected, const B& actual) {
+  if (!(actual == expected)) [[unlikely]] {
+    std::ostringstream e;
+    detail::append_value(e, expected);
+    throw_invalid_argument(function, argument, e.str(), actual);
+  }
+}
+
+//! require(lo <= actual <= hi).
+template <class T>
+void require_in_range(std::string_view function, std::string_view argument, const T& actual, const T& lo,
+                      const T& hi) {
+  if (!(lo <= actual && actual <= hi)) [[unlikely]] {
+    std::ostringstream e;
+    e << "a value in [";
+    detail::append_value(e, lo);
+    e << ", ";
+    detail::append_value(e, hi);
+    e << "]";
+    throw_invalid_argument(function, argument, e.str(), actual);
+  }
+}
+
+}  // namespace specdec

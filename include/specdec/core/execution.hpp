@@ -1,0 +1,29 @@
+#pragma once
+//! \file execution.hpp
+//! Execution policies: the first argument of every primitive picks where it runs.
+//!   specdec::host{.num_threads = 8}   runs on the calling thread plus a built-in pool
+//!   specdec::cuda{.stream = s}         enqueues on a CUDA stream (needs the matching .cuh header)
+
+#include <concepts>
+#include <type_traits>
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*; declared here so host code needs no CUDA headers
+
+namespace specdec {
+
+//! Run on the host. num_threads = 0 uses every hardware thread; 1 runs on the calling thread only.
+struct host {
+  int num_threads = 0;
+};
+
+//! Run on a CUDA device, enqueued on `stream` (nullptr = legacy default stream). No host
+//! synchronisation happens inside a primitive.
+struct cuda {
+  CUstream_st* stream = nullptr;
+};
+
+//! True for the execution policies specdec ships.
+template <class P>
+concept execution_policy = std::same_as<std::remove_cvref_t<P>, host> || std::same_as<std::remove_cvref_t<P>, cuda>;
+
+}  // namespace specdec

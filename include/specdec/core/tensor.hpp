@@ -1,0 +1,200 @@
+#pragma once
+//! \file tensor.hpp
+//! The tensor_like concept and specdec's own non-owning strided_view.
+//!
+//! Public functions accept any tensor_like (a data pointer, a rank, extents, strides in elements,
+//! an element type and a memory space) and convert it with as_view() to a strided_view, whose
+//! members work on host and device.
+
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/dtype.hpp"
+#include "specdec/core/error.hpp"
+
+namespace specdec {
+
+//! Where a buffer lives. `managed` memory is accessible from host and device.
+enum class memory_space : std::uint8_t { host, device, managed };
+
+[[nodiscard]] constexpr std::string_view name(memory_space s) noexcept {
+  switch (s) {
+    case memory_space::host: return "host";
+    case memory_space::device: return "device";
+    case memory_space::managed: return "managed";
+  }
+  return "unknown";
+}
+inline std::ostream& operator<<(std::ostream& os, memory_space s) { return os << name(s); }
+
+//! True when memory in space `s` may be dereferenced by host code.
+[[nodiscard]] constexpr bool host_accessible(memory_space s) noexcept { return s != memory_space::device; }
+//! True when memory in space `s` may be dereferenced by device code.
+[[nodiscard]] constexpr bool device_accessible(memory_space s) noexcept { return s != memory_space::host; }
+
+//! A tensor_like type exposes its element type, a static rank, a data pointer, extents and strides
+//! (in elements), and its memory space.
+template <class V>
+concept tensor_like = requires(const V& v, int i) {
+  typename V::element_type;
+  { V::rank } -> std::convertible_to<int>;
+  { v.data() } -> std::convertible_to<const volatile void*>;
+  { v.extent(i) } -> std::convertible_to<std::int64_t>;
+  { v.stride(i) } -> std::convertible_to<std::int64_t>;
+  { v.space() } -> std::same_as<memory_space>;
+};
+
+//! Non-owning view of a Rank-dimensional array with element strides. Copyable, host/device usable.
+template <class T, int Rank>
+class strided_view {
+  static_assert(Rank >= 1, "strided_view: Rank must be at least 1");
+
+ public:
+  using element_type = T;
+  using value_type = std::remove_cv_t<T>;
+  static constexpr int rank = Rank;
+
+  strided_view() = default;
+  //! View of `data` with the given extents and strides (elements).
+  SPECDEC_HOST_DEVICE strided_view(T* data, const std::int64_t (&extents)[Rank], const std::int64_t (&strides)[Rank],
+                                   memory_space space = memory_space::host) noexcept
+      : data_(data), space_(space) {
+    for (int i = 0; i < Rank; ++i) {
+      extents_[i] = extents[i];
+      strides_[i] = strides[i];
+    }
+  }
+
+  //! Row-major contiguous view of `data` with the given extents.
+  static strided_view contiguous(T* data, const std::int64_t (&extents)[Rank],
+                                 memory_space space = memory_space::host) noexcept {
+    std::int64_t strides[Rank];
+    std::int64_t s = 1;
+    for (int i = Rank - 1; i >= 0; --i) {
+      strides[i] = s;
+      s *= extents[i];
+    }
+    return strided_view(data, extents, strides, space);
+  }
+
+  //! A const view of the same data.
+  SPECDEC_HOST_DEVICE operator strided_view<const T, Rank>() const noexcept
+    requires(!std::is_const_v<T>)
+  {
+    return strided_view<const T, Rank>(data_, extents_, strides_, space_);
+  }
+
+  SPECDEC_HOST_DEVICE T* data() const noexcept { return data_; }
+  SPECDEC_HOST_DEVICE std::int64_t extent(int i) const noexcept { return extents_[i]; }
+  SPECDEC_HOST_DEVICE std::int64_t stride(int i) const noexcept { return strides_[i]; }
+  SPECDEC_HOST_DEVICE memory_space space() const noexcept { return space_; }
+  //! Number of elements.
+  SPECDEC_HOST_DEVICE std::int64_t size() const noexcept {
+    std::int64_t n = 1;
+    for (int i = 0; i < Rank; ++i) n *= extents_[i];
+    return n;
+  }
+  //! True when strides are exactly row-major over the extents (size-1 dims ignored).
+  SPECDEC_HOST_DEVICE bool is_contiguous() const noexcept {
+    std::int64_t s = 1;
+    for (int i = Rank - 1; i >= 0; --i) {
+      if (extents_[i] != 1 && strides_[i] != s) return false;
+      s *= extents_[i];
+    }
+    return true;
+  }
+  //! Element at the given indices (no bounds check: validate shapes at the API boundary).
+  template <class... I>
+    requires(sizeof...(I) == Rank && (std::integral<I> && ...))
+  SPECDEC_HOST_DEVICE T& operator()(I... idx) const noexcept {
+    const std::int64_t ii[Rank] = {static_cast<std::int64_t>(idx)...};
+    std::int64_t off = 0;
+    for (int i = 0; i < Rank; ++i) off += ii[i] * strides_[i];
+    return data_[off];
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::int64_t extents_[Rank] = {};
+  std::int64_t strides_[Rank] = {};
+  memory_space space_ = memory_space::host;
+};
+
+static_assert(tensor_like<strided_view<float, 3>>);
+
+//! Row-major contiguous view over a raw pointer: make_view(ptr, {tokens, heads, dim}).
+template <int Rank, class T>
+[[nodiscard]] strided_view<T, Rank> make_view(T* data, const std::int64_t (&extents)[Rank],
+                                              memory_space space = memory_space::host) {
+  for (int i = 0; i < Rank; ++i)
+    require(extents[i] >= 0, "specdec::make_view", "extents", "non-negative extents", extents[i]);
+  return strided_view<T, Rank>::contiguous(data, extents, space);
+}
+
+//! Converts any tensor_like to a strided_view of the same element type and rank.
+template <tensor_like V>
+[[nodiscard]] auto as_view(const V& v) {
+  using T = typename V::element_type;
+  constexpr int R = V::rank;
+  std::int64_t e[R], s[R];
+  for (int i = 0; i < R; ++i) {
+    e[i] = static_cast<std::int64_t>(v.extent(i));
+    s[i] = static_cast<std::int64_t>(v.stride(i));
+  }
+  return strided_view<T, R>(const_cast<T*>(static_cast<const T*>(v.data())), e, s, v.space());
+}
+
+//! "[a, b, c]" for messages.
+template <class V>
+[[nodiscard]] std::string shape_string(const V& v) {
+  std::ostringstream os;
+  os << '[';
+  for (int i = 0; i < V::rank; ++i) os << (i ? ", " : "") << v.extent(i);
+  os << ']';
+  return os.str();
+}
+
+//! Validates v's extents against `expected` (-1 = any). Throws naming function and argument.
+template <class V>
+void require_shape(std::string_view function, std::string_view argument, const V& v,
+                   std::initializer_list<std::int64_t> expected) {
+  bool ok = static_cast<int>(expected.size()) == V::rank;
+  int i = 0;
+  for (auto e : expected) {
+    if (ok && e >= 0 && v.extent(i) != e) ok = false;
+    ++i;
+  }
+  if (!ok) {
+    std::ostringstream os;
+    os << "shape [";
+    i = 0;
+    for (auto e : expected) {
+      os << (i++ ? ", " : "");
+      if (e < 0) os << '*'; else os << e;
+    }
+    os << ']';
+    throw_invalid_argument(function, argument, os.str(), shape_string(v));
+  }
+}
+
+//! Validates that the innermost dimension is unit-stride (rows of head_dim are contiguous).
+template <class V>
+void require_unit_inner_stride(std::string_view function, std::string_view argument, const V& v) {
+  require(v.stride(V::rank - 1) == 1 || v.extent(V::rank - 1) <= 1, function, argument,
+          "unit stride in the last dimension", v.stride(V::rank - 1));
+}
+
+//! Validates the memory space is host-accessible.
+template <class V>
+void require_host_accessible(std::string_view function, std::string_view argument, const V& v) {
+  require(host_accessible(v.space()), function, argument, "host-accessible memory (host or managed)", v.space());
+}
+
+}  // namespace specdec
