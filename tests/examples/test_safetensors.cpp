@@ -1,0 +1,168 @@
+// Tests for the examples' safetensors reader and writer: round trips for every float dtype, metadata,
+// and one malformed-file case per kind of defect, each checked for a message naming the defect.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "../../examples/common/safetensors.hpp"
+
+using specdec::dtype;
+using specdec::examples::safetensors_file;
+using specdec::examples::safetensors_writer;
+
+namespace {
+safetensors_writer two_tensors() {
+  safetensors_writer w;
+  w.add<float>("a", {2, 3}, {1, 2, 3, 4, 5, 6});
+  w.add<double>("b", {4}, {0.5, -1.25, 3.0, 1e-3}, dtype::f64);
+  return w;
+}
+std::string header_of(const safetensors_writer& w) { return w.header_json(); }
+void replace(std::string& s, const std::string& from, const std::string& to) {
+  const auto p = s.find(from);
+  REQUIRE(p != std::string::npos);
+  s.replace(p, from.size(), to);
+}
+}  // namespace
+
+TEST_CASE("safetensors round trip for F32, F64, F16, BF16 with metadata", "[safetensors]") {
+  safetensors_writer w;
+  const std::vector<double> vals = {0.0, 1.0, -2.5, 0.15625, 65504.0, -0.001};
+  w.add<double>("f32", {2, 3}, vals, dtype::f32);
+  w.add<double>("f64", {3, 2}, vals, dtype::f64);
+  w.add<double>("f16", {6}, vals, dtype::f16);
+  w.add<double>("bf16", {1, 6}, vals, dtype::bf16);
+  w.add<double>("scalar", {}, {7.0}, dtype::f32);
+  w.add_metadata("format", "pt");
+  w.add_metadata("quote\"d", "v\\al");
+  const auto f = safetensors_file::parse(w.bytes());
+  CHECK(f.entries().size() == 5);
+  CHECK(f.metadata().at("format") == "pt");
+  CHECK(f.metadata().at("quote\"d") == "v\\al");
+  CHECK(f.entry("f16").type == dtype::f16);
+  CHECK(f.entry("bf16").shape == std::vector<std::int64_t>{1, 6});
+  const auto a = f.read<double>("f64", {3, 2});
+  for (std::size_t i = 0; i < vals.size(); ++i) CHECK(a[i] == vals[i]);
+  const auto b = f.read<float>("f32");
+  for (std::size_t i = 0; i < vals.size(); ++i) CHECK(b[i] == static_cast<float>(vals[i]));
+  const auto h = f.read<double>("f16");
+  for (std::size_t i = 0; i < vals.size(); ++i) CHECK(h[i] == Approx(vals[i]).epsilon(1e-3).margin(1e-6));
+  const auto bf = f.read<double>("bf16");
+  for (std::size_t i = 0; i < vals.size(); ++i) CHECK(bf[i] == Approx(vals[i]).epsilon(1e-2).margin(1e-5));
+  CHECK(f.read<double>("scalar").at(0) == 7.0);
+  CHECK(f.read<float>("f32")[2] == -2.5f);
+}
+
+TEST_CASE("safetensors save and load through a file", "[safetensors]") {
+  const std::string path = "specdec_test_safetensors_roundtrip.safetensors";
+  two_tensors().save(path);
+  const auto f = safetensors_file::load(path);
+  CHECK(f.read<double>("b")[1] == -1.25);
+  std::remove(path.c_str());
+  REQUIRE_THROWS_WITH(safetensors_file::load("/nonexistent/dir/x.safetensors"), Catch::Contains("'path'"));
+}
+
+TEST_CASE("safetensors rejects truncated files and bad header lengths", "[safetensors][errors]") {
+  auto bytes = two_tensors().bytes();
+  SECTION("fewer than 8 bytes") {
+    std::vector<std::uint8_t> b(bytes.begin(), bytes.begin() + 5);
+    REQUIRE_THROWS_AS(safetensors_file::parse(b), specdec::invalid_argument);
+    REQUIRE_THROWS_WITH(safetensors_file::parse(b), Catch::Contains("truncated"));
+  }
+  SECTION("header length beyond the file") {
+    std::vector<std::uint8_t> b(bytes.begin(), bytes.begin() + 20);
+    REQUIRE_THROWS_WITH(safetensors_file::parse(b), Catch::Contains("'header length'") && Catch::Contains("truncated"));
+  }
+  SECTION("absurd header length") {
+    auto b = bytes;
+    b[7] = 0xFF;
+    REQUIRE_THROWS_AS(safetensors_file::parse(b), specdec::invalid_argument);
+    REQUIRE_THROWS_WITH(safetensors_file::parse(b), Catch::Contains("'header length'"));
+  }
+  SECTION("data buffer cut short") {
+    bytes.resize(bytes.size() - 4);
+    REQUIRE_THROWS_WITH(safetensors_file::parse(bytes), Catch::Contains("data_offsets") && Catch::Contains("out of range"));
+  }
+  SECTION("extra trailing bytes") {
+    bytes.push_back(0);
+    REQUIRE_THROWS_WITH(safetensors_file::parse(bytes), Catch::Contains("'data buffer'"));
+  }
+}
+
+TEST_CASE("safetensors rejects bad JSON", "[safetensors][errors]") {
+  const auto w = two_tensors();
+  for (std::string bad : {std::string("{\"a\":"), std::string("[1,2]"), std::string("{\"a\" 1}"),
+                          std::string("{\"a\":{}} x"), std::string("{\"a\":tru}"), std::string("{\"a\":\"\\q\"}"),
+                          std::string("{\"a\":1,\"a\":2}")}) {
+    INFO(bad);
+    REQUIRE_THROWS_AS(safetensors_file::parse(w.bytes_with_header(bad)), specdec::invalid_argument);
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(bad)), Catch::Contains("'header'") ||
+                                                                                 Catch::Contains("tensor \"a\""));
+  }
+  REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header("{\"a\":1,\"a\":2}")), Catch::Contains("duplicate"));
+}
+
+TEST_CASE("safetensors rejects bad entries", "[safetensors][errors]") {
+  const auto w = two_tensors();
+  auto h = header_of(w);
+  SECTION("unknown dtype") {
+    replace(h, "\"F32\"", "\"F31\"");
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)), Catch::Contains("dtype") && Catch::Contains("F31"));
+  }
+  SECTION("offsets not matching shape x dtype size") {
+    replace(h, "[2,3]", "[2,2]");
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)),
+                        Catch::Contains("tensor \"a\" data_offsets") && Catch::Contains("shape product"));
+  }
+  SECTION("offsets out of range") {
+    replace(h, "[24,56]", "[24,64]");
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)), Catch::Contains("out of range"));
+  }
+  SECTION("begin after end") {
+    replace(h, "[24,56]", "[56,24]");
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)), Catch::Contains("begin <= end"));
+  }
+  SECTION("overlapping tensors") {
+    safetensors_writer w2;
+    w2.add<float>("a", {4}, {1, 2, 3, 4});
+    w2.add<float>("b", {4}, {1, 2, 3, 4});
+    auto h2 = w2.header_json();
+    replace(h2, "[16,32]", "[8,24]");
+    auto bytes = w2.bytes_with_header(h2);
+    bytes.resize(bytes.size() - 8);
+    REQUIRE_THROWS_WITH(safetensors_file::parse(bytes), Catch::Contains("overlap"));
+  }
+  SECTION("hole in the buffer") {
+    safetensors_writer w2;
+    w2.add<float>("a", {2}, {1, 2});
+    w2.add<float>("b", {2}, {1, 2});
+    auto h2 = w2.header_json();
+    replace(h2, "[0,8]", "[0,4]");
+    replace(h2, "[2]", "[1]");
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w2.bytes_with_header(h2)), Catch::Contains("hole"));
+  }
+  SECTION("negative dimension") {
+    replace(h, "[2,3]", "[-2,3]");
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)), Catch::Contains("shape"));
+  }
+  SECTION("missing key") {
+    replace(h, "\"dtype\":\"F32\",", "");
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)), Catch::Contains("missing key"));
+  }
+  SECTION("non-string metadata") {
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header("{\"__metadata__\":{\"k\":1}," + h.substr(1))),
+                        Catch::Contains("__metadata__"));
+  }
+}
+
+TEST_CASE("safetensors read checks names, shapes and dtypes", "[safetensors][errors]") {
+  safetensors_writer w;
+  w.add<float>("a", {2}, {1, 2});
+  w.add_raw("ints", {2}, dtype::i32, std::vector<std::uint8_t>(8, 0));
+  const auto f = safetensors_file::parse(w.bytes());
+  REQUIRE_THROWS_WITH(f.read<float>("missing"), Catch::Contains("'name'") && Catch::Contains("missing"));
+  REQUIRE_THROWS_WITH(f.read<float>("a", {3}), Catch::Contains("shape [3]"));
+  REQUIRE_THROWS_WITH(f.read<float>("ints"), Catch::Contains("floating-point"));
+  REQUIRE_THROWS_AS(w.add<float>("bad", {3}, {1.0f}), specdec::invalid_argument);
+}
