@@ -21,13 +21,25 @@ namespace specdec {
 template <class L>
 concept kv_layout_has_value_type = requires { typename L::value_type; };
 
-//! `num_requests()`, `num_kv_heads()` and `head_dim()` return integers.
+//! `num_requests()` returns the number of requests in the batch.
 template <class L>
-concept kv_layout_has_geometry = requires(const L& l) {
+concept kv_layout_has_num_requests = requires(const L& l) {
   { l.num_requests() } -> std::convertible_to<int>;
+};
+//! `num_kv_heads()` returns the number of KV heads.
+template <class L>
+concept kv_layout_has_num_kv_heads = requires(const L& l) {
   { l.num_kv_heads() } -> std::convertible_to<int>;
+};
+//! `head_dim()` returns the number of elements in one K or V row.
+template <class L>
+concept kv_layout_has_head_dim = requires(const L& l) {
   { l.head_dim() } -> std::convertible_to<int>;
 };
+//! `num_requests()`, `num_kv_heads()` and `head_dim()` return integers.
+template <class L>
+concept kv_layout_has_geometry =
+    kv_layout_has_num_requests<L> && kv_layout_has_num_kv_heads<L> && kv_layout_has_head_dim<L>;
 
 //! `length(request)` is the number of tokens cached for that request.
 template <class L>
@@ -35,12 +47,19 @@ concept kv_layout_has_length = requires(const L& l, int r) {
   { l.length(r) } -> std::convertible_to<int>;
 };
 
-//! `k_row(request, token, kv_head)` and `v_row(...)` point at head_dim contiguous elements.
+//! `k_row(request, token, kv_head)` points at head_dim contiguous K elements.
 template <class L>
-concept kv_layout_has_rows = kv_layout_has_value_type<L> && requires(const L& l, int r, int t, int h) {
+concept kv_layout_has_k_row = kv_layout_has_value_type<L> && requires(const L& l, int r, int t, int h) {
   { l.k_row(r, t, h) } -> std::convertible_to<const typename L::value_type*>;
+};
+//! `v_row(request, token, kv_head)` points at head_dim contiguous V elements.
+template <class L>
+concept kv_layout_has_v_row = kv_layout_has_value_type<L> && requires(const L& l, int r, int t, int h) {
   { l.v_row(r, t, h) } -> std::convertible_to<const typename L::value_type*>;
 };
+//! `k_row(request, token, kv_head)` and `v_row(...)` point at head_dim contiguous elements.
+template <class L>
+concept kv_layout_has_rows = kv_layout_has_k_row<L> && kv_layout_has_v_row<L>;
 
 //! `space()` says where the rows (and any index arrays) live.
 template <class L>
@@ -65,12 +84,16 @@ template <class L>
 consteval bool check_kv_layout() {
   static_assert(std::copyable<L>, "kv_layout: the layout type must be copyable (it is passed to kernels by value)");
   static_assert(kv_layout_has_value_type<L>, "kv_layout: missing member type 'value_type' (the cached element type)");
-  static_assert(kv_layout_has_geometry<L>,
-                "kv_layout: missing member function 'num_requests()', 'num_kv_heads()' or 'head_dim()'");
-  static_assert(kv_layout_has_length<L>, "kv_layout: missing member function 'length(int request)'");
-  static_assert(kv_layout_has_rows<L>,
-                "kv_layout: missing member function 'k_row(int request, int token, int kv_head)' or 'v_row(...)' "
-                "returning a pointer to value_type");
+  static_assert(kv_layout_has_num_requests<L>, "kv_layout: missing member function 'num_requests()' returning int");
+  static_assert(kv_layout_has_num_kv_heads<L>, "kv_layout: missing member function 'num_kv_heads()' returning int");
+  static_assert(kv_layout_has_head_dim<L>, "kv_layout: missing member function 'head_dim()' returning int");
+  static_assert(kv_layout_has_length<L>, "kv_layout: missing member function 'length(int request)' returning int");
+  static_assert(kv_layout_has_k_row<L>,
+                "kv_layout: missing member function 'k_row(int request, int token, int kv_head)' returning a "
+                "pointer to value_type");
+  static_assert(kv_layout_has_v_row<L>,
+                "kv_layout: missing member function 'v_row(int request, int token, int kv_head)' returning a "
+                "pointer to value_type");
   static_assert(kv_layout_has_space<L>, "kv_layout: missing member function 'space()' returning specdec::memory_space");
   return true;
 }
