@@ -1,0 +1,86 @@
+#pragma once
+// Plain reference of the logits-processor chain (specdec/sampling/logits_processor.hpp): sets instead
+// of marks, full sorts instead of linear-time selection. Same float arithmetic for the value-changing
+// steps (penalties, temperature), so processed rows must agree element for element.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "specdec/sampling/logits_processor.hpp"
+
+namespace ref {
+
+inline void process(std::vector<float>& row, const specdec::sampling_params& p, const std::vector<std::int32_t>& ctx) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::size_t v = row.size();
+  if (p.repetition_penalty != 1.0f) {
+    const std::set<std::int32_t> s(ctx.begin(), ctx.end());
+    for (auto t : s) row[t] = row[t] > 0.0f ? row[t] / p.repetition_penalty : row[t] * p.repetition_penalty;
+  }
+  if (p.contextual_penalty != 1.0f && p.penalty_window > 0) {
+    const std::size_t w = std::min<std::size_t>(ctx.size(), p.penalty_window);
+    const std::set<std::int32_t> s(ctx.end() - static_cast<std::ptrdiff_t>(w), ctx.end());
+    for (auto t : s)
+      row[t] = (p.contextual_sign_aware && row[t] <= 0.0f) ? row[t] * p.contextual_penalty
+                                                             : row[t] / p.contextual_penalty;
+  }
+  std::vector<std::int32_t> order(v);
+  auto sort_order = [&] {
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+  };
+  if (p.temperature == 0.0f) {
+    sort_order();
+    const int top = order[0];
+    for (std::size_t i = 0; i < v; ++i) row[i] = static_cast<int>(i) == top ? 0.0f : ninf;
+    return;
+  }
+  if (p.temperature != 1.0f) {
+    const float inv = 1.0f / p.temperature;
+    for (auto& x : row) x *= inv;
+  }
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < v) {
+    sort_order();
+    for (std::size_t j = static_cast<std::size_t>(p.top_k); j < v; ++j) row[order[j]] = ninf;
+  }
+  auto weights = [&] {
+    const float m = *std::max_element(row.begin(), row.end());
+    std::vector<double> w(v);
+    for (std::size_t i = 0; i < v; ++i) w[i] = std::exp(static_cast<double>(row[i]) - m);
+    return w;
+  };
+  if (p.top_p < 1.0f) {
+    sort_order();
+    const auto w = weights();
+    const double total = std::accumulate(w.begin(), w.end(), 0.0);
+    double cum = 0.0;
+    std::size_t j = 0;
+    for (; j < v; ++j) {
+      if (w[order[j]] <= 0.0) break;
+      cum += w[order[j]];
+      if (cum >= p.top_p * total) { ++j; break; }
+    }
+    for (; j < v; ++j) row[order[j]] = ninf;
+  }
+  if (p.min_p > 0.0f) {
+    const auto w = weights();
+    for (std::size_t i = 0; i < v; ++i) if (w[i] < p.min_p) row[i] = ninf;
+  }
+  if (p.eta_epsilon > 0.0f) {
+    const auto w = weights();
+    const double s = std::accumulate(w.begin(), w.end(), 0.0);
+    double h = 0.0;
+    for (double x : w) if (x > 0) h -= (x / s) * std::log(x / s);
+    const double alpha = p.eta_alpha < 0 ? std::sqrt(double(p.eta_epsilon)) : p.eta_alpha;
+    const double eta = std::min<double>(p.eta_epsilon, alpha * std::exp(-h));
+    sort_order();
+    for (std::size_t i = 0; i < v; ++i) if (w[i] / s < eta && static_cast<int>(i) != order[0]) row[i] = ninf;
+  }
+}
+
+}  // namespace ref

@@ -1,0 +1,96 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/sampler.hpp"
+#include "verify/stat_util.hpp"
+
+namespace {
+constexpr float ninf = -std::numeric_limits<float>::infinity();
+}
+
+TEST_CASE("chi-square p-values match tabulated quantiles") {
+  // 95% and 99.9% quantiles of the chi-square distribution
+  CHECK(stat::chi2_sf(3.841459, 1) == Approx(0.05).epsilon(1e-4));
+  CHECK(stat::chi2_sf(18.307038, 10) == Approx(0.05).epsilon(1e-4));
+  CHECK(stat::chi2_sf(29.588298, 10) == Approx(0.001).epsilon(1e-4));
+  CHECK(stat::chi2_sf(124.342113, 100) == Approx(0.05).epsilon(1e-4));
+  CHECK(stat::chi2_sf(0.0, 5) == 1.0);
+  CHECK(stat::chi2_sf(1e4, 5) < 1e-100);
+}
+
+TEST_CASE("greedy_token takes the lowest id among ties") {
+  CHECK(specdec::greedy_token(std::vector<float>{1.0f, 3.0f, 3.0f, 2.0f}) == 1);
+  CHECK(specdec::greedy_token(std::vector<float>{ninf, ninf, -5.0f}) == 2);
+  CHECK(specdec::greedy_token(std::vector<float>{std::nanf(""), 0.0f}) == 1);
+  REQUIRE_THROWS_WITH(specdec::greedy_token(std::vector<float>{ninf, ninf}),
+                      Catch::Contains("specdec::greedy_token") && Catch::Contains("'row'"));
+  REQUIRE_THROWS_AS(specdec::greedy_token(std::vector<float>{}), specdec::invalid_argument);
+}
+
+TEST_CASE("sample_token draws exactly from softmax(logits)") {
+  const std::vector<float> logits{0.5f, -1.0f, 2.0f, ninf, 0.0f, 1.0f, -3.0f, 0.25f, 1.5f, -0.5f};
+  std::vector<float> probs(logits.size());
+  specdec::logits_to_probs(logits, probs);
+  std::map<int, double> expected;
+  for (std::size_t i = 0; i < probs.size(); ++i) expected[static_cast<int>(i)] = probs[i];
+  const std::int64_t trials = 200000;
+  std::map<int, std::int64_t> seen, seen_p;
+  specdec::philox_stream rng(2024, specdec::stream_id(0, 0));
+  for (std::int64_t t = 0; t < trials; ++t) ++seen[specdec::sample_token(logits, rng)];
+  for (std::int64_t t = 0; t < trials; ++t) ++seen_p[specdec::sample_from_probs(probs, rng)];
+  CHECK(seen.count(3) == 0);
+  CHECK(seen_p.count(3) == 0);
+  const auto r = stat::chi_square(seen, expected, trials);
+  const auto rp = stat::chi_square(seen_p, expected, trials);
+  INFO("logits: chi2 " << r.statistic << " dof " << r.dof << " p " << r.p_value);
+  INFO("probs: chi2 " << rp.statistic << " dof " << rp.dof << " p " << rp.p_value);
+  CHECK(r.p_value > stat::p_threshold);
+  CHECK(rp.p_value > stat::p_threshold);
+  // a wrong target (uniform) is rejected by the same test: the test has power
+  std::map<int, double> uniform;
+  for (int i = 0; i < 10; ++i) uniform[i] = 0.1;
+  CHECK(stat::chi_square(seen, uniform, trials).p_value < 1e-10);
+}
+
+TEST_CASE("samplers are reproducible per (seed, request, step) and respect masks at 128K") {
+  const int v = 128 * 1024;
+  std::vector<float> logits(v, ninf);
+  logits[5] = 0.0f;
+  logits[v - 1] = 0.0f;
+  logits[70000] = 1.0f;
+  specdec::philox_stream a(9, specdec::stream_id(3, 17)), b(9, specdec::stream_id(3, 17)), c(9, specdec::stream_id(4, 17));
+  std::vector<int> sa, sb, sc;
+  for (int t = 0; t < 200; ++t) {
+    sa.push_back(specdec::sample_token(logits, a));
+    sb.push_back(specdec::sample_token(logits, b));
+    sc.push_back(specdec::sample_token(logits, c));
+  }
+  CHECK(sa == sb);
+  CHECK(sa != sc);
+  for (int x : sa) CHECK((x == 5 || x == v - 1 || x == 70000));
+  CHECK(a.offset() == 400);  // two Philox words per draw
+  // +inf logits: uniform over the +inf entries
+  std::vector<float> inf_row{0.0f, std::numeric_limits<float>::infinity(), 1.0f, std::numeric_limits<float>::infinity()};
+  for (int t = 0; t < 50; ++t) {
+    const int x = specdec::sample_token(inf_row, a);
+    CHECK((x == 1 || x == 3));
+  }
+}
+
+TEST_CASE("samplers validate their inputs") {
+  specdec::philox_stream rng(1, 1);
+  REQUIRE_THROWS_WITH(specdec::sample_token(std::vector<float>{ninf}, rng),
+                      Catch::Contains("specdec::sample_token") && Catch::Contains("'logits'"));
+  REQUIRE_THROWS_WITH(specdec::sample_token(std::vector<float>{0.0f, std::nanf("")}, rng), Catch::Contains("NaN"));
+  REQUIRE_THROWS_AS(specdec::sample_token(std::vector<float>{}, rng), specdec::invalid_argument);
+  REQUIRE_THROWS_WITH(specdec::sample_from_probs(std::vector<float>{0.5f, -0.1f}, rng),
+                      Catch::Contains("specdec::sample_from_probs") && Catch::Contains("'probs'"));
+  REQUIRE_THROWS_WITH(specdec::sample_from_probs(std::vector<float>{0.0f, 0.0f}, rng), Catch::Contains("positive sum"));
+  REQUIRE_THROWS_AS(specdec::sample_from_probs(std::vector<float>{}, rng), specdec::invalid_argument);
+}
