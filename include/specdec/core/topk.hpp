@@ -1,0 +1,143 @@
+#pragma once
+//! \file topk.hpp
+//! Top-k selection over a vocabulary row in O(V): one streaming pass with a size-k min-heap, not a
+//! full sort. Shared by the tree builders (per-node candidate children) and sampling (top-k filter).
+//!
+//! Order (deterministic): larger value first; equal values -> lower index (token id) first. NaN
+//! ranks below every number, -inf included, so NaNs are only returned when fewer than k non-NaN
+//! values exist.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/error.hpp"
+
+namespace specdec {
+
+namespace detail {
+
+template <class T>
+SPECDEC_FORCEINLINE bool topk_isnan(T v) noexcept {
+  if constexpr (std::is_floating_point_v<T>) {
+    return v != v;
+  } else {
+    return false;
+  }
+}
+
+//! a ranks strictly before b in the top-k order.
+template <class T>
+SPECDEC_FORCEINLINE bool topk_before(T av, std::int32_t ai, T bv, std::int32_t bi) noexcept {
+  const bool an = topk_isnan(av), bn = topk_isnan(bv);
+  if (an != bn) return bn;  // the non-NaN one ranks first
+  if (!an && av != bv) return av > bv;
+  return ai < bi;
+}
+
+template <class T>
+struct topk_entry {
+  T value;
+  std::int32_t index;
+};
+
+}  // namespace detail
+
+//! Reusable scratch for topk (holds the size-k heap), so repeated calls do not allocate.
+template <class T>
+struct topk_workspace {
+  std::vector<detail::topk_entry<T>> heap;
+};
+
+//! Writes the indices (and, if `out_values` is non-empty, the values) of the k best entries of
+//! `values` into the first k slots of `out_indices`, best first (order above).
+//! Preconditions: 0 <= k <= values.size() <= INT32_MAX, out_indices.size() >= k, out_values empty
+//! or of size >= k. Complexity: O(V + k log k log V) — elements that cannot enter the heap cost one
+//! comparison (checked 16 at a time so the compiler vectorizes the common rejection path); the
+//! heap is touched only O(k log(V/k)) times for values in random order, O(V log k) worst case.
+template <class T>
+void topk(std::span<const T> values, int k, std::span<std::int32_t> out_indices, std::span<T> out_values,
+          topk_workspace<T>& ws) {
+  constexpr std::string_view fn = "specdec::topk";
+  require(values.size() <= static_cast<std::size_t>(INT32_MAX), fn, "values.size()", "<= INT32_MAX", values.size());
+  const auto n = static_cast<std::int32_t>(values.size());
+  require_in_range(fn, "k", k, 0, n);
+  require(out_indices.size() >= static_cast<std::size_t>(k), fn, "out_indices.size()", ">= k = " + std::to_string(k),
+          out_indices.size());
+  require(out_values.empty() || out_values.size() >= static_cast<std::size_t>(k), fn, "out_values.size()",
+          "0 or >= k = " + std::to_string(k), out_values.size());
+  if (k == 0) return;
+  using entry = detail::topk_entry<T>;
+  auto& heap = ws.heap;
+  heap.clear();
+  heap.reserve(static_cast<std::size_t>(k));
+  // Heap ordered so the WORST kept entry is at the front.
+  const auto cmp = [](const entry& a, const entry& b) { return detail::topk_before(a.value, a.index, b.value, b.index); };
+  const T* v = values.data();
+  for (std::int32_t i = 0; i < k; ++i) heap.push_back({v[i], i});
+  std::make_heap(heap.begin(), heap.end(), cmp);
+  // Scanning in ascending index order, an element equal to the current worst kept value has a larger
+  // index, so it loses the tie: the entry test is a strict `>`, which also rejects NaN.
+  auto admit = [&](std::int32_t i) {
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    heap.back() = {v[i], i};
+    std::push_heap(heap.begin(), heap.end(), cmp);
+  };
+  std::int32_t i = k;
+  constexpr std::int32_t block = 16;
+  while (i < n) {
+    const entry& worst = heap.front();
+    if (detail::topk_isnan(worst.value)) {  // rare: any number beats a kept NaN
+      if (!detail::topk_isnan(v[i])) admit(i);
+      ++i;
+      continue;
+    }
+    const T thr = worst.value;
+    if (i + block <= n) {
+      bool any = false;
+      for (std::int32_t j = 0; j < block; ++j) any |= (v[i + j] > thr);
+      if (!any) {
+        i += block;
+        continue;
+      }
+      for (std::int32_t j = i; j < i + block; ++j)
+        if (v[j] > heap.front().value) admit(j);
+      i += block;
+    } else {
+      if (v[i] > thr) admit(i);
+      ++i;
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), cmp);  // ascending in cmp = best first
+  for (int j = 0; j < k; ++j) {
+    out_indices[static_cast<std::size_t>(j)] = heap[static_cast<std::size_t>(j)].index;
+    if (!out_values.empty()) out_values[static_cast<std::size_t>(j)] = heap[static_cast<std::size_t>(j)].value;
+  }
+}
+
+//! Convenience overload: returns the k best indices, best first. O(V) as above; allocates the result.
+template <class T>
+[[nodiscard]] std::vector<std::int32_t> topk_indices(std::span<const T> values, int k) {
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(std::max(k, 0)));
+  topk_workspace<T> ws;
+  topk<T>(values, k, idx, {}, ws);
+  return idx;
+}
+
+//! Reference: full stable sort by the same order. O(V log V); tests compare topk against it.
+template <class T>
+[[nodiscard]] std::vector<std::int32_t> topk_indices_by_sort(std::span<const T> values, int k) {
+  std::vector<std::int32_t> idx(values.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int32_t>(i);
+  std::sort(idx.begin(), idx.end(),
+            [&](std::int32_t a, std::int32_t b) { return detail::topk_before(values[a], a, values[b], b); });
+  idx.resize(static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, static_cast<std::int64_t>(idx.size()))));
+  return idx;
+}
+
+}  // namespace specdec
