@@ -15,6 +15,15 @@ if(NOT SPECDEC_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures (default: sm_90, Hopper)")
     endif()
     enable_language(CUDA)
+    # CMake 3.25 predates C++20 support in its NVIDIA-CUDA module (added in 3.26 for nvcc >= 12):
+    # teach it the flag so targets requiring cxx_std_20 / CUDA_STANDARD 20 configure.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_ID STREQUAL "NVIDIA"
+       AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+      list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(SPECDEC_HAVE_CUDA ON)

@@ -1,0 +1,68 @@
+#pragma once
+//! \file device_types.cuh
+//! CUDA-side helpers of the core layer: mapping specdec's storage types to CUDA's (__half,
+//! __nv_bfloat16) and turning CUDA runtime errors into specdec::cuda_error. Needs nvcc.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "specdec/core/bfloat16.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/half.hpp"
+
+namespace specdec {
+
+//! The CUDA type with the same size, alignment and bit layout as storage type T:
+//! half -> __half, bfloat16 -> __nv_bfloat16, anything else -> T (cv-qualifiers kept).
+template <class T>
+struct device_type {
+  using type = T;
+};
+template <>
+struct device_type<half> {
+  using type = __half;
+};
+template <>
+struct device_type<bfloat16> {
+  using type = __nv_bfloat16;
+};
+template <class T>
+struct device_type<const T> {
+  using type = const typename device_type<T>::type;
+};
+//! Shorthand for device_type<T>::type.
+template <class T>
+using device_type_t = typename device_type<T>::type;
+
+static_assert(sizeof(__half) == sizeof(half) && alignof(__half) == alignof(half));
+static_assert(sizeof(__nv_bfloat16) == sizeof(bfloat16) && alignof(__nv_bfloat16) == alignof(bfloat16));
+
+//! Reinterprets a buffer of specdec storage type T as the matching CUDA type (no copy). O(1).
+template <class T>
+SPECDEC_HOST_DEVICE device_type_t<T>* to_device_type(T* p) noexcept {
+  return reinterpret_cast<device_type_t<T>*>(p);
+}
+
+//! Throws specdec::cuda_error carrying the CUDA error name and string and `what` (the call that failed)
+//! when `status` is not cudaSuccess. Host only; device code never throws.
+inline void cuda_check(cudaError_t status, std::string_view what) {
+  if (status != cudaSuccess) [[unlikely]] {
+    std::string msg(what);
+    msg += ": ";
+    msg += cudaGetErrorName(status);
+    msg += " (";
+    msg += cudaGetErrorString(status);
+    msg += ")";
+    throw cuda_error(static_cast<int>(status), msg);
+  }
+}
+
+}  // namespace specdec
+
+//! Evaluates a CUDA runtime call and throws specdec::cuda_error naming the call on failure.
+#define SPECDEC_CUDA_CHECK(call) ::specdec::cuda_check((call), #call)

@@ -1,0 +1,46 @@
+#pragma once
+// Small helpers for CUDA tests: an owning device buffer with host copies. Errors throw
+// specdec::cuda_error (Catch2 reports them as test failures).
+#include <cstddef>
+#include <vector>
+
+#include "specdec/core/device_types.cuh"
+
+namespace specdec_test {
+
+//! Owning device array of n elements of T (cudaMalloc / cudaFree).
+template <class T>
+class device_buffer {
+ public:
+  explicit device_buffer(std::size_t n) : n_(n) {
+    if (n_ > 0) SPECDEC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+  }
+  explicit device_buffer(const std::vector<T>& host) : device_buffer(host.size()) { upload(host); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() {
+    if (p_) cudaFree(p_);
+  }
+  T* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+  void upload(const std::vector<T>& host) {
+    SPECDEC_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_ > 0) SPECDEC_CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+//! Checks the last kernel launch and waits for it to finish.
+inline void sync_check(const char* what) {
+  SPECDEC_CUDA_CHECK(cudaGetLastError());
+  specdec::cuda_check(cudaDeviceSynchronize(), what);
+}
+
+}  // namespace specdec_test
