@@ -1,0 +1,190 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/tree/cape.hpp"
+
+using specdec::cape_expand;
+using specdec::cape_proposal;
+using specdec::cape_schedule;
+
+namespace {
+
+// Algorithm 2 of GLIDE Appendix A, transcribed step by step (0-based, as the pseudo code), with the
+// chain block made causal as §4.2 requires. Returns VAM as a dense 0/1 matrix.
+std::vector<std::vector<int>> algorithm2_vam(int gamma, const std::vector<std::vector<std::int32_t>>& X,
+                                             std::vector<std::int32_t>& input, std::vector<std::int32_t>& input_pi,
+                                             const std::vector<std::int32_t>& T) {
+  int mask_length = gamma;
+  input = T;
+  input_pi.clear();
+  for (int i = 0; i < gamma; ++i) input_pi.push_back(i);
+  for (int i = 0; i < gamma; ++i) {
+    for (auto t : X[static_cast<std::size_t>(i)]) {
+      input.push_back(t);
+      input_pi.push_back(i);
+    }
+    mask_length += static_cast<int>(X[static_cast<std::size_t>(i)].size());
+  }
+  const auto L = static_cast<std::size_t>(mask_length);
+  std::vector<std::vector<int>> CAM(L, std::vector<int>(L, 0)), VAM(L, std::vector<int>(L, 0));
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t j = 0; j <= i; ++j) CAM[i][j] = 1;
+  for (std::size_t i = 0; i < L; ++i) VAM[i][i] = 1;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(gamma); ++i)
+    for (std::size_t j = 0; j < static_cast<std::size_t>(gamma); ++j) VAM[i][j] = CAM[i][j];
+  for (std::size_t i = static_cast<std::size_t>(gamma); i < L; ++i)
+    for (std::size_t j = 0; j < static_cast<std::size_t>(gamma); ++j)
+      if (input_pi[i] > static_cast<std::int32_t>(j)) VAM[i][j] = CAM[i][j];
+  return VAM;
+}
+
+// §4.2's formula with the paper's 1-based indices.
+bool mask_cape_formula(const cape_proposal& p, int i1, int j1) {
+  return (j1 <= p.gamma && p.pos[static_cast<std::size_t>(i1 - 1)] > j1) || i1 == j1;
+}
+
+void check_consistency(const cape_proposal& p, std::int32_t committed) {
+  const auto m = p.mask();
+  const auto tree = p.tree();
+  const auto am = tree.ancestor_mask();
+  REQUIRE(m == am);  // the tree form has the same mask, bit for bit
+  for (int i = 0; i < p.size(); ++i)
+    for (int j = 0; j < p.size(); ++j) REQUIRE(m.test(i, j) == mask_cape_formula(p, i + 1, j + 1));
+  REQUIRE(tree.positions(committed) == p.position_ids(committed));
+  // Algorithm 2 from the chain and the expansion sets
+  std::vector<std::vector<std::int32_t>> X(static_cast<std::size_t>(p.gamma));
+  for (int i = p.gamma; i < p.size(); ++i) X[static_cast<std::size_t>(p.pos[static_cast<std::size_t>(i)] - 1)].push_back(p.tokens[static_cast<std::size_t>(i)]);
+  std::vector<std::int32_t> input, input_pi;
+  const std::vector<std::int32_t> T(p.tokens.begin(), p.tokens.begin() + p.gamma);
+  const auto vam = algorithm2_vam(p.gamma, X, input, input_pi, T);
+  REQUIRE(input == p.tokens);
+  for (std::size_t i = 0; i < input_pi.size(); ++i) REQUIRE(input_pi[i] == p.pos[i] - 1);
+  for (int i = 0; i < p.size(); ++i)
+    for (int j = 0; j < p.size(); ++j) REQUIRE((vam[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] == 1) == m.test(i, j));
+}
+
+}  // namespace
+
+TEST_CASE("cape_schedule: §4.2 bins and Algorithm 1's 12-entry table at their boundaries", "[tree][cape]") {
+  const auto s = cape_schedule::glide_bins();
+  CHECK(s.expansion_size(1e-6f) == 7);
+  CHECK(s.expansion_size(0.3f) == 7);
+  CHECK(s.expansion_size(0.3001f) == 5);
+  CHECK(s.expansion_size(0.6f) == 5);
+  CHECK(s.expansion_size(0.61f) == 3);
+  CHECK(s.expansion_size(0.8f) == 3);
+  CHECK(s.expansion_size(0.8001f) == 1);
+  CHECK(s.expansion_size(1.0f) == 1);
+  const auto t = cape_schedule::glide_appendix_table();  // S[floor(10 p)] - 1 (greedy token counted)
+  CHECK(t.expansion_size(0.05f) == 7);
+  CHECK(t.expansion_size(0.39f) == 7);
+  CHECK(t.expansion_size(0.4f) == 5);
+  CHECK(t.expansion_size(0.79f) == 5);
+  CHECK(t.expansion_size(0.8f) == 3);
+  CHECK(t.expansion_size(0.99f) == 3);
+  CHECK(t.expansion_size(1.0f) == 1);
+  const auto u = cape_schedule::from_table({3, 2}, 2.0f, false);  // user table: [0,.5) -> 3, else 2
+  CHECK(u.expansion_size(0.49f) == 3);
+  CHECK(u.expansion_size(0.5f) == 2);
+  CHECK(u.expansion_size(1.0f) == 2);
+  const auto b = cape_schedule::from_bins({0.5f, 1.0f}, {2, 0});
+  CHECK(b.expansion_size(0.5f) == 2);
+  CHECK(b.expansion_size(0.7f) == 0);
+}
+
+TEST_CASE("cape_expand: hand-computed proposal, pos(), Mask_CAPE and tree", "[tree][cape]") {
+  // gamma = 2, V = 6.
+  // row 1: argmax 1, p = .5 -> K = 5; next best excluding 1: 2 (.2), 4 (.15), 0 (.1), 3 (.05);
+  //        token 5 has probability 0 and is skipped, so |X_1| = 4.
+  // row 2: argmax 2, p = .85 -> K = 1; tokens 0, 1, 3 tie at .05 -> the lowest id, 0.
+  const std::vector<float> probs{0.1f, 0.5f, 0.2f, 0.05f, 0.15f, 0.0f,   //
+                                 0.05f, 0.05f, 0.85f, 0.05f, 0.0f, 0.0f};
+  const auto p = cape_expand(probs, 6);
+  REQUIRE(p.gamma == 2);
+  CHECK(p.tokens == std::vector<std::int32_t>{1, 2, 2, 4, 0, 3, 0});
+  CHECK(p.pos == std::vector<std::int32_t>{1, 2, 1, 1, 1, 1, 2});
+  CHECK(p.expansion_sizes == std::vector<std::int32_t>{4, 1});
+  CHECK(p.logprobs[1] == Approx(std::log(0.85)));
+  CHECK(p.position_ids(10) == std::vector<std::int32_t>{10, 11, 10, 10, 10, 10, 11});
+  const auto m = p.mask();
+  // Row bit patterns (LSB = column 0): chain causal; X_1 tokens see only themselves; X_2 sees x_1.
+  const std::uint64_t want[7] = {0b0000001, 0b0000011, 0b0000100, 0b0001000, 0b0010000, 0b0100000, 0b1000001};
+  for (int i = 0; i < 7; ++i) CHECK(m.row(i)[0] == want[i]);
+  const auto t = p.tree();
+  CHECK(std::vector<std::int32_t>(t.parents().begin(), t.parents().end()) == std::vector<std::int32_t>{-1, 0, -1, -1, -1, -1, 0});
+  check_consistency(p, 10);
+
+  // Appendix table: row 2 has p = .85 -> floor(8.5) = 8 -> S = 4 -> K = 3: X_2 = {0, 1, 3}.
+  const auto q = cape_expand(probs, 6, {}, cape_schedule::glide_appendix_table());
+  CHECK(q.tokens == std::vector<std::int32_t>{1, 2, 2, 4, 0, 3, 0, 1, 3});
+  check_consistency(q, 1);
+
+  // Given (non-greedy) chain: confidence is the chain token's probability (.2 -> K = 7).
+  const std::vector<std::int32_t> chain{2, 2};
+  const auto c = cape_expand(probs, 6, chain);
+  CHECK(c.tokens == std::vector<std::int32_t>{2, 2, 1, 4, 0, 3, 0});
+  // Cap of 4 tokens: the chain plus the first two expansion tokens of X_1.
+  const auto capped = cape_expand(probs, 6, {}, cape_schedule::glide_bins(), 4);
+  CHECK(capped.tokens == std::vector<std::int32_t>{1, 2, 2, 4});
+  CHECK(capped.expansion_sizes == std::vector<std::int32_t>{2, 0});
+  check_consistency(capped, 3);
+}
+
+TEST_CASE("cape_expand: randomized proposals agree with Algorithm 2 and §4.2", "[tree][cape]") {
+  for (std::uint64_t seed = 0; seed < 30; ++seed) {
+    specdec::philox_stream rng(seed, 3);
+    const int vocab = 2 + static_cast<int>(rng.below(40));
+    const int gamma = 1 + static_cast<int>(rng.below(7));
+    std::vector<float> probs(static_cast<std::size_t>(vocab * gamma));
+    for (int i = 0; i < gamma; ++i) {
+      // peaked rows with random sharpness so every confidence bin is hit
+      const double sharp = 0.1 + 8.0 * rng.uniform_double();
+      double z = 0;
+      std::vector<double> e(static_cast<std::size_t>(vocab));
+      for (auto& x : e) z += (x = std::exp(sharp * std::floor(4 * rng.uniform_double())));
+      for (int v = 0; v < vocab; ++v) probs[static_cast<std::size_t>(i * vocab + v)] = static_cast<float>(e[static_cast<std::size_t>(v)] / z);
+    }
+    for (const auto& sched : {cape_schedule::glide_bins(), cape_schedule::glide_appendix_table()}) {
+      const auto p = cape_expand(probs, vocab, {}, sched);
+      for (int i = 0; i < gamma; ++i) {
+        const std::span<const float> row(probs.data() + i * vocab, static_cast<std::size_t>(vocab));
+        const auto order = specdec::topk_indices_by_sort<float>(row, vocab);
+        REQUIRE(p.tokens[static_cast<std::size_t>(i)] == order[0]);
+        const int k = std::min(sched.expansion_size(row[static_cast<std::size_t>(order[0])]), vocab - 1);
+        std::vector<std::int32_t> want(order.begin() + 1, order.begin() + 1 + k), got;
+        for (int j = gamma; j < p.size(); ++j)
+          if (p.pos[static_cast<std::size_t>(j)] == i + 1) got.push_back(p.tokens[static_cast<std::size_t>(j)]);
+        REQUIRE(got == want);
+      }
+      check_consistency(p, 5);
+    }
+  }
+}
+
+TEST_CASE("cape: validation", "[tree][cape][validation]") {
+  using Catch::Contains;
+  const std::vector<float> ok{0.5f, 0.5f, 0.0f};
+  REQUIRE_THROWS_WITH(cape_expand(ok, 0), Contains("cape_expand") && Contains("vocab_size"));
+  REQUIRE_THROWS_WITH(cape_expand(ok, 2), Contains("probs.size()"));
+  REQUIRE_THROWS_WITH(cape_expand(std::vector<float>{0.5f, 0.6f, 0.0f}, 3), Contains("summing to 1"));
+  REQUIRE_THROWS_WITH(cape_expand(std::vector<float>{1.5f, -0.5f, 0.0f}, 3), Contains("probs (row 0)"));
+  REQUIRE_THROWS_WITH(cape_expand(std::vector<float>{std::nanf(""), 1.0f, 0.0f}, 3), Contains("non-finite"));
+  REQUIRE_THROWS_WITH(cape_expand(ok, 3, std::vector<std::int32_t>{3}), Contains("chain[0]"));
+  REQUIRE_THROWS_WITH(cape_expand(ok, 3, std::vector<std::int32_t>{2}), Contains("probability > 0"));
+  REQUIRE_THROWS_WITH(cape_expand(ok, 3, std::vector<std::int32_t>{0, 1}), Contains("chain.size()"));
+  REQUIRE_THROWS_WITH(cape_expand(std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}, 2, {}, cape_schedule::glide_bins(), 1),
+                      Contains("max_tokens"));
+  REQUIRE_THROWS_WITH(cape_schedule::from_bins({0.5f, 0.4f, 1.0f}, {1, 2, 3}), Contains("upper_bounds[1]"));
+  REQUIRE_THROWS_WITH(cape_schedule::from_bins({0.5f, 0.9f}, {1, 2}), Contains("upper_bounds.back()"));
+  REQUIRE_THROWS_WITH(cape_schedule::from_bins({1.0f}, {1, 2}), Contains("sizes.size()"));
+  REQUIRE_THROWS_WITH(cape_schedule::from_bins({1.0f}, {-1}), Contains("sizes[0]"));
+  REQUIRE_THROWS_WITH(cape_schedule::from_table({}, 10.0f), Contains("entries"));
+  REQUIRE_THROWS_WITH(cape_schedule::from_table({0, 2}, 10.0f, true), Contains("entries[0]"));
+  REQUIRE_THROWS_WITH(cape_schedule::from_table({2}, 0.0f), Contains("scale"));
+  REQUIRE_THROWS_WITH(cape_schedule::glide_bins().expansion_size(0.0f), Contains("'p'"));
+  REQUIRE_THROWS_WITH(cape_schedule::glide_bins().expansion_size(1.1f), Contains("'p'"));
+  REQUIRE_THROWS_WITH(cape_proposal{}.position_ids(0), Contains("committed_length"));
+}
