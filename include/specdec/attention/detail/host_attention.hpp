@@ -1,0 +1,466 @@
+#pragma once
+//! \file host_attention.hpp
+//! Host backend of decode_attention, tree_attention and hybrid_tree_attention.
+//!
+//! One call = three parallel_for passes over a plan laid out in the workspace:
+//!  1. prepare: per (request, kv head) the G = Hq/Hkv query heads of every query token of the request
+//!     are gathered into one transposed, pre-scaled block Qt[d][row] (row = token * G + head-in-group),
+//!     so each K/V row is read once for all query heads that share it (GQA grouping).
+//!  2. attend: one work item per (request, kv head, part), a part being one split-KV chunk of the
+//!     cache (flash-decoding) or the request's tree tokens under their ancestor mask (LongSpec §3.3).
+//!     The item streams KV tiles of 64 tokens (staged and widened to fp32 once) and runs an online
+//!     softmax over row blocks of 16/32 query rows: S^T = K_tile Qt_block (broadcast-FMA
+//!     microkernel, 8 keys x 1-2 row vectors), masking, exp2, then O_block += P^T V_tile (4 rows x 64
+//!     columns microkernel). The item writes a normalised partial (O, LSE) into the workspace.
+//!  3. merge: every (request, kv head) combines its parts by log-sum-exp (LongSpec Appendix A,
+//!     Proposition A.1, applied n-way) and writes O (storage type) and LSE (natural log).
+//! Nothing is allocated in passes 1-3; the only allocation is the workspace when none is passed.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/simd.hpp"
+#include "specdec/core/bitmask.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/numeric.hpp"
+#include "specdec/core/thread_pool.hpp"
+
+
+namespace specdec::detail {
+
+inline constexpr int kv_tile = 64;        //!< KV tokens per staged tile (one mask word per tree tile)
+inline constexpr int min_kv_split = 256;  //!< smallest automatic split-KV chunk
+inline constexpr float log2e_f = 1.4426950408889634f;
+inline constexpr float ln2_f = 0.6931471805599453f;
+
+//! Threads a host policy will use (the caller plus pool workers, capped by num_threads).
+[[nodiscard]] inline int host_threads(const host& policy) {
+  const int avail = thread_pool::global().workers() + 1;
+  return policy.num_threads > 0 ? std::min(policy.num_threads, avail) : avail;
+}
+
+//! Split-KV heuristic (flash-decoding). Aim for about 4 work items per thread so ragged requests
+//! balance, spread evenly over all cached tokens of the batch:
+//!   split = roundup64(max(256, ceil(total_cache_tokens * Hkv / (4 * threads))))
+//! The 256-token floor keeps each item's fixed cost (writing an M x D partial and merging it) small
+//! next to streaming its K/V. A request with L cached tokens gets ceil(L / split) chunks.
+[[nodiscard]] inline int choose_kv_split(std::int64_t total_cache_tokens, int num_kv_heads, int threads) {
+  const std::int64_t want = 4 * static_cast<std::int64_t>(std::max(threads, 1));
+  std::int64_t s = (total_cache_tokens * num_kv_heads + want - 1) / want;
+  s = std::max<std::int64_t>(s, min_kv_split);
+  s = (s + kv_tile - 1) / kv_tile * kv_tile;
+  return static_cast<int>(std::min<std::int64_t>(s, 1 << 30));
+}
+
+//! Resolves options.kv_split_size (0 = heuristic) for a call over `cache`.
+template <class L>
+int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int num_kv_heads, int threads, int requested) {
+  require(requested >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", requested);
+  if (requested > 0) return requested;
+  std::int64_t total = 0;
+  for (int r = 0; r < num_requests; ++r) total += cache.length(r);
+  return choose_kv_split(total, num_kv_heads, threads);
+}
+
+[[nodiscard]] constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) noexcept { return (x + m - 1) / m * m; }
+
+//! Layout of one call's scratch: four int64 arrays of per-request offsets, then the float areas.
+struct host_plan {
+  int num_requests = 0, hkv = 0, group = 0, head_dim = 0, split = 1;
+  bool has_cache = false, has_tree = false;
+  std::int64_t* item_begin = nullptr;  //!< [R+1] first work item of each request
+  std::int64_t* qt_off = nullptr;      //!< [R] float offset of the request's Qt blocks (Hkv of them)
+  std::int64_t* part_off = nullptr;    //!< [R] float offset of its partials (Hkv * parts)
+  std::int64_t* mask_off = nullptr;    //!< [R] word offset of its mask
+  float* floats = nullptr;
+  std::int64_t total_items = 0;
+
+  [[nodiscard]] int tokens(const std::int32_t* ip, int r) const noexcept { return ip[r + 1] - ip[r]; }
+  [[nodiscard]] static int mpad(int rows) noexcept { return static_cast<int>(round_up(rows, vlanes)); }
+};
+
+//! Bytes of scratch a call needs; with `ws` non-null also lays the plan out in it.
+template <class LengthFn>
+std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, LengthFn&& cache_length, void* ws) {
+  const int R = p.num_requests;
+  const std::int64_t header = round_up((static_cast<std::int64_t>(R) * 4 + 1) * 8, 64);
+  std::int64_t floats = 0, items = 0;
+  auto* base = static_cast<std::byte*>(ws);
+  if (ws) {
+    auto* h = reinterpret_cast<std::int64_t*>(base);
+    p.item_begin = h;
+    p.qt_off = h + R + 1;
+    p.part_off = h + 2 * R + 1;
+    p.mask_off = h + 3 * R + 1;
+    p.floats = reinterpret_cast<float*>(base + header);
+  }
+  std::int64_t mask_words = 0;
+  for (int r = 0; r < R; ++r) {
+    const int n = q_indptr[r + 1] - q_indptr[r];
+    const int mp = host_plan::mpad(n * p.group);
+    int parts = 0;
+    if (n > 0) {
+      if (p.has_cache) {
+        const int len = cache_length(r);
+        parts += (len + p.split - 1) / p.split;
+      }
+      if (p.has_tree) parts += 1;
+    }
+    if (ws) {
+      p.item_begin[r] = items;
+      p.qt_off[r] = floats;
+      p.part_off[r] = floats + static_cast<std::int64_t>(p.hkv) * p.head_dim * mp;
+      p.mask_off[r] = mask_words;
+    }
+    mask_words += static_cast<std::int64_t>(n) * words_per_row(n);
+    floats += static_cast<std::int64_t>(p.hkv) * mp * (p.head_dim + static_cast<std::int64_t>(parts) * (p.head_dim + 2));
+    items += static_cast<std::int64_t>(p.hkv) * parts;
+  }
+  if (ws) p.item_begin[R] = items;
+  p.total_items = items;
+  return static_cast<std::size_t>(header + floats * 4);
+}
+
+//! Number of parts of request r (derived from the plan's item counts).
+[[nodiscard]] inline int plan_parts(const host_plan& p, int r) noexcept {
+  return static_cast<int>((p.item_begin[r + 1] - p.item_begin[r]) / p.hkv);
+}
+
+//! S^T[j][lane] = sum_d Kf[j][d] * Qt[d][row0 + lane] for j < roundup(nb, 8), RV row vectors.
+template <int D, int RV>
+SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, int mpad, const float* __restrict kf, int nb,
+                                    float* __restrict s) noexcept {
+  for (int j0 = 0; j0 < nb; j0 += 8) {
+    vf16 acc[8][RV];
+    for (int jj = 0; jj < 8; ++jj)
+      for (int r = 0; r < RV; ++r) acc[jj][r] = vf16{};
+    const float* kb = kf + j0 * D;
+    for (int d = 0; d < D; ++d) {
+      vf16 qv[RV];
+      for (int r = 0; r < RV; ++r) qv[r] = vload(qt + static_cast<std::int64_t>(d) * mpad + r * vlanes);
+      for (int jj = 0; jj < 8; ++jj) {
+        const vf16 kk = vbroadcast(kb[jj * D + d]);
+        for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
+      }
+    }
+    for (int jj = 0; jj < 8; ++jj)
+      for (int r = 0; r < RV; ++r) vstore(s + (j0 + jj) * (2 * vlanes) + r * vlanes, acc[jj][r]);
+  }
+}
+
+//! O[row0 + i][:] = alpha[i] * O[row0 + i][:] + sum_j P[j][i] * Vf[j][:] for i < rows (multiple of 4).
+template <int D>
+SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
+                                 const float* __restrict vf, int nb, int rows) noexcept {
+  for (int i0 = 0; i0 < rows; i0 += 4) {
+    for (int c0 = 0; c0 < D; c0 += 4 * vlanes) {
+      vf16 acc[4][4];
+      for (int ii = 0; ii < 4; ++ii) {
+        const vf16 a = vbroadcast(alpha[i0 + ii]);
+        for (int c = 0; c < 4; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
+      }
+      for (int j = 0; j < nb; ++j) {
+        vf16 vv[4];
+        for (int c = 0; c < 4; ++c) vv[c] = vload(vf + j * D + c0 + c * vlanes);
+        for (int ii = 0; ii < 4; ++ii) {
+          const vf16 p = vbroadcast(pt[j * (2 * vlanes) + i0 + ii]);
+          for (int c = 0; c < 4; ++c) acc[ii][c] += p * vv[c];
+        }
+      }
+      for (int ii = 0; ii < 4; ++ii)
+        for (int c = 0; c < 4; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
+    }
+  }
+}
+
+//! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
+//! so the 8-key score microkernel never reads garbage.
+template <int D, class T, class RowFn>
+SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, float* __restrict dst) noexcept {
+  for (int j = 0; j < nb; ++j) {
+    const T* src = row(k + j);
+    if constexpr (std::is_same_v<T, float>) std::memcpy(dst + j * D, src, sizeof(float) * D);
+    else widen_row(src, dst + j * D, D);
+  }
+  const int pad = static_cast<int>(round_up(nb, 8));
+  if (pad > nb) std::memset(dst + nb * D, 0, sizeof(float) * D * (pad - nb));
+}
+
+//! Online-softmax attention of M query rows (Qt, Mpad columns) over keys [k_begin, k_end) given by
+//! krow/vrow, optionally under the tree mask (`mask` = the request's n x n mask, rows `wpr` words;
+//! key index = tree token index, query row i is tree token i / group). Writes the normalised partial
+//! O [Mpad][D] and LSE (natural log; -inf when a row saw no key) into `part`.
+template <int D, class T, bool Masked, class KRow, class VRow>
+void attend_part(const float* qt, int m_rows, int group, KRow&& krow, VRow&& vrow, int k_begin, int k_end,
+                 const mask_word* mask, int wpr, float* part) noexcept {
+  const int mp = host_plan::mpad(m_rows);
+  float* o = part;
+  float* m = part + static_cast<std::int64_t>(mp) * D;
+  float* l = m + mp;
+  std::fill(o, o + static_cast<std::int64_t>(mp) * D, 0.0f);
+  std::fill(m, m + mp, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + mp, 0.0f);
+
+  alignas(64) float kf[kv_tile * D];
+  alignas(64) float vf[kv_tile * D];
+  alignas(64) float st[kv_tile * 2 * vlanes];
+  alignas(64) float alpha[2 * vlanes];
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+
+  for (int k = k_begin; k < k_end; k += kv_tile) {
+    const int nb = std::min(kv_tile, k_end - k);
+    stage_rows<D, T>(krow, k, nb, kf);
+    stage_rows<D, T>(vrow, k, nb, vf);
+    for (int row0 = 0; row0 < m_rows; row0 += 2 * vlanes) {
+      const int rv = mp - row0 >= 2 * vlanes ? 2 : 1;
+      const int rows = std::min(rv * vlanes, m_rows - row0);
+      if constexpr (Masked) {
+        // Keys are tree tokens: token t sees only keys <= t, so a tile past the block's last token is
+        // fully masked and contributes nothing.
+        if (k > (row0 + rows - 1) / group) continue;
+      }
+      if (rv == 2) score_tile<D, 2>(qt + row0, mp, kf, nb, st);
+      else score_tile<D, 1>(qt + row0, mp, kf, nb, st);
+
+      for (int r = 0; r < rv; ++r) {
+        if constexpr (Masked) {
+          // One mask word per lane covers the 64-key tile (tiles start at multiples of 64).
+          vu16 lo{}, hi{};
+          for (int lane = 0; lane < vlanes; ++lane) {
+            const int i = row0 + r * vlanes + lane;
+            const mask_word w = i < m_rows ? mask[static_cast<std::int64_t>(i / group) * wpr + (k >> 6)] : 0;
+            lo[lane] = static_cast<std::uint32_t>(w);
+            hi[lane] = static_cast<std::uint32_t>(w >> 32);
+          }
+          for (int j = 0; j < nb; ++j) {
+            const vu16 bit = j < 32 ? ((lo >> j) & 1u) : ((hi >> (j - 32)) & 1u);
+            float* sp = st + j * (2 * vlanes) + r * vlanes;
+            vstore(sp, bit != 0u ? vload(sp) : vbroadcast(ninf));
+          }
+        }
+        vf16 mold = vload(m + row0 + r * vlanes);
+        vf16 mx = mold;
+        for (int j = 0; j < nb; ++j) mx = vmax(mx, vload(st + j * (2 * vlanes) + r * vlanes));
+        const vf16 mref = mx == ninf ? vf16{} : mx;
+        vstore(alpha + r * vlanes, vexp2(mold - mref));
+        vf16 sum{};
+        for (int j = 0; j < nb; ++j) {
+          float* sp = st + j * (2 * vlanes) + r * vlanes;
+          const vf16 pj = vexp2(vload(sp) - mref);
+          vstore(sp, pj);
+          sum += pj;
+        }
+        float* lp = l + row0 + r * vlanes;
+        vstore(lp, vload(lp) * vload(alpha + r * vlanes) + sum);
+        vstore(m + row0 + r * vlanes, mx);
+      }
+      pv_tile<D>(o + static_cast<std::int64_t>(row0) * D, alpha, st, vf, nb, static_cast<int>(round_up(rows, 4)));
+    }
+  }
+  // Normalise: O /= l, LSE = ln(2) * (m + log2 l) (scores are in base 2: Qt carries log2(e)).
+  for (int i = 0; i < mp; ++i) {
+    float* oi = o + static_cast<std::int64_t>(i) * D;
+    if (l[i] > 0.0f) {
+      const vf16 inv = vbroadcast(1.0f / l[i]);
+      for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * inv);
+      m[i] = ln2_f * (m[i] + std::log2(l[i]));
+    } else {
+      std::fill(oi, oi + D, 0.0f);
+      m[i] = ninf;
+    }
+  }
+}
+
+//! n-way log-sum-exp merge of normalised partials (LongSpec Appendix A, Proposition A.1, n-way):
+//! LSE = log sum_p exp(LSE_p), O = sum_p exp(LSE_p - LSE) O_p. Parts with LSE = -inf carry no keys
+//! and are skipped (never 0 * NaN); when every part is -inf, O = 0 and LSE = -inf.
+//! `part_row(p)` returns a pointer to part p's d contiguous values (float, half or bfloat16).
+template <class OutT, class RowFn>
+SPECDEC_FORCEINLINE void merge_row(int nparts, const float* lse_parts, RowFn&& part_row, int d, OutT* out,
+                                   float* lse_out) noexcept {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  float mx = ninf;
+  for (int p = 0; p < nparts; ++p) mx = std::max(mx, lse_parts[p]);
+  if (mx == ninf) {
+    for (int c = 0; c < d; ++c) out[c] = from_float<OutT>(0.0f);
+    *lse_out = ninf;
+    return;
+  }
+  float sum = 0.0f;
+  for (int p = 0; p < nparts; ++p) sum += lse_parts[p] == ninf ? 0.0f : std::exp(lse_parts[p] - mx);
+  const float inv = 1.0f / sum;
+  for (int c0 = 0; c0 < d; c0 += vlanes) {
+    vf16 acc{};
+    for (int p = 0; p < nparts; ++p) {
+      if (lse_parts[p] == ninf) continue;
+      acc += std::exp(lse_parts[p] - mx) * inv * vload_as_float(part_row(p) + c0);
+    }
+    if constexpr (std::is_same_v<OutT, float>) {
+      vstore(out + c0, acc);
+    } else {
+      for (int c = 0; c < vlanes; ++c) out[c0 + c] = from_float<OutT>(acc[c]);
+    }
+  }
+  *lse_out = mx + std::log(sum);
+}
+
+struct no_cache {};
+
+//! The three passes of a host attention call (see the file comment). `cache` is a kv_layout or
+//! no_cache; `tree` may be null when HasTree is false.
+template <int D, bool HasCache, bool HasTree, class T, class Layout>
+void run_host_attention_d(const host& policy, const attention_io_params<T>& io, const Layout& cache,
+                          const tree_kv_params<T>* tree, int split, void* ws) {
+  host_plan p;
+  p.num_requests = io.num_requests;
+  p.hkv = io.num_kv_heads;
+  p.group = io.num_qo_heads / io.num_kv_heads;
+  p.head_dim = D;
+  p.split = split;
+  p.has_cache = HasCache;
+  p.has_tree = HasTree;
+  plan_host_attention(p, io.q_indptr, [&](int r) {
+    if constexpr (HasCache) return static_cast<int>(cache.length(r));
+    else return 0 * r;
+  }, ws);
+  const int R = io.num_requests, hkv = p.hkv, G = p.group;
+  const float qscale = io.scale * log2e_f;
+
+  // Pass 1: transposed, scaled query blocks per (request, kv head).
+  parallel_for(policy, static_cast<std::int64_t>(R) * hkv, [&](std::int64_t idx) {
+    const int r = static_cast<int>(idx / hkv), g = static_cast<int>(idx % hkv);
+    const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
+    if (n == 0) return;
+    float* qt = p.floats + p.qt_off[r] + static_cast<std::int64_t>(g) * D * mp;
+    for (int i = 0; i < mp; ++i) {
+      if (i >= rows) {
+        for (int d = 0; d < D; ++d) qt[static_cast<std::int64_t>(d) * mp + i] = 0.0f;
+        continue;
+      }
+      const int t = io.q_indptr[r] + i / G, h = g * G + i % G;
+      const T* qrow = io.q + t * io.q_stride_token + h * io.q_stride_head;
+      for (int d = 0; d < D; ++d) qt[static_cast<std::int64_t>(d) * mp + i] = to_float(qrow[d]) * qscale;
+    }
+  });
+
+  // Pass 2: one item per (request, kv head, part); parts = cache chunks, then the tree.
+  parallel_for(policy, p.total_items, [&](std::int64_t item) {
+    const int r = static_cast<int>(std::upper_bound(p.item_begin, p.item_begin + R + 1, item) - p.item_begin) - 1;
+    const int parts = plan_parts(p, r);
+    const std::int64_t local = item - p.item_begin[r];
+    const int g = static_cast<int>(local / parts), part = static_cast<int>(local % parts);
+    const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
+    const float* qt = p.floats + p.qt_off[r] + static_cast<std::int64_t>(g) * D * mp;
+    float* out = p.floats + p.part_off[r] + (static_cast<std::int64_t>(g) * parts + part) * mp * (D + 2);
+    const int cache_parts = HasTree ? parts - 1 : parts;
+    if constexpr (HasCache) {
+      if (part < cache_parts) {
+        const int k0 = part * split, k1 = std::min<int>(cache.length(r), k0 + split);
+        attend_part<D, T, false>(
+            qt, rows, G, [&](int t) { return static_cast<const T*>(cache.k_row(r, t, g)); },
+            [&](int t) { return static_cast<const T*>(cache.v_row(r, t, g)); }, k0, k1, nullptr, 0, out);
+        return;
+      }
+    }
+    if constexpr (HasTree) {
+      const int t0 = io.q_indptr[r];
+      attend_part<D, T, true>(
+          qt, rows, G, [&](int t) { return tree->k + (t0 + t) * tree->k_stride_token + g * tree->k_stride_head; },
+          [&](int t) { return tree->v + (t0 + t) * tree->v_stride_token + g * tree->v_stride_head; }, 0, n,
+          tree->mask + p.mask_off[r], words_per_row(n), out);
+    }
+    (void)cache_parts;
+  });
+
+  // Pass 3: merge the parts of each query row into O and LSE.
+  parallel_for(policy, static_cast<std::int64_t>(R) * hkv, [&](std::int64_t idx) {
+    const int r = static_cast<int>(idx / hkv), g = static_cast<int>(idx % hkv);
+    const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
+    const int parts = n > 0 ? plan_parts(p, r) : 0;
+    const float* base = p.floats + p.part_off[r] + static_cast<std::int64_t>(g) * parts * mp * (D + 2);
+    constexpr int max_stack_parts = 64;
+    for (int i = 0; i < rows; ++i) {
+      const int t = io.q_indptr[r] + i / G, h = g * G + i % G;
+      T* orow = io.o + t * io.o_stride_token + h * io.o_stride_head;
+      float* lrow = io.lse + t * io.lse_stride_token + h * io.lse_stride_head;
+      // LSEs of the parts, gathered in chunks so any number of splits works without allocation.
+      float lse_buf[max_stack_parts];
+      auto part_row = [&](int q) {
+        return base + static_cast<std::int64_t>(q) * mp * (D + 2) + static_cast<std::int64_t>(i) * D;
+      };
+      if (parts <= max_stack_parts) {
+        for (int q = 0; q < parts; ++q) lse_buf[q] = base[static_cast<std::int64_t>(q) * mp * (D + 2) + mp * D + i];
+        merge_row<T>(parts, lse_buf, part_row, D, orow, lrow);
+      } else {
+        // Many splits: merge chunks of 64 parts, folding each chunk's result into a running fp32
+        // (O, LSE) with a two-way merge (Proposition A.1 is associative).
+        alignas(64) float acc[D], chunk[D];
+        float acc_lse = -std::numeric_limits<float>::infinity();
+        std::fill(acc, acc + D, 0.0f);
+        for (int q0 = 0; q0 < parts; q0 += max_stack_parts) {
+          const int cnt = std::min(max_stack_parts, parts - q0);
+          for (int q = 0; q < cnt; ++q)
+            lse_buf[q] = base[static_cast<std::int64_t>(q0 + q) * mp * (D + 2) + mp * D + i];
+          float chunk_lse;
+          merge_row<float>(cnt, lse_buf, [&](int q) { return part_row(q0 + q); }, D, chunk, &chunk_lse);
+          const float two[2] = {acc_lse, chunk_lse};
+          merge_row<float>(2, two, [&](int q) -> const float* { return q == 0 ? acc : chunk; }, D, acc, &acc_lse);
+        }
+        for (int c = 0; c < D; ++c) orow[c] = from_float<T>(acc[c]);
+        *lrow = acc_lse;
+      }
+    }
+  });
+}
+
+//! Dispatch on head_dim (validated to be 64, 128 or 256).
+template <bool HasCache, bool HasTree, class T, class Layout>
+void run_host_attention(const host& policy, const attention_io_params<T>& io, const Layout& cache,
+                        const tree_kv_params<T>* tree, int split, void* ws) {
+  switch (io.head_dim) {
+    case 64: run_host_attention_d<64, HasCache, HasTree>(policy, io, cache, tree, split, ws); break;
+    case 128: run_host_attention_d<128, HasCache, HasTree>(policy, io, cache, tree, split, ws); break;
+    default: run_host_attention_d<256, HasCache, HasTree>(policy, io, cache, tree, split, ws); break;
+  }
+}
+
+//! Sizes/obtains the workspace for a call and runs it. With a caller workspace: checks its size and
+//! memory space (no allocation); otherwise allocates one internally.
+template <bool HasCache, bool HasTree, class T, class Layout>
+void host_attention_entry(std::string_view fn, const host& policy, const attention_io_params<T>& io,
+                          const Layout& cache, const tree_kv_params<T>* tree, int split,
+                          attention_workspace* ws) {
+  host_plan p;
+  p.num_requests = io.num_requests;
+  p.hkv = io.num_kv_heads;
+  p.group = io.num_qo_heads / io.num_kv_heads;
+  p.head_dim = io.head_dim;
+  p.split = split;
+  p.has_cache = HasCache;
+  p.has_tree = HasTree;
+  const std::size_t need = plan_host_attention(p, io.q_indptr, [&](int r) {
+    if constexpr (HasCache) return static_cast<int>(cache.length(r));
+    else return 0 * r;
+  }, nullptr);
+  if (io.total_tokens == 0) return;
+  if (ws != nullptr) {
+    require(host_accessible(ws->space()), fn, "options.workspace", "host-accessible memory", ws->space());
+    require(ws->size_bytes() >= need, fn, "options.workspace",
+            "at least " + std::to_string(need) + " bytes (see *_workspace_bytes)", ws->size_bytes());
+    run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, ws->data());
+  } else {
+    attention_workspace local(need);
+    run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, local.data());
+  }
+}
+
+}  // namespace specdec::detail

@@ -1,0 +1,239 @@
+#pragma once
+//! \file validate.hpp
+//! Host-side validation shared by the attention entry points. Every check throws
+//! specdec::invalid_argument naming the function, the argument, the expectation and the value.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "specdec/attention/attention_params.hpp"
+#include "specdec/core/bitmask.hpp"
+#include "specdec/core/dtype.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/kv/kv_layout.hpp"
+
+namespace specdec::detail {
+
+template <class T>
+concept has_dtype = requires { dtype_of<std::remove_cv_t<T>>::value; };
+
+//! Name of an element type for messages ("float16", or "an unsupported type").
+template <class T>
+[[nodiscard]] std::string attention_type_name() {
+  if constexpr (has_dtype<T>) return std::string(name(dtype_v<T>));
+  else return "an unsupported element type";
+}
+
+//! Storage types the attention kernels are instantiated for.
+template <class T>
+inline constexpr bool attention_storage_v =
+    std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, half> ||
+    std::is_same_v<std::remove_cv_t<T>, bfloat16>;
+
+//! Throws unless element type T of `argument` is exactly Want (cv ignored).
+template <class Want, class T>
+void require_element_type(std::string_view fn, std::string_view argument, std::string_view what) {
+  if constexpr (!std::is_same_v<std::remove_cv_t<T>, std::remove_cv_t<Want>>)
+    throw_invalid_argument(fn, argument, std::string("element type ") + std::string(what), attention_type_name<T>());
+}
+
+template <class V>
+void require_rank(std::string_view fn, std::string_view argument, int want) {
+  if (V::rank != want)
+    throw_invalid_argument(fn, argument, "a tensor of rank " + std::to_string(want), V::rank);
+}
+
+//! Validates q, q_indptr, out, lse (types already checked by the caller) and fills the io params.
+//! `num_requests` is the layout's request count (or -1: take it from q_indptr's extent).
+template <class T, class Q, class I, class O, class LS>
+attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_indptr, const O* out, const LS* lse,
+                                   int num_requests, int num_kv_heads, float scale) {
+  require_rank<Q>(fn, "q", 3);
+  require_rank<O>(fn, "out", 3);
+  require_rank<LS>(fn, "lse", 2);
+  require_rank<I>(fn, "q_indptr", 1);
+  require_host_accessible(fn, "q", q);
+  if (out) require_host_accessible(fn, "out", *out);
+  if (lse) require_host_accessible(fn, "lse", *lse);
+  require_host_accessible(fn, "q_indptr", q_indptr);
+  const std::int64_t tokens = q.extent(0), hq = q.extent(1), d = q.extent(2);
+  require(supported_head_dim(d), fn, "q", "head_dim (extent 2) of 64, 128 or 256", d);
+  require(hq > 0, fn, "q", "at least one query head (extent 1)", hq);
+  require(num_kv_heads > 0 && hq % num_kv_heads == 0, fn, "q",
+          "a number of query heads that is a multiple of the number of kv heads (" + std::to_string(num_kv_heads) +
+              ")",
+          hq);
+  require(tokens <= INT32_MAX, fn, "q", "at most 2^31-1 tokens", tokens);
+  require_unit_inner_stride(fn, "q", q);
+  if (out) {
+    require_shape(fn, "out", *out, {tokens, hq, d});
+    require_unit_inner_stride(fn, "out", *out);
+  }
+  if (lse) require_shape(fn, "lse", *lse, {tokens, hq});
+  if (num_requests < 0) num_requests = static_cast<int>(q_indptr.extent(0)) - 1;
+  require(num_requests >= 0, fn, "q_indptr", "at least one element (num_requests + 1)", q_indptr.extent(0));
+  require_shape(fn, "q_indptr", q_indptr, {static_cast<std::int64_t>(num_requests) + 1});
+  const auto* ip = static_cast<const std::int32_t*>(q_indptr.data());
+  const std::int64_t ips = q_indptr.stride(0);
+  require(ip != nullptr, fn, "q_indptr", "non-null data", "nullptr");
+  require(ip[0] == 0, fn, "q_indptr", "q_indptr[0] == 0", ip[0]);
+  for (int r = 0; r < num_requests; ++r)
+    require(ip[(r + 1) * ips] >= ip[r * ips], fn, "q_indptr",
+            "non-decreasing values (at index " + std::to_string(r + 1) + ", previous " + std::to_string(ip[r * ips]) +
+                ")",
+            ip[(r + 1) * ips]);
+  require(ip[num_requests * ips] == tokens, fn, "q_indptr",
+          "last value equal to the number of query tokens q.extent(0) = " + std::to_string(tokens),
+          ip[num_requests * ips]);
+  require(ips == 1 || num_requests == 0, fn, "q_indptr", "unit stride", ips);
+  require(std::isfinite(scale), fn, "options.scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
+
+  attention_io_params<T> p;
+  p.q = static_cast<const T*>(q.data());
+  p.q_stride_token = q.stride(0);
+  p.q_stride_head = q.stride(1);
+  if (out) {
+    p.o = const_cast<T*>(static_cast<const T*>(out->data()));
+    p.o_stride_token = out->stride(0);
+    p.o_stride_head = out->stride(1);
+  }
+  if (lse) {
+    p.lse = const_cast<float*>(static_cast<const float*>(lse->data()));
+    p.lse_stride_token = lse->stride(0);
+    p.lse_stride_head = lse->stride(1);
+  }
+  p.q_indptr = ip;
+  p.num_requests = num_requests;
+  p.total_tokens = static_cast<int>(tokens);
+  p.num_qo_heads = static_cast<int>(hq);
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = static_cast<int>(d);
+  p.scale = scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(d)) : scale;
+  require(tokens == 0 || p.q != nullptr, fn, "q", "non-null data", "nullptr");
+  require(tokens == 0 || !out || p.o != nullptr, fn, "out", "non-null data", "nullptr");
+  require(tokens == 0 || !lse || p.lse != nullptr, fn, "lse", "non-null data", "nullptr");
+  return p;
+}
+
+//! Checks every element type of an attention call and throws on the first mismatch: Q a storage
+//! type (float, half, bfloat16), cache/spec K/V/out the same type as Q, LSE fp32, q_indptr int32,
+//! mask uint64. `KV` etc. may be void when the call has no such argument.
+template <class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
+inline constexpr bool attention_types_ok =
+    attention_storage_v<Q> && (std::is_void_v<KV> || std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>) &&
+    (std::is_void_v<SK> || std::is_same_v<std::remove_cv_t<SK>, std::remove_cv_t<Q>>) &&
+    (std::is_void_v<SV> || std::is_same_v<std::remove_cv_t<SV>, std::remove_cv_t<Q>>) &&
+    std::is_same_v<std::remove_cv_t<O>, std::remove_cv_t<Q>> && !std::is_const_v<O> &&
+    std::is_same_v<std::remove_cv_t<LS>, float> && !std::is_const_v<LS> &&
+    std::is_same_v<std::remove_cv_t<I>, std::int32_t> &&
+    (std::is_void_v<M> || std::is_same_v<std::remove_cv_t<M>, mask_word>);
+
+template <class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
+void check_attention_types(std::string_view fn) {
+  if constexpr (!attention_types_ok<Q, KV, SK, SV, O, LS, I, M>) {
+    const std::string same = "equal to q's element type (" + attention_type_name<Q>() + "; mixed storage is not supported)";
+    if constexpr (!attention_storage_v<Q>)
+      throw_invalid_argument(fn, "q", "element type float32, float16 or bfloat16", attention_type_name<Q>());
+    if constexpr (!std::is_void_v<KV> && !std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>)
+      throw_invalid_argument(fn, "cache", "value_type " + same, attention_type_name<KV>());
+    if constexpr (!std::is_void_v<SK> && !std::is_same_v<std::remove_cv_t<SK>, std::remove_cv_t<Q>>)
+      throw_invalid_argument(fn, "spec_k", "element type " + same, attention_type_name<SK>());
+    if constexpr (!std::is_void_v<SV> && !std::is_same_v<std::remove_cv_t<SV>, std::remove_cv_t<Q>>)
+      throw_invalid_argument(fn, "spec_v", "element type " + same, attention_type_name<SV>());
+    if constexpr (!std::is_same_v<std::remove_cv_t<O>, std::remove_cv_t<Q>>)
+      throw_invalid_argument(fn, "out", "element type " + same, attention_type_name<O>());
+    if constexpr (std::is_const_v<O>) throw_invalid_argument(fn, "out", "a writable (non-const) tensor", "const");
+    if constexpr (!std::is_same_v<std::remove_cv_t<LS>, float>)
+      throw_invalid_argument(fn, "lse", "element type float32", attention_type_name<LS>());
+    if constexpr (std::is_const_v<LS>) throw_invalid_argument(fn, "lse", "a writable (non-const) tensor", "const");
+    if constexpr (!std::is_same_v<std::remove_cv_t<I>, std::int32_t>)
+      throw_invalid_argument(fn, "q_indptr", "element type int32", attention_type_name<I>());
+    if constexpr (!std::is_void_v<M> && !std::is_same_v<std::remove_cv_t<M>, mask_word>)
+      throw_invalid_argument(fn, "mask", "element type uint64 (specdec::mask_word)", attention_type_name<M>());
+  }
+}
+
+//! Validates a KV layout against q: q's rank and head_dim first, then the layout (geometry, lengths
+//! within capacity), host accessibility and a matching head_dim.
+template <class L, class Q>
+void validate_cache(std::string_view fn, const L& cache, const Q& q) {
+  require_rank<Q>(fn, "q", 3);
+  require(supported_head_dim(q.extent(2)), fn, "q", "head_dim (extent 2) of 64, 128 or 256", q.extent(2));
+  validate_kv_layout(cache, fn, "cache");
+  require(host_accessible(cache.space()), fn, "cache", "host-accessible memory (host or managed)", cache.space());
+  require(cache.head_dim() == q.extent(2), fn, "cache",
+          "head_dim() equal to q's head_dim " + std::to_string(q.extent(2)), cache.head_dim());
+}
+
+//! Number of mask words of a batch: sum over requests of n_r * words_per_row(n_r).
+[[nodiscard]] inline std::int64_t tree_mask_words(const std::int32_t* q_indptr, int num_requests) {
+  std::int64_t w = 0;
+  for (int r = 0; r < num_requests; ++r) {
+    const int n = q_indptr[r + 1] - q_indptr[r];
+    w += static_cast<std::int64_t>(n) * words_per_row(n);
+  }
+  return w;
+}
+
+//! Validates spec_k/spec_v ([total_tokens, Hkv, D]) and the packed tree mask: per request, the
+//! diagonal bit set (a token sees itself) and no bit j > i (topological order: ancestors precede).
+template <class T, class K, class V, class M>
+tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T>& io, const K& spec_k,
+                                const V& spec_v, const M& mask) {
+  require_rank<K>(fn, "spec_k", 3);
+  require_rank<V>(fn, "spec_v", 3);
+  require_rank<M>(fn, "mask", 1);
+  require_host_accessible(fn, "spec_k", spec_k);
+  require_host_accessible(fn, "spec_v", spec_v);
+  require_host_accessible(fn, "mask", mask);
+  require_shape(fn, "spec_k", spec_k, {io.total_tokens, io.num_kv_heads, io.head_dim});
+  require_shape(fn, "spec_v", spec_v, {io.total_tokens, io.num_kv_heads, io.head_dim});
+  require_unit_inner_stride(fn, "spec_k", spec_k);
+  require_unit_inner_stride(fn, "spec_v", spec_v);
+  const std::int64_t words = tree_mask_words(io.q_indptr, io.num_requests);
+  require_shape(fn, "mask", mask, {words});
+  require(mask.stride(0) == 1 || words <= 1, fn, "mask", "unit stride", mask.stride(0));
+  const auto* m = static_cast<const mask_word*>(mask.data());
+  require(words == 0 || m != nullptr, fn, "mask", "non-null data", "nullptr");
+  std::int64_t off = 0;
+  for (int r = 0; r < io.num_requests; ++r) {
+    const int n = io.q_indptr[r + 1] - io.q_indptr[r];
+    const int wpr = words_per_row(n);
+    for (int i = 0; i < n; ++i) {
+      const mask_word* row = m + off + static_cast<std::int64_t>(i) * wpr;
+      if (!test_bit(row, i))
+        throw_invalid_argument(fn, "mask",
+                               "the diagonal bit set in every row (request " + std::to_string(r) + ", row " +
+                                   std::to_string(i) + ": a token always attends to itself)",
+                               "bit clear");
+      // Bits above the diagonal: the rest of word i/64 above bit i%64, and every later word.
+      const int w0 = i >> 6, b0 = i & 63;
+      bool upper = b0 < 63 && (row[w0] >> (b0 + 1)) != 0;
+      for (int w = w0 + 1; w < wpr && !upper; ++w) upper = row[w] != 0;
+      if (upper) {
+        int j = i + 1;
+        while (j < wpr * 64 && !test_bit(row, j)) ++j;
+        throw_invalid_argument(fn, "mask",
+                               "no bit j > i (tree tokens in topological order; request " + std::to_string(r) +
+                                   ", row " + std::to_string(i) + ")",
+                               "bit " + std::to_string(j) + " set");
+      }
+    }
+    off += static_cast<std::int64_t>(n) * wpr;
+  }
+  tree_kv_params<T> t;
+  t.k = static_cast<const T*>(spec_k.data());
+  t.k_stride_token = spec_k.stride(0);
+  t.k_stride_head = spec_k.stride(1);
+  t.v = static_cast<const T*>(spec_v.data());
+  t.v_stride_token = spec_v.stride(0);
+  t.v_stride_head = spec_v.stride(1);
+  t.mask = m;
+  return t;
+}
+
+}  // namespace specdec::detail

@@ -1,0 +1,252 @@
+#pragma once
+//! \file lse_merge.hpp
+//! Log-sum-exp merge of partial attention results (LongSpec §3.3 "Aggregation" and Appendix A,
+//! Proposition A.1), two-way and n-way, plus converters between natural-log LSE (specdec's
+//! convention) and base-2 LSE (FlashInfer's convention).
+//!
+//! For one query row attending to a key set split into disjoint parts a, b:
+//!   LSE   = log(exp(LSE_a) + exp(LSE_b))                                   (Prop. A.1, first line)
+//!   O     = O_a * exp(LSE_a - LSE) + O_b * exp(LSE_b - LSE)                (Prop. A.1, second line)
+//! and n-way by induction. LSE = -inf means "this part saw no keys": it gets weight 0 (its O is
+//! ignored, so even a NaN there does not leak); if every part is -inf, O = 0 and LSE = -inf.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/host_attention.hpp"
+#include "specdec/attention/detail/simd.hpp"
+#include "specdec/attention/detail/validate.hpp"
+#include "specdec/core/config.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/core/thread_pool.hpp"
+
+
+namespace specdec {
+
+//! Converts a base-2 LSE (FlashInfer: log2 of the sum of 2^(scaled logit * log2 e)) to specdec's
+//! natural-log LSE: multiply by ln 2. -inf maps to -inf. O(1).
+SPECDEC_HOST_DEVICE constexpr float lse_base2_to_natural(float lse2) noexcept { return lse2 * 0.6931471805599453f; }
+
+//! Converts a natural-log LSE to base 2 (FlashInfer's convention): multiply by log2 e. -inf stays -inf.
+SPECDEC_HOST_DEVICE constexpr float lse_natural_to_base2(float lse) noexcept { return lse * 1.4426950408889634f; }
+
+namespace detail {
+template <class L>
+void convert_lse_inplace(std::string_view fn, const L& lse, float factor) {
+  require_element_type<float, typename L::element_type>(fn, "lse", "float32");
+  require_host_accessible(fn, "lse", lse);
+  auto v = as_view(lse);
+  if constexpr (L::rank == 1) {
+    for (std::int64_t i = 0; i < v.extent(0); ++i) const_cast<float&>(v(i)) *= factor;
+  } else if constexpr (L::rank == 2) {
+    for (std::int64_t i = 0; i < v.extent(0); ++i)
+      for (std::int64_t j = 0; j < v.extent(1); ++j) const_cast<float&>(v(i, j)) *= factor;
+  } else {
+    throw_invalid_argument(fn, "lse", "a tensor of rank 1 or 2", L::rank);
+  }
+}
+}  // namespace detail
+
+//! In place: base-2 LSE tensor (rank 1 or 2, fp32, host) -> natural log. O(elements).
+template <tensor_like L>
+void convert_lse_base2_to_natural(const host&, const L& lse) {
+  detail::convert_lse_inplace("specdec::convert_lse_base2_to_natural", lse, 0.6931471805599453f);
+}
+
+//! In place: natural-log LSE tensor (rank 1 or 2, fp32, host) -> base 2. O(elements).
+template <tensor_like L>
+void convert_lse_natural_to_base2(const host&, const L& lse) {
+  detail::convert_lse_inplace("specdec::convert_lse_natural_to_base2", lse, 1.4426950408889634f);
+}
+
+namespace detail {
+
+//! Params of an n-way merge: part p of row (token, head) at o + p*o_stride_part + token*o_stride_token
+//! + head*o_stride_head (head_dim contiguous floats/storage), its LSE likewise.
+template <class T>
+struct lse_merge_params {
+  const T* o_parts = nullptr;
+  std::int64_t o_stride_part = 0, o_stride_token = 0, o_stride_head = 0;
+  const float* lse_parts = nullptr;
+  std::int64_t lse_stride_part = 0, lse_stride_token = 0, lse_stride_head = 0;
+  T* o = nullptr;
+  std::int64_t out_stride_token = 0, out_stride_head = 0;
+  float* lse = nullptr;
+  std::int64_t lse_out_stride_token = 0, lse_out_stride_head = 0;
+  int num_parts = 0, tokens = 0, heads = 0, head_dim = 0;
+  // Two-way merges pass the second part separately (any address): parts p >= 1 use these.
+  const T* o_b = nullptr;
+  std::int64_t o_b_stride_token = 0, o_b_stride_head = 0;
+  const float* lse_b = nullptr;
+  std::int64_t lse_b_stride_token = 0, lse_b_stride_head = 0;
+};
+
+template <class T>
+void lse_merge_host(const host& policy, const lse_merge_params<T>& p) {
+  constexpr int max_parts = 64;
+  parallel_for(policy, p.tokens, [&](std::int64_t t) {
+    for (int h = 0; h < p.heads; ++h) {
+      T* orow = p.o + t * p.out_stride_token + h * p.out_stride_head;
+      float* lrow = p.lse + t * p.lse_out_stride_token + h * p.lse_out_stride_head;
+      auto part_row = [&](int q) -> const T* {
+        if (p.o_b != nullptr && q == 1) return p.o_b + t * p.o_b_stride_token + h * p.o_b_stride_head;
+        return p.o_parts + q * p.o_stride_part + t * p.o_stride_token + h * p.o_stride_head;
+      };
+      auto part_lse = [&](int q) -> float {
+        if (p.lse_b != nullptr && q == 1) return p.lse_b[t * p.lse_b_stride_token + h * p.lse_b_stride_head];
+        return p.lse_parts[q * p.lse_stride_part + t * p.lse_stride_token + h * p.lse_stride_head];
+      };
+      // Chunks of up to 64 parts are merged directly; their results fold into a running fp32
+      // (acc, acc_lse) by two-way merges, so any count works without allocation. Every input of a
+      // row is read before the row is written, so out may alias an input.
+      alignas(64) float acc[256], chunk[256];
+      float acc_lse = -std::numeric_limits<float>::infinity();
+      float lbuf[max_parts];
+      for (int q0 = 0; q0 < p.num_parts; q0 += max_parts) {
+        const int cnt = std::min(max_parts, p.num_parts - q0);
+        for (int q = 0; q < cnt; ++q) lbuf[q] = part_lse(q0 + q);
+        float chunk_lse;
+        merge_row<float>(cnt, lbuf, [&](int q) { return part_row(q0 + q); }, p.head_dim, q0 == 0 ? acc : chunk,
+                         q0 == 0 ? &acc_lse : &chunk_lse);
+        if (q0 == 0) continue;
+        const float two[2] = {acc_lse, chunk_lse};
+        merge_row<float>(2, two, [&](int q) -> const float* { return q == 0 ? acc : chunk; }, p.head_dim, acc,
+                         &acc_lse);
+      }
+      for (int c = 0; c < p.head_dim; ++c) orow[c] = from_float<T>(acc[c]);
+      *lrow = acc_lse;
+    }
+  });
+}
+
+template <class OP, class LP, class O, class L>
+void validate_merge_types(std::string_view fn, std::string_view o_name, std::string_view lse_name) {
+  using T = std::remove_cv_t<typename O::element_type>;
+  if constexpr (!attention_storage_v<T>)
+    throw_invalid_argument(fn, "out", "element type float32, float16 or bfloat16", attention_type_name<T>());
+  require_element_type<T, typename OP::element_type>(fn, o_name, "equal to out's element type " + attention_type_name<T>());
+  require_element_type<float, typename LP::element_type>(fn, lse_name, "float32");
+  require_element_type<float, typename L::element_type>(fn, "lse_out", "float32");
+}
+
+}  // namespace detail
+
+//! n-way merge of split partials: o_parts [S, tokens, heads, D] with lse_parts [S, tokens, heads]
+//! (natural log) -> out [tokens, heads, D], lse_out [tokens, heads]. Applies Proposition A.1 of
+//! LongSpec Appendix A by induction over the S parts. Preconditions: same storage type for o_parts
+//! and out (float, half or bfloat16), fp32 LSEs, D in {64, 128, 256}, unit inner strides, host memory;
+//! out/lse_out may alias part 0. Complexity O(S * tokens * heads * D), parallel over tokens.
+template <tensor_like OP, tensor_like LP, tensor_like O, tensor_like L>
+void lse_merge(const host& policy, const OP& o_parts, const LP& lse_parts, const O& out, const L& lse_out) {
+  constexpr std::string_view fn = "specdec::lse_merge";
+  detail::validate_merge_types<OP, LP, O, L>(fn, "o_parts", "lse_parts");
+  using T = std::remove_cv_t<typename O::element_type>;
+  if constexpr (detail::attention_storage_v<T> && std::is_same_v<std::remove_cv_t<typename OP::element_type>, T>) {
+    detail::require_rank<OP>(fn, "o_parts", 4);
+    detail::require_rank<LP>(fn, "lse_parts", 3);
+    detail::require_rank<O>(fn, "out", 3);
+    detail::require_rank<L>(fn, "lse_out", 2);
+    require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
+    require_host_accessible(fn, "o_parts", o_parts);
+    require_host_accessible(fn, "lse_parts", lse_parts);
+    require_host_accessible(fn, "out", out);
+    require_host_accessible(fn, "lse_out", lse_out);
+    const std::int64_t s = o_parts.extent(0), n = o_parts.extent(1), h = o_parts.extent(2), d = o_parts.extent(3);
+    require(supported_head_dim(d), fn, "o_parts", "head_dim (extent 3) of 64, 128 or 256", d);
+    require(s >= 1, fn, "o_parts", "at least one part (extent 0)", s);
+    require_shape(fn, "lse_parts", lse_parts, {s, n, h});
+    require_shape(fn, "out", out, {n, h, d});
+    require_shape(fn, "lse_out", lse_out, {n, h});
+    require_unit_inner_stride(fn, "o_parts", o_parts);
+    require_unit_inner_stride(fn, "out", out);
+    detail::lse_merge_params<T> p;
+    p.o_parts = static_cast<const T*>(o_parts.data());
+    p.o_stride_part = o_parts.stride(0);
+    p.o_stride_token = o_parts.stride(1);
+    p.o_stride_head = o_parts.stride(2);
+    p.lse_parts = static_cast<const float*>(lse_parts.data());
+    p.lse_stride_part = lse_parts.stride(0);
+    p.lse_stride_token = lse_parts.stride(1);
+    p.lse_stride_head = lse_parts.stride(2);
+    p.o = const_cast<T*>(static_cast<const T*>(out.data()));
+    p.out_stride_token = out.stride(0);
+    p.out_stride_head = out.stride(1);
+    p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
+    p.lse_out_stride_token = lse_out.stride(0);
+    p.lse_out_stride_head = lse_out.stride(1);
+    p.num_parts = static_cast<int>(s);
+    p.tokens = static_cast<int>(n);
+    p.heads = static_cast<int>(h);
+    p.head_dim = static_cast<int>(d);
+    detail::lse_merge_host(policy, p);
+  }
+}
+
+//! Two-way merge (LongSpec Appendix A, Proposition A.1): (o_a, lse_a) and (o_b, lse_b), each
+//! [tokens, heads, D] / [tokens, heads], natural-log LSE, -> (out, lse_out). out may alias o_a or
+//! o_b and lse_out may alias lse_a or lse_b (in-place accumulation). Both -inf -> out = 0,
+//! lse_out = -inf, never NaN. Preconditions as for the n-way overload. Complexity O(tokens*heads*D).
+template <tensor_like OA, tensor_like LA, tensor_like OB, tensor_like LB, tensor_like O, tensor_like L>
+void lse_merge(const host& policy, const OA& o_a, const LA& lse_a, const OB& o_b, const LB& lse_b, const O& out,
+               const L& lse_out) {
+  constexpr std::string_view fn = "specdec::lse_merge";
+  detail::validate_merge_types<OA, LA, O, L>(fn, "o_a", "lse_a");
+  detail::validate_merge_types<OB, LB, O, L>(fn, "o_b", "lse_b");
+  using T = std::remove_cv_t<typename O::element_type>;
+  if constexpr (detail::attention_storage_v<T> && std::is_same_v<std::remove_cv_t<typename OA::element_type>, T> &&
+                std::is_same_v<std::remove_cv_t<typename OB::element_type>, T>) {
+    detail::require_rank<OA>(fn, "o_a", 3);
+    detail::require_rank<OB>(fn, "o_b", 3);
+    detail::require_rank<LA>(fn, "lse_a", 2);
+    detail::require_rank<LB>(fn, "lse_b", 2);
+    detail::require_rank<O>(fn, "out", 3);
+    detail::require_rank<L>(fn, "lse_out", 2);
+    require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
+    require_host_accessible(fn, "o_a", o_a);
+    require_host_accessible(fn, "o_b", o_b);
+    require_host_accessible(fn, "lse_a", lse_a);
+    require_host_accessible(fn, "lse_b", lse_b);
+    require_host_accessible(fn, "out", out);
+    require_host_accessible(fn, "lse_out", lse_out);
+    const std::int64_t n = o_a.extent(0), h = o_a.extent(1), d = o_a.extent(2);
+    require(supported_head_dim(d), fn, "o_a", "head_dim (extent 2) of 64, 128 or 256", d);
+    require_shape(fn, "o_b", o_b, {n, h, d});
+    require_shape(fn, "lse_a", lse_a, {n, h});
+    require_shape(fn, "lse_b", lse_b, {n, h});
+    require_shape(fn, "out", out, {n, h, d});
+    require_shape(fn, "lse_out", lse_out, {n, h});
+    require_unit_inner_stride(fn, "o_a", o_a);
+    require_unit_inner_stride(fn, "o_b", o_b);
+    require_unit_inner_stride(fn, "out", out);
+    detail::lse_merge_params<T> p;
+    p.o_parts = static_cast<const T*>(o_a.data());
+    p.o_stride_token = o_a.stride(0);
+    p.o_stride_head = o_a.stride(1);
+    p.lse_parts = static_cast<const float*>(lse_a.data());
+    p.lse_stride_token = lse_a.stride(0);
+    p.lse_stride_head = lse_a.stride(1);
+    p.o_b = static_cast<const T*>(o_b.data());
+    p.o_b_stride_token = o_b.stride(0);
+    p.o_b_stride_head = o_b.stride(1);
+    p.lse_b = static_cast<const float*>(lse_b.data());
+    p.lse_b_stride_token = lse_b.stride(0);
+    p.lse_b_stride_head = lse_b.stride(1);
+    p.o = const_cast<T*>(static_cast<const T*>(out.data()));
+    p.out_stride_token = out.stride(0);
+    p.out_stride_head = out.stride(1);
+    p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
+    p.lse_out_stride_token = lse_out.stride(0);
+    p.lse_out_stride_head = lse_out.stride(1);
+    p.num_parts = 2;
+    p.tokens = static_cast<int>(n);
+    p.heads = static_cast<int>(h);
+    p.head_dim = static_cast<int>(d);
+    detail::lse_merge_host(policy, p);
+  }
+}
+
+}  // namespace specdec

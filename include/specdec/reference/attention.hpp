@@ -1,0 +1,145 @@
+#pragma once
+//! \file reference/attention.hpp
+//! Naive, obviously-correct double-precision references of the attention primitives, used by the
+//! differential tests. Each one literally concatenates the cache's and the tree's K/V of a request,
+//! applies the full mask ([all ones | tree mask]) and takes a max-subtracted softmax, with no
+//! splitting, blocking or log-sum-exp merging, so it shares no logic with the optimized kernels.
+//! Cost O(sum_r n_r (L_r + n_r) Hq D); memory O(L_r + n_r) per query row. Host memory only.
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "specdec/core/bitmask.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/numeric.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/kv/kv_layout.hpp"
+
+namespace specdec::reference {
+
+//! Output of a reference attention call: out [tokens, heads, dim] and natural-log lse [tokens, heads].
+struct attention_result {
+  int tokens = 0, heads = 0, dim = 0;
+  std::vector<double> out;
+  std::vector<double> lse;
+  [[nodiscard]] double o(int t, int h, int d) const { return out[(static_cast<std::size_t>(t) * heads + h) * dim + d]; }
+  [[nodiscard]] double l(int t, int h) const { return lse[static_cast<std::size_t>(t) * heads + h]; }
+};
+
+//! Stand-in for "no cache" / "no tree" arguments.
+struct none {};
+
+namespace detail {
+template <class V>
+double elem(const V& v, std::int64_t i, std::int64_t j, std::int64_t k) {
+  return static_cast<double>(to_float(v(i, j, k)));
+}
+
+//! The one reference: for each request r, query token i, head h, keys = [cache tokens 0..L_r) ++
+//! [tree tokens j of r with mask bit (i, j)] (all tree tokens when Masked is false).
+template <class Q, class L, class K, class V, class I, class M>
+attention_result attention(const Q& q_in, const L* cache, const K* spec_k, const V* spec_v, const I& q_indptr,
+                           const M* mask, double scale) {
+  const auto q = as_view(q_in);
+  const auto ip = as_view(q_indptr);
+  const int tokens = static_cast<int>(q.extent(0)), hq = static_cast<int>(q.extent(1)), d = static_cast<int>(q.extent(2));
+  const int requests = static_cast<int>(ip.extent(0)) - 1;
+  int hkv = 1;
+  if constexpr (!std::is_same_v<L, none>) hkv = cache->num_kv_heads();
+  else if constexpr (!std::is_same_v<K, none>) hkv = static_cast<int>(spec_k->extent(1));
+  const int group = hq / hkv;
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(d));
+  attention_result res;
+  res.tokens = tokens;
+  res.heads = hq;
+  res.dim = d;
+  res.out.assign(static_cast<std::size_t>(tokens) * hq * d, 0.0);
+  res.lse.assign(static_cast<std::size_t>(tokens) * hq, -std::numeric_limits<double>::infinity());
+  std::int64_t mask_off = 0;
+  std::vector<double> logits;
+  std::vector<int> keys;  // visible keys of one query row: cache token t as t, tree token j as -(j + 1)
+  for (int r = 0; r < requests; ++r) {
+    const int t0 = ip(r), n = ip(r + 1) - ip(r);
+    const int wpr = words_per_row(n);
+    for (int i = 0; i < n; ++i) {
+      for (int h = 0; h < hq; ++h) {
+        const int g = h / group;
+        logits.clear();
+        keys.clear();
+        auto dot_q = [&](auto row_at) {
+          double s = 0;
+          for (int c = 0; c < d; ++c) s += static_cast<double>(to_float(q(t0 + i, h, c))) * row_at(c);
+          return s * scale;
+        };
+        if constexpr (!std::is_same_v<L, none>) {
+          for (int t = 0; t < cache->length(r); ++t) {
+            const auto* kr = cache->k_row(r, t, g);
+            logits.push_back(dot_q([&](int c) { return static_cast<double>(to_float(kr[c])); }));
+            keys.push_back(t);
+          }
+        }
+        if constexpr (!std::is_same_v<K, none>) {
+          const auto sk = as_view(*spec_k);
+          const auto mk = as_view(*mask);
+          for (int j = 0; j < n; ++j) {
+            const mask_word w = mk(mask_off + static_cast<std::int64_t>(i) * wpr + (j >> 6));
+            if (((w >> (j & 63)) & 1u) == 0) continue;
+            logits.push_back(dot_q([&](int c) { return elem(sk, t0 + j, g, c); }));
+            keys.push_back(-(j + 1));
+          }
+        }
+        if (logits.empty()) continue;  // no keys: out 0, lse -inf
+        double mx = -std::numeric_limits<double>::infinity();
+        for (double s : logits) mx = std::max(mx, s);
+        double sum = 0;
+        for (double s : logits) sum += std::exp(s - mx);
+        for (std::size_t k = 0; k < logits.size(); ++k) {
+          const double p = std::exp(logits[k] - mx) / sum;
+          double* o = &res.out[(static_cast<std::size_t>(t0 + i) * hq + h) * d];
+          if (keys[k] >= 0) {
+            if constexpr (!std::is_same_v<L, none>) {
+              const auto* vr = cache->v_row(r, keys[k], g);
+              for (int c = 0; c < d; ++c) o[c] += p * static_cast<double>(to_float(vr[c]));
+            }
+          } else {
+            if constexpr (!std::is_same_v<K, none>) {
+              const auto sv = as_view(*spec_v);
+              for (int c = 0; c < d; ++c) o[c] += p * elem(sv, t0 - keys[k] - 1, g, c);
+            }
+          }
+        }
+        res.lse[static_cast<std::size_t>(t0 + i) * hq + h] = mx + std::log(sum);
+      }
+    }
+    mask_off += static_cast<std::int64_t>(n) * wpr;
+  }
+  return res;
+}
+}  // namespace detail
+
+//! Reference of specdec::hybrid_tree_attention: attention over concat(cache K/V, tree K/V) of each
+//! request with the mask [all ones | tree mask]. Same argument conventions; scale 0 = 1/sqrt(D).
+template <tensor_like Q, kv_layout L, tensor_like K, tensor_like V, tensor_like I, tensor_like M>
+attention_result hybrid_tree_attention(const Q& q, const L& cache, const K& spec_k, const V& spec_v, const I& q_indptr,
+                                       const M& mask, double scale = 0.0) {
+  return detail::attention(q, &cache, &spec_k, &spec_v, q_indptr, &mask, scale);
+}
+
+//! Reference of specdec::decode_attention: every query token of request r sees all L_r cached tokens.
+template <tensor_like Q, kv_layout L, tensor_like I>
+attention_result decode_attention(const Q& q, const L& cache, const I& q_indptr, double scale = 0.0) {
+  return detail::attention<Q, L, none, none, I, none>(q, &cache, nullptr, nullptr, q_indptr, nullptr, scale);
+}
+
+//! Reference of specdec::tree_attention: tree tokens see the tree tokens their mask row selects.
+template <tensor_like Q, tensor_like K, tensor_like V, tensor_like I, tensor_like M>
+attention_result tree_attention(const Q& q, const K& spec_k, const V& spec_v, const I& q_indptr, const M& mask,
+                                double scale = 0.0) {
+  return detail::attention<Q, none, K, V, I, M>(q, nullptr, &spec_k, &spec_v, q_indptr, &mask, scale);
+}
+
+}  // namespace specdec::reference
