@@ -1,0 +1,435 @@
+#pragma once
+//! \file llama.hpp
+//! A small reference LLaMA-style transformer (RMSNorm, RoPE, GQA attention, SwiGLU FFN, LM head),
+//! templated on its scalar type (float or double). It is the "target model" of the examples, tests and
+//! demo: it implements specdec::target_model (decoder/concepts.hpp) over a contiguous_kv cache.
+//!
+//! Forward pass over a speculation tree: the query tokens are the root (the last committed token,
+//! whose K/V are not cached yet) followed by the tree's nodes; token 0 sits at position
+//! cache_length(r), node i at cache_length(r) + 1 + depth(i). Every query attends to the committed
+//! cache plus its tree ancestors (the ancestor mask with the root as an extra ancestor of every node),
+//! which is exactly hybrid tree attention (LongSpec §3.3). Row 0 of the logits is the prediction after
+//! the root, row i + 1 after node i. commit() appends the root and the accepted nodes' K/V.
+//!
+//! Weights come from a safetensors file with Hugging Face LLaMA names ("model.embed_tokens.weight",
+//! "model.layers.{l}.self_attn.q_proj.weight", ..., "lm_head.weight") or from a seeded random init.
+//! The random init is NOT a trained model: see random_llama_weights() for what it is.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "safetensors.hpp"
+#include "model_math.hpp"
+#include "specdec/core/bitmask.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/position/rope.hpp"
+#include "specdec/tree/token_tree.hpp"
+
+namespace specdec::examples {
+
+//! Model dimensions. head_dim must be 64, 128 or 256 (what the attention primitives accept).
+struct llama_config {
+  int vocab_size = 256;
+  int hidden = 128;
+  int layers = 2;
+  int heads = 2;
+  int kv_heads = 1;
+  int head_dim = 64;
+  int ffn_hidden = 256;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+
+  //! Throws specdec::invalid_argument naming the first bad field.
+  void validate(std::string_view fn) const {
+    require(vocab_size >= 2, fn, "config.vocab_size", ">= 2", vocab_size);
+    require(hidden >= 1, fn, "config.hidden", ">= 1", hidden);
+    require(layers >= 1, fn, "config.layers", ">= 1", layers);
+    require(kv_heads >= 1, fn, "config.kv_heads", ">= 1", kv_heads);
+    require(heads >= kv_heads && heads % kv_heads == 0, fn, "config.heads", "a positive multiple of kv_heads", heads);
+    require(head_dim == 64 || head_dim == 128 || head_dim == 256, fn, "config.head_dim", "64, 128 or 256", head_dim);
+    require(ffn_hidden >= 1, fn, "config.ffn_hidden", ">= 1", ffn_hidden);
+    require(rope_theta > 1.0, fn, "config.rope_theta", "> 1", rope_theta);
+  }
+};
+
+//! Row-major weights ([out, in] matrices as in PyTorch's nn.Linear).
+template <class T>
+struct llama_weights {
+  struct layer {
+    std::vector<T> attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  };
+  std::vector<T> embed;    //!< [vocab, hidden]
+  std::vector<layer> layers;
+  std::vector<T> final_norm;  //!< [hidden]
+  std::vector<T> lm_head;     //!< [vocab, hidden]
+};
+
+//! Knobs of the synthetic random init.
+struct random_init_options {
+  //! Scale of each attention / FFN block's output relative to the token-embedding path. Small values
+  //! make the next token mostly a function of the current token (easy to draft), large values make
+  //! the context matter more.
+  double block_scale = 1.0;
+  //! Logit of the "successor" token before context perturbations (higher = peakier distributions).
+  double logit_scale = 12.0;
+  //! Fraction of the LM head that is random (the rest is the successor structure).
+  double head_noise = 0.5;
+};
+
+//! A seeded random LLaMA. What it is: embeddings and all projections are Gaussian (Philox, Box-Muller)
+//! with 1/sqrt(fan_in) scaling; the LM head is a scaled copy of the embedding rows under a random
+//! permutation pi plus Gaussian noise, so that token x's own embedding votes for pi(x) and the
+//! attention / FFN blocks (scaled by block_scale) perturb that vote depending on the context. Greedy
+//! output therefore neither collapses to one token nor is pure noise, and a draft sharing the
+//! embedding and LM head (LongSpec §3.1) predicts it often but not always. It has no linguistic content.
+template <class T>
+[[nodiscard]] llama_weights<T> random_llama_weights(const llama_config& c, std::uint64_t seed,
+                                                    const random_init_options& o = {}) {
+  c.validate("specdec::examples::random_llama_weights");
+  philox_stream rng(seed, 0x11a3a);
+  auto gauss = [&](std::size_t n, double sd) {
+    std::vector<T> v(n);
+    for (auto& x : v) {
+      const double u1 = rng.uniform_double() + 1e-300, u2 = rng.uniform_double();
+      x = static_cast<T>(sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    }
+    return v;
+  };
+  const auto H = static_cast<std::size_t>(c.hidden), V = static_cast<std::size_t>(c.vocab_size);
+  const auto Dq = static_cast<std::size_t>(c.heads * c.head_dim), Dk = static_cast<std::size_t>(c.kv_heads * c.head_dim);
+  const auto F = static_cast<std::size_t>(c.ffn_hidden);
+  llama_weights<T> w;
+  w.embed = gauss(V * H, 1.0);
+  for (int l = 0; l < c.layers; ++l) {
+    typename llama_weights<T>::layer L;
+    L.attn_norm.assign(H, T(1));
+    L.ffn_norm.assign(H, T(1));
+    L.wq = gauss(Dq * H, 1.0 / std::sqrt(double(H)));
+    L.wk = gauss(Dk * H, 1.0 / std::sqrt(double(H)));
+    L.wv = gauss(Dk * H, 1.0 / std::sqrt(double(H)));
+    L.wo = gauss(H * Dq, o.block_scale / std::sqrt(double(Dq)));
+    L.w_gate = gauss(F * H, 1.0 / std::sqrt(double(H)));
+    L.w_up = gauss(F * H, 1.0 / std::sqrt(double(H)));
+    L.w_down = gauss(H * F, 2.0 * o.block_scale / std::sqrt(double(F)));
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm.assign(H, T(1));
+  // Successor permutation (Fisher-Yates on Philox).
+  std::vector<std::int32_t> pi(V);
+  std::iota(pi.begin(), pi.end(), 0);
+  for (std::size_t i = V - 1; i > 0; --i) std::swap(pi[i], pi[rng.below(static_cast<std::uint32_t>(i + 1))]);
+  w.lm_head = gauss(V * H, o.head_noise * o.logit_scale / double(H));
+  const double a = (1.0 - o.head_noise) * o.logit_scale / double(H);
+  for (std::size_t x = 0; x < V; ++x)
+    for (std::size_t i = 0; i < H; ++i)
+      w.lm_head[static_cast<std::size_t>(pi[x]) * H + i] += static_cast<T>(a * static_cast<double>(w.embed[x * H + i]));
+  return w;
+}
+
+//! Loads Hugging Face LLaMA-named weights; dims are inferred from shapes and checked against `c`
+//! (head_dim and rope_theta come from `c`). Throws naming the missing or mis-shaped tensor.
+template <class T>
+[[nodiscard]] llama_weights<T> load_llama_weights(const safetensors_file& f, const llama_config& c) {
+  c.validate("specdec::examples::load_llama_weights");
+  const std::int64_t H = c.hidden, V = c.vocab_size, Dq = c.heads * c.head_dim, Dk = c.kv_heads * c.head_dim,
+                     F = c.ffn_hidden;
+  llama_weights<T> w;
+  w.embed = f.read<T>("model.embed_tokens.weight", {V, H});
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    typename llama_weights<T>::layer L;
+    L.attn_norm = f.read<T>(p + "input_layernorm.weight", {H});
+    L.wq = f.read<T>(p + "self_attn.q_proj.weight", {Dq, H});
+    L.wk = f.read<T>(p + "self_attn.k_proj.weight", {Dk, H});
+    L.wv = f.read<T>(p + "self_attn.v_proj.weight", {Dk, H});
+    L.wo = f.read<T>(p + "self_attn.o_proj.weight", {H, Dq});
+    L.ffn_norm = f.read<T>(p + "post_attention_layernorm.weight", {H});
+    L.w_gate = f.read<T>(p + "mlp.gate_proj.weight", {F, H});
+    L.w_up = f.read<T>(p + "mlp.up_proj.weight", {F, H});
+    L.w_down = f.read<T>(p + "mlp.down_proj.weight", {H, F});
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm = f.read<T>("model.norm.weight", {H});
+  w.lm_head = f.contains("lm_head.weight") ? f.read<T>("lm_head.weight", {V, H}) : w.embed;  // tied embeddings
+  return w;
+}
+
+//! Writes weights under the names load_llama_weights reads (stored as `type`).
+template <class T>
+void add_llama_weights(safetensors_writer& out, const llama_config& c, const llama_weights<T>& w,
+                       dtype type = dtype::f32) {
+  const std::int64_t H = c.hidden, V = c.vocab_size, Dq = c.heads * c.head_dim, Dk = c.kv_heads * c.head_dim,
+                     F = c.ffn_hidden;
+  out.add("model.embed_tokens.weight", {V, H}, w.embed, type);
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const auto& L = w.layers[static_cast<std::size_t>(l)];
+    out.add(p + "input_layernorm.weight", {H}, L.attn_norm, type);
+    out.add(p + "self_attn.q_proj.weight", {Dq, H}, L.wq, type);
+    out.add(p + "self_attn.k_proj.weight", {Dk, H}, L.wk, type);
+    out.add(p + "self_attn.v_proj.weight", {Dk, H}, L.wv, type);
+    out.add(p + "self_attn.o_proj.weight", {H, Dq}, L.wo, type);
+    out.add(p + "post_attention_layernorm.weight", {H}, L.ffn_norm, type);
+    out.add(p + "mlp.gate_proj.weight", {F, H}, L.w_gate, type);
+    out.add(p + "mlp.up_proj.weight", {F, H}, L.w_up, type);
+    out.add(p + "mlp.down_proj.weight", {H, F}, L.w_down, type);
+  }
+  out.add("model.norm.weight", {H}, w.final_norm, type);
+  out.add("lm_head.weight", {V, H}, w.lm_head, type);
+}
+
+//! The reference target model. Owns a contiguous NHD KV cache of `capacity` tokens for each of
+//! `max_requests` requests, per layer.
+template <class T>
+class llama_model {
+ public:
+  using value_type = T;
+  using logit_type = T;
+
+  llama_model(const llama_config& c, llama_weights<T> w, int max_requests, int capacity)
+      : cfg_(c), w_(std::move(w)), max_requests_(max_requests), capacity_(capacity) {
+    constexpr std::string_view fn = "specdec::examples::llama_model";
+    c.validate(fn);
+    require(max_requests >= 1, fn, "max_requests", ">= 1", max_requests);
+    require(capacity >= 1, fn, "capacity", ">= 1", capacity);
+    require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(c.layers), w_.layers.size());
+    require_equal(fn, "weights.embed.size()", static_cast<std::size_t>(c.vocab_size) * c.hidden, w_.embed.size());
+    require_equal(fn, "weights.lm_head.size()", static_cast<std::size_t>(c.vocab_size) * c.hidden, w_.lm_head.size());
+    const std::size_t per_layer = static_cast<std::size_t>(max_requests) * capacity * c.kv_heads * c.head_dim;
+    k_.assign(static_cast<std::size_t>(c.layers), std::vector<T>(per_layer));
+    v_.assign(static_cast<std::size_t>(c.layers), std::vector<T>(per_layer));
+    lengths_.assign(static_cast<std::size_t>(max_requests), 0);
+    spec_.resize(static_cast<std::size_t>(max_requests));
+  }
+
+  [[nodiscard]] const llama_config& config() const noexcept { return cfg_; }
+  [[nodiscard]] const llama_weights<T>& weights() const noexcept { return w_; }
+  [[nodiscard]] int vocab_size() const noexcept { return cfg_.vocab_size; }
+  [[nodiscard]] int max_requests() const noexcept { return max_requests_; }
+  [[nodiscard]] int capacity() const noexcept { return capacity_; }
+  //! Tokens whose K/V are cached for request r (the committed tokens except the root).
+  [[nodiscard]] int cache_length(int r) const { return lengths_[check_r(r, "cache_length")]; }
+  //! Bytes of KV cache in use by request r (all layers).
+  [[nodiscard]] std::size_t kv_bytes(int r) const {
+    return static_cast<std::size_t>(cache_length(r)) * cfg_.layers * cfg_.kv_heads * cfg_.head_dim * 2 * sizeof(T);
+  }
+
+  //! Empties request r's cache.
+  void reset(int r) { lengths_[check_r(r, "reset")] = 0; }
+
+  //! The cache of one layer as a kv_layout over all requests (read-only view: the LongSpec draft's
+  //! cross-attention reads the top layer's through it).
+  [[nodiscard]] contiguous_kv<const T> layer_kv(int layer) const {
+    require_in_range("specdec::examples::llama_model::layer_kv", "layer", layer, 0, cfg_.layers - 1);
+    const auto l = static_cast<std::size_t>(layer);
+    return {k_[l].data(), v_[l].data(), lengths_.data(), max_requests_, capacity_, cfg_.kv_heads, cfg_.head_dim,
+            memory_space::host};
+  }
+
+  //! Forward over the root token and the tree `tree` for request r; writes (tree.size() + 1) rows of
+  //! vocab_size logits (row 0 after the root, row i + 1 after node i) and keeps the K/V of the root and
+  //! every node for commit(). O(layers * (m * params + m * (cache + m) * heads * head_dim)), m = nodes + 1.
+  void forward(int r, std::int32_t root, const token_tree& tree, std::span<logit_type> logits) {
+    constexpr std::string_view fn = "specdec::examples::llama_model::forward";
+    check_r(r, "forward");
+    const int n = tree.size(), m = n + 1;
+    require_equal(fn, "logits.size()", static_cast<std::size_t>(m) * cfg_.vocab_size, logits.size());
+    require(lengths_[r] + m <= capacity_, fn, "tree.size()",
+            "cache_length + tree.size() + 1 <= capacity = " + std::to_string(capacity_), n);
+    require_in_range(fn, "root", root, 0, cfg_.vocab_size - 1);
+    for (int i = 0; i < n; ++i) require_in_range(fn, "tree.token(i)", tree.token(i), 0, cfg_.vocab_size - 1);
+    // Tree of m tokens: the root becomes token 0, node i becomes token i + 1 with parent shifted by one.
+    auto& s = spec_[static_cast<std::size_t>(r)];
+    s.tokens.assign(1, root);
+    s.positions.assign(1, lengths_[r]);
+    s.parents.assign(1, -1);
+    for (int i = 0; i < n; ++i) {
+      s.tokens.push_back(tree.token(i));
+      s.positions.push_back(lengths_[r] + 1 + tree.depth(i));
+      s.parents.push_back(tree.parent(i) + 1);
+    }
+    run(r, logits);
+  }
+
+  //! Chain forward used for prefill: tokens[i] at position cache_length + i, causal mask. Writes
+  //! tokens.size() logit rows when `logits` is non-empty (else only the K/V are computed).
+  void forward_chain(int r, std::span<const std::int32_t> tokens, std::span<logit_type> logits) {
+    constexpr std::string_view fn = "specdec::examples::llama_model::forward_chain";
+    check_r(r, "forward_chain");
+    const int m = static_cast<int>(tokens.size());
+    require(m >= 1, fn, "tokens.size()", ">= 1", m);
+    require(logits.empty() || logits.size() == static_cast<std::size_t>(m) * cfg_.vocab_size, fn, "logits.size()",
+            "0 or tokens.size() * vocab_size", logits.size());
+    require(lengths_[r] + m <= capacity_, fn, "tokens.size()", "cache_length + tokens.size() <= capacity", m);
+    auto& s = spec_[static_cast<std::size_t>(r)];
+    s.tokens.assign(tokens.begin(), tokens.end());
+    for (auto t : s.tokens) require_in_range(fn, "tokens[i]", t, 0, cfg_.vocab_size - 1);
+    s.positions.resize(static_cast<std::size_t>(m));
+    s.parents.resize(static_cast<std::size_t>(m));
+    for (int i = 0; i < m; ++i) s.positions[i] = lengths_[r] + i, s.parents[i] = i - 1;
+    run(r, logits);
+  }
+
+  //! Prefills request r with prompt[0 .. size-1) in chunks (the last prompt token becomes the root of
+  //! the first speculation step). Precondition: empty cache, prompt non-empty.
+  void prefill(int r, std::span<const std::int32_t> prompt, int chunk = 256) {
+    constexpr std::string_view fn = "specdec::examples::llama_model::prefill";
+    require(!prompt.empty(), fn, "prompt.size()", ">= 1", prompt.size());
+    reset(r);
+    const auto body = prompt.first(prompt.size() - 1);
+    for (std::size_t b = 0; b < body.size(); b += static_cast<std::size_t>(chunk)) {
+      const auto part = body.subspan(b, std::min(body.size() - b, static_cast<std::size_t>(chunk)));
+      forward_chain(r, part, {});
+      std::vector<std::int32_t> all(part.size());
+      std::iota(all.begin(), all.end(), 0);
+      commit_rows(r, all);
+    }
+  }
+
+  //! Appends to request r's cache the root and the accepted nodes (node indices in root-to-leaf order,
+  //! as a verifier reports them) from the last forward(). O(accepted * layers * kv_heads * head_dim).
+  void commit(int r, std::span<const std::int32_t> accepted_nodes) {
+    constexpr std::string_view fn = "specdec::examples::llama_model::commit";
+    check_r(r, "commit");
+    const auto& s = spec_[static_cast<std::size_t>(r)];
+    std::vector<std::int32_t> rows{0};
+    std::int32_t prev = 0;
+    for (auto node : accepted_nodes) {
+      require(node >= 0 && node + 1 < static_cast<std::int32_t>(s.tokens.size()), fn, "accepted_nodes[i]",
+              "a node of the last forward's tree", node);
+      require(s.parents[static_cast<std::size_t>(node) + 1] == prev, fn, "accepted_nodes",
+              "a root-to-leaf path (each node the child of the previous)", node);
+      rows.push_back(node + 1);
+      prev = node + 1;
+    }
+    commit_rows(r, rows);
+  }
+
+ private:
+  struct spec_state {
+    std::vector<std::int32_t> tokens, positions, parents;
+    std::vector<std::vector<T>> k, v;  // per layer [m, kv_heads, head_dim]
+    std::vector<mask_word> mask;
+  };
+
+  std::size_t check_r(int r, const char* what) const {
+    require_in_range(std::string("specdec::examples::llama_model::") + what, "request", r, 0, max_requests_ - 1);
+    return static_cast<std::size_t>(r);
+  }
+
+  void commit_rows(int r, std::span<const std::int32_t> rows) {
+    auto& s = spec_[static_cast<std::size_t>(r)];
+    const int L = lengths_[r];
+    require(L + static_cast<int>(rows.size()) <= capacity_, "specdec::examples::llama_model::commit", "rows",
+            "fits in the capacity", rows.size());
+    const std::size_t row = static_cast<std::size_t>(cfg_.kv_heads) * cfg_.head_dim;
+    const auto layout = layer_kv(0);
+    for (int l = 0; l < cfg_.layers; ++l)
+      for (std::size_t j = 0; j < rows.size(); ++j) {
+        const std::size_t dst = static_cast<std::size_t>(layout.row_offset(r, L + static_cast<int>(j), 0));
+        std::copy_n(s.k[l].begin() + static_cast<std::ptrdiff_t>(rows[j] * row), row, k_[l].begin() + dst);
+        std::copy_n(s.v[l].begin() + static_cast<std::ptrdiff_t>(rows[j] * row), row, v_[l].begin() + dst);
+      }
+    lengths_[r] = L + static_cast<int>(rows.size());
+  }
+
+  // The transformer itself over spec_[r]'s tokens; writes logits when non-empty.
+  void run(int r, std::span<logit_type> logits) {
+    auto& s = spec_[static_cast<std::size_t>(r)];
+    const int m = static_cast<int>(s.tokens.size());
+    const int H = cfg_.hidden, D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads, F = cfg_.ffn_hidden;
+    // Ancestor mask over the m tokens (the root is every node's ancestor).
+    const int wpr = words_per_row(m);
+    s.mask.assign(static_cast<std::size_t>(m) * wpr, 0);
+    for (int i = 0; i < m; ++i) {
+      mask_word* row = s.mask.data() + static_cast<std::size_t>(i) * wpr;
+      if (s.parents[i] >= 0) std::copy_n(s.mask.data() + static_cast<std::size_t>(s.parents[i]) * wpr, wpr, row);
+      set_bit(row, i);
+    }
+    s.k.resize(static_cast<std::size_t>(cfg_.layers));
+    s.v.resize(static_cast<std::size_t>(cfg_.layers));
+    std::vector<T> x(static_cast<std::size_t>(m) * H), xn(x.size()), q(static_cast<std::size_t>(m) * Hq * D),
+        att(q.size()), g(static_cast<std::size_t>(m) * F), u(g.size());
+    for (int i = 0; i < m; ++i)
+      std::copy_n(w_.embed.begin() + static_cast<std::ptrdiff_t>(s.tokens[i]) * H, H, x.begin() + static_cast<std::ptrdiff_t>(i) * H);
+    for (int l = 0; l < cfg_.layers; ++l) {
+      const auto& W = w_.layers[static_cast<std::size_t>(l)];
+      auto& sk = s.k[static_cast<std::size_t>(l)];
+      auto& sv = s.v[static_cast<std::size_t>(l)];
+      sk.resize(static_cast<std::size_t>(m) * Hkv * D);
+      sv.resize(sk.size());
+      rms_norm<T>(x, W.attn_norm, xn, m, H, cfg_.norm_eps);
+      matmul_nt<T>(xn, W.wq, q, m, Hq * D, H);
+      matmul_nt<T>(xn, W.wk, sk, m, Hkv * D, H);
+      matmul_nt<T>(xn, W.wv, sv, m, Hkv * D, H);
+      const rope_params rp{.theta = cfg_.rope_theta};
+      apply_rope(host{}, rp, make_view<3>(q.data(), {m, Hq, D}), std::span<const std::int32_t>(s.positions));
+      apply_rope(host{}, rp, make_view<3>(sk.data(), {m, Hkv, D}), std::span<const std::int32_t>(s.positions));
+      attention(l, r, m, q, sk, sv, s.mask, att);
+      matmul_nt_add<T>(att, W.wo, x, m, H, Hq * D);
+      rms_norm<T>(x, W.ffn_norm, xn, m, H, cfg_.norm_eps);
+      matmul_nt<T>(xn, W.w_gate, g, m, F, H);
+      matmul_nt<T>(xn, W.w_up, u, m, F, H);
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const accum_t<T> a = g[i];
+        g[i] = static_cast<T>(a / (accum_t<T>(1) + std::exp(-a)) * u[i]);
+      }
+      matmul_nt_add<T>(g, W.w_down, x, m, H, F);
+    }
+    if (logits.empty()) return;
+    rms_norm<T>(x, w_.final_norm, xn, m, H, cfg_.norm_eps);
+    matmul_nt<T>(xn, w_.lm_head, logits, m, cfg_.vocab_size, H);
+  }
+
+  // Request r's queries over its committed cache plus the tree (ancestor mask), i.e. hybrid tree
+  // attention (LongSpec §3.3) computed by the examples' double-accumulating reference loop
+  // (model_math.hpp). TODO(decoder): route float through specdec::hybrid_tree_attention once
+  // attention/detail/simd.hpp compiles under -Werror without AVX-512 (-Wpsabi).
+  void attention(int l, int r, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
+                 const std::vector<mask_word>& mask, std::span<T> att) {
+    const int D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads;
+    const auto all = layer_kv(l);
+    (void)D, (void)Hkv;
+    tree_attention_over_cache<T>(q, all, r, sk, sv, mask.data(), m, Hq, att);
+  }
+
+  llama_config cfg_;
+  llama_weights<T> w_;
+  std::vector<float> lse_;
+  int max_requests_, capacity_;
+  std::vector<std::vector<T>> k_, v_;  // per layer [requests, capacity, kv_heads, head_dim]
+  std::vector<std::int32_t> lengths_;
+  std::vector<spec_state> spec_;
+};
+
+//! The model's own autoregressive greedy decoding (the losslessness reference): prefills `prompt`,
+//! then appends argmax tokens one forward step at a time. Ties break to the lowest token id.
+//! O(new_tokens) forward passes of one token.
+template <class T>
+[[nodiscard]] std::vector<std::int32_t> greedy_reference(llama_model<T>& model, int r,
+                                                         std::span<const std::int32_t> prompt, int new_tokens) {
+  model.prefill(r, prompt);
+  std::vector<std::int32_t> out;
+  std::vector<T> logits(static_cast<std::size_t>(model.vocab_size()));
+  const token_tree empty;
+  std::int32_t root = prompt.back();
+  for (int i = 0; i < new_tokens; ++i) {
+    model.forward(r, root, empty, logits);
+    model.commit(r, {});
+    // argmax over the logits as float: the representation the decoder's verifiers see.
+    root = 0;
+    for (int v = 1; v < model.vocab_size(); ++v)
+      if (static_cast<float>(logits[v]) > static_cast<float>(logits[root])) root = v;
+    out.push_back(root);
+  }
+  return out;
+}
+
+}  // namespace specdec::examples

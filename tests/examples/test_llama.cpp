@@ -1,0 +1,117 @@
+// The reference LLaMA: a tree forward gives, for every node, the logits an autoregressive run along
+// that node's path gives; chain prefill equals token-by-token decoding; safetensors round trip keeps
+// the model; the random init is not degenerate; bad arguments are rejected.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "../../examples/common/llama.hpp"
+
+using namespace specdec;
+using namespace specdec::examples;
+
+namespace {
+llama_config tiny() { return {.vocab_size = 64, .hidden = 32, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 48}; }
+std::vector<std::int32_t> prompt_of(int n, int vocab, std::uint64_t seed) {
+  philox_stream rng(seed, 7);
+  std::vector<std::int32_t> p(static_cast<std::size_t>(n));
+  for (auto& t : p) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(vocab)));
+  return p;
+}
+}  // namespace
+
+TEST_CASE("llama tree forward equals autoregressive forward along every path", "[llama]") {
+  const auto c = tiny();
+  llama_model<double> model(c, random_llama_weights<double>(c, 3), 2, 128);
+  const auto prompt = prompt_of(20, c.vocab_size, 1);
+  model.prefill(1, prompt);
+  // A tree with branching: 0:(root) 1:(root) 2:(0) 3:(0) 4:(2) 5:(3)
+  const auto tree = token_tree::from_parents(std::vector<std::int32_t>{5, 9, 11, 13, 17, 19},
+                                             std::vector<std::int32_t>{-1, -1, 0, 0, 2, 3});
+  std::vector<double> tl(static_cast<std::size_t>(tree.size() + 1) * c.vocab_size);
+  model.forward(1, prompt.back(), tree, tl);
+  for (int node = -1; node < tree.size(); ++node) {
+    llama_model<double> ar(c, model.weights(), 1, 128);
+    ar.prefill(0, prompt);
+    std::vector<double> l(static_cast<std::size_t>(c.vocab_size));
+    std::int32_t root = prompt.back();
+    const auto path = node < 0 ? std::vector<std::int32_t>{} : tree.path_tokens(node);
+    for (std::size_t k = 0; k <= path.size(); ++k) {
+      ar.forward(0, root, token_tree{}, l);
+      ar.commit(0, {});
+      if (k < path.size()) root = path[k];
+    }
+    for (int v = 0; v < c.vocab_size; ++v)
+      REQUIRE(l[v] == Approx(tl[static_cast<std::size_t>(node + 1) * c.vocab_size + v]).margin(1e-9));
+  }
+  // Commit a path and check the cache length and the next step against the reference.
+  model.commit(1, std::vector<std::int32_t>{0, 3, 5});
+  CHECK(model.cache_length(1) == 19 + 4);
+  REQUIRE_THROWS_WITH(model.commit(1, std::vector<std::int32_t>{1, 3}), Catch::Contains("accepted_nodes"));
+}
+
+TEST_CASE("llama chain prefill equals step-by-step decoding; greedy output is not degenerate", "[llama]") {
+  const auto c = tiny();
+  const auto w = random_llama_weights<double>(c, 5);
+  llama_model<double> a(c, w, 1, 512), b(c, w, 1, 512);
+  const auto prompt = prompt_of(40, c.vocab_size, 2);
+  a.prefill(0, prompt, 7);
+  b.prefill(0, std::span(prompt).first(1));
+  std::vector<double> la(static_cast<std::size_t>(c.vocab_size)), lb(la.size());
+  for (std::size_t i = 0; i + 1 < prompt.size(); ++i) {
+    b.forward(0, prompt[i], token_tree{}, lb);
+    b.commit(0, {});
+  }
+  CHECK(a.cache_length(0) == b.cache_length(0));
+  a.forward(0, prompt.back(), token_tree{}, la);
+  b.forward(0, prompt.back(), token_tree{}, lb);
+  for (int v = 0; v < c.vocab_size; ++v) REQUIRE(la[v] == Approx(lb[v]).margin(1e-10));
+  const auto out = greedy_reference(a, 0, prompt, 300);
+  std::set<std::int32_t> distinct(out.begin(), out.end());
+  CHECK(distinct.size() >= 16);
+  std::set<std::vector<std::int32_t>> grams;
+  for (std::size_t i = 0; i + 8 <= out.size(); ++i) grams.insert(std::vector<std::int32_t>(out.begin() + i, out.begin() + i + 8));
+  CHECK(grams.size() > 20);  // not a short cycle
+}
+
+TEST_CASE("llama weights survive a safetensors round trip (F32 and F64)", "[llama][safetensors]") {
+  const auto c = tiny();
+  const auto w = random_llama_weights<double>(c, 9);
+  for (auto type : {dtype::f64, dtype::f32}) {
+    safetensors_writer sw;
+    add_llama_weights(sw, c, w, type);
+    const auto f = safetensors_file::parse(sw.bytes());
+    llama_model<double> a(c, w, 1, 64), b(c, load_llama_weights<double>(f, c), 1, 64);
+    const auto prompt = prompt_of(10, c.vocab_size, 3);
+    CHECK(greedy_reference(a, 0, prompt, 30) == greedy_reference(b, 0, prompt, 30));
+  }
+  safetensors_writer sw;
+  add_llama_weights(sw, c, w);
+  auto c2 = c;
+  c2.hidden = 16;
+  REQUIRE_THROWS_WITH(load_llama_weights<float>(safetensors_file::parse(sw.bytes()), c2),
+                      Catch::Contains("model.embed_tokens.weight"));
+}
+
+TEST_CASE("llama rejects bad configurations and arguments", "[llama][errors]") {
+  auto c = tiny();
+  c.head_dim = 32;
+  REQUIRE_THROWS_WITH(random_llama_weights<float>(c, 1), Catch::Contains("config.head_dim"));
+  c = tiny();
+  c.heads = 3;
+  c.kv_heads = 2;
+  REQUIRE_THROWS_WITH(random_llama_weights<float>(c, 1), Catch::Contains("config.heads"));
+  c = tiny();
+  llama_model<float> m(c, random_llama_weights<float>(c, 1), 1, 8);
+  std::vector<float> l(static_cast<std::size_t>(c.vocab_size));
+  REQUIRE_THROWS_WITH(m.forward(1, 0, token_tree{}, l), Catch::Contains("'request'"));
+  REQUIRE_THROWS_WITH(m.forward(0, 99, token_tree{}, l), Catch::Contains("'root'"));
+  REQUIRE_THROWS_WITH(m.forward(0, 1, token_tree::from_parents(std::vector<std::int32_t>{1}, std::vector<std::int32_t>{-1}), l),
+                      Catch::Contains("'logits.size()'"));
+  const auto prompt = prompt_of(9, c.vocab_size, 1);
+  m.prefill(0, std::span(prompt).first(8));
+  std::vector<float> l2(2 * 64);
+  REQUIRE_THROWS_WITH(m.forward(0, 1, token_tree::from_parents(std::vector<std::int32_t>{1}, std::vector<std::int32_t>{-1}), l2),
+                      Catch::Contains("capacity"));
+  REQUIRE_THROWS_AS(m.prefill(0, std::span(prompt).first(0)), specdec::invalid_argument);
+}
