@@ -1,0 +1,365 @@
+#pragma once
+//! \file rope.hpp
+//! Rotary position embedding (RoPE, Su et al. 2024) applied in place at arbitrary per-token positions.
+//!
+//! Speculative decoding needs RoPE at positions that are not 0..n-1: a tree token sits at
+//! committed length + depth (design brief), and LongSpec's anchor-offset training indices
+//! (§3.2, Appendix G Algorithm 1, see anchor_offset.hpp) jump from 3 to a large offset. So every
+//! entry point takes an explicit int32 position per token.
+//!
+//! Conventions:
+//!  - rope_style::rotate_half (LLaMA / GPT-NeoX): dimension i is paired with i + R/2, R = rotary dim.
+//!  - rope_style::interleaved (GPT-J): dimension 2i is paired with 2i + 1.
+//!  Pair i rotates by angle pos * inv_freq[i], inv_freq[i] = theta^(-2i/R):
+//!    x_a' = x_a cos - x_b sin,   x_b' = x_b cos + x_a sin.
+//!  Dimensions >= R (partial rotary) pass through unchanged.
+//!  - Optional Llama-3.1 frequency scaling (llama3_rope_scaling): the published rule of Meta's
+//!    reference implementation (`apply_scaling` in llama-models / `rope_type = "llama3"` in HF).
+//!
+//! Precision: angles pos * inv_freq and their cos/sin are computed in double and rounded to float
+//! once (a float angle would lose ~0.06 rad at pos ~ 1e6); the rotation itself runs in fp32 on the
+//! storage type (float, half, bfloat16; double is accepted and rotated in double).
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/core/dtype.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/numeric.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/core/thread_pool.hpp"
+
+namespace specdec {
+
+//! Which dimensions RoPE pairs up (see file comment).
+enum class rope_style : std::uint8_t {
+  rotate_half,  //!< LLaMA / GPT-NeoX: (i, i + R/2)
+  interleaved,  //!< GPT-J: (2i, 2i + 1)
+};
+
+//! Llama-3.1 RoPE frequency scaling parameters (defaults = Llama 3.1 release config).
+//! For wavelength w = 2*pi / f of each base frequency f:
+//!   w < L / high_freq_factor : f unchanged (high frequencies)
+//!   w > L / low_freq_factor  : f / factor  (low frequencies)
+//!   otherwise                : (1 - s) * f / factor + s * f,  s = (L / w - low_freq_factor) /
+//!                              (high_freq_factor - low_freq_factor)
+//! with L = original_max_position_embeddings.
+struct llama3_rope_scaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
+
+//! Parameters of one RoPE configuration.
+struct rope_params {
+  double theta = 10000.0;                          //!< base; must be > 1 and finite
+  rope_style style = rope_style::rotate_half;      //!< pairing convention
+  int rotary_dim = 0;                              //!< rotated leading dims R (even); 0 = whole head_dim
+  std::optional<llama3_rope_scaling> llama3 = {};  //!< Llama-3.1 frequency scaling when set
+};
+
+namespace detail {
+
+inline void validate_llama3_scaling(const llama3_rope_scaling& s, std::string_view fn) {
+  require(std::isfinite(s.factor) && s.factor > 0.0, fn, "params.llama3.factor", "a finite value > 0", s.factor);
+  require(std::isfinite(s.low_freq_factor) && s.low_freq_factor > 0.0, fn, "params.llama3.low_freq_factor",
+          "a finite value > 0", s.low_freq_factor);
+  require(std::isfinite(s.high_freq_factor) && s.high_freq_factor > s.low_freq_factor, fn,
+          "params.llama3.high_freq_factor",
+          "a finite value > low_freq_factor = " + std::to_string(s.low_freq_factor), s.high_freq_factor);
+  require(s.original_max_position_embeddings > 0, fn, "params.llama3.original_max_position_embeddings", "> 0",
+          s.original_max_position_embeddings);
+}
+
+//! Resolved rotary dim for a head_dim; validates everything about (params, head_dim).
+inline int validate_rope_params(const rope_params& p, std::int64_t head_dim, std::string_view fn) {
+  require(std::isfinite(p.theta) && p.theta > 1.0, fn, "params.theta", "a finite value > 1", p.theta);
+  require(p.style == rope_style::rotate_half || p.style == rope_style::interleaved, fn, "params.style",
+          "rope_style::rotate_half or rope_style::interleaved", static_cast<int>(p.style));
+  require(head_dim > 0, fn, "head_dim", "> 0", head_dim);
+  require(p.rotary_dim >= 0 && p.rotary_dim <= head_dim, fn, "params.rotary_dim",
+          "0 (= head_dim) or a value in [2, head_dim = " + std::to_string(head_dim) + "]", p.rotary_dim);
+  const std::int64_t r = p.rotary_dim == 0 ? head_dim : p.rotary_dim;
+  require(r % 2 == 0, fn, p.rotary_dim == 0 ? "head_dim" : "params.rotary_dim", "an even rotary dimension", r);
+  if (p.llama3) validate_llama3_scaling(*p.llama3, fn);
+  return static_cast<int>(r);
+}
+
+template <class P>
+concept int32_positions_tensor = tensor_like<P> && (P::rank == 1) &&
+                                 std::is_same_v<std::remove_cv_t<typename P::element_type>, std::int32_t>;
+
+template <class X>
+concept rope_target_tensor = tensor_like<X> && (X::rank == 3) && storage_float<typename X::element_type> &&
+                             !std::is_const_v<typename X::element_type>;
+
+}  // namespace detail
+
+//! Llama-3.1 scaling of one base inverse frequency `inv_freq` (radians per position), exactly the
+//! published rule (see llama3_rope_scaling). Precondition: inv_freq > 0, s valid. O(1).
+[[nodiscard]] inline double llama3_scale_inv_frequency(double inv_freq, const llama3_rope_scaling& s) {
+  constexpr std::string_view fn = "specdec::llama3_scale_inv_frequency";
+  detail::validate_llama3_scaling(s, fn);
+  require(std::isfinite(inv_freq) && inv_freq > 0.0, fn, "inv_freq", "a finite value > 0", inv_freq);
+  const double old_len = s.original_max_position_embeddings;
+  const double low_freq_wavelen = old_len / s.low_freq_factor;
+  const double high_freq_wavelen = old_len / s.high_freq_factor;
+  const double wavelen = 2.0 * std::numbers::pi / inv_freq;
+  if (wavelen < high_freq_wavelen) return inv_freq;
+  if (wavelen > low_freq_wavelen) return inv_freq / s.factor;
+  const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0 - smooth) * inv_freq / s.factor + smooth * inv_freq;
+}
+
+//! The R/2 inverse frequencies theta^(-2i/R), i in [0, R/2), after Llama-3.1 scaling when
+//! configured; R = params.rotary_dim or head_dim. Throws invalid_argument on bad params. O(R).
+[[nodiscard]] inline std::vector<double> rope_inv_frequencies(const rope_params& params, int head_dim) {
+  const int r = detail::validate_rope_params(params, head_dim, "specdec::rope_inv_frequencies");
+  std::vector<double> f(static_cast<std::size_t>(r / 2));
+  for (int i = 0; i < r / 2; ++i) {
+    f[i] = std::pow(params.theta, -2.0 * i / r);
+    if (params.llama3) f[i] = llama3_scale_inv_frequency(f[i], *params.llama3);
+  }
+  return f;
+}
+
+namespace detail {
+
+// Rotates one token's rows (all heads) by the given per-pair cos/sin (float, R/2 each).
+template <class T>
+void rope_rotate_token(T* base, std::int64_t head_stride, std::int64_t heads, int rotary, rope_style style,
+                       const float* cs, const float* sn) {
+  using A = accum_t<T>;
+  const int half_r = rotary / 2;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    T* x = base + h * head_stride;
+    if (style == rope_style::rotate_half) {
+      T* y = x + half_r;
+      for (int i = 0; i < half_r; ++i) {
+        const A a = static_cast<A>(to_float(x[i])), b = static_cast<A>(to_float(y[i]));
+        if constexpr (std::is_same_v<std::remove_cv_t<T>, double>) {
+          x[i] = a * cs[i] - b * sn[i];
+          y[i] = b * cs[i] + a * sn[i];
+        } else {
+          x[i] = from_float<T>(a * cs[i] - b * sn[i]);
+          y[i] = from_float<T>(b * cs[i] + a * sn[i]);
+        }
+      }
+    } else {
+      for (int i = 0; i < half_r; ++i) {
+        const A a = static_cast<A>(to_float(x[2 * i])), b = static_cast<A>(to_float(x[2 * i + 1]));
+        if constexpr (std::is_same_v<std::remove_cv_t<T>, double>) {
+          x[2 * i] = a * cs[i] - b * sn[i];
+          x[2 * i + 1] = b * cs[i] + a * sn[i];
+        } else {
+          x[2 * i] = from_float<T>(a * cs[i] - b * sn[i]);
+          x[2 * i + 1] = from_float<T>(b * cs[i] + a * sn[i]);
+        }
+      }
+    }
+  }
+}
+
+template <class X, class P>
+void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
+  require_host_accessible(fn, "x", x);
+  require_host_accessible(fn, "positions", positions);
+  require_unit_inner_stride(fn, "x", x);
+  require(x.extent(0) >= 0 && x.extent(1) >= 0, fn, "x", "non-negative extents", shape_string(x));
+  require(positions.extent(0) == x.extent(0), fn, "positions",
+          "extent(0) == x.extent(0) = " + std::to_string(x.extent(0)) + " (one position per token)",
+          positions.extent(0));
+  require(x.extent(0) == 0 || x.extent(1) == 0 || x.data() != nullptr, fn, "x", "a non-null data pointer",
+          "nullptr");
+  require(positions.extent(0) == 0 || positions.data() != nullptr, fn, "positions", "a non-null data pointer",
+          "nullptr");
+  for (std::int64_t t = 0; t < positions.extent(0); ++t)
+    require(positions(t) >= 0, fn, "positions", "every position >= 0 (at token " + std::to_string(t) + ")",
+            positions(t));
+}
+
+// Tokens per parallel work item; below min_parallel_elems elements the call stays on one thread
+// (a pool wake-up costs more than rotating a few thousand values).
+inline constexpr std::int64_t rope_tokens_per_task = 16;
+inline constexpr std::int64_t rope_min_parallel_elems = 1 << 16;
+
+template <class F>
+void rope_for_tokens(const host& policy, std::int64_t tokens, std::int64_t elems_per_token, F&& body) {
+  if (tokens * elems_per_token < rope_min_parallel_elems || policy.num_threads == 1) {
+    body(std::int64_t{0}, tokens);
+    return;
+  }
+  const std::int64_t tasks = (tokens + rope_tokens_per_task - 1) / rope_tokens_per_task;
+  parallel_for(policy, tasks, [&](std::int64_t task) {
+    const std::int64_t b = task * rope_tokens_per_task;
+    body(b, std::min(tokens, b + rope_tokens_per_task));
+  });
+}
+
+}  // namespace detail
+
+//! Applies RoPE in place to x = Q or K rows [tokens, heads, head_dim] at per-token `positions`
+//! (int32, [tokens], each >= 0). Angles and cos/sin in double, rotation in fp32 (see file comment).
+//! Preconditions (checked, invalid_argument otherwise): host-accessible memory, unit inner stride,
+//! positions.extent(0) == tokens, valid params (theta > 1, even rotary dim <= head_dim, valid
+//! Llama-3.1 scaling). Complexity O(tokens * (R/2 sincos + heads * R)); parallel over token blocks.
+template <class X, class P>
+  requires(detail::rope_target_tensor<std::remove_cvref_t<X>> && detail::int32_positions_tensor<std::remove_cvref_t<P>>)
+void apply_rope(const host& policy, const rope_params& params, const X& x_in, const P& positions_in) {
+  constexpr std::string_view fn = "specdec::apply_rope";
+  const auto x = as_view(x_in);
+  const auto positions = as_view(positions_in);
+  const int rotary = detail::validate_rope_params(params, x.extent(2), fn);
+  detail::validate_rope_call(x, positions, fn);
+  require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
+  const std::vector<double> inv = rope_inv_frequencies(params, static_cast<int>(x.extent(2)));
+  const int half_r = rotary / 2;
+  detail::rope_for_tokens(policy, x.extent(0), x.extent(1) * x.extent(2), [&](std::int64_t b, std::int64_t e) {
+    std::vector<float> cs(static_cast<std::size_t>(half_r)), sn(cs.size());
+    for (std::int64_t t = b; t < e; ++t) {
+      const double pos = positions(t);
+      for (int i = 0; i < half_r; ++i) {
+        const double angle = pos * inv[i];
+        cs[i] = static_cast<float>(std::cos(angle));
+        sn[i] = static_cast<float>(std::sin(angle));
+      }
+      detail::rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), rotary, params.style, cs.data(), sn.data());
+    }
+  });
+}
+
+//! apply_rope with positions given as a span of int32.
+template <class X>
+  requires detail::rope_target_tensor<std::remove_cvref_t<X>>
+void apply_rope(const host& policy, const rope_params& params, const X& x, std::span<const std::int32_t> positions) {
+  apply_rope(policy, params, x,
+             strided_view<const std::int32_t, 1>::contiguous(positions.data(),
+                                                              {static_cast<std::int64_t>(positions.size())}));
+}
+
+//! Precomputed cos/sin table for positions [0, max_positions): cos/sin of pos * inv_freq[i]
+//! (computed in double, stored as float), so apply_rope with a cache gives bit-identical results to
+//! apply_rope with the same params while skipping the sincos. Memory: max_positions * R * 4 bytes.
+class rope_cache {
+ public:
+  //! Builds the table. Throws invalid_argument on bad params, head_dim <= 0 or max_positions < 0.
+  //! O(max_positions * R).
+  rope_cache(const rope_params& params, int head_dim, int max_positions)
+      : params_(params), head_dim_(head_dim), max_positions_(max_positions) {
+    constexpr std::string_view fn = "specdec::rope_cache";
+    rotary_ = detail::validate_rope_params(params, head_dim, fn);
+    require(max_positions >= 0, fn, "max_positions", ">= 0", max_positions);
+    const std::vector<double> inv = rope_inv_frequencies(params, head_dim);
+    const std::size_t half_r = static_cast<std::size_t>(rotary_ / 2);
+    cos_.resize(static_cast<std::size_t>(max_positions) * half_r);
+    sin_.resize(cos_.size());
+    for (int p = 0; p < max_positions; ++p)
+      for (std::size_t i = 0; i < half_r; ++i) {
+        const double angle = static_cast<double>(p) * inv[i];
+        cos_[p * half_r + i] = static_cast<float>(std::cos(angle));
+        sin_[p * half_r + i] = static_cast<float>(std::sin(angle));
+      }
+  }
+  [[nodiscard]] const rope_params& params() const noexcept { return params_; }
+  [[nodiscard]] int head_dim() const noexcept { return head_dim_; }
+  [[nodiscard]] int rotary_dim() const noexcept { return rotary_; }
+  [[nodiscard]] int max_positions() const noexcept { return max_positions_; }
+  //! cos row (R/2 floats) of position p (unchecked; p in [0, max_positions)).
+  [[nodiscard]] const float* cos_row(int p) const noexcept {
+    return cos_.data() + static_cast<std::size_t>(p) * static_cast<std::size_t>(rotary_ / 2);
+  }
+  //! sin row (R/2 floats) of position p (unchecked).
+  [[nodiscard]] const float* sin_row(int p) const noexcept {
+    return sin_.data() + static_cast<std::size_t>(p) * static_cast<std::size_t>(rotary_ / 2);
+  }
+
+ private:
+  rope_params params_;
+  int head_dim_ = 0, max_positions_ = 0, rotary_ = 0;
+  std::vector<float> cos_, sin_;
+};
+
+//! Applies RoPE in place using a precomputed rope_cache (bit-identical to the params overload).
+//! Extra preconditions: x.extent(2) == cache.head_dim(), every position < cache.max_positions().
+//! Complexity O(tokens * heads * R); parallel over token blocks.
+template <class X, class P>
+  requires(detail::rope_target_tensor<std::remove_cvref_t<X>> && detail::int32_positions_tensor<std::remove_cvref_t<P>>)
+void apply_rope(const host& policy, const rope_cache& cache, const X& x_in, const P& positions_in) {
+  constexpr std::string_view fn = "specdec::apply_rope";
+  const auto x = as_view(x_in);
+  const auto positions = as_view(positions_in);
+  require_equal(fn, "x (head_dim = extent 2, must match cache.head_dim())", static_cast<std::int64_t>(cache.head_dim()),
+                x.extent(2));
+  detail::validate_rope_call(x, positions, fn);
+  require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
+  for (std::int64_t t = 0; t < positions.extent(0); ++t)
+    require(positions(t) < cache.max_positions(), fn, "positions",
+            "every position < cache.max_positions() = " + std::to_string(cache.max_positions()) + " (at token " +
+                std::to_string(t) + ")",
+            positions(t));
+  const rope_style style = cache.params().style;
+  detail::rope_for_tokens(policy, x.extent(0), x.extent(1) * x.extent(2), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t t = b; t < e; ++t)
+      detail::rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), cache.rotary_dim(), style,
+                                cache.cos_row(positions(t)), cache.sin_row(positions(t)));
+  });
+}
+
+//! apply_rope with a cache and positions given as a span of int32.
+template <class X>
+  requires detail::rope_target_tensor<std::remove_cvref_t<X>>
+void apply_rope(const host& policy, const rope_cache& cache, const X& x, std::span<const std::int32_t> positions) {
+  apply_rope(policy, cache, x,
+             strided_view<const std::int32_t, 1>::contiguous(positions.data(),
+                                                              {static_cast<std::int64_t>(positions.size())}));
+}
+
+//! Positions of the n tree nodes of one request: committed_length + depth[i] (design brief).
+//! Preconditions: committed_length >= 0, every depth >= 0, out.size() == depths.size(), and the sum
+//! fits in int32. O(n).
+inline void tree_positions(int committed_length, std::span<const std::int32_t> depths, std::span<std::int32_t> out) {
+  constexpr std::string_view fn = "specdec::tree_positions";
+  require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
+  require_equal(fn, "out (size)", depths.size(), out.size());
+  for (std::size_t i = 0; i < depths.size(); ++i) {
+    require(depths[i] >= 0 && static_cast<std::int64_t>(depths[i]) + committed_length <= INT32_MAX, fn, "depths",
+            "every depth >= 0 with committed_length + depth <= INT32_MAX (at node " + std::to_string(i) + ")",
+            depths[i]);
+    out[i] = committed_length + depths[i];
+  }
+}
+
+namespace reference {
+
+//! Double-precision reference RoPE (tests use it): out = RoPE(x) with every step in double, the
+//! obvious loops over (token, head, pair). x and out are [tokens, heads, head_dim] row-major.
+inline void rope(const rope_params& params, int tokens, int heads, int head_dim, const double* x,
+                 const std::int32_t* positions, double* out) {
+  const std::vector<double> inv = rope_inv_frequencies(params, head_dim);
+  const int r = static_cast<int>(inv.size()) * 2;
+  for (int t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const double* xi = x + (static_cast<std::size_t>(t) * heads + h) * head_dim;
+      double* o = out + (static_cast<std::size_t>(t) * heads + h) * head_dim;
+      for (int d = 0; d < head_dim; ++d) o[d] = xi[d];
+      for (int i = 0; i < r / 2; ++i) {
+        const int a = params.style == rope_style::rotate_half ? i : 2 * i;
+        const int b = params.style == rope_style::rotate_half ? i + r / 2 : 2 * i + 1;
+        const double angle = static_cast<double>(positions[t]) * inv[i];
+        o[a] = xi[a] * std::cos(angle) - xi[b] * std::sin(angle);
+        o[b] = xi[b] * std::cos(angle) + xi[a] * std::sin(angle);
+      }
+    }
+}
+
+}  // namespace reference
+
+}  // namespace specdec
