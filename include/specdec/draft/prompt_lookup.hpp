@@ -1,0 +1,141 @@
+#pragma once
+//! \file prompt_lookup.hpp
+//! Prompt lookup decoding (PLD): draft by copying. Find the most recent EARLIER occurrence of the
+//! context's last m tokens, longest match first (m = max_ngram down to min_ngram), and propose the
+//! up to num_tokens tokens that followed it. The reference scan is O(L * max_ngram); the incremental
+//! prompt_lookup index answers in O(max_ngram - min_ngram + 1) expected after an amortized
+//! O(max_ngram - min_ngram + 1) update per appended token.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+
+namespace specdec {
+
+//! Parameters of prompt lookup.
+struct prompt_lookup_params {
+  int min_ngram = 1;    //!< shortest suffix to match, >= 1
+  int max_ngram = 3;    //!< longest suffix to match, >= min_ngram
+  int num_tokens = 10;  //!< most tokens proposed, >= 1
+};
+
+namespace detail {
+inline void validate_pld(std::string_view fn, const prompt_lookup_params& p) {
+  require(p.min_ngram >= 1, fn, "params.min_ngram", ">= 1", p.min_ngram);
+  require(p.max_ngram >= p.min_ngram, fn, "params.max_ngram", ">= min_ngram = " + std::to_string(p.min_ngram), p.max_ngram);
+  require(p.num_tokens >= 1, fn, "params.num_tokens", ">= 1", p.num_tokens);
+}
+}  // namespace detail
+
+//! Reference (stateless) prompt lookup over `context`: for m = max_ngram down to min_ngram (and
+//! m < context.size()), the latest start s < L - m with context[s, s+m) == the last m tokens gives
+//! the proposal context[s+m, min(s+m+num_tokens, L)). Empty if nothing matches. O(L * max_ngram).
+inline std::vector<std::int32_t> prompt_lookup_reference(std::span<const std::int32_t> context,
+                                                         const prompt_lookup_params& p = {}) {
+  detail::validate_pld("specdec::prompt_lookup_reference", p);
+  const auto L = static_cast<std::int64_t>(context.size());
+  for (std::int64_t m = std::min<std::int64_t>(p.max_ngram, L - 1); m >= p.min_ngram; --m) {
+    const auto suffix = context.subspan(static_cast<std::size_t>(L - m));
+    for (std::int64_t s = L - m - 1; s >= 0; --s) {
+      if (std::equal(suffix.begin(), suffix.end(), context.begin() + s)) {
+        const auto b = static_cast<std::size_t>(s + m);
+        const auto e = static_cast<std::size_t>(std::min<std::int64_t>(s + m + p.num_tokens, L));
+        return {context.begin() + static_cast<std::ptrdiff_t>(b), context.begin() + static_cast<std::ptrdiff_t>(e)};
+      }
+    }
+  }
+  return {};
+}
+
+//! Incremental prompt-lookup index over a growing context (prompt + generated tokens): for every m in
+//! [min_ngram, max_ngram] it keeps, per distinct m-gram, the end of its latest occurrence that has at
+//! least one token after it, so the current suffix never matches itself. Same proposals as
+//! prompt_lookup_reference. Memory O(L * (max_ngram - min_ngram + 1)). Not thread-safe.
+class prompt_lookup {
+ public:
+  explicit prompt_lookup(prompt_lookup_params params = {}) : p_(params) {
+    detail::validate_pld("specdec::prompt_lookup", p_);
+    maps_.resize(static_cast<std::size_t>(p_.max_ngram - p_.min_ngram + 1));
+  }
+
+  [[nodiscard]] const prompt_lookup_params& params() const noexcept { return p_; }
+  [[nodiscard]] std::span<const std::int32_t> context() const noexcept { return ctx_; }
+
+  //! Appends one token. Amortized O(max_ngram - min_ngram + 1) hash updates of O(m) each.
+  void push(std::int32_t token) {
+    // The token at L-1 now has a successor: register the m-grams ending at L-1.
+    const auto L = static_cast<std::int64_t>(ctx_.size());
+    ctx_.push_back(token);
+    if (L == 0) return;
+    const std::int64_t end = L - 1;  // inclusive end of the grams being registered
+    for (int m = p_.min_ngram; m <= p_.max_ngram && end - m + 1 >= 0; ++m) {
+      const std::int64_t start = end - m + 1;
+      auto& map = maps_[static_cast<std::size_t>(m - p_.min_ngram)];
+      auto& starts = map[hash(start, m)];
+      bool replaced = false;
+      for (auto& s : starts) {  // distinct grams sharing a hash each keep their own latest start
+        if (same(s, start, m)) {
+          s = start;
+          replaced = true;
+          break;
+        }
+      }
+      if (!replaced) starts.push_back(start);
+    }
+  }
+
+  //! Appends tokens in order.
+  void extend(std::span<const std::int32_t> tokens) {
+    ctx_.reserve(ctx_.size() + tokens.size());
+    for (auto t : tokens) push(t);
+  }
+
+  //! The proposal for the current context (see prompt_lookup_reference); empty if no match.
+  [[nodiscard]] std::vector<std::int32_t> propose() const {
+    const auto L = static_cast<std::int64_t>(ctx_.size());
+    for (int m = std::min<std::int64_t>(p_.max_ngram, L - 1); m >= p_.min_ngram; --m) {
+      const std::int64_t start = L - m;
+      const auto& map = maps_[static_cast<std::size_t>(m - p_.min_ngram)];
+      const auto it = map.find(hash(start, m));
+      if (it == map.end()) continue;
+      for (const auto s : it->second) {
+        if (same(s, start, m)) {
+          const auto b = static_cast<std::size_t>(s + m);
+          const auto e = static_cast<std::size_t>(std::min<std::int64_t>(s + m + p_.num_tokens, L));
+          return {ctx_.begin() + static_cast<std::ptrdiff_t>(b), ctx_.begin() + static_cast<std::ptrdiff_t>(e)};
+        }
+      }
+    }
+    return {};
+  }
+
+  void clear() {
+    ctx_.clear();
+    for (auto& m : maps_) m.clear();
+  }
+
+ private:
+  std::uint64_t hash(std::int64_t start, int m) const {
+    std::uint64_t h = 0xCBF29CE484222325ull ^ static_cast<std::uint64_t>(m);
+    for (int i = 0; i < m; ++i) {
+      h ^= static_cast<std::uint32_t>(ctx_[static_cast<std::size_t>(start + i)]);
+      h *= 0x100000001B3ull;
+      h ^= h >> 29;
+    }
+    return h;
+  }
+  bool same(std::int64_t a, std::int64_t b, int m) const {
+    return std::equal(ctx_.begin() + a, ctx_.begin() + a + m, ctx_.begin() + b);
+  }
+
+  prompt_lookup_params p_;
+  std::vector<std::int32_t> ctx_;
+  std::vector<std::unordered_map<std::uint64_t, std::vector<std::int64_t>>> maps_;
+};
+
+}  // namespace specdec

@@ -1,0 +1,55 @@
+#include <catch2/catch.hpp>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/draft/prompt_lookup.hpp"
+
+using specdec::prompt_lookup;
+using specdec::prompt_lookup_reference;
+using V = std::vector<std::int32_t>;
+
+TEST_CASE("prompt_lookup: longest match first, most recent earlier occurrence", "[draft][pld]") {
+  // suffix [5 6 7]: 3-gram occurs at 0 and 8 -> most recent earlier is 8, continuation 9 1 ...
+  const V ctx{5, 6, 7, 1, 2, 6, 7, 3, 5, 6, 7, 9, 1, 4, 5, 6, 7};
+  const specdec::prompt_lookup_params p{.min_ngram = 1, .max_ngram = 3, .num_tokens = 3};
+  CHECK(prompt_lookup_reference(ctx, p) == V{9, 1, 4});
+  prompt_lookup pl(p);
+  pl.extend(ctx);
+  CHECK(pl.propose() == V{9, 1, 4});
+  // Only a 2-gram matches ([6 7] at 5): max 3 fails, falls back to m = 2.
+  const V ctx2{6, 7, 8, 1, 2, 9, 6, 7};
+  CHECK(prompt_lookup_reference(ctx2, p) == V{8, 1, 2});
+  // Continuation truncated at the end of the context: [1 2] ... [1 2] at 0 -> continuation up to L.
+  const V ctx3{1, 2, 1, 2};
+  CHECK(prompt_lookup_reference(ctx3, {.min_ngram = 2, .max_ngram = 2, .num_tokens = 10}) == V{1, 2});
+  // No match.
+  CHECK(prompt_lookup_reference(V{1, 2, 3}, p).empty());
+  CHECK(prompt_lookup_reference(V{}, p).empty());
+  CHECK(prompt_lookup_reference(V{4}, p).empty());
+}
+
+TEST_CASE("prompt_lookup: incremental index equals the reference scan at every length", "[draft][pld]") {
+  for (std::uint64_t seed = 0; seed < 6; ++seed) {
+    specdec::philox_stream rng(seed, 11);
+    const specdec::prompt_lookup_params p{.min_ngram = 1 + static_cast<int>(seed % 2), .max_ngram = 2 + static_cast<int>(seed % 4),
+                                          .num_tokens = 1 + static_cast<int>(seed % 5)};
+    prompt_lookup pl(p);
+    V ctx;
+    for (int i = 0; i < 400; ++i) {
+      const auto t = static_cast<std::int32_t>(rng.below(3 + static_cast<std::uint32_t>(seed)));
+      ctx.push_back(t);
+      pl.push(t);
+      REQUIRE(pl.propose() == prompt_lookup_reference(ctx, p));
+    }
+    REQUIRE(V(pl.context().begin(), pl.context().end()) == ctx);
+    pl.clear();
+    REQUIRE(pl.propose().empty());
+  }
+}
+
+TEST_CASE("prompt_lookup: validation", "[draft][pld][validation]") {
+  using Catch::Contains;
+  REQUIRE_THROWS_WITH(prompt_lookup({.min_ngram = 0}), Contains("params.min_ngram"));
+  REQUIRE_THROWS_WITH(prompt_lookup({.min_ngram = 3, .max_ngram = 2}), Contains("params.max_ngram"));
+  REQUIRE_THROWS_WITH(prompt_lookup({.num_tokens = 0}), Contains("params.num_tokens"));
+  REQUIRE_THROWS_WITH(prompt_lookup_reference(V{1}, {.min_ngram = 0}), Contains("prompt_lookup_reference"));
+}
