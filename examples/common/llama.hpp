@@ -223,6 +223,12 @@ class llama_model {
 
   //! Empties request r's cache.
   void reset(int r) { lengths_[check_r(r, "reset")] = 0; }
+  //! Shrinks request r's cache to its first `length` tokens (a draft model rolls back its speculation).
+  void truncate(int r, int length) {
+    const auto i = check_r(r, "truncate");
+    require_in_range("specdec::examples::llama_model::truncate", "length", length, 0, lengths_[i]);
+    lengths_[i] = length;
+  }
 
   //! The cache of one layer as a kv_layout over all requests (read-only view: the LongSpec draft's
   //! cross-attention reads the top layer's through it).

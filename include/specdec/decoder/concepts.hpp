@@ -1,0 +1,153 @@
+#pragma once
+//! \file concepts.hpp
+//! The four policies a speculative_decoder is composed of, each a concept split into named
+//! sub-requirements, and check_*<T>() functions that static_assert each part with a message naming
+//! the missing member (modeled on kv/kv_layout.hpp). The decoder calls all four where it is
+//! instantiated; each shipped policy is checked right after its definition.
+//!
+//! Row convention (shared with verify/): for a tree of n nodes the target writes n + 1 logit rows:
+//! row 0 at the root (the last committed token), row i + 1 after node i.
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/decoder/draft_candidates.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/verify_result.hpp"
+
+namespace specdec {
+
+// ---- target_model ----------------------------------------------------------------------------------
+
+//! `T::logit_type` is float or double (the element type of the rows forward() writes).
+template <class T>
+concept target_has_logit_type =
+    requires { typename T::logit_type; } &&
+    (std::is_same_v<typename T::logit_type, float> || std::is_same_v<typename T::logit_type, double>);
+
+//! `vocab_size()` and `max_requests()` (request slots r in [0, max_requests())) return integers.
+template <class T>
+concept target_has_geometry = requires(const T& t) {
+  { t.vocab_size() } -> std::convertible_to<int>;
+  { t.max_requests() } -> std::convertible_to<int>;
+};
+
+//! `prefill(int request, std::span<const int32_t> prompt)` caches the prompt except its last token (the root).
+template <class T>
+concept target_has_prefill = requires(T& t, int r, std::span<const std::int32_t> prompt) { t.prefill(r, prompt); };
+
+//! `forward(int request, int32_t root, const token_tree&, std::span<logit_type> logits)` writes n + 1 rows.
+template <class T>
+concept target_has_forward = target_has_logit_type<T> &&
+    requires(T& t, int r, std::int32_t root, const token_tree& tree, std::span<typename T::logit_type> logits) {
+      t.forward(r, root, tree, logits);
+    };
+
+//! `commit(int request, std::span<const int32_t> accepted_nodes)` appends the root's and the accepted
+//! nodes' K/V from the last forward to the request's cache.
+template <class T>
+concept target_has_commit = requires(T& t, int r, std::span<const std::int32_t> accepted) { t.commit(r, accepted); };
+
+//! A target model: runs a speculation tree over its committed KV cache and commits accepted tokens.
+template <class T>
+concept target_model = target_has_logit_type<T> && target_has_geometry<T> && target_has_prefill<T> &&
+                       target_has_forward<T> && target_has_commit<T>;
+
+//! One static_assert per part of target_model, each naming the missing member.
+template <class T>
+consteval bool check_target_model() {
+  static_assert(target_has_logit_type<T>,
+                "target_model: missing member type 'logit_type' (float or double: the element type of the logit rows)");
+  static_assert(target_has_geometry<T>, "target_model: missing member function 'vocab_size()' or 'max_requests()'");
+  static_assert(target_has_prefill<T>,
+                "target_model: missing member function 'prefill(int request, std::span<const int32_t> prompt)'");
+  static_assert(target_has_forward<T>,
+                "target_model: missing member function 'forward(int request, int32_t root, const token_tree&, "
+                "std::span<logit_type> logits)' writing tree.size() + 1 rows");
+  static_assert(target_has_commit<T>,
+                "target_model: missing member function 'commit(int request, std::span<const int32_t> accepted_nodes)'");
+  return true;
+}
+
+// ---- drafter ---------------------------------------------------------------------------------------
+
+//! `reset(int request)` forgets a request's draft state (a new prompt starts in that slot).
+template <class D>
+concept drafter_has_reset = requires(D& d, int r) { d.reset(r); };
+
+//! `propose(const draft_request&, draft_candidates&)` fills candidates for the tokens after the root.
+//! A self-drafter (TokenSwift: the target itself on a partial KV cache) fits here too: it holds a
+//! reference to the target and runs it inside propose(); nothing in the decoder assumes a separate model.
+template <class D>
+concept drafter_has_propose = requires(D& d, const draft_request& req, draft_candidates& out) { d.propose(req, out); };
+
+//! A drafter policy.
+template <class D>
+concept drafter = drafter_has_reset<D> && drafter_has_propose<D>;
+
+template <class D>
+consteval bool check_drafter() {
+  static_assert(drafter_has_reset<D>, "drafter: missing member function 'reset(int request)'");
+  static_assert(drafter_has_propose<D>,
+                "drafter: missing member function 'propose(const specdec::draft_request&, specdec::draft_candidates&)'");
+  return true;
+}
+
+// ---- tree_builder ----------------------------------------------------------------------------------
+
+//! `build(const draft_candidates&, token_tree& out)` turns a draft into the tree the target verifies.
+template <class B>
+concept tree_builder_has_build = requires(B& b, const draft_candidates& c, token_tree& out) { b.build(c, out); };
+
+//! A tree-builder policy.
+template <class B>
+concept tree_builder = tree_builder_has_build<B>;
+
+template <class B>
+consteval bool check_tree_builder() {
+  static_assert(tree_builder_has_build<B>,
+                "tree_builder: missing member function 'build(const specdec::draft_candidates&, specdec::token_tree& out)'");
+  return true;
+}
+
+// ---- verifier --------------------------------------------------------------------------------------
+
+//! Everything a verifier may use for one request and step. `logits` are the target's n + 1 rows after
+//! the logits processors (sampling_params), float, row-major [n + 1, vocab].
+struct verify_input {
+  const token_tree& tree;
+  strided_view<const float, 2> logits;
+  const draft_candidates& draft;  //!< the draft (q rows for chain speculative sampling)
+  philox_stream& rng;             //!< this request's and step's stream
+};
+
+//! `verify(const verify_input&, verify_result& out)` picks the accepted root path and the bonus token.
+template <class V>
+concept verifier_has_verify = requires(V& v, const verify_input& in, verify_result& out) { v.verify(in, out); };
+
+//! `is_lossless_for_sampling` (static constexpr bool): true if the output distribution equals the
+//! target's at any temperature; false for greedy-only verifiers (the decoder then requires temperature 0).
+template <class V>
+concept verifier_has_sampling_trait = requires {
+  { V::is_lossless_for_sampling } -> std::convertible_to<bool>;
+};
+
+//! A verifier policy.
+template <class V>
+concept verifier = verifier_has_verify<V> && verifier_has_sampling_trait<V>;
+
+template <class V>
+consteval bool check_verifier() {
+  static_assert(verifier_has_verify<V>,
+                "verifier: missing member function 'verify(const specdec::verify_input&, specdec::verify_result& out)'");
+  static_assert(verifier_has_sampling_trait<V>,
+                "verifier: missing 'static constexpr bool is_lossless_for_sampling' (false = greedy only)");
+  return true;
+}
+
+}  // namespace specdec

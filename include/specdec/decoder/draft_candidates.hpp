@@ -1,0 +1,61 @@
+#pragma once
+//! \file draft_candidates.hpp
+//! What a drafter hands a tree builder: the draft's guesses for the tokens after the root.
+//!
+//! A drafter fills any of three parts (builders use what they need, see decoder/tree_builders.hpp):
+//!  - `chain`: the drafter's best continuation (depth 0 first) with each token's draft log-probability;
+//!  - `alternatives[d]`: ranked (token, logprob) candidates for depth d *given the chain up to d-1*
+//!    (alternatives[d][0] is chain[d] when a model drafted the chain); caterpillar / Cartesian trees;
+//!  - `sequences`: further whole continuations (other n-gram matches, beams), best first; trie trees.
+//! Drafters that sample their chain from a distribution q (chain speculative sampling) also store
+//! q's rows: row d = q at depth d (row 0 at the root), matching the verifiers' row convention.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+
+namespace specdec {
+
+//! One candidate token with its draft log-probability (0 for model-free drafters).
+struct draft_token {
+  std::int32_t token = 0;
+  float logprob = 0.0f;
+  friend bool operator==(const draft_token&, const draft_token&) = default;
+};
+
+//! A drafter's output for one request and step (see the file comment). Reused across steps: clear()
+//! keeps capacity, so steady-state drafting does not allocate.
+struct draft_candidates {
+  std::vector<draft_token> chain;
+  std::vector<std::vector<draft_token>> alternatives;
+  std::vector<std::vector<draft_token>> sequences;
+  std::vector<float> q;  //!< [chain.size(), vocab] draft probabilities when the chain was sampled; else empty
+  int vocab = 0;         //!< row length of q
+
+  void clear() noexcept {
+    chain.clear();
+    for (auto& a : alternatives) a.clear();
+    alternatives.clear();
+    sequences.clear();
+    q.clear();
+  }
+  [[nodiscard]] bool empty() const noexcept { return chain.empty() && sequences.empty(); }
+};
+
+//! What the decoder tells a drafter: which request, its committed tokens (prompt and output so far;
+//! the last one is the root) and how deep / wide to draft.
+struct draft_request {
+  int request = 0;
+  std::span<const std::int32_t> tokens;
+  int depth = 4;  //!< chain length to draft (0 = propose nothing)
+  int width = 1;  //!< alternatives to keep per depth (>= 1)
+  //! When both are set and temperature > 0, model drafters sample their chain from the processed
+  //! draft distribution q (stored in draft_candidates::q) instead of taking the argmax.
+  const sampling_params* sampling = nullptr;
+  philox_stream* rng = nullptr;
+};
+
+}  // namespace specdec

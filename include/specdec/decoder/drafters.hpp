@@ -1,0 +1,289 @@
+#pragma once
+//! \file drafters.hpp
+//! Drafter policies for speculative_decoder:
+//!  - ngram_drafter:       model-free prompt lookup (PLD / TokenSwift token reutilization): the longest
+//!                         suffix n-gram of the committed tokens that occurred before proposes what followed it;
+//!  - chain_drafter<M>:    any small autoregressive model with a truncatable KV cache (the target_model
+//!                         interface plus cache_length / truncate) drafts a chain, keeping top-width
+//!                         alternatives per depth, greedily or by sampling its processed distribution q;
+//!  - longspec_drafter<M>: LongSpec's draft (§3.1: sliding-window self-attention + cache-free cross-
+//!                         attention into the target's KV, shared embedding/head), driven token by token
+//!                         through the incremental_draft_model interface; chain mode, or LongSpec's dynamic
+//!                         beam tree (Appendix B) through tree/beam_tree_builder.hpp, returned as sequences.
+//! A TokenSwift self-drafter (the target on a partial KV cache) is a drafter too: it keeps a reference
+//! to the target and runs it inside propose(); it is not shipped here yet.
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/decoder/concepts.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/sampler.hpp"
+#include "specdec/tree/beam_tree_builder.hpp"
+
+namespace specdec {
+
+namespace detail {
+//! Log-softmax of one row (double accumulation) into out. O(V).
+template <class T>
+void log_softmax(std::span<const T> row, std::span<float> out) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (auto x : row) mx = std::max(mx, static_cast<double>(x));
+  double sum = 0;
+  for (auto x : row) sum += std::exp(static_cast<double>(x) - mx);
+  const double lse = mx + std::log(sum);
+  for (std::size_t i = 0; i < row.size(); ++i) out[i] = static_cast<float>(static_cast<double>(row[i]) - lse);
+}
+
+//! The `width` best entries of a log-prob row (ties: lower token id first). O(V width).
+inline void top_width(std::span<const float> lp, int width, std::vector<draft_token>& out) {
+  out.clear();
+  for (int k = 0; k < width; ++k) {
+    std::int32_t best = -1;
+    for (std::size_t v = 0; v < lp.size(); ++v) {
+      bool taken = false;
+      for (const auto& t : out) taken |= t.token == static_cast<std::int32_t>(v);
+      if (!taken && (best < 0 || lp[v] > lp[static_cast<std::size_t>(best)])) best = static_cast<std::int32_t>(v);
+    }
+    if (best < 0) return;
+    out.push_back({best, lp[static_cast<std::size_t>(best)]});
+  }
+}
+
+//! Shared per-depth logic of the model drafters: records alternatives, picks the chain token (argmax,
+//! or a draw from the processed q when sampling) and appends it to out.
+struct chain_picker {
+  std::vector<float> lp, processed;
+  template <class T>
+  std::int32_t pick(std::span<const T> logits, const draft_request& req, std::span<const std::int32_t> context,
+                    draft_candidates& out) {
+    const auto V = logits.size();
+    lp.resize(V);
+    log_softmax(logits, std::span<float>(lp));
+    out.alternatives.emplace_back();
+    top_width(lp, std::max(1, req.width), out.alternatives.back());
+    const bool sample = req.rng != nullptr && req.sampling != nullptr && req.sampling->temperature > 0.0f;
+    if (!sample) {
+      out.chain.push_back(out.alternatives.back().front());
+      return out.chain.back().token;
+    }
+    processed.assign(logits.begin(), logits.end());
+    process_logits(std::span<float>(processed), *req.sampling, context, ws);
+    std::int32_t tok = sample_token(processed, *req.rng);
+    // q row = softmax of the processed logits (the distribution tok was drawn from).
+    float mx = -std::numeric_limits<float>::infinity();
+    for (float x : processed) mx = std::max(mx, x);
+    double sum = 0;
+    for (float x : processed) sum += std::isinf(x) ? 0.0 : std::exp(static_cast<double>(x) - mx);
+    out.vocab = static_cast<int>(V);
+    for (float x : processed) out.q.push_back(std::isinf(x) ? 0.0f : static_cast<float>(std::exp(static_cast<double>(x) - mx) / sum));
+    out.chain.push_back({tok, lp[static_cast<std::size_t>(tok)]});
+    return tok;
+  }
+  sampling_workspace ws;
+};
+}  // namespace detail
+
+// ---- n-gram / prompt lookup ------------------------------------------------------------------------
+
+//! Prompt-lookup drafting with no model. For n from max_ngram down to min_ngram, the most recent
+//! earlier occurrences of the last n committed tokens propose the tokens that followed them: the most
+//! recent match becomes the chain, up to width - 1 further distinct matches become sequences, and
+//! alternatives[d] lists the distinct tokens the matches put at depth d. O(search_window * n) per call.
+struct ngram_drafter {
+  int max_ngram = 3;
+  int min_ngram = 1;
+  int search_window = 0;  //!< tokens searched back from the end (0 = whole context)
+
+  void reset(int) noexcept {}
+  void propose(const draft_request& req, draft_candidates& out) const {
+    constexpr std::string_view fn = "specdec::ngram_drafter::propose";
+    require(min_ngram >= 1 && max_ngram >= min_ngram, fn, "min_ngram/max_ngram", "1 <= min_ngram <= max_ngram",
+            std::to_string(min_ngram) + "/" + std::to_string(max_ngram));
+    out.clear();
+    const auto& t = req.tokens;
+    const auto L = static_cast<std::int64_t>(t.size());
+    if (req.depth <= 0) return;
+    const std::int64_t lo = search_window > 0 ? std::max<std::int64_t>(0, L - search_window) : 0;
+    for (int n = max_ngram; n >= min_ngram && out.empty(); --n) {
+      if (L <= n) continue;
+      for (std::int64_t s = L - n - 1; s >= lo; --s) {  // match t[s .. s+n) == t[L-n .. L), s+n < L
+        if (!std::equal(t.begin() + s, t.begin() + s + n, t.end() - n)) continue;
+        std::vector<draft_token> seq;
+        for (std::int64_t j = s + n; j < L && static_cast<int>(seq.size()) < req.depth; ++j) seq.push_back({t[static_cast<std::size_t>(j)], 0.0f});
+        if (seq.empty()) continue;
+        bool dup = out.chain == seq;
+        for (const auto& q : out.sequences) dup |= q == seq;
+        if (dup) continue;
+        if (out.chain.empty()) out.chain = seq;
+        else out.sequences.push_back(seq);
+        for (std::size_t d = 0; d < seq.size(); ++d) {
+          if (out.alternatives.size() <= d) out.alternatives.emplace_back();
+          auto& a = out.alternatives[d];
+          if (std::none_of(a.begin(), a.end(), [&](const draft_token& x) { return x.token == seq[d].token; }))
+            a.push_back(seq[d]);
+        }
+        if (static_cast<int>(out.sequences.size()) + 1 >= std::max(1, req.width)) break;
+      }
+    }
+  }
+};
+static_assert(check_drafter<ngram_drafter>());
+
+// ---- chain drafter over any small autoregressive model -----------------------------------------------
+
+//! A model the chain drafter can drive: a target_model whose cache can be measured and truncated.
+template <class M>
+concept truncatable_model = target_model<M> && requires(M& m, const M& cm, int r, int len) {
+  { cm.cache_length(r) } -> std::convertible_to<int>;
+  m.truncate(r, len);
+};
+
+//! Chain drafting with a small autoregressive model. Per step: feed the committed tokens the model has
+//! not cached yet, then `depth` one-token forwards (committing each, then truncating back), so the
+//! model's cache always equals the committed prefix between steps. O(depth) model steps.
+template <truncatable_model Model>
+class chain_drafter {
+ public:
+  explicit chain_drafter(Model& model) : model_(&model) {}
+  void reset(int r) { model_->truncate(r, 0); }
+  void propose(const draft_request& req, draft_candidates& out) {
+    out.clear();
+    const int r = req.request;
+    const auto& t = req.tokens;
+    const int L = static_cast<int>(t.size());
+    require(L >= 1, "specdec::chain_drafter::propose", "req.tokens.size()", ">= 1", L);
+    const int V = model_->vocab_size();
+    logits_.resize(static_cast<std::size_t>(V));
+    if (model_->cache_length(r) == 0 && L > 1) model_->prefill(r, t.first(static_cast<std::size_t>(L)));
+    int cached = model_->cache_length(r);
+    require(cached <= L - 1, "specdec::chain_drafter::propose", "req.tokens.size()", "no shorter than last step", L);
+    if (cached < L - 1) {  // catch up: root = t[cached], chain of the rest, commit all
+      token_tree catch_up;
+      for (int i = cached + 1; i < L - 1; ++i) catch_up.add(t[static_cast<std::size_t>(i)], i - cached - 2);
+      big_.resize(static_cast<std::size_t>(catch_up.size() + 1) * V);
+      model_->forward(r, t[static_cast<std::size_t>(cached)], catch_up, big_);
+      path_.resize(static_cast<std::size_t>(catch_up.size()));
+      for (int i = 0; i < catch_up.size(); ++i) path_[static_cast<std::size_t>(i)] = i;
+      model_->commit(r, path_);
+    }
+    context_.assign(t.begin(), t.end());
+    std::int32_t cur = t.back();
+    const token_tree empty;
+    for (int d = 0; d < req.depth; ++d) {
+      model_->forward(r, cur, empty, logits_);
+      model_->commit(r, {});
+      cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out);
+      context_.push_back(cur);
+    }
+    model_->truncate(r, L - 1);
+  }
+
+ private:
+  Model* model_;
+  std::vector<typename Model::logit_type> logits_, big_;
+  std::vector<std::int32_t> path_, context_;
+  detail::chain_picker picker_;
+};
+
+// ---- LongSpec drafter ------------------------------------------------------------------------------
+
+//! A draft model driven one token at a time (examples::longspec_draft_model): step(r, token, position,
+//! commit, logits) runs one token, storing its K/V as committed (ring) or speculative;
+//! discard_speculation(r) drops the speculative ones; absorbed(r) = committed tokens seen.
+template <class M>
+concept incremental_draft_model = requires(M& m, const M& cm, int r, std::int32_t tok, int pos, bool commit,
+                                           std::span<typename M::logit_type> logits) {
+  typename M::logit_type;
+  { cm.vocab_size() } -> std::convertible_to<int>;
+  { cm.absorbed(r) } -> std::convertible_to<int>;
+  m.reset(r);
+  m.step(r, tok, pos, commit, logits);
+  m.discard_speculation(r);
+};
+
+//! LongSpec drafting (§3.1, Appendix B). With empty beam_widths: a chain of req.depth tokens (greedy or
+//! sampled) with top-width alternatives per depth. With beam widths (LongSpec uses [4, 16, 16, 16, 16]):
+//! the dynamic beam tree, each frontier node scored by re-running the draft along its path (the
+//! draft has no tree attention here, so a step costs O(frontier x depth) draft tokens), returned as
+//! the tree's root-to-leaf sequences for trie_tree_builder.
+template <incremental_draft_model Model>
+class longspec_drafter {
+ public:
+  explicit longspec_drafter(Model& model, std::vector<int> beam_widths = {})
+      : model_(&model), beam_(beam_widths.empty() ? beam_tree_params{} : beam_tree_params{beam_widths, 0}),
+        use_beam_(!beam_widths.empty()) {}
+
+  void reset(int r) { model_->reset(r); }
+
+  void propose(const draft_request& req, draft_candidates& out) {
+    out.clear();
+    const int r = req.request;
+    const auto& t = req.tokens;
+    const int L = static_cast<int>(t.size());
+    const int V = model_->vocab_size();
+    require(L >= 1 && model_->absorbed(r) <= L, "specdec::longspec_drafter::propose", "req.tokens.size()",
+            "at least the tokens already absorbed", L);
+    root_.resize(static_cast<std::size_t>(V));
+    logits_.resize(static_cast<std::size_t>(V));
+    model_->discard_speculation(r);
+    if (model_->absorbed(r) == L) {  // nothing new (only possible when re-proposing): recompute the root row
+      model_->reset(r);
+    }
+    for (int p = model_->absorbed(r); p < L; ++p)
+      model_->step(r, t[static_cast<std::size_t>(p)], p, true,
+                   p == L - 1 ? std::span<typename Model::logit_type>(root_) : std::span<typename Model::logit_type>{});
+    if (req.depth <= 0) return;
+    if (!use_beam_) {
+      context_.assign(t.begin(), t.end());
+      std::int32_t cur = picker_.pick(std::span<const typename Model::logit_type>(root_), req, context_, out);
+      for (int d = 1; d < req.depth; ++d) {
+        context_.push_back(cur);
+        model_->step(r, cur, L + d - 1, false, logits_);
+        cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out);
+      }
+      model_->discard_speculation(r);
+      return;
+    }
+    beam_tree_builder builder(beam_);
+    const token_tree tree = builder.build_from_logprobs(V, [&](const token_tree& cur, std::span<const std::int32_t> frontier,
+                                                               std::span<float> rows) {
+      for (std::size_t f = 0; f < frontier.size(); ++f) {
+        std::span<float> row = rows.subspan(f * static_cast<std::size_t>(V), static_cast<std::size_t>(V));
+        if (frontier[f] < 0) {
+          detail::log_softmax(std::span<const typename Model::logit_type>(root_), row);
+          continue;
+        }
+        model_->discard_speculation(r);
+        const auto path = cur.path_tokens(frontier[f]);
+        for (std::size_t d = 0; d < path.size(); ++d)
+          model_->step(r, path[d], L + static_cast<int>(d), false, logits_);
+        detail::log_softmax(std::span<const typename Model::logit_type>(logits_), row);
+      }
+    });
+    model_->discard_speculation(r);
+    for (auto leaf : tree.leaves()) {
+      std::vector<draft_token> seq;
+      for (auto node : tree.path(leaf)) seq.push_back({tree.token(node), tree.logprob(node)});
+      if (out.chain.empty()) out.chain = std::move(seq);
+      else out.sequences.push_back(std::move(seq));
+    }
+  }
+
+ private:
+  Model* model_;
+  beam_tree_params beam_;
+  bool use_beam_;
+  std::vector<typename Model::logit_type> root_, logits_;
+  std::vector<std::int32_t> context_;
+  detail::chain_picker picker_;
+};
+
+}  // namespace specdec

@@ -1,0 +1,93 @@
+#pragma once
+//! \file tree_builders.hpp
+//! Tree-builder policies: turn a drafter's draft_candidates into the token_tree the target verifies.
+//!  - chain_tree_builder:     the drafted chain (a path), up to max_depth nodes;
+//!  - cartesian_tree_builder: TokenSwift's Cartesian product (Appendix E) of per-depth candidates
+//!                            (draft_candidates::alternatives) with widths s_k, default [1, 3, 3, 3];
+//!  - trie_tree_builder:      the chain and every extra sequence (n-gram matches, beams) merged into one
+//!                            prefix trie, so shared prefixes are verified once; optional node budget.
+//! LongSpec's dynamic beam tree is built by the drafter itself (longspec_drafter with beam widths, via
+//! tree/beam_tree_builder.hpp) and arrives as sequences, so trie_tree_builder rebuilds it exactly.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/decoder/concepts.hpp"
+#include "specdec/tree/cartesian_tree.hpp"
+#include "specdec/tree/token_tree.hpp"
+
+namespace specdec {
+
+//! A path of the drafted chain's first max_depth tokens (0 = all). O(depth).
+struct chain_tree_builder {
+  int max_depth = 0;
+  void build(const draft_candidates& c, token_tree& out) const {
+    require(max_depth >= 0, "specdec::chain_tree_builder::build", "max_depth", ">= 0", max_depth);
+    out.clear();
+    const std::size_t n = max_depth > 0 ? std::min(c.chain.size(), static_cast<std::size_t>(max_depth)) : c.chain.size();
+    for (std::size_t i = 0; i < n; ++i) out.add(c.chain[i].token, static_cast<std::int32_t>(i) - 1, c.chain[i].logprob);
+  }
+};
+static_assert(check_tree_builder<chain_tree_builder>());
+
+//! Cartesian product of per-depth candidates (TokenSwift Appendix E). Depth k uses the first widths[k]
+//! of alternatives[k] (or of chain[k] alone when a drafter gave no alternatives). Nodes = sum_k
+//! prod_{j<=k} s_j. O(nodes).
+struct cartesian_tree_builder {
+  std::vector<int> widths = tokenswift_tree_widths();
+  void build(const draft_candidates& c, token_tree& out) {
+    constexpr std::string_view fn = "specdec::cartesian_tree_builder::build";
+    heads_.clear();
+    const std::size_t depth = std::min(widths.size(), std::max(c.alternatives.size(), c.chain.size()));
+    for (std::size_t k = 0; k < depth; ++k) {
+      require(widths[k] >= 1, fn, "widths[k]", ">= 1", widths[k]);
+      head_candidates h;
+      if (k < c.alternatives.size() && !c.alternatives[k].empty()) {
+        for (std::size_t j = 0; j < c.alternatives[k].size() && j < static_cast<std::size_t>(widths[k]); ++j) {
+          h.tokens.push_back(c.alternatives[k][j].token);
+          h.logprobs.push_back(c.alternatives[k][j].logprob);
+        }
+      } else if (k < c.chain.size()) {
+        h.tokens.push_back(c.chain[k].token);
+        h.logprobs.push_back(c.chain[k].logprob);
+      }
+      if (h.tokens.empty()) break;
+      heads_.push_back(std::move(h));
+    }
+    out = heads_.empty() ? token_tree{} : cartesian_tree(heads_);
+  }
+
+ private:
+  std::vector<head_candidates> heads_;
+};
+static_assert(check_tree_builder<cartesian_tree_builder>());
+
+//! Prefix trie of the chain and all sequences (first occurrence wins; children in insertion order).
+//! max_nodes > 0 stops inserting once the trie holds that many nodes. O(total tokens * branching).
+struct trie_tree_builder {
+  int max_nodes = 0;
+  int max_depth = 0;  //!< 0 = no limit
+  void build(const draft_candidates& c, token_tree& out) const {
+    out.clear();
+    auto insert = [&](const std::vector<draft_token>& seq) {
+      std::int32_t cur = -1;
+      for (std::size_t d = 0; d < seq.size(); ++d) {
+        if (max_depth > 0 && d >= static_cast<std::size_t>(max_depth)) return;
+        const std::int32_t next = out.find_child(cur, seq[d].token);
+        if (next >= 0) {
+          cur = next;
+          continue;
+        }
+        if (max_nodes > 0 && out.size() >= max_nodes) return;
+        cur = out.add(seq[d].token, cur, seq[d].logprob);
+      }
+    };
+    insert(c.chain);
+    for (const auto& s : c.sequences) insert(s);
+  }
+};
+static_assert(check_tree_builder<trie_tree_builder>());
+
+}  // namespace specdec
