@@ -1,0 +1,148 @@
+#pragma once
+//! \file dlpack.hpp
+//! Adapter from DLPack's DLTensor (the exchange format of PyTorch, JAX, CuPy, ...) to strided_view.
+//!
+//! Needs <dlpack/dlpack.h> (Debian libdlpack-dev; DLPACK_VERSION 60 or later). The adapter only
+//! reads the DLTensor: no copy, no ownership transfer (a DLManagedTensor's deleter stays the
+//! caller's business, and the view is valid as long as the producer keeps the memory alive).
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "specdec/core/dtype.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/tensor.hpp"
+
+namespace specdec {
+
+//! The DLPack data type of specdec's dtype `t` (lanes = 1). bool maps to kDLBool where the DLPack
+//! headers have it (DLPACK_VERSION >= 80) and to 8-bit kDLUInt before that.
+[[nodiscard]] constexpr DLDataType to_dlpack(dtype t) noexcept {
+  const auto bits = static_cast<std::uint8_t>(8 * size_of(t));
+  switch (t) {
+    case dtype::f32: case dtype::f64: case dtype::f16: return DLDataType{kDLFloat, bits, 1};
+    case dtype::bf16: return DLDataType{kDLBfloat, bits, 1};
+    case dtype::i8: case dtype::i16: case dtype::i32: case dtype::i64: return DLDataType{kDLInt, bits, 1};
+    case dtype::u8: case dtype::u16: case dtype::u32: case dtype::u64: return DLDataType{kDLUInt, bits, 1};
+    case dtype::boolean:
+#if DLPACK_VERSION >= 80
+      return DLDataType{kDLBool, 8, 1};
+#else
+      return DLDataType{kDLUInt, 8, 1};
+#endif
+  }
+  return DLDataType{kDLOpaqueHandle, 0, 0};
+}
+
+//! The DLPack data type of element type T (cv-qualifiers ignored). Compile error for types specdec
+//! does not know (see dtype_of).
+template <class T>
+[[nodiscard]] constexpr DLDataType dlpack_dtype() noexcept {
+  return to_dlpack(dtype_v<T>);
+}
+
+//! "code 2 (float), bits 16, lanes 1" for messages.
+[[nodiscard]] inline std::string describe(DLDataType t) {
+  std::ostringstream os;
+  os << "code " << static_cast<int>(t.code);
+  switch (t.code) {
+    case kDLInt: os << " (int)"; break;
+    case kDLUInt: os << " (uint)"; break;
+    case kDLFloat: os << " (float)"; break;
+    case kDLBfloat: os << " (bfloat)"; break;
+    default: break;
+  }
+  os << ", bits " << static_cast<int>(t.bits) << ", lanes " << t.lanes;
+  return os.str();
+}
+
+//! Name of a DLPack device type, for messages ("kDLCUDA", ...).
+[[nodiscard]] constexpr std::string_view dlpack_device_name(int device_type) noexcept {
+  switch (device_type) {
+    case kDLCPU: return "kDLCPU";
+    case kDLCUDA: return "kDLCUDA";
+    case kDLCUDAHost: return "kDLCUDAHost";
+    case kDLOpenCL: return "kDLOpenCL";
+    case kDLVulkan: return "kDLVulkan";
+    case kDLMetal: return "kDLMetal";
+    case kDLVPI: return "kDLVPI";
+    case kDLROCM: return "kDLROCM";
+    case kDLROCMHost: return "kDLROCMHost";
+    case kDLExtDev: return "kDLExtDev";
+    case kDLCUDAManaged: return "kDLCUDAManaged";
+    default: return "unknown device type";
+  }
+}
+
+//! The memory space of a DLPack device: kDLCPU and kDLCUDAHost (pinned) -> host, kDLCUDA -> device,
+//! kDLCUDAManaged -> managed. Any other device type throws invalid_argument naming it.
+[[nodiscard]] inline memory_space memory_space_of(DLDevice device, std::string_view function = "specdec::memory_space_of",
+                                                  std::string_view argument = "device") {
+  switch (device.device_type) {
+    case kDLCPU: case kDLCUDAHost: return memory_space::host;
+    case kDLCUDA: return memory_space::device;
+    case kDLCUDAManaged: return memory_space::managed;
+    default: break;
+  }
+  std::ostringstream got;
+  got << "device_type " << static_cast<int>(device.device_type) << " ("
+      << dlpack_device_name(static_cast<int>(device.device_type)) << ")";
+  throw_invalid_argument(function, argument, "a device of type kDLCPU, kDLCUDA, kDLCUDAHost or kDLCUDAManaged",
+                         got.str());
+}
+
+//! Views a DLTensor as strided_view<T, Rank> after checking it: dtype (code, bits, lanes) equals T's,
+//! ndim == Rank, the device type is supported (see memory_space_of), shape is non-negative, data is
+//! non-null unless the tensor is empty, and data + byte_offset is aligned for T. Null strides mean
+//! compact row-major (DLPack's convention); otherwise strides are taken as given, in elements.
+//! Violations throw specdec::invalid_argument naming `function`, `argument`, the expectation and what
+//! was found. O(Rank).
+template <class T, int Rank>
+[[nodiscard]] strided_view<T, Rank> from_dlpack(const DLTensor& t, std::string_view function = "specdec::from_dlpack",
+                                                std::string_view argument = "tensor") {
+  const DLDataType want = dlpack_dtype<T>();
+  if (t.dtype.code != want.code || t.dtype.bits != want.bits || t.dtype.lanes != want.lanes) {
+    throw_invalid_argument(function, argument,
+                           "dtype " + std::string(name(dtype_v<T>)) + " (" + describe(want) + ")",
+                           "dtype " + describe(t.dtype));
+  }
+  require(t.ndim == Rank, function, argument, "ndim == " + std::to_string(Rank), t.ndim);
+  const memory_space space = memory_space_of(t.device, function, argument);
+  require(Rank == 0 || t.shape != nullptr, function, argument, "non-null shape", "nullptr");
+  std::int64_t extents[Rank], strides[Rank];
+  std::int64_t numel = 1;
+  for (int i = 0; i < Rank; ++i) {
+    require(t.shape[i] >= 0, function, argument, "non-negative shape[" + std::to_string(i) + "]", t.shape[i]);
+    extents[i] = t.shape[i];
+    numel *= t.shape[i];
+  }
+  if (t.strides == nullptr) {
+    std::int64_t s = 1;
+    for (int i = Rank - 1; i >= 0; --i) {
+      strides[i] = s;
+      s *= extents[i];
+    }
+  } else {
+    for (int i = 0; i < Rank; ++i) strides[i] = t.strides[i];
+  }
+  require(numel == 0 || t.data != nullptr, function, argument, "non-null data for a non-empty tensor", "nullptr");
+  char* base = static_cast<char*>(const_cast<void*>(static_cast<const void*>(t.data)));
+  if (base != nullptr) base += t.byte_offset;
+  require(reinterpret_cast<std::uintptr_t>(base) % alignof(T) == 0, function, argument,
+          "data + byte_offset aligned to " + std::to_string(alignof(T)) + " bytes",
+          "byte_offset " + std::to_string(t.byte_offset));
+  return strided_view<T, Rank>(reinterpret_cast<T*>(base), extents, strides, space);
+}
+
+//! from_dlpack on the DLTensor inside a DLManagedTensor (ownership stays with the caller).
+template <class T, int Rank>
+[[nodiscard]] strided_view<T, Rank> from_dlpack(const DLManagedTensor& t, std::string_view function = "specdec::from_dlpack",
+                                                std::string_view argument = "tensor") {
+  return from_dlpack<T, Rank>(t.dl_tensor, function, argument);
+}
+
+}  // namespace specdec
