@@ -46,7 +46,7 @@ template <class T>
 }
 
 //! "code 2 (float), bits 16, lanes 1" for messages.
-[[nodiscard]] inline std::string describe(DLDataType t) {
+[[nodiscard]] inline std::string describe_dlpack_dtype(DLDataType t) {
   std::ostringstream os;
   os << "code " << static_cast<int>(t.code);
   switch (t.code) {
@@ -107,8 +107,8 @@ template <class T, int Rank>
   const DLDataType want = dlpack_dtype<T>();
   if (t.dtype.code != want.code || t.dtype.bits != want.bits || t.dtype.lanes != want.lanes) {
     throw_invalid_argument(function, argument,
-                           "dtype " + std::string(name(dtype_v<T>)) + " (" + describe(want) + ")",
-                           "dtype " + describe(t.dtype));
+                           "dtype " + std::string(name(dtype_v<T>)) + " (" + describe_dlpack_dtype(want) + ")",
+                           "dtype " + describe_dlpack_dtype(t.dtype));
   }
   require(t.ndim == Rank, function, argument, "ndim == " + std::to_string(Rank), t.ndim);
   const memory_space space = memory_space_of(t.device, function, argument);
