@@ -285,8 +285,9 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
   detail::check_context(committed, vocab, fn, "committed");
   detail::check_context(tokens, vocab, fn, "tokens");
   for (std::int64_t i = 0; i < n; ++i)
-    require(parents[static_cast<std::size_t>(i)] >= -1 && parents[static_cast<std::size_t>(i)] < i, fn, "parents",
-            "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i), parents[static_cast<std::size_t>(i)]);
+    if (parents[static_cast<std::size_t>(i)] < -1 || parents[static_cast<std::size_t>(i)] >= i) [[unlikely]]
+      throw_invalid_argument(fn, "parents", "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i),
+                             parents[static_cast<std::size_t>(i)]);
 
   // Distinct committed tokens once (repetition penalty scans them per row otherwise).
   std::vector<std::int32_t> distinct;

@@ -1,0 +1,141 @@
+#pragma once
+//! \file verify_result.hpp
+//! The outcome of verifying one draft tree (or a ragged batch of them), shared by every verifier.
+//!
+//! Row convention of every verifier's inputs (binding for the decoder): for a tree of n nodes the
+//! target output is n+1 rows; row 0 is the distribution at the root (the first new token), row i+1
+//! the distribution after node i. Draft distributions (where a verifier needs them) use the same
+//! layout: q at the root in row 0, q after node i in row i+1.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/tree/token_tree.hpp"
+
+namespace specdec {
+
+//! Accepted root path and the bonus token of one request. `accepted` lists node indices from the
+//! root's child downwards (each the parent of the next); `bonus` is the token the target emits after
+//! the last accepted node (or at the root when nothing was accepted). Tokens emitted this step:
+//! accepted tokens then bonus, so 1 + accepted.size() tokens per target forward.
+struct verify_result {
+  std::vector<std::int32_t> accepted;
+  std::int32_t bonus = -1;
+
+  //! Number of tokens this step emits (accepted + bonus).
+  [[nodiscard]] int num_emitted() const noexcept { return static_cast<int>(accepted.size()) + 1; }
+  //! The emitted tokens: the accepted nodes' tokens from `tokens` (the tree's token array), then bonus.
+  [[nodiscard]] std::vector<std::int32_t> emitted_tokens(std::span<const std::int32_t> tokens) const {
+    std::vector<std::int32_t> out;
+    out.reserve(accepted.size() + 1);
+    for (auto i : accepted) {
+      require(i >= 0 && static_cast<std::size_t>(i) < tokens.size(), "specdec::verify_result::emitted_tokens",
+              "accepted node", "an index into tokens", i);
+      out.push_back(tokens[static_cast<std::size_t>(i)]);
+    }
+    out.push_back(bonus);
+    return out;
+  }
+  //! emitted_tokens for a token_tree.
+  [[nodiscard]] std::vector<std::int32_t> emitted_tokens(const token_tree& tree) const {
+    return emitted_tokens(tree.tokens());
+  }
+  friend bool operator==(const verify_result&, const verify_result&) = default;
+};
+
+//! Ragged-batch form: request r accepted local node indices accepted[accepted_indptr[r] ..
+//! accepted_indptr[r+1]) (root child first) and emits bonus[r] after them.
+struct verify_batch_result {
+  std::vector<std::int32_t> accepted_indptr{0};  //!< [requests + 1]
+  std::vector<std::int32_t> accepted;            //!< concatenated local node indices
+  std::vector<std::int32_t> bonus;               //!< [requests]
+
+  [[nodiscard]] int num_requests() const noexcept { return static_cast<int>(bonus.size()); }
+  //! Request r's accepted nodes.
+  [[nodiscard]] std::span<const std::int32_t> accepted_nodes(int r) const {
+    require_in_range("specdec::verify_batch_result::accepted_nodes", "r", r, 0, num_requests() - 1);
+    return std::span<const std::int32_t>(accepted).subspan(
+        static_cast<std::size_t>(accepted_indptr[static_cast<std::size_t>(r)]),
+        static_cast<std::size_t>(accepted_indptr[static_cast<std::size_t>(r) + 1] -
+                                 accepted_indptr[static_cast<std::size_t>(r)]));
+  }
+  //! Request r as a verify_result.
+  [[nodiscard]] verify_result request(int r) const {
+    const auto a = accepted_nodes(r);
+    return verify_result{std::vector<std::int32_t>(a.begin(), a.end()), bonus[static_cast<std::size_t>(r)]};
+  }
+  //! Appends one request's result.
+  void push_back(const verify_result& v) {
+    accepted.insert(accepted.end(), v.accepted.begin(), v.accepted.end());
+    accepted_indptr.push_back(static_cast<std::int32_t>(accepted.size()));
+    bonus.push_back(v.bonus);
+  }
+  //! Builds the batch form from per-request results.
+  static verify_batch_result from(std::span<const verify_result> results) {
+    verify_batch_result b;
+    for (const auto& v : results) b.push_back(v);
+    return b;
+  }
+};
+
+namespace detail {
+
+//! Host rows [rows, V] of float with unit inner stride, from any tensor_like.
+struct prob_rows {
+  const float* data = nullptr;
+  std::int64_t row_stride = 0;
+  std::int64_t rows = 0;
+  std::int64_t vocab = 0;
+  [[nodiscard]] std::span<const float> row(std::int64_t r) const noexcept {
+    return {data + r * row_stride, static_cast<std::size_t>(vocab)};
+  }
+  [[nodiscard]] float at(std::int64_t r, std::int64_t t) const noexcept { return data[r * row_stride + t]; }
+};
+
+template <tensor_like T>
+prob_rows to_rows(const T& t, std::int64_t expect_rows, std::string_view function, std::string_view argument) {
+  static_assert(T::rank == 2, "specdec verifiers: logits/probability tensors must be rank 2 [rows, vocab]");
+  static_assert(std::is_same_v<std::remove_cv_t<typename T::element_type>, float>,
+                "specdec verifiers: logits/probability tensors must hold float");
+  const auto v = as_view(t);
+  require_host_accessible(function, argument, v);
+  require_shape(function, argument, v, {expect_rows, -1});
+  require(v.extent(1) >= 1, function, argument, "vocab (extent 1) >= 1", v.extent(1));
+  require_unit_inner_stride(function, argument, v);
+  require(v.data() != nullptr, function, argument, "non-null data", "nullptr");
+  return prob_rows{v.data(), v.stride(0), v.extent(0), v.extent(1)};
+}
+
+//! Children lists (CSR, index order) of a tree given as parents[] (-1 = root). Slot 0 is the root.
+struct child_index {
+  std::vector<std::int32_t> offset;  // [n + 2]: children of node c-1 in kids[offset[c], offset[c+1])
+  std::vector<std::int32_t> kids;
+  explicit child_index(std::span<const std::int32_t> parents) {
+    const std::size_t n = parents.size();
+    offset.assign(n + 2, 0);
+    for (auto p : parents) ++offset[static_cast<std::size_t>(p + 1) + 1];
+    for (std::size_t i = 1; i < offset.size(); ++i) offset[i] += offset[i - 1];
+    kids.resize(n);
+    std::vector<std::int32_t> fill(offset.begin(), offset.end() - 1);
+    for (std::size_t i = 0; i < n; ++i) kids[static_cast<std::size_t>(fill[static_cast<std::size_t>(parents[i] + 1)]++)] = static_cast<std::int32_t>(i);
+  }
+  //! Children of node `node` (-1 = root).
+  [[nodiscard]] std::span<const std::int32_t> of(std::int32_t node) const noexcept {
+    const auto b = offset[static_cast<std::size_t>(node + 1)], e = offset[static_cast<std::size_t>(node + 2)];
+    return std::span<const std::int32_t>(kids).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b));
+  }
+};
+
+inline void check_tokens_in_vocab(std::span<const std::int32_t> tokens, std::int64_t vocab, std::string_view function) {
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab) [[unlikely]]
+      throw_invalid_argument(function, "tree.tokens[" + std::to_string(i) + "]",
+                             "a token id in [0, vocab = " + std::to_string(vocab) + ")", tokens[i]);
+}
+
+}  // namespace detail
+}  // namespace specdec
