@@ -1,0 +1,30 @@
+# The main-job command of the README:   cmake -P cmake/demo.cmake
+# Installs missing Debian packages (as root; otherwise prints the apt-get line and stops), builds the
+# examples in build/demo and runs the end-to-end demo examples/specdec_demo; while that demo does not
+# exist yet, runs every example program instead. Extra arguments for the demo: -DDEMO_ARGS="...".
+include(${CMAKE_CURRENT_LIST_DIR}/bootstrap.cmake)
+set(_build ${SPECDEC_ROOT}/build/demo)
+specdec_configure_and_build(${_build} -DSPECDEC_BUILD_TESTS=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF
+                            -DSPECDEC_BUILD_EXAMPLES=ON)
+if(EXISTS ${SPECDEC_ROOT}/examples/specdec_demo.cpp)
+  set(_programs specdec_demo)
+else()
+  file(GLOB _sources ${SPECDEC_ROOT}/examples/*.cpp)
+  set(_programs)
+  foreach(s IN LISTS _sources)
+    get_filename_component(n ${s} NAME_WE)
+    list(APPEND _programs ${n})
+  endforeach()
+  if(NOT _programs)
+    message(FATAL_ERROR "specdec: no example programs in examples/")
+  endif()
+endif()
+separate_arguments(_args UNIX_COMMAND "${DEMO_ARGS}")
+foreach(p IN LISTS _programs)
+  set(_args_p)
+  if(p STREQUAL "specdec_demo")
+    set(_args_p ${_args})
+  endif()
+  specdec_run("run ${p}" ${_build}/examples/${p} ${_args_p})
+endforeach()
+message(STATUS "specdec: demo finished: ${_programs}")
