@@ -2,7 +2,6 @@
 // definition as properties over many seeded draws, offset range and uniformity, reproducibility,
 // ragged batches, and bad inputs.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <map>
 #include <vector>

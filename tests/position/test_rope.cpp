@@ -2,7 +2,6 @@
 // the fp32 kernels (float/half/bfloat16, both styles, partial rotary, cache) against the double
 // reference, and one test per kind of bad input.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -128,7 +127,9 @@ void differential(rope_style style, int rotary_dim, bool llama3, double tol_rel)
   for (int d : {64, 128, 256}) {
     const int tokens = 37, heads = 3;
     const int rot = rotary_dim == 0 ? 0 : std::min(rotary_dim, d);
-    const rope_params p{.theta = llama3 ? 500000.0 : 10000.0, .style = style, .rotary_dim = rot,
+    const rope_params p{.theta = llama3 ? 500000.0 : 10000.0,
+                        .style = style,
+                        .rotary_dim = rot,
                         .llama3 = llama3 ? std::optional(specdec::llama3_rope_scaling{}) : std::nullopt};
     std::vector<double> xd(static_cast<std::size_t>(tokens) * heads * d);
     for (auto& v : xd) v = nd(rng);
@@ -190,8 +191,10 @@ TEST_CASE("apply_rope: multi-threaded, strided heads and single-threaded runs ag
   // the padding between head rows is untouched, the rows themselves changed
   bool pad_same = true, rows_changed = false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (i % 160 >= 128) pad_same = pad_same && a[i] == orig[i];
-    else rows_changed = rows_changed || a[i] != orig[i];
+    if (i % 160 >= 128)
+      pad_same = pad_same && a[i] == orig[i];
+    else
+      rows_changed = rows_changed || a[i] != orig[i];
   }
   CHECK(pad_same);
   CHECK(rows_changed);
@@ -227,20 +230,23 @@ TEST_CASE("apply_rope rejects bad inputs with named arguments") {
   throws([&] { specdec::apply_rope(h, rope_params{.rotary_dim = -2}, v, ps); }, "params.rotary_dim");
   throws([&] { specdec::apply_rope(h, rope_params{.style = static_cast<rope_style>(9)}, v, ps); }, "params.style");
   std::vector<float> odd(2 * 2 * 7);
-  throws([&] { specdec::apply_rope(h, rope_params{}, specdec::make_view<3>(odd.data(), {2, 2, 7}), ps); },
-         "head_dim");
+  throws([&] { specdec::apply_rope(h, rope_params{}, specdec::make_view<3>(odd.data(), {2, 2, 7}), ps); }, "head_dim");
   throws([&] { specdec::apply_rope(h, rope_params{.llama3 = specdec::llama3_rope_scaling{.factor = 0}}, v, ps); },
          "params.llama3.factor");
-  throws([&] {
-    specdec::apply_rope(h, rope_params{.llama3 = specdec::llama3_rope_scaling{.low_freq_factor = 4}}, v, ps);
-  }, "params.llama3.high_freq_factor");
-  throws([&] {
-    specdec::apply_rope(h, rope_params{.llama3 = specdec::llama3_rope_scaling{.low_freq_factor = -1}}, v, ps);
-  }, "params.llama3.low_freq_factor");
-  throws([&] {
-    specdec::apply_rope(h, rope_params{.llama3 = specdec::llama3_rope_scaling{.original_max_position_embeddings = 0}},
-                        v, ps);
-  }, "params.llama3.original_max_position_embeddings");
+  throws(
+      [&] { specdec::apply_rope(h, rope_params{.llama3 = specdec::llama3_rope_scaling{.low_freq_factor = 4}}, v, ps); },
+      "params.llama3.high_freq_factor");
+  throws(
+      [&] {
+        specdec::apply_rope(h, rope_params{.llama3 = specdec::llama3_rope_scaling{.low_freq_factor = -1}}, v, ps);
+      },
+      "params.llama3.low_freq_factor");
+  throws(
+      [&] {
+        specdec::apply_rope(
+            h, rope_params{.llama3 = specdec::llama3_rope_scaling{.original_max_position_embeddings = 0}}, v, ps);
+      },
+      "params.llama3.original_max_position_embeddings");
   const std::vector<std::int32_t> one{1};
   throws([&] { specdec::apply_rope(h, rope_params{}, v, std::span<const std::int32_t>(one)); }, "positions");
   const std::vector<std::int32_t> neg{1, -3};
@@ -248,10 +254,12 @@ TEST_CASE("apply_rope rejects bad inputs with named arguments") {
   const std::int64_t ext[3] = {2, 2, 4}, str[3] = {16, 8, 2};
   throws([&] { specdec::apply_rope(h, rope_params{}, specdec::strided_view<float, 3>(x.data(), ext, str), ps); },
          "'x'");
-  throws([&] {
-    specdec::apply_rope(h, rope_params{},
-                        specdec::make_view<3>(x.data(), {2, 2, 8}, specdec::memory_space::device), ps);
-  }, "'x'");
+  throws(
+      [&] {
+        specdec::apply_rope(h, rope_params{}, specdec::make_view<3>(x.data(), {2, 2, 8}, specdec::memory_space::device),
+                            ps);
+      },
+      "'x'");
   throws([&] { specdec::apply_rope(specdec::host{-1}, rope_params{}, v, ps); }, "policy.num_threads");
   throws([&] { (void)specdec::llama3_scale_inv_frequency(0.0, {}); }, "inv_freq");
   // cache-specific checks

@@ -2,7 +2,6 @@
 // definitions checked exactly, a small attention computed by slicing equals the same attention
 // computed with the mask, and bad inputs.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <limits>
 #include <map>
@@ -100,13 +99,14 @@ TEST_CASE("slicing (Algorithm 2) equals masked causal attention with the visibil
   for (int j = 1; j < 5; ++j) {
     const auto s = specdec::flash_noisy_slice_for(l, j);
     // Algorithm 2: causal attention over the slices (same length, so row i sees keys 0..i), then pad.
-    const auto sliced = masked_attention(s.num_queries(), s.num_keys(), d, q.data() + s.query_begin * d,
-                                         k.data() + s.key_begin * d, v.data() + s.key_begin * d,
-                                         [](int t, int kk) { return kk <= t; });
+    const auto sliced =
+        masked_attention(s.num_queries(), s.num_keys(), d, q.data() + s.query_begin * d, k.data() + s.key_begin * d,
+                         v.data() + s.key_begin * d, [](int t, int kk) { return kk <= t; });
     std::vector<double> padded(static_cast<std::size_t>(s.pad_rows) * d, 0.0);
     padded.insert(padded.end(), sliced.begin(), sliced.end());
     const auto m = specdec::flash_noisy_visibility(s);
-    const auto masked = masked_attention(l, l, d, q.data(), k.data(), v.data(), [&](int t, int kk) { return m.test(t, kk); });
+    const auto masked =
+        masked_attention(l, l, d, q.data(), k.data(), v.data(), [&](int t, int kk) { return m.test(t, kk); });
     REQUIRE(padded.size() == masked.size());
     for (std::size_t i = 0; i < masked.size(); ++i) REQUIRE(padded[i] == Approx(masked[i]).margin(1e-12));
   }

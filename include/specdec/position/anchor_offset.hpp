@@ -29,8 +29,9 @@ inline constexpr int longspec_num_anchors = 4;
 namespace detail {
 inline void validate_anchor_offset(int n, int max_len, int num_anchors, std::string_view fn) {
   require(n >= 0, fn, "n", "a sequence length >= 0", n);
-  require(max_len >= n, fn, "max_len", "MAX_LEN >= n = " + std::to_string(n) + " (the offset range [0, MAX_LEN - n])",
-          max_len);
+  if (!(max_len >= n)) [[unlikely]]
+    throw_invalid_argument(fn, "max_len",
+                           "MAX_LEN >= n = " + std::to_string(n) + " (the offset range [0, MAX_LEN - n])", max_len);
   require(num_anchors >= 0, fn, "num_anchors", ">= 0", num_anchors);
 }
 }  // namespace detail
@@ -52,8 +53,9 @@ inline void anchor_offset_indices(int offset, std::span<std::int32_t> out, int n
   require(num_anchors >= 0, fn, "num_anchors", ">= 0", num_anchors);
   require(offset >= 0, fn, "offset", ">= 0", offset);
   require(out.size() <= static_cast<std::size_t>(INT32_MAX), fn, "out", "size <= INT32_MAX", out.size());
-  require(out.empty() || static_cast<std::int64_t>(out.size()) - 1 + offset <= INT32_MAX, fn, "offset",
-          "offset + n - 1 <= INT32_MAX (n = " + std::to_string(out.size()) + ")", offset);
+  if (!(out.empty() || static_cast<std::int64_t>(out.size()) - 1 + offset <= INT32_MAX)) [[unlikely]]
+    throw_invalid_argument(fn, "offset", "offset + n - 1 <= INT32_MAX (n = " + std::to_string(out.size()) + ")",
+                           offset);
   for (std::size_t i = 0; i < out.size(); ++i)
     out[i] = static_cast<std::int32_t>(i) + (static_cast<std::int64_t>(i) < num_anchors ? 0 : offset);
 }
@@ -81,21 +83,24 @@ inline void anchor_offset_indices_batch(std::uint64_t seed, std::uint32_t step, 
                                         std::span<std::int32_t> offsets, int num_anchors = longspec_num_anchors) {
   constexpr std::string_view fn = "specdec::anchor_offset_indices_batch";
   require(num_anchors >= 0, fn, "num_anchors", ">= 0", num_anchors);
-  require(offsets.size() == lengths.size(), fn, "offsets",
-          "size == lengths.size() = " + std::to_string(lengths.size()), offsets.size());
+  if (!(offsets.size() == lengths.size())) [[unlikely]]
+    throw_invalid_argument(fn, "offsets", "size == lengths.size() = " + std::to_string(lengths.size()), offsets.size());
   std::int64_t total = 0;
   for (std::size_t b = 0; b < lengths.size(); ++b) {
-    require(lengths[b] >= 0 && lengths[b] <= max_len, fn, "lengths",
-            "every length in [0, max_len = " + std::to_string(max_len) + "] (at sequence " + std::to_string(b) + ")",
-            lengths[b]);
+    if (!(lengths[b] >= 0 && lengths[b] <= max_len)) [[unlikely]]
+      throw_invalid_argument(
+          fn, "lengths",
+          "every length in [0, max_len = " + std::to_string(max_len) + "] (at sequence " + std::to_string(b) + ")",
+          lengths[b]);
     total += lengths[b];
   }
-  require(static_cast<std::int64_t>(out.size()) == total, fn, "out", "size == sum(lengths) = " + std::to_string(total),
-          out.size());
+  if (!(static_cast<std::int64_t>(out.size()) == total)) [[unlikely]]
+    throw_invalid_argument(fn, "out", "size == sum(lengths) = " + std::to_string(total), out.size());
   std::size_t at = 0;
   for (std::size_t b = 0; b < lengths.size(); ++b) {
     philox_stream rng(seed, stream_id(static_cast<std::uint32_t>(b), step));
-    offsets[b] = anchor_offset_indices(max_len, rng, out.subspan(at, static_cast<std::size_t>(lengths[b])), num_anchors);
+    offsets[b] =
+        anchor_offset_indices(max_len, rng, out.subspan(at, static_cast<std::size_t>(lengths[b])), num_anchors);
     at += static_cast<std::size_t>(lengths[b]);
   }
 }

@@ -58,7 +58,8 @@ struct flash_noisy_slice {
 [[nodiscard]] inline flash_noisy_slice flash_noisy_training(int seq_len, int gamma, philox_stream& rng) {
   constexpr std::string_view fn = "specdec::flash_noisy_training";
   require(gamma >= 2, fn, "gamma", ">= 2 (so that [1, gamma) is not empty)", gamma);
-  require(seq_len >= gamma, fn, "seq_len", "seq_len >= gamma = " + std::to_string(gamma), seq_len);
+  if (!(seq_len >= gamma)) [[unlikely]]
+    throw_invalid_argument(fn, "seq_len", "seq_len >= gamma = " + std::to_string(gamma), seq_len);
   return flash_noisy_slice_for(seq_len, flash_noisy_draw_shift(gamma, rng));
 }
 
@@ -70,9 +71,10 @@ struct flash_noisy_slice {
   constexpr std::string_view fn = "specdec::flash_noisy_training_batch";
   require(gamma >= 2, fn, "gamma", ">= 2 (so that [1, gamma) is not empty)", gamma);
   for (std::size_t b = 0; b < seq_lens.size(); ++b)
-    require(seq_lens[b] >= gamma, fn, "seq_lens",
-            "every length >= gamma = " + std::to_string(gamma) + " (at sequence " + std::to_string(b) + ")",
-            seq_lens[b]);
+    if (!(seq_lens[b] >= gamma)) [[unlikely]]
+      throw_invalid_argument(
+          fn, "seq_lens",
+          "every length >= gamma = " + std::to_string(gamma) + " (at sequence " + std::to_string(b) + ")", seq_lens[b]);
   std::vector<flash_noisy_slice> out;
   out.reserve(seq_lens.size());
   for (std::size_t b = 0; b < seq_lens.size(); ++b) {
@@ -90,8 +92,8 @@ struct flash_noisy_slice {
   constexpr std::string_view fn = "specdec::flash_noisy_visibility";
   require(s.query_end >= 2, fn, "slice.query_end", ">= 2 (the sequence length)", s.query_end);
   const int l0 = s.query_end, j0 = s.shift;
-  const bool consistent = j0 >= 1 && j0 < l0 && s.query_begin == j0 && s.key_begin == 0 && s.key_end == l0 - j0 &&
-                          s.pad_rows == j0;
+  const bool consistent =
+      j0 >= 1 && j0 < l0 && s.query_begin == j0 && s.key_begin == 0 && s.key_end == l0 - j0 && s.pad_rows == j0;
   require(consistent, fn, "slice",
           "consistent ranges as made by flash_noisy_slice_for (1 <= shift < query_end, query_begin = pad_rows = "
           "shift, key_begin = 0, key_end = query_end - shift); shift",

@@ -72,9 +72,10 @@ inline void validate_llama3_scaling(const llama3_rope_scaling& s, std::string_vi
   require(std::isfinite(s.factor) && s.factor > 0.0, fn, "params.llama3.factor", "a finite value > 0", s.factor);
   require(std::isfinite(s.low_freq_factor) && s.low_freq_factor > 0.0, fn, "params.llama3.low_freq_factor",
           "a finite value > 0", s.low_freq_factor);
-  require(std::isfinite(s.high_freq_factor) && s.high_freq_factor > s.low_freq_factor, fn,
-          "params.llama3.high_freq_factor",
-          "a finite value > low_freq_factor = " + std::to_string(s.low_freq_factor), s.high_freq_factor);
+  if (!(std::isfinite(s.high_freq_factor) && s.high_freq_factor > s.low_freq_factor)) [[unlikely]]
+    throw_invalid_argument(fn, "params.llama3.high_freq_factor",
+                           "a finite value > low_freq_factor = " + std::to_string(s.low_freq_factor),
+                           s.high_freq_factor);
   require(s.original_max_position_embeddings > 0, fn, "params.llama3.original_max_position_embeddings", "> 0",
           s.original_max_position_embeddings);
 }
@@ -85,8 +86,10 @@ inline int validate_rope_params(const rope_params& p, std::int64_t head_dim, std
   require(p.style == rope_style::rotate_half || p.style == rope_style::interleaved, fn, "params.style",
           "rope_style::rotate_half or rope_style::interleaved", static_cast<int>(p.style));
   require(head_dim > 0, fn, "head_dim", "> 0", head_dim);
-  require(p.rotary_dim >= 0 && p.rotary_dim <= head_dim, fn, "params.rotary_dim",
-          "0 (= head_dim) or a value in [2, head_dim = " + std::to_string(head_dim) + "]", p.rotary_dim);
+  if (!(p.rotary_dim >= 0 && p.rotary_dim <= head_dim)) [[unlikely]]
+    throw_invalid_argument(fn, "params.rotary_dim",
+                           "0 (= head_dim) or a value in [2, head_dim = " + std::to_string(head_dim) + "]",
+                           p.rotary_dim);
   const std::int64_t r = p.rotary_dim == 0 ? head_dim : p.rotary_dim;
   require(r % 2 == 0, fn, p.rotary_dim == 0 ? "head_dim" : "params.rotary_dim", "an even rotary dimension", r);
   if (p.llama3) validate_llama3_scaling(*p.llama3, fn);
@@ -94,11 +97,11 @@ inline int validate_rope_params(const rope_params& p, std::int64_t head_dim, std
 }
 
 template <class P>
-concept int32_positions_tensor = tensor_like<P> && (P::rank == 1) &&
-                                 std::is_same_v<std::remove_cv_t<typename P::element_type>, std::int32_t>;
+concept int32_positions_tensor =
+    tensor_like<P> &&(P::rank == 1) && std::is_same_v<std::remove_cv_t<typename P::element_type>, std::int32_t>;
 
 template <class X>
-concept rope_target_tensor = tensor_like<X> && (X::rank == 3) && storage_float<typename X::element_type> &&
+concept rope_target_tensor = tensor_like<X> &&(X::rank == 3) && storage_float<typename X::element_type> &&
                              !std::is_const_v<typename X::element_type>;
 
 }  // namespace detail
@@ -174,16 +177,16 @@ void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
   require_host_accessible(fn, "positions", positions);
   require_unit_inner_stride(fn, "x", x);
   require(x.extent(0) >= 0 && x.extent(1) >= 0, fn, "x", "non-negative extents", shape_string(x));
-  require(positions.extent(0) == x.extent(0), fn, "positions",
-          "extent(0) == x.extent(0) = " + std::to_string(x.extent(0)) + " (one position per token)",
-          positions.extent(0));
-  require(x.extent(0) == 0 || x.extent(1) == 0 || x.data() != nullptr, fn, "x", "a non-null data pointer",
-          "nullptr");
+  if (!(positions.extent(0) == x.extent(0))) [[unlikely]]
+    throw_invalid_argument(fn, "positions",
+                           "extent(0) == x.extent(0) = " + std::to_string(x.extent(0)) + " (one position per token)",
+                           positions.extent(0));
+  require(x.extent(0) == 0 || x.extent(1) == 0 || x.data() != nullptr, fn, "x", "a non-null data pointer", "nullptr");
   require(positions.extent(0) == 0 || positions.data() != nullptr, fn, "positions", "a non-null data pointer",
           "nullptr");
   for (std::int64_t t = 0; t < positions.extent(0); ++t)
-    require(positions(t) >= 0, fn, "positions", "every position >= 0 (at token " + std::to_string(t) + ")",
-            positions(t));
+    if (!(positions(t) >= 0)) [[unlikely]]
+      throw_invalid_argument(fn, "positions", "every position >= 0 (at token " + std::to_string(t) + ")", positions(t));
 }
 
 // Tokens per parallel work item; below min_parallel_elems elements the call stays on one thread
@@ -212,8 +215,11 @@ void rope_for_tokens(const host& policy, std::int64_t tokens, std::int64_t elems
 //! positions.extent(0) == tokens, valid params (theta > 1, even rotary dim <= head_dim, valid
 //! Llama-3.1 scaling). Complexity O(tokens * (R/2 sincos + heads * R)); parallel over token blocks.
 template <class X, class P>
-  requires(detail::rope_target_tensor<std::remove_cvref_t<X>> && detail::int32_positions_tensor<std::remove_cvref_t<P>>)
-void apply_rope(const host& policy, const rope_params& params, const X& x_in, const P& positions_in) {
+requires(detail::rope_target_tensor<std::remove_cvref_t<X>>&&
+             detail::int32_positions_tensor<std::remove_cvref_t<P>>) void apply_rope(const host& policy,
+                                                                                     const rope_params& params,
+                                                                                     const X& x_in,
+                                                                                     const P& positions_in) {
   constexpr std::string_view fn = "specdec::apply_rope";
   const auto x = as_view(x_in);
   const auto positions = as_view(positions_in);
@@ -238,11 +244,11 @@ void apply_rope(const host& policy, const rope_params& params, const X& x_in, co
 
 //! apply_rope with positions given as a span of int32.
 template <class X>
-  requires detail::rope_target_tensor<std::remove_cvref_t<X>>
+requires detail::rope_target_tensor<std::remove_cvref_t<X>>
 void apply_rope(const host& policy, const rope_params& params, const X& x, std::span<const std::int32_t> positions) {
-  apply_rope(policy, params, x,
-             strided_view<const std::int32_t, 1>::contiguous(positions.data(),
-                                                              {static_cast<std::int64_t>(positions.size())}));
+  apply_rope(
+      policy, params, x,
+      strided_view<const std::int32_t, 1>::contiguous(positions.data(), {static_cast<std::int64_t>(positions.size())}));
 }
 
 //! Precomputed cos/sin table for positions [0, max_positions): cos/sin of pos * inv_freq[i]
@@ -291,8 +297,11 @@ class rope_cache {
 //! Extra preconditions: x.extent(2) == cache.head_dim(), every position < cache.max_positions().
 //! Complexity O(tokens * heads * R); parallel over token blocks.
 template <class X, class P>
-  requires(detail::rope_target_tensor<std::remove_cvref_t<X>> && detail::int32_positions_tensor<std::remove_cvref_t<P>>)
-void apply_rope(const host& policy, const rope_cache& cache, const X& x_in, const P& positions_in) {
+requires(detail::rope_target_tensor<std::remove_cvref_t<X>>&&
+             detail::int32_positions_tensor<std::remove_cvref_t<P>>) void apply_rope(const host& policy,
+                                                                                     const rope_cache& cache,
+                                                                                     const X& x_in,
+                                                                                     const P& positions_in) {
   constexpr std::string_view fn = "specdec::apply_rope";
   const auto x = as_view(x_in);
   const auto positions = as_view(positions_in);
@@ -301,10 +310,11 @@ void apply_rope(const host& policy, const rope_cache& cache, const X& x_in, cons
   detail::validate_rope_call(x, positions, fn);
   require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
   for (std::int64_t t = 0; t < positions.extent(0); ++t)
-    require(positions(t) < cache.max_positions(), fn, "positions",
-            "every position < cache.max_positions() = " + std::to_string(cache.max_positions()) + " (at token " +
-                std::to_string(t) + ")",
-            positions(t));
+    if (!(positions(t) < cache.max_positions())) [[unlikely]]
+      throw_invalid_argument(fn, "positions",
+                             "every position < cache.max_positions() = " + std::to_string(cache.max_positions()) +
+                                 " (at token " + std::to_string(t) + ")",
+                             positions(t));
   const rope_style style = cache.params().style;
   detail::rope_for_tokens(policy, x.extent(0), x.extent(1) * x.extent(2), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t t = b; t < e; ++t)
@@ -315,11 +325,11 @@ void apply_rope(const host& policy, const rope_cache& cache, const X& x_in, cons
 
 //! apply_rope with a cache and positions given as a span of int32.
 template <class X>
-  requires detail::rope_target_tensor<std::remove_cvref_t<X>>
+requires detail::rope_target_tensor<std::remove_cvref_t<X>>
 void apply_rope(const host& policy, const rope_cache& cache, const X& x, std::span<const std::int32_t> positions) {
-  apply_rope(policy, cache, x,
-             strided_view<const std::int32_t, 1>::contiguous(positions.data(),
-                                                              {static_cast<std::int64_t>(positions.size())}));
+  apply_rope(
+      policy, cache, x,
+      strided_view<const std::int32_t, 1>::contiguous(positions.data(), {static_cast<std::int64_t>(positions.size())}));
 }
 
 //! Positions of the n tree nodes of one request: committed_length + depth[i] (design brief).
@@ -330,9 +340,10 @@ inline void tree_positions(int committed_length, std::span<const std::int32_t> d
   require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
   require_equal(fn, "out (size)", depths.size(), out.size());
   for (std::size_t i = 0; i < depths.size(); ++i) {
-    require(depths[i] >= 0 && static_cast<std::int64_t>(depths[i]) + committed_length <= INT32_MAX, fn, "depths",
-            "every depth >= 0 with committed_length + depth <= INT32_MAX (at node " + std::to_string(i) + ")",
-            depths[i]);
+    if (!(depths[i] >= 0 && static_cast<std::int64_t>(depths[i]) + committed_length <= INT32_MAX)) [[unlikely]]
+      throw_invalid_argument(
+          fn, "depths",
+          "every depth >= 0 with committed_length + depth <= INT32_MAX (at node " + std::to_string(i) + ")", depths[i]);
     out[i] = committed_length + depths[i];
   }
 }

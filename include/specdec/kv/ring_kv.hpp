@@ -1,0 +1,366 @@
+#pragma once
+//! \file ring_kv.hpp
+//! Ring-buffer KV cache for the draft model's sliding-window self-attention (LongSpec §3.1: "the
+//! self-attention memory footprint does not exceed the window size, which we set to 512").
+//!
+//! Design
+//! ------
+//! Each request owns S = W + P token slots (W = window, P = speculative capacity), allocated once;
+//! memory never grows with the generated length. Tokens are appended in order; token number n (0-based
+//! count of all tokens ever appended to that request) lives in slot n % S. The attention view
+//! (`ring_kv`, a kv_layout) shows the newest min(appended, W) tokens, oldest first:
+//!   length(r) = min(appended_r, W),  k_row(r, t, h) = slot (appended_r - length(r) + t) % S.
+//!
+//! Rollback of rejected speculative tokens. Slots a wrapped ring overwrote cannot be restored, so the
+//! cache distinguishes committed tokens from pending (speculative) ones and never lets a pending token
+//! overwrite a slot that a rollback would need again:
+//!   - append(r, k, v)            appends committed tokens (prefill, accepted tokens); needs no pending
+//!                                tokens (commit or roll them back first).
+//!   - append_speculative(r, ...) appends pending tokens, at most P pending in all. Because the
+//!                                physical ring holds the newest W + P tokens and at most P of them are
+//!                                pending, the W newest *committed* tokens are always still present.
+//!   - rollback(r, k)             drops the newest k pending tokens; the view is then exactly what it was
+//!                                before they were appended (tested after the ring wrapped many times).
+//!   - commit(r, accepted)        keeps the oldest `accepted` pending tokens as committed, drops the rest.
+//! Two drafting styles use this:
+//!   (a) tree drafting (LongSpec): the tree tokens' K/V are never written to the ring; they go to
+//!       sliding_window_attention as spec_k/spec_v (each tree token sees the W-token window plus its
+//!       ancestors) and after verification only the accepted path is appended (append_rows()). P = 0
+//!       suffices.
+//!   (b) chain drafting: each drafted token is appended with append_speculative() so the next draft
+//!       step sees it; after verification commit(r, accepted). Needs P >= the draft length.
+//!
+//! Storage per request: [S, kv_heads, head_dim] (token-major, NHD), requests back to back.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/dtype.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/kv/kv_layout.hpp"
+
+namespace specdec {
+
+//! Default draft window (LongSpec §3.1).
+inline constexpr int longspec_default_window = 512;
+
+//! Non-owning kv_layout over a ring buffer (see file comment). Usually obtained from
+//! ring_kv_cache::layout(); can also describe a user's own ring memory.
+//!   k, v      [requests, slots, kv_heads, head_dim]
+//!   starts[r] slot of the oldest visible token, in [0, slots)
+//!   lengths[r] visible tokens, in [0, window]
+//! Token t (0 = oldest visible) of request r is in slot (starts[r] + t) mod slots.
+template <class T>
+struct ring_kv {
+  using value_type = T;
+
+  T* k = nullptr;
+  T* v = nullptr;
+  const std::int32_t* starts = nullptr;   //!< [requests]
+  const std::int32_t* lengths = nullptr;  //!< [requests]
+  int requests = 0;
+  int slots = 0;   //!< physical slots per request (window + speculative capacity)
+  int window = 0;  //!< W: the most tokens visible at once
+  int kv_heads = 0;
+  int dim = 0;
+  memory_space where = memory_space::host;
+
+  SPECDEC_HOST_DEVICE int num_requests() const noexcept { return requests; }
+  SPECDEC_HOST_DEVICE int num_kv_heads() const noexcept { return kv_heads; }
+  SPECDEC_HOST_DEVICE int head_dim() const noexcept { return dim; }
+  SPECDEC_HOST_DEVICE int length(int r) const noexcept { return lengths[r]; }
+  SPECDEC_HOST_DEVICE memory_space space() const noexcept { return where; }
+
+  //! Slot of visible token t of request r (one add and one conditional subtract; no division).
+  SPECDEC_HOST_DEVICE int slot(int r, int t) const noexcept {
+    int s = starts[r] + t;
+    if (s >= slots) s -= slots;
+    return s;
+  }
+  SPECDEC_HOST_DEVICE std::int64_t row_offset(int r, int t, int h) const noexcept {
+    return ((static_cast<std::int64_t>(r) * slots + slot(r, t)) * kv_heads + h) * dim;
+  }
+  SPECDEC_HOST_DEVICE T* k_row(int r, int t, int h) const noexcept { return k + row_offset(r, t, h); }
+  SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const noexcept { return v + row_offset(r, t, h); }
+};
+
+//! Checks geometry, pointers and (host-accessible) per-request starts/lengths. Found by ADL from
+//! validate_kv_layout, so every attention entry point runs it on a ring_kv argument.
+template <class T>
+void validate_layout(const ring_kv<T>& l, std::string_view function, std::string_view argument) {
+  require(l.requests >= 0, function, argument, "requests >= 0", l.requests);
+  require(l.window >= 1, function, argument, "window >= 1", l.window);
+  if (!(l.slots >= l.window)) [[unlikely]]
+    throw_invalid_argument(function, argument, "slots >= window = " + std::to_string(l.window), l.slots);
+  require(l.kv_heads > 0, function, argument, "kv_heads > 0", l.kv_heads);
+  require(l.dim > 0, function, argument, "dim > 0", l.dim);
+  require(l.requests == 0 || (l.k != nullptr && l.v != nullptr), function, argument, "non-null k and v buffers",
+          "nullptr");
+  require(l.requests == 0 || (l.starts != nullptr && l.lengths != nullptr), function, argument,
+          "non-null starts and lengths", "nullptr");
+  if (!host_accessible(l.where)) return;
+  for (int r = 0; r < l.requests; ++r) {
+    if (!(l.lengths[r] >= 0 && l.lengths[r] <= l.window)) [[unlikely]]
+      throw_invalid_argument(function, argument,
+                             "lengths[" + std::to_string(r) + "] in [0, window = " + std::to_string(l.window) + "]",
+                             l.lengths[r]);
+    if (!(l.starts[r] >= 0 && l.starts[r] < l.slots)) [[unlikely]]
+      throw_invalid_argument(function, argument,
+                             "starts[" + std::to_string(r) + "] in [0, slots = " + std::to_string(l.slots) + ")",
+                             l.starts[r]);
+  }
+}
+
+static_assert(kv_layout<ring_kv<float>> && check_kv_layout<ring_kv<float>>());
+static_assert(kv_layout<ring_kv<const float>>);
+
+//! Geometry of a ring_kv_cache.
+struct ring_kv_config {
+  int requests = 1;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int window = longspec_default_window;  //!< W (LongSpec §3.1 uses 512)
+  int speculative_capacity = 0;          //!< P: most pending (rollback-able) tokens per request
+};
+
+//! Owning ring-buffer KV cache (see file comment for the design). Allocates
+//! requests * (window + speculative_capacity) * kv_heads * head_dim elements for K and for V once, in
+//! the constructor; no member function allocates afterwards. Host memory. Not thread-safe for
+//! concurrent mutation of the same request; distinct requests may be appended from distinct threads.
+template <class T>
+class ring_kv_cache {
+  static_assert(storage_float<T> && !std::is_const_v<T>,
+                "ring_kv_cache: T must be float, double, specdec::half or specdec::bfloat16");
+
+ public:
+  using value_type = T;
+
+  //! Allocates the ring. Throws invalid_argument on non-positive geometry or negative capacity.
+  explicit ring_kv_cache(const ring_kv_config& c) : cfg_(c) {
+    constexpr std::string_view fn = "specdec::ring_kv_cache";
+    require(c.requests >= 0, fn, "config.requests", ">= 0", c.requests);
+    require(c.kv_heads > 0, fn, "config.kv_heads", "> 0", c.kv_heads);
+    require(c.head_dim > 0, fn, "config.head_dim", "> 0", c.head_dim);
+    require(c.window >= 1, fn, "config.window", ">= 1", c.window);
+    require(c.speculative_capacity >= 0, fn, "config.speculative_capacity", ">= 0", c.speculative_capacity);
+    require(static_cast<std::int64_t>(c.window) + c.speculative_capacity <= INT32_MAX, fn,
+            "config.speculative_capacity", "window + speculative_capacity <= INT32_MAX", c.speculative_capacity);
+    slots_ = c.window + c.speculative_capacity;
+    row_ = static_cast<std::size_t>(c.kv_heads) * static_cast<std::size_t>(c.head_dim);
+    const std::size_t n = static_cast<std::size_t>(c.requests) * static_cast<std::size_t>(slots_) * row_;
+    k_.assign(n, T{});
+    v_.assign(n, T{});
+    appended_.assign(static_cast<std::size_t>(c.requests), 0);
+    committed_.assign(static_cast<std::size_t>(c.requests), 0);
+    starts_.assign(static_cast<std::size_t>(c.requests), 0);
+    lengths_.assign(static_cast<std::size_t>(c.requests), 0);
+  }
+
+  [[nodiscard]] const ring_kv_config& config() const noexcept { return cfg_; }
+  [[nodiscard]] int num_requests() const noexcept { return cfg_.requests; }
+  [[nodiscard]] int window() const noexcept { return cfg_.window; }
+  [[nodiscard]] int slots() const noexcept { return slots_; }
+  //! Bytes held by the K and V buffers together; constant for the object's lifetime.
+  [[nodiscard]] std::size_t bytes() const noexcept { return (k_.capacity() + v_.capacity()) * sizeof(T); }
+  [[nodiscard]] const T* k_data() const noexcept { return k_.data(); }
+  [[nodiscard]] const T* v_data() const noexcept { return v_.data(); }
+
+  //! Visible tokens of request r: min(appended, W).
+  [[nodiscard]] int length(int r) const { return lengths_[checked(r, "specdec::ring_kv_cache::length")]; }
+  //! Tokens ever appended to request r (committed + pending); the next token's sequence index.
+  [[nodiscard]] std::int64_t appended(int r) const { return appended_[checked(r, "specdec::ring_kv_cache::appended")]; }
+  //! Committed tokens ever appended to request r.
+  [[nodiscard]] std::int64_t committed(int r) const {
+    return committed_[checked(r, "specdec::ring_kv_cache::committed")];
+  }
+  //! Pending (speculative, rollback-able) tokens of request r.
+  [[nodiscard]] int pending(int r) const {
+    const auto i = checked(r, "specdec::ring_kv_cache::pending");
+    return static_cast<int>(appended_[i] - committed_[i]);
+  }
+
+  //! The kv_layout view over the current contents (valid until the cache is destroyed; it reflects
+  //! later appends since it points at the cache's own start/length arrays).
+  [[nodiscard]] ring_kv<T> layout() noexcept {
+    return {k_.data(), v_.data(),   starts_.data(), lengths_.data(), cfg_.requests,
+            slots_,    cfg_.window, cfg_.kv_heads,  cfg_.head_dim,   memory_space::host};
+  }
+  //! Read-only view.
+  [[nodiscard]] ring_kv<const T> layout() const noexcept {
+    return {k_.data(), v_.data(),   starts_.data(), lengths_.data(), cfg_.requests,
+            slots_,    cfg_.window, cfg_.kv_heads,  cfg_.head_dim,   memory_space::host};
+  }
+
+  //! Appends committed tokens: k, v are [n, kv_heads, head_dim] of T (any strides with unit inner
+  //! stride, host memory). Only the newest min(n, slots) rows are written. Preconditions: request in
+  //! range, shapes match, no pending tokens. O(min(n, slots) * kv_heads * head_dim).
+  template <tensor_like K, tensor_like V>
+  void append(int request, const K& k, const V& v) {
+    constexpr std::string_view fn = "specdec::ring_kv_cache::append";
+    const auto r = checked(request, fn);
+    const std::int64_t n = validate_rows(fn, k, v);
+    require(appended_[r] == committed_[r], fn, "request",
+            "a request with no pending speculative tokens (commit or rollback first); pending",
+            appended_[r] - committed_[r]);
+    write(r, as_view(k), as_view(v), n, [](std::int64_t i) { return i; });
+    committed_[r] = appended_[r];
+  }
+
+  //! Appends rows `rows[i]` of k, v ([*, kv_heads, head_dim]) as committed tokens, in the order given
+  //! (e.g. the accepted path of a draft tree, whose K/V were passed to sliding_window_attention as
+  //! spec_k/spec_v). Preconditions as append(), and every index in [0, k.extent(0)). O(|rows| * row).
+  template <tensor_like K, tensor_like V>
+  void append_rows(int request, const K& k, const V& v, std::span<const std::int32_t> rows) {
+    constexpr std::string_view fn = "specdec::ring_kv_cache::append_rows";
+    const auto r = checked(request, fn);
+    const std::int64_t n = validate_rows(fn, k, v);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (!(rows[i] >= 0 && rows[i] < n)) [[unlikely]]
+        throw_invalid_argument(
+            fn, "rows",
+            "every row index in [0, k.extent(0) = " + std::to_string(n) + ") (at " + std::to_string(i) + ")", rows[i]);
+    require(appended_[r] == committed_[r], fn, "request",
+            "a request with no pending speculative tokens (commit or rollback first); pending",
+            appended_[r] - committed_[r]);
+    write(r, as_view(k), as_view(v), static_cast<std::int64_t>(rows.size()),
+          [&](std::int64_t i) { return static_cast<std::int64_t>(rows[static_cast<std::size_t>(i)]); });
+    committed_[r] = appended_[r];
+  }
+
+  //! Appends pending (speculative) tokens that a later rollback()/commit() may drop. Preconditions as
+  //! append() except pending tokens are allowed: pending(request) + n <= speculative_capacity.
+  template <tensor_like K, tensor_like V>
+  void append_speculative(int request, const K& k, const V& v) {
+    constexpr std::string_view fn = "specdec::ring_kv_cache::append_speculative";
+    const auto r = checked(request, fn);
+    const std::int64_t n = validate_rows(fn, k, v);
+    const std::int64_t pend = appended_[r] - committed_[r];
+    if (!(pend + n <= cfg_.speculative_capacity)) [[unlikely]]
+      throw_invalid_argument(
+          fn, "k",
+          "at most speculative_capacity - pending = " + std::to_string(cfg_.speculative_capacity - pend) +
+              " tokens (more would overwrite slots a rollback needs); tokens",
+          n);
+    write(r, as_view(k), as_view(v), n, [](std::int64_t i) { return i; });
+  }
+
+  //! Drops the newest `count` pending tokens; the view is exactly as before they were appended.
+  //! Preconditions: 0 <= count <= pending(request). O(1).
+  void rollback(int request, int count) {
+    constexpr std::string_view fn = "specdec::ring_kv_cache::rollback";
+    const auto r = checked(request, fn);
+    require_in_range(fn, "count", static_cast<std::int64_t>(count), std::int64_t{0}, appended_[r] - committed_[r]);
+    appended_[r] -= count;
+    update_view(r);
+  }
+
+  //! Keeps the oldest `accepted` pending tokens as committed and drops the others.
+  //! Preconditions: 0 <= accepted <= pending(request). O(1).
+  void commit(int request, int accepted) {
+    constexpr std::string_view fn = "specdec::ring_kv_cache::commit";
+    const auto r = checked(request, fn);
+    require_in_range(fn, "accepted", static_cast<std::int64_t>(accepted), std::int64_t{0},
+                     appended_[r] - committed_[r]);
+    appended_[r] = committed_[r] + accepted;
+    committed_[r] = appended_[r];
+    update_view(r);
+  }
+
+  //! Empties request r (a new sequence); its slots are reused. O(1).
+  void reset(int request) {
+    const auto r = checked(request, "specdec::ring_kv_cache::reset");
+    appended_[r] = committed_[r] = 0;
+    update_view(r);
+  }
+
+ private:
+  std::size_t checked(int r, std::string_view fn) const {
+    if (!(r >= 0 && r < cfg_.requests)) [[unlikely]]
+      throw_invalid_argument(fn, "request", "a request index in [0, " + std::to_string(cfg_.requests) + ")", r);
+    return static_cast<std::size_t>(r);
+  }
+
+  template <class K, class V>
+  std::int64_t validate_rows(std::string_view fn, const K& k, const V& v) const {
+    static_assert(K::rank == 3 && V::rank == 3, "ring_kv_cache: k and v must be rank-3 [tokens, kv_heads, head_dim]");
+    static_assert(std::is_same_v<std::remove_cv_t<typename K::element_type>, T> &&
+                      std::is_same_v<std::remove_cv_t<typename V::element_type>, T>,
+                  "ring_kv_cache: k and v must have the cache's element type");
+    require_host_accessible(fn, "k", k);
+    require_host_accessible(fn, "v", v);
+    require_shape(fn, "k", k, {-1, cfg_.kv_heads, cfg_.head_dim});
+    require_shape(fn, "v", v, {k.extent(0), cfg_.kv_heads, cfg_.head_dim});
+    require_unit_inner_stride(fn, "k", k);
+    require_unit_inner_stride(fn, "v", v);
+    require(k.extent(0) == 0 || (k.data() != nullptr && v.data() != nullptr), fn, "k", "non-null k and v data",
+            "nullptr");
+    return k.extent(0);
+  }
+
+  // Writes n source rows (source index src(i)) as the next tokens. When n exceeds the slots only the
+  // newest `slots` are written: older ones would be overwritten within this same call.
+  template <class KV, class VV, class Src>
+  void write(std::size_t r, const KV& k, const VV& v, std::int64_t n, Src src) {
+    const std::int64_t skip = std::max<std::int64_t>(0, n - slots_);
+    const std::int64_t base = appended_[r];
+    for (std::int64_t i = skip; i < n; ++i) {
+      const std::int64_t slot = (base + i) % slots_;
+      T* kd = k_.data() + (r * static_cast<std::size_t>(slots_) + static_cast<std::size_t>(slot)) * row_;
+      T* vd = v_.data() + (kd - k_.data());
+      const std::int64_t s = src(i);
+      for (int h = 0; h < cfg_.kv_heads; ++h) {
+        const auto* ks = &k(s, h, 0);
+        const auto* vs = &v(s, h, 0);
+        std::copy(ks, ks + cfg_.head_dim, kd + static_cast<std::size_t>(h) * cfg_.head_dim);
+        std::copy(vs, vs + cfg_.head_dim, vd + static_cast<std::size_t>(h) * cfg_.head_dim);
+      }
+    }
+    appended_[r] = base + n;
+    update_view(r);
+  }
+
+  void update_view(std::size_t r) {
+    const std::int64_t len = std::min<std::int64_t>(appended_[r], cfg_.window);
+    lengths_[r] = static_cast<std::int32_t>(len);
+    starts_[r] = static_cast<std::int32_t>((appended_[r] - len) % slots_);
+  }
+
+  ring_kv_config cfg_;
+  int slots_ = 0;
+  std::size_t row_ = 0;
+  std::vector<T> k_, v_;
+  std::vector<std::int64_t> appended_, committed_;
+  std::vector<std::int32_t> starts_, lengths_;
+};
+
+namespace reference {
+
+//! Naive ring oracle for tests: keeps the whole history and returns the row of visible token t
+//! (0 = oldest of the newest min(n, window) tokens). O(history) memory; obviously correct.
+template <class T>
+struct sliding_window_history {
+  int kv_heads = 0, head_dim = 0, window = 0;
+  std::vector<std::vector<T>> k, v;  //!< one [kv_heads * head_dim] row per appended token
+  [[nodiscard]] int length() const {
+    return static_cast<int>(std::min<std::size_t>(k.size(), static_cast<std::size_t>(window)));
+  }
+  [[nodiscard]] const T* k_row(int t, int h) const {
+    return k[k.size() - static_cast<std::size_t>(length()) + static_cast<std::size_t>(t)].data() +
+           static_cast<std::size_t>(h) * head_dim;
+  }
+  [[nodiscard]] const T* v_row(int t, int h) const {
+    return v[v.size() - static_cast<std::size_t>(length()) + static_cast<std::size_t>(t)].data() +
+           static_cast<std::size_t>(h) * head_dim;
+  }
+};
+
+}  // namespace reference
+
+}  // namespace specdec
