@@ -1,0 +1,78 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "specdec/core/thread_pool.hpp"
+
+namespace {
+// Records the distinct threads that ran tasks; each task sleeps briefly so helpers get a chance to join.
+struct thread_recorder {
+  std::mutex m;
+  std::set<std::thread::id> ids;
+  void record() {
+    std::lock_guard lock(m);
+    ids.insert(std::this_thread::get_id());
+  }
+};
+}  // namespace
+
+TEST_CASE("thread_pool honours max_threads and runs host{1} on the calling thread") {
+  specdec::thread_pool pool(3);
+  CHECK(pool.workers() == 3);
+  for (int limit : {1, 2, 3}) {
+    thread_recorder rec;
+    std::atomic<int> calls{0};
+    pool.parallel_for(
+        64,
+        [&](std::int64_t) {
+          rec.record();
+          calls.fetch_add(1);
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        },
+        limit);
+    CHECK(calls.load() == 64);
+    CHECK(static_cast<int>(rec.ids.size()) <= limit);
+    if (limit == 1) CHECK(*rec.ids.begin() == std::this_thread::get_id());
+  }
+  thread_recorder rec;
+  pool.parallel_for(64, [&](std::int64_t) {
+    rec.record();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  });
+  CHECK(static_cast<int>(rec.ids.size()) <= pool.workers() + 1);
+
+  thread_recorder one;
+  specdec::parallel_for(specdec::host{1}, 16, [&](std::int64_t) { one.record(); });
+  REQUIRE(one.ids.size() == 1);
+  CHECK(*one.ids.begin() == std::this_thread::get_id());
+}
+
+TEST_CASE("parallel_for with no work calls nothing; a pool with no workers runs inline") {
+  int calls = 0;
+  specdec::parallel_for(specdec::host{}, 0, [&](std::int64_t) { ++calls; });
+  specdec::parallel_for(specdec::host{}, -5, [&](std::int64_t) { ++calls; });
+  CHECK(calls == 0);
+  specdec::thread_pool inline_pool(0);
+  std::vector<std::int64_t> order;
+  inline_pool.parallel_for(5, [&](std::int64_t i) { order.push_back(i); });
+  CHECK(order == std::vector<std::int64_t>{0, 1, 2, 3, 4});
+  CHECK_THROWS_AS(specdec::thread_pool(-1), specdec::invalid_argument);
+}
+
+TEST_CASE("concurrent callers of one pool are serialized and each completes") {
+  specdec::thread_pool pool(2);
+  std::vector<std::atomic<int>> hits(4000);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 10; ++rep)
+        pool.parallel_for(100, [&](std::int64_t i) { hits[static_cast<std::size_t>(c * 1000 + rep * 100 + i)].fetch_add(1); });
+    });
+  for (auto& t : callers) t.join();
+  for (auto& h : hits) REQUIRE(h.load() == 1);
+}
