@@ -1,0 +1,243 @@
+#pragma once
+//! \file commit.hpp
+//! KV commit after verification: the accepted tree tokens' K/V rows (every layer, every KV head) move
+//! to the contiguous positions right after the committed prefix, and the rest of the tree is dropped.
+//!
+//! Where the tree tokens' K/V live before the commit (both supported):
+//!  - in place (kv_commit_in_place): the engine appended the n tree tokens to the same cache, node i at
+//!    position committed_length + i, for the target's tree forward. Accepted node a_j moves from
+//!    committed_length + a_j to committed_length + j. Because a root path's indices strictly increase
+//!    (a_j >= j), moving in order j = 0, 1, ... never overwrites a row still to be read, so no scratch
+//!    is needed; rows already in place (a_j == j) are not touched.
+//!  - in a separate speculative buffer (kv_commit_from_buffer): per layer K and V tensors [n, Hkv, D]
+//!    (node i in row i), e.g. what hybrid tree attention reads as "spec_k/spec_v". Accepted node a_j is
+//!    copied to cache position committed_length + j.
+//! The cache's own length array is NOT modified (layouts hold it by const pointer; the engine owns
+//! it): every function returns the new length committed_length + accepted.size() for the caller to
+//! store. Rows past the new length are left as they were (they are garbage by definition).
+//!
+//! Guarantees: everything is validated before the first write (layouts, capacity, spec-buffer shapes,
+//! accepted indices forming a root path of the tree), so a failed commit leaves every cache unchanged;
+//! a full rejection (no accepted node) writes nothing, so every cache stays bit-identical.
+//! Works with any writable_kv_layout (contiguous_kv NHD/HND, paged_kv: rows are reached through
+//! k_row/v_row, so a paged commit writes into the request's own pages, within capacity(r)).
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/kv/kv_layout.hpp"
+
+namespace specdec {
+
+namespace detail {
+
+//! accepted must be a root path of the tree given by `parents` (size n): parents[a_0] == -1 and
+//! parents[a_j] == a_{j-1}; hence strictly increasing and in [0, n). With empty `parents` only
+//! "strictly increasing within [0, n)" is checked (the tree is then the caller's responsibility).
+inline void validate_accepted_path(std::span<const std::int32_t> accepted, int tree_size,
+                                   std::span<const std::int32_t> parents, std::string_view fn) {
+  require(parents.empty() || parents.size() == static_cast<std::size_t>(tree_size), fn, "parents.size()",
+          "0 or tree_size = " + std::to_string(tree_size), parents.size());
+  std::int32_t prev = -1;
+  for (std::size_t j = 0; j < accepted.size(); ++j) {
+    const std::int32_t a = accepted[j];
+    if (a <= prev || a >= tree_size) [[unlikely]]
+      throw_invalid_argument(fn, "accepted[" + std::to_string(j) + "]",
+                             "strictly increasing node indices in [0, tree_size = " + std::to_string(tree_size) + ")",
+                             a);
+    if (!parents.empty() && parents[static_cast<std::size_t>(a)] != prev) [[unlikely]]
+      throw_invalid_argument(fn, "accepted[" + std::to_string(j) + "]",
+                             "a root path (parent of node " + std::to_string(a) + " == " + std::to_string(prev) + ")",
+                             parents[static_cast<std::size_t>(a)]);
+    prev = a;
+  }
+}
+
+//! Every layer valid, host-accessible, same geometry, and holding requests [0, requests).
+template <class L>
+void validate_commit_layers(std::span<const L> layers, int requests, std::string_view fn) {
+  require(!layers.empty(), fn, "layers", "at least one layer", layers.size());
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const std::string name = "layers[" + std::to_string(l) + "]";
+    validate_kv_layout(layers[l], fn, name);
+    require(host_accessible(layers[l].space()), fn, name, "host-accessible memory (host or managed)", layers[l].space());
+    require(layers[l].num_requests() >= requests, fn, name + ".num_requests()",
+            ">= " + std::to_string(requests), layers[l].num_requests());
+    require_equal(fn, name + ".num_kv_heads()", layers[0].num_kv_heads(), layers[l].num_kv_heads());
+    require_equal(fn, name + ".head_dim()", layers[0].head_dim(), layers[l].head_dim());
+  }
+}
+
+template <class L>
+void copy_row(const L& l, typename L::value_type* dst, const typename L::value_type* src) {
+  std::copy_n(src, l.head_dim(), dst);
+}
+
+//! The in-place move itself (inputs already validated): a_j -> committed + j, j ascending.
+template <class L>
+void move_accepted(std::span<const L> layers, int request, int committed_length, std::span<const std::int32_t> accepted) {
+  for (const auto& layer : layers)
+    for (std::size_t j = 0; j < accepted.size(); ++j) {
+      const int src = committed_length + accepted[j], dst = committed_length + static_cast<int>(j);
+      if (src == dst) continue;  // already in place: not even rewritten
+      for (int h = 0; h < layer.num_kv_heads(); ++h) {
+        copy_row(layer, layer.k_row(request, dst, h), layer.k_row(request, src, h));
+        copy_row(layer, layer.v_row(request, dst, h), layer.v_row(request, src, h));
+      }
+    }
+}
+
+}  // namespace detail
+
+//! In-place commit for one request: the tree's n tokens sit at positions [committed_length,
+//! committed_length + n) of every layer's cache; moves accepted node a_j to committed_length + j in
+//! every layer and KV head. `parents` (optional, the tree's parent array, e.g. tree.parents()) lets the
+//! commit check that `accepted` is a root path; without it, strictly increasing indices are required.
+//! Returns the new length committed_length + accepted.size().
+//! Preconditions (checked): committed_length >= 0; committed_length + tree_size <= capacity(request) in
+//! every layer; host-accessible layouts with equal geometry. Complexity: O(layers * accepted * Hkv * D).
+//! `layers` is a span of layouts (std::span(my_layers); const or not), one per layer.
+template <class LayerT, std::size_t E>
+  requires writable_kv_layout<std::remove_const_t<LayerT>>
+int kv_commit_in_place(std::span<LayerT, E> layer_span, int request, int committed_length, int tree_size,
+                       std::span<const std::int32_t> accepted, std::span<const std::int32_t> parents = {}) {
+  using L = std::remove_const_t<LayerT>;
+  const std::span<const L> layers(layer_span.data(), layer_span.size());
+  constexpr std::string_view fn = "specdec::kv_commit_in_place";
+  static_assert(check_kv_layout<L>());
+  require(request >= 0, fn, "request", ">= 0", request);
+  detail::validate_commit_layers(layers, request + 1, fn);
+  require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
+  require(tree_size >= 0, fn, "tree_size", ">= 0", tree_size);
+  for (std::size_t l = 0; l < layers.size(); ++l)
+    require(static_cast<std::int64_t>(committed_length) + tree_size <= layers[l].capacity(request), fn,
+            "committed_length + tree_size",
+            "<= capacity(request) = " + std::to_string(layers[l].capacity(request)) + " (layer " + std::to_string(l) + ")",
+            static_cast<std::int64_t>(committed_length) + tree_size);
+  detail::validate_accepted_path(accepted, tree_size, parents, fn);
+  detail::move_accepted(layers, request, committed_length, accepted);
+  return committed_length + static_cast<int>(accepted.size());
+}
+
+//! Commit for one request from separate speculative buffers: spec_k[l], spec_v[l] are layer l's tree
+//! K/V, [tree_size, Hkv, D] (any rank-3 tensor_like of the cache's element type, unit inner stride,
+//! host-accessible). Copies node a_j's rows to position committed_length + j of layer l's cache.
+//! Returns committed_length + accepted.size(). Preconditions (checked): one spec_k/spec_v per layer,
+//! shapes [n, Hkv, D] with n = tree_size; committed_length + accepted.size() <= capacity(request).
+//! Complexity: O(layers * accepted * Hkv * D).
+template <class LayerT, std::size_t E, class SpecT, std::size_t EK, std::size_t EV>
+  requires writable_kv_layout<std::remove_const_t<LayerT>> && tensor_like<std::remove_const_t<SpecT>>
+int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int committed_length,
+                          std::span<SpecT, EK> spec_k, std::span<SpecT, EV> spec_v,
+                          std::span<const std::int32_t> accepted, std::span<const std::int32_t> parents = {}) {
+  using L = std::remove_const_t<LayerT>;
+  using Spec = std::remove_const_t<SpecT>;
+  const std::span<const L> layers(layer_span.data(), layer_span.size());
+  constexpr std::string_view fn = "specdec::kv_commit_from_buffer";
+  static_assert(check_kv_layout<L>());
+  static_assert(Spec::rank == 3, "specdec::kv_commit_from_buffer: spec buffers must be rank 3 [n, kv_heads, head_dim]");
+  static_assert(std::is_same_v<std::remove_cv_t<typename Spec::element_type>, typename L::value_type>,
+                "specdec::kv_commit_from_buffer: spec buffer element type must equal the cache's value_type");
+  require(request >= 0, fn, "request", ">= 0", request);
+  detail::validate_commit_layers(layers, request + 1, fn);
+  require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
+  require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
+  require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
+  const std::int64_t n = static_cast<std::int64_t>(spec_k[0].extent(0));
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const auto check_spec = [&](const Spec& t, const char* what) {
+      const auto v = as_view(t);
+      const std::string name = std::string(what) + "[" + std::to_string(l) + "]";
+      require_host_accessible(fn, name, v);
+      require_shape(fn, name, v, {n, layers[l].num_kv_heads(), layers[l].head_dim()});
+      require_unit_inner_stride(fn, name, v);
+      require(n == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
+    };
+    check_spec(spec_k[l], "spec_k");
+    check_spec(spec_v[l], "spec_v");
+    require(static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()) <=
+                layers[l].capacity(request),
+            fn, "committed_length + accepted.size()",
+            "<= capacity(request) = " + std::to_string(layers[l].capacity(request)) + " (layer " + std::to_string(l) + ")",
+            static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()));
+  }
+  detail::validate_accepted_path(accepted, static_cast<int>(n), parents, fn);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const auto& layer = layers[l];
+    const auto sk = as_view(spec_k[l]);
+    const auto sv = as_view(spec_v[l]);
+    for (std::size_t j = 0; j < accepted.size(); ++j) {
+      const int dst = committed_length + static_cast<int>(j);
+      for (int h = 0; h < layer.num_kv_heads(); ++h) {
+        detail::copy_row(layer, layer.k_row(request, dst, h), &sk(accepted[j], h, 0));
+        detail::copy_row(layer, layer.v_row(request, dst, h), &sv(accepted[j], h, 0));
+      }
+    }
+  }
+  return committed_length + static_cast<int>(accepted.size());
+}
+
+//! Ragged-batch in-place commit: request r's tree has tree_sizes[r] nodes appended after
+//! committed_lengths[r]; its accepted nodes are accepted[accepted_indptr[r] .. accepted_indptr[r+1])
+//! (verify_batch_result's layout; `node_parents`/`node_indptr` optional, e.g. token_tree_batch's
+//! parents() and node_indptr(), to check root paths). Validates every request before writing any.
+//! Returns the new lengths. Complexity: O(layers * sum accepted * Hkv * D).
+template <class LayerT, std::size_t E>
+  requires writable_kv_layout<std::remove_const_t<LayerT>>
+std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_span,
+                                                   std::span<const std::int32_t> committed_lengths,
+                                                   std::span<const std::int32_t> tree_sizes,
+                                                   std::span<const std::int32_t> accepted_indptr,
+                                                   std::span<const std::int32_t> accepted,
+                                                   std::span<const std::int32_t> node_indptr = {},
+                                                   std::span<const std::int32_t> node_parents = {}) {
+  using L = std::remove_const_t<LayerT>;
+  const std::span<const L> layers(layer_span.data(), layer_span.size());
+  constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
+  const std::size_t requests = committed_lengths.size();
+  require_equal(fn, "tree_sizes.size()", requests, tree_sizes.size());
+  require_equal(fn, "accepted_indptr.size()", requests + 1, accepted_indptr.size());
+  require(node_indptr.empty() || node_indptr.size() == requests + 1, fn, "node_indptr.size()",
+          "0 or requests + 1 = " + std::to_string(requests + 1), node_indptr.size());
+  require(accepted_indptr[0] == 0 && accepted_indptr[requests] == static_cast<std::int32_t>(accepted.size()), fn,
+          "accepted_indptr", "0 first and accepted.size() last", accepted_indptr[requests]);
+  for (std::size_t r = 0; r < requests; ++r) {
+    require(accepted_indptr[r + 1] >= accepted_indptr[r], fn, "accepted_indptr", "non-decreasing",
+            accepted_indptr[r + 1]);
+    if (!node_indptr.empty())
+      require_equal(fn, "tree_sizes[" + std::to_string(r) + "]", node_indptr[r + 1] - node_indptr[r], tree_sizes[r]);
+  }
+  // validate everything first (same checks as the single-request form, without writing)
+  detail::validate_commit_layers(layers, static_cast<int>(requests), fn);
+  for (std::size_t r = 0; r < requests; ++r) {
+    require(committed_lengths[r] >= 0 && tree_sizes[r] >= 0, fn, "committed_lengths/tree_sizes", ">= 0",
+            std::min(committed_lengths[r], tree_sizes[r]));
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      require(static_cast<std::int64_t>(committed_lengths[r]) + tree_sizes[r] <= layers[l].capacity(static_cast<int>(r)), fn,
+              "committed_lengths[" + std::to_string(r) + "] + tree_sizes[" + std::to_string(r) + "]",
+              "<= capacity = " + std::to_string(layers[l].capacity(static_cast<int>(r))),
+              static_cast<std::int64_t>(committed_lengths[r]) + tree_sizes[r]);
+    const auto acc = accepted.subspan(static_cast<std::size_t>(accepted_indptr[r]),
+                                      static_cast<std::size_t>(accepted_indptr[r + 1] - accepted_indptr[r]));
+    std::span<const std::int32_t> par;
+    if (!node_indptr.empty() && !node_parents.empty())
+      par = node_parents.subspan(static_cast<std::size_t>(node_indptr[r]), static_cast<std::size_t>(tree_sizes[r]));
+    detail::validate_accepted_path(acc, tree_sizes[r], par, fn);
+  }
+  std::vector<std::int32_t> out(requests);
+  for (std::size_t r = 0; r < requests; ++r) {
+    const auto acc = accepted.subspan(static_cast<std::size_t>(accepted_indptr[r]),
+                                      static_cast<std::size_t>(accepted_indptr[r + 1] - accepted_indptr[r]));
+    detail::move_accepted(layers, static_cast<int>(r), committed_lengths[r], acc);
+    out[r] = committed_lengths[r] + static_cast<std::int32_t>(acc.size());
+  }
+  return out;
+}
+
+}  // namespace specdec
