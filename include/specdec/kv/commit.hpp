@@ -19,6 +19,10 @@
 //! Guarantees: everything is validated before the first write (layouts, capacity, spec-buffer shapes,
 //! accepted indices forming a root path of the tree), so a failed commit leaves every cache unchanged;
 //! a full rejection (no accepted node) writes nothing, so every cache stays bit-identical.
+//! The draft's ring cache (kv/ring_kv.hpp, LongSpec §3.1 sliding window) keeps only a window and never
+//! holds a tree in place, so it gets its own two forms: kv_commit_ring (tree drafting: append the
+//! accepted path from the spec buffers the draft used) and kv_commit_ring_pending (chain drafting with
+//! append_speculative: keep the oldest `accepted` pending tokens).
 //! Works with any writable_kv_layout (contiguous_kv NHD/HND, paged_kv: rows are reached through
 //! k_row/v_row, so a paged commit writes into the request's own pages, within capacity(r)).
 
@@ -32,6 +36,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/kv_layout.hpp"
+#include "specdec/kv/ring_kv.hpp"
 
 namespace specdec {
 
@@ -238,6 +243,35 @@ std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_sp
     out[r] = committed_lengths[r] + static_cast<std::int32_t>(acc.size());
   }
   return out;
+}
+
+//! Ring-cache commit for tree drafting (LongSpec): the tree tokens' draft K/V were spec buffers
+//! spec_k, spec_v [n, Hkv, D] (never written to the ring); appends the accepted path's rows, in path
+//! order, as committed tokens of `request`. `parents` (optional, the tree's parents) checks that
+//! `accepted` is a root path. A full rejection appends nothing (the ring stays bit-identical).
+//! Preconditions (checked before writing): as ring_kv_cache::append_rows (no pending tokens, shapes)
+//! plus the path check. Complexity: O(accepted * Hkv * D).
+template <class T, tensor_like K, tensor_like V>
+void kv_commit_ring(ring_kv_cache<T>& cache, int request, const K& spec_k, const V& spec_v,
+                    std::span<const std::int32_t> accepted, std::span<const std::int32_t> parents = {}) {
+  constexpr std::string_view fn = "specdec::kv_commit_ring";
+  static_assert(K::rank == 3 && V::rank == 3, "specdec::kv_commit_ring: spec buffers must be rank 3 [n, kv_heads, head_dim]");
+  require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
+  require_equal(fn, "spec_v.extent(0)", static_cast<std::int64_t>(spec_k.extent(0)), static_cast<std::int64_t>(spec_v.extent(0)));
+  detail::validate_accepted_path(accepted, static_cast<int>(spec_k.extent(0)), parents, fn);
+  if (accepted.empty()) return;
+  cache.append_rows(request, spec_k, spec_v, accepted);  // validates shapes / pending before writing
+}
+
+//! Ring-cache commit for chain drafting: the drafted tokens were appended with append_speculative();
+//! keeps the oldest `accepted` of them as committed and rolls the rest back (ring_kv_cache::commit).
+//! O(1).
+template <class T>
+void kv_commit_ring_pending(ring_kv_cache<T>& cache, int request, int accepted) {
+  constexpr std::string_view fn = "specdec::kv_commit_ring_pending";
+  require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
+  require_in_range(fn, "accepted", accepted, 0, cache.pending(request));
+  cache.commit(request, accepted);
 }
 
 }  // namespace specdec
