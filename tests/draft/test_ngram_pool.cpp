@@ -80,6 +80,8 @@ TEST_CASE("ngram_pool: two continuations with the same count are both kept and r
   CHECK(pool.frequency(std::vector<std::int32_t>{7, 7, 7, 7}) == 0);
   CHECK(pool.query(42).empty());
   CHECK(pool.query(1, 1).size() == 1);
+  CHECK(pool.count_starting_with(1) == 2);
+  CHECK(pool.count_starting_with(42) == 0);
   CHECK(pool.tokens_seen() == 13);
 }
 

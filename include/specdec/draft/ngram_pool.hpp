@@ -5,8 +5,8 @@
 //! begin with a given token (TokenSwift: a_0 = argmax p_0, n = 4 "to maintain consistency with
 //! multi-token generation", k = 20; Appendix B.2, Table 11).
 //!
-//! Update: push(token) is amortized O(1) (one hash lookup, an O(1) LFU bucket move, and at most one
-//! eviction). Query: O(m + k log k) for the m distinct n-grams that begin with the token.
+//! Update: push(token) is amortized O(1) (one open-addressing hash probe, an O(1) LFU move between
+//! frequency nodes, and at most one eviction; no allocation in steady state). Query: O(m + k log k) for the m distinct n-grams that begin with the token.
 //! Memory: at most max_entries distinct n-grams (plus hash-table overhead).
 //! Eviction rule (when a NEW n-gram arrives and the table is full): the least frequent n-gram is
 //! dropped; among equally frequent ones, the one whose count was last raised longest ago (its last
@@ -25,6 +25,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/draft/detail/hash_slots.hpp"
 
 namespace specdec {
 
@@ -58,9 +59,13 @@ class ngram_pool {
 
   //! Appends one generated token; counts the n-gram it completes. Amortized O(1).
   void push(std::int32_t token) {
-    window_.push_back(token);
     ++seen_;
-    if (static_cast<int>(window_.size()) > p_.n) window_.erase(window_.begin());  // n is small
+    if (static_cast<int>(window_.size()) < p_.n) {
+      window_.push_back(token);
+    } else {
+      std::copy(window_.begin() + 1, window_.end(), window_.begin());  // n is small
+      window_.back() = token;
+    }
     if (static_cast<int>(window_.size()) == p_.n) count(window_.data());
   }
 
@@ -74,6 +79,12 @@ class ngram_pool {
     require_equal("specdec::ngram_pool::frequency", "gram.size()", static_cast<std::size_t>(p_.n), gram.size());
     const int s = find(gram.data(), hash(gram.data()));
     return s < 0 ? 0u : slots_[static_cast<std::size_t>(s)].count;
+  }
+
+  //! Number of distinct stored n-grams beginning with `first` (the m of query's cost). O(1).
+  [[nodiscard]] int count_starting_with(std::int32_t first) const {
+    const auto it = by_first_.find(first);
+    return it == by_first_.end() ? 0 : static_cast<int>(it->second.size());
   }
 
   //! The k most frequent n-grams beginning with `first` (ranking in the file comment), best first;
@@ -107,20 +118,26 @@ class ngram_pool {
 
   //! Forgets everything (keeps the parameters).
   void clear() {
-    index_.clear(), by_first_.clear(), slots_.clear(), grams_.clear(), free_.clear(), buckets_.clear(), window_.clear();
-    seen_ = 0, min_count_ = 0;
+    index_.clear(), by_first_.clear(), slots_.clear(), grams_.clear(), free_.clear(), window_.clear();
+    freqs_.clear(), free_freq_.clear();
+    freq_head_ = -1, seen_ = 0;
   }
 
  private:
+  // LFU in O(1) (Shah, Mitra, Matani 2010): a list of frequency nodes in increasing count, each
+  // holding its n-grams oldest-raised first; pooled in vectors, so steady state allocates nothing.
   struct slot {
     std::uint32_t count = 0;
-    std::uint64_t tie = 0;      // seeded tie-break key
-    std::uint64_t h = 0;        // hash of the tokens
-    std::int32_t prev = -1, next = -1;  // LFU bucket list (same count), oldest at head
+    std::uint64_t tie = 0;              // seeded tie-break key
+    std::uint64_t h = 0;                // hash of the tokens
+    std::int32_t freq = -1;             // frequency node
+    std::int32_t prev = -1, next = -1;  // neighbours within the frequency node, oldest at head
     std::int32_t first_pos = -1;        // position in by_first_[first token]
   };
-  struct bucket {
-    std::int32_t head = -1, tail = -1;
+  struct freq_node {
+    std::uint32_t count = 0;
+    std::int32_t head = -1, tail = -1;  // slots
+    std::int32_t prev = -1, next = -1;  // neighbouring frequency nodes (ascending count)
   };
 
   const std::int32_t* gram(std::int32_t s) const { return grams_.data() + static_cast<std::size_t>(s) * static_cast<std::size_t>(p_.n); }
@@ -142,23 +159,45 @@ class ngram_pool {
     return (static_cast<std::uint64_t>(b.v[0]) << 32) | b.v[1];
   }
   int find(const std::int32_t* g, std::uint64_t h) const {
-    const auto [lo, hi] = index_.equal_range(h);
-    for (auto it = lo; it != hi; ++it)
-      if (std::equal(g, g + p_.n, gram(it->second))) return it->second;
-    return -1;
+    return index_.find(h, [&](std::int32_t s) { return std::equal(g, g + p_.n, gram(s)); });
   }
 
+  std::int32_t new_freq(std::uint32_t count, std::int32_t after) {  // after = -1: at the head
+    std::int32_t f;
+    if (!free_freq_.empty()) {
+      f = free_freq_.back();
+      free_freq_.pop_back();
+    } else {
+      f = static_cast<std::int32_t>(freqs_.size());
+      freqs_.emplace_back();
+    }
+    freq_node& x = freqs_[static_cast<std::size_t>(f)];
+    x = freq_node{};
+    x.count = count;
+    x.prev = after;
+    x.next = after < 0 ? freq_head_ : freqs_[static_cast<std::size_t>(after)].next;
+    if (x.next >= 0) freqs_[static_cast<std::size_t>(x.next)].prev = f;
+    if (after >= 0) freqs_[static_cast<std::size_t>(after)].next = f; else freq_head_ = f;
+    return f;
+  }
+  void drop_freq_if_empty(std::int32_t f) {
+    freq_node& x = freqs_[static_cast<std::size_t>(f)];
+    if (x.head >= 0) return;
+    if (x.prev >= 0) freqs_[static_cast<std::size_t>(x.prev)].next = x.next; else freq_head_ = x.next;
+    if (x.next >= 0) freqs_[static_cast<std::size_t>(x.next)].prev = x.prev;
+    free_freq_.push_back(f);
+  }
   void unlink(std::int32_t s) {
     slot& x = slots_[static_cast<std::size_t>(s)];
-    bucket& b = buckets_[x.count];
-    if (x.prev >= 0) slots_[static_cast<std::size_t>(x.prev)].next = x.next; else b.head = x.next;
-    if (x.next >= 0) slots_[static_cast<std::size_t>(x.next)].prev = x.prev; else b.tail = x.prev;
+    freq_node& f = freqs_[static_cast<std::size_t>(x.freq)];
+    if (x.prev >= 0) slots_[static_cast<std::size_t>(x.prev)].next = x.next; else f.head = x.next;
+    if (x.next >= 0) slots_[static_cast<std::size_t>(x.next)].prev = x.prev; else f.tail = x.prev;
     x.prev = x.next = -1;
-    if (b.head < 0) buckets_.erase(x.count);
   }
-  void link_tail(std::int32_t s) {
+  void link_tail(std::int32_t s, std::int32_t f) {
     slot& x = slots_[static_cast<std::size_t>(s)];
-    bucket& b = buckets_[x.count];
+    freq_node& b = freqs_[static_cast<std::size_t>(f)];
+    x.freq = f;
     x.prev = b.tail;
     x.next = -1;
     if (b.tail >= 0) slots_[static_cast<std::size_t>(b.tail)].next = s; else b.head = s;
@@ -166,21 +205,13 @@ class ngram_pool {
   }
 
   void evict_one() {
-    // min_count_ is exact here: it is reset to 1 on every insertion and only grows when its bucket
-    // empties through an increment.
-    while (buckets_.find(min_count_) == buckets_.end()) ++min_count_;
-    const std::int32_t s = buckets_[min_count_].head;
+    const std::int32_t f = freq_head_;  // least frequent; its head was raised longest ago
+    const std::int32_t s = freqs_[static_cast<std::size_t>(f)].head;
     unlink(s);
+    drop_freq_if_empty(f);
     slot& x = slots_[static_cast<std::size_t>(s)];
-    // remove from the hash index
-    const auto [lo, hi] = index_.equal_range(x.h);
-    for (auto it = lo; it != hi; ++it)
-      if (it->second == s) {
-        index_.erase(it);
-        break;
-      }
-    // swap-remove from the first-token list
-    auto fit = by_first_.find(gram(s)[0]);
+    index_.erase(x.h, s);
+    auto fit = by_first_.find(gram(s)[0]);  // swap-remove from the first-token list
     auto& lst = fit->second;
     const std::int32_t moved = lst.back();
     lst[static_cast<std::size_t>(x.first_pos)] = moved;
@@ -196,11 +227,13 @@ class ngram_pool {
     const int s = find(g, h);
     if (s >= 0) {
       slot& x = slots_[static_cast<std::size_t>(s)];
-      const std::uint32_t old = x.count;
+      const std::int32_t f = x.freq;
+      std::int32_t nf = freqs_[static_cast<std::size_t>(f)].next;
+      if (nf < 0 || freqs_[static_cast<std::size_t>(nf)].count != x.count + 1) nf = new_freq(x.count + 1, f);
       unlink(s);
-      if (old == min_count_ && buckets_.find(old) == buckets_.end()) ++min_count_;
+      drop_freq_if_empty(f);
       ++x.count;
-      link_tail(s);
+      link_tail(s, nf);
       return;
     }
     if (size() >= p_.max_entries) evict_one();
@@ -218,22 +251,22 @@ class ngram_pool {
     x.count = 1;
     x.h = h;
     x.tie = tie_key(h);
-    link_tail(ns);
-    min_count_ = 1;
-    index_.emplace(h, ns);
+    const std::int32_t f1 = (freq_head_ >= 0 && freqs_[static_cast<std::size_t>(freq_head_)].count == 1) ? freq_head_ : new_freq(1, -1);
+    link_tail(ns, f1);
+    index_.insert(h, ns);
     auto& lst = by_first_[g[0]];
     x.first_pos = static_cast<std::int32_t>(lst.size());
     lst.push_back(ns);
   }
 
   ngram_pool_params p_;
-  std::unordered_multimap<std::uint64_t, std::int32_t> index_;
+  detail::hash_slots index_;
   std::unordered_map<std::int32_t, std::vector<std::int32_t>> by_first_;
-  std::unordered_map<std::uint32_t, bucket> buckets_;
   std::vector<slot> slots_;
-  std::vector<std::int32_t> grams_, free_, window_;
+  std::vector<freq_node> freqs_;
+  std::vector<std::int32_t> grams_, free_, free_freq_, window_;
+  std::int32_t freq_head_ = -1;
   std::uint64_t seen_ = 0;
-  std::uint32_t min_count_ = 0;
 };
 
 }  // namespace specdec

@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "specdec/core/error.hpp"
+#include "specdec/draft/detail/hash_slots.hpp"
 
 namespace specdec {
 
@@ -67,25 +67,20 @@ class prompt_lookup {
   [[nodiscard]] std::span<const std::int32_t> context() const noexcept { return ctx_; }
 
   //! Appends one token. Amortized O(max_ngram - min_ngram + 1) hash updates of O(m) each.
+  //! Precondition: the context stays below 2^31 tokens.
   void push(std::int32_t token) {
     // The token at L-1 now has a successor: register the m-grams ending at L-1.
     const auto L = static_cast<std::int64_t>(ctx_.size());
+    require(L < INT32_MAX, "specdec::prompt_lookup::push", "context().size()", "< INT32_MAX", L);
     ctx_.push_back(token);
     if (L == 0) return;
     const std::int64_t end = L - 1;  // inclusive end of the grams being registered
     for (int m = p_.min_ngram; m <= p_.max_ngram && end - m + 1 >= 0; ++m) {
-      const std::int64_t start = end - m + 1;
-      auto& map = maps_[static_cast<std::size_t>(m - p_.min_ngram)];
-      auto& starts = map[hash(start, m)];
-      bool replaced = false;
-      for (auto& s : starts) {  // distinct grams sharing a hash each keep their own latest start
-        if (same(s, start, m)) {
-          s = start;
-          replaced = true;
-          break;
-        }
-      }
-      if (!replaced) starts.push_back(start);
+      const auto start = static_cast<std::int32_t>(end - m + 1);
+      // distinct grams sharing a hash stay separate (the predicate compares tokens); an equal gram
+      // gets its latest start
+      maps_[static_cast<std::size_t>(m - p_.min_ngram)].upsert(hash(start, m), start,
+                                                                  [&](std::int32_t s) { return same(s, start, m); });
     }
   }
 
@@ -100,16 +95,12 @@ class prompt_lookup {
     const auto L = static_cast<std::int64_t>(ctx_.size());
     for (int m = std::min<std::int64_t>(p_.max_ngram, L - 1); m >= p_.min_ngram; --m) {
       const std::int64_t start = L - m;
-      const auto& map = maps_[static_cast<std::size_t>(m - p_.min_ngram)];
-      const auto it = map.find(hash(start, m));
-      if (it == map.end()) continue;
-      for (const auto s : it->second) {
-        if (same(s, start, m)) {
-          const auto b = static_cast<std::size_t>(s + m);
-          const auto e = static_cast<std::size_t>(std::min<std::int64_t>(s + m + p_.num_tokens, L));
-          return {ctx_.begin() + static_cast<std::ptrdiff_t>(b), ctx_.begin() + static_cast<std::ptrdiff_t>(e)};
-        }
-      }
+      const std::int32_t s = maps_[static_cast<std::size_t>(m - p_.min_ngram)].find(
+          hash(start, m), [&](std::int32_t c) { return same(c, start, m); });
+      if (s < 0) continue;
+      const auto b = static_cast<std::size_t>(s + m);
+      const auto e = static_cast<std::size_t>(std::min<std::int64_t>(std::int64_t{s} + m + p_.num_tokens, L));
+      return {ctx_.begin() + static_cast<std::ptrdiff_t>(b), ctx_.begin() + static_cast<std::ptrdiff_t>(e)};
     }
     return {};
   }
@@ -135,7 +126,7 @@ class prompt_lookup {
 
   prompt_lookup_params p_;
   std::vector<std::int32_t> ctx_;
-  std::vector<std::unordered_map<std::uint64_t, std::vector<std::int64_t>>> maps_;
+  std::vector<detail::hash_slots> maps_;
 };
 
 }  // namespace specdec
