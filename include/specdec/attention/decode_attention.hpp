@@ -57,7 +57,7 @@ template <tensor_like Q, kv_layout L, tensor_like I>
                                 typename I::element_type, void>(fn);
   if constexpr (detail::attention_types_ok<QT, typename L::value_type, void, void, std::remove_cv_t<QT>, float,
                                            typename I::element_type, void>) {
-    const auto d = detail::validate_decode<Q, L, I, Q, Q>(fn, policy, q, cache, q_indptr, nullptr, nullptr, options);
+    const auto d = detail::validate_decode<Q, L, I, strided_view<std::remove_cv_t<QT>, 3>, strided_view<float, 2>>(fn, policy, q, cache, q_indptr, nullptr, nullptr, options);
     detail::host_plan p;
     p.num_requests = d.io.num_requests;
     p.hkv = d.io.num_kv_heads;

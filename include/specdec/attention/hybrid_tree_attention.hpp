@@ -37,7 +37,7 @@ template <tensor_like Q, kv_layout L, tensor_like I>
                                            typename I::element_type, void>) {
     require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
     detail::validate_cache(fn, cache, q);
-    const auto io = detail::validate_io<std::remove_cv_t<QT>, Q, I, Q, Q>(
+    const auto io = detail::validate_io<std::remove_cv_t<QT>, Q, I, strided_view<std::remove_cv_t<QT>, 3>, strided_view<float, 2>>(
         fn, q, q_indptr, nullptr, nullptr, cache.num_requests(), cache.num_kv_heads(), options.scale);
     detail::host_plan p;
     p.num_requests = io.num_requests;

@@ -28,7 +28,7 @@ template <tensor_like Q, tensor_like I>
   if constexpr (detail::attention_types_ok<QT, void, void, void, std::remove_cv_t<QT>, float,
                                            typename I::element_type, void>) {
     require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
-    const auto io = detail::validate_io<std::remove_cv_t<QT>, Q, I, Q, Q>(fn, q, q_indptr, nullptr, nullptr, -1,
+    const auto io = detail::validate_io<std::remove_cv_t<QT>, Q, I, strided_view<std::remove_cv_t<QT>, 3>, strided_view<float, 2>>(fn, q, q_indptr, nullptr, nullptr, -1,
                                                                           num_kv_heads, options.scale);
     detail::host_plan p;
     p.num_requests = io.num_requests;

@@ -85,7 +85,8 @@ struct host_plan {
   std::int64_t total_items = 0;
 
   [[nodiscard]] int tokens(const std::int32_t* ip, int r) const noexcept { return ip[r + 1] - ip[r]; }
-  [[nodiscard]] static int mpad(int rows) noexcept { return static_cast<int>(round_up(rows, vlanes)); }
+  //! Rows rounded up to whole 32-row panels (the score microkernel's widest block).
+  [[nodiscard]] static int mpad(int rows) noexcept { return static_cast<int>(round_up(rows, 2 * vlanes)); }
 };
 
 //! Bytes of scratch a call needs; with `ws` non-null also lays the plan out in it.
@@ -135,9 +136,11 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
   return static_cast<int>((p.item_begin[r + 1] - p.item_begin[r]) / p.hkv);
 }
 
-//! S^T[j][lane] = sum_d Kf[j][d] * Qt[d][row0 + lane] for j < roundup(nb, 8), RV row vectors.
+//! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, 8), RV row vectors.
+//! The panel is [D][32] contiguous floats (GEMM-style packing), so its 16 KB stream through L1 without
+//! the set conflicts a [D][Mpad] layout with a power-of-two row stride would cause.
 template <int D, int RV>
-SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, int mpad, const float* __restrict kf, int nb,
+SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __restrict kf, int nb,
                                     float* __restrict s) noexcept {
   for (int j0 = 0; j0 < nb; j0 += 8) {
     vf16 acc[8][RV];
@@ -146,7 +149,7 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, int mpad, const 
     const float* kb = kf + j0 * D;
     for (int d = 0; d < D; ++d) {
       vf16 qv[RV];
-      for (int r = 0; r < RV; ++r) qv[r] = vload(qt + static_cast<std::int64_t>(d) * mpad + r * vlanes);
+      for (int r = 0; r < RV; ++r) qv[r] = vload(qt + d * (2 * vlanes) + r * vlanes);
       for (int jj = 0; jj < 8; ++jj) {
         const vf16 kk = vbroadcast(kb[jj * D + d]);
         for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
@@ -161,8 +164,10 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, int mpad, const 
 template <int D>
 SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                  const float* __restrict vf, int nb, int rows) noexcept {
-  for (int i0 = 0; i0 < rows; i0 += 4) {
-    for (int c0 = 0; c0 < D; c0 += 4 * vlanes) {
+  // Column slices outer: one 64-column slice of the V tile (16 KB in fp32) stays in L1 while every
+  // 4-row group of the block consumes it.
+  for (int c0 = 0; c0 < D; c0 += 4 * vlanes) {
+    for (int i0 = 0; i0 < rows; i0 += 4) {
       vf16 acc[4][4];
       for (int ii = 0; ii < 4; ++ii) {
         const vf16 a = vbroadcast(alpha[i0 + ii]);
@@ -183,10 +188,17 @@ SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict al
 }
 
 //! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
-//! so the 8-key score microkernel never reads garbage.
+//! so the 8-key score microkernel never reads garbage. While staging row j it prefetches row j of
+//! the next tile (`pf_nb` rows starting at k + kv_tile): cache rows of one kv head are usually a page
+//! apart (NHD, paged), which the hardware streamer does not follow across 4 KB pages.
 template <int D, class T, class RowFn>
-SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, float* __restrict dst) noexcept {
+SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float* __restrict dst) noexcept {
+  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
   for (int j = 0; j < nb; ++j) {
+    if (j < pf_nb) {
+      const T* next = row(k + kv_tile + j);
+      for (int c = 0; c < D; c += line_elems) __builtin_prefetch(next + c, 0, 3);
+    }
     const T* src = row(k + j);
     if constexpr (std::is_same_v<T, float>) std::memcpy(dst + j * D, src, sizeof(float) * D);
     else widen_row(src, dst + j * D, D);
@@ -218,18 +230,20 @@ void attend_part(const float* qt, int m_rows, int group, KRow&& krow, VRow&& vro
 
   for (int k = k_begin; k < k_end; k += kv_tile) {
     const int nb = std::min(kv_tile, k_end - k);
-    stage_rows<D, T>(krow, k, nb, kf);
-    stage_rows<D, T>(vrow, k, nb, vf);
+    const int pf_nb = std::max(0, std::min(kv_tile, k_end - k - kv_tile));
+    stage_rows<D, T>(krow, k, nb, pf_nb, kf);
+    stage_rows<D, T>(vrow, k, nb, pf_nb, vf);
     for (int row0 = 0; row0 < m_rows; row0 += 2 * vlanes) {
-      const int rv = mp - row0 >= 2 * vlanes ? 2 : 1;
+      const int rv = m_rows - row0 > vlanes ? 2 : 1;
       const int rows = std::min(rv * vlanes, m_rows - row0);
       if constexpr (Masked) {
         // Keys are tree tokens: token t sees only keys <= t, so a tile past the block's last token is
         // fully masked and contributes nothing.
         if (k > (row0 + rows - 1) / group) continue;
       }
-      if (rv == 2) score_tile<D, 2>(qt + row0, mp, kf, nb, st);
-      else score_tile<D, 1>(qt + row0, mp, kf, nb, st);
+      const float* panel = qt + static_cast<std::int64_t>(row0) * D;  // panel row0 / 32
+      if (rv == 2) score_tile<D, 2>(panel, kf, nb, st);
+      else score_tile<D, 1>(panel, kf, nb, st);
 
       for (int r = 0; r < rv; ++r) {
         if constexpr (Masked) {
@@ -341,14 +355,16 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
     const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
     if (n == 0) return;
     float* qt = p.floats + p.qt_off[r] + static_cast<std::int64_t>(g) * D * mp;
+    // Panels of 32 rows: row i lives at qt[(i / 32) * D * 32 + d * 32 + i % 32].
     for (int i = 0; i < mp; ++i) {
+      float* dst = qt + static_cast<std::int64_t>(i / (2 * vlanes)) * D * (2 * vlanes) + i % (2 * vlanes);
       if (i >= rows) {
-        for (int d = 0; d < D; ++d) qt[static_cast<std::int64_t>(d) * mp + i] = 0.0f;
+        for (int d = 0; d < D; ++d) dst[d * (2 * vlanes)] = 0.0f;
         continue;
       }
       const int t = io.q_indptr[r] + i / G, h = g * G + i % G;
       const T* qrow = io.q + t * io.q_stride_token + h * io.q_stride_head;
-      for (int d = 0; d < D; ++d) qt[static_cast<std::int64_t>(d) * mp + i] = to_float(qrow[d]) * qscale;
+      for (int d = 0; d < D; ++d) dst[d * (2 * vlanes)] = to_float(qrow[d]) * qscale;
     }
   });
 

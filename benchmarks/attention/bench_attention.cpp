@@ -1,0 +1,225 @@
+// Host attention benchmarks: hybrid_tree_attention, decode_attention, tree_attention, lse_merge at
+// D = 128, 32 query heads / 8 KV heads, cache 4K and 32K, tree 1/16/63/64/128, fp16 and fp32 K/V,
+// plus this machine's roofline (read bandwidth, FMA peak) measured the same way, so every figure can
+// be read as a % of roofline. Counters: "GB/s" (bytes that must be read/written at least once:
+// cache K/V, tree K/V, Q, O) and "GFLOP/s" (2 FLOPs per multiply-add of QK^T and PV over the keys
+// each query actually sees). Problem sizes are set once per benchmark; the workspace is sized once
+// (no allocation inside the timed loop).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdint>
+#include <vector>
+
+#include "specdec/attention/decode_attention.hpp"
+#include "specdec/attention/hybrid_tree_attention.hpp"
+#include "specdec/attention/lse_merge.hpp"
+#include "specdec/attention/tree_attention.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/kv/paged_kv.hpp"
+
+namespace {
+
+constexpr int kHq = 32, kHkv = 8, kD = 128, kPage = 16;
+
+template <class T>
+struct problem {
+  int cache = 0, tree = 0;
+  std::vector<T> kp, vp, q, sk, sv, out;
+  std::vector<float> lse;
+  std::vector<std::int32_t> page_indptr, page_indices, lens, q_indptr;
+  std::vector<specdec::mask_word> mask;
+  std::int64_t visible_pairs = 0;  // sum over tree rows of set mask bits
+
+  problem(int cache_len, int tree_n) : cache(cache_len), tree(tree_n) {
+    specdec::philox_stream rng(1234, 1);
+    auto rnd = [&] { return specdec::from_float<T>(2.0f * rng.uniform() - 1.0f); };
+    const int pages = (cache + kPage - 1) / kPage;
+    kp.resize(static_cast<std::size_t>(std::max(pages, 1)) * kPage * kHkv * kD);
+    vp.resize(kp.size());
+    for (auto& x : kp) x = rnd();
+    for (auto& x : vp) x = rnd();
+    page_indptr = {0, pages};
+    page_indices.resize(pages);
+    for (int i = 0; i < pages; ++i) page_indices[i] = i;
+    lens = {cache};
+    q_indptr = {0, tree};
+    q.resize(static_cast<std::size_t>(tree) * kHq * kD);
+    for (auto& x : q) x = rnd();
+    out.resize(q.size());
+    lse.resize(static_cast<std::size_t>(tree) * kHq);
+    sk.resize(static_cast<std::size_t>(tree) * kHkv * kD);
+    sv.resize(sk.size());
+    for (auto& x : sk) x = rnd();
+    for (auto& x : sv) x = rnd();
+    // A random tree (beam-like: mostly extending recent nodes) and its ancestor mask.
+    const int wpr = specdec::words_per_row(tree);
+    mask.assign(static_cast<std::size_t>(tree) * wpr, 0);
+    for (int i = 0; i < tree; ++i) {
+      const int parent = i == 0 ? -1 : static_cast<int>(rng.below(static_cast<std::uint32_t>(i)));
+      if (parent >= 0) std::copy_n(&mask[static_cast<std::size_t>(parent) * wpr], wpr, &mask[static_cast<std::size_t>(i) * wpr]);
+      specdec::set_bit(&mask[static_cast<std::size_t>(i) * wpr], i);
+    }
+    for (auto w : mask) visible_pairs += __builtin_popcountll(w);
+  }
+  specdec::paged_kv<T> layout() {
+    return {kp.data(), vp.data(), page_indptr.data(), page_indices.data(), lens.data(), 1,
+            static_cast<int>(page_indices.size()), kPage, kHkv, kD};
+  }
+  auto qv() { return specdec::make_view<3>(q.data(), {tree, kHq, kD}); }
+  auto ov() { return specdec::make_view<3>(out.data(), {tree, kHq, kD}); }
+  auto lv() { return specdec::make_view<2>(lse.data(), {tree, kHq}); }
+  auto kv() { return specdec::make_view<3>(sk.data(), {tree, kHkv, kD}); }
+  auto vv() { return specdec::make_view<3>(sv.data(), {tree, kHkv, kD}); }
+  auto iv() { return specdec::make_view<1>(q_indptr.data(), {2}); }
+  auto mv() { return specdec::make_view<1>(mask.data(), {static_cast<std::int64_t>(mask.size())}); }
+  double cache_bytes() const { return 2.0 * cache * kHkv * kD * sizeof(T); }
+  double tree_bytes() const { return 2.0 * tree * kHkv * kD * sizeof(T); }
+  double qo_bytes() const { return 2.0 * tree * kHq * kD * sizeof(T) + 4.0 * tree * kHq; }
+  double cache_flops() const { return 4.0 * tree * kHq * static_cast<double>(cache) * kD; }
+  double tree_flops() const { return 4.0 * kHq * static_cast<double>(visible_pairs) * kD; }
+};
+
+void set_counters(benchmark::State& st, double bytes, double flops) {
+  st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.SetBytesProcessed(static_cast<std::int64_t>(bytes) * st.iterations());
+}
+
+template <class T>
+void BM_hybrid_tree_attention(benchmark::State& st) {
+  problem<T> p(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  const specdec::host pol{.num_threads = static_cast<int>(st.range(2))};
+  const auto cache = p.layout();
+  specdec::attention_workspace ws(specdec::hybrid_tree_attention_workspace_bytes(pol, p.qv(), cache, p.iv()));
+  for (auto _ : st) {
+    specdec::hybrid_tree_attention(pol, p.qv(), cache, p.kv(), p.vv(), p.iv(), p.mv(), p.ov(), p.lv(),
+                                   {.workspace = &ws});
+    benchmark::DoNotOptimize(p.out.data());
+  }
+  set_counters(st, p.cache_bytes() + p.tree_bytes() + p.qo_bytes(), p.cache_flops() + p.tree_flops());
+}
+
+template <class T>
+void BM_decode_attention(benchmark::State& st) {
+  problem<T> p(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  const specdec::host pol{.num_threads = static_cast<int>(st.range(2))};
+  const auto cache = p.layout();
+  specdec::attention_workspace ws(specdec::decode_attention_workspace_bytes(pol, p.qv(), cache, p.iv()));
+  for (auto _ : st) {
+    specdec::decode_attention(pol, p.qv(), cache, p.iv(), p.ov(), p.lv(), {.workspace = &ws});
+    benchmark::DoNotOptimize(p.out.data());
+  }
+  set_counters(st, p.cache_bytes() + p.qo_bytes(), p.cache_flops());
+}
+
+template <class T>
+void BM_tree_attention(benchmark::State& st) {
+  problem<T> p(0, static_cast<int>(st.range(0)));
+  const specdec::host pol{.num_threads = static_cast<int>(st.range(1))};
+  specdec::attention_workspace ws(specdec::tree_attention_workspace_bytes(pol, p.qv(), kHkv, p.iv()));
+  for (auto _ : st) {
+    specdec::tree_attention(pol, p.qv(), p.kv(), p.vv(), p.iv(), p.mv(), p.ov(), p.lv(), {.workspace = &ws});
+    benchmark::DoNotOptimize(p.out.data());
+  }
+  set_counters(st, p.tree_bytes() + p.qo_bytes(), p.tree_flops());
+}
+
+template <class T>
+void BM_lse_merge(benchmark::State& st) {
+  const int n = static_cast<int>(st.range(0));
+  const specdec::host pol{.num_threads = static_cast<int>(st.range(1))};
+  std::vector<T> a(static_cast<std::size_t>(n) * kHq * kD, specdec::from_float<T>(0.5f)), b(a.size(), specdec::from_float<T>(0.25f)), o(a.size());
+  std::vector<float> la(static_cast<std::size_t>(n) * kHq, 1.0f), lb(la.size(), 2.0f), lo(la.size());
+  auto v3 = [&](std::vector<T>& x) { return specdec::make_view<3>(x.data(), {n, kHq, kD}); };
+  auto v2 = [&](std::vector<float>& x) { return specdec::make_view<2>(x.data(), {n, kHq}); };
+  for (auto _ : st) {
+    specdec::lse_merge(pol, v3(a), v2(la), v3(b), v2(lb), v3(o), v2(lo));
+    benchmark::DoNotOptimize(o.data());
+  }
+  set_counters(st, 3.0 * a.size() * sizeof(T) + 12.0 * la.size(), 3.0 * a.size());
+}
+
+// ---- roofline: read bandwidth (sum a large array) and FMA peak (independent vector FMAs) ----
+typedef float v16 __attribute__((vector_size(64)));
+
+void BM_roofline_read_bandwidth(benchmark::State& st) {
+  const std::size_t n = std::size_t{256} << 20 >> 2;  // 256 MiB of floats: far beyond the LLC
+  std::vector<float> buf(n, 1.0f);
+  const specdec::host pol{.num_threads = static_cast<int>(st.range(0))};
+  const int threads = specdec::detail::host_threads(pol);
+  std::vector<float> sums(threads * 16);
+  for (auto _ : st) {
+    specdec::parallel_for(pol, threads, [&](std::int64_t t) {
+      const std::size_t lo = n / threads * t, hi = n / threads * (t + 1);
+      v16 a0{}, a1{}, a2{}, a3{};
+      for (std::size_t i = lo; i + 64 <= hi; i += 64) {
+        v16 x0, x1, x2, x3;
+        std::memcpy(&x0, &buf[i], 64);
+        std::memcpy(&x1, &buf[i + 16], 64);
+        std::memcpy(&x2, &buf[i + 32], 64);
+        std::memcpy(&x3, &buf[i + 48], 64);
+        a0 += x0; a1 += x1; a2 += x2; a3 += x3;
+      }
+      const v16 s = a0 + a1 + a2 + a3;
+      sums[t * 16] = s[0] + s[7];
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  set_counters(st, 4.0 * n, static_cast<double>(n));
+}
+
+void BM_roofline_fma_peak(benchmark::State& st) {
+  const specdec::host pol{.num_threads = static_cast<int>(st.range(0))};
+  const int threads = specdec::detail::host_threads(pol);
+  constexpr std::int64_t iters = 1 << 20;
+  std::vector<float> sink(threads * 16);
+  for (auto _ : st) {
+    specdec::parallel_for(pol, threads, [&](std::int64_t t) {
+      v16 acc[12];
+      for (int k = 0; k < 12; ++k) acc[k] = v16{} + 0.001f * (k + 1);
+      const v16 m = v16{} + 0.999f, b = v16{} + 0.001f;
+      for (std::int64_t i = 0; i < iters; ++i)
+        for (int k = 0; k < 12; ++k) acc[k] = acc[k] * m + b;
+      v16 s{};
+      for (int k = 0; k < 12; ++k) s += acc[k];
+      sink[t * 16] = s[0];
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  set_counters(st, 0.0, 2.0 * 16 * 12 * static_cast<double>(iters) * threads);
+}
+
+// Last argument: threads (1 = the calling thread only; 0 = every hardware thread). Single-thread
+// rows report rates per CPU second of the calling thread (it does all the work), which stays
+// meaningful on a shared, oversubscribed machine; all-thread rows must use wall-clock time.
+template <int Threads>
+void hybrid_args(benchmark::internal::Benchmark* b) {
+  for (int cache : {4096, 32768})
+    for (int tree : {1, 16, 63, 64, 128}) b->Args({cache, tree, Threads});
+  b->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
+  if (Threads != 1) b->UseRealTime();
+}
+template <int Threads>
+void tree_args(benchmark::internal::Benchmark* b) {
+  for (int tree : {1, 16, 63, 64, 128}) b->Args({tree, Threads});
+  b->ArgNames({"tree", "threads"})->Unit(benchmark::kMicrosecond);
+  if (Threads != 1) b->UseRealTime();
+}
+
+}  // namespace
+
+BENCHMARK(BM_roofline_read_bandwidth)->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_roofline_read_bandwidth)->ArgName("threads")->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_roofline_fma_peak)->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_roofline_fma_peak)->ArgName("threads")->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+#define SPECDEC_ATTN_BENCH(fn, args)                          \
+  BENCHMARK_TEMPLATE(fn, float)->Apply(args<1>);              \
+  BENCHMARK_TEMPLATE(fn, specdec::half)->Apply(args<1>);      \
+  BENCHMARK_TEMPLATE(fn, float)->Apply(args<0>);              \
+  BENCHMARK_TEMPLATE(fn, specdec::half)->Apply(args<0>)
+SPECDEC_ATTN_BENCH(BM_hybrid_tree_attention, hybrid_args);
+SPECDEC_ATTN_BENCH(BM_decode_attention, hybrid_args);
+SPECDEC_ATTN_BENCH(BM_tree_attention, tree_args);
+SPECDEC_ATTN_BENCH(BM_lse_merge, tree_args);
