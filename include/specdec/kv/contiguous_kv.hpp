@@ -64,8 +64,9 @@ void validate_layout(const contiguous_kv<T, O>& l, std::string_view function, st
   require(l.requests == 0 || l.lengths != nullptr, function, argument, "non-null lengths", "nullptr");
   if (host_accessible(l.where))
     for (int r = 0; r < l.requests; ++r)
-      require(l.lengths[r] >= 0 && l.lengths[r] <= l.max_tokens, function, argument,
-              "every lengths[r] in [0, max_tokens = " + std::to_string(l.max_tokens) + "]", l.lengths[r]);
+      if (!(l.lengths[r] >= 0 && l.lengths[r] <= l.max_tokens))  // message built only on failure (no allocation)
+        throw_invalid_argument(function, argument,
+                               "every lengths[r] in [0, max_tokens = " + std::to_string(l.max_tokens) + "]", l.lengths[r]);
 }
 
 static_assert(kv_layout<contiguous_kv<float>> && check_kv_layout<contiguous_kv<float>>());

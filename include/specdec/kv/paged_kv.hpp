@@ -63,17 +63,22 @@ void validate_layout(const paged_kv<T>& l, std::string_view function, std::strin
   if (!host_accessible(l.where)) return;
   require(l.page_indptr[0] == 0, function, argument, "page_indptr[0] == 0", l.page_indptr[0]);
   for (int r = 0; r < l.requests; ++r) {
-    require(l.page_indptr[r + 1] >= l.page_indptr[r], function, argument,
-            "non-decreasing page_indptr (at request " + std::to_string(r) + ")", l.page_indptr[r + 1]);
-    require(l.lengths[r] >= 0 && l.lengths[r] <= l.capacity(r), function, argument,
-            "lengths[" + std::to_string(r) + "] in [0, " + std::to_string(l.capacity(r)) + "] (pages x page_size)",
-            l.lengths[r]);
+    // Messages are built only on failure, so validating on every call does not allocate.
+    if (l.page_indptr[r + 1] < l.page_indptr[r])
+      throw_invalid_argument(function, argument, "non-decreasing page_indptr (at request " + std::to_string(r) + ")",
+                             l.page_indptr[r + 1]);
+    if (!(l.lengths[r] >= 0 && l.lengths[r] <= l.capacity(r)))
+      throw_invalid_argument(function, argument,
+                             "lengths[" + std::to_string(r) + "] in [0, " + std::to_string(l.capacity(r)) +
+                                 "] (pages x page_size)",
+                             l.lengths[r]);
   }
   require(l.requests == 0 || l.page_indptr[l.requests] == 0 || l.page_indices != nullptr, function, argument,
           "non-null page_indices", "nullptr");
   for (int i = 0; i < l.page_indptr[l.requests]; ++i)
-    require(l.page_indices[i] >= 0 && l.page_indices[i] < l.num_pages, function, argument,
-            "every page index in [0, num_pages = " + std::to_string(l.num_pages) + ")", l.page_indices[i]);
+    if (!(l.page_indices[i] >= 0 && l.page_indices[i] < l.num_pages))
+      throw_invalid_argument(function, argument, "every page index in [0, num_pages = " + std::to_string(l.num_pages) + ")",
+                             l.page_indices[i]);
 }
 
 static_assert(kv_layout<paged_kv<float>> && writable_kv_layout<paged_kv<float>>);

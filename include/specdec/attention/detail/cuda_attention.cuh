@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -60,12 +61,14 @@ struct no_cuda_cache {};
 //! Everything one launch of the attention kernels needs, by value. DT = __half or __nv_bfloat16.
 template <class DT, class Layout>
 struct cuda_attention_kernel_params {
+  //! The layout is copied in (a user layout need not be default-constructible).
+  explicit cuda_attention_kernel_params(const Layout& c) : cache(c) {}
   const DT* q = nullptr;
   std::int64_t q_stride_token = 0, q_stride_head = 0;
   const std::int32_t* q_indptr = nullptr;
   int num_requests = 0, total_tokens = 0, num_qo_heads = 0, num_kv_heads = 0, group = 1;
   float scale_log2 = 0.0f;  //!< softmax scale * log2(e): logits are exponentiated in base 2
-  Layout cache{};
+  Layout cache;
   const DT* tree_k = nullptr;
   std::int64_t tree_k_stride_token = 0, tree_k_stride_head = 0;
   const DT* tree_v = nullptr;
@@ -267,11 +270,18 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
   float l_run[2] = {0.0f, 0.0f};  // per-thread partial row sums; reduced over the quad at the end
   const DT* const qw = qs + warp * 16 * LDS;
 
+  // A warp whose 16 rows are all padding (e.g. decode: one token x group heads in a 64-row tile)
+  // only helps with the loads; warp-uniform, so the shuffles below stay converged.
+  const bool warp_active = row0 + warp * 16 < rows;
   for (int it = 0; it < n_iter; ++it) {
     if (it + 1 < n_iter) load_kv(it + 1, (it + 1) & 1);
     cp_async_commit();
     cp_async_wait<1>();  // everything but the newest group: tile `it` (and Q) has landed
     __syncthreads();
+    if (!warp_active) {
+      __syncthreads();
+      continue;
+    }
     const DT* const kt = ks + (it & 1) * BN * LDS;
     const DT* const vt = vs + (it & 1) * BN * LDS;
 
@@ -448,14 +458,16 @@ struct cuda_attention_plan {
   cuda_attention_plan pl;
   if (tokens == 0) return pl;
   const long long group = hq / hkv;
-  const long long tiles_est = (tokens * group + 63) / 64;
-  pl.row_tiles = tiles_est + num_requests;
+  // Row tiles actually used: sum_r ceil(n_r * group / 64), between these bounds.
+  const long long tiles_min = std::max<long long>((tokens * group + 63) / 64, std::min<long long>(num_requests, tokens));
+  pl.row_tiles = (tokens * group + 63) / 64 + num_requests;
   require(pl.row_tiles <= INT32_MAX, fn, "q", "fewer than 2^31 row tiles (cuda grid limit)", pl.row_tiles);
   if (has_cache) {
-    // Two CTAs per SM for the whole call: C chunks x Hkv heads x row tiles.
+    // One full wave at two CTAs per SM: C chunks x Hkv heads x row tiles <= 2 x SMs (rounding C
+    // down, not up: a second, nearly empty wave would halve the achieved bandwidth).
     const long long want = 2LL * cuda_sm_count();
-    const long long per_chunk = static_cast<long long>(hkv) * tiles_est;
-    pl.num_chunks = static_cast<int>(std::min<long long>(std::max<long long>((want + per_chunk - 1) / per_chunk, 1), 1024));
+    const long long per_chunk = static_cast<long long>(hkv) * tiles_min;
+    pl.num_chunks = static_cast<int>(std::min<long long>(std::max<long long>(want / per_chunk, 1), 1024));
   }
   pl.num_parts = pl.num_chunks + (has_tree ? 1 : 0);
   const auto round256 = [](std::size_t b) { return (b + 255) / 256 * 256; };
@@ -484,6 +496,12 @@ void launch_cuda_attention(const cuda_attention_kernel_params<DT, Layout>& kp, c
   cuda_check(cudaGetLastError(), "attention_merge_kernel launch");
 }
 
+template <bool HasCache, class Layout>
+auto kernel_cache(const Layout& cache) {
+  if constexpr (HasCache) return cache;
+  else return no_cuda_cache{};
+}
+
 //! Runs a validated call: plans, takes the scratch, fills the params and launches for the head_dim.
 //! T is specdec's storage type (half or bfloat16).
 template <bool HasCache, bool HasTree, class T, class Layout>
@@ -499,7 +517,7 @@ void run_cuda_attention(std::string_view fn, const cuda& policy, const attention
   if (io.total_tokens == 0) return;
 
   using KL = std::conditional_t<HasCache, Layout, no_cuda_cache>;
-  cuda_attention_kernel_params<DT, KL> kp;
+  cuda_attention_kernel_params<DT, KL> kp(kernel_cache<HasCache>(cache));
   kp.q = reinterpret_cast<const DT*>(io.q);
   kp.q_stride_token = io.q_stride_token;
   kp.q_stride_head = io.q_stride_head;
@@ -510,7 +528,6 @@ void run_cuda_attention(std::string_view fn, const cuda& policy, const attention
   kp.num_kv_heads = io.num_kv_heads;
   kp.group = io.num_qo_heads / io.num_kv_heads;
   kp.scale_log2 = io.scale * 1.4426950408889634f;
-  if constexpr (HasCache) kp.cache = cache;
   if constexpr (HasTree) {
     kp.tree_k = reinterpret_cast<const DT*>(tree->k);
     kp.tree_k_stride_token = tree->k_stride_token;

@@ -470,8 +470,9 @@ void host_attention_entry(std::string_view fn, const host& policy, const attenti
   if (io.total_tokens == 0) return;
   if (ws != nullptr) {
     require(host_accessible(ws->space()), fn, "options.workspace", "host-accessible memory", ws->space());
-    require(ws->size_bytes() >= need, fn, "options.workspace",
-            "at least " + std::to_string(need) + " bytes (see *_workspace_bytes)", ws->size_bytes());
+    if (ws->size_bytes() < need)
+      throw_invalid_argument(fn, "options.workspace", "at least " + std::to_string(need) + " bytes (see *_workspace_bytes)",
+                             ws->size_bytes());
     run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, ws->data());
   } else {
     attention_workspace local(need);

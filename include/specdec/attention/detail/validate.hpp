@@ -63,10 +63,11 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   const std::int64_t tokens = q.extent(0), hq = q.extent(1), d = q.extent(2);
   require(supported_head_dim(d), fn, "q", "head_dim (extent 2) of 64, 128 or 256", d);
   require(hq > 0, fn, "q", "at least one query head (extent 1)", hq);
-  require(num_kv_heads > 0 && hq % num_kv_heads == 0, fn, "q",
-          "a number of query heads that is a multiple of the number of kv heads (" + std::to_string(num_kv_heads) +
-              ")",
-          hq);
+  if (!(num_kv_heads > 0 && hq % num_kv_heads == 0))  // messages are built only on failure: no allocation
+    throw_invalid_argument(fn, "q",
+                           "a number of query heads that is a multiple of the number of kv heads (" +
+                               std::to_string(num_kv_heads) + ")",
+                           hq);
   require(tokens <= INT32_MAX, fn, "q", "at most 2^31-1 tokens", tokens);
   require_unit_inner_stride(fn, "q", q);
   if (out) {
@@ -82,13 +83,15 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   require(ip != nullptr, fn, "q_indptr", "non-null data", "nullptr");
   require(ip[0] == 0, fn, "q_indptr", "q_indptr[0] == 0", ip[0]);
   for (int r = 0; r < num_requests; ++r)
-    require(ip[(r + 1) * ips] >= ip[r * ips], fn, "q_indptr",
-            "non-decreasing values (at index " + std::to_string(r + 1) + ", previous " + std::to_string(ip[r * ips]) +
-                ")",
-            ip[(r + 1) * ips]);
-  require(ip[num_requests * ips] == tokens, fn, "q_indptr",
-          "last value equal to the number of query tokens q.extent(0) = " + std::to_string(tokens),
-          ip[num_requests * ips]);
+    if (ip[(r + 1) * ips] < ip[r * ips])
+      throw_invalid_argument(fn, "q_indptr",
+                             "non-decreasing values (at index " + std::to_string(r + 1) + ", previous " +
+                                 std::to_string(ip[r * ips]) + ")",
+                             ip[(r + 1) * ips]);
+  if (ip[num_requests * ips] != tokens)
+    throw_invalid_argument(fn, "q_indptr",
+                           "last value equal to the number of query tokens q.extent(0) = " + std::to_string(tokens),
+                           ip[num_requests * ips]);
   require(ips == 1 || num_requests == 0, fn, "q_indptr", "unit stride", ips);
   require(std::isfinite(scale), fn, "options.scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
 
@@ -165,8 +168,9 @@ void validate_cache(std::string_view fn, const L& cache, const Q& q) {
   require(supported_head_dim(q.extent(2)), fn, "q", "head_dim (extent 2) of 64, 128 or 256", q.extent(2));
   validate_kv_layout(cache, fn, "cache");
   require(host_accessible(cache.space()), fn, "cache", "host-accessible memory (host or managed)", cache.space());
-  require(cache.head_dim() == q.extent(2), fn, "cache",
-          "head_dim() equal to q's head_dim " + std::to_string(q.extent(2)), cache.head_dim());
+  if (cache.head_dim() != q.extent(2))
+    throw_invalid_argument(fn, "cache", "head_dim() equal to q's head_dim " + std::to_string(q.extent(2)),
+                           cache.head_dim());
 }
 
 //! Number of mask words of a batch: sum over requests of n_r * words_per_row(n_r).

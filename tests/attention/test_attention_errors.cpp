@@ -1,0 +1,179 @@
+// Every kind of bad input to the attention entry points throws specdec::invalid_argument whose
+// message names the function and the offending argument.
+#include "attention_fixture.hpp"
+
+#include "specdec/attention/decode_attention.hpp"
+#include "specdec/attention/hybrid_tree_attention.hpp"
+#include "specdec/attention/lse_merge.hpp"
+#include "specdec/attention/tree_attention.hpp"
+
+using namespace attn_test;
+namespace sd = specdec;
+using Catch::Contains;
+
+#define REQUIRE_BAD(call, arg)                               \
+  do {                                                       \
+    REQUIRE_THROWS_AS(call, sd::invalid_argument);           \
+    REQUIRE_THROWS_WITH(call, Contains(arg));                \
+  } while (0)
+
+namespace {
+struct fixture {
+  batch<float> b{1, 8, 2, 64, {10, 5}, {3, 4}};
+  sd::paged_kv<float> cache = b.paged();
+  template <class Q, class L, class K, class V, class I, class M, class O, class LS>
+  void hybrid(const Q& q, const L& l, const K& k, const V& v, const I& i, const M& m, const O& o, const LS& ls,
+              sd::attention_options opt = {}, sd::host pol = {}) {
+    sd::hybrid_tree_attention(pol, q, l, k, v, i, m, o, ls, opt);
+  }
+};
+}  // namespace
+
+TEST_CASE_METHOD(fixture, "hybrid_tree_attention rejects bad shapes and heads") {
+  auto q = b.q_view();
+  auto k = b.k_view();
+  auto v = b.v_view();
+  auto ip = b.indptr_view();
+  auto m = b.mask_view();
+  auto o = b.out_view();
+  auto l = b.lse_view();
+  REQUIRE_NOTHROW(hybrid(q, cache, k, v, ip, m, o, l));
+  // Hq not a multiple of Hkv (7 heads over 2 kv heads).
+  REQUIRE_BAD(hybrid(sd::make_view<3>(b.q.data(), {7, 7, 64}), cache, k, v, ip, m, o, l), "'q'");
+  // unsupported head_dim: 96 (cache agrees, kernel does not exist)
+  std::vector<float> q96(7 * 8 * 96);
+  REQUIRE_BAD(hybrid(sd::make_view<3>(q96.data(), {7, 8, 96}), cache, k, v, ip, m, o, l), "head_dim");
+  // cache head_dim differs from q's
+  auto c32 = cache;
+  c32.dim = 128;
+  REQUIRE_BAD(hybrid(q, c32, k, v, ip, m, o, l), "'cache'");
+  // spec_k with the wrong number of kv heads / spec_v with the wrong head_dim
+  REQUIRE_BAD(hybrid(q, cache, sd::make_view<3>(b.spec_k.data(), {7, 1, 64}), v, ip, m, o, l), "'spec_k'");
+  REQUIRE_BAD(hybrid(q, cache, k, sd::make_view<3>(b.spec_v.data(), {7, 2, 32}), ip, m, o, l), "'spec_v'");
+  // out / lse shapes
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, m, sd::make_view<3>(b.out.data(), {7, 4, 64}), l), "'out'");
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, m, o, sd::make_view<2>(b.lse.data(), {6, 8})), "'lse'");
+}
+
+TEST_CASE_METHOD(fixture, "hybrid_tree_attention rejects inconsistent q_indptr and layouts") {
+  auto q = b.q_view();
+  auto k = b.k_view();
+  auto v = b.v_view();
+  auto m = b.mask_view();
+  auto o = b.out_view();
+  auto l = b.lse_view();
+  std::vector<std::int32_t> ip3{0, 3, 7, 7};  // 3 requests, layout has 2
+  REQUIRE_BAD(hybrid(q, cache, k, v, sd::make_view<1>(ip3.data(), {4}), m, o, l), "'q_indptr'");
+  std::vector<std::int32_t> bad_first{1, 3, 7};
+  REQUIRE_BAD(hybrid(q, cache, k, v, sd::make_view<1>(bad_first.data(), {3}), m, o, l), "q_indptr[0] == 0");
+  std::vector<std::int32_t> decreasing{0, 5, 4};
+  REQUIRE_BAD(hybrid(q, cache, k, v, sd::make_view<1>(decreasing.data(), {3}), m, o, l), "non-decreasing");
+  std::vector<std::int32_t> short_last{0, 3, 6};
+  REQUIRE_BAD(hybrid(q, cache, k, v, sd::make_view<1>(short_last.data(), {3}), m, o, l), "last value");
+  // a cache length beyond the layout's capacity
+  b.lens[1] = 10000;
+  REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l), "'cache'");
+  b.lens[1] = 5;
+  // negative split size, non-finite scale, negative thread count
+  REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {.kv_split_size = -1}), "options.kv_split_size");
+  REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {.scale = std::numeric_limits<float>::quiet_NaN()}),
+              "options.scale");
+  REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {}, sd::host{.num_threads = -1}), "num_threads");
+}
+
+TEST_CASE_METHOD(fixture, "hybrid_tree_attention rejects malformed masks") {
+  auto args = [&](std::vector<sd::mask_word>& mk) {
+    return hybrid(b.q_view(), cache, b.k_view(), b.v_view(), b.indptr_view(),
+                  sd::make_view<1>(mk.data(), {static_cast<std::int64_t>(mk.size())}), b.out_view(), b.lse_view());
+  };
+  // request 0: 3 rows, request 1: 4 rows, one word each: words 0..2 then 3..6
+  auto no_diag = b.mask;
+  no_diag[4] &= ~sd::mask_word{2};  // request 1 row 1 loses its diagonal bit
+  REQUIRE_BAD(args(no_diag), "diagonal");
+  REQUIRE_THROWS_WITH(args(no_diag), Contains("request 1, row 1"));
+  auto upper = b.mask;
+  upper[1] |= sd::mask_word{1} << 2;  // request 0 row 1 sees token 2: not topological
+  REQUIRE_BAD(args(upper), "no bit j > i");
+  auto beyond = b.mask;
+  beyond[6] |= sd::mask_word{1} << 40;  // a bit past the tree's 4 tokens
+  REQUIRE_BAD(args(beyond), "'mask'");
+  auto short_mask = b.mask;
+  short_mask.pop_back();
+  REQUIRE_BAD(args(short_mask), "'mask'");
+}
+
+TEST_CASE_METHOD(fixture, "hybrid_tree_attention rejects wrong and mixed element types") {
+  auto q = b.q_view();
+  auto k = b.k_view();
+  auto v = b.v_view();
+  auto ip = b.indptr_view();
+  auto m = b.mask_view();
+  auto o = b.out_view();
+  auto l = b.lse_view();
+  std::vector<double> qd(b.q.size());
+  REQUIRE_BAD(hybrid(sd::make_view<3>(qd.data(), {7, 8, 64}), cache, k, v, ip, m, o, l), "'q'");
+  batch<sd::half> hb{1, 8, 2, 64, {10, 5}, {3, 4}};
+  REQUIRE_BAD(hybrid(q, hb.paged(), k, v, ip, m, o, l), "'cache'");           // float q, half cache
+  REQUIRE_BAD(hybrid(q, cache, hb.k_view(), v, ip, m, o, l), "'spec_k'");
+  REQUIRE_BAD(hybrid(q, cache, k, hb.v_view(), ip, m, o, l), "'spec_v'");
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, m, hb.out_view(), l), "'out'");
+  std::vector<double> ld(b.lse.size());
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, m, o, sd::make_view<2>(ld.data(), {7, 8})), "'lse'");
+  std::vector<std::int64_t> ip64{0, 3, 7};
+  REQUIRE_BAD(hybrid(q, cache, k, v, sd::make_view<1>(ip64.data(), {3}), m, o, l), "'q_indptr'");
+  std::vector<std::uint32_t> m32(b.mask.size());
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, sd::make_view<1>(m32.data(), {7}), o, l), "'mask'");
+  const std::vector<float>& cout = b.out;
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, m, sd::make_view<3>(cout.data(), {7, 8, 64}), l), "'out'");
+}
+
+TEST_CASE_METHOD(fixture, "hybrid_tree_attention rejects strided rows and device memory") {
+  auto q = b.q_view();
+  auto k = b.k_view();
+  auto v = b.v_view();
+  auto ip = b.indptr_view();
+  auto m = b.mask_view();
+  auto o = b.out_view();
+  auto l = b.lse_view();
+  std::vector<float> wide(b.q.size() * 2);
+  const std::int64_t ext[3] = {7, 8, 64}, str[3] = {8 * 128, 128, 2};
+  REQUIRE_BAD(hybrid(sd::strided_view<float, 3>(wide.data(), ext, str), cache, k, v, ip, m, o, l), "unit stride");
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, m, sd::strided_view<float, 3>(wide.data(), ext, str), l), "'out'");
+  REQUIRE_BAD(hybrid(sd::make_view<3>(b.q.data(), {7, 8, 64}, sd::memory_space::device), cache, k, v, ip, m, o, l),
+              "host-accessible");
+  auto dev = cache;
+  dev.where = sd::memory_space::device;
+  REQUIRE_BAD(hybrid(q, dev, k, v, ip, m, o, l), "'cache'");
+  REQUIRE_BAD(hybrid(q, cache, sd::make_view<3>(b.spec_k.data(), {7, 2, 64}, sd::memory_space::device), v, ip, m, o, l),
+              "'spec_k'");
+  sd::attention_workspace dws(nullptr, 1 << 20, sd::memory_space::device);
+  REQUIRE_BAD(hybrid(q, cache, k, v, ip, m, o, l, {.workspace = &dws}), "options.workspace");
+}
+
+TEST_CASE_METHOD(fixture, "decode_attention, tree_attention and lse_merge validate too") {
+  REQUIRE_BAD(sd::decode_attention(sd::host{}, sd::make_view<3>(b.q.data(), {7, 8, 64}), cache,
+                                   sd::make_view<1>(b.q_indptr.data(), {2}), b.out_view(), b.lse_view()),
+              "specdec::decode_attention");
+  REQUIRE_BAD(sd::tree_attention(sd::host{}, b.q_view(), sd::make_view<3>(b.spec_k.data(), {7, 3, 64}), b.v_view(),
+                                 b.indptr_view(), b.mask_view(), b.out_view(), b.lse_view()),
+              "specdec::tree_attention");
+  auto no_diag = b.mask;
+  no_diag[0] = 0;
+  REQUIRE_BAD(sd::tree_attention(sd::host{}, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(),
+                                 sd::make_view<1>(no_diag.data(), {7}), b.out_view(), b.lse_view()),
+              "diagonal");
+  std::vector<float> o(2 * 4 * 64), l2(2 * 4);
+  std::vector<float> o3(2 * 4 * 128);
+  auto v3 = sd::make_view<3>(o.data(), {2, 4, 64});
+  auto v2 = sd::make_view<2>(l2.data(), {2, 4});
+  REQUIRE_BAD(sd::lse_merge(sd::host{}, v3, v2, sd::make_view<3>(o3.data(), {2, 4, 128}), v2, v3, v2), "'o_b'");
+  REQUIRE_BAD(sd::lse_merge(sd::host{}, v3, v2, v3, sd::make_view<2>(l2.data(), {4, 2}), v3, v2), "'lse_b'");
+  std::vector<sd::half> oh(o.size());
+  REQUIRE_BAD(sd::lse_merge(sd::host{}, v3, v2, sd::make_view<3>(oh.data(), {2, 4, 64}), v2, v3, v2), "'o_b'");
+  std::vector<float> o48(2 * 4 * 48);
+  auto v48 = sd::make_view<3>(o48.data(), {2, 4, 48});
+  REQUIRE_BAD(sd::lse_merge(sd::host{}, v48, v2, v48, v2, v48, v2), "head_dim");
+  REQUIRE_BAD(sd::lse_merge(sd::host{}, sd::make_view<4>(o.data(), {0, 2, 4, 64}), sd::make_view<3>(l2.data(), {0, 2, 4}),
+                            v3, v2),
+              "'o_parts'");
+}

@@ -1,0 +1,132 @@
+// Shared helpers of the cross-attention tests: target caches (contiguous NHD/HND and paged views
+// of one random pool) and a differential check against reference::cross_attention.
+#pragma once
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "specdec/attention/cross_attention.hpp"
+#include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/paged_kv.hpp"
+
+namespace xtest {
+
+template <class T>
+T cast(double x) {
+  return specdec::from_float<T>(static_cast<float>(x));
+}
+template <class T>
+double wide(T x) {
+  return static_cast<double>(specdec::to_float(x));
+}
+
+//! max_i (|got - ref| - atol - rtol |ref|) <= 0 over outputs, and lse within 1e-5 relative; one
+//! assertion per tensor (keeps Debug/ASan runs fast), reporting the worst index.
+template <class T>
+void require_close(const specdec::reference::attention_result& ref, const std::vector<T>& out,
+                   const std::vector<float>& lse, double atol, double rtol) {
+  REQUIRE(out.size() == ref.out.size());
+  double worst = -1;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const double excess = std::abs(wide(out[i]) - ref.out[i]) - atol - rtol * std::abs(ref.out[i]);
+    if (!(excess <= worst)) {
+      worst = excess;
+      at = i;
+    }
+  }
+  INFO("worst out index " << at << " got " << (out.empty() ? 0.0 : wide(out[at])) << " want "
+                          << (out.empty() ? 0.0 : ref.out[at]));
+  REQUIRE(worst <= 0);
+  bool lse_ok = true;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < lse.size() && lse_ok; ++i) {
+    if (std::isinf(ref.lse[i]))
+      lse_ok = std::isinf(lse[i]) && lse[i] < 0;
+    else
+      lse_ok = std::abs(lse[i] - ref.lse[i]) <= 1e-5 * (1 + std::abs(ref.lse[i]));
+    bad = i;
+  }
+  INFO("lse index " << bad);
+  REQUIRE(lse_ok);
+}
+
+// A target cache with R requests of capacity C, filled with random values, in one of three layouts.
+template <class T>
+struct target {
+  int R, C, hkv, d;
+  std::vector<T> k, v;
+  std::vector<std::int32_t> lengths, page_indptr, page_indices;
+  static constexpr int page = 16;
+  target(int R_, int C_, int hkv_, int d_, std::mt19937& rng) : R(R_), C(C_), hkv(hkv_), d(d_) {
+    std::normal_distribution<double> nd;
+    k.resize(static_cast<std::size_t>(R) * C * hkv * d);
+    v.resize(k.size());
+    for (auto& x : k) x = cast<T>(nd(rng));
+    for (auto& x : v) x = cast<T>(nd(rng));
+    for (int r = 0; r < R; ++r) lengths.push_back(static_cast<std::int32_t>(rng() % (C + 1)));
+    // paged view of the same pool: C / page pages per request, shuffled
+    const int per = C / page, pages = R * per;
+    std::vector<std::int32_t> perm(static_cast<std::size_t>(pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    page_indptr.push_back(0);
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < per; ++i) page_indices.push_back(perm[static_cast<std::size_t>(r * per + i)]);
+      page_indptr.push_back(page_indptr.back() + per);
+    }
+  }
+  specdec::contiguous_kv<T> nhd() { return {k.data(), v.data(), lengths.data(), R, C, hkv, d}; }
+  specdec::contiguous_kv<T, specdec::kv_order::hnd> hnd() { return {k.data(), v.data(), lengths.data(), R, C, hkv, d}; }
+  specdec::paged_kv<T> paged() {
+    return {k.data(), v.data(), page_indptr.data(), page_indices.data(), lengths.data(), R, R * (C / page), page,
+            hkv,      d};
+  }
+};
+
+template <class T, class L>
+void check_layout(const L& cache, int hq, int d, const std::vector<int>& nq, std::mt19937& rng, double atol,
+                  double rtol) {
+  const int R = cache.num_requests();
+  std::vector<std::int32_t> ip{0};
+  for (int r = 0; r < R; ++r) ip.push_back(ip.back() + nq[static_cast<std::size_t>(r)]);
+  const int N = ip.back();
+  std::normal_distribution<double> nd;
+  std::vector<T> q(static_cast<std::size_t>(N) * hq * d);
+  for (auto& x : q) x = cast<T>(nd(rng));
+  std::vector<std::int32_t> committed;
+  for (int r = 0; r < R; ++r) committed.push_back(static_cast<std::int32_t>(rng() % (cache.length(r) + 1)));
+  const auto qv = specdec::make_view<3>(q.data(), {N, hq, d});
+  const auto iv = specdec::make_view<1>(ip.data(), {R + 1});
+  std::vector<T> out(q.size());
+  std::vector<float> lse(static_cast<std::size_t>(N) * hq);
+  const auto ov = specdec::make_view<3>(out.data(), {N, hq, d});
+  const auto lv = specdec::make_view<2>(lse.data(), {N, hq});
+  // committed prefix
+  specdec::cross_attention(specdec::host{}, qv, cache, committed, iv, ov, lv);
+  require_close(specdec::reference::cross_attention(qv, cache, committed, iv), out, lse, atol, rtol);
+  // whole target length
+  std::vector<std::int32_t> all;
+  for (int r = 0; r < R; ++r) all.push_back(cache.length(r));
+  specdec::cross_attention(specdec::host{}, qv, cache, iv, ov, lv, {.kv_split_size = 64});
+  require_close(specdec::reference::cross_attention(qv, cache, all, iv), out, lse, atol, rtol);
+}
+
+template <class T>
+void sweep(double atol, double rtol, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int d : {64, 128})
+    for (auto [hq, hkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{8, 1}}) {
+      target<T> tg(3, 160, hkv, d, rng);
+      tg.lengths[0] = 0;  // an empty target cache: out 0, lse -inf
+      check_layout<T>(tg.nhd(), hq, d, {4, 1, 9}, rng, atol, rtol);
+      check_layout<T>(tg.hnd(), hq, d, {0, 16, 3}, rng, atol, rtol);
+      check_layout<T>(tg.paged(), hq, d, {2, 5, 64}, rng, atol, rtol);
+    }
+}
+
+}  // namespace xtest

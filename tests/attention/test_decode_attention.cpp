@@ -1,0 +1,123 @@
+// decode_attention (split-KV, unmasked) vs the double reference; split-size heuristic; workspace
+// path identical to the allocating path and allocation-free; empty caches give out 0, lse -inf.
+#include "attention_fixture.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "specdec/attention/decode_attention.hpp"
+#include "specdec/attention/hybrid_tree_attention.hpp"
+#include "specdec/attention/tree_attention.hpp"
+
+using namespace attn_test;
+
+// Allocation counter: counts operator new calls while `counting` is set.
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+}  // namespace
+void* operator new(std::size_t n) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+TEST_CASE("decode_attention fp32: ragged requests, several query tokens, every layout") {
+  int seed = 700;
+  for (auto kind : {layout_kind::nhd, layout_kind::hnd, layout_kind::paged}) {
+    DYNAMIC_SECTION(name(kind)) {
+      batch<float> b(++seed, 8, 2, 128, {1000, 1, 257, 0, 64}, {1, 4, 0, 3, 16});
+      b.with_layout(kind, [&](auto layout) {
+        specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view());
+        check_against(b, specdec::reference::decode_attention(b.q_view(), layout, b.indptr_view()));
+      });
+      // Request 3 has an empty cache: out exactly 0, lse -inf (no NaN).
+      for (int t = b.q_indptr[3]; t < b.q_indptr[4]; ++t)
+        for (int h = 0; h < b.hq; ++h) {
+          CHECK(b.lse[static_cast<std::size_t>(t) * b.hq + h] == -std::numeric_limits<float>::infinity());
+          for (int c = 0; c < b.d; ++c) CHECK(b.out[(static_cast<std::size_t>(t) * b.hq + h) * b.d + c] == 0.0f);
+        }
+    }
+  }
+}
+
+TEST_CASE("decode_attention: split size heuristic and overrides") {
+  using specdec::detail::choose_kv_split;
+  CHECK(choose_kv_split(0, 8, 2) == specdec::detail::min_kv_split);
+  CHECK(choose_kv_split(32768, 8, 2) == 32768);          // 8 heads x 1 chunk = 8 items = 4 per thread
+  CHECK(choose_kv_split(32768, 1, 16) == 512);           // one head, 16 threads: 64 chunks of 512
+  CHECK(choose_kv_split(1000, 1, 64) == 256);            // floor of 256 tokens
+  CHECK(choose_kv_split(100000, 1, 3) % specdec::detail::kv_tile == 0);
+  batch<float> b(3, 4, 4, 64, {1500, 333}, {2, 1});
+  const auto ref = specdec::reference::decode_attention(b.q_view(), b.paged(), b.indptr_view());
+  for (int threads : {1, 2, 0})
+    for (int split : {0, 1, 63, 64, 700, 100000}) {
+      DYNAMIC_SECTION("threads " << threads << " split " << split) {
+        b.reset_outputs();
+        specdec::decode_attention(specdec::host{.num_threads = threads}, b.q_view(), b.paged(), b.indptr_view(),
+                                  b.out_view(), b.lse_view(), {.kv_split_size = split});
+        check_against(b, ref);
+      }
+    }
+}
+
+TEST_CASE("attention workspace: identical results, no allocation, too small is an error") {
+  batch<float> b(21, 8, 2, 64, {500, 3}, {7, 20});
+  const auto layout = b.paged();
+  const specdec::host pol{};
+  // Allocating path first (also warms up the thread pool).
+  specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                                 b.out_view(), b.lse_view(), {.kv_split_size = 128});
+  const auto out_alloc = b.out;
+  const auto lse_alloc = b.lse;
+  const specdec::attention_options sized{.kv_split_size = 128};
+  specdec::attention_workspace ws(
+      specdec::hybrid_tree_attention_workspace_bytes(pol, b.q_view(), layout, b.indptr_view(), sized));
+  b.reset_outputs();
+  allocations = 0;
+  counting = true;
+  specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                                 b.out_view(), b.lse_view(), {.kv_split_size = 128, .workspace = &ws});
+  counting = false;
+  CHECK(allocations.load() == 0);
+  CHECK(b.out == out_alloc);  // bitwise identical
+  CHECK(b.lse == lse_alloc);
+
+  // decode and tree entry points, same property.
+  specdec::attention_workspace wd(specdec::decode_attention_workspace_bytes(pol, b.q_view(), layout, b.indptr_view()));
+  specdec::decode_attention(pol, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view());
+  const auto dec_alloc = b.out;
+  allocations = 0;
+  counting = true;
+  specdec::decode_attention(pol, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(), {.workspace = &wd});
+  counting = false;
+  CHECK(allocations.load() == 0);
+  CHECK(b.out == dec_alloc);
+  specdec::attention_workspace wt(specdec::tree_attention_workspace_bytes(pol, b.q_view(), 2, b.indptr_view()));
+  specdec::tree_attention(pol, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(), b.out_view(),
+                          b.lse_view());
+  const auto tree_alloc = b.out;
+  allocations = 0;
+  counting = true;
+  specdec::tree_attention(pol, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(), b.out_view(),
+                          b.lse_view(), {.workspace = &wt});
+  counting = false;
+  CHECK(allocations.load() == 0);
+  CHECK(b.out == tree_alloc);
+
+  // A workspace wrapping caller memory works the same; one byte too small is rejected.
+  std::vector<unsigned char> mem(ws.size_bytes());
+  specdec::attention_workspace wrapped(mem.data(), mem.size());
+  specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                                 b.out_view(), b.lse_view(), {.kv_split_size = 128, .workspace = &wrapped});
+  CHECK(b.out == out_alloc);
+  const std::size_t need = specdec::hybrid_tree_attention_workspace_bytes(pol, b.q_view(), layout, b.indptr_view(), sized);
+  specdec::attention_workspace small(mem.data(), need - 1);
+  REQUIRE_THROWS_WITH(specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(),
+                                                     b.mask_view(), b.out_view(), b.lse_view(),
+                                                     {.kv_split_size = 128, .workspace = &small}),
+                      Catch::Contains("options.workspace"));
+}
