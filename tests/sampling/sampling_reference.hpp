@@ -48,15 +48,18 @@ inline void process(std::vector<float>& row, const specdec::sampling_params& p, 
     sort_order();
     for (std::size_t j = static_cast<std::size_t>(p.top_k); j < v; ++j) row[order[j]] = ninf;
   }
+  // the processors' weights: exp(l - max) by specdec::detail::fast_exp (their definition of softmax)
   auto weights = [&] {
     const float m = *std::max_element(row.begin(), row.end());
     std::vector<double> w(v);
-    for (std::size_t i = 0; i < v; ++i) w[i] = std::exp(static_cast<double>(row[i]) - m);
+    for (std::size_t i = 0; i < v; ++i) w[i] = specdec::detail::fast_exp(row[i] - m);
     return w;
   };
   if (p.top_p < 1.0f) {
-    sort_order();
     const auto w = weights();
+    // order: weight desc, then id asc
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return w[a] > w[b] || (w[a] == w[b] && a < b); });
     const double total = std::accumulate(w.begin(), w.end(), 0.0);
     double cum = 0.0;
     std::size_t j = 0;
@@ -67,9 +70,10 @@ inline void process(std::vector<float>& row, const specdec::sampling_params& p, 
     }
     for (; j < v; ++j) row[order[j]] = ninf;
   }
-  if (p.min_p > 0.0f) {
-    const auto w = weights();
-    for (std::size_t i = 0; i < v; ++i) if (w[i] < p.min_p) row[i] = ninf;
+  if (p.min_p > 0.0f) {  // P >= p_base * p_max  <=>  l - max >= ln(p_base)
+    const float m = *std::max_element(row.begin(), row.end());
+    const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
+    for (std::size_t i = 0; i < v; ++i) if (!(row[i] >= cut)) row[i] = ninf;
   }
   if (p.eta_epsilon > 0.0f) {
     const auto w = weights();

@@ -7,6 +7,7 @@
 
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/detail/vec.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "verify/stat_util.hpp"
 
@@ -93,4 +94,38 @@ TEST_CASE("samplers validate their inputs") {
                       Catch::Contains("specdec::sample_from_probs") && Catch::Contains("'probs'"));
   REQUIRE_THROWS_WITH(specdec::sample_from_probs(std::vector<float>{0.0f, 0.0f}, rng), Catch::Contains("positive sum"));
   REQUIRE_THROWS_AS(specdec::sample_from_probs(std::vector<float>{}, rng), specdec::invalid_argument);
+}
+
+TEST_CASE("fast_exp is accurate on [-87.3, 0] and exactly 0 below") {
+  double worst = 0.0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f * static_cast<float>(i) / 200000.0f;
+    const double e = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(specdec::detail::fast_exp(x) - e) / e);
+  }
+  INFO("max relative error " << worst);
+  CHECK(worst < 3e-7);
+  CHECK(specdec::detail::fast_exp(0.0f) == 1.0f);
+  CHECK(specdec::detail::fast_exp(-std::numeric_limits<float>::infinity()) == 0.0f);
+  CHECK(specdec::detail::fast_exp(-90.0f) == 0.0f);
+}
+
+TEST_CASE("blocked sampling over several blocks matches the distribution") {
+  // 5000 tokens (5 blocks of 1024), mass spread over blocks: chi-square on 10 buckets of token ids
+  const int v = 5000;
+  std::vector<float> logits(v);
+  for (int i = 0; i < v; ++i) logits[i] = static_cast<float>(std::sin(i * 0.37) * 2.0);
+  std::vector<float> probs(v);
+  specdec::logits_to_probs(logits, probs);
+  std::map<int, double> expected;
+  for (int i = 0; i < v; ++i) expected[i / 500] += probs[i];
+  std::map<int, std::int64_t> a, b;
+  specdec::philox_stream rng(5, 5);
+  const std::int64_t trials = 100000;
+  for (std::int64_t t = 0; t < trials; ++t) {
+    ++a[specdec::sample_token(logits, rng) / 500];
+    ++b[specdec::sample_from_probs(probs, rng) / 500];
+  }
+  CHECK(stat::chi_square(a, expected, trials).p_value > stat::p_threshold);
+  CHECK(stat::chi_square(b, expected, trials).p_value > stat::p_threshold);
 }

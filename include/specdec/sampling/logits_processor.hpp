@@ -28,6 +28,7 @@
 //! process_tree_logits does this for all n+1 rows.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -37,7 +38,9 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/tensor.hpp"
+#include "specdec/core/topk.hpp"
 #include "specdec/sampling/detail/select.hpp"
+#include "specdec/sampling/detail/vec.hpp"
 
 namespace specdec {
 
@@ -79,9 +82,12 @@ struct sampling_workspace {
   std::vector<std::uint8_t> mark;     //!< per-token flags (penalties); all zero between calls
   std::vector<std::uint8_t> keep;     //!< top-k result
   std::vector<float> values;          //!< top-k scratch
-  std::vector<double> weights;        //!< exp(l - max) per token
+  std::vector<float> weights;         //!< exp(l - max) per token (detail::fast_exp)
+  std::vector<std::int32_t> topk_idx; //!< top-k result
+  topk_workspace<float> topk_ws;      //!< top-k heap
   std::vector<std::int32_t> idx;      //!< top-p candidates
   std::vector<std::int32_t> distinct; //!< distinct committed tokens (repetition penalty)
+  std::vector<double> boundary_weights;//!< top-p: weights of the boundary binade
 };
 
 namespace detail {
@@ -152,88 +158,118 @@ inline void apply_penalties(std::span<float> row, const sampling_params& p, std:
 
 //! Index of the largest value, lowest id on ties; -1 when every value is -inf or NaN.
 inline std::int64_t argmax_lowest(std::span<const float> row) noexcept {
-  std::int64_t best = -1;
-  float bv = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < row.size(); ++i)
-    if (row[i] > bv) {
-      bv = row[i];
-      best = static_cast<std::int64_t>(i);
-    }
-  return best;
+  const float m = row_max(row.data(), row.size());
+  if (!(m > -std::numeric_limits<float>::infinity())) return -1;
+  return first_index_of(row.data(), row.size(), m);
 }
 
-//! Fills ws.weights with exp(l - max) (0 for -inf) and returns their sum.
+//! Fills ws.weights with exp(l - max) (exactly 0 for -inf) and returns their sum (double).
 inline double softmax_weights(std::span<const float> row, sampling_workspace& ws) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (float x : row) m = std::max(m, x);
+  const float m = row_max(row.data(), row.size());
   ws.weights.resize(row.size());
-  double s = 0.0;
-  for (std::size_t i = 0; i < row.size(); ++i) {
-    const double e = std::exp(static_cast<double>(row[i]) - static_cast<double>(m));
-    ws.weights[i] = e;
-    s += e;
+  return exp_sum(row.data(), row.size(), m, ws.weights.data());
+}
+
+//! Top-p keep set (TokenSwift Appendix D.1): the smallest prefix, in (weight desc, id asc) order, whose
+//! weight reaches p * total. One pass bins tokens by the float exponent and top 3 mantissa bits of
+//! their weight (weights are <= 1: at most 1024 bins, each an eighth of a binade, ordered like the
+//! weights) with per-bin mass; bins above the one where the running mass crosses p * total are kept
+//! whole, and only the tokens of that boundary bin go through the mass-aware quickselect. O(V) plus a
+//! selection over one bin, instead of a sort of V.
+inline void apply_top_p(std::span<float> row, float top_p, sampling_workspace& ws) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const double total = softmax_weights(row, ws);
+  const double need = static_cast<double>(top_p) * total;
+  const float* w = ws.weights.data();
+  const std::size_t v = row.size();
+  double mass[1024] = {};  // key = exponent and top 3 mantissa bits: monotone in the weight
+  for (std::size_t i = 0; i < v; ++i) mass[std::bit_cast<std::uint32_t>(w[i]) >> 20] += w[i];
+  double above = 0.0;
+  int boundary = 1023;
+  for (; boundary > 0; --boundary) {
+    if (above + mass[boundary] >= need) break;
+    above += mass[boundary];
   }
-  return s;
+  ws.idx.clear();
+  for (std::size_t i = 0; i < v; ++i)
+    if (static_cast<int>(std::bit_cast<std::uint32_t>(w[i]) >> 20) == boundary && w[i] > 0.0f)
+      ws.idx.push_back(static_cast<std::int32_t>(i));
+  // weights in the boundary bin, ordered by (weight desc, id asc)
+  std::vector<double>& wd = ws.boundary_weights;
+  wd.resize(v);
+  for (auto i : ws.idx) wd[static_cast<std::size_t>(i)] = w[i];
+  const std::size_t m = select_top_p(wd.data(), w, 1.0, need - above, ws.idx);
+  if (ws.mark.size() != v) ws.mark.assign(v, 0);
+  for (std::size_t j = 0; j < m; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 1;
+  for (std::size_t i = 0; i < v; ++i) {
+    const int bin = static_cast<int>(std::bit_cast<std::uint32_t>(w[i]) >> 20);
+    const bool keep = bin > boundary || (bin == boundary && ws.mark[i]);
+    row[i] = keep ? row[i] : ninf;
+  }
+  for (std::size_t j = 0; j < m; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 0;
+}
+
+inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const std::size_t v = row.size();
+  if (k <= 1024) {  // heap selection (core/topk.hpp): one streaming pass
+    ws.topk_idx.resize(static_cast<std::size_t>(k));
+    ws.values.resize(static_cast<std::size_t>(k));
+    topk(std::span<const float>(row.data(), v), k, std::span(ws.topk_idx), std::span(ws.values), ws.topk_ws);
+    std::fill(row.begin(), row.end(), ninf);
+    for (int j = 0; j < k; ++j) row[static_cast<std::size_t>(ws.topk_idx[static_cast<std::size_t>(j)])] = ws.values[static_cast<std::size_t>(j)];
+    return;
+  }
+  select_top_k(row, k, ws.values, ws.keep);
+  for (std::size_t i = 0; i < v; ++i)
+    if (!ws.keep[i]) row[i] = ninf;
 }
 
 inline void process_row(std::span<float> row, const sampling_params& p, std::span<const std::int32_t> prefix,
                         std::span<const std::int32_t> suffix, const std::vector<std::int32_t>* distinct_prefix,
                         sampling_workspace& ws, std::string_view function) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  for (float x : row)
-    if (std::isnan(x)) [[unlikely]] throw_invalid_argument(function, "logits", "no NaN logits", "NaN");
+  if (has_nan_or_posinf(row.data(), row.size())) [[unlikely]]
+    throw_invalid_argument(function, "logits", "finite or -inf logits (no NaN, no +inf)", "NaN or +inf");
   apply_penalties(row, p, prefix, suffix, distinct_prefix, ws);
   const std::int64_t top = argmax_lowest(row);
   require(top >= 0, function, "logits", "at least one logit above -inf per row", "all -inf");
   if (p.temperature == 0.0f) {
-    for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<std::int64_t>(i) == top ? 0.0f : ninf;
+    std::fill(row.begin(), row.end(), ninf);
+    row[static_cast<std::size_t>(top)] = 0.0f;
     return;
   }
   if (p.temperature != 1.0f) {
     const float inv = 1.0f / p.temperature;
     for (float& x : row) x *= inv;
   }
-  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < row.size()) {
-    detail::select_top_k(row, p.top_k, ws.values, ws.keep);
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (!ws.keep[i]) row[i] = ninf;
-  }
-  if (p.top_p < 1.0f) {
-    const double s = softmax_weights(row, ws);
-    ws.idx.clear();
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (ws.weights[i] > 0.0) ws.idx.push_back(static_cast<std::int32_t>(i));
-    const std::size_t m = detail::select_top_p(ws.weights.data(), row.data(), p.top_p, s, ws.idx);
-    // mark the kept ones, drop the rest
-    if (ws.mark.size() != row.size()) ws.mark.assign(row.size(), 0);
-    for (std::size_t j = 0; j < m; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 1;
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (!ws.mark[i]) row[i] = ninf;
-    for (std::size_t j = 0; j < m; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 0;
-  }
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < row.size()) apply_top_k(row, p.top_k, ws);
+  if (p.top_p < 1.0f) apply_top_p(row, p.top_p, ws);
   if (p.min_p > 0.0f) {
-    // P(v) >= p_base * p_max  <=>  exp(l_v - max) >= p_base (the max has weight 1)
-    softmax_weights(row, ws);
-    const double base = p.min_p;
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (ws.weights[i] < base) row[i] = ninf;
+    // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base): compared on logits, no exp needed
+    const float m = row_max(row.data(), row.size());
+    const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
+    for (float& x : row) x = x >= cut ? x : ninf;
   }
   if (p.eta_epsilon > 0.0f) {
     const double s = softmax_weights(row, ws);
-    // H = -sum P log P with P = w / s and log P = (l - max) - log s
-    float m = ninf;
-    for (float x : row) m = std::max(m, x);
-    double h = 0.0;
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (ws.weights[i] > 0.0) {
-        const double pr = ws.weights[i] / s;
-        h -= pr * ((static_cast<double>(row[i]) - m) - std::log(s));
-      }
+    // H = -sum P log P with P = w / s, log P = (l - max) - log s  =>  H = log s - sum w (l - max) / s
+    const float m = row_max(row.data(), row.size());
+    double acc[lanes] = {};
+    std::size_t i = 0;
+    const float* w = ws.weights.data();
+    for (; i + lanes <= row.size(); i += lanes)
+      for (int j = 0; j < lanes; ++j) acc[j] += w[i + j] > 0.0f ? static_cast<double>(w[i + j]) * (row[i + j] - m) : 0.0;
+    double t = 0.0;
+    for (; i < row.size(); ++i) t += w[i] > 0.0f ? static_cast<double>(w[i]) * (row[i] - m) : 0.0;
+    for (int j = 0; j < lanes; ++j) t += acc[j];
+    const double h = std::log(s) - t / s;
     const double alpha = p.eta_alpha < 0.0f ? std::sqrt(static_cast<double>(p.eta_epsilon)) : p.eta_alpha;
     const double eta = std::min(static_cast<double>(p.eta_epsilon), alpha * std::exp(-h));
     const std::int64_t best = argmax_lowest(row);
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (ws.weights[i] / s < eta && static_cast<std::int64_t>(i) != best) row[i] = ninf;
+    const double cut = eta * s;
+    for (std::size_t k = 0; k < row.size(); ++k)
+      if (static_cast<double>(w[k]) < cut && static_cast<std::int64_t>(k) != best) row[k] = ninf;
   }
 }
 
@@ -312,21 +348,19 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
   }
 }
 
-//! Softmax of a processed row into `probs` (same length): P = exp(l - max) / sum, double accumulation.
-//! Precondition: at least one logit not -inf/NaN. Complexity O(V).
+//! Softmax of a processed row into `probs` (same length): P = exp(l - max) / sum (exp by
+//! detail::fast_exp, sum in double). Preconditions: no NaN/+inf; at least one logit above -inf. O(V).
 inline void logits_to_probs(std::span<const float> logits, std::span<float> probs) {
   constexpr std::string_view fn = "specdec::logits_to_probs";
   require_equal(fn, "probs.size()", logits.size(), probs.size());
   require(!logits.empty(), fn, "logits", "a non-empty row", logits.size());
-  float m = -std::numeric_limits<float>::infinity();
-  for (float x : logits) m = std::max(m, x);
-  require(m > -std::numeric_limits<float>::infinity(), fn, "logits", "at least one logit not -inf/NaN",
-          "all -inf or NaN");
-  double s = 0.0;
-  for (float x : logits) s += std::exp(static_cast<double>(x) - m);
-  const double inv = 1.0 / s;
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    probs[i] = static_cast<float>(std::exp(static_cast<double>(logits[i]) - m) * inv);
+  require(!detail::has_nan_or_posinf(logits.data(), logits.size()), fn, "logits", "finite or -inf logits",
+          "NaN or +inf");
+  const float m = detail::row_max(logits.data(), logits.size());
+  require(m > -std::numeric_limits<float>::infinity(), fn, "logits", "at least one logit above -inf", "all -inf");
+  const double s = detail::exp_sum(logits.data(), logits.size(), m, probs.data());
+  const auto inv = static_cast<float>(1.0 / s);
+  for (float& x : probs) x *= inv;
 }
 
 }  // namespace specdec

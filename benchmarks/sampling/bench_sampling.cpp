@@ -1,0 +1,155 @@
+// Logits processors and samplers over one row at vocab 32K and 128K, and the 65 rows of a 64-node tree.
+// Counters: "GB/s" = logits bytes read (V * 4 per row; in-place processors also write them back),
+// "rows/s" = rows processed. In-place processors restore the row outside the timed region.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/sampler.hpp"
+
+namespace {
+
+std::vector<float> make_logits(std::int64_t rows, std::int64_t v, std::uint64_t seed) {
+  specdec::philox_stream rng(seed, 0);
+  std::vector<float> l(static_cast<std::size_t>(rows * v));
+  // Zipf-like language-model row: the token of rank k (a random permutation of ids) gets logit
+  // -1.1 ln k plus small noise, so probabilities fall as k^-1.1 (top-p 0.9 keeps a few thousand tokens)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = l.data() + r * v;
+    for (std::int64_t i = 0; i < v; ++i) row[i] = static_cast<float>(i + 1);
+    for (std::int64_t i = v - 1; i > 0; --i) std::swap(row[i], row[rng.below(static_cast<std::uint32_t>(i + 1))]);
+    for (std::int64_t i = 0; i < v; ++i) row[i] = -1.1f * std::log(row[i]) + 0.1f * rng.uniform();
+  }
+  return l;
+}
+
+std::vector<std::int32_t> make_context(int n, std::int64_t v) {
+  specdec::philox_stream rng(7, 7);
+  std::vector<std::int32_t> c(static_cast<std::size_t>(n));
+  for (auto& t : c) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
+  return c;
+}
+
+void counters(benchmark::State& st, std::int64_t rows, std::int64_t v) {
+  const double bytes = static_cast<double>(st.iterations()) * static_cast<double>(rows * v) * 4.0;
+  st.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  st.counters["rows/s"] = benchmark::Counter(static_cast<double>(st.iterations() * rows), benchmark::Counter::kIsRate);
+}
+
+enum which { temperature, top_k, top_p, min_p, eta, repetition, contextual, tokenswift_chain };
+
+specdec::sampling_params params_for(int w) {
+  specdec::sampling_params p;
+  switch (w) {
+    case temperature: p.temperature = 0.7f; break;
+    case top_k: p.top_k = 50; break;
+    case top_p: p.top_p = 0.9f; break;
+    case min_p: p.min_p = 0.1f; break;
+    case eta: p.eta_epsilon = 2e-4f; break;  // TokenSwift Table 13
+    case repetition: p.repetition_penalty = 1.2f; break;
+    case contextual: p.contextual_penalty = 1.2f; p.penalty_window = 1024; break;
+    case tokenswift_chain:  // TokenSwift Table 11 (LLaMA3.1-8b): temp 1, min-p 0.1, penalty 1.2, W 1024
+      p.min_p = 0.1f; p.contextual_penalty = 1.2f; p.penalty_window = 1024; break;
+  }
+  return p;
+}
+
+void BM_process_row(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const auto p = params_for(static_cast<int>(st.range(1)));
+  const auto pristine = make_logits(1, v, 1);
+  auto row = pristine;
+  const auto ctx = make_context(4096, v);
+  specdec::sampling_workspace ws;
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::memcpy(row.data(), pristine.data(), row.size() * sizeof(float));
+    st.ResumeTiming();
+    specdec::process_logits(row, p, ctx, ws);
+    benchmark::DoNotOptimize(row.data());
+  }
+  counters(st, 1, v);
+}
+
+void BM_process_tree(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const int n = 64;
+  const auto p = params_for(tokenswift_chain);
+  const auto pristine = make_logits(n + 1, v, 2);
+  auto rows = pristine;
+  const auto ctx = make_context(4096, v);
+  std::vector<std::int32_t> tokens(n), parents(n);
+  specdec::philox_stream rng(3, 3);
+  for (int i = 0; i < n; ++i) {
+    tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
+    parents[i] = i < 4 ? -1 : static_cast<std::int32_t>(i - 4);  // 4 chains of depth 16
+  }
+  specdec::sampling_workspace ws;
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::memcpy(rows.data(), pristine.data(), rows.size() * sizeof(float));
+    st.ResumeTiming();
+    specdec::process_tree_logits(specdec::make_view<2>(rows.data(), {n + 1, v}), p, ctx, tokens, parents, ws);
+    benchmark::DoNotOptimize(rows.data());
+  }
+  counters(st, n + 1, v);
+}
+
+void BM_greedy_token(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const auto row = make_logits(1, v, 4);
+  for (auto _ : st) benchmark::DoNotOptimize(specdec::greedy_token(row));
+  counters(st, 1, v);
+}
+
+void BM_sample_token(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const auto row = make_logits(1, v, 5);
+  specdec::philox_stream rng(1, 1);
+  for (auto _ : st) benchmark::DoNotOptimize(specdec::sample_token(row, rng));
+  counters(st, 1, v);
+}
+
+void BM_sample_from_probs(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const auto l = make_logits(1, v, 6);
+  std::vector<float> probs(l.size());
+  specdec::logits_to_probs(l, probs);
+  specdec::philox_stream rng(1, 1);
+  for (auto _ : st) benchmark::DoNotOptimize(specdec::sample_from_probs(probs, rng));
+  counters(st, 1, v);
+}
+
+void BM_logits_to_probs(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const auto l = make_logits(1, v, 8);
+  std::vector<float> probs(l.size());
+  for (auto _ : st) {
+    specdec::logits_to_probs(l, probs);
+    benchmark::DoNotOptimize(probs.data());
+  }
+  counters(st, 1, v);
+}
+
+void vocab_args(benchmark::internal::Benchmark* b) { b->Arg(32000)->Arg(128256); }
+void row_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"V", "proc"});
+  for (int w = temperature; w <= tokenswift_chain; ++w) b->Args({32000, w})->Args({128256, w});
+}
+
+}  // namespace
+
+// proc: 0 temperature, 1 top-k 50, 2 top-p 0.9, 3 min-p 0.1, 4 eta 2e-4, 5 repetition 1.2 (4096-token
+// context), 6 contextual penalty 1.2 W 1024, 7 TokenSwift chain (min-p 0.1 + contextual penalty)
+BENCHMARK(BM_process_row)->Apply(row_args)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_process_tree)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_greedy_token)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_sample_token)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_sample_from_probs)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_logits_to_probs)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
