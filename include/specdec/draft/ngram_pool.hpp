@@ -25,7 +25,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
-#include "specdec/draft/detail/hash_slots.hpp"
+#include "specdec/core/detail/hash_slots.hpp"
 
 namespace specdec {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
-#include "specdec/draft/detail/hash_slots.hpp"
+#include "specdec/core/detail/hash_slots.hpp"
 
 namespace specdec {
 

@@ -13,14 +13,14 @@
 //! order. A node's log-prob comes from the candidate that created it; later duplicates keep it.
 //! Each node also records the `source` tag of that candidate (e.g. 0 = model, 1 = n-gram, 2 =
 //! lookup), so acceptance can be attributed (TokenSwift's n-gram acceptance rate beta).
-//! Cost: O(1) expected per candidate token (hash on (parent, token)).
+//! Cost: O(1) expected per candidate token (open-addressing hash on (parent, token)).
 
 #include <cstdint>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "specdec/core/detail/hash_slots.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/tree/token_tree.hpp"
 
@@ -71,9 +71,8 @@ class trie_merger {
   [[nodiscard]] std::int32_t find(std::span<const std::int32_t> tokens) const {
     std::int32_t v = -1;
     for (auto t : tokens) {
-      const auto it = index_.find(key(v, t));
-      if (it == index_.end()) return -1;
-      v = it->second;
+      v = lookup(v, t);
+      if (v < 0) return -1;
     }
     return v;
   }
@@ -86,26 +85,31 @@ class trie_merger {
 
  private:
   static std::uint64_t key(std::int32_t parent, std::int32_t token) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(parent + 1)) << 32) | static_cast<std::uint32_t>(token);
+    std::uint64_t h = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(parent + 1)) << 32) | static_cast<std::uint32_t>(token);
+    h *= 0x9E3779B97F4A7C15ull;  // spread both halves into the low bits the table indexes with
+    return h ^ (h >> 29);
+  }
+  std::int32_t lookup(std::int32_t parent, std::int32_t token) const {
+    return index_.find(key(parent, token), [&](std::int32_t id) {
+      return tree_.parents()[id] == parent && tree_.tokens()[id] == token;
+    });
   }
   // Existing child or a new one; -1 when a new one is needed but the budget is exhausted.
   std::int32_t child(std::int32_t parent, std::int32_t token, float logprob, std::int32_t source, int& added) {
-    const auto [it, inserted] = index_.try_emplace(key(parent, token), -1);
-    if (!inserted) return it->second;
-    if (full()) {
-      index_.erase(it);
-      return -1;
-    }
-    it->second = tree_.add(token, parent, logprob);
+    const std::int32_t found = lookup(parent, token);
+    if (found >= 0) return found;
+    if (full()) return -1;
+    const std::int32_t id = tree_.add(token, parent, logprob);
+    index_.insert(key(parent, token), id);
     sources_.push_back(source);
     ++added;
-    return it->second;
+    return id;
   }
 
   int max_nodes_;
   token_tree tree_;
   std::vector<std::int32_t> sources_, remap_;
-  std::unordered_map<std::uint64_t, std::int32_t> index_;
+  detail::hash_slots index_;
 };
 
 //! One-shot merge: `base` first (if non-empty), then `sequences` in order, under `max_nodes` (0 =

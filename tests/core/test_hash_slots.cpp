@@ -3,11 +3,11 @@
 #include <map>
 
 #include "specdec/core/philox.hpp"
-#include "specdec/draft/detail/hash_slots.hpp"
+#include "specdec/core/detail/hash_slots.hpp"
 
 // Randomized insert/upsert/erase against std::map, with hashes squeezed into a few values so probe
 // runs are long, wrap around the table end, and backward-shift deletion is exercised.
-TEST_CASE("hash_slots: matches std::map under heavy collisions", "[draft][hash]") {
+TEST_CASE("hash_slots: matches std::map under heavy collisions", "[core][hash]") {
   for (std::uint64_t hash_range : {1ull, 7ull, 1000ull}) {
     specdec::philox_stream rng(hash_range, 9);
     specdec::detail::hash_slots t;

@@ -6,6 +6,7 @@
 //! Load factor <= 1/2; erase uses backward-shift deletion (no tombstones). No allocation except
 //! when growing.
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -71,9 +72,9 @@ class hash_slots {
     --size_;
   }
 
+  //! Empties the table, keeping its capacity (O(capacity)), so a reused index does not reallocate.
   void clear() {
-    cells_.clear();
-    mask_ = 0;
+    std::fill(cells_.begin(), cells_.end(), cell{});
     size_ = 0;
   }
 
