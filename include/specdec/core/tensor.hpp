@@ -84,11 +84,16 @@ class strided_view {
     return strided_view(data, extents, strides, space);
   }
 
-  //! A const view of the same data.
-  SPECDEC_HOST_DEVICE operator strided_view<const T, Rank>() const noexcept
-    requires(!std::is_const_v<T>)
-  {
-    return strided_view<const T, Rank>(data_, extents_, strides_, space_);
+  //! Implicit conversion from a view of mutable elements to a view of const elements (same geometry).
+  //! A converting constructor rather than a conversion operator: nvcc warns (#554) about an operator
+  //! that would convert a const view to its own type.
+  template <class U>
+    requires(std::is_const_v<T> && std::is_same_v<const U, T> && !std::is_const_v<U>)
+  SPECDEC_HOST_DEVICE strided_view(const strided_view<U, Rank>& other) noexcept : data_(other.data()), space_(other.space()) {
+    for (int i = 0; i < Rank; ++i) {
+      extents_[i] = other.extent(i);
+      strides_[i] = other.stride(i);
+    }
   }
 
   SPECDEC_HOST_DEVICE T* data() const noexcept { return data_; }
