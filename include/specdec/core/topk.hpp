@@ -67,10 +67,11 @@ void topk(std::span<const T> values, int k, std::span<std::int32_t> out_indices,
   require(values.size() <= static_cast<std::size_t>(INT32_MAX), fn, "values.size()", "<= INT32_MAX", values.size());
   const auto n = static_cast<std::int32_t>(values.size());
   require_in_range(fn, "k", k, 0, n);
-  require(out_indices.size() >= static_cast<std::size_t>(k), fn, "out_indices.size()", ">= k = " + std::to_string(k),
-          out_indices.size());
-  require(out_values.empty() || out_values.size() >= static_cast<std::size_t>(k), fn, "out_values.size()",
-          "0 or >= k = " + std::to_string(k), out_values.size());
+  // Messages are formatted only on failure: topk runs once per vocabulary row.
+  if (out_indices.size() < static_cast<std::size_t>(k)) [[unlikely]]
+    throw_invalid_argument(fn, "out_indices.size()", ">= k = " + std::to_string(k), out_indices.size());
+  if (!out_values.empty() && out_values.size() < static_cast<std::size_t>(k)) [[unlikely]]
+    throw_invalid_argument(fn, "out_values.size()", "0 or >= k = " + std::to_string(k), out_values.size());
   if (k == 0) return;
   using entry = detail::topk_entry<T>;
   auto& heap = ws.heap;

@@ -64,8 +64,10 @@ class token_tree {
   //! [-1, size()). depth = parent < 0 ? 0 : depth(parent) + 1; score = score(parent) + logprob
   //! (score(root) = 0). Amortized O(1).
   int add(std::int32_t token, std::int32_t parent, float logprob = 0.0f) {
-    require(parent >= -1 && parent < size(), "specdec::token_tree::add", "parent",
-            "a node index in [-1, " + std::to_string(size()) + ")", parent);
+    // Messages are formatted only on failure: add() is the builders' hot path.
+    if (parent < -1 || parent >= size()) [[unlikely]]
+      throw_invalid_argument("specdec::token_tree::add", "parent", "a node index in [-1, " + std::to_string(size()) + ")",
+                             parent);
     require(size() < std::numeric_limits<std::int32_t>::max(), "specdec::token_tree::add", "size()",
             "< INT32_MAX", size());
     tokens_.push_back(token);
@@ -126,8 +128,8 @@ class token_tree {
 
   //! Children of node i in index order; i = -1 gives the root's children. O(n) scan (nodes after i).
   [[nodiscard]] std::vector<std::int32_t> children(int i) const {
-    require(i >= -1 && i < size(), "specdec::token_tree::children", "i",
-            "a node index in [-1, " + std::to_string(size()) + ")", i);
+    if (i < -1 || i >= size()) [[unlikely]]
+      throw_invalid_argument("specdec::token_tree::children", "i", "a node index in [-1, " + std::to_string(size()) + ")", i);
     std::vector<std::int32_t> out;
     for (int j = i + 1; j < size(); ++j)
       if (parents_[j] == i) out.push_back(j);
@@ -136,8 +138,9 @@ class token_tree {
 
   //! The child of `parent` (-1 = root) carrying `token`, or -1 if none (first in index order). O(n).
   [[nodiscard]] std::int32_t find_child(std::int32_t parent, std::int32_t token) const {
-    require(parent >= -1 && parent < size(), "specdec::token_tree::find_child", "parent",
-            "a node index in [-1, " + std::to_string(size()) + ")", parent);
+    if (parent < -1 || parent >= size()) [[unlikely]]
+      throw_invalid_argument("specdec::token_tree::find_child", "parent",
+                             "a node index in [-1, " + std::to_string(size()) + ")", parent);
     for (int j = parent + 1; j < size(); ++j)
       if (parents_[j] == parent && tokens_[j] == token) return j;
     return -1;
@@ -191,8 +194,9 @@ class token_tree {
   void write_ancestor_mask(mask_word* rows, int row_stride) const {
     const int n = size();
     const int w = words_per_row(n);
-    require(row_stride >= w, "specdec::token_tree::write_ancestor_mask", "row_stride",
-            ">= words_per_row(size()) = " + std::to_string(w), row_stride);
+    if (row_stride < w) [[unlikely]]
+      throw_invalid_argument("specdec::token_tree::write_ancestor_mask", "row_stride",
+                             ">= words_per_row(size()) = " + std::to_string(w), row_stride);
     for (int i = 0; i < n; ++i) {
       mask_word* r = rows + static_cast<std::ptrdiff_t>(i) * row_stride;
       const std::int32_t p = parents_[static_cast<std::size_t>(i)];
