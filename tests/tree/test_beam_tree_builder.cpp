@@ -150,7 +150,7 @@ TEST_CASE("beam_tree_builder: hand-computed example keeps a high-score leaf unex
 
 TEST_CASE("beam_tree_builder: dense and candidate callbacks equal brute-force enumeration", "[tree][beam]") {
   const std::vector<std::vector<int>> shapes{{4, 16, 16, 16, 16}, {2, 3, 4, 2}, {1, 1, 1}, {3, 9, 27}, {5, 1, 5, 1}};
-  for (int vocab : {2, 3, 5, 8}) {
+  for (int vocab : {2, 3, 5, 8, 300}) {  // 300: heavy ties through the O(V) top-k path
     for (const auto& widths : shapes) {
       for (std::uint64_t seed = 0; seed < 4; ++seed) {
         toy_drafter d{vocab, seed * 31 + static_cast<std::uint64_t>(vocab)};
