@@ -6,8 +6,10 @@
 //! multi-token generation", k = 20; Appendix B.2, Table 11).
 //!
 //! Update: push(token) is amortized O(1) (one open-addressing hash probe, an O(1) LFU move between
-//! frequency nodes, and at most one eviction; no allocation in steady state). Query: O(m + k log k) for the m distinct n-grams that begin with the token.
-//! Memory: at most max_entries distinct n-grams (plus hash-table overhead).
+//! frequency nodes, and at most one eviction; no allocation in steady state). Query: O(m + k log k)
+//! for the m distinct n-grams that begin with the token.
+//! Memory: O(max_entries): at most max_entries n-grams, each n tokens plus ~56 bytes of bookkeeping
+//! (slot, frequency node, per-first-token list entry, hash cell at load <= 1/2).
 //! Eviction rule (when a NEW n-gram arrives and the table is full): the least frequent n-gram is
 //! dropped; among equally frequent ones, the one whose count was last raised longest ago (its last
 //! occurrence is the oldest). This is O(1) LFU with per-count recency lists.
