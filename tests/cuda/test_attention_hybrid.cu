@@ -1,0 +1,82 @@
+// hybrid_tree_attention on the cuda backend (cache part unmasked + tree part masked, merged by LSE)
+// against the double reference and the host backend: cache lengths 0/1/non-multiples of tiles,
+// trees 1..1024 nodes, ragged batches, GQA, head dims, contiguous and paged layouts, forced splits,
+// fp16 and bf16. Skipped (exit 77) without a GPU.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "cuda/test_attention_common.cuh"
+#include "specdec/attention/hybrid_tree_attention.cuh"
+
+using namespace cuda_attn_test;
+
+namespace {
+
+template <class T>
+void run_hybrid(batch<T>& b, layout_kind kind, specdec::attention_options opt = {}) {
+  batch<T> host = b;
+  host.with_layout(kind, [&](auto layout) {
+    specdec::hybrid_tree_attention(specdec::host{}, host.q_view(), layout, host.k_view(), host.v_view(),
+                                   host.indptr_view(), host.mask_view(), host.out_view(), host.lse_view(), opt);
+  });
+  const auto ref = specdec::reference::hybrid_tree_attention(b.q_view(), b.nhd(), b.k_view(), b.v_view(),
+                                                             b.indptr_view(), b.mask_view(), opt.scale);
+  device_batch<T> d(b);
+  d.with_layout(kind, [&](auto layout) {
+    device_workspace ws(
+        specdec::hybrid_tree_attention_workspace_bytes(specdec::cuda{}, d.q_view(), layout, d.indptr_view(), opt));
+    auto o = opt;
+    o.workspace = &ws.ws;
+    specdec::hybrid_tree_attention(specdec::cuda{}, d.q_view(), layout, d.k_view(), d.v_view(), d.indptr_view(),
+                                   d.mask_view(), d.out_view(), d.lse_view(), o);
+    specdec_test::sync_check("hybrid_tree_attention(cuda)");
+  });
+  d.out.download(b.out);
+  d.lse.download(b.lse);
+  check_cuda(b, host, ref);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda hybrid_tree_attention: edge cache lengths, ragged trees, contiguous and paged",
+                   "[cuda][attention]", specdec::bfloat16, specdec::half) {
+  int seed = 3000;
+  for (auto kind : {layout_kind::nhd, layout_kind::paged}) {
+    DYNAMIC_SECTION(attn_test::name(kind)) {
+      batch<TestType> b(++seed, 8, 2, 128, {0, 1, 63, 65, 1000, 2049}, {5, 1, 64, 0, 33, 17});
+      run_hybrid(b, kind);
+    }
+  }
+}
+
+TEST_CASE("cuda hybrid_tree_attention: GQA ratios, head dims, HND", "[cuda][attention]") {
+  int seed = 3100;
+  for (int ratio : {1, 4, 8})
+    for (int d : {64, 128, 256}) {
+      DYNAMIC_SECTION("ratio " << ratio << " head_dim " << d) {
+        batch<specdec::bfloat16> b(++seed, 2 * ratio, 2, d, {300, 0, 77}, {16, 3, 1});
+        run_hybrid(b, seed % 2 ? layout_kind::hnd : layout_kind::nhd);
+      }
+    }
+}
+
+TEST_CASE("cuda hybrid_tree_attention: large trees over a long cache, forced splits", "[cuda][attention]") {
+  SECTION("1024-node tree, 5000 cached tokens") {
+    batch<specdec::bfloat16> b(3200, 8, 2, 128, {5000}, {1024});
+    run_hybrid(b, layout_kind::paged);
+  }
+  for (int split : {1, 100, 4096}) {
+    DYNAMIC_SECTION("split " << split) {
+      batch<specdec::bfloat16> b(3300 + split, 8, 2, 128, {1500, 3}, {64, 16});
+      run_hybrid(b, layout_kind::paged, {.scale = 0.2f, .kv_split_size = split});
+    }
+  }
+}
+
+TEST_CASE("cuda hybrid_tree_attention: the benchmark shape (32 q / 8 kv heads, batch 8, 64-node trees)",
+          "[cuda][attention]") {
+  batch<specdec::bfloat16> b(3400, 32, 8, 128, {512, 400, 1, 0, 513, 200, 100, 300},
+                             {64, 64, 64, 64, 64, 64, 64, 64});
+  run_hybrid(b, layout_kind::paged);
+}
