@@ -1,0 +1,124 @@
+// lse_merge on the cuda backend against the host backend on the same inputs: n-way (S = 1, 2, 5,
+// 130), two-way with -inf parts (never NaN, NaN in a zero-weight part does not leak), in-place
+// (out aliasing o_a), fp16/bf16/fp32. Skipped (exit 77) without a GPU.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cuda/test_attention_common.cuh"
+#include "specdec/attention/lse_merge.cuh"
+#include "specdec/core/numeric.hpp"
+#include "specdec/core/philox.hpp"
+
+using namespace cuda_attn_test;
+
+namespace {
+
+constexpr float ninf = -std::numeric_limits<float>::infinity();
+
+template <class T>
+std::vector<T> random_rows(std::size_t n, std::uint64_t seed) {
+  specdec::philox_stream rng(seed, 3);
+  std::vector<T> v(n);
+  for (auto& x : v) x = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+  return v;
+}
+
+std::vector<float> random_lse(std::size_t n, std::uint64_t seed, float p_inf) {
+  specdec::philox_stream rng(seed, 4);
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.uniform() < p_inf ? ninf : 20.0f * rng.uniform() - 10.0f;
+  return v;
+}
+
+template <class T>
+double tol() {
+  return std::is_same_v<T, float> ? 1e-6 : std::is_same_v<T, specdec::half> ? 1e-3 : 8e-3;
+}
+
+template <class T>
+void expect_close(const std::vector<T>& got, const std::vector<T>& want, const std::vector<float>& lg,
+                  const std::vector<float>& lw) {
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double a = specdec::to_float(got[i]), b = specdec::to_float(want[i]);
+    if (!(std::abs(a - b) <= tol<T>() * std::max(1.0, std::abs(b)))) ++bad;
+  }
+  for (std::size_t i = 0; i < lg.size(); ++i) {
+    if (std::isinf(lw[i]) || std::isinf(lg[i])) {
+      if (lg[i] != lw[i]) ++bad;
+    } else if (!(std::abs(lg[i] - lw[i]) <= 1e-5 * std::max(1.0f, std::abs(lw[i])))) {
+      ++bad;
+    }
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda lse_merge n-way matches the host backend", "[cuda][attention]", specdec::bfloat16,
+                   specdec::half, float) {
+  const int n = 7, h = 3, d = 128;
+  for (int s : {1, 2, 5, 130}) {
+    DYNAMIC_SECTION("parts " << s) {
+      const std::size_t rows = static_cast<std::size_t>(s) * n * h;
+      auto o = random_rows<TestType>(rows * d, 10 + s);
+      auto l = random_lse(rows, 20 + s, 0.3f);
+      std::vector<TestType> ho(static_cast<std::size_t>(n) * h * d);
+      std::vector<float> hl(static_cast<std::size_t>(n) * h);
+      specdec::lse_merge(specdec::host{}, specdec::make_view<4>(o.data(), {s, n, h, d}),
+                         specdec::make_view<3>(l.data(), {s, n, h}), specdec::make_view<3>(ho.data(), {n, h, d}),
+                         specdec::make_view<2>(hl.data(), {n, h}));
+      dvec<TestType> dO(o), dout(ho.size());
+      dvec<float> dl(l), dlo(hl.size());
+      specdec::lse_merge(specdec::cuda{}, specdec::make_view<4>(dO.data(), {s, n, h, d}, memory_space::device),
+                         specdec::make_view<3>(dl.data(), {s, n, h}, memory_space::device),
+                         specdec::make_view<3>(dout.data(), {n, h, d}, memory_space::device),
+                         specdec::make_view<2>(dlo.data(), {n, h}, memory_space::device));
+      specdec_test::sync_check("lse_merge(cuda) n-way");
+      std::vector<TestType> go;
+      std::vector<float> gl;
+      dout.download(go);
+      dlo.download(gl);
+      expect_close(go, ho, gl, hl);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda lse_merge two-way in place, -inf parts, no NaN leak", "[cuda][attention]", specdec::bfloat16,
+                   specdec::half) {
+  const int n = 9, h = 4, d = 64;
+  const std::size_t rows = static_cast<std::size_t>(n) * h;
+  auto a = random_rows<TestType>(rows * d, 1);
+  auto b = random_rows<TestType>(rows * d, 2);
+  auto la = random_lse(rows, 3, 0.4f);
+  auto lb = random_lse(rows, 4, 0.4f);
+  la[0] = lb[0] = ninf;  // both empty -> 0 and -inf
+  la[1] = ninf;          // part a empty and NaN: must not leak
+  for (int c = 0; c < d; ++c) a[d + c] = specdec::from_float<TestType>(std::numeric_limits<float>::quiet_NaN());
+  std::vector<TestType> ho = a;
+  std::vector<float> hl = la;
+  specdec::lse_merge(specdec::host{}, specdec::make_view<3>(ho.data(), {n, h, d}), specdec::make_view<2>(hl.data(), {n, h}),
+                     specdec::make_view<3>(b.data(), {n, h, d}), specdec::make_view<2>(lb.data(), {n, h}),
+                     specdec::make_view<3>(ho.data(), {n, h, d}), specdec::make_view<2>(hl.data(), {n, h}));
+  dvec<TestType> da(a), db(b);
+  dvec<float> dla(la), dlb(lb);
+  auto va = specdec::make_view<3>(da.data(), {n, h, d}, memory_space::device);
+  auto vla = specdec::make_view<2>(dla.data(), {n, h}, memory_space::device);
+  specdec::lse_merge(specdec::cuda{}, va, vla, specdec::make_view<3>(db.data(), {n, h, d}, memory_space::device),
+                     specdec::make_view<2>(dlb.data(), {n, h}, memory_space::device), va, vla);
+  specdec_test::sync_check("lse_merge(cuda) two-way");
+  std::vector<TestType> go;
+  std::vector<float> gl;
+  da.download(go);
+  dla.download(gl);
+  for (int c = 0; c < d; ++c) {
+    REQUIRE(specdec::to_float(go[c]) == 0.0f);
+    REQUIRE(!std::isnan(specdec::to_float(go[d + c])));
+  }
+  REQUIRE(gl[0] == ninf);
+  expect_close(go, ho, gl, hl);
+}
