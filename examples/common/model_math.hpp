@@ -87,7 +87,7 @@ void tree_attention_over_cache(std::span<const T> q, const Layout& cache, int r,
   const int D = cache.head_dim(), Hkv = cache.num_kv_heads(), L = cache.length(r), wpr = words_per_row(m);
   const A scale = A(1) / std::sqrt(static_cast<A>(D));
   const int group = Hq / Hkv;
-  parallel_for(host{}, static_cast<std::int64_t>(m) * Hq, [&](std::int64_t job) {
+  auto body = [&](std::int64_t job) {
     const int i = static_cast<int>(job / Hq), h = static_cast<int>(job % Hq), hk = h / group;
     const T* qi = q.data() + (static_cast<std::size_t>(i) * Hq + h) * D;
     std::vector<A> sc(static_cast<std::size_t>(L + m));
@@ -109,7 +109,13 @@ void tree_attention_over_cache(std::span<const T> q, const Layout& cache, int r,
       if (test_bit(row, j)) add(sc[L + j], spec_v.data() + (static_cast<std::size_t>(j) * Hkv + hk) * D);
     T* o = out.data() + (static_cast<std::size_t>(i) * Hq + h) * D;
     for (int d = 0; d < D; ++d) o[d] = static_cast<T>(acc[d] / den);
-  });
+  };
+  const std::int64_t jobs = static_cast<std::int64_t>(m) * Hq;
+  if (jobs * (L + m) * D < (1 << 18)) {  // too little work to pay for waking the pool
+    for (std::int64_t j = 0; j < jobs; ++j) body(j);
+  } else {
+    parallel_for(host{}, jobs, body);
+  }
 }
 
 }  // namespace specdec::examples
