@@ -240,9 +240,17 @@ void glide_project_queries(const host& policy, const H& hidden_in, const W& w_in
       const auto* wr = &w(j * hd + e, 0);
       for (std::int64_t t = t0; t < t1; ++t) {
         const auto* hr = &hidden(t, 0);
-        accum_t<T> acc = 0;
-        for (std::int64_t c = 0; c < dd; ++c)
-          acc += static_cast<accum_t<T>>(to_float(hr[c])) * static_cast<accum_t<T>>(to_float(wr[c]));
+        // 16 independent partial sums: the compiler vectorizes them (a single running sum is a
+        // serial dependency it may not reorder without -ffast-math).
+        using A = accum_t<T>;
+        A lanes[16] = {};
+        std::int64_t c = 0;
+        for (; c + 16 <= dd; c += 16)
+          for (int l = 0; l < 16; ++l)
+            lanes[l] += static_cast<A>(to_float(hr[c + l])) * static_cast<A>(to_float(wr[c + l]));
+        A acc = 0;
+        for (; c < dd; ++c) acc += static_cast<A>(to_float(hr[c])) * static_cast<A>(to_float(wr[c]));
+        for (int l = 0; l < 16; ++l) acc += lanes[l];
         if constexpr (std::is_same_v<T, double>)
           q(t, j, e) = acc;
         else
