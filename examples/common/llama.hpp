@@ -25,6 +25,7 @@
 
 #include "safetensors.hpp"
 #include "model_math.hpp"
+#include "specdec/attention/hybrid_tree_attention.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
@@ -394,21 +395,36 @@ class llama_model {
     matmul_nt<T>(xn, w_.lm_head, logits, m, cfg_.vocab_size, H);
   }
 
-  // Request r's queries over its committed cache plus the tree (ancestor mask), i.e. hybrid tree
-  // attention (LongSpec §3.3) computed by the examples' double-accumulating reference loop
-  // (model_math.hpp). TODO(decoder): route float through specdec::hybrid_tree_attention once
-  // attention/detail/simd.hpp compiles under -Werror without AVX-512 (-Wpsabi).
+  // Request r's queries over its committed cache plus the tree (ancestor mask): hybrid tree attention
+  // (LongSpec §3.3). float goes through the library's specdec::hybrid_tree_attention; double, which
+  // the attention primitives do not take, through the examples' double-accumulating loop (model_math.hpp).
   void attention(int l, int r, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
                  const std::vector<mask_word>& mask, std::span<T> att) {
     const int D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads;
     const auto all = layer_kv(l);
-    (void)D, (void)Hkv;
-    tree_attention_over_cache<T>(q, all, r, sk, sv, mask.data(), m, Hq, att);
+    if constexpr (std::is_same_v<T, double>) {
+      (void)D, (void)Hkv;
+      tree_attention_over_cache<T>(q, all, r, sk, sv, mask.data(), m, Hq, att);
+    } else {
+      const contiguous_kv<const T> one{all.k + all.row_offset(r, 0, 0), all.v + all.row_offset(r, 0, 0),
+                                       lengths_.data() + r, 1, capacity_, Hkv, D, memory_space::host};
+      const std::int32_t indptr[2] = {0, m};
+      lse_.resize(static_cast<std::size_t>(m) * Hq);
+      const auto qv = make_view<3>(q.data(), {m, Hq, D});
+      const auto iv = make_view<1>(indptr, {2});
+      workspace_.reserve(hybrid_tree_attention_workspace_bytes(host{}, qv, one, iv));  // grows, never shrinks
+      hybrid_tree_attention(host{}, qv, one, make_view<3>(sk.data(), {m, Hkv, D}),
+                            make_view<3>(sv.data(), {m, Hkv, D}), iv,
+                            make_view<1>(mask.data(), {static_cast<std::int64_t>(mask.size())}),
+                            make_view<3>(att.data(), {m, Hq, D}), make_view<2>(lse_.data(), {m, Hq}),
+                            {.workspace = &workspace_});
+    }
   }
 
   llama_config cfg_;
   llama_weights<T> w_;
   std::vector<float> lse_;
+  attention_workspace workspace_;
   int max_requests_, capacity_;
   std::vector<std::vector<T>> k_, v_;  // per layer [requests, capacity, kv_heads, head_dim]
   std::vector<std::int32_t> lengths_;

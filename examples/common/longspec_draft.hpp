@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "llama.hpp"
+#include "specdec/attention/decode_attention.hpp"
 #include "model_math.hpp"
 
 namespace specdec::examples {
@@ -86,6 +87,7 @@ class longspec_draft_model {
     require(cfg_.window >= 1, fn, "config.window", ">= 1", cfg_.window);
     require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(cfg_.layers), w_.layers.size());
     require_equal(fn, "config.layer_map.size()", static_cast<std::size_t>(cfg_.layers), cfg_.layer_map.size());
+    require(target.config().heads <= 512, fn, "target heads", "<= 512", target.config().heads);
     const auto& tc = target.config();
     const std::size_t ring = static_cast<std::size_t>(cfg_.window) * tc.kv_heads * tc.head_dim;
     state_.resize(static_cast<std::size_t>(target.max_requests()));
@@ -176,9 +178,21 @@ class longspec_draft_model {
         rms_norm<T>(x, W.cross_norm, xn, 1, H, tc.norm_eps);
         matmul_nt<T>(xn, W.cq, q, 1, Hq * D, H);
         apply_rope(host{}, rope_params{.theta = tc.rope_theta}, make_view<3>(q.data(), {1, Hq, D}), std::span<const std::int32_t>(pos));
-        keys_.clear();
-        for (int j = 0; j < visible; ++j) keys_.push_back({cache.k_row(r, j, 0), cache.v_row(r, j, 0)});
-        attend(q, Hq, Hkv, D, att);
+        if constexpr (std::is_same_v<T, double>) {  // the attention primitives take float, half, bfloat16
+          keys_.clear();
+          for (int j = 0; j < visible; ++j) keys_.push_back({cache.k_row(r, j, 0), cache.v_row(r, j, 0)});
+          attend(q, Hq, Hkv, D, att);
+        } else {  // cache-free: the target's rows are read in place through a one-request layout
+          const contiguous_kv<const T> one{cache.k + cache.row_offset(r, 0, 0), cache.v + cache.row_offset(r, 0, 0),
+                                           &visible, 1, cache.max_tokens, Hkv, D, memory_space::host};
+          const std::int32_t indptr[2] = {0, 1};
+          float lse[512];
+          const auto qv = make_view<3>(q.data(), {1, Hq, D});
+          const auto iv = make_view<1>(indptr, {2});
+          workspace_.reserve(decode_attention_workspace_bytes(host{}, qv, one, iv));
+          decode_attention(host{}, qv, one, iv, make_view<3>(att.data(), {1, Hq, D}), make_view<2>(lse, {1, Hq}),
+                           {.workspace = &workspace_});
+        }
         matmul_nt_add<T>(att, W.co, x, 1, H, Hq * D);
       }
       rms_norm<T>(x, W.ffn_norm, xn, 1, H, tc.norm_eps);
@@ -252,6 +266,7 @@ class longspec_draft_model {
   longspec_draft_weights<T> w_;
   std::vector<request_state> state_;
   std::vector<kv_ptr> keys_;
+  attention_workspace workspace_;
 };
 
 }  // namespace specdec::examples

@@ -115,3 +115,27 @@ TEST_CASE("llama rejects bad configurations and arguments", "[llama][errors]") {
                       Catch::Contains("capacity"));
   REQUIRE_THROWS_AS(m.prefill(0, std::span(prompt).first(0)), specdec::invalid_argument);
 }
+
+TEST_CASE("llama float (library hybrid_tree_attention) matches the double model", "[llama][float]") {
+  auto c = tiny();
+  c.heads = 4;
+  c.kv_heads = 2;
+  const auto wd = random_llama_weights<double>(c, 21);
+  llama_weights<float> wf;
+  auto cvt = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  wf.embed = cvt(wd.embed), wf.lm_head = cvt(wd.lm_head), wf.final_norm = cvt(wd.final_norm);
+  for (const auto& L : wd.layers)
+    wf.layers.push_back({cvt(L.attn_norm), cvt(L.wq), cvt(L.wk), cvt(L.wv), cvt(L.wo), cvt(L.ffn_norm), cvt(L.w_gate),
+                         cvt(L.w_up), cvt(L.w_down)});
+  llama_model<double> md(c, wd, 1, 256);
+  llama_model<float> mf(c, wf, 1, 256);
+  const auto prompt = prompt_of(150, c.vocab_size, 4);
+  md.prefill(0, prompt, 64);
+  mf.prefill(0, prompt, 64);
+  const auto tree = token_tree::from_parents(std::vector<std::int32_t>{1, 2, 3, 4}, std::vector<std::int32_t>{-1, 0, 0, 2});
+  std::vector<double> ld(5 * 64);
+  std::vector<float> lf(5 * 64);
+  md.forward(0, prompt.back(), tree, ld);
+  mf.forward(0, prompt.back(), tree, lf);
+  for (std::size_t i = 0; i < ld.size(); ++i) REQUIRE(lf[i] == Approx(ld[i]).margin(2e-3 * (1 + std::abs(ld[i]))));
+}

@@ -1,0 +1,74 @@
+// The LongSpec draft model: constant draft state whatever the context, speculative tokens never reach
+// the ring (drafting then discarding leaves the next prediction unchanged), float (library
+// decode_attention for the cross-attention) agrees with double, and GLIDE's layer map is checked.
+#include <catch2/catch.hpp>
+
+#include "../../examples/common/longspec_draft.hpp"
+
+using namespace specdec;
+using namespace specdec::examples;
+
+namespace {
+llama_config cfg() { return {.vocab_size = 40, .hidden = 24, .layers = 3, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 32}; }
+template <class T>
+llama_weights<T> convert(const llama_weights<double>& w) {
+  auto c = [](const std::vector<double>& v) { return std::vector<T>(v.begin(), v.end()); };
+  llama_weights<T> o;
+  o.embed = c(w.embed), o.lm_head = c(w.lm_head), o.final_norm = c(w.final_norm);
+  for (const auto& L : w.layers)
+    o.layers.push_back({c(L.attn_norm), c(L.wq), c(L.wk), c(L.wv), c(L.wo), c(L.ffn_norm), c(L.w_gate), c(L.w_up), c(L.w_down)});
+  return o;
+}
+}  // namespace
+
+TEST_CASE("GLIDE layer map and draft derivation", "[longspec]") {
+  CHECK(glide_layer_map(4, 2) == std::vector<int>{2, 3});
+  CHECK(glide_layer_map(3, 1) == std::vector<int>{2});
+  REQUIRE_THROWS_WITH(glide_layer_map(2, 3), Catch::Contains("draft_layers"));
+  const auto w = random_llama_weights<double>(cfg(), 1);
+  longspec_draft_config dc;
+  dc.layers = 2;
+  const auto dw = derive_longspec_draft(w, dc);
+  CHECK(dc.layer_map == std::vector<int>{1, 2});
+  CHECK(dw.layers[1].cq == w.layers[2].wq);  // cross-attention query from the mapped target layer
+  CHECK(dw.layers[0].wk == w.layers[0].wk);
+  dc.layer_map = {0, 7};
+  REQUIRE_THROWS_WITH(derive_longspec_draft(w, dc), Catch::Contains("layer_map"));
+}
+
+TEST_CASE("LongSpec draft: constant state, speculation discarded, float matches double", "[longspec]") {
+  const auto c = cfg();
+  const auto wd = random_llama_weights<double>(c, 2);
+  llama_model<double> td(c, wd, 1, 512);
+  llama_model<float> tf(c, convert<float>(wd), 1, 512);
+  std::vector<std::int32_t> prompt(300);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 7 + i / 5) % 40);
+  td.prefill(0, prompt);
+  tf.prefill(0, prompt);
+  longspec_draft_config dc;
+  dc.window = 32;
+  longspec_draft_model<double> dd(td, dc, derive_longspec_draft(wd, dc));
+  longspec_draft_model<float> df(tf, dc, derive_longspec_draft(convert<float>(wd), dc));
+  const auto bytes = dd.state_bytes();
+  CHECK(bytes == 1u * 32 * 1 * 64 * 2 * sizeof(double));
+  std::vector<double> a(40), b(40);
+  std::vector<float> f(40);
+  for (int p = 0; p < 300; ++p) {
+    dd.step(0, prompt[p], p, true, p == 299 ? std::span<double>(a) : std::span<double>{});
+    df.step(0, prompt[p], p, true, p == 299 ? std::span<float>(f) : std::span<float>{});
+  }
+  CHECK(dd.state_bytes() == bytes);  // the ring does not grow with the context
+  CHECK(dd.absorbed(0) == 300);
+  for (int v = 0; v < 40; ++v) REQUIRE(f[v] == Approx(a[v]).margin(2e-3 * (1 + std::abs(a[v]))));
+  // Speculate three tokens, discard, and the next committed step is unaffected.
+  std::vector<double> spec(40);
+  for (int d = 0; d < 3; ++d) dd.step(0, d + 1, 300 + d, false, spec);
+  dd.discard_speculation(0);
+  longspec_draft_model<double> fresh(td, dc, derive_longspec_draft(wd, dc));
+  for (int p = 0; p < 300; ++p) fresh.step(0, prompt[p], p, true, {});
+  dd.step(0, 5, 300, true, a);
+  fresh.step(0, 5, 300, true, b);
+  for (int v = 0; v < 40; ++v) REQUIRE(a[v] == b[v]);
+  REQUIRE_THROWS_WITH(dd.step(0, 99, 301, true, a), Catch::Contains("'token'"));
+  REQUIRE_THROWS_WITH(dd.step(2, 1, 301, true, a), Catch::Contains("'request'"));
+}
