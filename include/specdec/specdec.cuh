@@ -6,3 +6,8 @@
 
 #include "specdec/specdec.hpp"
 #include "specdec/core/device_types.cuh"
+#include "specdec/position/rope.cuh"
+#include "specdec/attention/decode_attention.cuh"
+#include "specdec/attention/hybrid_tree_attention.cuh"
+#include "specdec/attention/lse_merge.cuh"
+#include "specdec/attention/tree_attention.cuh"
