@@ -46,7 +46,8 @@ struct problem {
     for (int i = 0; i < tree; ++i) {
       const int parent = i == 0 ? -1 : static_cast<int>(rng.below(static_cast<std::uint32_t>(i)));
       if (parent >= 0)
-        for (int w = 0; w < wpr; ++w) mask[static_cast<std::size_t>(i) * wpr + w] = mask[static_cast<std::size_t>(parent) * wpr + w];
+        for (int w = 0; w < wpr; ++w)
+          mask[static_cast<std::size_t>(i) * wpr + w] = mask[static_cast<std::size_t>(parent) * wpr + w];
       specdec::set_bit(&mask[static_cast<std::size_t>(i) * wpr], i);
     }
     for (auto w : mask) visible_pairs += __builtin_popcountll(w);
@@ -61,7 +62,9 @@ struct problem {
   double bytes() const {
     return 2.0 * (kW + tree) * kHkv * kD * sizeof(T) + 2.0 * tree * kHq * kD * sizeof(T) + 4.0 * tree * kHq;
   }
-  double flops() const { return 4.0 * kHq * kD * (static_cast<double>(tree) * kW + static_cast<double>(visible_pairs)); }
+  double flops() const {
+    return 4.0 * kHq * kD * (static_cast<double>(tree) * kW + static_cast<double>(visible_pairs));
+  }
 };
 
 template <class T>

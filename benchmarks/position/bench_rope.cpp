@@ -78,7 +78,7 @@ void args(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-#define SPECDEC_ROPE_BENCH(fn, T) \
+#define SPECDEC_ROPE_BENCH(fn, T)            \
   BENCHMARK_TEMPLATE(fn, T)->Apply(args<1>); \
   BENCHMARK_TEMPLATE(fn, T)->Apply(args<0>)
 SPECDEC_ROPE_BENCH(BM_rope_params, float);

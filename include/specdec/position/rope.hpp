@@ -35,6 +35,7 @@
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
+#include "specdec/position/detail/row_convert.hpp"
 
 namespace specdec {
 
@@ -136,12 +137,42 @@ concept rope_target_tensor = tensor_like<X> &&(X::rank == 3) && storage_float<ty
 
 namespace detail {
 
+// Rows of up to this many rotated dims of 16-bit storage are rotated through a float stack buffer.
+inline constexpr int rope_row_buffer = 512;
+
 // Rotates one token's rows (all heads) by the given per-pair cos/sin (float, R/2 each).
 template <class T>
 void rope_rotate_token(T* base, std::int64_t head_stride, std::int64_t heads, int rotary, rope_style style,
                        const float* cs, const float* sn) {
   using A = accum_t<T>;
   const int half_r = rotary / 2;
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    // 16-bit storage: widen the rotated part of each row in bulk, rotate in float (vectorizes),
+    // narrow back. Same float operations as the scalar loop below, so the same results.
+    if (rotary <= rope_row_buffer) {
+      float buf[rope_row_buffer];
+      for (std::int64_t h = 0; h < heads; ++h) {
+        T* x = base + h * head_stride;
+        load_row_as_float(x, buf, rotary);
+        if (style == rope_style::rotate_half) {
+          float* y = buf + half_r;
+          for (int i = 0; i < half_r; ++i) {
+            const float a = buf[i], b = y[i];
+            buf[i] = a * cs[i] - b * sn[i];
+            y[i] = b * cs[i] + a * sn[i];
+          }
+        } else {
+          for (int i = 0; i < half_r; ++i) {
+            const float a = buf[2 * i], b = buf[2 * i + 1];
+            buf[2 * i] = a * cs[i] - b * sn[i];
+            buf[2 * i + 1] = b * cs[i] + a * sn[i];
+          }
+        }
+        store_row_from_float(buf, x, rotary);
+      }
+      return;
+    }
+  }
   for (std::int64_t h = 0; h < heads; ++h) {
     T* x = base + h * head_stride;
     if (style == rope_style::rotate_half) {
