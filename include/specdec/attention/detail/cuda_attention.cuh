@@ -182,7 +182,9 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
       }
       const long long nchunks = L > 0 ? (static_cast<long long>(L) + split - 1) / split : 0;
       const long long count = part < nchunks ? (nchunks - 1 - part) / C + 1 : 0;
-      tpc = (split + BN - 1) / BN;
+      // A chunk never holds more than L keys: bound the tiles per chunk by L, not by a huge split.
+      tpc = static_cast<int>((min(static_cast<long long>(split), static_cast<long long>(L)) + BN - 1) / BN);
+      if (tpc < 1) tpc = 1;
       n_iter = static_cast<int>(count * tpc);
     }
   }
