@@ -74,7 +74,8 @@ struct llama_weights {
 
 //! Knobs of the synthetic random init.
 struct random_init_options {
-  //! Scale of each attention / FFN block's output relative to the token-embedding path. Small values
+  //! Scale of the attention / FFN blocks' outputs relative to the token-embedding path (per layer it is
+  //! block_scale * sqrt(2 / layers), so depth does not change the total). Small values
   //! make the next token mostly a function of the current token (easy to draft), large values make
   //! the context matter more.
   double block_scale = 1.0;
@@ -106,6 +107,9 @@ template <class T>
   const auto H = static_cast<std::size_t>(c.hidden), V = static_cast<std::size_t>(c.vocab_size);
   const auto Dq = static_cast<std::size_t>(c.heads * c.head_dim), Dk = static_cast<std::size_t>(c.kv_heads * c.head_dim);
   const auto F = static_cast<std::size_t>(c.ffn_hidden);
+  // Per-layer scale so the summed context perturbation of all layers does not grow with depth
+  // (block_scale is calibrated for 2 layers).
+  const double bs = o.block_scale * std::sqrt(2.0 / c.layers);
   llama_weights<T> w;
   w.embed = gauss(V * H, 1.0);
   for (int l = 0; l < c.layers; ++l) {
@@ -115,10 +119,10 @@ template <class T>
     L.wq = gauss(Dq * H, 1.0 / std::sqrt(double(H)));
     L.wk = gauss(Dk * H, 1.0 / std::sqrt(double(H)));
     L.wv = gauss(Dk * H, 1.0 / std::sqrt(double(H)));
-    L.wo = gauss(H * Dq, o.block_scale / std::sqrt(double(Dq)));
+    L.wo = gauss(H * Dq, bs / std::sqrt(double(Dq)));
     L.w_gate = gauss(F * H, 1.0 / std::sqrt(double(H)));
     L.w_up = gauss(F * H, 1.0 / std::sqrt(double(H)));
-    L.w_down = gauss(H * F, 2.0 * o.block_scale / std::sqrt(double(F)));
+    L.w_down = gauss(H * F, 2.0 * bs / std::sqrt(double(F)));
     w.layers.push_back(std::move(L));
   }
   w.final_norm.assign(H, T(1));

@@ -116,6 +116,10 @@ class longspec_draft_model {
     s.spec_pos.clear();
     s.absorbed = 0;
   }
+  //! Tokens before position p - receptive_field() cannot influence any prediction at p or later (each
+  //! layer sees `window` tokens back; cross-attention reads the target's cache, not draft state), so a
+  //! drafter may start absorbing a long prompt there with an identical result.
+  [[nodiscard]] int receptive_field() const noexcept { return cfg_.layers * cfg_.window; }
   //! Committed tokens whose K/V are in the ring's history (the next absorbed token's position).
   [[nodiscard]] int absorbed(int r) const { return state_[static_cast<std::size_t>(r)].absorbed; }
 
@@ -151,6 +155,16 @@ class longspec_draft_model {
       matmul_nt<T>(xn, W.wv, v, 1, Hkv * D, H);
       apply_rope(host{}, rope_params{.theta = tc.rope_theta}, make_view<3>(q.data(), {1, Hq, D}), std::span<const std::int32_t>(pos));
       apply_rope(host{}, rope_params{.theta = tc.rope_theta}, make_view<3>(k.data(), {1, Hkv, D}), std::span<const std::int32_t>(pos));
+      // Store this token's K/V first (the slot it overwrites, position - window, is outside every
+      // window from here on); a committed token whose output nobody reads stops after its last K/V.
+      if (commit) {
+        std::copy(k.begin(), k.end(), s.ring_k[l].begin() + slot * static_cast<std::ptrdiff_t>(kvrow));
+        std::copy(v.begin(), v.end(), s.ring_v[l].begin() + slot * static_cast<std::ptrdiff_t>(kvrow));
+      } else {
+        s.spec_k[l].insert(s.spec_k[l].end(), k.begin(), k.end());
+        s.spec_v[l].insert(s.spec_v[l].end(), v.begin(), v.end());
+      }
+      if (l == cfg_.layers - 1 && logits.empty()) break;
       keys_.clear();
       for (int j = 0; j < cfg_.window; ++j) {
         const int p = s.ring_pos[static_cast<std::size_t>(j)];
@@ -164,13 +178,6 @@ class longspec_draft_model {
       keys_.push_back({k.data(), v.data()});
       attend(q, Hq, Hkv, D, att);
       matmul_nt_add<T>(att, W.wo, x, 1, H, Hq * D);
-      if (commit) {
-        std::copy(k.begin(), k.end(), s.ring_k[l].begin() + slot * static_cast<std::ptrdiff_t>(kvrow));
-        std::copy(v.begin(), v.end(), s.ring_v[l].begin() + slot * static_cast<std::ptrdiff_t>(kvrow));
-      } else {
-        s.spec_k[l].insert(s.spec_k[l].end(), k.begin(), k.end());
-        s.spec_v[l].insert(s.spec_v[l].end(), v.begin(), v.end());
-      }
       // Cache-free cross-attention into the target's cache of the mapped layer, positions < position.
       const auto cache = target_->layer_kv(cfg_.layer_map[static_cast<std::size_t>(l)]);
       const int visible = std::min(cache.length(r), position);

@@ -237,7 +237,10 @@ class longspec_drafter {
     if (model_->absorbed(r) == L) {  // nothing new (only possible when re-proposing): recompute the root row
       model_->reset(r);
     }
-    for (int p = model_->absorbed(r); p < L; ++p)
+    int first = model_->absorbed(r);
+    if constexpr (requires { model_->receptive_field(); })  // skip history no future prediction can see
+      first = std::max(first, L - 1 - static_cast<int>(model_->receptive_field()));
+    for (int p = first; p < L; ++p)
       model_->step(r, t[static_cast<std::size_t>(p)], p, true,
                    p == L - 1 ? std::span<typename Model::logit_type>(root_) : std::span<typename Model::logit_type>{});
     if (req.depth <= 0) return;

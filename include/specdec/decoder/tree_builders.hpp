@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -37,6 +38,8 @@ static_assert(check_tree_builder<chain_tree_builder>());
 //! prod_{j<=k} s_j. O(nodes).
 struct cartesian_tree_builder {
   std::vector<int> widths = tokenswift_tree_widths();
+  cartesian_tree_builder() = default;
+  explicit cartesian_tree_builder(std::vector<int> w) : widths(std::move(w)) {}
   void build(const draft_candidates& c, token_tree& out) {
     constexpr std::string_view fn = "specdec::cartesian_tree_builder::build";
     heads_.clear();
