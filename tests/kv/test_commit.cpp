@@ -230,6 +230,18 @@ TEST_CASE("full rejection and failed commits leave every cache bit-identical") {
   REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(layers, std::span(committed), std::span(sizes), std::span(indptr),
                                                         std::span(acc), std::span(nodes_indptr), std::span(parents)),
                       Contains("specdec::kv_commit_in_place_batch") && Contains("root path"));
+  const std::vector<std::int32_t> short_sizes{4};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(layers, std::span(committed), std::span(short_sizes), std::span(indptr),
+                                                        std::span(acc)),
+                      Contains("tree_sizes.size()"));
+  const std::vector<std::int32_t> bad_indptr{0, 2, 3};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(layers, std::span(committed), std::span(sizes), std::span(bad_indptr),
+                                                        std::span(acc)),
+                      Contains("'accepted_indptr'"));
+  const std::vector<std::int32_t> big{3, CAP};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(layers, std::span(big), std::span(sizes), std::span(indptr),
+                                                        std::span(acc)),
+                      Contains("committed_lengths[1]") && Contains("capacity"));
   CHECK(c.same_bits(k0, v0));
 }
 

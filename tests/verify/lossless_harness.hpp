@@ -35,15 +35,29 @@ struct toy_model {
   int zeros = 1;             // tokens forced to probability 0 per context
   bool sharp = false;        // square the weights for a peakier distribution
 
-  // p(. | context) into out[0..vocab). Deterministic in (tag, context); memoised per context hash (the
-  // trees revisit the same short contexts constantly, and this keeps the trial loop lean under ASan).
+  // Context hashing is incremental (FNV-1a over token + 1, then mixed with the length), so tree nodes
+  // extend their parent's state instead of rebuilding their context.
+  static constexpr std::uint64_t fnv_prime = 1099511628211ull;
+  std::uint64_t start() const noexcept { return 1469598103934665603ull ^ tag; }
+  static std::uint64_t extend(std::uint64_t h, std::int32_t tok) noexcept {
+    return (h ^ static_cast<std::uint64_t>(tok + 1)) * fnv_prime;
+  }
+  std::uint64_t state(const std::int32_t* ctx, std::size_t len) const noexcept {
+    std::uint64_t h = start();
+    for (std::size_t i = 0; i < len; ++i) h = extend(h, ctx[i]);
+    return h;
+  }
+  // p(. | context) for a context with hash state h and length len; memoised (the trees revisit the same
+  // short contexts constantly, and this keeps the trial loop lean under ASan).
+  const float* dist_at(std::uint64_t h, std::size_t len) const {
+    const std::uint64_t key = h ^ (len * 0x9E3779B97F4A7C15ull);
+    auto [it, fresh] = memo_.try_emplace(key);
+    if (fresh) compute(key, it->second.data());
+    return it->second.data();
+  }
+  // p(. | context) into out[0..vocab). Deterministic in (tag, context).
   void dist(const std::int32_t* ctx, std::size_t len, float* out) const {
-    std::uint64_t h = 1469598103934665603ull ^ tag;
-    for (std::size_t i = 0; i < len; ++i) h = (h ^ static_cast<std::uint64_t>(ctx[i] + 1)) * 1099511628211ull;
-    h ^= len * 0x9E3779B97F4A7C15ull;
-    auto [it, fresh] = memo_.try_emplace(h);
-    if (fresh) compute(h, it->second.data());
-    std::copy_n(it->second.data(), vocab, out);
+    std::copy_n(dist_at(state(ctx, len), len), vocab, out);
   }
   void compute(std::uint64_t h, float* out) const {
     specdec::philox_stream rng(h, tag);
@@ -74,13 +88,17 @@ struct toy_model {
 inline void fill_rows(const toy_model& m, const seq& prefix, const specdec::token_tree& t, std::vector<float>& rows) {
   const int v = m.vocab, n = t.size();
   rows.resize(static_cast<std::size_t>((n + 1) * v));
-  seq ctx = prefix;
-  m.dist(ctx.data(), ctx.size(), rows.data());
+  thread_local std::vector<std::uint64_t> h;
+  h.resize(static_cast<std::size_t>(n));
+  const std::uint64_t h0 = m.state(prefix.data(), prefix.size());
+  std::copy_n(m.dist_at(h0, prefix.size()), v, rows.data());
+  const auto par = t.parents();
+  const auto tok = t.tokens();
+  const auto dep = t.depths();
   for (int i = 0; i < n; ++i) {
-    ctx = prefix;
-    const auto path = t.path_tokens(i);
-    ctx.insert(ctx.end(), path.begin(), path.end());
-    m.dist(ctx.data(), ctx.size(), rows.data() + static_cast<std::size_t>((i + 1) * v));
+    h[i] = toy_model::extend(par[i] < 0 ? h0 : h[par[i]], tok[i]);
+    std::copy_n(m.dist_at(h[i], prefix.size() + static_cast<std::size_t>(dep[i]) + 1), v,
+                rows.data() + static_cast<std::size_t>((i + 1) * v));
   }
 }
 
@@ -98,65 +116,73 @@ inline std::int32_t draw(const float* p, int v, specdec::philox_stream& rng, dou
 // A tree whose node at depth d gets branching[d] children drawn from the draft q (given the node's
 // context), i.i.d. (with replacement) or sequentially excluding earlier siblings (without). Built level
 // by level so every node's children are consecutive in index order = draw order.
+inline void drawn_tree(specdec::token_tree& t, const toy_model& q, const seq& prefix, const std::vector<int>& branching,
+                       bool with_replacement, specdec::philox_stream& rng) {
+  t.clear();
+  struct item { std::int32_t node; std::uint64_t h; };
+  thread_local std::vector<item> frontier, next;
+  frontier.assign(1, item{-1, q.state(prefix.data(), prefix.size())});
+  float qd[16];
+  for (std::size_t d = 0; d < branching.size(); ++d) {
+    next.clear();
+    for (const auto& it : frontier) {
+      std::copy_n(q.dist_at(it.h, prefix.size() + d), q.vocab, qd);
+      for (int c = 0; c < branching[d]; ++c) {
+        double mass = 0.0;
+        for (int i = 0; i < q.vocab; ++i) mass += qd[i];
+        if (mass <= 1e-12) break;  // without replacement: nothing left to draw
+        const auto tok = draw(qd, q.vocab, rng, mass);
+        next.push_back(item{t.add(tok, it.node), toy_model::extend(it.h, tok)});
+        if (!with_replacement) qd[tok] = 0.0f;
+      }
+    }
+    std::swap(frontier, next);
+  }
+}
 inline specdec::token_tree drawn_tree(const toy_model& q, const seq& prefix, const std::vector<int>& branching,
                                       bool with_replacement, specdec::philox_stream& rng) {
   specdec::token_tree t;
-  std::vector<std::int32_t> frontier{-1};
-  std::vector<float> qd(static_cast<std::size_t>(q.vocab));
-  for (int b : branching) {
-    std::vector<std::int32_t> next;
-    for (auto node : frontier) {
-      seq ctx = prefix;
-      if (node >= 0) {
-        const auto path = t.path_tokens(node);
-        ctx.insert(ctx.end(), path.begin(), path.end());
-      }
-      q.dist(ctx.data(), ctx.size(), qd.data());
-      for (int c = 0; c < b; ++c) {
-        double mass = 0.0;
-        for (float x : qd) mass += x;
-        if (mass <= 1e-12) break;  // without replacement: nothing left to draw
-        const auto tok = draw(qd.data(), q.vocab, rng, mass);
-        next.push_back(t.add(tok, node));
-        if (!with_replacement) qd[static_cast<std::size_t>(tok)] = 0.0f;
-      }
-    }
-    frontier = std::move(next);
-  }
+  drawn_tree(t, q, prefix, branching, with_replacement, rng);
   return t;
 }
 
 // Deterministic top-k tree (Cartesian/beam-like): node at depth d gets the branching[d] most likely draft
 // tokens (ties: lower id) as children.
+inline void topk_tree(specdec::token_tree& t, const toy_model& q, const seq& prefix, const std::vector<int>& branching) {
+  t.clear();
+  struct item { std::int32_t node; std::uint64_t h; };
+  thread_local std::vector<item> frontier, next;
+  frontier.assign(1, item{-1, q.state(prefix.data(), prefix.size())});
+  for (std::size_t d = 0; d < branching.size(); ++d) {
+    next.clear();
+    for (const auto& it : frontier) {
+      const float* qd = q.dist_at(it.h, prefix.size() + d);
+      std::int32_t ids[16];
+      for (int i = 0; i < q.vocab; ++i) ids[i] = i;
+      std::stable_sort(ids, ids + q.vocab, [&](int a, int c) { return qd[a] > qd[c]; });
+      for (int c = 0; c < branching[d] && c < q.vocab; ++c)
+        next.push_back(item{t.add(ids[c], it.node), toy_model::extend(it.h, ids[c])});
+    }
+    std::swap(frontier, next);
+  }
+}
 inline specdec::token_tree topk_tree(const toy_model& q, const seq& prefix, const std::vector<int>& branching) {
   specdec::token_tree t;
-  std::vector<std::int32_t> frontier{-1};
-  for (int b : branching) {
-    std::vector<std::int32_t> next;
-    for (auto node : frontier) {
-      seq ctx = prefix;
-      if (node >= 0) {
-        const auto path = t.path_tokens(node);
-        ctx.insert(ctx.end(), path.begin(), path.end());
-      }
-      const auto qd = q.dist(ctx);
-      std::vector<std::int32_t> ids(qd.size());
-      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i);
-      std::stable_sort(ids.begin(), ids.end(), [&](int a, int c) { return qd[a] > qd[c]; });
-      for (int c = 0; c < b && c < static_cast<int>(ids.size()); ++c) next.push_back(t.add(ids[c], node));
-    }
-    frontier = std::move(next);
-  }
+  topk_tree(t, q, prefix, branching);
   return t;
 }
 
 // Arbitrary random tree: n nodes, random parents, random tokens (duplicates among siblings allowed).
-inline specdec::token_tree random_tree(int n, int vocab, specdec::philox_stream& rng) {
-  specdec::token_tree t;
+inline void random_tree(specdec::token_tree& t, int n, int vocab, specdec::philox_stream& rng) {
+  t.clear();
   for (int i = 0; i < n; ++i) {
     const int parent = static_cast<int>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1;
     t.add(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(vocab))), parent);
   }
+}
+inline specdec::token_tree random_tree(int n, int vocab, specdec::philox_stream& rng) {
+  specdec::token_tree t;
+  random_tree(t, n, vocab, rng);
   return t;
 }
 
@@ -171,22 +197,33 @@ struct run_stats {
   std::int64_t emitted = 0;
 };
 
-// Runs `trials` independent generations of at least K tokens each and counts the first K.
+// Runs `trials` independent generations of at least K tokens each and counts the first K (tokens must
+// be < 16; counted in a flat array, converted to the map form at the end).
 inline run_stats run(const step_fn& step, int k, std::int64_t trials, std::uint64_t seed) {
   run_stats st;
   specdec::token_tree tree;
+  std::vector<std::int64_t> flat(std::size_t{1} << (4 * k), 0);
+  seq out;
+  out.reserve(64);
   for (std::int64_t t = 0; t < trials; ++t) {
-    seq out;
+    out.clear();
     for (std::uint32_t s = 0; static_cast<int>(out.size()) < k; ++s) {
       specdec::philox_stream rng(seed, specdec::stream_id(static_cast<std::uint32_t>(t), s));
       const auto res = step(out, rng, tree);
-      const auto toks = res.emitted_tokens(tree);
-      out.insert(out.end(), toks.begin(), toks.end());
+      for (auto a : res.accepted) out.push_back(tree.token(a));
+      out.push_back(res.bonus);
       ++st.steps;
-      st.emitted += static_cast<std::int64_t>(toks.size());
+      st.emitted += static_cast<std::int64_t>(res.accepted.size()) + 1;
     }
-    out.resize(static_cast<std::size_t>(k));
-    ++st.counts[out];
+    std::size_t key = 0;
+    for (int i = 0; i < k; ++i) key = (key << 4) | static_cast<std::size_t>(out[static_cast<std::size_t>(i)]);
+    ++flat[key];
+  }
+  for (std::size_t key = 0; key < flat.size(); ++key) {
+    if (!flat[key]) continue;
+    seq s(static_cast<std::size_t>(k));
+    for (int i = k - 1; i >= 0; --i) s[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((key >> (4 * (k - 1 - i))) & 15u);
+    st.counts[s] = flat[key];
   }
   return st;
 }

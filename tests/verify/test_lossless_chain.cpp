@@ -15,8 +15,8 @@ constexpr std::int64_t trials = 100000;
 harness::step_fn chain_step(const harness::toy_model& p, const harness::toy_model& q, int gamma) {
   return [&p, &q, gamma](const harness::seq& prefix, specdec::philox_stream& rng, specdec::token_tree& tree) {
     std::vector<int> branching(static_cast<std::size_t>(gamma), 1);
-    tree = harness::drawn_tree(q, prefix, branching, true, rng);
-    std::vector<float> pr, qr;
+    harness::drawn_tree(tree, q, prefix, branching, true, rng);
+    thread_local std::vector<float> pr, qr;
     harness::fill_rows(p, prefix, tree, pr);
     harness::fill_rows(q, prefix, tree, qr);
     const int n = tree.size();
@@ -61,9 +61,11 @@ TEST_CASE("chain speculative sampling: acceptance matches sum_x min(p, q)") {
   for (int x = 0; x < 12; ++x) alpha += std::min(pd[x], qd[x]);
   std::int64_t accepted = 0;
   std::vector<float> pr, qr;
+  specdec::token_tree tree;
+  const std::vector<int> one{1};
   for (std::int64_t t = 0; t < trials; ++t) {
     specdec::philox_stream rng(77, specdec::stream_id(static_cast<std::uint32_t>(t), 0));
-    auto tree = harness::drawn_tree(q, {}, {1}, true, rng);
+    harness::drawn_tree(tree, q, {}, one, true, rng);
     harness::fill_rows(p, {}, tree, pr);
     harness::fill_rows(q, {}, tree, qr);
     const auto res = specdec::verify_chain_speculative(tree, harness::rows_view(pr, 2, 12), harness::rows_view(qr, 2, 12), rng);

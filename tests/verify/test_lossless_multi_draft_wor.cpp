@@ -12,8 +12,8 @@ constexpr std::int64_t trials = 100000;
 harness::step_fn multi_step(const harness::toy_model& p, const harness::toy_model& q, std::vector<int> branching,
                             specdec::draft_sampling mode) {
   return [&p, &q, branching, mode](const harness::seq& prefix, specdec::philox_stream& rng, specdec::token_tree& tree) {
-    tree = harness::drawn_tree(q, prefix, branching, mode == specdec::draft_sampling::with_replacement, rng);
-    std::vector<float> pr, qr;
+    harness::drawn_tree(tree, q, prefix, branching, mode == specdec::draft_sampling::with_replacement, rng);
+    thread_local std::vector<float> pr, qr;
     harness::fill_rows(p, prefix, tree, pr);
     harness::fill_rows(q, prefix, tree, qr);
     const int n = tree.size();

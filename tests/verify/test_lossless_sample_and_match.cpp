@@ -13,8 +13,8 @@ constexpr std::int64_t trials = 100000;
 TEST_CASE("sample_and_match on random trees: first 2 tokens, vocab 12") {
   const harness::toy_model p{12, 31, 2, false};
   const auto step = [&](const harness::seq& prefix, specdec::philox_stream& rng, specdec::token_tree& tree) {
-    tree = harness::random_tree(1 + static_cast<int>(rng.below(12)), p.vocab, rng);
-    std::vector<float> pr;
+    harness::random_tree(tree, 1 + static_cast<int>(rng.below(12)), p.vocab, rng);
+    thread_local std::vector<float> pr;
     harness::fill_rows(p, prefix, tree, pr);
     return specdec::verify_sample_and_match(tree, harness::rows_view(pr, tree.size() + 1, p.vocab), rng);
   };
@@ -28,8 +28,8 @@ TEST_CASE("sample_and_match on random trees: first 2 tokens, vocab 12") {
 TEST_CASE("sample_and_match on a deterministic top-k tree [3, 2, 2]: first 3 tokens, vocab 8") {
   const harness::toy_model p{8, 41, 1, true}, q{8, 42, 0, false};
   const auto step = [&](const harness::seq& prefix, specdec::philox_stream& rng, specdec::token_tree& tree) {
-    tree = harness::topk_tree(q, prefix, {3, 2, 2});
-    std::vector<float> pr;
+    harness::topk_tree(tree, q, prefix, {3, 2, 2});
+    thread_local std::vector<float> pr;
     harness::fill_rows(p, prefix, tree, pr);
     return specdec::verify_sample_and_match(tree, harness::rows_view(pr, tree.size() + 1, p.vocab), rng);
   };

@@ -50,14 +50,14 @@ TEST_CASE("TokenSwift Algorithm 1 is biased; sample_and_match on the same trees 
   const harness::toy_model p{10, 91, 1, false}, q{10, 92, 0, false};
   const std::vector<int> shape{3, 2};  // 6 candidate groups of length 2
   const auto ours = [&](const harness::seq& prefix, specdec::philox_stream& rng, specdec::token_tree& tree) {
-    tree = harness::topk_tree(q, prefix, shape);
-    std::vector<float> pr;
+    harness::topk_tree(tree, q, prefix, shape);
+    thread_local std::vector<float> pr;
     harness::fill_rows(p, prefix, tree, pr);
     return specdec::verify_sample_and_match(tree, harness::rows_view(pr, tree.size() + 1, p.vocab), rng);
   };
   const auto alg1 = [&](const harness::seq& prefix, specdec::philox_stream& rng, specdec::token_tree& tree) {
-    tree = harness::topk_tree(q, prefix, shape);
-    std::vector<float> pr;
+    harness::topk_tree(tree, q, prefix, shape);
+    thread_local std::vector<float> pr;
     harness::fill_rows(p, prefix, tree, pr);
     return tokenswift_alg1(tree, pr, p.vocab, rng);
   };

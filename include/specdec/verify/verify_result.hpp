@@ -110,23 +110,24 @@ prob_rows to_rows(const T& t, std::int64_t expect_rows, std::string_view functio
   return prob_rows{v.data(), v.stride(0), v.extent(0), v.extent(1)};
 }
 
-//! Children lists (CSR, index order) of a tree given as parents[] (-1 = root). Slot 0 is the root.
+//! Children lists (CSR, index order) of a tree given as parents[] (-1 = root), in one allocation:
+//! buf[0, n+3) are offsets by slot (slot = node + 1, slot 0 = the root), buf[n+3, 2n+3) the children.
 struct child_index {
-  std::vector<std::int32_t> offset;  // [n + 2]: children of node c-1 in kids[offset[c], offset[c+1])
-  std::vector<std::int32_t> kids;
-  explicit child_index(std::span<const std::int32_t> parents) {
-    const std::size_t n = parents.size();
-    offset.assign(n + 2, 0);
-    for (auto p : parents) ++offset[static_cast<std::size_t>(p + 1) + 1];
-    for (std::size_t i = 1; i < offset.size(); ++i) offset[i] += offset[i - 1];
-    kids.resize(n);
-    std::vector<std::int32_t> fill(offset.begin(), offset.end() - 1);
-    for (std::size_t i = 0; i < n; ++i) kids[static_cast<std::size_t>(fill[static_cast<std::size_t>(parents[i] + 1)]++)] = static_cast<std::int32_t>(i);
+  std::vector<std::int32_t> buf;
+  std::size_t n = 0;
+  explicit child_index(std::span<const std::int32_t> parents) : buf(2 * parents.size() + 3, 0), n(parents.size()) {
+    std::int32_t* off = buf.data();
+    std::int32_t* kids = buf.data() + n + 3;
+    for (auto p : parents) ++off[static_cast<std::size_t>(p + 3)];  // count of slot s stored at off[s + 2]
+    for (std::size_t i = 1; i < n + 3; ++i) off[i] += off[i - 1];   // off[s + 1] = start of slot s
+    for (std::size_t i = 0; i < n; ++i) kids[off[static_cast<std::size_t>(parents[i] + 2)]++] = static_cast<std::int32_t>(i);
+    // each slot's start advanced to its end, which is the next slot's start: off[s] = start of slot s
   }
-  //! Children of node `node` (-1 = root).
+  //! Children of node `node` (-1 = root), index order.
   [[nodiscard]] std::span<const std::int32_t> of(std::int32_t node) const noexcept {
-    const auto b = offset[static_cast<std::size_t>(node + 1)], e = offset[static_cast<std::size_t>(node + 2)];
-    return std::span<const std::int32_t>(kids).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b));
+    const auto slot = static_cast<std::size_t>(node + 1);
+    const std::int32_t b = buf[slot], e = buf[slot + 1];
+    return {buf.data() + n + 3 + b, static_cast<std::size_t>(e - b)};
   }
 };
 
