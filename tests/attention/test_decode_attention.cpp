@@ -12,7 +12,9 @@
 
 using namespace attn_test;
 
-// Allocation counter: counts operator new calls while `counting` is set.
+// Allocation counter: counts operator new calls (plain and aligned) while `counting` is set. GCC
+// cannot see that the replaced new and delete pair malloc/free, hence the pragma.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 namespace {
 std::atomic<bool> counting{false};
 std::atomic<long> allocations{0};
@@ -22,8 +24,16 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t al = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 TEST_CASE("decode_attention fp32: ragged requests, several query tokens, every layout") {
   int seed = 700;
@@ -51,10 +61,10 @@ TEST_CASE("decode_attention: split size heuristic and overrides") {
   CHECK(choose_kv_split(32768, 1, 16) == 512);           // one head, 16 threads: 64 chunks of 512
   CHECK(choose_kv_split(1000, 1, 64) == 256);            // floor of 256 tokens
   CHECK(choose_kv_split(100000, 1, 3) % specdec::detail::kv_tile == 0);
-  batch<float> b(3, 4, 4, 64, {1500, 333}, {2, 1});
+  batch<float> b(3, 4, 4, 64, {700, 333}, {2, 1});
   const auto ref = specdec::reference::decode_attention(b.q_view(), b.paged(), b.indptr_view());
-  for (int threads : {1, 2, 0})
-    for (int split : {0, 1, 63, 64, 700, 100000}) {
+  for (int threads : {1, 0})
+    for (int split : {0, 1, 63, 700, 100000}) {
       DYNAMIC_SECTION("threads " << threads << " split " << split) {
         b.reset_outputs();
         specdec::decode_attention(specdec::host{.num_threads = threads}, b.q_view(), b.paged(), b.indptr_view(),
@@ -68,9 +78,15 @@ TEST_CASE("attention workspace: identical results, no allocation, too small is a
   batch<float> b(21, 8, 2, 64, {500, 3}, {7, 20});
   const auto layout = b.paged();
   const specdec::host pol{};
-  // Allocating path first (also warms up the thread pool).
+  // Allocating path first (also warms up the thread pool); the counter must see its workspace.
   specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
                                  b.out_view(), b.lse_view(), {.kv_split_size = 128});
+  allocations = 0;
+  counting = true;
+  specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                                 b.out_view(), b.lse_view(), {.kv_split_size = 128});
+  counting = false;
+  CHECK(allocations.load() >= 1);
   const auto out_alloc = b.out;
   const auto lse_alloc = b.lse;
   const specdec::attention_options sized{.kv_split_size = 128};

@@ -38,7 +38,8 @@ auto validate_decode(std::string_view fn, const host& policy, const Q& q, const 
   validate_cache(fn, cache, q);
   decode_prepared<Q, L, I> d;
   d.io = validate_io<T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
-  d.split = resolve_kv_split(fn, cache, d.io.num_requests, d.io.num_kv_heads, host_threads(policy),
+  d.split = resolve_kv_split(fn, cache, d.io.num_requests, d.io.num_kv_heads / heads_per_item(d.io),
+                             host_threads(policy),
                              options.kv_split_size);
   return d;
 }

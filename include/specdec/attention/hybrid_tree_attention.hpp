@@ -44,7 +44,8 @@ template <tensor_like Q, kv_layout L, tensor_like I>
     p.hkv = io.num_kv_heads;
     p.group = io.num_qo_heads / io.num_kv_heads;
     p.head_dim = io.head_dim;
-    p.split = detail::resolve_kv_split(fn, cache, io.num_requests, io.num_kv_heads, detail::host_threads(policy),
+    p.split = detail::resolve_kv_split(fn, cache, io.num_requests, io.num_kv_heads / detail::heads_per_item(io),
+                                       detail::host_threads(policy),
                                        options.kv_split_size);
     p.has_cache = true;
     p.has_tree = true;
@@ -96,7 +97,7 @@ void hybrid_tree_attention(const host& policy, const Q& q, const L& cache, const
     const auto io = detail::validate_io<TT>(fn, q, q_indptr, &out, &lse, cache.num_requests(), cache.num_kv_heads(),
                                             options.scale);
     const auto tree = detail::validate_tree(fn, io, spec_k, spec_v, mask);
-    const int split = detail::resolve_kv_split(fn, cache, io.num_requests, io.num_kv_heads,
+    const int split = detail::resolve_kv_split(fn, cache, io.num_requests, io.num_kv_heads / detail::heads_per_item(io),
                                                detail::host_threads(policy), options.kv_split_size);
     detail::host_attention_entry<true, true, TT>(fn, policy, io, cache, &tree, split, options.workspace);
   }

@@ -50,25 +50,39 @@ inline constexpr float ln2_f = 0.6931471805599453f;
 
 //! Split-KV heuristic (flash-decoding). Aim for about 4 work items per thread so ragged requests
 //! balance, spread evenly over all cached tokens of the batch:
-//!   split = roundup64(max(256, ceil(total_cache_tokens * Hkv / (4 * threads))))
+//!   split = roundup64(max(256, ceil(total_cache_tokens * head_groups / (4 * threads))))
+//! where head_groups is the number of items one chunk gives (Hkv, or 1 when an item covers all kv
+//! heads: see heads_per_item).
 //! The 256-token floor keeps each item's fixed cost (writing an M x D partial and merging it) small
 //! next to streaming its K/V. A request with L cached tokens gets ceil(L / split) chunks.
-[[nodiscard]] inline int choose_kv_split(std::int64_t total_cache_tokens, int num_kv_heads, int threads) {
+[[nodiscard]] inline int choose_kv_split(std::int64_t total_cache_tokens, int head_groups, int threads) {
   const std::int64_t want = 4 * static_cast<std::int64_t>(std::max(threads, 1));
-  std::int64_t s = (total_cache_tokens * num_kv_heads + want - 1) / want;
+  std::int64_t s = (total_cache_tokens * head_groups + want - 1) / want;
   s = std::max<std::int64_t>(s, min_kv_split);
   s = (s + kv_tile - 1) / kv_tile * kv_tile;
   return static_cast<int>(std::min<std::int64_t>(s, 1 << 30));
 }
 
+//! Kv heads one work item processes together: all of them when every request has at most one
+//! 32-row panel of query rows (n_r * Hq / Hkv <= 32: decode-like, memory-bound, so read each
+//! token's K/V rows of all heads together), else one (compute-bound: keep one head's accumulators
+//! cache-resident).
+template <class T>
+[[nodiscard]] int heads_per_item(const attention_io_params<T>& io) noexcept {
+  const int group = io.num_qo_heads / io.num_kv_heads;
+  for (int r = 0; r < io.num_requests; ++r)
+    if (static_cast<std::int64_t>(io.q_indptr[r + 1] - io.q_indptr[r]) * group > 2 * vlanes) return 1;
+  return io.num_kv_heads;
+}
+
 //! Resolves options.kv_split_size (0 = heuristic) for a call over `cache`.
 template <class L>
-int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int num_kv_heads, int threads, int requested) {
+int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int head_groups, int threads, int requested) {
   require(requested >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", requested);
   if (requested > 0) return requested;
   std::int64_t total = 0;
   for (int r = 0; r < num_requests; ++r) total += cache.length(r);
-  return choose_kv_split(total, num_kv_heads, threads);
+  return choose_kv_split(total, head_groups, threads);
 }
 
 [[nodiscard]] constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) noexcept { return (x + m - 1) / m * m; }
@@ -76,6 +90,7 @@ int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int 
 //! Layout of one call's scratch: four int64 arrays of per-request offsets, then the float areas.
 struct host_plan {
   int num_requests = 0, hkv = 0, group = 0, head_dim = 0, split = 1;
+  int heads_per_item = 1;  //!< kv heads one work item processes together (1 or hkv)
   bool has_cache = false, has_tree = false;
   std::int64_t* item_begin = nullptr;  //!< [R+1] first work item of each request
   std::int64_t* qt_off = nullptr;      //!< [R] float offset of the request's Qt blocks (Hkv of them)
@@ -124,7 +139,7 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
     }
     mask_words += static_cast<std::int64_t>(n) * words_per_row(n);
     floats += static_cast<std::int64_t>(p.hkv) * mp * (p.head_dim + static_cast<std::int64_t>(parts) * (p.head_dim + 2));
-    items += static_cast<std::int64_t>(p.hkv) * parts;
+    items += static_cast<std::int64_t>(p.hkv / p.heads_per_item) * parts;
   }
   if (ws) p.item_begin[R] = items;
   p.total_items = items;
@@ -133,7 +148,7 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
 
 //! Number of parts of request r (derived from the plan's item counts).
 [[nodiscard]] inline int plan_parts(const host_plan& p, int r) noexcept {
-  return static_cast<int>((p.item_begin[r + 1] - p.item_begin[r]) / p.hkv);
+  return static_cast<int>((p.item_begin[r + 1] - p.item_begin[r]) / (p.hkv / p.heads_per_item));
 }
 
 //! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, 8), RV row vectors.
@@ -207,89 +222,126 @@ SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float
   if (pad > nb) std::memset(dst + nb * D, 0, sizeof(float) * D * (pad - nb));
 }
 
-//! Online-softmax attention of M query rows (Qt, Mpad columns) over keys [k_begin, k_end) given by
-//! krow/vrow, optionally under the tree mask (`mask` = the request's n x n mask, rows `wpr` words;
-//! key index = tree token index, query row i is tree token i / group). Writes the normalised partial
-//! O [Mpad][D] and LSE (natural log; -inf when a row saw no key) into `part`.
-template <int D, class T, bool Masked, class KRow, class VRow>
-void attend_part(const float* qt, int m_rows, int group, KRow&& krow, VRow&& vrow, int k_begin, int k_end,
-                 const mask_word* mask, int wpr, float* part) noexcept {
+//! Online-softmax attention of M query rows over keys [k_begin, k_end), for `nheads` kv heads at
+//! once: head hh has its transposed query panels at qt_of(hh), its K/V rows at krow(t, hh) /
+//! vrow(t, hh) and its partial at part_of(hh). Tiles are the outer loop and heads the inner one, so
+//! with nheads = Hkv a token's rows of all heads (adjacent in NHD and paged layouts) are read
+//! together, which the hardware prefetchers follow; with nheads = 1 the item is one (request, kv
+//! head), which keeps a large tree's accumulators in L2. Optionally under the tree mask (`mask` =
+//! the request's n x n mask, rows `wpr` words; key index = tree token index, query row i is tree
+//! token i / group). Writes each head's normalised partial O [Mpad][D] and LSE (natural log; -inf
+//! when a row saw no key).
+template <int D, class T, bool Masked, class QtFn, class PartFn, class KRow, class VRow>
+void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int group, KRow&& krow, VRow&& vrow,
+                 int k_begin, int k_end, const mask_word* mask, int wpr) noexcept {
   const int mp = host_plan::mpad(m_rows);
-  float* o = part;
-  float* m = part + static_cast<std::int64_t>(mp) * D;
-  float* l = m + mp;
-  std::fill(o, o + static_cast<std::int64_t>(mp) * D, 0.0f);
-  std::fill(m, m + mp, -std::numeric_limits<float>::infinity());
-  std::fill(l, l + mp, 0.0f);
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  for (int hh = 0; hh < nheads; ++hh) {
+    float* o = part_of(hh);
+    float* m = o + static_cast<std::int64_t>(mp) * D;
+    std::fill(o, o + static_cast<std::int64_t>(mp) * D, 0.0f);
+    std::fill(m, m + mp, ninf);
+    std::fill(m + mp, m + 2 * mp, 0.0f);
+  }
 
   alignas(64) float kf[kv_tile * D];
   alignas(64) float vf[kv_tile * D];
   alignas(64) float st[kv_tile * 2 * vlanes];
   alignas(64) float alpha[2 * vlanes];
-  constexpr float ninf = -std::numeric_limits<float>::infinity();
 
   for (int k = k_begin; k < k_end; k += kv_tile) {
     const int nb = std::min(kv_tile, k_end - k);
-    const int pf_nb = std::max(0, std::min(kv_tile, k_end - k - kv_tile));
-    stage_rows<D, T>(krow, k, nb, pf_nb, kf);
-    stage_rows<D, T>(vrow, k, nb, pf_nb, vf);
-    for (int row0 = 0; row0 < m_rows; row0 += 2 * vlanes) {
-      const int rv = m_rows - row0 > vlanes ? 2 : 1;
-      const int rows = std::min(rv * vlanes, m_rows - row0);
-      if constexpr (Masked) {
-        // Keys are tree tokens: token t sees only keys <= t, so a tile past the block's last token is
-        // fully masked and contributes nothing.
-        if (k > (row0 + rows - 1) / group) continue;
+    // Software prefetch of the next tile only for single-head items; with all heads per item the
+    // rows of a token are read back to back and the hardware streamer covers them (measured: the
+    // explicit prefetches then only add stalls).
+    const int pf_nb = nheads > 1 ? 0 : std::max(0, std::min(kv_tile, k_end - k - kv_tile));
+    for (int hh = 0; hh < nheads; ++hh) {
+      const float* qt = qt_of(hh);
+      float* o = part_of(hh);
+      float* m = o + static_cast<std::int64_t>(mp) * D;
+      float* l = m + mp;
+      if (nheads > 1) {
+        // Token-major prefetch of a slice of the next tile (all heads of each token, which are
+        // adjacent in NHD/paged layouts): spread over the heads loop, and sequential within each
+        // token's rows so the L2 streamer picks it up.
+        const int per = (kv_tile + nheads - 1) / nheads;
+        const int j_end = std::min(k_end, k + kv_tile + (hh + 1) * per);
+        constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
+        for (int t = k + kv_tile + hh * per; t < j_end; ++t)
+          for (int h2 = 0; h2 < nheads; ++h2) {
+            const T* kr = krow(t, h2);
+            const T* vr = vrow(t, h2);
+            for (int c = 0; c < D; c += line_elems) {
+              __builtin_prefetch(kr + c, 0, 1);
+              __builtin_prefetch(vr + c, 0, 1);
+            }
+          }
       }
-      const float* panel = qt + static_cast<std::int64_t>(row0) * D;  // panel row0 / 32
-      if (rv == 2) score_tile<D, 2>(panel, kf, nb, st);
-      else score_tile<D, 1>(panel, kf, nb, st);
-
-      for (int r = 0; r < rv; ++r) {
+      stage_rows<D, T>([&](int t) { return krow(t, hh); }, k, nb, pf_nb, kf);
+      stage_rows<D, T>([&](int t) { return vrow(t, hh); }, k, nb, pf_nb, vf);
+      for (int row0 = 0; row0 < m_rows; row0 += 2 * vlanes) {
+        const int rv = m_rows - row0 > vlanes ? 2 : 1;
+        const int rows = std::min(rv * vlanes, m_rows - row0);
         if constexpr (Masked) {
-          // One mask word per lane covers the 64-key tile (tiles start at multiples of 64).
-          vu16 lo{}, hi{};
-          for (int lane = 0; lane < vlanes; ++lane) {
-            const int i = row0 + r * vlanes + lane;
-            const mask_word w = i < m_rows ? mask[static_cast<std::int64_t>(i / group) * wpr + (k >> 6)] : 0;
-            lo[lane] = static_cast<std::uint32_t>(w);
-            hi[lane] = static_cast<std::uint32_t>(w >> 32);
+          // Keys are tree tokens: token t sees only keys <= t, so a tile past the block's last token
+          // is fully masked and contributes nothing.
+          if (k > (row0 + rows - 1) / group) continue;
+        }
+        const float* panel = qt + static_cast<std::int64_t>(row0) * D;  // panel row0 / 32
+        if (rv == 2) score_tile<D, 2>(panel, kf, nb, st);
+        else score_tile<D, 1>(panel, kf, nb, st);
+
+        for (int r = 0; r < rv; ++r) {
+          if constexpr (Masked) {
+            // One mask word per lane covers the 64-key tile (tiles start at multiples of 64).
+            vu16 lo{}, hi{};
+            for (int lane = 0; lane < vlanes; ++lane) {
+              const int i = row0 + r * vlanes + lane;
+              const mask_word w = i < m_rows ? mask[static_cast<std::int64_t>(i / group) * wpr + (k >> 6)] : 0;
+              lo[lane] = static_cast<std::uint32_t>(w);
+              hi[lane] = static_cast<std::uint32_t>(w >> 32);
+            }
+            for (int j = 0; j < nb; ++j) {
+              const vu16 bit = j < 32 ? ((lo >> j) & 1u) : ((hi >> (j - 32)) & 1u);
+              float* sp = st + j * (2 * vlanes) + r * vlanes;
+              vstore(sp, bit != 0u ? vload(sp) : vbroadcast(ninf));
+            }
           }
+          vf16 mold = vload(m + row0 + r * vlanes);
+          vf16 mx = mold;
+          for (int j = 0; j < nb; ++j) mx = vmax(mx, vload(st + j * (2 * vlanes) + r * vlanes));
+          const vf16 mref = mx == ninf ? vf16{} : mx;
+          vstore(alpha + r * vlanes, vexp2(mold - mref));
+          vf16 sum{};
           for (int j = 0; j < nb; ++j) {
-            const vu16 bit = j < 32 ? ((lo >> j) & 1u) : ((hi >> (j - 32)) & 1u);
             float* sp = st + j * (2 * vlanes) + r * vlanes;
-            vstore(sp, bit != 0u ? vload(sp) : vbroadcast(ninf));
+            const vf16 pj = vexp2(vload(sp) - mref);
+            vstore(sp, pj);
+            sum += pj;
           }
+          float* lp = l + row0 + r * vlanes;
+          vstore(lp, vload(lp) * vload(alpha + r * vlanes) + sum);
+          vstore(m + row0 + r * vlanes, mx);
         }
-        vf16 mold = vload(m + row0 + r * vlanes);
-        vf16 mx = mold;
-        for (int j = 0; j < nb; ++j) mx = vmax(mx, vload(st + j * (2 * vlanes) + r * vlanes));
-        const vf16 mref = mx == ninf ? vf16{} : mx;
-        vstore(alpha + r * vlanes, vexp2(mold - mref));
-        vf16 sum{};
-        for (int j = 0; j < nb; ++j) {
-          float* sp = st + j * (2 * vlanes) + r * vlanes;
-          const vf16 pj = vexp2(vload(sp) - mref);
-          vstore(sp, pj);
-          sum += pj;
-        }
-        float* lp = l + row0 + r * vlanes;
-        vstore(lp, vload(lp) * vload(alpha + r * vlanes) + sum);
-        vstore(m + row0 + r * vlanes, mx);
+        pv_tile<D>(o + static_cast<std::int64_t>(row0) * D, alpha, st, vf, nb, static_cast<int>(round_up(rows, 4)));
       }
-      pv_tile<D>(o + static_cast<std::int64_t>(row0) * D, alpha, st, vf, nb, static_cast<int>(round_up(rows, 4)));
     }
   }
   // Normalise: O /= l, LSE = ln(2) * (m + log2 l) (scores are in base 2: Qt carries log2(e)).
-  for (int i = 0; i < mp; ++i) {
-    float* oi = o + static_cast<std::int64_t>(i) * D;
-    if (l[i] > 0.0f) {
-      const vf16 inv = vbroadcast(1.0f / l[i]);
-      for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * inv);
-      m[i] = ln2_f * (m[i] + std::log2(l[i]));
-    } else {
-      std::fill(oi, oi + D, 0.0f);
-      m[i] = ninf;
+  for (int hh = 0; hh < nheads; ++hh) {
+    float* o = part_of(hh);
+    float* m = o + static_cast<std::int64_t>(mp) * D;
+    float* l = m + mp;
+    for (int i = 0; i < mp; ++i) {
+      float* oi = o + static_cast<std::int64_t>(i) * D;
+      if (l[i] > 0.0f) {
+        const vf16 inv = vbroadcast(1.0f / l[i]);
+        for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * inv);
+        m[i] = ln2_f * (m[i] + std::log2(l[i]));
+      } else {
+        std::fill(oi, oi + D, 0.0f);
+        m[i] = ninf;
+      }
     }
   }
 }
@@ -342,6 +394,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
   p.split = split;
   p.has_cache = HasCache;
   p.has_tree = HasTree;
+  p.heads_per_item = heads_per_item(io);
   plan_host_attention(p, io.q_indptr, [&](int r) {
     if constexpr (HasCache) return static_cast<int>(cache.length(r));
     else return 0 * r;
@@ -368,33 +421,43 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
     }
   });
 
-  // Pass 2: one item per (request, kv head, part); parts = cache chunks, then the tree.
+  // Pass 2: items over (request, head group, part); parts = cache chunks, then the tree. A head group
+  // is all Hkv heads when every request has at most one 32-row panel of queries (decode-like,
+  // memory-bound: read each token's rows of all heads together), else a single head (compute-bound:
+  // keep one head's accumulators cache-resident).
+  const int hpi = p.heads_per_item;
+  const int groups = hkv / hpi;
   parallel_for(policy, p.total_items, [&](std::int64_t item) {
     const int r = static_cast<int>(std::upper_bound(p.item_begin, p.item_begin + R + 1, item) - p.item_begin) - 1;
     const int parts = plan_parts(p, r);
     const std::int64_t local = item - p.item_begin[r];
-    const int g = static_cast<int>(local / parts), part = static_cast<int>(local % parts);
+    const int g0 = static_cast<int>(local / parts) * hpi, part = static_cast<int>(local % parts);
     const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
-    const float* qt = p.floats + p.qt_off[r] + static_cast<std::int64_t>(g) * D * mp;
-    float* out = p.floats + p.part_off[r] + (static_cast<std::int64_t>(g) * parts + part) * mp * (D + 2);
+    auto qt_of = [&](int hh) { return p.floats + p.qt_off[r] + static_cast<std::int64_t>(g0 + hh) * D * mp; };
+    auto part_of = [&](int hh) {
+      return p.floats + p.part_off[r] + (static_cast<std::int64_t>(g0 + hh) * parts + part) * mp * (D + 2);
+    };
     const int cache_parts = HasTree ? parts - 1 : parts;
     if constexpr (HasCache) {
       if (part < cache_parts) {
         const int k0 = part * split, k1 = std::min<int>(cache.length(r), k0 + split);
         attend_part<D, T, false>(
-            qt, rows, G, [&](int t) { return static_cast<const T*>(cache.k_row(r, t, g)); },
-            [&](int t) { return static_cast<const T*>(cache.v_row(r, t, g)); }, k0, k1, nullptr, 0, out);
+            hpi, qt_of, part_of, rows, G,
+            [&](int t, int hh) { return static_cast<const T*>(cache.k_row(r, t, g0 + hh)); },
+            [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); }, k0, k1, nullptr, 0);
         return;
       }
     }
     if constexpr (HasTree) {
       const int t0 = io.q_indptr[r];
       attend_part<D, T, true>(
-          qt, rows, G, [&](int t) { return tree->k + (t0 + t) * tree->k_stride_token + g * tree->k_stride_head; },
-          [&](int t) { return tree->v + (t0 + t) * tree->v_stride_token + g * tree->v_stride_head; }, 0, n,
-          tree->mask + p.mask_off[r], words_per_row(n), out);
+          hpi, qt_of, part_of, rows, G,
+          [&](int t, int hh) { return tree->k + (t0 + t) * tree->k_stride_token + (g0 + hh) * tree->k_stride_head; },
+          [&](int t, int hh) { return tree->v + (t0 + t) * tree->v_stride_token + (g0 + hh) * tree->v_stride_head; },
+          0, n, tree->mask + p.mask_off[r], words_per_row(n));
     }
     (void)cache_parts;
+    (void)groups;
   });
 
   // Pass 3: merge the parts of each query row into O and LSE.
@@ -463,6 +526,7 @@ void host_attention_entry(std::string_view fn, const host& policy, const attenti
   p.split = split;
   p.has_cache = HasCache;
   p.has_tree = HasTree;
+  p.heads_per_item = heads_per_item(io);
   const std::size_t need = plan_host_attention(p, io.q_indptr, [&](int r) {
     if constexpr (HasCache) return static_cast<int>(cache.length(r));
     else return 0 * r;
