@@ -14,14 +14,26 @@ namespace {
 std::atomic<long> g_allocations{0};
 }  // namespace
 
-// The replacement operator new/delete below use malloc/free; GCC flags the pairing at inlined call
-// sites although it is the standard way to replace them.
+// Count every heap allocation of the process so the 100K-token test can assert that appends allocate
+// nothing. Under AddressSanitizer the replacement is left out (ASan owns operator new/delete and
+// reports a malloc/operator-new mismatch); there the test still checks pointers and byte counts.
+#if defined(__SANITIZE_ADDRESS__)
+#define SPECDEC_RING_TEST_COUNTS_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPECDEC_RING_TEST_COUNTS_ALLOCATIONS 0
+#endif
+#endif
+#ifndef SPECDEC_RING_TEST_COUNTS_ALLOCATIONS
+#define SPECDEC_RING_TEST_COUNTS_ALLOCATIONS 1
+#endif
+
+#if SPECDEC_RING_TEST_COUNTS_ALLOCATIONS
+// The replacements use malloc/free; GCC flags the pairing at inlined call sites although it is the
+// standard way to replace them.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
-
-// Count every heap allocation of the process so the 100K-token test can assert that appends allocate
-// nothing.
 void* operator new(std::size_t n) {
   ++g_allocations;
   if (void* p = std::malloc(n ? n : 1)) return p;
@@ -29,6 +41,7 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#endif
 
 using specdec::ring_kv_cache;
 
@@ -188,7 +201,11 @@ TEST_CASE("ring: memory does not grow over 100K appended tokens") {
     c.commit(1, 3);
   }
   const long after = g_allocations.load();
-  CHECK(after == before);  // no heap allocation in append / append_speculative / commit
+  if (SPECDEC_RING_TEST_COUNTS_ALLOCATIONS) {
+    CHECK(after == before);  // no heap allocation in append / append_speculative / commit
+  } else {
+    WARN("allocation counting disabled under AddressSanitizer");
+  }
   CHECK(c.appended(0) == 100000);
   CHECK(c.appended(1) == 75000);
   CHECK(c.bytes() == bytes);
@@ -235,6 +252,10 @@ TEST_CASE("ring: bad inputs are rejected with named arguments") {
   CHECK_THROWS_WITH(c.commit(5, 0), Catch::Contains("request"));
   CHECK_THROWS_WITH(c.reset(5), Catch::Contains("request"));
   CHECK_THROWS_WITH((void)c.length(5), Catch::Contains("request"));
+  CHECK_THROWS_WITH((void)c.appended(-1), Catch::Contains("request"));
+  CHECK_THROWS_WITH((void)c.committed(2), Catch::Contains("request"));
+  CHECK_THROWS_WITH((void)c.pending(2), Catch::Contains("request"));
+  CHECK_THROWS_WITH(c.append_speculative(7, k1, k1), Catch::Contains("request"));
   const std::vector<std::int32_t> bad_path{0, 3};
   CHECK_THROWS_WITH(c.append_rows(1, k3, k3, bad_path), Catch::Contains("rows"));
   // layout validation (through validate_kv_layout, as every attention entry point runs it)
