@@ -6,8 +6,10 @@
 // [nogpu]-tagged tests first (see the CUDA section of benchmarks/RESULTS.md).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "cuda/test_attention_common.cuh"
 #include "specdec/attention/decode_attention.cuh"
@@ -156,4 +158,34 @@ TEST_CASE("cuda attention workspace: too small or host memory is an error", "[cu
   EXPECT_ARG(specdec::decode_attention(specdec::cuda{}, d.q_view(), d.nhd(), d.indptr_view(), d.out_view(),
                                        d.lse_view(), {.workspace = &host_ws}),
              "specdec::decode_attention", "'options.workspace'");
+}
+
+TEST_CASE("cuda split-KV walk: the key tiles of all parts cover the cache exactly once", "[cuda][attention][nogpu]") {
+  // detail::cache_chunk_walk is the code the kernel runs (host/device) to find its key tiles.
+  for (int bn : {32, 64})
+    for (int length : {0, 1, 31, 63, 64, 65, 1000, 4097, 131072})
+      for (int chunks : {1, 2, 7, 33, 264, 1024})
+        for (int user : {0, 1, 17, 64, 100, 5000, 1 << 30}) {
+          std::vector<int> hits(static_cast<std::size_t>(length), 0);
+          long long iterations = 0;
+          bool ok = true;
+          for (int part = 0; part < chunks; ++part) {
+            const specdec::detail::cache_chunk_walk w(length, chunks, user, part, bn);
+            if (user == 0 && w.n_iter > w.tpc) ok = false;  // automatic split: at most one chunk per part
+            iterations += w.n_iter;
+            for (int it = 0; it < w.n_iter; ++it) {
+              int kb = -1, ke = -1;
+              w.range(it, bn, kb, ke);
+              if (!(0 <= kb && kb <= ke && ke <= length && ke - kb <= bn)) ok = false;
+              for (int k = kb; k < ke && ok; ++k) ++hits[static_cast<std::size_t>(k)];
+            }
+          }
+          const long long tiles = (length + bn - 1) / bn;
+          const long long nchunks = user > 0 ? (length + user - 1LL) / user : chunks;
+          INFO("bn " << bn << " length " << length << " chunks " << chunks << " split " << user);
+          REQUIRE(ok);
+          REQUIRE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+          // No blow-up from a huge or tiny split: each chunk wastes at most one partial tile.
+          REQUIRE(iterations <= 2 * tiles + nchunks);
+        }
 }

@@ -37,6 +37,7 @@
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/cuda_common.cuh"
 #include "specdec/core/bitmask.hpp"
+#include "specdec/core/config.hpp"
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
@@ -97,6 +98,46 @@ __device__ __forceinline__ DT from_f(float x) {
 __device__ __forceinline__ std::uint32_t ld_shared_u32(const void* p) {
   return *static_cast<const std::uint32_t*>(p);
 }
+
+//! The key tiles that cache part `part` (of C) walks for a request with `length` cached tokens:
+//! chunks part, part + C, part + 2C, ... of `split` tokens (user_split > 0, or else ceil(length / C)
+//! rounded up to the key tile, so each part gets at most one chunk), each cut into tpc tiles of at
+//! most bn keys; a tile past its chunk's end is empty (kb = ke = 0). Host and device code share it
+//! (tests/cuda/test_attention_validation.cu checks on the host that the tiles of all parts cover
+//! [0, length) exactly once).
+struct cache_chunk_walk {
+  long long length = 0, split = 1, num_chunks = 1, part = 0;
+  int tpc = 1, n_iter = 0;
+  cache_chunk_walk() = default;
+  SPECDEC_HOST_DEVICE cache_chunk_walk(int length_, int num_chunks_, int user_split, int part_, int bn)
+      : length(length_), num_chunks(num_chunks_), part(part_) {
+    if (user_split > 0) {
+      split = user_split;
+    } else {
+      const long long per = (length + num_chunks - 1) / num_chunks;
+      const long long rounded = (per + bn - 1) / bn * bn;
+      split = rounded > bn ? rounded : bn;
+    }
+    const long long nchunks = length > 0 ? (length + split - 1) / split : 0;
+    const long long count = part < nchunks ? (nchunks - 1 - part) / num_chunks + 1 : 0;
+    // A chunk never holds more than `length` keys: bound the tiles per chunk by it, not by a huge split.
+    const long long span = split < length ? split : length;
+    tpc = span > 0 ? static_cast<int>((span + bn - 1) / bn) : 1;
+    n_iter = static_cast<int>(count * tpc);
+  }
+  //! Keys [kb, ke) of iteration `it` (0 <= it < n_iter).
+  SPECDEC_HOST_DEVICE void range(int it, int bn, int& kb, int& ke) const {
+    const long long c = part + static_cast<long long>(it / tpc) * num_chunks;
+    const long long b = c * split + static_cast<long long>(it % tpc) * bn;
+    const long long chunk_end = (c + 1) * split < length ? (c + 1) * split : length;
+    if (b >= chunk_end) {
+      kb = ke = 0;
+    } else {
+      kb = static_cast<int>(b);
+      ke = static_cast<int>(b + bn < chunk_end ? b + bn : chunk_end);
+    }
+  }
+};
 
 //! Partial attention of one (row tile, part, kv head). See the file comment for the decomposition.
 template <class DT, int D, class Layout, bool HasCache, bool HasTree>
@@ -165,27 +206,16 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
   // Key tiles of this part. Cache: chunks part, part + C, ... of `split` tokens, each cut into
   // ceil(split / BN) tiles (a tile past its chunk's end is empty). Tree: keys 0 .. (last token of
   // this row tile) -- later tree tokens are never ancestors (topological order), so skip them.
-  int n_iter = 0, L = 0, split = 1, tpc = 1, tree_keys = 0;
+  int n_iter = 0, tree_keys = 0;
+  cache_chunk_walk walk;
   if (is_tree) {
     const int last_row = min(rows, row0 + BM) - 1;
     tree_keys = last_row / group + 1;
     n_iter = (tree_keys + BN - 1) / BN;
   } else {
     if constexpr (HasCache) {
-      L = p.cache.length(r);
-      const int C = p.num_chunks;
-      if (p.kv_split_size > 0) {
-        split = p.kv_split_size;
-      } else {
-        const long long per = (static_cast<long long>(L) + C - 1) / C;
-        split = static_cast<int>(max(static_cast<long long>(BN), (per + BN - 1) / BN * BN));
-      }
-      const long long nchunks = L > 0 ? (static_cast<long long>(L) + split - 1) / split : 0;
-      const long long count = part < nchunks ? (nchunks - 1 - part) / C + 1 : 0;
-      // A chunk never holds more than L keys: bound the tiles per chunk by L, not by a huge split.
-      tpc = static_cast<int>((min(static_cast<long long>(split), static_cast<long long>(L)) + BN - 1) / BN);
-      if (tpc < 1) tpc = 1;
-      n_iter = static_cast<int>(count * tpc);
+      walk = cache_chunk_walk(p.cache.length(r), p.num_chunks, p.kv_split_size, part, BN);
+      n_iter = walk.n_iter;
     }
   }
   auto key_range = [&](int it, int& kb, int& ke) {
@@ -193,15 +223,7 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
       kb = it * BN;
       ke = min(tree_keys, kb + BN);
     } else {
-      const long long c = part + static_cast<long long>(it / tpc) * p.num_chunks;
-      const long long b = c * split + static_cast<long long>(it % tpc) * BN;
-      const long long ce = min(static_cast<long long>(L), (c + 1) * split);
-      if (b >= ce) {
-        kb = ke = 0;
-      } else {
-        kb = static_cast<int>(b);
-        ke = static_cast<int>(min(ce, b + BN));
-      }
+      walk.range(it, BN, kb, ke);
     }
   };
 
