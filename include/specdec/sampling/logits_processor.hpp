@@ -15,8 +15,10 @@
 //!      row becomes one-hot at the argmax (ties: lowest id), so every sampler reduces to argmax;
 //!   4. top-k: keep the k largest (ties: lowest ids), others -> -inf;
 //!   5. top-p (Appendix D.1): keep the smallest set, in (probability desc, id asc) order, whose
-//!      probability reaches p;
-//!   6. min-p (Appendix D.1, Nguyen et al. 2024): keep tokens with P >= p_base * p_max;
+//!      probability reaches p (probabilities = detail::fast_exp(l - max) / sum, the weights every
+//!      specdec sampler uses);
+//!   6. min-p (Appendix D.1, Nguyen et al. 2024): keep tokens with P >= p_base * p_max, evaluated
+//!      exactly as l - max >= ln(p_base) on the logits;
 //!   7. eta-sampling (Appendix D.1, Hewitt et al. 2022): keep tokens with P >= eta,
 //!      eta = min(epsilon, alpha * exp(-H(P))), H the entropy of the current distribution; the argmax
 //!      is always kept so the set is never empty (only reachable when alpha > 1).
