@@ -30,6 +30,10 @@
 //!   (b) chain drafting: each drafted token is appended with append_speculative() so the next draft
 //!       step sees it; after verification commit(r, accepted). Needs P >= the draft length.
 //!
+//! Rows are stored as given: K rows are expected already rotated by RoPE at their absolute positions
+//! (appended(r) is the next token's index when the request started at position 0), so the window
+//! needs no position bookkeeping at attention time.
+//!
 //! Storage per request: [S, kv_heads, head_dim] (token-major, NHD), requests back to back.
 
 #include <algorithm>
