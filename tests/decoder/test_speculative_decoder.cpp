@@ -1,0 +1,127 @@
+// speculative_decoder behaviour: EOS and stop sequences stop where the reference output first has them,
+// streaming callbacks see exactly the result, ragged batches equal per-request decoding, statistics
+// are consistent, and bad options are rejected with messages naming the argument.
+#include <catch2/catch.hpp>
+
+#include "../../examples/common/llama.hpp"
+#include "specdec/decoder/speculative_decoder.hpp"
+
+using namespace specdec;
+using namespace specdec::examples;
+
+namespace {
+const llama_config cfg{.vocab_size = 32, .hidden = 16, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 16};
+const auto& weights() {
+  static const auto w = random_llama_weights<double>(cfg, 9);
+  return w;
+}
+std::vector<std::int32_t> greedy_of(const std::vector<std::int32_t>& prompt, int n) {
+  llama_model<double> m(cfg, weights(), 1, 512);
+  return greedy_reference(m, 0, prompt, n);
+}
+using decoder = speculative_decoder<llama_model<double>, ngram_drafter, trie_tree_builder, greedy_verifier>;
+const std::vector<std::int32_t> prompt{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+}  // namespace
+
+TEST_CASE("decoder stops on EOS, stop sequences and max tokens", "[decoder]") {
+  const auto want = greedy_of(prompt, 120);
+  llama_model<double> target(cfg, weights(), 1, 512);
+  decoder d(target);
+  const auto eos = want[40];
+  const auto first = static_cast<std::size_t>(std::find(want.begin(), want.end(), eos) - want.begin());
+  const auto a = d.generate(prompt, {.max_new_tokens = 120, .eos = eos});
+  CHECK(a.reason == stop_reason::eos);
+  CHECK(a.tokens == std::vector<std::int32_t>(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(first) + 1));
+  const std::vector<std::int32_t> stop(want.begin() + 50, want.begin() + 53);
+  std::size_t at = 0;
+  for (std::size_t i = 3; i <= want.size(); ++i)
+    if (std::equal(stop.begin(), stop.end(), want.begin() + static_cast<std::ptrdiff_t>(i - 3))) {
+      at = i;
+      break;
+    }
+  const auto b = d.generate(prompt, {.max_new_tokens = 120, .stop_sequences = {stop}});
+  CHECK(b.reason == stop_reason::stop_sequence);
+  CHECK(b.tokens == std::vector<std::int32_t>(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(at)));
+  const auto c = d.generate(prompt, {.max_new_tokens = 37});
+  CHECK(c.reason == stop_reason::max_tokens);
+  CHECK(c.tokens == std::vector<std::int32_t>(want.begin(), want.begin() + 37));
+  CHECK(d.generate(prompt, {.max_new_tokens = 0}).tokens.empty());
+  std::vector<std::int32_t> ranged;
+  for (auto t : d.generate(prompt, {.max_new_tokens = 10})) ranged.push_back(t);
+  CHECK(ranged == std::vector<std::int32_t>(want.begin(), want.begin() + 10));
+}
+
+TEST_CASE("decoder streams tokens and keeps consistent statistics", "[decoder]") {
+  llama_model<double> target(cfg, weights(), 1, 512);
+  decoder d(target);
+  std::vector<std::int32_t> streamed;
+  int calls = 0;
+  const auto out = d.generate(prompt, {.max_new_tokens = 200, .draft_depth = 5,
+                                       .on_tokens = [&](int r, std::span<const std::int32_t> t) {
+                                         CHECK(r == 0);
+                                         CHECK(!t.empty());
+                                         streamed.insert(streamed.end(), t.begin(), t.end());
+                                         ++calls;
+                                       }});
+  CHECK(streamed == out.tokens);
+  const auto& s = d.stats();
+  CHECK(calls == s.steps);
+  CHECK(s.emitted >= 200);
+  CHECK(s.emitted == s.steps + s.accepted);
+  CHECK(s.tau() >= 1.0);
+  CHECK(s.alpha() >= 0.0);
+  CHECK(s.alpha() <= 1.0);
+  CHECK(s.accepted <= s.tree_nodes);
+  CHECK(s.target_s > 0.0);
+  d.reset_stats();
+  CHECK(d.stats().steps == 0);
+}
+
+TEST_CASE("decoder runs ragged batches: each request equals its own greedy decoding", "[decoder]") {
+  const std::vector<std::vector<std::int32_t>> prompts{prompt, {7, 7, 1}, {2, 4, 8, 16 % 32, 31, 30, 2, 4, 8}};
+  llama_model<double> target(cfg, weights(), 3, 512);
+  decoder d(target);
+  const auto outs = d.generate_batch(prompts, {.max_new_tokens = 90});
+  REQUIRE(outs.size() == 3);
+  for (std::size_t i = 0; i < prompts.size(); ++i) CHECK(outs[i].tokens == greedy_of(prompts[i], 90));
+}
+
+TEST_CASE("decoder rejects bad arguments", "[decoder][errors]") {
+  llama_model<double> target(cfg, weights(), 1, 512);
+  decoder d(target);
+  REQUIRE_THROWS_WITH(d.generate(prompt, {.max_new_tokens = -1}), Catch::Contains("options.max_new_tokens"));
+  REQUIRE_THROWS_WITH(d.generate(prompt, {.draft_depth = -2}), Catch::Contains("options.draft_depth"));
+  REQUIRE_THROWS_WITH(d.generate(prompt, {.draft_width = 0}), Catch::Contains("options.draft_width"));
+  REQUIRE_THROWS_WITH(d.generate(prompt, {.sampling = {.temperature = 0.7f}}), Catch::Contains("options.sampling.temperature"));
+  REQUIRE_THROWS_WITH(d.generate(std::vector<std::int32_t>{}), Catch::Contains("prompts[i]"));
+  REQUIRE_THROWS_WITH(d.generate(std::vector<std::int32_t>{1, 99}), Catch::Contains("prompts[i][j]"));
+  REQUIRE_THROWS_WITH(d.generate(prompt, {.stop_sequences = {{}}}), Catch::Contains("options.stop_sequences"));
+  const std::vector<std::vector<std::int32_t>> two{prompt, prompt};
+  REQUIRE_THROWS_WITH(d.generate_batch(two, {}), Catch::Contains("prompts.size()"));
+  REQUIRE_THROWS_AS(d.generate(prompt, {.sampling = {.temperature = -1.0f}}), specdec::invalid_argument);
+}
+
+TEST_CASE("tree builders and the n-gram drafter shape their output as documented", "[decoder]") {
+  draft_candidates c;
+  c.chain = {{5, -0.1f}, {6, -0.2f}, {7, -0.3f}};
+  c.alternatives = {{{5, -0.1f}, {8, -1.0f}}, {{6, -0.2f}, {9, -2.0f}}, {{7, -0.3f}}};
+  c.sequences = {{{5, 0}, {6, 0}, {1, 0}}, {{2, 0}}};
+  token_tree t;
+  chain_tree_builder{.max_depth = 2}.build(c, t);
+  CHECK(t.size() == 2);
+  CHECK(t.parent(1) == 0);
+  trie_tree_builder{}.build(c, t);
+  CHECK(t.size() == 5);  // 5-6-7, 5-6-1 shares 5-6, and 2
+  CHECK(t.find_child(1, 1) == 3);
+  cartesian_tree_builder cart({2, 2, 1});
+  cart.build(c, t);
+  CHECK(t.size() == 2 + 4 + 4);
+  ngram_drafter ng;
+  const std::vector<std::int32_t> ctx{1, 2, 3, 4, 1, 2, 5, 1, 2};
+  ng.propose({.request = 0, .tokens = ctx, .depth = 3, .width = 2}, c);
+  CHECK(c.chain == std::vector<draft_token>{{5, 0}, {1, 0}, {2, 0}});  // most recent "1 2" match first
+  REQUIRE(c.sequences.size() == 1);
+  CHECK(c.sequences[0] == std::vector<draft_token>{{3, 0}, {4, 0}, {1, 0}});
+  ng.propose({.request = 0, .tokens = std::vector<std::int32_t>{1, 2, 3}, .depth = 3}, c);
+  CHECK(c.empty());
+}
