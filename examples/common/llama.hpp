@@ -29,6 +29,7 @@
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/decoder/concepts.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/position/rope.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -434,6 +435,8 @@ class llama_model {
   std::vector<std::int32_t> lengths_;
   std::vector<spec_state> spec_;
 };
+
+static_assert(check_target_model<llama_model<float>>() && check_target_model<llama_model<double>>());
 
 //! The model's own autoregressive greedy decoding (the losslessness reference): prefills `prompt`,
 //! then appends argmax tokens one forward step at a time. Ties break to the lowest token id.

@@ -22,6 +22,7 @@
 
 #include "llama.hpp"
 #include "specdec/attention/decode_attention.hpp"
+#include "specdec/decoder/drafters.hpp"
 #include "model_math.hpp"
 
 namespace specdec::examples {
@@ -275,5 +276,9 @@ class longspec_draft_model {
   std::vector<kv_ptr> keys_;
   attention_workspace workspace_;
 };
+
+static_assert(incremental_draft_model<longspec_draft_model<float>>);
+static_assert(check_drafter<longspec_drafter<longspec_draft_model<float>>>());
+static_assert(check_drafter<chain_drafter<llama_model<float>>>());
 
 }  // namespace specdec::examples

@@ -73,8 +73,13 @@ TEST_CASE("decoder streams tokens and keeps consistent statistics", "[decoder]")
   CHECK(s.alpha() <= 1.0);
   CHECK(s.accepted <= s.tree_nodes);
   CHECK(s.target_s > 0.0);
+  CHECK(d.metrics().steps() == s.steps);  // verify/metrics.hpp sees the same run
+  CHECK(d.metrics().tau() == Approx(s.tau()));
+  CHECK(d.metrics().accepted_per_step().size() == static_cast<std::size_t>(s.steps));
+  CHECK(d.metrics().ms(decode_phase::target) > 0.0);
   d.reset_stats();
   CHECK(d.stats().steps == 0);
+  CHECK(d.metrics().steps() == 0);
 }
 
 TEST_CASE("decoder runs ragged batches: each request equals its own greedy decoding", "[decoder]") {

@@ -35,6 +35,7 @@
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/verify/metrics.hpp"
 
 namespace specdec {
 
@@ -64,7 +65,8 @@ struct decoder_stats {
   std::int64_t draft_depth = 0;  //!< deepest-path lengths summed (the most a step could accept)
   //! tau: mean tokens emitted per target forward (accepted + 1).
   [[nodiscard]] double tau() const noexcept { return steps ? static_cast<double>(emitted) / steps : 0.0; }
-  //! alpha: accepted draft tokens over the depth drafted (per-position acceptance, TokenSwift Eq. 4 style).
+  //! alpha: accepted draft tokens over the tree depths drafted (per-position acceptance of the deepest
+  //! path). TokenSwift Eq. 4's alpha (per-step acceptances over gamma + 1) is metrics().alpha(gamma).
   [[nodiscard]] double alpha() const noexcept { return draft_depth ? static_cast<double>(accepted) / draft_depth : 0.0; }
   [[nodiscard]] double total_s() const noexcept { return draft_s + build_s + target_s + verify_s + commit_s; }
 };
@@ -93,7 +95,13 @@ class speculative_decoder {
       : target_(&target), drafter_(std::move(drafter)), builder_(std::move(builder)), verifier_(std::move(verifier)) {}
 
   [[nodiscard]] const decoder_stats& stats() const noexcept { return stats_; }
-  void reset_stats() noexcept { stats_ = {}; }
+  //! The same run through verify/metrics.hpp (per-step acceptances for TokenSwift Eq. 4's alpha via
+  //! metrics().alpha(gamma), Distinct-n etc.; phases draft / target / verify in ms).
+  [[nodiscard]] const decode_metrics& metrics() const noexcept { return metrics_; }
+  void reset_stats() noexcept {
+    stats_ = {};
+    metrics_ = {};
+  }
   [[nodiscard]] Drafter& drafter() noexcept { return drafter_; }
 
   //! Generates for one prompt in request slot 0.
@@ -171,6 +179,7 @@ class speculative_decoder {
     if (depth > 0) drafter_.propose(req, cand_);
     else cand_.clear();
     stats_.draft_s += seconds(t0);
+    metrics_.add_ms(decode_phase::draft, 1e3 * seconds(t0));
 
     t0 = clock::now();
     if (depth > 0) builder_.build(cand_, tree_);
@@ -182,6 +191,7 @@ class speculative_decoder {
     raw_.resize(static_cast<std::size_t>(n + 1) * V);
     target_->forward(r, s.tokens.back(), tree_, std::span<typename Target::logit_type>(raw_));
     stats_.target_s += seconds(t0);
+    metrics_.add_ms(decode_phase::target, 1e3 * seconds(t0));
 
     t0 = clock::now();
     rows_.resize(raw_.size());
@@ -191,6 +201,8 @@ class speculative_decoder {
     verify_input in{tree_, strided_view<const float, 2>(view), cand_, rng};
     verifier_.verify(in, result_);
     stats_.verify_s += seconds(t0);
+    metrics_.add_ms(decode_phase::verify, 1e3 * seconds(t0));
+    metrics_.record(result_);
 
     t0 = clock::now();
     target_->commit(r, result_.accepted);
@@ -245,6 +257,7 @@ class speculative_decoder {
   TreeBuilder builder_;
   Verifier verifier_;
   decoder_stats stats_;
+  decode_metrics metrics_;
   draft_candidates cand_;
   token_tree tree_;
   verify_result result_;
