@@ -117,7 +117,7 @@ void lse_merge_host(const host& policy, const lse_merge_params<T>& p) {
         merge_row<float>(2, two, [&](int q) -> const float* { return q == 0 ? acc : chunk; }, p.head_dim, acc,
                          &acc_lse);
       }
-      for (int c = 0; c < p.head_dim; ++c) orow[c] = from_float<T>(acc[c]);
+      for (int c = 0; c < p.head_dim; c += vlanes) vstore_as(orow + c, vload(acc + c));
       *lrow = acc_lse;
     }
   });

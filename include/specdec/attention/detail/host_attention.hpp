@@ -6,8 +6,11 @@
 //!  1. prepare: per (request, kv head) the G = Hq/Hkv query heads of every query token of the request
 //!     are gathered into one transposed, pre-scaled block Qt[d][row] (row = token * G + head-in-group),
 //!     so each K/V row is read once for all query heads that share it (GQA grouping).
-//!  2. attend: one work item per (request, kv head, part), a part being one split-KV chunk of the
-//!     cache (flash-decoding) or the request's tree tokens under their ancestor mask (LongSpec §3.3).
+//!  2. attend: one work item per (request, kv-head group, part), a part being one split-KV chunk of
+//!     the cache (flash-decoding) or the request's tree tokens under their ancestor mask (LongSpec
+//!     §3.3). The head group is all Hkv heads for decode-like calls (<= 32 query rows per request:
+//!     memory-bound, so each token's rows of all heads are read together) and one head otherwise
+//!     (compute-bound: that head's accumulators stay in L2); see heads_per_item.
 //!     The item streams KV tiles of 64 tokens (staged and widened to fp32 once) and runs an online
 //!     softmax over row blocks of 16/32 query rows: S^T = K_tile Qt_block (broadcast-FMA
 //!     microkernel, 8 keys x 1-2 row vectors), masking, exp2, then O_block += P^T V_tile (4 rows x 64
@@ -370,11 +373,7 @@ SPECDEC_FORCEINLINE void merge_row(int nparts, const float* lse_parts, RowFn&& p
       if (lse_parts[p] == ninf) continue;
       acc += std::exp(lse_parts[p] - mx) * inv * vload_as_float(part_row(p) + c0);
     }
-    if constexpr (std::is_same_v<OutT, float>) {
-      vstore(out + c0, acc);
-    } else {
-      for (int c = 0; c < vlanes; ++c) out[c0 + c] = from_float<OutT>(acc[c]);
-    }
+    vstore_as(out + c0, acc);
   }
   *lse_out = mx + std::log(sum);
 }
@@ -417,7 +416,10 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
       }
       const int t = io.q_indptr[r] + i / G, h = g * G + i % G;
       const T* qrow = io.q + t * io.q_stride_token + h * io.q_stride_head;
-      for (int d = 0; d < D; ++d) dst[d * (2 * vlanes)] = to_float(qrow[d]) * qscale;
+      for (int d0 = 0; d0 < D; d0 += vlanes) {
+        const vf16 x = vload_as_float(qrow + d0) * qscale;
+        for (int d = 0; d < vlanes; ++d) dst[(d0 + d) * (2 * vlanes)] = x[d];
+      }
     }
   });
 
@@ -494,7 +496,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
           const float two[2] = {acc_lse, chunk_lse};
           merge_row<float>(2, two, [&](int q) -> const float* { return q == 0 ? acc : chunk; }, D, acc, &acc_lse);
         }
-        for (int c = 0; c < D; ++c) orow[c] = from_float<T>(acc[c]);
+        for (int c = 0; c < D; c += vlanes) vstore_as(orow + c, vload(acc + c));
         *lrow = acc_lse;
       }
     }

@@ -107,6 +107,40 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
   }
 }
 
+//! Narrow a float vector to 16 storage elements with round-to-nearest-even, bit-identical to
+//! from_float<T> (F16C/AVX-512 for half when available; integer rounding for bfloat16).
+template <class T>
+SPECDEC_FORCEINLINE void vstore_as(T* p, vf16 v) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    vstore(p, v);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    vu16 x;
+    std::memcpy(&x, &v, sizeof x);
+    const vu16 nan = (x & 0x7fffffffu) > 0x7f800000u;
+    const vu16 rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    const vu16 r = nan ? ((x >> 16) | 0x0040u) : rounded;
+    const vh16 h = __builtin_convertvector(r, vh16);
+    std::memcpy(static_cast<void*>(p), &h, sizeof h);
+  } else {
+    static_assert(std::is_same_v<T, half>, "vstore_as: float, half or bfloat16");
+#if defined(__AVX512F__)
+    __m512 f;
+    std::memcpy(&f, &v, sizeof f);
+    // maskz form for the same GCC 12 maybe-uninitialized false positive as in vload_as_float.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_maskz_cvtps_ph(static_cast<__mmask16>(0xFFFF), f, _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__F16C__)
+    __m256 lo, hi;
+    std::memcpy(&lo, &v, 32);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + 32, 32);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+#else
+    for (int i = 0; i < vlanes; ++i) p[i] = half(v[i]);
+#endif
+  }
+}
+
 //! Widen `n` (a multiple of 16) storage elements into floats.
 template <class T>
 SPECDEC_FORCEINLINE void widen_row(const T* src, float* dst, int n) noexcept {
