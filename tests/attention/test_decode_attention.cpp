@@ -2,38 +2,14 @@
 // path identical to the allocating path and allocation-free; empty caches give out 0, lse -inf.
 #include "attention_fixture.hpp"
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
 #include "specdec/attention/decode_attention.hpp"
 #include "specdec/attention/hybrid_tree_attention.hpp"
 #include "specdec/attention/tree_attention.hpp"
 
 using namespace attn_test;
 
-// Allocation counter: counts operator new calls (plain and aligned) while `counting` is set. GCC
-// cannot see that the replaced new and delete pair malloc/free, hence the pragma.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-namespace {
-std::atomic<bool> counting{false};
-std::atomic<long> allocations{0};
-}  // namespace
-void* operator new(std::size_t n) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t al = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+// Replaces the global allocation functions of this executable with counting ones.
+#include "common/alloc_counter.hpp"
 
 TEST_CASE("decode_attention fp32: ragged requests, several query tokens, every layout") {
   int seed = 700;
@@ -81,24 +57,24 @@ TEST_CASE("attention workspace: identical results, no allocation, too small is a
   // Allocating path first (also warms up the thread pool); the counter must see its workspace.
   specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
                                  b.out_view(), b.lse_view(), {.kv_split_size = 128});
-  allocations = 0;
-  counting = true;
-  specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
-                                 b.out_view(), b.lse_view(), {.kv_split_size = 128});
-  counting = false;
-  CHECK(allocations.load() >= 1);
+  {
+    specdec_test::allocation_scope scope;
+    specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                                   b.out_view(), b.lse_view(), {.kv_split_size = 128});
+    CHECK(scope.count() >= 1);
+  }
   const auto out_alloc = b.out;
   const auto lse_alloc = b.lse;
   const specdec::attention_options sized{.kv_split_size = 128};
   specdec::attention_workspace ws(
       specdec::hybrid_tree_attention_workspace_bytes(pol, b.q_view(), layout, b.indptr_view(), sized));
   b.reset_outputs();
-  allocations = 0;
-  counting = true;
-  specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
-                                 b.out_view(), b.lse_view(), {.kv_split_size = 128, .workspace = &ws});
-  counting = false;
-  CHECK(allocations.load() == 0);
+  {
+    specdec_test::allocation_scope scope;
+    specdec::hybrid_tree_attention(pol, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                                   b.out_view(), b.lse_view(), {.kv_split_size = 128, .workspace = &ws});
+    CHECK(scope.count() == 0);
+  }
   CHECK(b.out == out_alloc);  // bitwise identical
   CHECK(b.lse == lse_alloc);
 
@@ -106,22 +82,22 @@ TEST_CASE("attention workspace: identical results, no allocation, too small is a
   specdec::attention_workspace wd(specdec::decode_attention_workspace_bytes(pol, b.q_view(), layout, b.indptr_view()));
   specdec::decode_attention(pol, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view());
   const auto dec_alloc = b.out;
-  allocations = 0;
-  counting = true;
-  specdec::decode_attention(pol, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(), {.workspace = &wd});
-  counting = false;
-  CHECK(allocations.load() == 0);
+  {
+    specdec_test::allocation_scope scope;
+    specdec::decode_attention(pol, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(), {.workspace = &wd});
+    CHECK(scope.count() == 0);
+  }
   CHECK(b.out == dec_alloc);
   specdec::attention_workspace wt(specdec::tree_attention_workspace_bytes(pol, b.q_view(), 2, b.indptr_view()));
   specdec::tree_attention(pol, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(), b.out_view(),
                           b.lse_view());
   const auto tree_alloc = b.out;
-  allocations = 0;
-  counting = true;
-  specdec::tree_attention(pol, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(), b.out_view(),
-                          b.lse_view(), {.workspace = &wt});
-  counting = false;
-  CHECK(allocations.load() == 0);
+  {
+    specdec_test::allocation_scope scope;
+    specdec::tree_attention(pol, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(), b.out_view(),
+                            b.lse_view(), {.workspace = &wt});
+    CHECK(scope.count() == 0);
+  }
   CHECK(b.out == tree_alloc);
 
   // A workspace wrapping caller memory works the same; one byte too small is rejected.

@@ -10,38 +10,9 @@
 
 #include "specdec/kv/ring_kv.hpp"
 
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-// Count every heap allocation of the process so the 100K-token test can assert that appends allocate
-// nothing. Under AddressSanitizer the replacement is left out (ASan owns operator new/delete and
-// reports a malloc/operator-new mismatch); there the test still checks pointers and byte counts.
-#if defined(__SANITIZE_ADDRESS__)
-#define SPECDEC_RING_TEST_COUNTS_ALLOCATIONS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SPECDEC_RING_TEST_COUNTS_ALLOCATIONS 0
-#endif
-#endif
-#ifndef SPECDEC_RING_TEST_COUNTS_ALLOCATIONS
-#define SPECDEC_RING_TEST_COUNTS_ALLOCATIONS 1
-#endif
-
-#if SPECDEC_RING_TEST_COUNTS_ALLOCATIONS
-// The replacements use malloc/free; GCC flags the pairing at inlined call sites although it is the
-// standard way to replace them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#endif
+// Count every heap allocation of the process so the 100K-token test can assert that appends
+// allocate nothing (the counter replaces every allocation form, so it also holds under ASan).
+#include "common/alloc_counter.hpp"
 
 using specdec::ring_kv_cache;
 
@@ -194,18 +165,13 @@ TEST_CASE("ring: memory does not grow over 100K appended tokens") {
   CHECK(bytes == 2u * 2 * 528 * 8 * 128 * sizeof(specdec::half));
   std::vector<specdec::half> row(4 * 8 * 128, specdec::half(0.5f));
   const auto k = specdec::make_view<3>(row.data(), {4, 8, 128});
-  const long before = g_allocations.load();
+  specdec_test::allocation_scope scope;
   for (int i = 0; i < 100000 / 4; ++i) {
     c.append(0, k, k);
     c.append_speculative(1, k, k);
     c.commit(1, 3);
   }
-  const long after = g_allocations.load();
-  if (SPECDEC_RING_TEST_COUNTS_ALLOCATIONS) {
-    CHECK(after == before);  // no heap allocation in append / append_speculative / commit
-  } else {
-    WARN("allocation counting disabled under AddressSanitizer");
-  }
+  CHECK(scope.count() == 0);  // no heap allocation in append / append_speculative / commit
   CHECK(c.appended(0) == 100000);
   CHECK(c.appended(1) == 75000);
   CHECK(c.bytes() == bytes);
