@@ -118,6 +118,13 @@ TEST_CASE("tree builders and the n-gram drafter shape their output as documented
   trie_tree_builder{}.build(c, t);
   CHECK(t.size() == 5);  // 5-6-7, 5-6-1 shares 5-6, and 2
   CHECK(t.find_child(1, 1) == 3);
+  trie_tree_builder(4).build(c, t);  // budget: the chain fits, 5-6-1 shares 5-6 and adds 1, 2 is cut
+  CHECK(t.size() == 4);
+  CHECK(t.find_child(-1, 2) == -1);
+  trie_tree_builder(0, 1).build(c, t);  // depth limit 1: the first tokens 5 and 2
+  CHECK(t.size() == 2);
+  CHECK(t.max_depth() == 0);
+  REQUIRE_THROWS_WITH(trie_tree_builder(0, -1), Catch::Contains("max_depth"));
   cartesian_tree_builder cart({2, 2, 1});
   cart.build(c, t);
   CHECK(t.size() == 2 + 4 + 4);

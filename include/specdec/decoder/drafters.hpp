@@ -23,6 +23,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/core/topk.hpp"
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/sampler.hpp"
@@ -42,20 +43,21 @@ void log_softmax(std::span<const T> row, std::span<float> out) {
   for (std::size_t i = 0; i < row.size(); ++i) out[i] = static_cast<float>(static_cast<double>(row[i]) - lse);
 }
 
-//! The `width` best entries of a log-prob row (ties: lower token id first). O(V width).
-inline void top_width(std::span<const float> lp, int width, std::vector<draft_token>& out) {
-  out.clear();
-  for (int k = 0; k < width; ++k) {
-    std::int32_t best = -1;
-    for (std::size_t v = 0; v < lp.size(); ++v) {
-      bool taken = false;
-      for (const auto& t : out) taken |= t.token == static_cast<std::int32_t>(v);
-      if (!taken && (best < 0 || lp[v] > lp[static_cast<std::size_t>(best)])) best = static_cast<std::int32_t>(v);
-    }
-    if (best < 0) return;
-    out.push_back({best, lp[static_cast<std::size_t>(best)]});
+//! The `width` best entries of a log-prob row, best first (ties: lower token id first), through
+//! core/topk.hpp's O(V) heap selection; fewer when the vocabulary is smaller than width.
+struct top_width_selector {
+  std::vector<std::int32_t> idx;
+  std::vector<float> val;
+  topk_workspace<float> ws;
+  void operator()(std::span<const float> lp, int width, std::vector<draft_token>& out) {
+    const int k = std::min(width, static_cast<int>(lp.size()));
+    idx.resize(static_cast<std::size_t>(k));
+    val.resize(static_cast<std::size_t>(k));
+    topk<float>(lp, k, idx, val, ws);
+    out.clear();
+    for (int j = 0; j < k; ++j) out.push_back({idx[static_cast<std::size_t>(j)], val[static_cast<std::size_t>(j)]});
   }
-}
+};
 
 //! Shared per-depth logic of the model drafters: records alternatives, picks the chain token (argmax,
 //! or a draw from the processed q when sampling) and appends it to out.
@@ -88,6 +90,7 @@ struct chain_picker {
     return tok;
   }
   sampling_workspace ws;
+  top_width_selector top_width;
 };
 }  // namespace detail
 

@@ -5,7 +5,8 @@
 //!  - cartesian_tree_builder: TokenSwift's Cartesian product (Appendix E) of per-depth candidates
 //!                            (draft_candidates::alternatives) with widths s_k, default [1, 3, 3, 3];
 //!  - trie_tree_builder:      the chain and every extra sequence (n-gram matches, beams) merged into one
-//!                            prefix trie, so shared prefixes are verified once; optional node budget.
+//!                            prefix trie (tree/trie_merge.hpp), so shared prefixes are verified once;
+//!                            optional node budget and depth limit.
 //! LongSpec's dynamic beam tree is built by the drafter itself (longspec_drafter with beam widths, via
 //! tree/beam_tree_builder.hpp) and arrives as sequences, so trie_tree_builder rebuilds it exactly.
 
@@ -18,6 +19,7 @@
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/tree/cartesian_tree.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/tree/trie_merge.hpp"
 
 namespace specdec {
 
@@ -67,29 +69,36 @@ struct cartesian_tree_builder {
 };
 static_assert(check_tree_builder<cartesian_tree_builder>());
 
-//! Prefix trie of the chain and all sequences (first occurrence wins; children in insertion order).
-//! max_nodes > 0 stops inserting once the trie holds that many nodes. O(total tokens * branching).
-struct trie_tree_builder {
-  int max_nodes = 0;
-  int max_depth = 0;  //!< 0 = no limit
-  void build(const draft_candidates& c, token_tree& out) const {
-    out.clear();
-    auto insert = [&](const std::vector<draft_token>& seq) {
-      std::int32_t cur = -1;
-      for (std::size_t d = 0; d < seq.size(); ++d) {
-        if (max_depth > 0 && d >= static_cast<std::size_t>(max_depth)) return;
-        const std::int32_t next = out.find_child(cur, seq[d].token);
-        if (next >= 0) {
-          cur = next;
-          continue;
-        }
-        if (max_nodes > 0 && out.size() >= max_nodes) return;
-        cur = out.add(seq[d].token, cur, seq[d].logprob);
-      }
-    };
+//! Prefix trie of the chain and all sequences, merged by tree/trie_merge.hpp's trie_merger (first
+//! occurrence wins; children in insertion order; node log-prob from the sequence that created it).
+//! max_nodes > 0: trie_merger's budget rule (earlier sequences win, a sequence that does not fit is
+//! truncated); max_depth > 0 truncates every sequence to that many tokens. O(total tokens) expected.
+class trie_tree_builder {
+ public:
+  trie_tree_builder() : trie_tree_builder(0, 0) {}
+  //! max_nodes = 0 / max_depth = 0: no limit.
+  explicit trie_tree_builder(int max_nodes, int max_depth = 0) : merger_(max_nodes), max_depth_(max_depth) {
+    require(max_depth >= 0, "specdec::trie_tree_builder", "max_depth", ">= 0 (0 = no limit)", max_depth);
+  }
+  void build(const draft_candidates& c, token_tree& out) {
+    merger_.clear();
     insert(c.chain);
     for (const auto& s : c.sequences) insert(s);
+    out = merger_.tree();
   }
+
+ private:
+  void insert(const std::vector<draft_token>& seq) {
+    const std::size_t n = max_depth_ > 0 ? std::min(seq.size(), static_cast<std::size_t>(max_depth_)) : seq.size();
+    tokens_.resize(n);
+    logprobs_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) tokens_[i] = seq[i].token, logprobs_[i] = seq[i].logprob;
+    merger_.add_sequence(tokens_, logprobs_);
+  }
+  trie_merger merger_;
+  int max_depth_;
+  std::vector<std::int32_t> tokens_;
+  std::vector<float> logprobs_;
 };
 static_assert(check_tree_builder<trie_tree_builder>());
 
