@@ -245,6 +245,13 @@ class llama_model {
             memory_space::host};
   }
 
+  //! Calls f(layout) with layer `layer`'s cache as a read-only kv_layout over all requests (how the
+  //! LongSpec draft's cross-attention reads it in place). Returns what f returns.
+  template <class F>
+  decltype(auto) with_layer_kv(int layer, F&& f) const {
+    return std::forward<F>(f)(layer_kv(layer));
+  }
+
   //! Forward over the root token and the tree `tree` for request r; writes (tree.size() + 1) rows of
   //! vocab_size logits (row 0 after the root, row i + 1 after node i) and keeps the K/V of the root and
   //! every node for commit(). O(layers * (m * params + m * (cache + m) * heads * head_dim)), m = nodes + 1.

@@ -12,7 +12,8 @@
 //! an approximation of the target whose agreement rate is meaningful (it is NOT a trained LongSpec draft).
 //!
 //! Memory: ring K/V = layers x window x kv_heads x head_dim x 2 elements per request, whatever the
-//! context length; cross-attention allocates nothing per token (it reads the target's cache).
+//! context length (specdec::ring_kv_cache); cross-attention keeps nothing per token (it reads the
+//! target's cache in place). The speculative chain's rows (a few tokens) are scratch of the step.
 
 #include <algorithm>
 #include <cmath>
@@ -20,10 +21,15 @@
 #include <span>
 #include <vector>
 
+#include <utility>
+
 #include "llama.hpp"
-#include "specdec/attention/decode_attention.hpp"
-#include "specdec/decoder/drafters.hpp"
 #include "model_math.hpp"
+#include "specdec/attention/cross_attention.hpp"
+#include "specdec/attention/sliding_window_attention.hpp"
+#include "specdec/decoder/drafters.hpp"
+#include "specdec/kv/ring_kv.hpp"
+#include "specdec/reference/attention.hpp"
 
 namespace specdec::examples {
 
@@ -46,12 +52,11 @@ struct longspec_draft_weights {
   std::vector<layer> layers;
 };
 
-//! GLIDE's default layer mapping: draft layer j reads target layer (target_layers - draft_layers + j).
+//! GLIDE's default layer mapping (§4.1, specdec::glide_target_layer_index): draft layer j reads target
+//! layer target_layers - draft_layers + j (the top layers, in order). O(draft_layers).
 [[nodiscard]] inline std::vector<int> glide_layer_map(int target_layers, int draft_layers) {
-  require(draft_layers >= 1 && draft_layers <= target_layers, "specdec::examples::glide_layer_map", "draft_layers",
-          "in [1, target_layers = " + std::to_string(target_layers) + "]", draft_layers);
-  std::vector<int> m(static_cast<std::size_t>(draft_layers));
-  for (int j = 0; j < draft_layers; ++j) m[static_cast<std::size_t>(j)] = target_layers - draft_layers + j;
+  std::vector<int> m;  // j = 0 is always asked for, so a bad draft_layers throws (naming it) even when <= 0
+  for (int j = 0; j < std::max(draft_layers, 1); ++j) m.push_back(glide_target_layer_index(target_layers, draft_layers, j));
   return m;
 }
 
@@ -74,149 +79,143 @@ template <class T>
   return w;
 }
 
-//! The draft model. Per request it holds a ring of the last `window` committed tokens' self-attention
-//! K/V and a small buffer for the tokens it speculates in the current step (dropped by the next step).
+//! The draft model. Per draft layer it owns a specdec::ring_kv_cache (kv/ring_kv.hpp) of the last
+//! `window` committed tokens' self-attention K/V for every request (constant size, allocated once),
+//! and per request the speculative chain of the current step (the tokens step() was given with
+//! commit = false since the last discard_speculation), which never reaches the ring.
+//!
+//! Attention (all through the library; no attention loop here):
+//!  - self-attention: specdec::sliding_window_attention (attention/sliding_window_attention.hpp) with
+//!    tree-structured queries: the chain is the draft tree, each of its tokens sees the ring's window
+//!    (the W newest committed tokens) plus its ancestors and itself (LongSpec §3.1, §3.3). A committed
+//!    token is a one-node tree; its K/V go to the ring after the attention (ring_kv_cache::append).
+//!  - cross-attention: specdec::cross_attention (attention/cross_attention.hpp), cache-free, reading
+//!    the target's KV cache of layer layer_map[j] in place through the target's own kv_layout
+//!    (contiguous or paged), limited to the positions before the query (committed lengths).
+//! The optimized primitives take float, half and bfloat16; a double model (the lossless tests) runs the
+//! same calls through their double references (reference::hybrid_tree_attention over the same ring
+//! layout, reference::cross_attention over the same target layout).
 template <class T>
 class longspec_draft_model {
  public:
   using value_type = T;
   using logit_type = T;
 
+  //! Preconditions (checked): window >= 1, one weight block and one layer_map entry per draft layer.
   longspec_draft_model(const llama_model<T>& target, longspec_draft_config c, longspec_draft_weights<T> w)
       : target_(&target), cfg_(std::move(c)), w_(std::move(w)) {
     constexpr std::string_view fn = "specdec::examples::longspec_draft_model";
     require(cfg_.window >= 1, fn, "config.window", ">= 1", cfg_.window);
     require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(cfg_.layers), w_.layers.size());
     require_equal(fn, "config.layer_map.size()", static_cast<std::size_t>(cfg_.layers), cfg_.layer_map.size());
-    require(target.config().heads <= 512, fn, "target heads", "<= 512", target.config().heads);
+    for (int m : cfg_.layer_map) require_in_range(fn, "config.layer_map[j]", m, 0, target.config().layers - 1);
     const auto& tc = target.config();
-    const std::size_t ring = static_cast<std::size_t>(cfg_.window) * tc.kv_heads * tc.head_dim;
+    for (int l = 0; l < cfg_.layers; ++l)
+      rings_.emplace_back(ring_kv_config{.requests = target.max_requests(), .kv_heads = tc.kv_heads,
+                                         .head_dim = tc.head_dim, .window = cfg_.window, .speculative_capacity = 0});
     state_.resize(static_cast<std::size_t>(target.max_requests()));
-    for (auto& s : state_) {
-      s.ring_k.assign(static_cast<std::size_t>(cfg_.layers), std::vector<T>(ring));
-      s.ring_v = s.ring_k;
-      s.ring_pos.assign(static_cast<std::size_t>(cfg_.window), -1);
-    }
+    for (auto& s : state_) s.q.resize(rings_.size()), s.k.resize(rings_.size()), s.v.resize(rings_.size());
   }
 
   [[nodiscard]] const longspec_draft_config& config() const noexcept { return cfg_; }
   [[nodiscard]] int vocab_size() const noexcept { return target_->vocab_size(); }
   [[nodiscard]] int max_requests() const noexcept { return target_->max_requests(); }
-  //! Bytes of draft-owned KV state per request: constant in the context length.
+  //! Bytes of draft-owned KV state per request (the rings): constant in the context length.
   [[nodiscard]] std::size_t state_bytes() const noexcept {
-    const auto& tc = target_->config();
-    return static_cast<std::size_t>(cfg_.layers) * cfg_.window * tc.kv_heads * tc.head_dim * 2 * sizeof(T);
+    std::size_t b = 0;
+    for (const auto& ring : rings_) b += ring.bytes();
+    return b / static_cast<std::size_t>(max_requests());
   }
 
   //! Forgets request r's context.
   void reset(int r) {
-    auto& s = at(r);
-    std::fill(s.ring_pos.begin(), s.ring_pos.end(), -1);
-    s.spec_k.clear();
-    s.spec_v.clear();
-    s.spec_pos.clear();
-    s.absorbed = 0;
+    discard_speculation(r);
+    for (auto& ring : rings_) ring.reset(r);
+    state_[static_cast<std::size_t>(r)].absorbed = 0;
   }
   //! Tokens before position p - receptive_field() cannot influence any prediction at p or later (each
   //! layer sees `window` tokens back; cross-attention reads the target's cache, not draft state), so a
   //! drafter may start absorbing a long prompt there with an identical result.
   [[nodiscard]] int receptive_field() const noexcept { return cfg_.layers * cfg_.window; }
-  //! Committed tokens whose K/V are in the ring's history (the next absorbed token's position).
-  [[nodiscard]] int absorbed(int r) const { return state_[static_cast<std::size_t>(r)].absorbed; }
+  //! Committed tokens absorbed so far (the next committed token's position).
+  [[nodiscard]] int absorbed(int r) const { return state_[check_r(r)].absorbed; }
 
-  //! Runs one token at `position`; `commit` = true stores its K/V in the ring (a committed token),
-  //! false in the step's speculative buffer. Writes vocab_size logits when non-empty.
-  //! O(layers (params + (window + target cache) kv_heads head_dim)).
+  //! Runs one token at `position`. commit = true: a committed token (position >= absorbed(r); it drops
+  //! the current speculation, and a jump past absorbed(r) forgets the older ring contents, which by
+  //! receptive_field() cannot matter); its K/V enter the rings. commit = false: extends the speculative
+  //! chain (position == absorbed(r) + chain length). Writes vocab_size logits when non-empty.
+  //! O(layers (params + n (window + n) + target cache) kv_heads head_dim), n = chain length + 1.
   void step(int r, std::int32_t token, int position, bool commit, std::span<logit_type> logits) {
     constexpr std::string_view fn = "specdec::examples::longspec_draft_model::step";
-    auto& s = at(r);
+    auto& s = state_[check_r(r)];
     const auto& tc = target_->config();
     const auto& tw = target_->weights();
     require_in_range(fn, "token", token, 0, tc.vocab_size - 1);
     require(logits.empty() || logits.size() == static_cast<std::size_t>(tc.vocab_size), fn, "logits.size()",
             "0 or vocab_size", logits.size());
+    if (commit) {
+      require(position >= s.absorbed, fn, "position", ">= absorbed(request) = " + std::to_string(s.absorbed), position);
+      discard_speculation(r);
+      if (position > s.absorbed)
+        for (auto& ring : rings_) ring.reset(r);
+    } else {
+      require_equal(fn, "position", s.absorbed + s.chain, position);
+    }
+    const int n = s.chain + 1;  // tree size: the chain so far plus this token
     const int H = tc.hidden, D = tc.head_dim, Hq = tc.heads, Hkv = tc.kv_heads, F = tc.ffn_hidden;
-    const std::size_t kvrow = static_cast<std::size_t>(Hkv) * D;
     std::vector<T> x(tw.embed.begin() + static_cast<std::ptrdiff_t>(token) * H,
                      tw.embed.begin() + static_cast<std::ptrdiff_t>(token + 1) * H);
-    std::vector<T> xn(static_cast<std::size_t>(H)), q(static_cast<std::size_t>(Hq) * D), att(q.size()), k(kvrow),
-        v(kvrow), g(static_cast<std::size_t>(F)), u(g.size());
+    std::vector<T> xn(static_cast<std::size_t>(H)), q(static_cast<std::size_t>(Hq) * D), att(q.size()),
+        g(static_cast<std::size_t>(F)), u(g.size());
     const std::int32_t pos[1] = {position};
-    const int slot = position % cfg_.window;
-    if (!commit && s.spec_pos.size() == 0) {
-      s.spec_k.assign(static_cast<std::size_t>(cfg_.layers), {});
-      s.spec_v.assign(static_cast<std::size_t>(cfg_.layers), {});
-    }
+    const rope_params rope{.theta = tc.rope_theta};
     for (int l = 0; l < cfg_.layers; ++l) {
       const auto& W = w_.layers[static_cast<std::size_t>(l)];
-      // Sliding-window self-attention: keys at positions (position - window, position].
+      auto &sq = s.q[l], &sk = s.k[l], &sv = s.v[l];  // the chain's rows of this layer, + this token's
+      sq.resize(static_cast<std::size_t>(n) * Hq * D);
+      sk.resize(static_cast<std::size_t>(n) * Hkv * D);
+      sv.resize(sk.size());
+      T* qn = sq.data() + static_cast<std::ptrdiff_t>(n - 1) * Hq * D;
+      T* kn = sk.data() + static_cast<std::ptrdiff_t>(n - 1) * Hkv * D;
+      T* vn = sv.data() + static_cast<std::ptrdiff_t>(n - 1) * Hkv * D;
       rms_norm<T>(x, W.attn_norm, xn, 1, H, tc.norm_eps);
-      matmul_nt<T>(xn, W.wq, q, 1, Hq * D, H);
-      matmul_nt<T>(xn, W.wk, k, 1, Hkv * D, H);
-      matmul_nt<T>(xn, W.wv, v, 1, Hkv * D, H);
-      apply_rope(host{}, rope_params{.theta = tc.rope_theta}, make_view<3>(q.data(), {1, Hq, D}), std::span<const std::int32_t>(pos));
-      apply_rope(host{}, rope_params{.theta = tc.rope_theta}, make_view<3>(k.data(), {1, Hkv, D}), std::span<const std::int32_t>(pos));
-      // Store this token's K/V first (the slot it overwrites, position - window, is outside every
-      // window from here on); a committed token whose output nobody reads stops after its last K/V.
-      if (commit) {
-        std::copy(k.begin(), k.end(), s.ring_k[l].begin() + slot * static_cast<std::ptrdiff_t>(kvrow));
-        std::copy(v.begin(), v.end(), s.ring_v[l].begin() + slot * static_cast<std::ptrdiff_t>(kvrow));
-      } else {
-        s.spec_k[l].insert(s.spec_k[l].end(), k.begin(), k.end());
-        s.spec_v[l].insert(s.spec_v[l].end(), v.begin(), v.end());
-      }
-      if (l == cfg_.layers - 1 && logits.empty()) break;
-      keys_.clear();
-      for (int j = 0; j < cfg_.window; ++j) {
-        const int p = s.ring_pos[static_cast<std::size_t>(j)];
-        if (p >= 0 && p < position && p > position - cfg_.window)
-          keys_.push_back({s.ring_k[l].data() + j * kvrow, s.ring_v[l].data() + j * kvrow});
-      }
-      if (!commit)
-        for (std::size_t j = 0; j < s.spec_pos.size(); ++j)
-          if (s.spec_pos[j] > position - cfg_.window)
-            keys_.push_back({s.spec_k[l].data() + j * kvrow, s.spec_v[l].data() + j * kvrow});
-      keys_.push_back({k.data(), v.data()});
-      attend(q, Hq, Hkv, D, att);
-      matmul_nt_add<T>(att, W.wo, x, 1, H, Hq * D);
-      // Cache-free cross-attention into the target's cache of the mapped layer, positions < position.
-      const auto cache = target_->layer_kv(cfg_.layer_map[static_cast<std::size_t>(l)]);
-      const int visible = std::min(cache.length(r), position);
-      if (visible > 0) {
-        rms_norm<T>(x, W.cross_norm, xn, 1, H, tc.norm_eps);
-        matmul_nt<T>(xn, W.cq, q, 1, Hq * D, H);
-        apply_rope(host{}, rope_params{.theta = tc.rope_theta}, make_view<3>(q.data(), {1, Hq, D}), std::span<const std::int32_t>(pos));
-        if constexpr (std::is_same_v<T, double>) {  // the attention primitives take float, half, bfloat16
-          keys_.clear();
-          for (int j = 0; j < visible; ++j) keys_.push_back({cache.k_row(r, j, 0), cache.v_row(r, j, 0)});
-          attend(q, Hq, Hkv, D, att);
-        } else {  // cache-free: the target's rows are read in place through a one-request layout
-          const contiguous_kv<const T> one{cache.k + cache.row_offset(r, 0, 0), cache.v + cache.row_offset(r, 0, 0),
-                                           &visible, 1, cache.max_tokens, Hkv, D, memory_space::host};
-          const std::int32_t indptr[2] = {0, 1};
-          float lse[512];
-          const auto qv = make_view<3>(q.data(), {1, Hq, D});
-          const auto iv = make_view<1>(indptr, {2});
-          workspace_.reserve(decode_attention_workspace_bytes(host{}, qv, one, iv));
-          decode_attention(host{}, qv, one, iv, make_view<3>(att.data(), {1, Hq, D}), make_view<2>(lse, {1, Hq}),
-                           {.workspace = &workspace_});
+      matmul_nt<T>(xn, W.wq, {qn, static_cast<std::size_t>(Hq) * D}, 1, Hq * D, H);
+      matmul_nt<T>(xn, W.wk, {kn, static_cast<std::size_t>(Hkv) * D}, 1, Hkv * D, H);
+      matmul_nt<T>(xn, W.wv, {vn, static_cast<std::size_t>(Hkv) * D}, 1, Hkv * D, H);
+      apply_rope(host{}, rope, make_view<3>(qn, {1, Hq, D}), std::span<const std::int32_t>(pos));
+      apply_rope(host{}, rope, make_view<3>(kn, {1, Hkv, D}), std::span<const std::int32_t>(pos));
+      // A committed token whose output nobody reads stops after its last K/V.
+      if (!(l == cfg_.layers - 1 && logits.empty())) {
+        self_attention(l, r, n, att);
+        matmul_nt_add<T>(att, W.wo, x, 1, H, Hq * D);
+        // Cache-free cross-attention into the target's cache of the mapped layer, positions < position.
+        const int visible = std::min(target_->cache_length(r), position);
+        if (visible > 0) {
+          rms_norm<T>(x, W.cross_norm, xn, 1, H, tc.norm_eps);
+          matmul_nt<T>(xn, W.cq, q, 1, Hq * D, H);
+          apply_rope(host{}, rope, make_view<3>(q.data(), {1, Hq, D}), std::span<const std::int32_t>(pos));
+          target_->with_layer_kv(cfg_.layer_map[static_cast<std::size_t>(l)],
+                                 [&](const auto& cache) { cross(cache, r, visible, q, att); });
+          matmul_nt_add<T>(att, W.co, x, 1, H, Hq * D);
         }
-        matmul_nt_add<T>(att, W.co, x, 1, H, Hq * D);
+        rms_norm<T>(x, W.ffn_norm, xn, 1, H, tc.norm_eps);
+        matmul_nt<T>(xn, W.w_gate, g, 1, F, H);
+        matmul_nt<T>(xn, W.w_up, u, 1, F, H);
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          const accum_t<T> a = g[i];
+          g[i] = static_cast<T>(a / (accum_t<T>(1) + std::exp(-a)) * u[i]);
+        }
+        matmul_nt_add<T>(g, W.w_down, x, 1, H, F);
       }
-      rms_norm<T>(x, W.ffn_norm, xn, 1, H, tc.norm_eps);
-      matmul_nt<T>(xn, W.w_gate, g, 1, F, H);
-      matmul_nt<T>(xn, W.w_up, u, 1, F, H);
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        const accum_t<T> a = g[i];
-        g[i] = static_cast<T>(a / (accum_t<T>(1) + std::exp(-a)) * u[i]);
+      if (commit) {  // n == 1: the token's K/V enter the ring now (no later layer reads this layer's ring)
+        rings_[static_cast<std::size_t>(l)].append(r, make_view<3>(std::as_const(sk).data(), {1, Hkv, D}),
+                                                   make_view<3>(std::as_const(sv).data(), {1, Hkv, D}));
       }
-      matmul_nt_add<T>(g, W.w_down, x, 1, H, F);
     }
     if (commit) {
-      s.ring_pos[static_cast<std::size_t>(slot)] = position;
       s.absorbed = position + 1;
     } else {
-      s.spec_pos.push_back(position);
+      ++s.chain;
     }
     if (!logits.empty()) {
       rms_norm<T>(x, tw.final_norm, xn, 1, H, tc.norm_eps);
@@ -224,56 +223,85 @@ class longspec_draft_model {
     }
   }
 
-  //! Drops the speculative tokens of the current step (their K/V never reach the ring).
-  void discard_speculation(int r) {
-    auto& s = at(r);
-    s.spec_pos.clear();
-    s.spec_k.clear();
-    s.spec_v.clear();
-  }
+  //! Drops the speculative chain of the current step (its K/V never reached the rings). O(1).
+  void discard_speculation(int r) { state_[check_r(r)].chain = 0; }
 
  private:
   struct request_state {
-    std::vector<std::vector<T>> ring_k, ring_v, spec_k, spec_v;  // per layer
-    std::vector<int> ring_pos, spec_pos;
+    std::vector<std::vector<T>> q, k, v;  // per layer: the speculative chain's rows [n, heads, head_dim]
+    int chain = 0;                        // speculative tokens in the chain
     int absorbed = 0;
   };
-  struct kv_ptr {
-    const T* k;
-    const T* v;
-  };
-  request_state& at(int r) {
+  std::size_t check_r(int r) const {
     require_in_range("specdec::examples::longspec_draft_model", "request", r, 0, static_cast<int>(state_.size()) - 1);
-    return state_[static_cast<std::size_t>(r)];
+    return static_cast<std::size_t>(r);
   }
-  // Softmax attention of one token's Hq heads over keys_ (rows of [Hkv, D]).
-  void attend(std::span<const T> q, int Hq, int Hkv, int D, std::span<T> out) {
-    using A = accum_t<T>;
-    const A scale = A(1) / std::sqrt(static_cast<A>(D));
-    std::vector<A> sc(keys_.size()), acc(static_cast<std::size_t>(D));
-    for (int h = 0; h < Hq; ++h) {
-      const int hk = h / (Hq / Hkv);
-      const T* qh = q.data() + static_cast<std::ptrdiff_t>(h) * D;
-      A mx = -INFINITY;
-      for (std::size_t j = 0; j < keys_.size(); ++j)
-        mx = std::max(mx, sc[j] = dot(qh, keys_[j].k + static_cast<std::ptrdiff_t>(hk) * D, D) * scale);
-      std::fill(acc.begin(), acc.end(), A(0));
-      A den = 0;
-      for (std::size_t j = 0; j < keys_.size(); ++j) {
-        const A p = std::exp(sc[j] - mx);
-        den += p;
-        const T* vr = keys_[j].v + static_cast<std::ptrdiff_t>(hk) * D;
-        for (int d = 0; d < D; ++d) acc[d] += p * static_cast<A>(vr[d]);
-      }
-      for (int d = 0; d < D; ++d) out[static_cast<std::size_t>(h) * D + d] = static_cast<T>(acc[d] / den);
+
+  // Sliding-window self-attention of request r's n-token chain (queries, keys and values in the chain
+  // buffers of layer l) over the ring's window; writes the last token's output row to `att`.
+  void self_attention(int l, int r, int n, std::span<T> att) {
+    const auto& tc = target_->config();
+    const int D = tc.head_dim, Hq = tc.heads, Hkv = tc.kv_heads;
+    const auto& s = state_[static_cast<std::size_t>(r)];
+    const auto all = std::as_const(rings_[static_cast<std::size_t>(l)]).layout();
+    const std::int64_t off = static_cast<std::int64_t>(r) * all.slots * Hkv * D;  // request r's slots only
+    const ring_kv<const T> one{all.k + off, all.v + off, all.starts + r, all.lengths + r, 1, all.slots, all.window,
+                               Hkv, D, memory_space::host};
+    const int wpr = words_per_row(n);
+    mask_.assign(static_cast<std::size_t>(n) * wpr, 0);  // a chain: row i sees nodes 0..i
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j <= i; ++j) set_bit(mask_.data() + static_cast<std::size_t>(i) * wpr, j);
+    const std::int32_t indptr[2] = {0, n};
+    const auto qv = make_view<3>(s.q[l].data(), {n, Hq, D});
+    const auto kv = make_view<3>(s.k[l].data(), {n, Hkv, D});
+    const auto vv = make_view<3>(s.v[l].data(), {n, Hkv, D});
+    const auto iv = make_view<1>(indptr, {2});
+    const auto mv = make_view<1>(std::as_const(mask_).data(), {static_cast<std::int64_t>(mask_.size())});
+    const std::size_t last = static_cast<std::size_t>(n - 1) * Hq * D;
+    if constexpr (std::is_same_v<T, double>) {
+      const auto res = reference::hybrid_tree_attention(qv, one, kv, vv, iv, mv);
+      std::copy_n(res.out.begin() + static_cast<std::ptrdiff_t>(last), Hq * D, att.begin());
+    } else {
+      out_.resize(static_cast<std::size_t>(n) * Hq * D);
+      lse_.resize(static_cast<std::size_t>(n) * Hq);
+      workspace_.reserve(sliding_window_attention_workspace_bytes(host{}, qv, one, iv));
+      sliding_window_attention(host{}, qv, one, kv, vv, iv, mv, make_view<3>(out_.data(), {n, Hq, D}),
+                               make_view<2>(lse_.data(), {n, Hq}), {.workspace = &workspace_});
+      std::copy_n(out_.begin() + static_cast<std::ptrdiff_t>(last), Hq * D, att.begin());
+    }
+  }
+
+  // Cross-attention of one query (request r) into `cache`, limited to its first `visible` tokens.
+  template <class Layout>
+  void cross(const Layout& cache, int r, int visible, std::span<const T> q, std::span<T> att) {
+    const int R = cache.num_requests(), Hq = target_->config().heads, D = cache.head_dim();
+    committed_.assign(static_cast<std::size_t>(R), 0);  // other requests have no query here
+    committed_[static_cast<std::size_t>(r)] = visible;
+    q_indptr_.resize(static_cast<std::size_t>(R) + 1);
+    for (int i = 0; i <= R; ++i) q_indptr_[static_cast<std::size_t>(i)] = i > r ? 1 : 0;
+    const auto qv = make_view<3>(q.data(), {1, Hq, D});
+    const auto iv = make_view<1>(std::as_const(q_indptr_).data(), {R + 1});
+    const std::span<const std::int32_t> lengths(committed_);
+    if constexpr (std::is_same_v<T, double>) {
+      const auto res = reference::cross_attention(qv, cache, lengths, iv);
+      std::copy(res.out.begin(), res.out.end(), att.begin());
+    } else {
+      lse_.resize(static_cast<std::size_t>(Hq));
+      workspace_.reserve(cross_attention_workspace_bytes(host{}, qv, kv_prefix<Layout>{cache, committed_.data()}, iv));
+      cross_attention(host{}, qv, cache, lengths, iv, make_view<3>(att.data(), {1, Hq, D}), make_view<2>(lse_.data(), {1, Hq}),
+                      {.workspace = &workspace_});
     }
   }
 
   const llama_model<T>* target_;
   longspec_draft_config cfg_;
   longspec_draft_weights<T> w_;
+  std::vector<ring_kv_cache<T>> rings_;  // per draft layer, all requests
   std::vector<request_state> state_;
-  std::vector<kv_ptr> keys_;
+  std::vector<mask_word> mask_;
+  std::vector<T> out_;
+  std::vector<float> lse_;
+  std::vector<std::int32_t> committed_, q_indptr_;
   attention_workspace workspace_;
 };
 

@@ -1,6 +1,8 @@
 // The LongSpec draft model: constant draft state whatever the context, speculative tokens never reach
 // the ring (drafting then discarding leaves the next prediction unchanged), float (library
-// decode_attention for the cross-attention) agrees with double, and GLIDE's layer map is checked.
+// sliding_window_attention over the ring_kv_cache, library cross_attention) agrees with double (their
+// double references) on committed and speculative-chain steps, the window forgets exactly what is
+// outside the receptive field, and GLIDE's layer map is checked.
 #include <catch2/catch.hpp>
 
 #include "../../examples/common/longspec_draft.hpp"
@@ -71,4 +73,54 @@ TEST_CASE("LongSpec draft: constant state, speculation discarded, float matches 
   for (int v = 0; v < 40; ++v) REQUIRE(a[v] == b[v]);
   REQUIRE_THROWS_WITH(dd.step(0, 99, 301, true, a), Catch::Contains("'token'"));
   REQUIRE_THROWS_WITH(dd.step(2, 1, 301, true, a), Catch::Contains("'request'"));
+}
+
+TEST_CASE("LongSpec draft: window semantics, speculative chain, float vs double on the chain", "[longspec]") {
+  const auto c = cfg();
+  const auto wd = random_llama_weights<double>(c, 4);
+  llama_model<double> td(c, wd, 2, 512);
+  llama_model<float> tf(c, convert<float>(wd), 2, 512);
+  std::vector<std::int32_t> prompt(200);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 13 + i / 3) % 40);
+  td.prefill(1, prompt);
+  tf.prefill(1, prompt);
+  longspec_draft_config dc;
+  dc.layers = 2;
+  dc.window = 24;
+  longspec_draft_model<double> full(td, dc, derive_longspec_draft(wd, dc)), skip(td, dc, derive_longspec_draft(wd, dc));
+  longspec_draft_model<float> df(tf, dc, derive_longspec_draft(convert<float>(wd), dc));
+  // Absorb all 200 tokens (the rings wrap ~8 times) vs only the last receptive_field() + 1: identical
+  // logits, so the ring shows exactly the window and a jump forgets only what cannot matter.
+  std::vector<double> a(40), b(40);
+  std::vector<float> f(40);
+  const int from = 199 - skip.receptive_field();
+  skip.step(1, 3, 7, true, {});  // stale history before the jump
+  for (int p = 0; p < 200; ++p) {
+    full.step(1, prompt[p], p, true, p == 199 ? std::span<double>(a) : std::span<double>{});
+    df.step(1, prompt[p], p, true, p == 199 ? std::span<float>(f) : std::span<float>{});
+    if (p >= from) skip.step(1, prompt[p], p, true, p == 199 ? std::span<double>(b) : std::span<double>{});
+  }
+  for (int v = 0; v < 40; ++v) REQUIRE(a[v] == b[v]);
+  CHECK(full.absorbed(0) == 0);  // requests are independent
+  // The first speculative token sees what a committed token at its position sees (ring window + itself).
+  std::vector<double> s0(40), c0(40);
+  full.step(1, 11, 200, false, s0);
+  skip.step(1, 11, 200, true, c0);
+  for (int v = 0; v < 40; ++v) REQUIRE(s0[v] == c0[v]);
+  // A chain of speculative tokens: float (optimized sliding-window + cross attention) vs double (references).
+  full.discard_speculation(1);
+  for (int d = 0; d < 4; ++d) {
+    full.step(1, 5 + d, 200 + d, false, a);
+    df.step(1, 5 + d, 200 + d, false, f);
+    for (int v = 0; v < 40; ++v) REQUIRE(f[v] == Approx(a[v]).margin(2e-3 * (1 + std::abs(a[v]))));
+  }
+  // The chain changes deeper predictions (the tree part is really attended to): re-running depth 3 after
+  // a different depth-0 token gives different logits.
+  full.discard_speculation(1);
+  for (int d = 0; d < 4; ++d) full.step(1, d == 0 ? 30 : 5 + d, 200 + d, false, b);
+  bool differs = false;
+  for (int v = 0; v < 40; ++v) differs = differs || a[v] != b[v];
+  CHECK(differs);
+  REQUIRE_THROWS_WITH(full.step(1, 1, 210, false, a), Catch::Contains("'position'"));  // not the chain's next
+  REQUIRE_THROWS_WITH(full.step(1, 1, 150, true, a), Catch::Contains("'position'"));   // before absorbed
 }
