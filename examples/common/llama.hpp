@@ -4,6 +4,9 @@
 //! templated on its scalar type (float or double). It is the "target model" of the examples, tests and
 //! demo: it implements specdec::target_model (decoder/concepts.hpp) over a contiguous_kv cache.
 //!
+//! Attention: float runs specdec::hybrid_tree_attention, double its double reference
+//! (reference::hybrid_tree_attention), both over the same kv_layout of the model's cache.
+//!
 //! Forward pass over a speculation tree: the query tokens are the root (the last committed token,
 //! whose K/V are not cached yet) followed by the tree's nodes; token 0 sits at position
 //! cache_length(r), node i at cache_length(r) + 1 + depth(i). Every query attends to the committed
@@ -32,6 +35,7 @@
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/position/rope.hpp"
+#include "specdec/reference/attention.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec::examples {
@@ -408,28 +412,29 @@ class llama_model {
   }
 
   // Request r's queries over its committed cache plus the tree (ancestor mask): hybrid tree attention
-  // (LongSpec §3.3). float goes through the library's specdec::hybrid_tree_attention; double, which
-  // the attention primitives do not take, through the examples' double-accumulating loop (model_math.hpp).
+  // (LongSpec §3.3). float goes through the library's specdec::hybrid_tree_attention; double, which the
+  // optimized primitives do not take, through its double reference (reference::hybrid_tree_attention,
+  // same arguments, same cache layout).
   void attention(int l, int r, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
                  const std::vector<mask_word>& mask, std::span<T> att) {
     const int D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads;
     const auto all = layer_kv(l);
+    const contiguous_kv<const T> one{all.k + all.row_offset(r, 0, 0), all.v + all.row_offset(r, 0, 0),
+                                     lengths_.data() + r, 1, capacity_, Hkv, D, memory_space::host};
+    const std::int32_t indptr[2] = {0, m};
+    const auto qv = make_view<3>(q.data(), {m, Hq, D});
+    const auto kv = make_view<3>(sk.data(), {m, Hkv, D});
+    const auto vv = make_view<3>(sv.data(), {m, Hkv, D});
+    const auto iv = make_view<1>(indptr, {2});
+    const auto mv = make_view<1>(mask.data(), {static_cast<std::int64_t>(mask.size())});
     if constexpr (std::is_same_v<T, double>) {
-      (void)D, (void)Hkv;
-      tree_attention_over_cache<T>(q, all, r, sk, sv, mask.data(), m, Hq, att);
+      const auto res = reference::hybrid_tree_attention(qv, one, kv, vv, iv, mv);
+      std::copy(res.out.begin(), res.out.end(), att.begin());
     } else {
-      const contiguous_kv<const T> one{all.k + all.row_offset(r, 0, 0), all.v + all.row_offset(r, 0, 0),
-                                       lengths_.data() + r, 1, capacity_, Hkv, D, memory_space::host};
-      const std::int32_t indptr[2] = {0, m};
       lse_.resize(static_cast<std::size_t>(m) * Hq);
-      const auto qv = make_view<3>(q.data(), {m, Hq, D});
-      const auto iv = make_view<1>(indptr, {2});
       workspace_.reserve(hybrid_tree_attention_workspace_bytes(host{}, qv, one, iv));  // grows, never shrinks
-      hybrid_tree_attention(host{}, qv, one, make_view<3>(sk.data(), {m, Hkv, D}),
-                            make_view<3>(sv.data(), {m, Hkv, D}), iv,
-                            make_view<1>(mask.data(), {static_cast<std::int64_t>(mask.size())}),
-                            make_view<3>(att.data(), {m, Hq, D}), make_view<2>(lse_.data(), {m, Hq}),
-                            {.workspace = &workspace_});
+      hybrid_tree_attention(host{}, qv, one, kv, vv, iv, mv, make_view<3>(att.data(), {m, Hq, D}),
+                            make_view<2>(lse_.data(), {m, Hq}), {.workspace = &workspace_});
     }
   }
 

@@ -1,9 +1,8 @@
 #pragma once
 //! \file model_math.hpp
-//! Dense building blocks of the example models: RMSNorm, y = x W^T matmuls and tree attention
-//! over a committed cache plus speculative tokens. Each output element is computed by the same
-//! code path whatever the number of tokens m, so a 1-token step and an m-token tree step give
-//! bit-identical rows for identical inputs (only the attention's key split differs).
+//! Dense building blocks of the example models: RMSNorm and y = x W^T matmuls (attention is the
+//! library's). Each output element is computed by the same code path whatever the number of tokens m,
+//! so a 1-token step and an m-token tree step give bit-identical rows for identical inputs.
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +10,6 @@
 #include <span>
 #include <vector>
 
-#include "specdec/core/bitmask.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/thread_pool.hpp"
@@ -74,47 +72,6 @@ void rms_norm(std::span<const T> x, std::span<const T> w, std::span<T> y, int m,
     const A inv = A(1) / std::sqrt(ms + static_cast<A>(eps));
     for (int i = 0; i < H; ++i)
       y[static_cast<std::size_t>(t) * H + i] = static_cast<T>(static_cast<A>(xr[i]) * inv * static_cast<A>(w[i]));
-  }
-}
-
-//! Softmax attention of m query tokens of request r over the cache's length(r) tokens plus the
-//! speculative tokens j with mask bit (i, j). q/out [m, Hq, D]; spec_k/spec_v [m, Hkv, D]. GQA
-//! head h uses kv head h / (Hq / Hkv). Scale 1/sqrt(D). O(m Hq (L + m) D).
-template <class T, class Layout>
-void tree_attention_over_cache(std::span<const T> q, const Layout& cache, int r, std::span<const T> spec_k,
-                               std::span<const T> spec_v, const mask_word* mask, int m, int Hq, std::span<T> out) {
-  using A = accum_t<T>;
-  const int D = cache.head_dim(), Hkv = cache.num_kv_heads(), L = cache.length(r), wpr = words_per_row(m);
-  const A scale = A(1) / std::sqrt(static_cast<A>(D));
-  const int group = Hq / Hkv;
-  auto body = [&](std::int64_t job) {
-    const int i = static_cast<int>(job / Hq), h = static_cast<int>(job % Hq), hk = h / group;
-    const T* qi = q.data() + (static_cast<std::size_t>(i) * Hq + h) * D;
-    std::vector<A> sc(static_cast<std::size_t>(L + m));
-    A mx = -INFINITY;
-    for (int j = 0; j < L; ++j) mx = std::max(mx, sc[j] = dot(qi, cache.k_row(r, j, hk), D) * scale);
-    const mask_word* row = mask + static_cast<std::size_t>(i) * wpr;
-    for (int j = 0; j < m; ++j)
-      if (test_bit(row, j))
-        mx = std::max(mx, sc[L + j] = dot(qi, spec_k.data() + (static_cast<std::size_t>(j) * Hkv + hk) * D, D) * scale);
-    std::vector<A> acc(static_cast<std::size_t>(D), A(0));
-    A den = 0;
-    auto add = [&](A s, const T* v) {
-      const A p = std::exp(s - mx);
-      den += p;
-      for (int d = 0; d < D; ++d) acc[d] += p * static_cast<A>(v[d]);
-    };
-    for (int j = 0; j < L; ++j) add(sc[j], cache.v_row(r, j, hk));
-    for (int j = 0; j < m; ++j)
-      if (test_bit(row, j)) add(sc[L + j], spec_v.data() + (static_cast<std::size_t>(j) * Hkv + hk) * D);
-    T* o = out.data() + (static_cast<std::size_t>(i) * Hq + h) * D;
-    for (int d = 0; d < D; ++d) o[d] = static_cast<T>(acc[d] / den);
-  };
-  const std::int64_t jobs = static_cast<std::int64_t>(m) * Hq;
-  if (jobs * (L + m) * D < (1 << 18)) {  // too little work to pay for waking the pool
-    for (std::int64_t j = 0; j < jobs; ++j) body(j);
-  } else {
-    parallel_for(host{}, jobs, body);
   }
 }
 
