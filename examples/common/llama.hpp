@@ -2,7 +2,8 @@
 //! \file llama.hpp
 //! A small reference LLaMA-style transformer (RMSNorm, RoPE, GQA attention, SwiGLU FFN, LM head),
 //! templated on its scalar type (float or double). It is the "target model" of the examples, tests and
-//! demo: it implements specdec::target_model (decoder/concepts.hpp) over a contiguous_kv cache.
+//! demo: it implements specdec::target_model (decoder/concepts.hpp) over a contiguous_kv or paged_kv
+//! cache (llama_options::storage).
 //!
 //! Attention: float runs specdec::hybrid_tree_attention, double its double reference
 //! (reference::hybrid_tree_attention), both over the same kv_layout of the model's cache.
@@ -33,7 +34,9 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/decoder/concepts.hpp"
+#include "specdec/kv/commit.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/paged_kv.hpp"
 #include "specdec/position/rope.hpp"
 #include "specdec/reference/attention.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -195,24 +198,64 @@ void add_llama_weights(safetensors_writer& out, const llama_config& c, const lla
   out.add("lm_head.weight", {V, H}, w.lm_head, type);
 }
 
-//! The reference target model. Owns a contiguous NHD KV cache of `capacity` tokens for each of
-//! `max_requests` requests, per layer.
+//! How llama_model stores its per-layer KV cache.
+enum class kv_storage : std::uint8_t {
+  contiguous,  //!< specdec::contiguous_kv (NHD): one [capacity, kv_heads, head_dim] slab per request
+  paged,       //!< specdec::paged_kv: a page pool and a block table (the vLLM / FlashInfer layout)
+};
+
+//! Construction options of llama_model (defaults: contiguous storage, the original behaviour).
+struct llama_options {
+  kv_storage storage = kv_storage::contiguous;
+  //! Tokens per page (paged storage).
+  int page_size = 16;
+  //! Paged storage: the pool has max_requests * ceil(capacity / page_size) pages per layer, and every
+  //! request's block table is taken from a Philox-shuffled order of the pool (seeded by this), so a
+  //! request's pages are neither contiguous nor ascending and requests interleave in the pool: what a
+  //! long-running engine's free list looks like, and what makes a paged-vs-contiguous test meaningful.
+  std::uint64_t page_seed = 1;
+};
+
+//! The reference target model. Owns, per layer, a KV cache of `capacity` tokens for each of
+//! `max_requests` requests, stored contiguously (contiguous_kv, NHD) or paged (paged_kv) as
+//! llama_options::storage says; both give bit-identical results (the attention and the commit go
+//! through the same library calls, templated on the layout).
 template <class T>
 class llama_model {
  public:
   using value_type = T;
   using logit_type = T;
 
-  llama_model(const llama_config& c, llama_weights<T> w, int max_requests, int capacity)
-      : cfg_(c), w_(std::move(w)), max_requests_(max_requests), capacity_(capacity) {
+  //! Preconditions (checked): valid config, max_requests >= 1, capacity >= 1, weights of the config's
+  //! shapes, options.page_size >= 1. Allocates the whole cache (every layer, every request) up front.
+  llama_model(const llama_config& c, llama_weights<T> w, int max_requests, int capacity, const llama_options& o = {})
+      : cfg_(c), w_(std::move(w)), opt_(o), max_requests_(max_requests), capacity_(capacity) {
     constexpr std::string_view fn = "specdec::examples::llama_model";
     c.validate(fn);
     require(max_requests >= 1, fn, "max_requests", ">= 1", max_requests);
     require(capacity >= 1, fn, "capacity", ">= 1", capacity);
+    require(o.storage == kv_storage::contiguous || o.storage == kv_storage::paged, fn, "options.storage",
+            "kv_storage::contiguous or kv_storage::paged", static_cast<int>(o.storage));
+    require(o.page_size >= 1, fn, "options.page_size", ">= 1", o.page_size);
     require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(c.layers), w_.layers.size());
     require_equal(fn, "weights.embed.size()", static_cast<std::size_t>(c.vocab_size) * c.hidden, w_.embed.size());
     require_equal(fn, "weights.lm_head.size()", static_cast<std::size_t>(c.vocab_size) * c.hidden, w_.lm_head.size());
-    const std::size_t per_layer = static_cast<std::size_t>(max_requests) * capacity * c.kv_heads * c.head_dim;
+    std::size_t per_layer = static_cast<std::size_t>(max_requests) * capacity * c.kv_heads * c.head_dim;
+    if (o.storage == kv_storage::paged) {
+      const int per_request = (capacity + o.page_size - 1) / o.page_size;
+      require(static_cast<std::int64_t>(per_request) * max_requests <= INT32_MAX, fn, "capacity",
+              "max_requests * pages per request <= INT32_MAX", capacity);
+      num_pages_ = per_request * max_requests;
+      per_layer = static_cast<std::size_t>(num_pages_) * o.page_size * c.kv_heads * c.head_dim;
+      page_indptr_.resize(static_cast<std::size_t>(max_requests) + 1);
+      for (int r = 0; r <= max_requests; ++r) page_indptr_[static_cast<std::size_t>(r)] = r * per_request;
+      one_indptr_ = {0, per_request};
+      page_indices_.resize(static_cast<std::size_t>(num_pages_));  // one block table shared by all layers
+      std::iota(page_indices_.begin(), page_indices_.end(), 0);
+      philox_stream rng(o.page_seed, 0x9a9e);
+      for (std::size_t i = page_indices_.size(); i > 1; --i)  // Fisher-Yates
+        std::swap(page_indices_[i - 1], page_indices_[rng.below(static_cast<std::uint32_t>(i))]);
+    }
     k_.assign(static_cast<std::size_t>(c.layers), std::vector<T>(per_layer));
     v_.assign(static_cast<std::size_t>(c.layers), std::vector<T>(per_layer));
     lengths_.assign(static_cast<std::size_t>(max_requests), 0);
@@ -224,6 +267,9 @@ class llama_model {
   [[nodiscard]] int vocab_size() const noexcept { return cfg_.vocab_size; }
   [[nodiscard]] int max_requests() const noexcept { return max_requests_; }
   [[nodiscard]] int capacity() const noexcept { return capacity_; }
+  //! The construction options (storage kind, page size, page order seed).
+  [[nodiscard]] const llama_options& options() const noexcept { return opt_; }
+  [[nodiscard]] kv_storage storage() const noexcept { return opt_.storage; }
   //! Tokens whose K/V are cached for request r (the committed tokens except the root).
   [[nodiscard]] int cache_length(int r) const { return lengths_[check_r(r, "cache_length")]; }
   //! Bytes of KV cache in use by request r (all layers).
@@ -240,20 +286,32 @@ class llama_model {
     lengths_[i] = length;
   }
 
-  //! The cache of one layer as a kv_layout over all requests (read-only view: the LongSpec draft's
-  //! cross-attention reads the top layer's through it).
+  //! The cache of one layer as a read-only contiguous kv_layout over all requests. Contiguous storage
+  //! only (throws otherwise); with_layer_kv() works for both.
   [[nodiscard]] contiguous_kv<const T> layer_kv(int layer) const {
-    require_in_range("specdec::examples::llama_model::layer_kv", "layer", layer, 0, cfg_.layers - 1);
-    const auto l = static_cast<std::size_t>(layer);
-    return {k_[l].data(), v_[l].data(), lengths_.data(), max_requests_, capacity_, cfg_.kv_heads, cfg_.head_dim,
-            memory_space::host};
+    constexpr std::string_view fn = "specdec::examples::llama_model::layer_kv";
+    require_in_range(fn, "layer", layer, 0, cfg_.layers - 1);
+    require(opt_.storage == kv_storage::contiguous, fn, "storage", "kv_storage::contiguous (use with_layer_kv)",
+            "kv_storage::paged");
+    return contiguous_layer<const T>(layer);
   }
-
-  //! Calls f(layout) with layer `layer`'s cache as a read-only kv_layout over all requests (how the
-  //! LongSpec draft's cross-attention reads it in place). Returns what f returns.
+  //! The cache of one layer as a read-only paged_kv over all requests (block table shared by all
+  //! layers). Paged storage only (throws otherwise).
+  [[nodiscard]] paged_kv<const T> paged_layer_kv(int layer) const {
+    constexpr std::string_view fn = "specdec::examples::llama_model::paged_layer_kv";
+    require_in_range(fn, "layer", layer, 0, cfg_.layers - 1);
+    require(opt_.storage == kv_storage::paged, fn, "storage", "kv_storage::paged (use with_layer_kv)",
+            "kv_storage::contiguous");
+    return paged_layer<const T>(layer);
+  }
+  //! Calls f(layout) with layer `layer`'s cache as a read-only kv_layout over all requests, of the
+  //! model's storage kind (contiguous_kv<const T> or paged_kv<const T>; f must take both, e.g. a generic
+  //! lambda). How the LongSpec draft's cross-attention reads the target cache in place. Returns f's result.
   template <class F>
   decltype(auto) with_layer_kv(int layer, F&& f) const {
-    return std::forward<F>(f)(layer_kv(layer));
+    require_in_range("specdec::examples::llama_model::with_layer_kv", "layer", layer, 0, cfg_.layers - 1);
+    if (opt_.storage == kv_storage::paged) return std::forward<F>(f)(paged_layer<const T>(layer));
+    return std::forward<F>(f)(contiguous_layer<const T>(layer));
   }
 
   //! Forward over the root token and the tree `tree` for request r; writes (tree.size() + 1) rows of
@@ -347,20 +405,65 @@ class llama_model {
     return static_cast<std::size_t>(r);
   }
 
+  // Layer l's cache as a layout over all requests, element type E (T or const T).
+  template <class E>
+  contiguous_kv<E> contiguous_layer(int l) const {
+    const auto i = static_cast<std::size_t>(l);
+    return {const_cast<E*>(k_[i].data()), const_cast<E*>(v_[i].data()), lengths_.data(), max_requests_, capacity_,
+            cfg_.kv_heads, cfg_.head_dim, memory_space::host};
+  }
+  template <class E>
+  paged_kv<E> paged_layer(int l) const {
+    const auto i = static_cast<std::size_t>(l);
+    return {const_cast<E*>(k_[i].data()), const_cast<E*>(v_[i].data()), page_indptr_.data(), page_indices_.data(),
+            lengths_.data(), max_requests_, num_pages_, opt_.page_size, cfg_.kv_heads, cfg_.head_dim,
+            memory_space::host};
+  }
+  // Request r alone as a one-request layout (its rows read in place): what the attention calls take.
+  template <class E>
+  contiguous_kv<E> contiguous_request(int l, int r) const {
+    const auto all = contiguous_layer<E>(l);
+    return {all.k + all.row_offset(r, 0, 0), all.v + all.row_offset(r, 0, 0), lengths_.data() + r, 1, capacity_,
+            cfg_.kv_heads, cfg_.head_dim, memory_space::host};
+  }
+  template <class E>
+  paged_kv<E> paged_request(int l, int r) const {
+    auto one = paged_layer<E>(l);
+    one.page_indptr = one_indptr_.data();  // {0, pages per request}
+    one.page_indices = page_indices_.data() + page_indptr_[static_cast<std::size_t>(r)];
+    one.lengths = lengths_.data() + r;
+    one.requests = 1;
+    return one;
+  }
+
+  // Appends rows `rows` (a root path of the last forward's tokens: the root, then accepted nodes) of
+  // every layer's speculative K/V to request r's cache through specdec::kv_commit_from_buffer
+  // (kv/commit.hpp), which validates everything before writing and reaches the rows through the
+  // layout (a paged commit writes into the request's own pages).
   void commit_rows(int r, std::span<const std::int32_t> rows) {
     auto& s = spec_[static_cast<std::size_t>(r)];
     const int L = lengths_[r];
     require(L + static_cast<int>(rows.size()) <= capacity_, "specdec::examples::llama_model::commit", "rows",
             "fits in the capacity", rows.size());
-    const std::size_t row = static_cast<std::size_t>(cfg_.kv_heads) * cfg_.head_dim;
-    const auto layout = layer_kv(0);
-    for (int l = 0; l < cfg_.layers; ++l)
-      for (std::size_t j = 0; j < rows.size(); ++j) {
-        const std::size_t dst = static_cast<std::size_t>(layout.row_offset(r, L + static_cast<int>(j), 0));
-        std::copy_n(s.k[l].begin() + static_cast<std::ptrdiff_t>(rows[j] * row), row, k_[l].begin() + dst);
-        std::copy_n(s.v[l].begin() + static_cast<std::ptrdiff_t>(rows[j] * row), row, v_[l].begin() + dst);
-      }
-    lengths_[r] = L + static_cast<int>(rows.size());
+    const std::int64_t m = static_cast<std::int64_t>(s.tokens.size());
+    spec_views_k_.clear();
+    spec_views_v_.clear();
+    for (int l = 0; l < cfg_.layers; ++l) {
+      spec_views_k_.push_back(make_view<3>(std::as_const(s.k[l]).data(), {m, cfg_.kv_heads, cfg_.head_dim}));
+      spec_views_v_.push_back(make_view<3>(std::as_const(s.v[l]).data(), {m, cfg_.kv_heads, cfg_.head_dim}));
+    }
+    const std::span<const spec_view> ks(spec_views_k_), vs(spec_views_v_);
+    const std::span<const std::int32_t> parents(s.parents);
+    if (opt_.storage == kv_storage::paged) {
+      paged_layers_.clear();
+      for (int l = 0; l < cfg_.layers; ++l) paged_layers_.push_back(paged_layer<T>(l));
+      lengths_[r] = kv_commit_from_buffer(std::span<const paged_kv<T>>(paged_layers_), r, L, ks, vs, rows, parents);
+    } else {
+      contiguous_layers_.clear();
+      for (int l = 0; l < cfg_.layers; ++l) contiguous_layers_.push_back(contiguous_layer<T>(l));
+      lengths_[r] = kv_commit_from_buffer(std::span<const contiguous_kv<T>>(contiguous_layers_), r, L, ks, vs, rows,
+                                          parents);
+    }
   }
 
   // The transformer itself over spec_[r]'s tokens; writes logits when non-empty.
@@ -417,10 +520,13 @@ class llama_model {
   // same arguments, same cache layout).
   void attention(int l, int r, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
                  const std::vector<mask_word>& mask, std::span<T> att) {
+    if (opt_.storage == kv_storage::paged) attention_over(paged_request<const T>(l, r), m, q, sk, sv, mask, att);
+    else attention_over(contiguous_request<const T>(l, r), m, q, sk, sv, mask, att);
+  }
+  template <class Layout>
+  void attention_over(const Layout& one, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
+                      const std::vector<mask_word>& mask, std::span<T> att) {
     const int D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads;
-    const auto all = layer_kv(l);
-    const contiguous_kv<const T> one{all.k + all.row_offset(r, 0, 0), all.v + all.row_offset(r, 0, 0),
-                                     lengths_.data() + r, 1, capacity_, Hkv, D, memory_space::host};
     const std::int32_t indptr[2] = {0, m};
     const auto qv = make_view<3>(q.data(), {m, Hq, D});
     const auto kv = make_view<3>(sk.data(), {m, Hkv, D});
@@ -438,13 +544,23 @@ class llama_model {
     }
   }
 
+  using spec_view = strided_view<const T, 3>;
   llama_config cfg_;
   llama_weights<T> w_;
+  llama_options opt_;
   std::vector<float> lse_;
   attention_workspace workspace_;
   int max_requests_, capacity_;
-  std::vector<std::vector<T>> k_, v_;  // per layer [requests, capacity, kv_heads, head_dim]
+  // Per layer: contiguous [requests, capacity, kv_heads, head_dim] or paged [pages, page_size, kv_heads,
+  // head_dim]. Layouts are built from these on every use (never stored), so copies stay independent.
+  std::vector<std::vector<T>> k_, v_;
   std::vector<std::int32_t> lengths_;
+  int num_pages_ = 0;
+  std::vector<std::int32_t> page_indptr_, page_indices_;  // the block table (paged), shared by all layers
+  std::vector<std::int32_t> one_indptr_;                  // {0, pages per request}
+  std::vector<spec_view> spec_views_k_, spec_views_v_;
+  std::vector<contiguous_kv<T>> contiguous_layers_;
+  std::vector<paged_kv<T>> paged_layers_;
   std::vector<spec_state> spec_;
 };
 
