@@ -15,6 +15,9 @@
 //!     softmax over row blocks of 16/32 query rows: S^T = K_tile Qt_block (broadcast-FMA
 //!     microkernel, 8 keys x 1-2 row vectors), masking, exp2, then O_block += P^T V_tile (4 rows x 64
 //!     columns microkernel). The item writes a normalised partial (O, LSE) into the workspace.
+//!     A cache part of a request with at most max_dot_rows (8) query rows per kv head (a decode
+//!     step: one token x the GQA group) runs attend_part_rows instead, which vectorises along
+//!     head_dim (a dot product per key and row) rather than over rows, and streams K token-major.
 //!  3. merge: every (request, kv head) combines its parts by log-sum-exp (LongSpec Appendix A,
 //!     Proposition A.1, applied n-way) and writes O (storage type) and LSE (natural log).
 //! Nothing is allocated in passes 1-3; the only allocation is the workspace when none is passed.
@@ -349,6 +352,138 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
   }
 }
 
+//! Query rows per kv head up to which a cache part runs the dot-product kernel (attend_part_rows)
+//! instead of the tile kernel: a decode step (one token, GQA group 4) has 4 rows per kv head, and
+//! the tile kernel vectorises over rows, so it would leave 12 of 16 lanes idle.
+inline constexpr int max_dot_rows = 8;
+//! Whether the cache parts of a request with `rows` query rows per kv head (tokens x Hq / Hkv) run
+//! attend_part_rows (true) or the tile kernel attend_part.
+[[nodiscard]] constexpr bool uses_row_kernel(int rows) noexcept { return rows <= max_dot_rows; }
+//! Keys per online-softmax block of attend_part_rows (two score vectors per row).
+inline constexpr int dot_block = 32;
+//! Kv heads attend_part_rows keeps in flight together (their queries and scores stay in L1).
+inline constexpr int dot_heads = 8;
+
+//! Unmasked online-softmax attention of m_rows <= RB (4 or 8) query rows per kv head over keys
+//! [k_begin, k_end), vectorised along head_dim: each K row is loaded once (widened to fp32 in
+//! registers) and dotted with every query row by 16-lane FMAs, then reduced horizontally; V rows
+//! are accumulated into RB x (column slice) register blocks. Same interface and partial format as
+//! attend_part (normalised O [Mpad][D], LSE natural log; scores in base 2).
+//!
+//! Memory order: per block of dot_block keys, the score pass walks token-major over up to
+//! dot_heads heads, so in NHD and paged layouts (a token's rows of all heads adjacent) K streams
+//! sequentially and the hardware prefetcher follows it; on the way it software-prefetches the same
+//! rows of V into L2, and the PV pass then reads them per head from L2. Rows m_rows..RB-1 have zero
+//! queries and are computed but never written out (fixed-size register blocks).
+template <int D, class T, int RB, class QtFn, class PartFn, class KRow, class VRow>
+void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
+                      int k_begin, int k_end) noexcept {
+  static_assert(RB == 4 || RB == 8, "attend_part_rows: 4 or 8 rows");
+  static_assert(D % (2 * vlanes) == 0, "attend_part_rows: head_dim a multiple of 32");
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  constexpr int dv = D / vlanes;                       // vectors per row
+  constexpr int cw = RB <= 4 ? 4 : 2;                  // PV column slice, in vectors
+  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
+  alignas(64) float qb[dot_heads][RB][D];
+  alignas(64) float sb[dot_heads][RB][dot_block];
+  float mrow[dot_heads][RB], lrow[dot_heads][RB], alpha[dot_heads][RB];
+  const T* vp[dot_heads][dot_block];
+
+  for (int h0 = 0; h0 < nheads; h0 += dot_heads) {
+    const int hc = std::min(dot_heads, nheads - h0);
+    for (int hh = 0; hh < hc; ++hh) {
+      // Query rows from the transposed panel (row i at qt[d * 32 + i] for i < 32).
+      const float* qt = qt_of(h0 + hh);
+      for (int i = 0; i < RB; ++i)
+        for (int d = 0; d < D; ++d) qb[hh][i][d] = i < m_rows ? qt[d * (2 * vlanes) + i] : 0.0f;
+      float* o = part_of(h0 + hh);
+      std::fill(o, o + RB * D, 0.0f);
+      for (int i = 0; i < RB; ++i) {
+        mrow[hh][i] = ninf;
+        lrow[hh][i] = 0.0f;
+      }
+    }
+    for (int b = k_begin; b < k_end; b += dot_block) {
+      const int nb = std::min(dot_block, k_end - b);
+      // Scores, token-major. (Measured: also prefetching the next block's K and V rows made no
+      // difference or was slower; the hardware streamer already follows the token-major K reads.)
+      for (int j = 0; j < nb; ++j) {
+        for (int hh = 0; hh < hc; ++hh) {
+          const T* kr = krow(b + j, h0 + hh);
+          const T* vr = vrow(b + j, h0 + hh);
+          vp[hh][j] = vr;
+          for (int c = 0; c < D; c += line_elems) __builtin_prefetch(vr + c, 0, 2);
+          vf16 acc[2][RB];
+          for (int i = 0; i < RB; ++i) acc[0][i] = acc[1][i] = vf16{};
+          for (int c = 0; c < dv; c += 2) {
+            const vf16 k0 = vload_as_float(kr + c * vlanes), k1 = vload_as_float(kr + (c + 1) * vlanes);
+            for (int i = 0; i < RB; ++i) {
+              acc[0][i] += k0 * vload(&qb[hh][i][c * vlanes]);
+              acc[1][i] += k1 * vload(&qb[hh][i][(c + 1) * vlanes]);
+            }
+          }
+          for (int i = 0; i < RB; ++i) sb[hh][i][j] = vhsum(acc[0][i] + acc[1][i]);
+        }
+      }
+      // Online softmax over the block (keys past nb count as -inf).
+      for (int hh = 0; hh < hc; ++hh)
+        for (int i = 0; i < RB; ++i) {
+          float* s = sb[hh][i];
+          for (int j = nb; j < dot_block; ++j) s[j] = ninf;
+          const vf16 s0 = vload(s), s1 = vload(s + vlanes);
+          const float mold = mrow[hh][i], mx = std::max(mold, vhmax(vmax(s0, s1)));
+          const float mref = mx == ninf ? 0.0f : mx;
+          const vf16 p0 = vexp2(s0 - mref), p1 = vexp2(s1 - mref);
+          vstore(s, p0);
+          vstore(s + vlanes, p1);
+          const float a = std::exp2(mold - mref);
+          alpha[hh][i] = a;
+          lrow[hh][i] = lrow[hh][i] * a + vhsum(p0 + p1);
+          mrow[hh][i] = mx;
+        }
+      // O = alpha O + P V, per head, RB x cw register blocks; V rows now come from L2.
+      for (int hh = 0; hh < hc; ++hh) {
+        float* o = part_of(h0 + hh);
+        for (int c0 = 0; c0 < dv; c0 += cw) {
+          vf16 acc[RB][cw];
+          for (int i = 0; i < RB; ++i) {
+            const vf16 a = vbroadcast(alpha[hh][i]);
+            for (int c = 0; c < cw; ++c) acc[i][c] = vload(o + i * D + (c0 + c) * vlanes) * a;
+          }
+          for (int j = 0; j < nb; ++j) {
+            vf16 v[cw];
+            for (int c = 0; c < cw; ++c) v[c] = vload_as_float(vp[hh][j] + (c0 + c) * vlanes);
+            for (int i = 0; i < RB; ++i) {
+              const vf16 pij = vbroadcast(sb[hh][i][j]);
+              for (int c = 0; c < cw; ++c) acc[i][c] += pij * v[c];
+            }
+          }
+          for (int i = 0; i < RB; ++i)
+            for (int c = 0; c < cw; ++c) vstore(o + i * D + (c0 + c) * vlanes, acc[i][c]);
+        }
+      }
+    }
+    // Normalise and write the LSE (natural log) where attend_part puts it: after Mpad rows of O.
+    const int mp = host_plan::mpad(m_rows);
+    for (int hh = 0; hh < hc; ++hh) {
+      float* o = part_of(h0 + hh);
+      float* m = o + static_cast<std::int64_t>(mp) * D;
+      for (int i = 0; i < m_rows; ++i) {
+        float* oi = o + i * D;
+        const float l = lrow[hh][i];
+        if (l > 0.0f) {
+          const vf16 inv = vbroadcast(1.0f / l);
+          for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * inv);
+          m[i] = ln2_f * (mrow[hh][i] + std::log2(l));
+        } else {
+          std::fill(oi, oi + D, 0.0f);
+          m[i] = ninf;
+        }
+      }
+    }
+  }
+}
+
 //! n-way log-sum-exp merge of normalised partials (LongSpec Appendix A, Proposition A.1, n-way):
 //! LSE = log sum_p exp(LSE_p), O = sum_p exp(LSE_p - LSE) O_p. Parts with LSE = -inf carry no keys
 //! and are skipped (never 0 * NaN); when every part is -inf, O = 0 and LSE = -inf.
@@ -443,10 +578,12 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
     if constexpr (HasCache) {
       if (part < cache_parts) {
         const int k0 = part * split, k1 = std::min<int>(cache.length(r), k0 + split);
-        attend_part<D, T, false>(
-            hpi, qt_of, part_of, rows, G,
-            [&](int t, int hh) { return static_cast<const T*>(cache.k_row(r, t, g0 + hh)); },
-            [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); }, k0, k1, nullptr, 0);
+        auto krow = [&](int t, int hh) { return static_cast<const T*>(cache.k_row(r, t, g0 + hh)); };
+        auto vrow = [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); };
+        // Few query rows per kv head (decode steps, small trees): vectorise along head_dim.
+        if (rows <= 4) attend_part_rows<D, T, 4>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
+        else if (uses_row_kernel(rows)) attend_part_rows<D, T, 8>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
+        else attend_part<D, T, false>(hpi, qt_of, part_of, rows, G, krow, vrow, k0, k1, nullptr, 0);
         return;
       }
     }

@@ -16,11 +16,11 @@
 #include <immintrin.h>
 #endif
 
-// 64-byte vectors passed by value change the ABI when AVX-512 is off; everything here is inlined.
-
-// 64-byte vectors passed by value change the ABI when AVX-512 is off. Every function taking or
-// returning one is inline, so the ABI never crosses a translation-unit boundary; GCC nevertheless
-// emits -Wpsabi at the end of the TU (where push/pop cannot reach), so it stays disabled here.
+// A 64-byte vector passed or returned by value has a different ABI with and without AVX-512.
+// Everything here is always-inline, so that ABI never crosses a function boundary, but GCC still
+// diagnoses it in a TU built without AVX-512: a -Wpsabi *warning* for returns, which the pragma
+// below silences, and a -Wpsabi *note* for by-value parameters, which no pragma reaches. Hence
+// every vector parameter is a const reference (free once inlined).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
@@ -38,7 +38,7 @@ SPECDEC_FORCEINLINE vf16 vload(const float* p) noexcept {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-SPECDEC_FORCEINLINE void vstore(float* p, vf16 v) noexcept { std::memcpy(p, &v, sizeof v); }
+SPECDEC_FORCEINLINE void vstore(float* p, const vf16& v) noexcept { std::memcpy(p, &v, sizeof v); }
 // Brace-initialised, not `vf16{} + x`: 0 + x is not x for x = -0, so that form costs a scalar add
 // before every broadcast and blocks FMA's embedded-broadcast memory operand.
 SPECDEC_FORCEINLINE vf16 vbroadcast(float x) noexcept { return vf16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
@@ -46,9 +46,9 @@ SPECDEC_FORCEINLINE vf16 vbroadcast(float x) noexcept { return vf16{x, x, x, x, 
 //! 2^x for x <= 0 (x = -inf or x < -126 gives exactly 0). Round-to-nearest range reduction and a
 //! degree-7 Taylor polynomial of e^(f ln 2) on [-0.5, 0.5]: relative error below 1e-7, ample for the
 //! 1e-5 agreement the tests demand.
-SPECDEC_FORCEINLINE vf16 vexp2(vf16 x) noexcept {
-  const vi16 underflow = x < -126.0f;
-  x = underflow ? vbroadcast(-126.0f) : x;
+SPECDEC_FORCEINLINE vf16 vexp2(const vf16& x_in) noexcept {
+  const vi16 underflow = x_in < -126.0f;
+  const vf16 x = underflow ? vbroadcast(-126.0f) : x_in;
   const vi16 n = __builtin_convertvector(x - 0.5f, vi16);  // trunc toward 0 of (x - .5) = round(x) for x <= 0
   const vf16 f = x - __builtin_convertvector(n, vf16);    // in (-0.5, 0.5]
   constexpr float c1 = 0.6931471805599453f, c2 = 0.2402265069591007f, c3 = 0.05550410866482158f,
@@ -70,7 +70,69 @@ SPECDEC_FORCEINLINE vf16 vexp2(vf16 x) noexcept {
   return r;
 }
 
-SPECDEC_FORCEINLINE vf16 vmax(vf16 a, vf16 b) noexcept { return a > b ? a : b; }
+SPECDEC_FORCEINLINE vf16 vmax(const vf16& a, const vf16& b) noexcept { return a > b ? a : b; }
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf4 __attribute__((vector_size(16)));
+
+#if defined(__AVX512F__)
+//! 16 lanes -> 4 lanes by two halvings (256-bit, then 128-bit), in registers. The maskz extract
+//! avoids _mm512_reduce_*_ps and _mm512_castps512_ps256, whose "undefined" source register GCC 12
+//! flags as maybe-uninitialized.
+template <class Op>
+SPECDEC_FORCEINLINE __m128 reduce_to_4(const vf16& v, Op op) noexcept {
+  __m512 x;
+  std::memcpy(&x, &v, sizeof x);
+  const __m512d xd = _mm512_castps_pd(x);
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(static_cast<__mmask8>(0xFF), xd, 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(static_cast<__mmask8>(0xFF), xd, 1));
+  const __m256 h8 = op(lo, hi);
+  return op(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+}
+#endif
+
+//! Sum of the 16 lanes: halving to 8, then 4 lanes, then (x0 + x2) + (x1 + x3); the same order
+//! with and without AVX-512, and no trip through memory.
+SPECDEC_FORCEINLINE float vhsum(const vf16& v) noexcept {
+#if defined(__AVX512F__)
+  const __m128 s4 = reduce_to_4(v, [](auto a, auto b) { return a + b; });
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+#else
+  vf8 lo, hi;
+  std::memcpy(&lo, &v, sizeof lo);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+  const vf8 s8 = lo + hi;
+  vf4 a, b;
+  std::memcpy(&a, &s8, sizeof a);
+  std::memcpy(&b, reinterpret_cast<const char*>(&s8) + sizeof a, sizeof b);
+  const vf4 s4 = a + b;
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+#endif
+}
+
+//! Maximum of the 16 lanes (same halving scheme as vhsum).
+SPECDEC_FORCEINLINE float vhmax(const vf16& v) noexcept {
+#if defined(__AVX512F__)
+  const __m128 m4 = reduce_to_4(v, [](auto a, auto b) {
+    if constexpr (sizeof(a) == 32) return _mm256_max_ps(a, b);
+    else return _mm_max_ps(a, b);
+  });
+  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+#else
+  vf8 lo, hi;
+  std::memcpy(&lo, &v, sizeof lo);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+  const vf8 m8 = lo > hi ? lo : hi;
+  vf4 a, b;
+  std::memcpy(&a, &m8, sizeof a);
+  std::memcpy(&b, reinterpret_cast<const char*>(&m8) + sizeof a, sizeof b);
+  const vf4 m4 = a > b ? a : b;
+  const float x = m4[0] > m4[2] ? m4[0] : m4[2], y = m4[1] > m4[3] ? m4[1] : m4[3];
+  return x > y ? x : y;
+#endif
+}
 
 //! Widen 16 consecutive storage elements to a float vector.
 template <class T>
@@ -110,7 +172,7 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
 //! Narrow a float vector to 16 storage elements with round-to-nearest-even, bit-identical to
 //! from_float<T> (F16C/AVX-512 for half when available; integer rounding for bfloat16).
 template <class T>
-SPECDEC_FORCEINLINE void vstore_as(T* p, vf16 v) noexcept {
+SPECDEC_FORCEINLINE void vstore_as(T* p, const vf16& v) noexcept {
   if constexpr (std::is_same_v<T, float>) {
     vstore(p, v);
   } else if constexpr (std::is_same_v<T, bfloat16>) {

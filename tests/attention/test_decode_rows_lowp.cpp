@@ -1,0 +1,26 @@
+// The host decode row kernel (<= 8 query rows per kv head) with fp16 and bf16 storage: the same
+// differential sweep as test_decode_rows.cpp (one output rounding of tolerance) and the fp16 widening
+// path against the tile kernel.
+#include "test_decode_rows_util.hpp"
+
+using namespace attn_test;
+
+TEST_CASE("decode row kernel fp16/bf16: rows 1..8, GQA ratios, head dims, paged and contiguous") {
+  std::uint64_t seed = 5100;
+  for (int ratio : {1, 2, 4, 8})
+    for (int d : {64, 128, 256}) {
+      DYNAMIC_SECTION("ratio " << ratio << " d " << d) {
+        row_kernel_sweep<specdec::half>(++seed, ratio, d, {layout_kind::paged, layout_kind::nhd});
+        row_kernel_sweep<specdec::bfloat16>(++seed, ratio, d, {layout_kind::nhd, layout_kind::paged});
+      }
+    }
+  row_kernel_sweep<specdec::half>(5300, 2, 128, {layout_kind::hnd}, {.kv_split_size = 100}, true);
+  row_kernel_sweep<specdec::bfloat16>(5301, 4, 64, {layout_kind::paged}, {.kv_split_size = 33}, true);
+}
+
+TEST_CASE("decode row kernel fp16/bf16: equals the tile kernel on the same inputs") {
+  for (int rows = 1; rows <= 8; ++rows) {
+    row_kernel_matches_tile_kernel<128, specdec::half, 8>(rows, rows, 0, 65, 2e-6);
+    row_kernel_matches_tile_kernel<64, specdec::bfloat16, 8>(rows + 50, rows, 5, 40, 2e-6);
+  }
+}

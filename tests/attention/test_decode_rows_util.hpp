@@ -1,0 +1,82 @@
+#pragma once
+// Differential sweep of the dot-product ("row") kernel that host decode runs when a request has at
+// most detail::max_dot_rows query rows per kv head (tokens x Hq/Hkv <= 8): every row count 1..8,
+// GQA 1/2/4/8, head dims 64/128/256, cache lengths 0, 1, odd and longer than the split size,
+// paged and contiguous (NHD, HND) caches, against the double reference; plus the kernel itself
+// against the tile kernel on identical inputs.
+#include "attention_fixture.hpp"
+
+#include "specdec/attention/decode_attention.hpp"
+#include "specdec/attention/hybrid_tree_attention.hpp"
+
+namespace attn_test {
+
+//! Cache lengths of the sweep: empty, one token, odd (not a multiple of the 32-key block, the
+//! 16-token page or the 64-key tile), and 700 (> the automatic 256-token split: several parts).
+inline std::vector<int> row_sweep_lengths() { return {0, 1, 37, 700}; }
+
+//! decode_attention (and, for hybrid = true, hybrid_tree_attention) on requests whose row counts
+//! cover 1 .. 8 / ratio tokens, every layout kind in `kinds`, against the double reference.
+template <class T>
+void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_list<layout_kind> kinds,
+                      specdec::attention_options opt = {}, bool hybrid = false) {
+  const int hkv = ratio == 8 ? 1 : 2, max_tokens = specdec::detail::max_dot_rows / ratio;
+  const std::vector<int> lens = row_sweep_lengths();
+  std::vector<int> tokens;
+  for (std::size_t r = 0; r < lens.size(); ++r) tokens.push_back(1 + static_cast<int>((r + seed) % max_tokens));
+  batch<T> b(seed, hkv * ratio, hkv, d, lens, tokens);
+  for (int n : tokens) REQUIRE(specdec::detail::uses_row_kernel(n * ratio));  // the path under test
+  for (auto kind : kinds) {
+    INFO("layout " << name(kind) << " ratio " << ratio << " d " << d << " split " << opt.kv_split_size);
+    b.with_layout(kind, [&](auto layout) {
+      b.reset_outputs();
+      specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(), opt);
+      check_against(b, specdec::reference::decode_attention(b.q_view(), layout, b.indptr_view(), opt.scale));
+      for (int t = b.q_indptr[0]; t < b.q_indptr[1]; ++t)  // request 0 has an empty cache
+        for (int h = 0; h < b.hq; ++h)
+          CHECK(b.lse[static_cast<std::size_t>(t) * b.hq + h] == -std::numeric_limits<float>::infinity());
+      if (hybrid) {
+        b.reset_outputs();
+        specdec::hybrid_tree_attention(specdec::host{}, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(),
+                                       b.mask_view(), b.out_view(), b.lse_view(), opt);
+        check_against(b, specdec::reference::hybrid_tree_attention(b.q_view(), layout, b.k_view(), b.v_view(),
+                                                                   b.indptr_view(), b.mask_view(), opt.scale));
+      }
+    });
+  }
+}
+
+//! attend_part_rows<D, T, RB> vs attend_part (the tile kernel) on the same transposed query panel
+//! and K/V rows, one kv head, keys [k0, k1): partial O rows and LSEs agree to `tol`.
+template <int D, class T, int RB>
+void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int k1, double tol) {
+  using namespace specdec::detail;
+  specdec::philox_stream rng(seed, 3);
+  const int mp = host_plan::mpad(m_rows);
+  std::vector<float> qt(static_cast<std::size_t>(mp) * D, 0.0f);
+  for (int i = 0; i < m_rows; ++i)
+    for (int c = 0; c < D; ++c) qt[static_cast<std::size_t>(c) * (2 * vlanes) + i] = 0.3f * (2.0f * rng.uniform() - 1.0f);
+  std::vector<T> k(static_cast<std::size_t>(k1 + 1) * D), v(k.size());
+  for (auto& x : k) x = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+  for (auto& x : v) x = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+  std::vector<float> part_rows(static_cast<std::size_t>(mp) * (D + 2), -5.0f), part_tile(part_rows.size(), -5.0f);
+  auto krow = [&](int t, int) { return static_cast<const T*>(k.data() + static_cast<std::size_t>(t) * D); };
+  auto vrow = [&](int t, int) { return static_cast<const T*>(v.data() + static_cast<std::size_t>(t) * D); };
+  auto qt_of = [&](int) { return static_cast<const float*>(qt.data()); };
+  attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0);
+  double worst = 0;
+  for (int i = 0; i < m_rows; ++i) {
+    for (int c = 0; c < D; ++c) {
+      const std::size_t at = static_cast<std::size_t>(i) * D + c;
+      worst = std::max(worst, std::abs(static_cast<double>(part_rows[at]) - part_tile[at]));
+    }
+    const std::size_t l = static_cast<std::size_t>(mp) * D + i;
+    if (k1 > k0) worst = std::max(worst, std::abs(static_cast<double>(part_rows[l]) - part_tile[l]) / std::max(1.0f, std::abs(part_tile[l])));
+    else CHECK(part_rows[l] == -std::numeric_limits<float>::infinity());
+  }
+  INFO("D " << D << " RB " << RB << " rows " << m_rows << " keys [" << k0 << ", " << k1 << ") worst " << worst);
+  CHECK(worst <= tol);  // also false for NaN
+}
+
+}  // namespace attn_test
