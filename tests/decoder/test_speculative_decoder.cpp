@@ -137,3 +137,94 @@ TEST_CASE("tree builders and the n-gram drafter shape their output as documented
   ng.propose({.request = 0, .tokens = std::vector<std::int32_t>{1, 2, 3}, .depth = 3}, c);
   CHECK(c.empty());
 }
+
+TEST_CASE("multi_draft_tree_builder keeps each draft as its own branch", "[decoder][multi_draft]") {
+  draft_candidates c;
+  c.chain = {{5, 0}, {6, 0}};
+  c.sequences = {{{5, 0}, {7, 0}}, {{2, 0}}};
+  token_tree t;
+  multi_draft_tree_builder{}.build(c, t);
+  REQUIRE(t.size() == 5);  // no merging: the two drafts starting with 5 stay separate (i.i.d. draws)
+  CHECK(t.tokens()[0] == 5);
+  CHECK(t.tokens()[2] == 5);
+  CHECK(t.parent(2) == -1);
+  CHECK(t.parent(3) == 2);
+  CHECK(t.parent(4) == -1);
+  multi_draft_tree_builder{.max_depth = 1}.build(c, t);
+  CHECK(t.size() == 3);
+  REQUIRE_THROWS_WITH(multi_draft_tree_builder{.max_depth = -1}.build(c, t), Catch::Contains("max_depth"));
+}
+
+TEST_CASE("multi_draft_verifier takes each node's q row from the draft it came from", "[decoder][multi_draft]") {
+  constexpr int V = 4;
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  draft_candidates c;
+  c.vocab = V;
+  c.chain = {{0, 0}, {1, 0}};
+  c.q = {0.25f, 0.25f, 0.25f, 0.25f, /* after 0 */ 0, 1, 0, 0};
+  c.sequences = {{{2, 0}, {3, 0}}};
+  c.sequence_q = {{0.25f, 0.25f, 0.25f, 0.25f, /* after 2 */ 0, 0, 0, 1}};
+  token_tree t;
+  multi_draft_tree_builder{}.build(c, t);  // nodes 0:0 1:1 (chain), 2:2 3:3 (second draft)
+  // Target: root -> 2 surely, after 2 -> 3 surely, after 3 -> 1 surely; rows after 0 / 1 uniform.
+  const std::vector<float> logits{-inf, -inf, 0, -inf, 0, 0, 0, 0, 0, 0, 0, 0, -inf, -inf, -inf, 0, -inf, 0, -inf, -inf};
+  for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
+    c.sampled_as = mode;
+    for (std::uint32_t s = 0; s < 20; ++s) {
+      philox_stream rng(s, 1);
+      verify_result res;
+      multi_draft_verifier v;
+      v.verify({t, make_view<2>(logits.data(), {5, V}), c, rng}, res);
+      // 0 is rejected (p = 0), 2 accepted, then 3 (its row is the second draft's, not the chain's), bonus 1
+      CHECK(res.accepted == std::vector<std::int32_t>{2, 3});
+      CHECK(res.bonus == 1);
+    }
+  }
+  // A deterministic draft (no q rows) with two different first tokens: one-hot rows cannot have drawn
+  // both, so the verifier refuses instead of verifying with the wrong law.
+  draft_candidates det;
+  det.chain = {{0, 0}};
+  det.sequences = {{{1, 0}}};
+  trie_tree_builder{}.build(det, t);
+  philox_stream rng(1, 1);
+  verify_result res;
+  multi_draft_verifier v;
+  REQUIRE_THROWS_WITH(v.verify({t, make_view<2>(logits.data(), {3, V}), det, rng}, res), Catch::Contains("draft_probs"));
+}
+
+TEST_CASE("multi-draft chain drafter draws k drafts with their q rows and restores the draft cache", "[decoder][multi_draft]") {
+  llama_model<double> small(cfg, weights(), 1, 512);
+  const sampling_params greedy{.temperature = 0.0f};
+  for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
+    chain_drafter<llama_model<double>> d(small, multi_draft_params{.mode = mode});
+    d.reset(0);
+    philox_stream rng(7, 3);
+    draft_candidates c;
+    d.propose({.request = 0, .tokens = prompt, .depth = 3, .width = 4, .sampling = &greedy, .rng = &rng}, c);
+    CHECK(small.cache_length(0) == static_cast<int>(prompt.size()) - 1);  // speculation rolled back
+    REQUIRE(c.sampled_as == mode);
+    REQUIRE(c.chain.size() == 3);
+    REQUIRE(c.sequences.size() == 3);
+    REQUIRE(c.sequence_q.size() == 3);
+    CHECK(c.q.size() == 3u * cfg.vocab_size);
+    std::vector<std::int32_t> firsts{c.chain[0].token};
+    for (std::size_t j = 0; j < 3; ++j) {
+      CHECK(c.sequences[j].size() == 3);
+      REQUIRE(c.sequence_q[j].size() == 3u * cfg.vocab_size);
+      CHECK(std::equal(c.q.begin(), c.q.begin() + cfg.vocab_size, c.sequence_q[j].begin()));  // same root row
+      for (std::size_t dd = 0; dd < 3; ++dd)  // each token was drawn from its own row: q > 0
+        CHECK(c.sequence_q[j][dd * cfg.vocab_size + static_cast<std::size_t>(c.sequences[j][dd].token)] > 0.0f);
+      firsts.push_back(c.sequences[j][0].token);
+    }
+    double sum = 0;
+    for (int v = 0; v < cfg.vocab_size; ++v) sum += c.q[static_cast<std::size_t>(v)];
+    CHECK(sum == Approx(1.0).epsilon(1e-5));
+    if (mode == draft_sampling::without_replacement) {
+      std::sort(firsts.begin(), firsts.end());
+      CHECK(std::adjacent_find(firsts.begin(), firsts.end()) == firsts.end());  // distinct first tokens
+    }
+    REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = prompt, .depth = 3, .width = 2}, c),
+                        Catch::Contains("draft_request.rng"));
+    CHECK(small.cache_length(0) == static_cast<int>(prompt.size()) - 1);  // nothing half-done
+  }
+}

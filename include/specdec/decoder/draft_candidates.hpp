@@ -9,13 +9,18 @@
 //!  - `sequences`: further whole continuations (other n-gram matches, beams), best first; trie trees.
 //! Drafters that sample their chain from a distribution q (chain speculative sampling) also store
 //! q's rows: row d = q at depth d (row 0 at the root), matching the verifiers' row convention.
+//! Multi-draft drafters (multi_draft_params in decoder/drafters.hpp) draw chain and sequences as k
+//! independent samples from q (SpecInfer; Jeon et al. 2024), store every draft's q rows and say how
+//! the first tokens were drawn (`sampled_as`); multi_draft_verifier reads both.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/verify/multi_draft.hpp"
 
 namespace specdec {
 
@@ -33,7 +38,13 @@ struct draft_candidates {
   std::vector<std::vector<draft_token>> alternatives;
   std::vector<std::vector<draft_token>> sequences;
   std::vector<float> q;  //!< [chain.size(), vocab] draft probabilities when the chain was sampled; else empty
-  int vocab = 0;         //!< row length of q
+  int vocab = 0;         //!< row length of q (and of sequence_q's rows)
+  //! sequence_q[j]: [sequences[j].size(), vocab] draft probabilities of sequences[j] (row d = q at its
+  //! depth d), filled by multi-draft drafters; empty otherwise.
+  std::vector<std::vector<float>> sequence_q;
+  //! Set when chain and sequences are k independent drafts sampled from q (chain first = first draw):
+  //! how the drafts' first tokens were drawn (with or without replacement). Empty otherwise.
+  std::optional<draft_sampling> sampled_as;
 
   void clear() noexcept {
     chain.clear();
@@ -41,6 +52,8 @@ struct draft_candidates {
     alternatives.clear();
     sequences.clear();
     q.clear();
+    sequence_q.clear();
+    sampled_as.reset();
   }
   [[nodiscard]] bool empty() const noexcept { return chain.empty() && sequences.empty(); }
 };

@@ -10,6 +10,8 @@
 //!                         attention into the target's KV, shared embedding/head), driven token by token
 //!                         through the incremental_draft_model interface; chain mode, or LongSpec's dynamic
 //!                         beam tree (Appendix B) through tree/beam_tree_builder.hpp, returned as sequences.
+//! Both model drafters also have a multi-draft mode (multi_draft_params): k independent sampled drafts
+//! with their q rows, for multi_draft_verifier.
 //! A TokenSwift self-drafter (the target on a partial KV cache) is a drafter too: it keeps a reference
 //! to the target and runs it inside propose(); it is not shipped here yet.
 
@@ -18,6 +20,7 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -94,6 +97,101 @@ struct chain_picker {
 };
 }  // namespace detail
 
+//! Multi-draft mode of the model drafters: per step they draw k = draft_request::width independent
+//! drafts of draft_request::depth tokens from their draft distribution q (SpecInfer's multi-step
+//! speculative sampling; Jeon et al. 2024 for the first tokens drawn without replacement), returned as
+//! chain (first draw) + sequences with every draft's q rows (draft_candidates::q / sequence_q) and
+//! `sampled_as = mode`. Verify them with multi_draft_tree_builder + multi_draft_verifier.
+//! q is the draft's distribution after the request's logits processors; for a greedy request
+//! (temperature 0) it is softmax(logits / greedy_temperature) instead, since k argmax drafts would all
+//! be equal. Any q keeps the verification exact; q only changes how often drafts are accepted.
+struct multi_draft_params {
+  draft_sampling mode = draft_sampling::with_replacement;
+  float greedy_temperature = 1.0f;  //!< > 0: temperature of q when the request is greedy
+};
+
+namespace detail {
+//! Draws the k drafts of multi_draft_params (see there) given the root's logits and `feed(token,
+//! depth, new_draft)`, which runs the draft model on the token at `depth` of the current draft
+//! (new_draft: the first token of a new draft, so the model must first drop the previous draft's
+//! speculation) and returns the logits after it. O(k depth (V + one draft-model token)).
+struct multi_draft_sampler {
+  std::vector<float> processed, q, root_q, masked;
+  std::vector<std::int32_t> context, firsts;
+  sampling_workspace ws;
+
+  template <class T>
+  void q_row(std::span<const T> logits, const draft_request& req, float greedy_temperature) {
+    processed.assign(logits.begin(), logits.end());
+    if (req.sampling != nullptr && req.sampling->temperature > 0.0f) {
+      process_logits(std::span<float>(processed), *req.sampling, context, ws);
+    } else {
+      for (auto& x : processed) x /= greedy_temperature;
+    }
+    float mx = -std::numeric_limits<float>::infinity();
+    for (float x : processed) mx = std::max(mx, x);
+    double sum = 0;
+    q.resize(processed.size());
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      const float x = processed[i];
+      q[i] = std::isinf(x) && x < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(x) - mx));
+      sum += q[i];
+    }
+    for (auto& x : q) x = static_cast<float>(x / sum);
+  }
+
+  //! Throws before the drafter touches its model (so a bad request leaves the draft cache as it was).
+  static void validate(const draft_request& req, const multi_draft_params& p, std::string_view fn) {
+    require(req.rng != nullptr, fn, "draft_request.rng", "a Philox stream (multi-draft drafting samples)", "nullptr");
+    require(p.greedy_temperature > 0.0f && std::isfinite(p.greedy_temperature), fn,
+            "multi_draft_params.greedy_temperature", "a finite value > 0", p.greedy_temperature);
+  }
+
+  template <class T, class Feed>
+  void run(std::span<const T> root, const draft_request& req, const multi_draft_params& p, Feed&& feed,
+           draft_candidates& out) {
+    validate(req, p, "specdec::multi_draft_sampler");
+    out.clear();
+    if (req.depth <= 0) return;
+    const auto V = root.size();
+    out.vocab = static_cast<int>(V);
+    out.sampled_as = p.mode;
+    const std::size_t L = req.tokens.size();
+    context.assign(req.tokens.begin(), req.tokens.end());
+    q_row(root, req, p.greedy_temperature);
+    root_q = q;
+    firsts.clear();
+    const int k = std::max(1, req.width);
+    for (int j = 0; j < k; ++j) {
+      std::span<const float> row(root_q);
+      if (p.mode == draft_sampling::without_replacement && !firsts.empty()) {
+        masked = root_q;
+        for (auto t : firsts) masked[static_cast<std::size_t>(t)] = 0.0f;
+        double left = 0;
+        for (float x : masked) left += x;
+        if (!(left > 0.0)) break;  // q's support is exhausted: fewer than k distinct first tokens exist
+        row = masked;
+      }
+      std::int32_t tok = sample_from_probs(row, *req.rng);
+      firsts.push_back(tok);
+      auto& seq = j == 0 ? out.chain : out.sequences.emplace_back();
+      auto& qs = j == 0 ? out.q : out.sequence_q.emplace_back();
+      seq.push_back({tok, std::log(root_q[static_cast<std::size_t>(tok)])});
+      qs.insert(qs.end(), root_q.begin(), root_q.end());
+      context.resize(L);
+      context.push_back(tok);
+      for (int d = 1; d < req.depth; ++d) {
+        q_row(std::span<const T>(feed(tok, d - 1, d == 1)), req, p.greedy_temperature);
+        tok = sample_from_probs(q, *req.rng);
+        seq.push_back({tok, std::log(q[static_cast<std::size_t>(tok)])});
+        qs.insert(qs.end(), q.begin(), q.end());
+        context.push_back(tok);
+      }
+    }
+  }
+};
+}  // namespace detail
+
 // ---- n-gram / prompt lookup ------------------------------------------------------------------------
 
 //! Prompt-lookup drafting with no model. For n from max_ngram down to min_ngram, the most recent
@@ -156,6 +254,8 @@ template <truncatable_model Model>
 class chain_drafter {
  public:
   explicit chain_drafter(Model& model) : model_(&model) {}
+  //! Multi-draft mode (see multi_draft_params): k = width independent sampled drafts.
+  chain_drafter(Model& model, multi_draft_params multi) : model_(&model), multi_(multi) {}
   void reset(int r) { model_->truncate(r, 0); }
   void propose(const draft_request& req, draft_candidates& out) {
     out.clear();
@@ -163,6 +263,7 @@ class chain_drafter {
     const auto& t = req.tokens;
     const int L = static_cast<int>(t.size());
     require(L >= 1, "specdec::chain_drafter::propose", "req.tokens.size()", ">= 1", L);
+    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::chain_drafter::propose");
     const int V = model_->vocab_size();
     logits_.resize(static_cast<std::size_t>(V));
     if (model_->cache_length(r) == 0 && L > 1) model_->prefill(r, t.first(static_cast<std::size_t>(L)));
@@ -177,9 +278,24 @@ class chain_drafter {
       for (int i = 0; i < catch_up.size(); ++i) path_[static_cast<std::size_t>(i)] = i;
       model_->commit(r, path_);
     }
+    const token_tree empty;
+    if (multi_ && req.depth > 0) {  // root logits once, then each draft from cache length L
+      model_->forward(r, t.back(), empty, logits_);
+      model_->commit(r, {});
+      root_.assign(logits_.begin(), logits_.end());
+      multi_sampler_.run(std::span<const typename Model::logit_type>(root_), req, *multi_,
+                         [&](std::int32_t tok, int, bool new_draft) {
+                           if (new_draft) model_->truncate(r, L);
+                           model_->forward(r, tok, empty, logits_);
+                           model_->commit(r, {});
+                           return std::span<const typename Model::logit_type>(logits_);
+                         },
+                         out);
+      model_->truncate(r, L - 1);
+      return;
+    }
     context_.assign(t.begin(), t.end());
     std::int32_t cur = t.back();
-    const token_tree empty;
     for (int d = 0; d < req.depth; ++d) {
       model_->forward(r, cur, empty, logits_);
       model_->commit(r, {});
@@ -191,9 +307,11 @@ class chain_drafter {
 
  private:
   Model* model_;
-  std::vector<typename Model::logit_type> logits_, big_;
+  std::optional<multi_draft_params> multi_;
+  std::vector<typename Model::logit_type> logits_, big_, root_;
   std::vector<std::int32_t> path_, context_;
   detail::chain_picker picker_;
+  detail::multi_draft_sampler multi_sampler_;
 };
 
 // ---- LongSpec drafter ------------------------------------------------------------------------------
@@ -223,6 +341,8 @@ class longspec_drafter {
   explicit longspec_drafter(Model& model, std::vector<int> beam_widths = {})
       : model_(&model), beam_(beam_widths.empty() ? beam_tree_params{} : beam_tree_params{beam_widths, 0}),
         use_beam_(!beam_widths.empty()) {}
+  //! Multi-draft mode (see multi_draft_params): k = width independent sampled drafts.
+  longspec_drafter(Model& model, multi_draft_params multi) : model_(&model), use_beam_(false), multi_(multi) {}
 
   void reset(int r) { model_->reset(r); }
 
@@ -234,6 +354,7 @@ class longspec_drafter {
     const int V = model_->vocab_size();
     require(L >= 1 && model_->absorbed(r) <= L, "specdec::longspec_drafter::propose", "req.tokens.size()",
             "at least the tokens already absorbed", L);
+    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::longspec_drafter::propose");
     root_.resize(static_cast<std::size_t>(V));
     logits_.resize(static_cast<std::size_t>(V));
     model_->discard_speculation(r);
@@ -247,6 +368,17 @@ class longspec_drafter {
       model_->step(r, t[static_cast<std::size_t>(p)], p, true,
                    p == L - 1 ? std::span<typename Model::logit_type>(root_) : std::span<typename Model::logit_type>{});
     if (req.depth <= 0) return;
+    if (multi_) {
+      multi_sampler_.run(std::span<const typename Model::logit_type>(root_), req, *multi_,
+                         [&](std::int32_t tok, int depth, bool new_draft) {
+                           if (new_draft) model_->discard_speculation(r);
+                           model_->step(r, tok, L + depth, false, logits_);
+                           return std::span<const typename Model::logit_type>(logits_);
+                         },
+                         out);
+      model_->discard_speculation(r);
+      return;
+    }
     if (!use_beam_) {
       context_.assign(t.begin(), t.end());
       std::int32_t cur = picker_.pick(std::span<const typename Model::logit_type>(root_), req, context_, out);
@@ -275,10 +407,21 @@ class longspec_drafter {
       }
     });
     model_->discard_speculation(r);
-    for (auto leaf : tree.leaves()) {
+    // chain = the best continuation: the deepest leaf with the highest path log-probability (so a chain
+    // builder verifies the beam's best full-depth path, not whichever leaf comes first in index order).
+    const auto leaves = tree.leaves();
+    std::size_t best = 0;
+    double best_score = -std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < leaves.size(); ++i) {
+      double score = 0;
+      for (auto node : tree.path(leaves[i])) score += tree.logprob(node);
+      const int d = tree.depth(leaves[i]), bd = tree.depth(leaves[best]);
+      if (i == 0 || d > bd || (d == bd && score > best_score)) best = i, best_score = score;
+    }
+    for (std::size_t i = 0; i < leaves.size(); ++i) {
       std::vector<draft_token> seq;
-      for (auto node : tree.path(leaf)) seq.push_back({tree.token(node), tree.logprob(node)});
-      if (out.chain.empty()) out.chain = std::move(seq);
+      for (auto node : tree.path(leaves[i])) seq.push_back({tree.token(node), tree.logprob(node)});
+      if (i == best) out.chain = std::move(seq);
       else out.sequences.push_back(std::move(seq));
     }
   }
@@ -287,9 +430,11 @@ class longspec_drafter {
   Model* model_;
   beam_tree_params beam_;
   bool use_beam_;
+  std::optional<multi_draft_params> multi_;
   std::vector<typename Model::logit_type> root_, logits_;
   std::vector<std::int32_t> context_;
   detail::chain_picker picker_;
+  detail::multi_draft_sampler multi_sampler_;
 };
 
 }  // namespace specdec

@@ -7,6 +7,8 @@
 //!  - trie_tree_builder:      the chain and every extra sequence (n-gram matches, beams) merged into one
 //!                            prefix trie (tree/trie_merge.hpp), so shared prefixes are verified once;
 //!                            optional node budget and depth limit.
+//!  - multi_draft_tree_builder: k independent drafts (multi-draft drafters) as k separate branches of
+//!                            the root, unmerged, in draw order (what multi_draft_verifier requires).
 //! LongSpec's dynamic beam tree is built by the drafter itself (longspec_drafter with beam widths, via
 //! tree/beam_tree_builder.hpp) and arrives as sequences, so trie_tree_builder rebuilds it exactly.
 
@@ -101,5 +103,27 @@ class trie_tree_builder {
   std::vector<float> logprobs_;
 };
 static_assert(check_tree_builder<trie_tree_builder>());
+
+//! The chain and each sequence as its own branch under the root (chain first, then sequences in
+//! order; each branch's nodes consecutive), with no prefix merging. Multi-draft speculative sampling
+//! (verify/multi_draft.hpp) needs every node's children to be exactly the draws from its draft row in
+//! draw (index) order: merging equal prefixes, as the trie does, would turn k i.i.d. draws into the
+//! set of distinct ones and change their law. Sibling tokens may therefore repeat (drafts drawn with
+//! replacement). max_depth > 0 truncates each draft. Nodes = total draft tokens; O(nodes).
+struct multi_draft_tree_builder {
+  int max_depth = 0;  //!< 0 = no limit
+  void build(const draft_candidates& c, token_tree& out) const {
+    require(max_depth >= 0, "specdec::multi_draft_tree_builder::build", "max_depth", ">= 0 (0 = no limit)", max_depth);
+    out.clear();
+    auto add = [&](const std::vector<draft_token>& seq) {
+      const std::size_t n = max_depth > 0 ? std::min(seq.size(), static_cast<std::size_t>(max_depth)) : seq.size();
+      std::int32_t parent = -1;
+      for (std::size_t d = 0; d < n; ++d) parent = out.add(seq[d].token, parent, seq[d].logprob);
+    };
+    add(c.chain);
+    for (const auto& s : c.sequences) add(s);
+  }
+};
+static_assert(check_tree_builder<multi_draft_tree_builder>());
 
 }  // namespace specdec

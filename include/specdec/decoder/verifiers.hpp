@@ -7,6 +7,9 @@
 //!  - chain_speculative_verifier verify_chain_speculative (Leviathan et al.; GLIDE §3) on chain trees,
 //!                              with the draft's q rows, or one-hot q at the drafted tokens when the
 //!                              drafter was deterministic (then min(1, p/q) = p(x): still exact).
+//!  - multi_draft_verifier      verify_multi_draft (SpecInfer multi-step speculative sampling; Jeon et
+//!                              al. 2024 without replacement) on k independent sampled drafts
+//!                              (multi-draft drafters + multi_draft_tree_builder), with their q rows.
 //! All take the processed target logits (verify_input::logits) and convert them to probabilities.
 
 #include <cmath>
@@ -17,6 +20,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/verify/greedy.hpp"
+#include "specdec/verify/multi_draft.hpp"
 #include "specdec/verify/sample_and_match.hpp"
 #include "specdec/verify/speculative_sampling.hpp"
 
@@ -93,5 +97,72 @@ struct chain_speculative_verifier {
   std::vector<float> probs_, q_;
 };
 static_assert(check_verifier<chain_speculative_verifier>());
+
+//! Multi-draft speculative sampling (verify/multi_draft.hpp) of k independent drafts. The draft rows
+//! q come from draft_candidates: node i's row (row i + 1) is q at depth(i) + 1 of a draft (chain =
+//! draft 0, sequences[j] = draft j + 1) whose tokens up to depth(i) are node i's path (q depends only
+//! on the prefix, so any such draft gives the same row); row 0 is q at depth 0. The mode (with or
+//! without replacement) is draft_candidates::sampled_as; a draft without q rows (a deterministic
+//! drafter) gives one-hot rows at its own next token, which is exact for a chain tree.
+//! Preconditions: every node's children were drawn from its q row in index order (multi-draft
+//! drafters + multi_draft_tree_builder, or a chain); violations that show as q = 0 at a child's token
+//! throw specdec::invalid_argument from verify_multi_draft. O(n k depth + rows V).
+struct multi_draft_verifier {
+  static constexpr bool is_lossless_for_sampling = true;
+  void verify(const verify_input& in, verify_result& out) {
+    const auto rows = in.logits.extent(0), V = in.logits.extent(1);
+    detail::softmax_rows(in.logits, probs_);
+    q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
+    const auto& d = in.draft;
+    const int n = in.tree.size();
+    const int k = 1 + static_cast<int>(d.sequences.size());
+    auto seq = [&](int s) -> const std::vector<draft_token>& { return s == 0 ? d.chain : d.sequences[static_cast<std::size_t>(s - 1)]; };
+    auto qrows = [&](int s) -> const std::vector<float>* {
+      const auto j = static_cast<std::size_t>(s - 1);
+      const std::vector<float>* q = s == 0 ? &d.q : (j < d.sequence_q.size() ? &d.sequence_q[j] : nullptr);
+      if (q == nullptr || d.vocab != V || q->size() != seq(s).size() * static_cast<std::size_t>(V)) return nullptr;
+      return q;
+    };
+    // Row `row` := q of draft s at depth `depth` (one-hot at its token there when it has no q rows).
+    auto fill = [&](std::int64_t row, int s, std::size_t depth) {
+      const auto& sq = seq(s);
+      if (depth >= sq.size()) return;  // the draft ends here: the row is never read (no children)
+      float* dst = q_.data() + row * V;
+      if (const auto* q = qrows(s)) std::copy_n(q->begin() + static_cast<std::ptrdiff_t>(depth) * V, V, dst);
+      else dst[sq[depth].token] = 1.0f;
+    };
+    owner_.assign(static_cast<std::size_t>(n), -1);
+    for (int s = 0; s < k; ++s)
+      if (!seq(s).empty()) {
+        fill(0, s, 0);
+        break;
+      }
+    for (int i = 0; i < n; ++i) {
+      const auto depth = static_cast<std::size_t>(in.tree.depth(i));
+      const std::int32_t p = in.tree.parent(i);
+      const int ps = p < 0 ? -1 : owner_[static_cast<std::size_t>(p)];
+      if (p >= 0 && ps < 0) continue;  // not from a draft: its children (if any) fail validation
+      int best = -1;
+      for (int s = 0; s < k; ++s) {
+        const auto& sq = seq(s);
+        if (sq.size() <= depth || sq[depth].token != in.tree.token(i)) continue;
+        if (ps >= 0 && !std::equal(sq.begin(), sq.begin() + static_cast<std::ptrdiff_t>(depth), seq(ps).begin(),
+                                   [](const draft_token& a, const draft_token& b) { return a.token == b.token; }))
+          continue;
+        if (best < 0 || (seq(best).size() <= depth + 1 && sq.size() > depth + 1)) best = s;  // prefer one that goes on
+      }
+      owner_[static_cast<std::size_t>(i)] = best;
+      if (best >= 0) fill(i + 1, best, depth + 1);
+    }
+    const auto p = make_view<2>(static_cast<const float*>(probs_.data()), {rows, V});
+    const auto q = make_view<2>(static_cast<const float*>(q_.data()), {rows, V});
+    out = verify_multi_draft(in.tree, p, q, d.sampled_as.value_or(draft_sampling::with_replacement), in.rng);
+  }
+
+ private:
+  std::vector<float> probs_, q_;
+  std::vector<int> owner_;
+};
+static_assert(check_verifier<multi_draft_verifier>());
 
 }  // namespace specdec
