@@ -1,6 +1,7 @@
 // specdec_demo: long-context speculative decoding end to end on the embedded reference model.
 //   specdec_demo [--prompt N] [--new N] [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv]
-//                [--ffn F] [--window W] [--depth D] [--cartesian] [--seed S] [--weights file.safetensors] [--quiet]
+//                [--ffn F] [--window W] [--depth D] [--cartesian] [--paged] [--seed S] [--weights file.safetensors]
+//                [--quiet]
 // Runs the model autoregressively and speculatively (LongSpec draft, greedy verification), shows live
 // progress on stderr and prints the report (lossless yes/no, tau, alpha, tokens/s, speedup, per-phase
 // ms, draft memory) on stdout.
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     else if (a == "--depth") o.draft_depth = static_cast<int>(next());
     else if (a == "--seed") o.seed = static_cast<std::uint64_t>(next());
     else if (a == "--cartesian") o.cartesian = true;
+    else if (a == "--paged") o.paged = true;
     else if (a == "--quiet") o.progress = false;
     else if (a == "--weights") {
       if (i + 1 >= argc) return std::cerr << "specdec_demo: --weights needs a path\n", 2;

@@ -24,6 +24,7 @@ struct demo_options {
   int draft_depth = 4;
   int window = 512;           //!< LongSpec draft sliding window
   bool cartesian = false;     //!< Cartesian [1, 2, 2, 1] tree instead of a chain
+  bool paged = false;         //!< target KV in a paged_kv pool (16-token pages) instead of contiguous
   std::uint64_t seed = 1;
   std::string weights;        //!< safetensors path; empty = seeded random init
   bool progress = true;
@@ -57,9 +58,11 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   rep.model += ": vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden) + ", layers " +
                std::to_string(c.layers) + ", heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
                " (q/kv), head_dim " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.ffn_hidden) +
-               "; draft: 1-layer LongSpec (window " + std::to_string(o.window) + ") derived from the target";
+               "; draft: 1-layer LongSpec (window " + std::to_string(o.window) + ") derived from the target; target KV " +
+               (o.paged ? "paged (16-token pages)" : "contiguous");
   const int capacity = o.prompt_tokens + o.new_tokens + 64;
-  llama_model<float> target(c, std::move(w), 1, capacity);
+  llama_model<float> target(c, std::move(w), 1, capacity,
+                            {.storage = o.paged ? kv_storage::paged : kv_storage::contiguous, .page_size = 16});
   philox_stream rng(o.seed, 0xde70);
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt_tokens));
   for (auto& t : prompt) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(c.vocab_size)));

@@ -1,5 +1,6 @@
 // The demo's code path at tiny sizes: both decodings run, the report says lossless, tau >= 1, the
-// draft memory is constant in the prompt length, and specdec_demo's argument parsing works.
+// draft memory is constant in the prompt length, a paged target KV is lossless too, and specdec_demo's
+// argument parsing works.
 #include <catch2/catch.hpp>
 
 #include <sstream>
@@ -30,15 +31,17 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   CHECK(out.str().find("NOT trained") != std::string::npos);
   o.prompt_tokens = 300;
   o.cartesian = true;
+  o.paged = true;  // and the target's KV in a paged pool: still lossless, same draft memory
   const auto longer = run_demo(o, log);
   CHECK(longer.lossless);
+  CHECK(longer.model.find("paged") != std::string::npos);
   CHECK(longer.draft_bytes == small.draft_bytes);
   CHECK(longer.target_kv_bytes > small.target_kv_bytes);
 }
 
 TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
   const char* ok[] = {"specdec_demo", "--prompt", "40", "--new", "16", "--vocab", "64", "--hidden", "16", "--layers", "2",
-                      "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--window", "8", "--depth", "3", "--quiet"};
+                      "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--window", "8", "--depth", "3", "--paged", "--quiet"};
   CHECK(specdec_demo_main(static_cast<int>(std::size(ok)), const_cast<char**>(ok)) == 0);
   const char* bad[] = {"specdec_demo", "--bogus"};
   CHECK(specdec_demo_main(2, const_cast<char**>(bad)) == 2);
