@@ -1,0 +1,14 @@
+// Lossless end to end (issue #6 item 4), drafter = LongSpec (dynamic beam tree [2, 2, 2]): for each tree builder x verifier below, at
+// temperature 0, the decoder's output equals the double-precision reference LLaMA's own autoregressive
+// greedy output token for token over 1000 new tokens, for each of 3 seeds (different weights and
+// prompts), with tau > 1 every time (lossless_util.hpp).
+#include "lossless_util.hpp"
+
+using namespace lossless;
+
+TEST_CASE("lossless: longspec_beam drafter, sampling verifiers at temperature 0", "[decoder][lossless]") {
+  check_combination<sample_and_match_verifier>(chain_tree_builder{}, make_longspec({2, 2, 2}), "longspec_beam/chain/sample_and_match");
+  check_combination<sample_and_match_verifier>(small_cartesian(), make_longspec({2, 2, 2}), "longspec_beam/cartesian/sample_and_match");
+  check_combination<sample_and_match_verifier>(trie_tree_builder{}, make_longspec({2, 2, 2}), "longspec_beam/trie/sample_and_match");
+  check_combination<chain_speculative_verifier>(chain_tree_builder{}, make_longspec({2, 2, 2}), "longspec_beam/chain/chain_speculative");
+}
