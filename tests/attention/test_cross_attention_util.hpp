@@ -1,5 +1,6 @@
 // Shared helpers of the cross-attention tests: target caches (contiguous NHD/HND and paged views
-// of one random pool) and a differential check against reference::cross_attention.
+// of one random pool) and a differential check against reference::cross_attention. Casts, random
+// fills and the closeness check come from test_random_util.hpp (shared with the sliding-window tests).
 #pragma once
 
 #include <algorithm>
@@ -12,48 +13,14 @@
 #include "specdec/attention/cross_attention.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/kv/paged_kv.hpp"
+#include "test_random_util.hpp"
 
 namespace xtest {
 
-template <class T>
-T cast(double x) {
-  return specdec::from_float<T>(static_cast<float>(x));
-}
-template <class T>
-double wide(T x) {
-  return static_cast<double>(specdec::to_float(x));
-}
-
-//! max_i (|got - ref| - atol - rtol |ref|) <= 0 over outputs, and lse within 1e-5 relative; one
-//! assertion per tensor (keeps Debug/ASan runs fast), reporting the worst index.
-template <class T>
-void require_close(const specdec::reference::attention_result& ref, const std::vector<T>& out,
-                   const std::vector<float>& lse, double atol, double rtol) {
-  REQUIRE(out.size() == ref.out.size());
-  double worst = -1;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const double excess = std::abs(wide(out[i]) - ref.out[i]) - atol - rtol * std::abs(ref.out[i]);
-    if (!(excess <= worst)) {
-      worst = excess;
-      at = i;
-    }
-  }
-  INFO("worst out index " << at << " got " << (out.empty() ? 0.0 : wide(out[at])) << " want "
-                          << (out.empty() ? 0.0 : ref.out[at]));
-  REQUIRE(worst <= 0);
-  bool lse_ok = true;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < lse.size() && lse_ok; ++i) {
-    if (std::isinf(ref.lse[i]))
-      lse_ok = std::isinf(lse[i]) && lse[i] < 0;
-    else
-      lse_ok = std::abs(lse[i] - ref.lse[i]) <= 1e-5 * (1 + std::abs(ref.lse[i]));
-    bad = i;
-  }
-  INFO("lse index " << bad);
-  REQUIRE(lse_ok);
-}
+using attn_rand::cast;
+using attn_rand::fill_normal;
+using attn_rand::require_close;
+using attn_rand::wide;
 
 // A target cache with R requests of capacity C, filled with random values, in one of three layouts.
 template <class T>
@@ -63,11 +30,10 @@ struct target {
   std::vector<std::int32_t> lengths, page_indptr, page_indices;
   static constexpr int page = 16;
   target(int R_, int C_, int hkv_, int d_, std::mt19937& rng) : R(R_), C(C_), hkv(hkv_), d(d_) {
-    std::normal_distribution<double> nd;
     k.resize(static_cast<std::size_t>(R) * C * hkv * d);
     v.resize(k.size());
-    for (auto& x : k) x = cast<T>(nd(rng));
-    for (auto& x : v) x = cast<T>(nd(rng));
+    fill_normal(k, rng);
+    fill_normal(v, rng);
     for (int r = 0; r < R; ++r) lengths.push_back(static_cast<std::int32_t>(rng() % (C + 1)));
     // paged view of the same pool: C / page pages per request, shuffled
     const int per = C / page, pages = R * per;
@@ -95,9 +61,8 @@ void check_layout(const L& cache, int hq, int d, const std::vector<int>& nq, std
   std::vector<std::int32_t> ip{0};
   for (int r = 0; r < R; ++r) ip.push_back(ip.back() + nq[static_cast<std::size_t>(r)]);
   const int N = ip.back();
-  std::normal_distribution<double> nd;
   std::vector<T> q(static_cast<std::size_t>(N) * hq * d);
-  for (auto& x : q) x = cast<T>(nd(rng));
+  fill_normal(q, rng);
   std::vector<std::int32_t> committed;
   for (int r = 0; r < R; ++r) committed.push_back(static_cast<std::int32_t>(rng() % (cache.length(r) + 1)));
   const auto qv = specdec::make_view<3>(q.data(), {N, hq, d});

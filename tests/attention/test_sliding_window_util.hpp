@@ -1,6 +1,7 @@
 // Shared helpers of the sliding-window attention tests: random ring contents with their full-history
 // oracle, random draft trees with packed ancestor masks, and a differential run against the naive
-// reference (reference::sliding_window_attention, which never looks at the ring).
+// reference (reference::sliding_window_attention, which never looks at the ring). Casts, random
+// fills and the closeness check come from test_random_util.hpp (shared with the cross-attention tests).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -10,17 +11,14 @@
 #include <vector>
 
 #include "specdec/attention/sliding_window_attention.hpp"
+#include "test_random_util.hpp"
 
 namespace swtest {
 
-template <class T>
-T cast(double x) {
-  return specdec::from_float<T>(static_cast<float>(x));
-}
-template <class T>
-double wide(T x) {
-  return static_cast<double>(specdec::to_float(x));
-}
+using attn_rand::cast;
+using attn_rand::fill_normal;
+using attn_rand::require_close;
+using attn_rand::wide;
 
 //! Random topological tree of n nodes (parent < index, -1 = root's child) packed as the ancestor mask.
 inline void append_random_tree_mask(int n, std::mt19937& rng, std::vector<specdec::mask_word>& mask) {
@@ -55,7 +53,6 @@ struct problem {
         d(d_),
         W(W_),
         ring({.requests = R_, .kv_heads = hkv_, .head_dim = d_, .window = W_, .speculative_capacity = P}) {
-    std::normal_distribution<double> nd;
     hist.assign(static_cast<std::size_t>(R), {hkv, d, W, {}, {}});
     const std::size_t row = static_cast<std::size_t>(hkv) * d;
     for (int r = 0; r < R; ++r) {
@@ -63,8 +60,8 @@ struct problem {
       while (left > 0) {  // committed appends in random chunks
         const int n = std::min(left, 1 + static_cast<int>(rng() % 97));
         std::vector<T> kk(n * row), vv(n * row);
-        for (auto& x : kk) x = cast<T>(nd(rng));
-        for (auto& x : vv) x = cast<T>(nd(rng));
+        fill_normal(kk, rng);
+        fill_normal(vv, rng);
         ring.append(r, specdec::make_view<3>(kk.data(), {n, hkv, d}), specdec::make_view<3>(vv.data(), {n, hkv, d}));
         for (int i = 0; i < n; ++i) {
           hist[r].k.emplace_back(kk.begin() + i * row, kk.begin() + (i + 1) * row);
@@ -75,8 +72,8 @@ struct problem {
       if (pending[r] > 0) {  // chain-drafted tokens still pending are part of the window too
         const int n = pending[r];
         std::vector<T> kk(n * row), vv(n * row);
-        for (auto& x : kk) x = cast<T>(nd(rng));
-        for (auto& x : vv) x = cast<T>(nd(rng));
+        fill_normal(kk, rng);
+        fill_normal(vv, rng);
         ring.append_speculative(r, specdec::make_view<3>(kk.data(), {n, hkv, d}),
                                 specdec::make_view<3>(vv.data(), {n, hkv, d}));
         for (int i = 0; i < n; ++i) {
@@ -94,9 +91,9 @@ struct problem {
     q.resize(static_cast<std::size_t>(N) * hq * d);
     k.resize(static_cast<std::size_t>(N) * hkv * d);
     v.resize(k.size());
-    for (auto& x : q) x = cast<T>(nd(rng));
-    for (auto& x : k) x = cast<T>(nd(rng));
-    for (auto& x : v) x = cast<T>(nd(rng));
+    fill_normal(q, rng);
+    fill_normal(k, rng);
+    fill_normal(v, rng);
   }
 
   [[nodiscard]] int tokens() const { return q_indptr.back(); }
@@ -118,37 +115,6 @@ struct problem {
                                                         tree_part ? mask.data() : nullptr);
   }
 };
-
-//! |got - ref| <= atol + rtol |ref| for every output, lse within 1e-5 relative (-inf where the
-//! reference has no keys); one assertion per tensor (keeps Debug/ASan runs fast), naming the worst index.
-template <class T>
-void require_close(const specdec::reference::attention_result& ref, const std::vector<T>& out,
-                   const std::vector<float>& lse, double atol, double rtol) {
-  REQUIRE(out.size() == ref.out.size());
-  double worst = -1;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const double excess = std::abs(wide(out[i]) - ref.out[i]) - atol - rtol * std::abs(ref.out[i]);
-    if (!(excess <= worst)) {
-      worst = excess;
-      at = i;
-    }
-  }
-  INFO("worst out index " << at << " got " << (out.empty() ? 0.0 : wide(out[at])) << " want "
-                          << (out.empty() ? 0.0 : ref.out[at]));
-  REQUIRE(worst <= 0);
-  bool lse_ok = true;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < lse.size() && lse_ok; ++i) {
-    if (std::isinf(ref.lse[i]))
-      lse_ok = std::isinf(lse[i]) && lse[i] < 0;
-    else
-      lse_ok = std::abs(lse[i] - ref.lse[i]) <= 1e-5 * (1 + std::abs(ref.lse[i]));
-    bad = i;
-  }
-  INFO("lse index " << bad);
-  REQUIRE(lse_ok);
-}
 
 //! Runs sliding_window_attention on a random problem and checks it against the reference.
 template <class T>
