@@ -1,4 +1,4 @@
-// Lossless end to end (issue #6 item 4), drafter = chain (1-layer LLaMA) in multi-draft mode: k = 3 independent drafts sampled from q (at temperature 1 for a greedy request), first tokens with replacement: for each tree builder x verifier below, at
+// Lossless end to end (issue #6 item 4), drafter = chain (1-layer LLaMA) in multi-draft mode: k = 3 independent drafts sampled from q (at temperature 0.5 for a greedy request), first tokens with replacement: for each tree builder x verifier below, at
 // temperature 0, the decoder's output equals the double-precision reference LLaMA's own autoregressive
 // greedy output token for token over 1000 new tokens, for each of 3 seeds (different weights and
 // prompts), with tau > 1 every time (lossless_util.hpp).
