@@ -126,19 +126,33 @@ void BM_tree_attention(benchmark::State& st) {
   set_counters(st, p.tree_bytes() + p.qo_bytes(), p.tree_flops());
 }
 
+//! Two partials and the output of a merge of n tokens x kHq heads.
+template <class T>
+struct merge_problem {
+  explicit merge_problem(int tokens)
+      : n(tokens),
+        a(static_cast<std::size_t>(n) * kHq * kD, specdec::from_float<T>(0.5f)),
+        b(a.size(), specdec::from_float<T>(0.25f)),
+        o(a.size()),
+        la(static_cast<std::size_t>(n) * kHq, 1.0f),
+        lb(la.size(), 2.0f),
+        lo(la.size()) {}
+  auto v3(std::vector<T>& x) const { return specdec::make_view<3>(x.data(), {n, kHq, kD}); }
+  auto v2(std::vector<float>& x) const { return specdec::make_view<2>(x.data(), {n, kHq}); }
+  int n;
+  std::vector<T> a, b, o;
+  std::vector<float> la, lb, lo;
+};
+
 template <class T>
 void BM_lse_merge(benchmark::State& st) {
-  const int n = static_cast<int>(st.range(0));
   const specdec::host pol{.num_threads = static_cast<int>(st.range(1))};
-  std::vector<T> a(static_cast<std::size_t>(n) * kHq * kD, specdec::from_float<T>(0.5f)), b(a.size(), specdec::from_float<T>(0.25f)), o(a.size());
-  std::vector<float> la(static_cast<std::size_t>(n) * kHq, 1.0f), lb(la.size(), 2.0f), lo(la.size());
-  auto v3 = [&](std::vector<T>& x) { return specdec::make_view<3>(x.data(), {n, kHq, kD}); };
-  auto v2 = [&](std::vector<float>& x) { return specdec::make_view<2>(x.data(), {n, kHq}); };
+  merge_problem<T> p(static_cast<int>(st.range(0)));
   for (auto _ : st) {
-    specdec::lse_merge(pol, v3(a), v2(la), v3(b), v2(lb), v3(o), v2(lo));
-    benchmark::DoNotOptimize(o.data());
+    specdec::lse_merge(pol, p.v3(p.a), p.v2(p.la), p.v3(p.b), p.v2(p.lb), p.v3(p.o), p.v2(p.lo));
+    benchmark::DoNotOptimize(p.o.data());
   }
-  set_counters(st, 3.0 * a.size() * sizeof(T) + 12.0 * la.size(), 3.0 * a.size());
+  set_counters(st, 3.0 * p.a.size() * sizeof(T) + 12.0 * p.la.size(), 3.0 * p.a.size());
 }
 
 // ---- roofline: read bandwidth (sum a large array) and FMA peak (independent vector FMAs) ----

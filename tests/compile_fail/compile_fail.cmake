@@ -27,3 +27,22 @@ foreach(_case IN LISTS _cf_cases)
                    -P ${_cf_dir}/run_compile_fail.cmake)
   set_tests_properties(compile_fail.kv_layout_${_name} PROPERTIES LABELS compile_fail TIMEOUT 300)
 endforeach()
+
+# The attention entry points are single templates over the execution policy; calling one with
+# specdec::cuda from a translation unit that did not include the .cuh backend must fail with the
+# backend seam's static_assert (detail/backend.hpp). The control calls the same with specdec::host.
+foreach(_case IN ITEMS "control|" "cuda_without_cuh|USE_CUDA_POLICY|no attention backend for this execution policy")
+  string(REPLACE "|" ";" _parts "${_case}")
+  list(GET _parts 0 _name)
+  list(GET _parts 1 _define)
+  set(_expect "")
+  list(LENGTH _parts _n)
+  if(_n GREATER 2)
+    list(GET _parts 2 _expect)
+  endif()
+  add_test(NAME compile_fail.attention_backend_${_name}
+           COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DSRC=${_cf_dir}/attention_backend_missing.cpp
+                   -DINCLUDE=${PROJECT_SOURCE_DIR}/include -DDEFINE=${_define} "-DEXPECT=${_expect}"
+                   -P ${_cf_dir}/run_compile_fail.cmake)
+  set_tests_properties(compile_fail.attention_backend_${_name} PROPERTIES LABELS compile_fail TIMEOUT 300)
+endforeach()

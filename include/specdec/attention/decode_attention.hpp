@@ -6,15 +6,20 @@
 //! and, over a target model's kv_layout, the cache-free cross-attention of LongSpec §3.1.
 //!
 //! The cache of request r (cache.length(r) tokens) is cut into chunks of options.kv_split_size
-//! tokens (0 = heuristic: see detail::choose_kv_split), each chunk gives a partial (O, LSE), and the
-//! partials are merged by log-sum-exp (lse_merge.hpp, LongSpec Appendix A, Proposition A.1).
+//! tokens (0 = heuristic), each chunk gives a partial (O, LSE), and the partials are merged by
+//! log-sum-exp (lse_merge.hpp, LongSpec Appendix A, Proposition A.1).
+//!
+//! Backends (the execution policy, first argument): specdec::host runs here; specdec::cuda needs
+//! decode_attention.cuh (nvcc). Both validate identically except for the memory-space rules listed
+//! at decode_attention below.
 
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
 
 #include "specdec/attention/attention_params.hpp"
-#include "specdec/attention/detail/host_attention.hpp"
+#include "specdec/attention/detail/backend.hpp"
+#include "specdec/attention/detail/host_entry.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
@@ -22,82 +27,66 @@
 
 namespace specdec {
 
-namespace detail {
-template <class Q, class L, class I>
-struct decode_prepared {
-  using T = std::remove_cv_t<typename Q::element_type>;
-  attention_io_params<T> io;
-  int split = 0;
-};
-
-template <class Q, class L, class I, class O, class LS>
-auto validate_decode(std::string_view fn, const host& policy, const Q& q, const L& cache, const I& q_indptr,
-                     const O* out, const LS* lse, const attention_options& options) {
-  using T = std::remove_cv_t<typename Q::element_type>;
-  require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
-  validate_cache(fn, cache, q);
-  decode_prepared<Q, L, I> d;
-  d.io = validate_io<T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
-  d.split = resolve_kv_split(fn, cache, d.io.num_requests, d.io.num_kv_heads / heads_per_item(d.io),
-                             host_threads(policy),
-                             options.kv_split_size);
-  return d;
-}
-}  // namespace detail
-
 //! Bytes of workspace decode_attention(policy, q, cache, q_indptr, ...) with the same options needs;
-//! pass an attention_workspace at least this large to make the call allocation-free. Validates its
-//! arguments like decode_attention. O(num_requests).
-template <tensor_like Q, kv_layout L, tensor_like I>
-[[nodiscard]] std::size_t decode_attention_workspace_bytes(const host& policy, const Q& q, const L& cache,
+//! pass an attention_workspace at least this large (host memory for specdec::host; device memory,
+//! `attention_workspace(ptr, bytes, memory_space::device)`, for specdec::cuda) to make the call
+//! allocation-free (and, on cuda, graph-capturable). Validates its arguments like decode_attention.
+//! Host: O(num_requests); cuda: O(1), from shapes and the SM count only.
+template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I>
+[[nodiscard]] std::size_t decode_attention_workspace_bytes(const P& policy, const Q& q, const L& cache,
                                                            const I& q_indptr, const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());
   constexpr std::string_view fn = "specdec::decode_attention_workspace_bytes";
   using QT = typename Q::element_type;
-  detail::check_attention_types<QT, typename L::value_type, void, void, std::remove_cv_t<QT>, float,
-                                typename I::element_type, void>(fn);
-  if constexpr (detail::attention_types_ok<QT, typename L::value_type, void, void, std::remove_cv_t<QT>, float,
+  using T = std::remove_cv_t<QT>;
+  detail::check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
+  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, T, float,
                                            typename I::element_type, void>) {
-    const auto d = detail::validate_decode<Q, L, I, strided_view<std::remove_cv_t<QT>, 3>, strided_view<float, 2>>(fn, policy, q, cache, q_indptr, nullptr, nullptr, options);
-    detail::host_plan p;
-    p.num_requests = d.io.num_requests;
-    p.hkv = d.io.num_kv_heads;
-    p.group = d.io.num_qo_heads / d.io.num_kv_heads;
-    p.head_dim = d.io.head_dim;
-    p.split = d.split;
-    p.has_cache = true;
-    return detail::plan_host_attention(p, d.io.q_indptr, [&](int r) { return static_cast<int>(cache.length(r)); },
-                                       nullptr);
+    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, detail::no_out<T>,
+                                                       detail::no_lse, options);
+    return detail::attention_backend<P>::template workspace_bytes<true, false>(fn, policy, io, cache, options);
   } else {
     return 0;
   }
 }
 
-//! Decode attention on the host: for each request r, each of its query tokens
-//! q[q_indptr[r] .. q_indptr[r+1]) and each query head h attends to all cache.length(r) cached
-//! tokens of kv head h / (Hq / Hkv):  out = softmax(scale * q K^T) V,  lse = log sum exp(scale * q K^T)
+//! Decode attention: for each request r, each of its query tokens q[q_indptr[r] .. q_indptr[r+1])
+//! and each query head h attends to all cache.length(r) cached tokens of kv head h / (Hq / Hkv):
+//!   out = softmax(scale * q K^T) V,  lse = log sum exp(scale * q K^T)
 //! (natural log; -inf and out = 0 for a request with an empty cache).
 //!
-//! Arguments: q, out [total_tokens, Hq, D] (same storage type as the cache: float, half or bfloat16;
-//! unit inner stride); lse fp32 [total_tokens, Hq]; q_indptr int32 [cache.num_requests() + 1],
-//! q_indptr[0] = 0, non-decreasing, last = total_tokens; D in {64, 128, 256}; Hq a multiple of
-//! cache.num_kv_heads(); all memory host-accessible. Violations throw specdec::invalid_argument.
+//! Arguments: q, out [total_tokens, Hq, D] (same storage type as the cache; unit inner stride);
+//! lse fp32 [total_tokens, Hq]; q_indptr int32 [cache.num_requests() + 1], q_indptr[0] = 0,
+//! non-decreasing, last = total_tokens; D in {64, 128, 256}; Hq a multiple of
+//! cache.num_kv_heads(). Violations throw specdec::invalid_argument.
+//!   specdec::host: storage float, half or bfloat16 (fp32 accumulation); all memory host-accessible.
+//!     Parallel over (request, kv head, KV split) on the host pool. No allocation with
+//!     options.workspace set.
+//!   specdec::cuda (decode_attention.cuh), enqueued on policy.stream, no host synchronisation:
+//!     storage half or bfloat16 (tensor cores, fp32 accumulation; float throws); every tensor and
+//!     the cache device-accessible, q/out rows 16-byte aligned (data pointer, token and head
+//!     strides multiples of 8 elements), the shipped layouts' base pointers 16-byte aligned;
+//!     q_indptr's values and the cache lengths live on the device and are NOT checked (q_indptr[0]
+//!     == 0, non-decreasing, last == q.extent(0), 0 <= length(r) <= capacity are preconditions);
+//!     options.workspace must be device memory, else a stream-ordered cudaMallocAsync is taken.
+//!     The cache is split so that Hkv x row tiles x chunks CTAs fill every SM twice; a second
+//!     kernel merges the chunks by LSE. CUDA runtime errors throw specdec::cuda_error.
 //! Complexity O(sum_r n_r * L_r * Hq * D) FLOPs, reading each cached K/V row once per (request, kv
-//! head); parallel over (request, kv head, KV split). No allocation with options.workspace set.
-template <tensor_like Q, kv_layout L, tensor_like I, tensor_like O, tensor_like LS>
-void decode_attention(const host& policy, const Q& q, const L& cache, const I& q_indptr, const O& out, const LS& lse,
+//! head) on the host, once per 64-row tile of (token, query head) pairs on cuda.
+template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I, tensor_like O, tensor_like LS>
+void decode_attention(const P& policy, const Q& q, const L& cache, const I& q_indptr, const O& out, const LS& lse,
                       const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());
   constexpr std::string_view fn = "specdec::decode_attention";
   using QT = typename Q::element_type;
-  detail::check_attention_types<QT, typename L::value_type, void, void, typename O::element_type,
+  using T = std::remove_cv_t<QT>;
+  detail::check_attention_types<P, QT, typename L::value_type, void, void, typename O::element_type,
                                 typename LS::element_type, typename I::element_type, void>(fn);
-  if constexpr (detail::attention_types_ok<QT, typename L::value_type, void, void, typename O::element_type,
+  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, typename O::element_type,
                                            typename LS::element_type, typename I::element_type, void>) {
-    const auto d = detail::validate_decode<Q, L, I, O, LS>(fn, policy, q, cache, q_indptr, &out, &lse, options);
-    using T = std::remove_cv_t<QT>;
-    detail::host_attention_entry<true, false, T>(fn, policy, d.io, cache, static_cast<const tree_kv_params<T>*>(nullptr),
-                                                 d.split, options.workspace);
+    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
+    detail::attention_backend<P>::template run<true, false>(fn, policy, io, cache,
+                                                            static_cast<const tree_kv_params<T>*>(nullptr), options);
   }
 }
 

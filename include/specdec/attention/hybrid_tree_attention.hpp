@@ -5,15 +5,22 @@
 //!   (2) the tree tokens themselves under the ancestor mask ("fused_mask_attn"),
 //! and the two (O, LSE) results are merged by log-sum-exp (§3.3 "Aggregation"; correctness is
 //! Proposition A.1 of Appendix A). The result equals attention over concat(cache, tree) K/V with the
-//! full mask [all ones | tree mask]. The host backend runs both parts as work items of one pass and
-//! merges their fp32 partials directly, so no intermediate rounding to the storage type occurs.
+//! full mask [all ones | tree mask]. Both backends run the two parts in one pass (host: work items of
+//! one parallel pass; cuda: parts of one kernel launch) and merge their fp32 partials directly, so no
+//! intermediate rounding to the storage type occurs.
+//!
+//! Backends (the execution policy, first argument): specdec::host runs here; specdec::cuda needs
+//! hybrid_tree_attention.cuh (nvcc). The cuda rules are those listed at decode_attention; in
+//! addition the mask's length and contents are unchecked preconditions on cuda (they depend on
+//! q_indptr's device-side values), while the host checks them.
 
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
 
 #include "specdec/attention/attention_params.hpp"
-#include "specdec/attention/detail/host_attention.hpp"
+#include "specdec/attention/detail/backend.hpp"
+#include "specdec/attention/detail/host_entry.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/execution.hpp"
@@ -23,50 +30,40 @@
 namespace specdec {
 
 //! Bytes of workspace hybrid_tree_attention(policy, q, cache, ..., q_indptr, ...) needs with the same
-//! options; size an attention_workspace with it once to make calls allocation-free. O(requests).
-template <tensor_like Q, kv_layout L, tensor_like I>
-[[nodiscard]] std::size_t hybrid_tree_attention_workspace_bytes(const host& policy, const Q& q, const L& cache,
+//! options (host memory for specdec::host, device memory for specdec::cuda: see
+//! decode_attention_workspace_bytes); size an attention_workspace with it once to make calls
+//! allocation-free. Host: O(requests); cuda: O(1), from shapes only.
+template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I>
+[[nodiscard]] std::size_t hybrid_tree_attention_workspace_bytes(const P& policy, const Q& q, const L& cache,
                                                                 const I& q_indptr,
                                                                 const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());
   constexpr std::string_view fn = "specdec::hybrid_tree_attention_workspace_bytes";
   using QT = typename Q::element_type;
-  detail::check_attention_types<QT, typename L::value_type, void, void, std::remove_cv_t<QT>, float,
-                                typename I::element_type, void>(fn);
-  if constexpr (detail::attention_types_ok<QT, typename L::value_type, void, void, std::remove_cv_t<QT>, float,
+  using T = std::remove_cv_t<QT>;
+  detail::check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
+  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, T, float,
                                            typename I::element_type, void>) {
-    require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
-    detail::validate_cache(fn, cache, q);
-    const auto io = detail::validate_io<std::remove_cv_t<QT>, Q, I, strided_view<std::remove_cv_t<QT>, 3>, strided_view<float, 2>>(
-        fn, q, q_indptr, nullptr, nullptr, cache.num_requests(), cache.num_kv_heads(), options.scale);
-    detail::host_plan p;
-    p.num_requests = io.num_requests;
-    p.hkv = io.num_kv_heads;
-    p.group = io.num_qo_heads / io.num_kv_heads;
-    p.head_dim = io.head_dim;
-    p.split = detail::resolve_kv_split(fn, cache, io.num_requests, io.num_kv_heads / detail::heads_per_item(io),
-                                       detail::host_threads(policy),
-                                       options.kv_split_size);
-    p.has_cache = true;
-    p.has_tree = true;
-    return detail::plan_host_attention(p, io.q_indptr, [&](int r) { return static_cast<int>(cache.length(r)); },
-                                       nullptr);
+    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, detail::no_out<T>,
+                                                       detail::no_lse, options);
+    return detail::attention_backend<P>::template workspace_bytes<true, true>(fn, policy, io, cache, options);
   } else {
     return 0;
   }
 }
 
-//! Hybrid tree attention on the host. For request r with L_r = cache.length(r) cached tokens and
+//! Hybrid tree attention. For request r with L_r = cache.length(r) cached tokens and
 //! n_r = q_indptr[r+1] - q_indptr[r] tree tokens, tree token i and query head h attend to all L_r
 //! cached tokens of kv head h / (Hq / Hkv) plus the tree tokens j with mask bit (i, j) set:
 //!   out = softmax(scale * q [K_cache; K_spec]^T + [0 | mask]) [V_cache; V_spec],  lse = its LSE.
 //!
-//! Arguments (argument order is the public contract; posattn's sliding-window attention calls this
-//! over a ring-buffer layout):
-//!   policy    specdec::host{.num_threads}
-//!   q         [T, Hq, D] tree-token queries (T = total tree tokens), float/half/bfloat16
+//! Arguments (argument order is the public contract; sliding_window_attention calls this over a
+//! ring-buffer layout):
+//!   policy    specdec::host{.num_threads} or specdec::cuda{.stream}
+//!   q         [T, Hq, D] tree-token queries (T = total tree tokens); host: float/half/bfloat16,
+//!             cuda: half/bfloat16
 //!   cache     any kv_layout with num_requests() = R, num_kv_heads() = Hkv, head_dim() = D, same
-//!             value_type as q; host-accessible
+//!             value_type as q
 //!   spec_k    [T, Hkv, D] the tree tokens' own keys (row i of request r = q_indptr[r] + i)
 //!   spec_v    [T, Hkv, D] their values
 //!   q_indptr  int32 [R + 1]
@@ -74,32 +71,28 @@ template <tensor_like Q, kv_layout L, tensor_like I>
 //!   out       [T, Hq, D], same type as q
 //!   lse       fp32 [T, Hq], natural log
 //!   options   scale (0 = 1/sqrt(D)), kv_split_size (0 = heuristic), workspace
-//! Preconditions as for decode_attention and tree_attention (D in {64,128,256}, Hq % Hkv == 0,
-//! mask diagonal set and no bit above it). Complexity O(sum_r n_r (L_r + n_r) Hq D).
-template <tensor_like Q, kv_layout L, tensor_like K, tensor_like V, tensor_like I, tensor_like M, tensor_like O,
-          tensor_like LS>
-void hybrid_tree_attention(const host& policy, const Q& q, const L& cache, const K& spec_k, const V& spec_v,
+//! Preconditions as for decode_attention (memory-space rules per backend there) and tree_attention
+//! (D in {64,128,256}, Hq % Hkv == 0, mask diagonal set and no bit above it: checked on the host).
+//! Complexity O(sum_r n_r (L_r + n_r) Hq D); on cuda each cached K/V row is read once per 64-row tile.
+template <execution_policy P, tensor_like Q, kv_layout L, tensor_like K, tensor_like V, tensor_like I, tensor_like M,
+          tensor_like O, tensor_like LS>
+void hybrid_tree_attention(const P& policy, const Q& q, const L& cache, const K& spec_k, const V& spec_v,
                            const I& q_indptr, const M& mask, const O& out, const LS& lse,
                            const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());
   constexpr std::string_view fn = "specdec::hybrid_tree_attention";
   using QT = typename Q::element_type;
-  using TT = std::remove_cv_t<QT>;
-  detail::check_attention_types<QT, typename L::value_type, typename K::element_type, typename V::element_type,
+  using T = std::remove_cv_t<QT>;
+  detail::check_attention_types<P, QT, typename L::value_type, typename K::element_type, typename V::element_type,
                                 typename O::element_type, typename LS::element_type, typename I::element_type,
                                 typename M::element_type>(fn);
-  if constexpr (detail::attention_types_ok<QT, typename L::value_type, typename K::element_type,
+  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, typename K::element_type,
                                            typename V::element_type, typename O::element_type,
                                            typename LS::element_type, typename I::element_type,
                                            typename M::element_type>) {
-    require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
-    detail::validate_cache(fn, cache, q);
-    const auto io = detail::validate_io<TT>(fn, q, q_indptr, &out, &lse, cache.num_requests(), cache.num_kv_heads(),
-                                            options.scale);
-    const auto tree = detail::validate_tree(fn, io, spec_k, spec_v, mask);
-    const int split = detail::resolve_kv_split(fn, cache, io.num_requests, io.num_kv_heads / detail::heads_per_item(io),
-                                               detail::host_threads(policy), options.kv_split_size);
-    detail::host_attention_entry<true, true, TT>(fn, policy, io, cache, &tree, split, options.workspace);
+    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
+    const auto tree = detail::validate_tree<P>(fn, io, spec_k, spec_v, mask);
+    detail::attention_backend<P>::template run<true, true>(fn, policy, io, cache, &tree, options);
   }
 }
 

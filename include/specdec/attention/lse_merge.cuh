@@ -1,8 +1,9 @@
 #pragma once
 //! \file lse_merge.cuh
-//! CUDA backend of lse_merge (LongSpec §3.3 "Aggregation", Appendix A, Proposition A.1): the
-//! specdec::cuda overloads of the two-way and n-way merges, same arguments and semantics as
-//! lse_merge.hpp (natural-log LSE, -inf = no keys, out/lse_out may alias an input).
+//! The specdec::cuda backend of lse_merge (LongSpec §3.3 "Aggregation", Appendix A, Proposition
+//! A.1): the merge kernel behind the two-way and n-way entry points of lse_merge.hpp, which hold
+//! their documentation (natural-log LSE, -inf = no keys, out/lse_out may alias an input). Include
+//! this header (compiled with nvcc) to call lse_merge with a specdec::cuda policy.
 
 #include <cuda_runtime_api.h>
 
@@ -92,120 +93,14 @@ void launch_lse_merge(const cuda& policy, const lse_merge_params<T>& hp) {
   cuda_check(cudaGetLastError(), "lse_merge_kernel launch");
 }
 
+template <>
+struct merge_backend<cuda> {
+  template <class T>
+  static void run(const cuda& policy, const lse_merge_params<T>& p) {
+    launch_lse_merge(policy, p);
+  }
+};
+
 }  // namespace detail
-
-//! n-way merge on a CUDA device (enqueued on policy.stream, no synchronisation): o_parts [S, tokens,
-//! heads, D] with lse_parts [S, tokens, heads] -> out [tokens, heads, D], lse_out [tokens, heads],
-//! by Proposition A.1 of LongSpec Appendix A. Same preconditions as the host overload except: all
-//! tensors device-accessible (device or managed), storage type half or bfloat16 (float too: the
-//! merge needs no tensor cores), tokens * heads < 2^31. out/lse_out may alias part 0.
-//! O(S * tokens * heads * D) work, one warp per (token, head).
-template <tensor_like OP, tensor_like LP, tensor_like O, tensor_like L>
-void lse_merge(const cuda& policy, const OP& o_parts, const LP& lse_parts, const O& out, const L& lse_out) {
-  constexpr std::string_view fn = "specdec::lse_merge";
-  detail::validate_merge_types<OP, LP, O, L>(fn, "o_parts", "lse_parts");
-  using T = std::remove_cv_t<typename O::element_type>;
-  if constexpr (detail::attention_storage_v<T> && std::is_same_v<std::remove_cv_t<typename OP::element_type>, T>) {
-    detail::require_rank<OP>(fn, "o_parts", 4);
-    detail::require_rank<LP>(fn, "lse_parts", 3);
-    detail::require_rank<O>(fn, "out", 3);
-    detail::require_rank<L>(fn, "lse_out", 2);
-    detail::require_device_accessible(fn, "o_parts", o_parts);
-    detail::require_device_accessible(fn, "lse_parts", lse_parts);
-    detail::require_device_accessible(fn, "out", out);
-    detail::require_device_accessible(fn, "lse_out", lse_out);
-    const std::int64_t s = o_parts.extent(0), n = o_parts.extent(1), h = o_parts.extent(2), d = o_parts.extent(3);
-    require(supported_head_dim(d), fn, "o_parts", "head_dim (extent 3) of 64, 128 or 256", d);
-    require(s >= 1, fn, "o_parts", "at least one part (extent 0)", s);
-    require(n * h <= INT32_MAX, fn, "o_parts", "tokens * heads below 2^31 (cuda backend)", n * h);
-    require_shape(fn, "lse_parts", lse_parts, {s, n, h});
-    require_shape(fn, "out", out, {n, h, d});
-    require_shape(fn, "lse_out", lse_out, {n, h});
-    require_unit_inner_stride(fn, "o_parts", o_parts);
-    require_unit_inner_stride(fn, "out", out);
-    detail::lse_merge_params<T> p;
-    p.o_parts = static_cast<const T*>(o_parts.data());
-    p.o_stride_part = o_parts.stride(0);
-    p.o_stride_token = o_parts.stride(1);
-    p.o_stride_head = o_parts.stride(2);
-    p.lse_parts = static_cast<const float*>(lse_parts.data());
-    p.lse_stride_part = lse_parts.stride(0);
-    p.lse_stride_token = lse_parts.stride(1);
-    p.lse_stride_head = lse_parts.stride(2);
-    p.o = const_cast<T*>(static_cast<const T*>(out.data()));
-    p.out_stride_token = out.stride(0);
-    p.out_stride_head = out.stride(1);
-    p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
-    p.lse_out_stride_token = lse_out.stride(0);
-    p.lse_out_stride_head = lse_out.stride(1);
-    p.num_parts = static_cast<int>(s);
-    p.tokens = static_cast<int>(n);
-    p.heads = static_cast<int>(h);
-    p.head_dim = static_cast<int>(d);
-    detail::launch_lse_merge(policy, p);
-  }
-}
-
-//! Two-way merge on a CUDA device (LongSpec Appendix A, Proposition A.1): (o_a, lse_a) and (o_b,
-//! lse_b) -> (out, lse_out); out may alias o_a or o_b, lse_out lse_a or lse_b. Both -inf -> out = 0,
-//! lse_out = -inf. Preconditions as the n-way cuda overload. O(tokens * heads * D).
-template <tensor_like OA, tensor_like LA, tensor_like OB, tensor_like LB, tensor_like O, tensor_like L>
-void lse_merge(const cuda& policy, const OA& o_a, const LA& lse_a, const OB& o_b, const LB& lse_b, const O& out,
-               const L& lse_out) {
-  constexpr std::string_view fn = "specdec::lse_merge";
-  detail::validate_merge_types<OA, LA, O, L>(fn, "o_a", "lse_a");
-  detail::validate_merge_types<OB, LB, O, L>(fn, "o_b", "lse_b");
-  using T = std::remove_cv_t<typename O::element_type>;
-  if constexpr (detail::attention_storage_v<T> && std::is_same_v<std::remove_cv_t<typename OA::element_type>, T> &&
-                std::is_same_v<std::remove_cv_t<typename OB::element_type>, T>) {
-    detail::require_rank<OA>(fn, "o_a", 3);
-    detail::require_rank<OB>(fn, "o_b", 3);
-    detail::require_rank<LA>(fn, "lse_a", 2);
-    detail::require_rank<LB>(fn, "lse_b", 2);
-    detail::require_rank<O>(fn, "out", 3);
-    detail::require_rank<L>(fn, "lse_out", 2);
-    detail::require_device_accessible(fn, "o_a", o_a);
-    detail::require_device_accessible(fn, "o_b", o_b);
-    detail::require_device_accessible(fn, "lse_a", lse_a);
-    detail::require_device_accessible(fn, "lse_b", lse_b);
-    detail::require_device_accessible(fn, "out", out);
-    detail::require_device_accessible(fn, "lse_out", lse_out);
-    const std::int64_t n = o_a.extent(0), h = o_a.extent(1), d = o_a.extent(2);
-    require(supported_head_dim(d), fn, "o_a", "head_dim (extent 2) of 64, 128 or 256", d);
-    require(n * h <= INT32_MAX, fn, "o_a", "tokens * heads below 2^31 (cuda backend)", n * h);
-    require_shape(fn, "o_b", o_b, {n, h, d});
-    require_shape(fn, "lse_a", lse_a, {n, h});
-    require_shape(fn, "lse_b", lse_b, {n, h});
-    require_shape(fn, "out", out, {n, h, d});
-    require_shape(fn, "lse_out", lse_out, {n, h});
-    require_unit_inner_stride(fn, "o_a", o_a);
-    require_unit_inner_stride(fn, "o_b", o_b);
-    require_unit_inner_stride(fn, "out", out);
-    detail::lse_merge_params<T> p;
-    p.o_parts = static_cast<const T*>(o_a.data());
-    p.o_stride_token = o_a.stride(0);
-    p.o_stride_head = o_a.stride(1);
-    p.lse_parts = static_cast<const float*>(lse_a.data());
-    p.lse_stride_token = lse_a.stride(0);
-    p.lse_stride_head = lse_a.stride(1);
-    p.o_b = static_cast<const T*>(o_b.data());
-    p.o_b_stride_token = o_b.stride(0);
-    p.o_b_stride_head = o_b.stride(1);
-    p.lse_b = static_cast<const float*>(lse_b.data());
-    p.lse_b_stride_token = lse_b.stride(0);
-    p.lse_b_stride_head = lse_b.stride(1);
-    p.o = const_cast<T*>(static_cast<const T*>(out.data()));
-    p.out_stride_token = out.stride(0);
-    p.out_stride_head = out.stride(1);
-    p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
-    p.lse_out_stride_token = lse_out.stride(0);
-    p.lse_out_stride_head = lse_out.stride(1);
-    p.num_parts = 2;
-    p.tokens = static_cast<int>(n);
-    p.heads = static_cast<int>(h);
-    p.head_dim = static_cast<int>(d);
-    detail::launch_lse_merge(policy, p);
-  }
-}
 
 }  // namespace specdec

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/backend.hpp"
 #include "specdec/attention/detail/host_attention.hpp"
 #include "specdec/attention/detail/simd.hpp"
 #include "specdec/attention/detail/validate.hpp"
@@ -133,119 +134,148 @@ void validate_merge_types(std::string_view fn, std::string_view o_name, std::str
   require_element_type<float, typename L::element_type>(fn, "lse_out", "float32");
 }
 
+//! True when the element types of a merge are valid (see validate_merge_types, which names the
+//! offending argument when they are not). Both backends take float, half and bfloat16: the merge
+//! needs no tensor cores.
+template <class OP, class O>
+inline constexpr bool merge_types_ok = attention_storage_v<std::remove_cv_t<typename O::element_type>> &&
+                                       std::is_same_v<std::remove_cv_t<typename OP::element_type>,
+                                                      std::remove_cv_t<typename O::element_type>>;
+
+//! Shape / space / stride checks of the output pair and the fill of the output fields; shared by
+//! the n-way and two-way overloads of both backends.
+template <class Policy, class T, class O, class L>
+void validate_merge_out(std::string_view fn, std::string_view ref_name, const O& out, const L& lse_out,
+                        std::int64_t n, std::int64_t h, std::int64_t d, lse_merge_params<T>& p) {
+  require_rank<O>(fn, "out", 3);
+  require_rank<L>(fn, "lse_out", 2);
+  require_accessible<Policy>(fn, "out", out);
+  require_accessible<Policy>(fn, "lse_out", lse_out);
+  if constexpr (on_device_v<Policy>)
+    require(n * h <= INT32_MAX, fn, ref_name, "tokens * heads below 2^31 (cuda backend)", n * h);
+  require_shape(fn, "out", out, {n, h, d});
+  require_shape(fn, "lse_out", lse_out, {n, h});
+  require_unit_inner_stride(fn, "out", out);
+  p.o = const_cast<T*>(static_cast<const T*>(out.data()));
+  p.out_stride_token = out.stride(0);
+  p.out_stride_head = out.stride(1);
+  p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
+  p.lse_out_stride_token = lse_out.stride(0);
+  p.lse_out_stride_head = lse_out.stride(1);
+  p.tokens = static_cast<int>(n);
+  p.heads = static_cast<int>(h);
+  p.head_dim = static_cast<int>(d);
+}
+
+//! Validates an n-way merge's arguments (types checked by the caller) and fills its params.
+template <class Policy, class OP, class LP, class O, class L, class T = std::remove_cv_t<typename O::element_type>>
+lse_merge_params<T> validate_merge(std::string_view fn, const OP& o_parts, const LP& lse_parts, const O& out,
+                                   const L& lse_out) {
+  require_rank<OP>(fn, "o_parts", 4);
+  require_rank<LP>(fn, "lse_parts", 3);
+  require_accessible<Policy>(fn, "o_parts", o_parts);
+  require_accessible<Policy>(fn, "lse_parts", lse_parts);
+  const std::int64_t s = o_parts.extent(0), n = o_parts.extent(1), h = o_parts.extent(2), d = o_parts.extent(3);
+  require(supported_head_dim(d), fn, "o_parts", "head_dim (extent 3) of 64, 128 or 256", d);
+  require(s >= 1, fn, "o_parts", "at least one part (extent 0)", s);
+  require_shape(fn, "lse_parts", lse_parts, {s, n, h});
+  require_unit_inner_stride(fn, "o_parts", o_parts);
+  lse_merge_params<T> p;
+  validate_merge_out<Policy>(fn, "o_parts", out, lse_out, n, h, d, p);
+  p.o_parts = static_cast<const T*>(o_parts.data());
+  p.o_stride_part = o_parts.stride(0);
+  p.o_stride_token = o_parts.stride(1);
+  p.o_stride_head = o_parts.stride(2);
+  p.lse_parts = static_cast<const float*>(lse_parts.data());
+  p.lse_stride_part = lse_parts.stride(0);
+  p.lse_stride_token = lse_parts.stride(1);
+  p.lse_stride_head = lse_parts.stride(2);
+  p.num_parts = static_cast<int>(s);
+  return p;
+}
+
+//! Validates a two-way merge's arguments (types checked by the caller) and fills its params.
+template <class Policy, class OA, class LA, class OB, class LB, class O, class L,
+          class T = std::remove_cv_t<typename O::element_type>>
+lse_merge_params<T> validate_merge2(std::string_view fn, const OA& o_a, const LA& lse_a, const OB& o_b,
+                                    const LB& lse_b, const O& out, const L& lse_out) {
+  require_rank<OA>(fn, "o_a", 3);
+  require_rank<OB>(fn, "o_b", 3);
+  require_rank<LA>(fn, "lse_a", 2);
+  require_rank<LB>(fn, "lse_b", 2);
+  require_accessible<Policy>(fn, "o_a", o_a);
+  require_accessible<Policy>(fn, "o_b", o_b);
+  require_accessible<Policy>(fn, "lse_a", lse_a);
+  require_accessible<Policy>(fn, "lse_b", lse_b);
+  const std::int64_t n = o_a.extent(0), h = o_a.extent(1), d = o_a.extent(2);
+  require(supported_head_dim(d), fn, "o_a", "head_dim (extent 2) of 64, 128 or 256", d);
+  require_shape(fn, "o_b", o_b, {n, h, d});
+  require_shape(fn, "lse_a", lse_a, {n, h});
+  require_shape(fn, "lse_b", lse_b, {n, h});
+  require_unit_inner_stride(fn, "o_a", o_a);
+  require_unit_inner_stride(fn, "o_b", o_b);
+  lse_merge_params<T> p;
+  validate_merge_out<Policy>(fn, "o_a", out, lse_out, n, h, d, p);
+  p.o_parts = static_cast<const T*>(o_a.data());
+  p.o_stride_token = o_a.stride(0);
+  p.o_stride_head = o_a.stride(1);
+  p.lse_parts = static_cast<const float*>(lse_a.data());
+  p.lse_stride_token = lse_a.stride(0);
+  p.lse_stride_head = lse_a.stride(1);
+  p.o_b = static_cast<const T*>(o_b.data());
+  p.o_b_stride_token = o_b.stride(0);
+  p.o_b_stride_head = o_b.stride(1);
+  p.lse_b = static_cast<const float*>(lse_b.data());
+  p.lse_b_stride_token = lse_b.stride(0);
+  p.lse_b_stride_head = lse_b.stride(1);
+  p.num_parts = 2;
+  return p;
+}
+
+template <>
+struct merge_backend<host> {
+  template <class T>
+  static void run(const host& policy, const lse_merge_params<T>& p) {
+    lse_merge_host(policy, p);
+  }
+};
+
 }  // namespace detail
 
 //! n-way merge of split partials: o_parts [S, tokens, heads, D] with lse_parts [S, tokens, heads]
 //! (natural log) -> out [tokens, heads, D], lse_out [tokens, heads]. Applies Proposition A.1 of
 //! LongSpec Appendix A by induction over the S parts. Preconditions: same storage type for o_parts
-//! and out (float, half or bfloat16), fp32 LSEs, D in {64, 128, 256}, unit inner strides, host memory;
-//! out/lse_out may alias part 0. Complexity O(S * tokens * heads * D), parallel over tokens.
-template <tensor_like OP, tensor_like LP, tensor_like O, tensor_like L>
-void lse_merge(const host& policy, const OP& o_parts, const LP& lse_parts, const O& out, const L& lse_out) {
+//! and out (float, half or bfloat16 on both backends: the merge needs no tensor cores), fp32 LSEs,
+//! D in {64, 128, 256}, unit inner strides; out/lse_out may alias part 0.
+//!   specdec::host: host-accessible memory; parallel over tokens.
+//!   specdec::cuda (lse_merge.cuh): device-accessible memory, tokens * heads < 2^31, enqueued on
+//!     policy.stream, one warp per (token, head), no scratch.
+//! Complexity O(S * tokens * heads * D).
+template <execution_policy P, tensor_like OP, tensor_like LP, tensor_like O, tensor_like L>
+void lse_merge(const P& policy, const OP& o_parts, const LP& lse_parts, const O& out, const L& lse_out) {
   constexpr std::string_view fn = "specdec::lse_merge";
   detail::validate_merge_types<OP, LP, O, L>(fn, "o_parts", "lse_parts");
-  using T = std::remove_cv_t<typename O::element_type>;
-  if constexpr (detail::attention_storage_v<T> && std::is_same_v<std::remove_cv_t<typename OP::element_type>, T>) {
-    detail::require_rank<OP>(fn, "o_parts", 4);
-    detail::require_rank<LP>(fn, "lse_parts", 3);
-    detail::require_rank<O>(fn, "out", 3);
-    detail::require_rank<L>(fn, "lse_out", 2);
-    require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
-    require_host_accessible(fn, "o_parts", o_parts);
-    require_host_accessible(fn, "lse_parts", lse_parts);
-    require_host_accessible(fn, "out", out);
-    require_host_accessible(fn, "lse_out", lse_out);
-    const std::int64_t s = o_parts.extent(0), n = o_parts.extent(1), h = o_parts.extent(2), d = o_parts.extent(3);
-    require(supported_head_dim(d), fn, "o_parts", "head_dim (extent 3) of 64, 128 or 256", d);
-    require(s >= 1, fn, "o_parts", "at least one part (extent 0)", s);
-    require_shape(fn, "lse_parts", lse_parts, {s, n, h});
-    require_shape(fn, "out", out, {n, h, d});
-    require_shape(fn, "lse_out", lse_out, {n, h});
-    require_unit_inner_stride(fn, "o_parts", o_parts);
-    require_unit_inner_stride(fn, "out", out);
-    detail::lse_merge_params<T> p;
-    p.o_parts = static_cast<const T*>(o_parts.data());
-    p.o_stride_part = o_parts.stride(0);
-    p.o_stride_token = o_parts.stride(1);
-    p.o_stride_head = o_parts.stride(2);
-    p.lse_parts = static_cast<const float*>(lse_parts.data());
-    p.lse_stride_part = lse_parts.stride(0);
-    p.lse_stride_token = lse_parts.stride(1);
-    p.lse_stride_head = lse_parts.stride(2);
-    p.o = const_cast<T*>(static_cast<const T*>(out.data()));
-    p.out_stride_token = out.stride(0);
-    p.out_stride_head = out.stride(1);
-    p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
-    p.lse_out_stride_token = lse_out.stride(0);
-    p.lse_out_stride_head = lse_out.stride(1);
-    p.num_parts = static_cast<int>(s);
-    p.tokens = static_cast<int>(n);
-    p.heads = static_cast<int>(h);
-    p.head_dim = static_cast<int>(d);
-    detail::lse_merge_host(policy, p);
+  if constexpr (detail::merge_types_ok<OP, O>) {
+    detail::validate_policy(fn, policy);
+    detail::merge_backend<P>::run(policy, detail::validate_merge<P>(fn, o_parts, lse_parts, out, lse_out));
   }
 }
 
 //! Two-way merge (LongSpec Appendix A, Proposition A.1): (o_a, lse_a) and (o_b, lse_b), each
 //! [tokens, heads, D] / [tokens, heads], natural-log LSE, -> (out, lse_out). out may alias o_a or
 //! o_b and lse_out may alias lse_a or lse_b (in-place accumulation). Both -inf -> out = 0,
-//! lse_out = -inf, never NaN. Preconditions as for the n-way overload. Complexity O(tokens*heads*D).
-template <tensor_like OA, tensor_like LA, tensor_like OB, tensor_like LB, tensor_like O, tensor_like L>
-void lse_merge(const host& policy, const OA& o_a, const LA& lse_a, const OB& o_b, const LB& lse_b, const O& out,
+//! lse_out = -inf, never NaN. Preconditions and backends as for the n-way overload.
+//! Complexity O(tokens * heads * D).
+template <execution_policy P, tensor_like OA, tensor_like LA, tensor_like OB, tensor_like LB, tensor_like O,
+          tensor_like L>
+void lse_merge(const P& policy, const OA& o_a, const LA& lse_a, const OB& o_b, const LB& lse_b, const O& out,
                const L& lse_out) {
   constexpr std::string_view fn = "specdec::lse_merge";
   detail::validate_merge_types<OA, LA, O, L>(fn, "o_a", "lse_a");
   detail::validate_merge_types<OB, LB, O, L>(fn, "o_b", "lse_b");
-  using T = std::remove_cv_t<typename O::element_type>;
-  if constexpr (detail::attention_storage_v<T> && std::is_same_v<std::remove_cv_t<typename OA::element_type>, T> &&
-                std::is_same_v<std::remove_cv_t<typename OB::element_type>, T>) {
-    detail::require_rank<OA>(fn, "o_a", 3);
-    detail::require_rank<OB>(fn, "o_b", 3);
-    detail::require_rank<LA>(fn, "lse_a", 2);
-    detail::require_rank<LB>(fn, "lse_b", 2);
-    detail::require_rank<O>(fn, "out", 3);
-    detail::require_rank<L>(fn, "lse_out", 2);
-    require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
-    require_host_accessible(fn, "o_a", o_a);
-    require_host_accessible(fn, "o_b", o_b);
-    require_host_accessible(fn, "lse_a", lse_a);
-    require_host_accessible(fn, "lse_b", lse_b);
-    require_host_accessible(fn, "out", out);
-    require_host_accessible(fn, "lse_out", lse_out);
-    const std::int64_t n = o_a.extent(0), h = o_a.extent(1), d = o_a.extent(2);
-    require(supported_head_dim(d), fn, "o_a", "head_dim (extent 2) of 64, 128 or 256", d);
-    require_shape(fn, "o_b", o_b, {n, h, d});
-    require_shape(fn, "lse_a", lse_a, {n, h});
-    require_shape(fn, "lse_b", lse_b, {n, h});
-    require_shape(fn, "out", out, {n, h, d});
-    require_shape(fn, "lse_out", lse_out, {n, h});
-    require_unit_inner_stride(fn, "o_a", o_a);
-    require_unit_inner_stride(fn, "o_b", o_b);
-    require_unit_inner_stride(fn, "out", out);
-    detail::lse_merge_params<T> p;
-    p.o_parts = static_cast<const T*>(o_a.data());
-    p.o_stride_token = o_a.stride(0);
-    p.o_stride_head = o_a.stride(1);
-    p.lse_parts = static_cast<const float*>(lse_a.data());
-    p.lse_stride_token = lse_a.stride(0);
-    p.lse_stride_head = lse_a.stride(1);
-    p.o_b = static_cast<const T*>(o_b.data());
-    p.o_b_stride_token = o_b.stride(0);
-    p.o_b_stride_head = o_b.stride(1);
-    p.lse_b = static_cast<const float*>(lse_b.data());
-    p.lse_b_stride_token = lse_b.stride(0);
-    p.lse_b_stride_head = lse_b.stride(1);
-    p.o = const_cast<T*>(static_cast<const T*>(out.data()));
-    p.out_stride_token = out.stride(0);
-    p.out_stride_head = out.stride(1);
-    p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
-    p.lse_out_stride_token = lse_out.stride(0);
-    p.lse_out_stride_head = lse_out.stride(1);
-    p.num_parts = 2;
-    p.tokens = static_cast<int>(n);
-    p.heads = static_cast<int>(h);
-    p.head_dim = static_cast<int>(d);
-    detail::lse_merge_host(policy, p);
+  if constexpr (detail::merge_types_ok<OA, O> && detail::merge_types_ok<OB, O>) {
+    detail::validate_policy(fn, policy);
+    detail::merge_backend<P>::run(policy, detail::validate_merge2<P>(fn, o_a, lse_a, o_b, lse_b, out, lse_out));
   }
 }
 

@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/backend.hpp"
 #include "specdec/attention/detail/cuda_common.cuh"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/config.hpp"
@@ -588,5 +589,24 @@ void run_cuda_attention(std::string_view fn, const cuda& policy, const attention
     default: throw_invalid_argument(fn, "q", "head_dim (extent 2) of 64, 128 or 256", io.head_dim);
   }
 }
+
+//! The cuda backend of the attention entry points (see backend.hpp). The workspace depends only on
+//! shapes and the SM count, never on device data.
+template <>
+struct attention_backend<cuda> {
+  template <bool HasCache, bool HasTree, class T, class L>
+  [[nodiscard]] static std::size_t workspace_bytes(std::string_view fn, const cuda&, const attention_io_params<T>& io,
+                                                   const L&, const attention_options&) {
+    return plan_cuda_attention(fn, HasCache, HasTree, io.total_tokens, io.num_requests, io.num_qo_heads,
+                               io.num_kv_heads, io.head_dim)
+        .bytes();
+  }
+
+  template <bool HasCache, bool HasTree, class T, class L>
+  static void run(std::string_view fn, const cuda& policy, const attention_io_params<T>& io, const L& cache,
+                  const tree_kv_params<T>* tree, const attention_options& options) {
+    run_cuda_attention<HasCache, HasTree, T>(fn, policy, io, cache, tree, options);
+  }
+};
 
 }  // namespace specdec::detail

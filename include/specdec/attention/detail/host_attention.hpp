@@ -651,12 +651,10 @@ void run_host_attention(const host& policy, const attention_io_params<T>& io, co
   }
 }
 
-//! Sizes/obtains the workspace for a call and runs it. With a caller workspace: checks its size and
-//! memory space (no allocation); otherwise allocates one internally.
+//! Bytes of scratch host_attention_entry<HasCache, HasTree> needs for these io params and split:
+//! the plan it builds. `cache` is a kv_layout, or no_cache when HasCache is false. O(requests).
 template <bool HasCache, bool HasTree, class T, class Layout>
-void host_attention_entry(std::string_view fn, const host& policy, const attention_io_params<T>& io,
-                          const Layout& cache, const tree_kv_params<T>* tree, int split,
-                          attention_workspace* ws) {
+[[nodiscard]] std::size_t host_attention_bytes(const attention_io_params<T>& io, const Layout& cache, int split) {
   host_plan p;
   p.num_requests = io.num_requests;
   p.hkv = io.num_kv_heads;
@@ -666,10 +664,19 @@ void host_attention_entry(std::string_view fn, const host& policy, const attenti
   p.has_cache = HasCache;
   p.has_tree = HasTree;
   p.heads_per_item = heads_per_item(io);
-  const std::size_t need = plan_host_attention(p, io.q_indptr, [&](int r) {
+  return plan_host_attention(p, io.q_indptr, [&](int r) {
     if constexpr (HasCache) return static_cast<int>(cache.length(r));
     else return 0 * r;
   }, nullptr);
+}
+
+//! Sizes/obtains the workspace for a call and runs it. With a caller workspace: checks its size and
+//! memory space (no allocation); otherwise allocates one internally.
+template <bool HasCache, bool HasTree, class T, class Layout>
+void host_attention_entry(std::string_view fn, const host& policy, const attention_io_params<T>& io,
+                          const Layout& cache, const tree_kv_params<T>* tree, int split,
+                          attention_workspace* ws) {
+  const std::size_t need = host_attention_bytes<HasCache, HasTree>(io, cache, split);
   if (io.total_tokens == 0) return;
   if (ws != nullptr) {
     require(host_accessible(ws->space()), fn, "options.workspace", "host-accessible memory", ws->space());

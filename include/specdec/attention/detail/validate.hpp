@@ -1,18 +1,25 @@
 #pragma once
 //! \file validate.hpp
-//! Host-side validation shared by the attention entry points. Every check throws
-//! specdec::invalid_argument naming the function, the argument, the expectation and the value.
+//! Argument validation shared by the attention entry points of every backend. It runs on the host
+//! before any work and throws specdec::invalid_argument naming the function, the argument, the
+//! expectation and the value. The execution policy (host or cuda) selects the memory-space rules:
+//!   host  tensors host-accessible; q_indptr values, cache lengths and mask words are read and checked.
+//!   cuda  tensors device-accessible with 16-byte aligned rows (the kernels copy 16-byte chunks),
+//!         16-bit storage, 32-bit grid limits; device data is never read, so q_indptr values,
+//!         cache lengths and mask contents are documented preconditions there.
 
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
@@ -34,6 +41,54 @@ inline constexpr bool attention_storage_v =
     std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, half> ||
     std::is_same_v<std::remove_cv_t<T>, bfloat16>;
 
+//! True when validation follows the cuda backend's rules (device memory, no reads of device data).
+template <class Policy>
+inline constexpr bool on_device_v = std::is_same_v<std::remove_cvref_t<Policy>, cuda>;
+
+//! Storage types the attention kernels of Policy are instantiated for: the cuda kernels run on the
+//! tensor cores, which take 16-bit inputs only.
+template <class Policy, class T>
+inline constexpr bool storage_ok_v =
+    on_device_v<Policy> ? (std::is_same_v<std::remove_cv_t<T>, half> || std::is_same_v<std::remove_cv_t<T>, bfloat16>)
+                        : attention_storage_v<T>;
+
+template <class Policy>
+[[nodiscard]] constexpr const char* storage_expectation() {
+  return on_device_v<Policy> ? "element type float16 or bfloat16 (the cuda backend has no fp32 kernels; use host)"
+                             : "element type float32, float16 or bfloat16";
+}
+
+//! Throws unless `v` lives where Policy's kernels can dereference it.
+template <class Policy, class V>
+void require_accessible(std::string_view fn, std::string_view argument, const V& v) {
+  if constexpr (on_device_v<Policy>)
+    require(device_accessible(v.space()), fn, argument, "device-accessible memory (device or managed)", v.space());
+  else
+    require_host_accessible(fn, argument, v);
+}
+
+//! The cuda kernels copy 16-byte chunks of head_dim rows: a row's start must be 16-byte aligned,
+//! so the data pointer must be and the outer strides must be multiples of 16 bytes.
+template <class V>
+void require_rows_16b_aligned(std::string_view fn, std::string_view argument, const V& v) {
+  constexpr std::int64_t per16 = 16 / static_cast<std::int64_t>(sizeof(typename V::element_type));
+  const auto addr = reinterpret_cast<std::uintptr_t>(v.data());
+  require(addr % 16 == 0, fn, argument, "a 16-byte aligned data pointer (cuda backend)",
+          "address % 16 = " + std::to_string(addr % 16));
+  for (int i = 0; i + 1 < V::rank; ++i)
+    require(v.stride(i) % per16 == 0 || v.extent(i) <= 1, fn, argument,
+            "strides in dimension " + std::to_string(i) + " that are multiples of " + std::to_string(per16) +
+                " elements (16-byte rows)",
+            v.stride(i));
+}
+
+//! Checks of the policy object itself.
+template <class Policy>
+void validate_policy(std::string_view fn, const Policy& policy) {
+  if constexpr (!on_device_v<Policy>) require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
+  else (void)policy, (void)fn;
+}
+
 //! Throws unless element type T of `argument` is exactly Want (cv ignored).
 template <class Want, class T>
 void require_element_type(std::string_view fn, std::string_view argument, std::string_view what) {
@@ -47,19 +102,27 @@ void require_rank(std::string_view fn, std::string_view argument, int want) {
     throw_invalid_argument(fn, argument, "a tensor of rank " + std::to_string(want), V::rank);
 }
 
+//! Typed null out / lse arguments for the *_workspace_bytes queries, which validate q and q_indptr
+//! like their calls but have no outputs.
+template <class T>
+inline constexpr const strided_view<T, 3>* no_out = nullptr;
+inline constexpr const strided_view<float, 2>* no_lse = nullptr;
+
 //! Validates q, q_indptr, out, lse (types already checked by the caller) and fills the io params.
-//! `num_requests` is the layout's request count (or -1: take it from q_indptr's extent).
-template <class T, class Q, class I, class O, class LS>
+//! `num_requests` is the layout's request count (or -1: take it from q_indptr's extent). On the
+//! host q_indptr's values are checked (q_indptr[0] == 0, non-decreasing, last == q.extent(0));
+//! on the device they are a precondition.
+template <class Policy, class T, class Q, class I, class O, class LS>
 attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_indptr, const O* out, const LS* lse,
                                    int num_requests, int num_kv_heads, float scale) {
   require_rank<Q>(fn, "q", 3);
   require_rank<O>(fn, "out", 3);
   require_rank<LS>(fn, "lse", 2);
   require_rank<I>(fn, "q_indptr", 1);
-  require_host_accessible(fn, "q", q);
-  if (out) require_host_accessible(fn, "out", *out);
-  if (lse) require_host_accessible(fn, "lse", *lse);
-  require_host_accessible(fn, "q_indptr", q_indptr);
+  require_accessible<Policy>(fn, "q", q);
+  if (out) require_accessible<Policy>(fn, "out", *out);
+  if (lse) require_accessible<Policy>(fn, "lse", *lse);
+  require_accessible<Policy>(fn, "q_indptr", q_indptr);
   const std::int64_t tokens = q.extent(0), hq = q.extent(1), d = q.extent(2);
   require(supported_head_dim(d), fn, "q", "head_dim (extent 2) of 64, 128 or 256", d);
   require(hq > 0, fn, "q", "at least one query head (extent 1)", hq);
@@ -69,10 +132,20 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
                                std::to_string(num_kv_heads) + ")",
                            hq);
   require(tokens <= INT32_MAX, fn, "q", "at most 2^31-1 tokens", tokens);
+  if constexpr (on_device_v<Policy>) {
+    require(num_kv_heads <= 65535, fn, "q", "at most 65535 kv heads (cuda grid limit)", num_kv_heads);
+    require(tokens * hq <= INT32_MAX, fn, "q", "tokens * heads below 2^31 on the cuda backend", tokens * hq);
+  }
   require_unit_inner_stride(fn, "q", q);
   if (out) {
     require_shape(fn, "out", *out, {tokens, hq, d});
     require_unit_inner_stride(fn, "out", *out);
+  }
+  if constexpr (on_device_v<Policy>) {
+    if (tokens > 0) {
+      require_rows_16b_aligned(fn, "q", q);
+      if (out) require_rows_16b_aligned(fn, "out", *out);
+    }
   }
   if (lse) require_shape(fn, "lse", *lse, {tokens, hq});
   if (num_requests < 0) num_requests = static_cast<int>(q_indptr.extent(0)) - 1;
@@ -81,18 +154,20 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   const auto* ip = static_cast<const std::int32_t*>(q_indptr.data());
   const std::int64_t ips = q_indptr.stride(0);
   require(ip != nullptr, fn, "q_indptr", "non-null data", "nullptr");
-  require(ip[0] == 0, fn, "q_indptr", "q_indptr[0] == 0", ip[0]);
-  for (int r = 0; r < num_requests; ++r)
-    if (ip[(r + 1) * ips] < ip[r * ips])
-      throw_invalid_argument(fn, "q_indptr",
-                             "non-decreasing values (at index " + std::to_string(r + 1) + ", previous " +
-                                 std::to_string(ip[r * ips]) + ")",
-                             ip[(r + 1) * ips]);
-  if (ip[num_requests * ips] != tokens)
-    throw_invalid_argument(fn, "q_indptr",
-                           "last value equal to the number of query tokens q.extent(0) = " + std::to_string(tokens),
-                           ip[num_requests * ips]);
   require(ips == 1 || num_requests == 0, fn, "q_indptr", "unit stride", ips);
+  if constexpr (!on_device_v<Policy>) {
+    require(ip[0] == 0, fn, "q_indptr", "q_indptr[0] == 0", ip[0]);
+    for (int r = 0; r < num_requests; ++r)
+      if (ip[r + 1] < ip[r])
+        throw_invalid_argument(fn, "q_indptr",
+                               "non-decreasing values (at index " + std::to_string(r + 1) + ", previous " +
+                                   std::to_string(ip[r]) + ")",
+                               ip[r + 1]);
+    if (ip[num_requests] != tokens)
+      throw_invalid_argument(fn, "q_indptr",
+                             "last value equal to the number of query tokens q.extent(0) = " + std::to_string(tokens),
+                             ip[num_requests]);
+  }
   require(std::isfinite(scale), fn, "options.scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
 
   attention_io_params<T> p;
@@ -123,11 +198,14 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
 }
 
 //! Checks every element type of an attention call and throws on the first mismatch: Q a storage
-//! type (float, half, bfloat16), cache/spec K/V/out the same type as Q, LSE fp32, q_indptr int32,
-//! mask uint64. `KV` etc. may be void when the call has no such argument.
-template <class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
+//! type of Policy (host: float, half, bfloat16; cuda: half, bfloat16), cache/spec K/V/out the same
+//! type as Q, LSE fp32, q_indptr int32, mask uint64. `KV` etc. may be void when the call has no
+//! such argument. Entry points call check_attention_types, then instantiate their body only under
+//! `if constexpr (attention_types_ok<...>)` so that a wrong type gives one clear runtime error
+//! instead of a cascade of template errors.
+template <class Policy, class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
 inline constexpr bool attention_types_ok =
-    attention_storage_v<Q> && (std::is_void_v<KV> || std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>) &&
+    storage_ok_v<Policy, Q> && (std::is_void_v<KV> || std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>) &&
     (std::is_void_v<SK> || std::is_same_v<std::remove_cv_t<SK>, std::remove_cv_t<Q>>) &&
     (std::is_void_v<SV> || std::is_same_v<std::remove_cv_t<SV>, std::remove_cv_t<Q>>) &&
     std::is_same_v<std::remove_cv_t<O>, std::remove_cv_t<Q>> && !std::is_const_v<O> &&
@@ -135,12 +213,12 @@ inline constexpr bool attention_types_ok =
     std::is_same_v<std::remove_cv_t<I>, std::int32_t> &&
     (std::is_void_v<M> || std::is_same_v<std::remove_cv_t<M>, mask_word>);
 
-template <class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
+template <class Policy, class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
 void check_attention_types(std::string_view fn) {
-  if constexpr (!attention_types_ok<Q, KV, SK, SV, O, LS, I, M>) {
+  if constexpr (!attention_types_ok<Policy, Q, KV, SK, SV, O, LS, I, M>) {
     const std::string same = "equal to q's element type (" + attention_type_name<Q>() + "; mixed storage is not supported)";
-    if constexpr (!attention_storage_v<Q>)
-      throw_invalid_argument(fn, "q", "element type float32, float16 or bfloat16", attention_type_name<Q>());
+    if constexpr (!storage_ok_v<Policy, Q>)
+      throw_invalid_argument(fn, "q", storage_expectation<Policy>(), attention_type_name<Q>());
     if constexpr (!std::is_void_v<KV> && !std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>)
       throw_invalid_argument(fn, "cache", "value_type " + same, attention_type_name<KV>());
     if constexpr (!std::is_void_v<SK> && !std::is_same_v<std::remove_cv_t<SK>, std::remove_cv_t<Q>>)
@@ -160,17 +238,44 @@ void check_attention_types(std::string_view fn) {
   }
 }
 
-//! Validates a KV layout against q: q's rank and head_dim first, then the layout (geometry, lengths
-//! within capacity), host accessibility and a matching head_dim.
-template <class L, class Q>
+//! Validates a KV layout against q: q's rank and head_dim first, then the layout (geometry, and
+//! on the host lengths within capacity), accessibility and a matching head_dim. On the device, the
+//! shipped layouts' base pointers must be 16-byte aligned for the kernels' row copies.
+template <class Policy, class L, class Q>
 void validate_cache(std::string_view fn, const L& cache, const Q& q) {
   require_rank<Q>(fn, "q", 3);
   require(supported_head_dim(q.extent(2)), fn, "q", "head_dim (extent 2) of 64, 128 or 256", q.extent(2));
   validate_kv_layout(cache, fn, "cache");
-  require(host_accessible(cache.space()), fn, "cache", "host-accessible memory (host or managed)", cache.space());
+  if constexpr (on_device_v<Policy>)
+    require(device_accessible(cache.space()), fn, "cache", "device-accessible memory (device or managed)",
+            cache.space());
+  else
+    require(host_accessible(cache.space()), fn, "cache", "host-accessible memory (host or managed)", cache.space());
   if (cache.head_dim() != q.extent(2))
     throw_invalid_argument(fn, "cache", "head_dim() equal to q's head_dim " + std::to_string(q.extent(2)),
                            cache.head_dim());
+  if constexpr (on_device_v<Policy>) {
+    auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+    if constexpr (requires { cache.k; cache.v; })
+      require(aligned(cache.k) && aligned(cache.v), fn, "cache", "16-byte aligned k and v buffers (cuda backend)",
+              "misaligned");
+    if constexpr (requires { cache.k_pages; cache.v_pages; })
+      require(aligned(cache.k_pages) && aligned(cache.v_pages), fn, "cache",
+              "16-byte aligned k_pages and v_pages (cuda backend)", "misaligned");
+  }
+}
+
+//! Validates the arguments of a call over a cache (decode and hybrid attention, and their
+//! workspace queries): the policy, the cache against q, then q / q_indptr / out / lse with the
+//! cache's request and kv-head counts. out and lse may be null (workspace queries).
+template <class Policy, class T, class Q, class L, class I, class O, class LS>
+attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& policy, const Q& q, const L& cache,
+                                            const I& q_indptr, const O* out, const LS* lse,
+                                            const attention_options& options) {
+  validate_policy(fn, policy);
+  validate_cache<Policy>(fn, cache, q);
+  require(options.kv_split_size >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", options.kv_split_size);
+  return validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
 }
 
 //! Number of mask words of a batch: sum over requests of n_r * words_per_row(n_r).
@@ -183,21 +288,10 @@ void validate_cache(std::string_view fn, const L& cache, const Q& q) {
   return w;
 }
 
-//! Validates spec_k/spec_v ([total_tokens, Hkv, D]) and the packed tree mask: per request, the
-//! diagonal bit set (a token sees itself) and no bit j > i (topological order: ancestors precede).
-template <class T, class K, class V, class M>
-tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T>& io, const K& spec_k,
-                                const V& spec_v, const M& mask) {
-  require_rank<K>(fn, "spec_k", 3);
-  require_rank<V>(fn, "spec_v", 3);
-  require_rank<M>(fn, "mask", 1);
-  require_host_accessible(fn, "spec_k", spec_k);
-  require_host_accessible(fn, "spec_v", spec_v);
-  require_host_accessible(fn, "mask", mask);
-  require_shape(fn, "spec_k", spec_k, {io.total_tokens, io.num_kv_heads, io.head_dim});
-  require_shape(fn, "spec_v", spec_v, {io.total_tokens, io.num_kv_heads, io.head_dim});
-  require_unit_inner_stride(fn, "spec_k", spec_k);
-  require_unit_inner_stride(fn, "spec_v", spec_v);
+//! Host check of a packed ragged tree mask: exactly tree_mask_words(q_indptr) words, unit stride,
+//! and per request every row with its diagonal bit set and no bit j > i.
+template <class T, class M>
+void validate_tree_mask(std::string_view fn, const attention_io_params<T>& io, const M& mask) {
   const std::int64_t words = tree_mask_words(io.q_indptr, io.num_requests);
   require_shape(fn, "mask", mask, {words});
   require(mask.stride(0) == 1 || words <= 1, fn, "mask", "unit stride", mask.stride(0));
@@ -229,6 +323,42 @@ tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T
     }
     off += static_cast<std::int64_t>(n) * wpr;
   }
+}
+
+//! Validates spec_k/spec_v ([total_tokens, Hkv, D]) and the packed tree mask. On the host the mask
+//! length is checked exactly and, per request, every row's diagonal bit set (a token sees itself)
+//! and no bit j > i (topological order: ancestors precede). On the device the mask's length and
+//! contents depend on q_indptr's values (device memory) and are a precondition; only "at least one
+//! word per token" is checked, with the 16-byte row alignment of spec_k / spec_v.
+template <class Policy, class T, class K, class V, class M>
+tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T>& io, const K& spec_k,
+                                const V& spec_v, const M& mask) {
+  require_rank<K>(fn, "spec_k", 3);
+  require_rank<V>(fn, "spec_v", 3);
+  require_rank<M>(fn, "mask", 1);
+  require_accessible<Policy>(fn, "spec_k", spec_k);
+  require_accessible<Policy>(fn, "spec_v", spec_v);
+  require_accessible<Policy>(fn, "mask", mask);
+  require_shape(fn, "spec_k", spec_k, {io.total_tokens, io.num_kv_heads, io.head_dim});
+  require_shape(fn, "spec_v", spec_v, {io.total_tokens, io.num_kv_heads, io.head_dim});
+  require_unit_inner_stride(fn, "spec_k", spec_k);
+  require_unit_inner_stride(fn, "spec_v", spec_v);
+  const auto* m = static_cast<const mask_word*>(mask.data());
+  if constexpr (on_device_v<Policy>) {
+    if (io.total_tokens > 0) {
+      require_rows_16b_aligned(fn, "spec_k", spec_k);
+      require_rows_16b_aligned(fn, "spec_v", spec_v);
+      // At least one word per token: n_r * words_per_row(n_r) >= n_r.
+      require(mask.extent(0) >= io.total_tokens, fn, "mask",
+              "at least q.extent(0) = " + std::to_string(io.total_tokens) +
+                  " words (sum_r n_r * words_per_row(n_r))",
+              mask.extent(0));
+      require(mask.stride(0) == 1 || mask.extent(0) <= 1, fn, "mask", "unit stride", mask.stride(0));
+      require(m != nullptr, fn, "mask", "non-null data", "nullptr");
+    }
+  } else {
+    validate_tree_mask(fn, io, mask);
+  }
   tree_kv_params<T> t;
   t.k = static_cast<const T*>(spec_k.data());
   t.k_stride_token = spec_k.stride(0);
@@ -238,6 +368,22 @@ tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T
   t.v_stride_head = spec_v.stride(1);
   t.mask = m;
   return t;
+}
+
+//! Validates the arguments of a tree-only call (tree attention): the policy, spec_k's kv-head count,
+//! then q / q_indptr / out / lse and the tree K/V and mask.
+template <class Policy, class T, class Q, class K, class V, class I, class M, class O, class LS>
+std::pair<attention_io_params<T>, tree_kv_params<T>> validate_tree_call(std::string_view fn, const Policy& policy,
+                                                                        const Q& q, const K& spec_k, const V& spec_v,
+                                                                        const I& q_indptr, const M& mask,
+                                                                        const O& out, const LS& lse,
+                                                                        const attention_options& options) {
+  validate_policy(fn, policy);
+  require_rank<K>(fn, "spec_k", 3);
+  const int hkv = static_cast<int>(spec_k.extent(1));
+  require(hkv > 0, fn, "spec_k", "at least one kv head (extent 1)", hkv);
+  const auto io = validate_io<Policy, T>(fn, q, q_indptr, &out, &lse, -1, hkv, options.scale);
+  return {io, validate_tree<Policy>(fn, io, spec_k, spec_v, mask)};
 }
 
 }  // namespace specdec::detail

@@ -1,0 +1,48 @@
+#pragma once
+//! \file host_entry.hpp
+//! The host backend of the attention entry points (see backend.hpp): plans and runs a validated
+//! call on the host thread pool (host_attention.hpp), resolving the KV split size the same way for
+//! a workspace query and its call.
+
+#include <cstddef>
+#include <string_view>
+
+#include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/backend.hpp"
+#include "specdec/attention/detail/host_attention.hpp"
+#include "specdec/attention/detail/validate.hpp"
+#include "specdec/core/execution.hpp"
+
+namespace specdec::detail {
+
+//! KV split size of a host call: options.kv_split_size, or the heuristic of choose_kv_split over
+//! the batch's cache lengths (1 without a cache part).
+template <bool HasCache, class T, class L>
+[[nodiscard]] int host_kv_split(std::string_view fn, const host& policy, const attention_io_params<T>& io,
+                                const L& cache, const attention_options& options) {
+  if constexpr (HasCache)
+    return resolve_kv_split(fn, cache, io.num_requests, io.num_kv_heads / heads_per_item(io), host_threads(policy),
+                            options.kv_split_size);
+  else
+    return 1;
+}
+
+template <>
+struct attention_backend<host> {
+  template <bool HasCache, bool HasTree, class T, class L>
+  [[nodiscard]] static std::size_t workspace_bytes(std::string_view fn, const host& policy,
+                                                   const attention_io_params<T>& io, const L& cache,
+                                                   const attention_options& options) {
+    return host_attention_bytes<HasCache, HasTree>(io, cache, host_kv_split<HasCache>(fn, policy, io, cache, options));
+  }
+
+  template <bool HasCache, bool HasTree, class T, class L>
+  static void run(std::string_view fn, const host& policy, const attention_io_params<T>& io, const L& cache,
+                  const tree_kv_params<T>* tree, const attention_options& options) {
+    host_attention_entry<HasCache, HasTree, T>(fn, policy, io, cache, tree,
+                                               host_kv_split<HasCache>(fn, policy, io, cache, options),
+                                               options.workspace);
+  }
+};
+
+}  // namespace specdec::detail
