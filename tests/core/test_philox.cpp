@@ -81,6 +81,13 @@ TEST_CASE("philox_stream: offsets, seek and copies") {
   CHECK(c.next_u32() == seq[14]);
   CHECK(c.seed() == 7);
   CHECK(c.stream() == 3);
+  // The cached block must follow every seek: within the cached block, backwards, and forwards.
+  philox_stream f(7, 3);
+  const std::uint64_t order[] = {5, 4, 7, 0, 39, 38, 6, 6, 20, 3};
+  for (const std::uint64_t o : order) {
+    f.seek(o);
+    REQUIRE(f.next_u32() == seq[o]);
+  }
   philox_stream e(7, 3);
   const std::uint64_t w = e.next_u64();
   CHECK(w == (static_cast<std::uint64_t>(seq[1]) << 32 | seq[0]));
