@@ -210,15 +210,18 @@ SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict al
 
 //! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
 //! so the 8-key score microkernel never reads garbage. While staging row j it prefetches row j of
-//! the next tile (`pf_nb` rows starting at k + kv_tile): cache rows of one kv head are usually a page
-//! apart (NHD, paged), which the hardware streamer does not follow across 4 KB pages.
+//! the next tile (`pf_nb` rows starting at k + kv_tile) into L2: cache rows of one kv head are
+//! usually a page apart (NHD, paged), which the hardware streamer does not follow across 4 KB pages.
+//! L2, not L1: the tile is consumed only after a whole tile of compute, and 64 KB of prefetched
+//! fp32 K/V would evict the staged tile and the query panel from the 48 KB L1 (measured +2-5
+//! points of FMA peak over prefetcht0 on the compute-bound cells).
 template <int D, class T, class RowFn>
 SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float* __restrict dst) noexcept {
   constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
   for (int j = 0; j < nb; ++j) {
     if (j < pf_nb) {
       const T* next = row(k + kv_tile + j);
-      for (int c = 0; c < D; c += line_elems) __builtin_prefetch(next + c, 0, 3);
+      for (int c = 0; c < D; c += line_elems) __builtin_prefetch(next + c, 0, 2);
     }
     const T* src = row(k + j);
     if constexpr (std::is_same_v<T, float>) std::memcpy(dst + j * D, src, sizeof(float) * D);
@@ -363,6 +366,11 @@ inline constexpr int max_dot_rows = 8;
 inline constexpr int dot_block = 32;
 //! Kv heads attend_part_rows keeps in flight together (their queries and scores stay in L1).
 inline constexpr int dot_heads = 8;
+//! Tokens ahead at which attend_part_rows software-prefetches K rows into L1 (the next block's).
+//! Measured on a 2-vCPU Sapphire Rapids class box (benchmarks/RESULTS.md, Attention (host)):
+//! fp16 decode at 32K went from 57% to ~70% of the read roofline; 8 and 64 were no better, and
+//! prefetching V ahead as well (instead of the current block's V into L2) was slower for fp32.
+inline constexpr int kpf_dist = 32;
 
 //! Unmasked online-softmax attention of m_rows <= RB (4 or 8) query rows per kv head over keys
 //! [k_begin, k_end), vectorised along head_dim: each K row is loaded once (widened to fp32 in
@@ -405,14 +413,18 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
     }
     for (int b = k_begin; b < k_end; b += dot_block) {
       const int nb = std::min(dot_block, k_end - b);
-      // Scores, token-major. (Measured: also prefetching the next block's K and V rows made no
-      // difference or was slower; the hardware streamer already follows the token-major K reads.)
+      // Scores, token-major, prefetching K kpf_dist tokens ahead into L1 and this block's V rows
+      // into L2 for the PV pass.
       for (int j = 0; j < nb; ++j) {
         for (int hh = 0; hh < hc; ++hh) {
           const T* kr = krow(b + j, h0 + hh);
           const T* vr = vrow(b + j, h0 + hh);
           vp[hh][j] = vr;
           for (int c = 0; c < D; c += line_elems) __builtin_prefetch(vr + c, 0, 2);
+          if (b + j + kpf_dist < k_end) {
+            const T* kn = krow(b + j + kpf_dist, h0 + hh);
+            for (int c = 0; c < D; c += line_elems) __builtin_prefetch(kn + c, 0, 3);
+          }
           vf16 acc[2][RB];
           for (int i = 0; i < RB; ++i) acc[0][i] = acc[1][i] = vf16{};
           for (int c = 0; c < dv; c += 2) {
