@@ -1,48 +1,44 @@
-# Compile-fail tests: a type missing one kv_layout member must be rejected by check_kv_layout<L>()
-# with a static_assert message that names the member. Each case runs the compiler with -fsyntax-only
-# from a CMake script; the case without a missing member is the positive control.
+# Compile-fail tests: each case compiles a source with -fsyntax-only from a CMake script
+# (run_compile_fail.cmake) with one -D define and expects the build to fail with a message matching a
+# regex; the case without a define is the positive control that must compile.
 set(_cf_dir ${CMAKE_CURRENT_LIST_DIR})
-set(_cf_cases
+
+# specdec_add_compile_fail_cases(<prefix> <source> <case>...): one ctest test compile_fail.<prefix>_<name>
+# per case "name|DEFINE|expected-message-regex" (DEFINE and regex empty for the control).
+function(specdec_add_compile_fail_cases prefix src)
+  foreach(_case IN LISTS ARGN)
+    string(REPLACE "|" ";" _parts "${_case}")
+    list(LENGTH _parts _n)
+    list(GET _parts 0 _name)
+    set(_define "")
+    set(_expect "")
+    if(_n GREATER 1)
+      list(GET _parts 1 _define)
+    endif()
+    if(_n GREATER 2)
+      list(GET _parts 2 _expect)
+    endif()
+    add_test(NAME compile_fail.${prefix}_${_name}
+             COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DSRC=${src}
+                     -DINCLUDE=${PROJECT_SOURCE_DIR}/include -DDEFINE=${_define} "-DEXPECT=${_expect}"
+                     -P ${_cf_dir}/run_compile_fail.cmake)
+    set_tests_properties(compile_fail.${prefix}_${_name} PROPERTIES LABELS compile_fail TIMEOUT 300)
+  endforeach()
+endfunction()
+
+# A type missing one kv_layout member must be rejected by check_kv_layout<L>() with a static_assert
+# message that names the member.
+specdec_add_compile_fail_cases(kv_layout ${_cf_dir}/kv_layout_missing_member.cpp
   "control|"
   "missing_v_row|MISSING_V_ROW|kv_layout: missing member function 'v_row\\(int request"
   "missing_length|MISSING_LENGTH|kv_layout: missing member function 'length\\(int request\\)'"
   "missing_num_requests|MISSING_NUM_REQUESTS|kv_layout: missing member function 'num_requests\\(\\)'"
   "missing_space|MISSING_SPACE|kv_layout: missing member function 'space\\(\\)'"
   "missing_value_type|MISSING_VALUE_TYPE|kv_layout: missing member type 'value_type'")
-foreach(_case IN LISTS _cf_cases)
-  string(REPLACE "|" ";" _parts "${_case}")
-  list(LENGTH _parts _n)
-  list(GET _parts 0 _name)
-  set(_define "")
-  set(_expect "")
-  if(_n GREATER 1)
-    list(GET _parts 1 _define)
-  endif()
-  if(_n GREATER 2)
-    list(GET _parts 2 _expect)
-  endif()
-  add_test(NAME compile_fail.kv_layout_${_name}
-           COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DSRC=${_cf_dir}/kv_layout_missing_member.cpp
-                   -DINCLUDE=${PROJECT_SOURCE_DIR}/include -DDEFINE=${_define} "-DEXPECT=${_expect}"
-                   -P ${_cf_dir}/run_compile_fail.cmake)
-  set_tests_properties(compile_fail.kv_layout_${_name} PROPERTIES LABELS compile_fail TIMEOUT 300)
-endforeach()
 
 # The attention entry points are single templates over the execution policy; calling one with
 # specdec::cuda from a translation unit that did not include the .cuh backend must fail with the
 # backend seam's static_assert (detail/backend.hpp). The control calls the same with specdec::host.
-foreach(_case IN ITEMS "control|" "cuda_without_cuh|USE_CUDA_POLICY|no attention backend for this execution policy")
-  string(REPLACE "|" ";" _parts "${_case}")
-  list(GET _parts 0 _name)
-  list(GET _parts 1 _define)
-  set(_expect "")
-  list(LENGTH _parts _n)
-  if(_n GREATER 2)
-    list(GET _parts 2 _expect)
-  endif()
-  add_test(NAME compile_fail.attention_backend_${_name}
-           COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DSRC=${_cf_dir}/attention_backend_missing.cpp
-                   -DINCLUDE=${PROJECT_SOURCE_DIR}/include -DDEFINE=${_define} "-DEXPECT=${_expect}"
-                   -P ${_cf_dir}/run_compile_fail.cmake)
-  set_tests_properties(compile_fail.attention_backend_${_name} PROPERTIES LABELS compile_fail TIMEOUT 300)
-endforeach()
+specdec_add_compile_fail_cases(attention_backend ${_cf_dir}/attention_backend_missing.cpp
+  "control|"
+  "cuda_without_cuh|USE_CUDA_POLICY|no attention backend for this execution policy")
