@@ -164,6 +164,30 @@ void check_from_buffer(Make make, std::size_t elems, std::uint64_t seed) {
   }
 }
 
+// Same property as above for the contiguous layouts: a zero-token acceptance must not touch any byte,
+// in place, from a buffer or as a batch (an off-by-one in the row copy would rewrite committed rows).
+template <class T, class Make>
+void check_full_rejection_contiguous(Make make, std::uint64_t seed) {
+  using L = decltype(make(std::declval<std::vector<T>&>(), std::declval<std::vector<T>&>(),
+                          std::declval<std::vector<std::int32_t>&>(), std::declval<std::vector<std::int32_t>&>(),
+                          std::declval<std::vector<std::int32_t>&>()));
+  specdec::philox_stream rng(seed, seed);
+  caches<T, Make> c(contiguous_elems, make, rng);
+  const auto k0 = c.snapshot_k(), v0 = c.snapshot_v();
+  const auto layers = std::span<const L>(c.layouts);
+  const auto tree = specdec::token_tree::from_parents(std::vector<std::int32_t>{1, 2, 3, 4}, std::vector<std::int32_t>{-1, 0, -1, 2});
+  const std::vector<std::int32_t> none;
+  for (int r = 0; r < R; ++r) CHECK(specdec::kv_commit_in_place(layers, r, 7, 4, std::span(none), tree.parents()) == 7);
+  std::vector<T> buf(4 * H * D, T(9.0f));
+  const std::vector<specdec::strided_view<const T, 3>> sb(LAYERS, specdec::make_view<3>(static_cast<const T*>(buf.data()), {4, H, D}));
+  CHECK(specdec::kv_commit_from_buffer(layers, 1, 7, std::span(sb), std::span(sb), std::span(none)) == 7);
+  const std::vector<std::int32_t> committed{3, 5, 0}, sizes{4, 4, 4}, indptr{0, 0, 0, 0};
+  CHECK(specdec::kv_commit_in_place_batch(layers, std::span(committed), std::span(sizes), std::span(indptr), std::span(none)) ==
+        committed);
+  CHECK(c.same_bits(k0, v0));
+  CHECK(c.lengths == std::vector<std::int32_t>(R, 0));  // commit returns lengths; it never stores them
+}
+
 }  // namespace
 
 TEST_CASE("in-place commit moves accepted rows after the prefix (contiguous NHD/HND, paged; float/half)") {
@@ -243,6 +267,13 @@ TEST_CASE("full rejection and failed commits leave every cache bit-identical") {
                                                         std::span(acc)),
                       Contains("committed_lengths[1]") && Contains("capacity"));
   CHECK(c.same_bits(k0, v0));
+}
+
+TEST_CASE("full rejection leaves every contiguous cache bit-identical (NHD/HND; float/half)") {
+  check_full_rejection_contiguous<float>(nhd<float>(), 21);
+  check_full_rejection_contiguous<float>(hnd<float>(), 22);
+  check_full_rejection_contiguous<specdec::half>(nhd<specdec::half>(), 23);
+  check_full_rejection_contiguous<specdec::half>(hnd<specdec::half>(), 24);
 }
 
 TEST_CASE("batch in-place commit equals per-request commits") {
