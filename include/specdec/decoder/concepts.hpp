@@ -30,12 +30,21 @@ concept target_has_logit_type =
     requires { typename T::logit_type; } &&
     (std::is_same_v<typename T::logit_type, float> || std::is_same_v<typename T::logit_type, double>);
 
-//! `vocab_size()` and `max_requests()` (request slots r in [0, max_requests())) return integers.
+//! `vocab_size()` returns an integer (the width of each logit row).
 template <class T>
-concept target_has_geometry = requires(const T& t) {
+concept target_has_vocab_size = requires(const T& t) {
   { t.vocab_size() } -> std::convertible_to<int>;
+};
+
+//! `max_requests()` returns an integer (request slots r in [0, max_requests())).
+template <class T>
+concept target_has_max_requests = requires(const T& t) {
   { t.max_requests() } -> std::convertible_to<int>;
 };
+
+//! Both geometry members (kept as one name for existing users).
+template <class T>
+concept target_has_geometry = target_has_vocab_size<T> && target_has_max_requests<T>;
 
 //! `prefill(int request, std::span<const int32_t> prompt)` caches the prompt except its last token (the root).
 template <class T>
@@ -63,7 +72,10 @@ template <class T>
 consteval bool check_target_model() {
   static_assert(target_has_logit_type<T>,
                 "target_model: missing member type 'logit_type' (float or double: the element type of the logit rows)");
-  static_assert(target_has_geometry<T>, "target_model: missing member function 'vocab_size()' or 'max_requests()'");
+  // separate asserts so the message names exactly the member that is missing
+  static_assert(target_has_vocab_size<T>, "target_model: missing member function 'vocab_size() const' returning int");
+  static_assert(target_has_max_requests<T>,
+                "target_model: missing member function 'max_requests() const' returning int");
   static_assert(target_has_prefill<T>,
                 "target_model: missing member function 'prefill(int request, std::span<const int32_t> prompt)'");
   static_assert(target_has_forward<T>,

@@ -5,6 +5,8 @@
 specdec_add_compile_fail_cases(decoder ${CMAKE_CURRENT_LIST_DIR}/decoder_policies.cpp
   "control|"
   "missing_logit_type|MISSING_LOGIT_TYPE|target_model: missing member type 'logit_type'"
+  "missing_vocab_size|MISSING_VOCAB_SIZE|target_model: missing member function 'vocab_size\\(\\) const'"
+  "missing_max_requests|MISSING_MAX_REQUESTS|target_model: missing member function 'max_requests\\(\\) const'"
   "missing_prefill|MISSING_PREFILL|target_model: missing member function 'prefill\\(int request"
   "missing_forward|MISSING_FORWARD|target_model: missing member function 'forward\\(int request, int32_t root"
   "missing_commit|MISSING_COMMIT|target_model: missing member function 'commit\\(int request"

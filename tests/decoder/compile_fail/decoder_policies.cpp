@@ -10,8 +10,12 @@ struct target {
 #ifndef MISSING_LOGIT_TYPE
   using logit_type = float;
 #endif
+#ifndef MISSING_VOCAB_SIZE
   int vocab_size() const { return 4; }
+#endif
+#ifndef MISSING_MAX_REQUESTS
   int max_requests() const { return 1; }
+#endif
 #ifndef MISSING_PREFILL
   void prefill(int, std::span<const std::int32_t>) {}
 #endif
