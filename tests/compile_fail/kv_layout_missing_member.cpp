@@ -15,12 +15,18 @@ struct my_layout {
 #ifndef MISSING_NUM_REQUESTS
   int num_requests() const { return 1; }
 #endif
+#ifndef MISSING_NUM_KV_HEADS
   int num_kv_heads() const { return 1; }
+#endif
+#ifndef MISSING_HEAD_DIM
   int head_dim() const { return 4; }
+#endif
 #ifndef MISSING_LENGTH
   int length(int) const { return 0; }
 #endif
+#ifndef MISSING_K_ROW
   float* k_row(int, int t, int) const { return k + 4 * t; }
+#endif
 #ifndef MISSING_V_ROW
   float* v_row(int, int t, int) const { return v + 4 * t; }
 #endif
