@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "specdec/core/philox.hpp"
 #include "specdec/tree/beam_tree_builder.hpp"
@@ -102,6 +104,44 @@ token_tree build_dense(const toy_drafter& d, const specdec::beam_tree_params& p,
 }
 
 }  // namespace
+
+TEST_CASE("beam_tree_builder: defaults are LongSpec's widths (4, 16, 16, 16, 16)", "[tree][beam]") {
+  // LongSpec (Appendix B/D) uses beam widths [4, 16, 16, 16, 16]; both the params and a builder
+  // constructed without arguments must carry exactly that, with no node budget.
+  const std::vector<int> longspec{4, 16, 16, 16, 16};
+  CHECK(specdec::beam_tree_params{}.beam_widths == longspec);
+  CHECK(specdec::beam_tree_params{}.max_nodes == 0);
+  beam_tree_builder b;
+  CHECK(b.params().beam_widths == longspec);
+  CHECK(b.params().max_nodes == 0);
+  CHECK(b.max_tree_size() == 68);
+
+  // Every row offers k distinct finite candidates, so each step fills its width: the drafter is asked
+  // to expand the root (k = 4), then the 4 step-0 nodes (k = 16), then 16 nodes at each later step.
+  std::vector<std::pair<std::size_t, int>> calls;  // (frontier size, k) per step
+  std::vector<std::vector<std::int32_t>> frontiers;
+  const auto t = b.build_from_candidates([&](const token_tree&, std::span<const std::int32_t> f, int k,
+                                             std::span<std::int32_t> tokens, std::span<float> logprobs) {
+    calls.emplace_back(f.size(), k);
+    frontiers.emplace_back(f.begin(), f.end());
+    for (std::size_t r = 0; r < f.size(); ++r)
+      for (int j = 0; j < k; ++j) {
+        const std::size_t e = r * static_cast<std::size_t>(k) + static_cast<std::size_t>(j);
+        tokens[e] = j;
+        logprobs[e] = -0.1f * static_cast<float>(j + 1) - 0.01f * static_cast<float>(r);
+      }
+  });
+  CHECK(calls == std::vector<std::pair<std::size_t, int>>{{1, 4}, {4, 16}, {16, 16}, {16, 16}, {16, 16}});
+  // the frontier of step k + 1 is exactly the nodes added at step k (appended in order)
+  REQUIRE(frontiers.size() == 5);
+  CHECK(frontiers[0] == std::vector<std::int32_t>{-1});
+  CHECK(frontiers[1] == std::vector<std::int32_t>{0, 1, 2, 3});
+  for (int i = 0; i < 16; ++i) CHECK(frontiers[2][static_cast<std::size_t>(i)] == 4 + i);
+  REQUIRE(t.size() == 68);
+  std::vector<int> per_depth(static_cast<std::size_t>(t.max_depth()) + 1, 0);
+  for (auto d : t.depths()) ++per_depth[static_cast<std::size_t>(d)];
+  CHECK(per_depth == longspec);
+}
 
 TEST_CASE("beam_tree_builder: hand-computed example keeps a high-score leaf unexpanded", "[tree][beam]") {
   // V = 4, widths {2, 3, 2}. Probabilities (the tree's log-probs are their logs):
