@@ -28,15 +28,15 @@ struct demo_options {
   std::uint64_t seed = 1;
   std::string weights;        //!< safetensors path; empty = seeded random init
   bool progress = true;
+  int progress_every = 128;   //!< a live progress line (tok/s, tau) each time this many more tokens are done
 };
 
 struct demo_report {
   std::string model;
   bool lossless = false;
   int first_mismatch = -1;
-  double ar_tokens_per_s = 0, spec_tokens_per_s = 0, ar_prefill_s = 0, spec_prefill_s = 0;
-  double tau = 0, alpha = 0;
-  decoder_stats stats;
+  double ar_tokens_per_s = 0, spec_tokens_per_s = 0, ar_prefill_s = 0;
+  decoder_stats stats;  //!< of the speculative run (tau(), alpha(), per-phase seconds, prefill_s)
   std::size_t draft_bytes = 0, target_kv_bytes = 0;
   int generated = 0;
 };
@@ -45,15 +45,12 @@ struct demo_report {
 inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+  require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   demo_report rep;
-  llama_weights<float> w;
-  if (o.weights.empty()) {
-    w = random_llama_weights<float>(o.model, o.seed);
-    rep.model = "seeded random LLaMA-style model (NOT trained; seed " + std::to_string(o.seed) + ")";
-  } else {
-    w = load_llama_weights<float>(safetensors_file::load(o.weights), o.model);
-    rep.model = "weights from " + o.weights;
-  }
+  llama_weights<float> w = o.weights.empty() ? random_llama_weights<float>(o.model, o.seed)
+                                             : load_llama_weights<float>(safetensors_file::load(o.weights), o.model);
+  rep.model = o.weights.empty() ? "seeded random LLaMA-style model (NOT trained; seed " + std::to_string(o.seed) + ")"
+                                : "weights from " + o.weights;
   const auto& c = o.model;
   rep.model += ": vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden) + ", layers " +
                std::to_string(c.layers) + ", heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
@@ -80,7 +77,7 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     target.commit(0, {});
     root = greedy_token(logits);
     ar.push_back(root);
-    if (o.progress && (i + 1) % 128 == 0)
+    if (o.progress && (i + 1) % o.progress_every == 0)
       log << "\r[autoregressive] " << i + 1 << "/" << o.new_tokens << " tokens, " << (i + 1) / secs(t0) << " tok/s   " << std::flush;
   }
   rep.ar_tokens_per_s = o.new_tokens / secs(t0);
@@ -91,40 +88,32 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   dc.window = o.window;
   auto dw = derive_longspec_draft(target.weights(), dc);
   longspec_draft_model<float> draft(target, dc, std::move(dw));
-  generation_options g{.max_new_tokens = o.new_tokens, .draft_depth = o.draft_depth, .draft_width = 2};
-  int done = 0;
-  auto run = [&](auto& dec) {
-    auto t1 = clock::now();
+  using drafter_t = longspec_drafter<longspec_draft_model<float>>;
+  // The chain and Cartesian decoders differ only in their tree builder's type: one code path for both.
+  auto run = [&](auto builder) {
+    speculative_decoder<llama_model<float>, drafter_t, decltype(builder), greedy_verifier> dec(target, drafter_t(draft),
+                                                                                               std::move(builder));
+    generation_options g{.max_new_tokens = o.new_tokens, .draft_depth = o.draft_depth, .draft_width = 2};
+    const auto t1 = clock::now();
+    int done = 0;
     g.on_tokens = [&](int, std::span<const std::int32_t> toks) {
       const int before = done;
       done += static_cast<int>(toks.size());
-      if (o.progress && done / 128 != before / 128)
+      if (o.progress && done / o.progress_every != before / o.progress_every)
         log << "\r[speculative]    " << done << "/" << o.new_tokens << " tokens, "
             << done / (secs(t1) - dec.stats().prefill_s) << " tok/s, tau " << dec.stats().tau() << "   " << std::flush;
     };
     auto out = dec.generate(prompt, g);
     rep.stats = dec.stats();
-    rep.spec_prefill_s = rep.stats.prefill_s;
     rep.spec_tokens_per_s = static_cast<double>(out.tokens.size()) / rep.stats.total_s();
     return out.tokens;
   };
-  using drafter_t = longspec_drafter<longspec_draft_model<float>>;
-  std::vector<std::int32_t> spec;
-  if (o.cartesian) {
-    speculative_decoder<llama_model<float>, drafter_t, cartesian_tree_builder, greedy_verifier> dec(
-        target, drafter_t(draft), cartesian_tree_builder({1, 2, 2, 1}));
-    spec = run(dec);
-  } else {
-    speculative_decoder<llama_model<float>, drafter_t, chain_tree_builder, greedy_verifier> dec(target, drafter_t(draft));
-    spec = run(dec);
-  }
+  const auto spec = o.cartesian ? run(cartesian_tree_builder({1, 2, 2, 1})) : run(chain_tree_builder{});
   if (o.progress) log << "\n";
   rep.generated = static_cast<int>(spec.size());
   rep.lossless = spec == ar;
   for (std::size_t i = 0; i < std::min(spec.size(), ar.size()) && rep.first_mismatch < 0; ++i)
     if (spec[i] != ar[i]) rep.first_mismatch = static_cast<int>(i);
-  rep.tau = rep.stats.tau();
-  rep.alpha = rep.stats.alpha();
   rep.draft_bytes = draft.state_bytes();
   rep.target_kv_bytes = target.kv_bytes(0);
   return rep;
@@ -138,7 +127,7 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
      << "lossless:     " << (r.lossless ? "yes" : "NO") << " (speculative output == autoregressive output, "
      << r.generated << " tokens" << (r.first_mismatch >= 0 ? ", first mismatch at " + std::to_string(r.first_mismatch) : "")
      << ")\n"
-     << "tau:          " << r.tau << " tokens per target forward;  alpha: " << r.alpha << "\n"
+     << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << "\n"
      << "tokens/s:     autoregressive " << r.ar_tokens_per_s << ", speculative " << r.spec_tokens_per_s
      << "  (speedup " << r.spec_tokens_per_s / r.ar_tokens_per_s << "x; prefill excluded: " << r.ar_prefill_s << " s)\n"
      << "phases (ms):  draft " << 1e3 * s.draft_s << ", tree " << 1e3 * s.build_s << ", target " << 1e3 * s.target_s

@@ -1,9 +1,12 @@
 // The demo's code path at tiny sizes: both decodings run, the report says lossless, tau >= 1, the
 // draft memory is constant in the prompt length, a paged target KV is lossless too, and specdec_demo's
-// argument parsing works.
+// argument parsing works; the live progress lines report growing token counts, tok/s and tau.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #define main specdec_demo_main
 #include "../../examples/specdec_demo.cpp"
@@ -22,7 +25,7 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   CHECK(small.lossless);
   CHECK(small.first_mismatch == -1);
   CHECK(small.generated == 64);
-  CHECK(small.tau >= 1.0);
+  CHECK(small.stats.tau() >= 1.0);
   CHECK(small.stats.steps > 0);
   CHECK(small.ar_tokens_per_s > 0);
   CHECK(log.str().find("tok/s") == std::string::npos);  // progress lines appear every 128 tokens only
@@ -37,6 +40,57 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   CHECK(longer.model.find("paged") != std::string::npos);
   CHECK(longer.draft_bytes == small.draft_bytes);
   CHECK(longer.target_kv_bytes > small.target_kv_bytes);
+}
+
+TEST_CASE("demo live progress: rewritten lines with growing token counts, tok/s and tau", "[examples][demo]") {
+  demo_options o;
+  o.model = {.vocab_size = 128, .hidden = 32, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 48};
+  o.prompt_tokens = 64;
+  o.new_tokens = 64;
+  o.window = 16;
+  o.progress_every = 8;  // the default 128 would print nothing at this size
+  std::ostringstream log;
+  const auto rep = run_demo(o, log);
+  REQUIRE(rep.lossless);
+  // Each progress line is rewritten in place: segments are separated by '\r' (and '\n' after a phase).
+  std::vector<int> ar_counts, spec_counts;
+  std::vector<double> taus;
+  std::string seg;
+  std::istringstream in(log.str());
+  int n = 0, total = 0;
+  double tok_s = 0, tau = 0;
+  while (std::getline(in, seg, '\r')) {
+    if (!seg.empty() && seg.back() == '\n') seg.pop_back();
+    if (seg.empty()) continue;
+    if (std::sscanf(seg.c_str(), "[autoregressive] %d/%d tokens, %lf tok/s", &n, &total, &tok_s) == 3) {
+      ar_counts.push_back(n);
+    } else {
+      INFO(seg);
+      REQUIRE(std::sscanf(seg.c_str(), "[speculative] %d/%d tokens, %lf tok/s, tau %lf", &n, &total, &tok_s, &tau) == 4);
+      spec_counts.push_back(n);
+      taus.push_back(tau);
+      CHECK(tau >= 1.0);  // every step emits at least one token
+    }
+    CHECK(total == 64);
+    CHECK(tok_s > 0);
+  }
+  CHECK(ar_counts == std::vector<int>{8, 16, 24, 32, 40, 48, 56, 64});
+  // speculative steps emit several tokens at once: a line each time a multiple of 8 is crossed, so the
+  // counts strictly increase and end at the full 64; the last tau is the run's final tau
+  REQUIRE(spec_counts.size() >= 2);
+  for (std::size_t i = 1; i < spec_counts.size(); ++i) {
+    CHECK(spec_counts[i] > spec_counts[i - 1]);
+    CHECK(spec_counts[i] / 8 > spec_counts[i - 1] / 8);
+  }
+  CHECK(spec_counts.back() == 64);
+  CHECK(taus.back() == Approx(rep.stats.tau()).epsilon(1e-4));
+  // progress off: nothing at all on the log stream
+  o.progress = false;
+  std::ostringstream quiet;
+  (void)run_demo(o, quiet);
+  CHECK(quiet.str().empty());
+  o.progress_every = 0;  // would divide by zero: rejected up front
+  CHECK_THROWS_AS(run_demo(o, quiet), specdec::invalid_argument);
 }
 
 TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
