@@ -84,9 +84,10 @@ inline std::vector<int> seed_indices() {
 //! Runs the decoder (target = the seed's model with `target_options`, drafter from
 //! make_drafter(target, fixture)) for the seeds above and checks: output == the (contiguous-cache)
 //! reference token for token (1000 tokens), tau > 1 (drafts were accepted), every token accounted for.
+//! draft_width: alternatives per depth the model drafters keep (cartesian and CAPE trees use them).
 template <class Verifier, class Builder, class MakeDrafter>
 void check_combination(const Builder& builder, MakeDrafter make_drafter, const char* name,
-                       const llama_options& target_options = {}) {
+                       const llama_options& target_options = {}, int draft_width = 3) {
   for (int si : seed_indices()) {
     const fixture& fx = fixture_for(si);
     const auto seed = seeds[static_cast<std::size_t>(si)];
@@ -95,7 +96,7 @@ void check_combination(const Builder& builder, MakeDrafter make_drafter, const c
     auto decoder = speculative_decoder<model, typename decltype(drafter_holder)::policy, Builder, Verifier>(
         target, drafter_holder.policy_object(), builder);
     const std::clock_t c0 = std::clock();
-    const auto out = decoder.generate(fx.prompt, {.max_new_tokens = new_tokens, .seed = seed, .draft_depth = 4, .draft_width = 3});
+    const auto out = decoder.generate(fx.prompt, {.max_new_tokens = new_tokens, .seed = seed, .draft_depth = 4, .draft_width = draft_width});
     const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
     const auto& st = decoder.stats();
     std::printf("%-56s seed %2llu  tau %.2f  alpha %.2f  nodes/step %5.1f  cpu %.2f s\n", name,

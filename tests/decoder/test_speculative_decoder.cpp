@@ -138,6 +138,46 @@ TEST_CASE("tree builders and the n-gram drafter shape their output as documented
   CHECK(c.empty());
 }
 
+TEST_CASE("cape_tree_builder: the chain plus S(p) runner-up siblings per depth, in CAPE's order (GLIDE §4.2)", "[decoder][cape]") {
+  draft_candidates c;
+  // Confidences 0.9, 0.5, 0.2 fall in the §4.2 bins (.8,1], (.3,.6], (0,.3]: K = 1, 5, 7.
+  c.chain = {{10, std::log(0.9f)}, {11, std::log(0.5f)}, {12, std::log(0.2f)}};
+  for (int d = 0; d < 3; ++d) {
+    c.alternatives.emplace_back();
+    c.alternatives.back().push_back(c.chain[static_cast<std::size_t>(d)]);
+    for (int j = 0; j < 9; ++j) c.alternatives.back().push_back({20 + 10 * d + j, -3.0f - 0.1f * static_cast<float>(j)});
+  }
+  cape_tree_builder cape;
+  token_tree t;
+  cape.build(c, t);
+  REQUIRE(t.size() == 3 + 1 + 5 + 7);
+  CHECK(t.tokens()[0] == 10);
+  CHECK(t.parent(1) == 0);
+  CHECK(t.parent(2) == 1);
+  CHECK(t.tokens()[3] == 20);  // X_1 = {20}: a sibling of chain token 10, under the root
+  CHECK(t.parent(3) == -1);
+  for (int i = 4; i < 9; ++i) CHECK((t.parent(i) == 0 && t.tokens()[static_cast<std::size_t>(i)] == 30 + i - 4));  // X_2 under 10
+  for (int i = 9; i < 16; ++i) CHECK((t.parent(i) == 1 && t.tokens()[static_cast<std::size_t>(i)] == 40 + i - 9));  // X_3 under 11
+  cape_proposal p;  // the same proposal through tree/cape.hpp: its Mask_CAPE is the tree's ancestor mask
+  cape_expand_ranked<draft_token>(c.chain, c.alternatives, cape_schedule::glide_bins(), 0, p);
+  CHECK(p.mask() == t.ancestor_mask());
+  cape_tree_builder capped(8);  // the deepest expansions go first: X_3 entirely, X_2 to 4
+  capped.build(c, t);
+  CHECK(t.size() == 8);
+  CHECK(t.parent(7) == 0);
+  cape_tree_builder short_chain(2);  // fewer slots than the chain: the chain is cut
+  short_chain.build(c, t);
+  CHECK(t.size() == 2);
+  c.alternatives.resize(1);  // a drafter with alternatives for the first depth only
+  cape.build(c, t);
+  CHECK(t.size() == 3 + 1);
+  REQUIRE_THROWS_WITH(cape_tree_builder(-1), Catch::Contains("max_tokens"));
+  cape_tree_builder table(0, cape_schedule::glide_appendix_table());  // Algorithm 1: K = S[floor(10 p)] - 1 = 3, 5, 7
+  c.alternatives.resize(3, c.alternatives[0]);  // 9 candidates per depth, none equal to chain tokens 11, 12
+  table.build(c, t);
+  CHECK(t.size() == 3 + 3 + 5 + 7);
+}
+
 TEST_CASE("multi_draft_tree_builder keeps each draft as its own branch", "[decoder][multi_draft]") {
   draft_candidates c;
   c.chain = {{5, 0}, {6, 0}};

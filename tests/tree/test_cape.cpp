@@ -164,6 +164,66 @@ TEST_CASE("cape_expand: randomized proposals agree with Algorithm 2 and §4.2", 
   }
 }
 
+namespace {
+struct ranked_token {  // what cape_expand_ranked reads: .token and .logprob (as specdec::draft_token)
+  std::int32_t token;
+  float logprob;
+};
+}  // namespace
+
+TEST_CASE("cape_expand_ranked: equals cape_expand on complete ranked lists, a prefix on short ones", "[tree][cape]") {
+  specdec::cape_proposal ranked;  // reused across calls: capacity kept, contents replaced
+  for (std::uint64_t seed = 0; seed < 30; ++seed) {
+    specdec::philox_stream rng(seed, 4);
+    const int vocab = 2 + static_cast<int>(rng.below(30));
+    const int gamma = 1 + static_cast<int>(rng.below(6));
+    std::vector<float> probs(static_cast<std::size_t>(vocab * gamma));
+    for (int i = 0; i < gamma; ++i) {
+      const double sharp = 0.1 + 8.0 * rng.uniform_double();
+      double z = 0;
+      std::vector<double> e(static_cast<std::size_t>(vocab));
+      for (auto& x : e) z += (x = std::exp(sharp * rng.uniform_double()));
+      for (int v = 0; v < vocab; ++v) probs[static_cast<std::size_t>(i * vocab + v)] = static_cast<float>(e[static_cast<std::size_t>(v)] / z);
+    }
+    std::vector<ranked_token> chain;
+    std::vector<std::vector<ranked_token>> full(static_cast<std::size_t>(gamma)), shortened(full);
+    for (int i = 0; i < gamma; ++i) {
+      const std::span<const float> row(probs.data() + i * vocab, static_cast<std::size_t>(vocab));
+      for (auto t : specdec::topk_indices_by_sort<float>(row, vocab)) full[static_cast<std::size_t>(i)].push_back({t, std::log(row[static_cast<std::size_t>(t)])});
+      chain.push_back(full[static_cast<std::size_t>(i)][0]);
+      shortened[static_cast<std::size_t>(i)].assign(full[static_cast<std::size_t>(i)].begin(), full[static_cast<std::size_t>(i)].begin() + std::min(vocab, 3));
+    }
+    for (const auto& sched : {cape_schedule::glide_bins(), cape_schedule::glide_appendix_table()})
+      for (const int cap : {0, gamma, gamma + 3}) {
+        INFO("seed " << seed << " cap " << cap);
+        const auto want = cape_expand(probs, vocab, {}, sched, cap);
+        specdec::cape_expand_ranked<ranked_token>(chain, full, sched, cap, ranked);
+        REQUIRE(ranked.gamma == want.gamma);
+        REQUIRE(ranked.tokens == want.tokens);
+        REQUIRE(ranked.pos == want.pos);
+        REQUIRE(ranked.expansion_sizes == want.expansion_sizes);
+        REQUIRE(ranked.logprobs == want.logprobs);
+        check_consistency(ranked, 7);
+        // Two candidates besides the chain token: each X_i is the first min(K_i, 2) of the full X_i.
+        specdec::cape_expand_ranked<ranked_token>(chain, shortened, sched, 0, ranked);
+        const auto uncapped = cape_expand(probs, vocab, {}, sched);
+        REQUIRE(ranked.size() >= gamma);
+        for (int i = 0; i < gamma; ++i) {
+          std::vector<std::int32_t> got, full_set;
+          for (int j = gamma; j < ranked.size(); ++j)
+            if (ranked.pos[static_cast<std::size_t>(j)] == i + 1) got.push_back(ranked.tokens[static_cast<std::size_t>(j)]);
+          for (int j = gamma; j < uncapped.size(); ++j)
+            if (uncapped.pos[static_cast<std::size_t>(j)] == i + 1) full_set.push_back(uncapped.tokens[static_cast<std::size_t>(j)]);
+          full_set.resize(std::min<std::size_t>(full_set.size(), 2));
+          REQUIRE(got == full_set);
+        }
+      }
+    // Steps past candidates.size() get no expansion set.
+    specdec::cape_expand_ranked<ranked_token>(chain, std::span(full).first(1), cape_schedule::glide_bins(), 0, ranked);
+    for (int j = gamma; j < ranked.size(); ++j) REQUIRE(ranked.pos[static_cast<std::size_t>(j)] == 1);
+  }
+}
+
 TEST_CASE("cape: validation", "[tree][cape][validation]") {
   using Catch::Contains;
   const std::vector<float> ok{0.5f, 0.5f, 0.0f};
@@ -187,4 +247,12 @@ TEST_CASE("cape: validation", "[tree][cape][validation]") {
   REQUIRE_THROWS_WITH(cape_schedule::glide_bins().expansion_size(0.0f), Contains("'p'"));
   REQUIRE_THROWS_WITH(cape_schedule::glide_bins().expansion_size(1.1f), Contains("'p'"));
   REQUIRE_THROWS_WITH(cape_proposal{}.position_ids(0), Contains("committed_length"));
+  cape_proposal out;
+  const std::vector<ranked_token> chain{{1, -0.1f}, {2, -0.2f}};
+  const std::vector<std::vector<ranked_token>> none;
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(chain, none, cape_schedule::glide_bins(), 1, out),
+                      Contains("cape_expand_ranked") && Contains("max_tokens") && Contains(">= gamma = 2"));
+  const std::vector<ranked_token> impossible{{1, -INFINITY}};
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(impossible, none, cape_schedule::glide_bins(), 0, out),
+                      Contains("chain[0].logprob"));
 }

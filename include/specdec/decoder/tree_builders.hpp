@@ -8,7 +8,9 @@
 //!                            prefix trie (tree/trie_merge.hpp), so shared prefixes are verified once;
 //!                            optional node budget and depth limit.
 //!  - multi_draft_tree_builder: k independent drafts (multi-draft drafters) as k separate branches of
-//!                            the root, unmerged, in draw order (what multi_draft_verifier requires).
+//!                            the root, unmerged, in draw order (what multi_draft_verifier requires);
+//!  - cape_tree_builder:      GLIDE's CAPE (§4.2): the chain plus, at each depth, an expansion set of
+//!                            S(p) runner-up siblings sized by the draft's confidence p in the chain token.
 //! LongSpec's dynamic beam tree is built by the drafter itself (longspec_drafter with beam widths, via
 //! tree/beam_tree_builder.hpp) and arrives as sequences, so trie_tree_builder rebuilds it exactly.
 
@@ -19,6 +21,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/decoder/concepts.hpp"
+#include "specdec/tree/cape.hpp"
 #include "specdec/tree/cartesian_tree.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/trie_merge.hpp"
@@ -125,5 +128,34 @@ struct multi_draft_tree_builder {
   }
 };
 static_assert(check_tree_builder<multi_draft_tree_builder>());
+
+//! GLIDE's confidence-aware proposal expansion (§4.2, tree/cape.hpp) as a tree-builder policy: the
+//! drafted chain plus, at each depth d, the first S(p_d) entries of alternatives[d] other than the
+//! chain token, p_d = exp(chain[d].logprob) (the draft's confidence), in CAPE's linearized node order
+//! (so the tree's ancestor mask is Mask_CAPE). Drafters keep draft_request::width alternatives per
+//! depth: ask for width >= max S + 1 (8 for the §4.2 bins) to get full expansion sets; with fewer, each
+//! set is what the drafter gave. max_tokens > 0 caps the tree (GLIDE verifies at most 32 tokens),
+//! dropping the deepest expansions first. O(nodes); no allocation in steady state.
+class cape_tree_builder {
+ public:
+  cape_tree_builder() = default;
+  //! max_tokens: cap on tree nodes (0 = none); schedule: S(p) (GLIDE §4.2 bins by default).
+  explicit cape_tree_builder(int max_tokens, cape_schedule schedule = cape_schedule::glide_bins())
+      : schedule_(std::move(schedule)), max_tokens_(max_tokens) {
+    require(max_tokens >= 0, "specdec::cape_tree_builder", "max_tokens", ">= 0 (0 = no cap)", max_tokens);
+  }
+  void build(const draft_candidates& c, token_tree& out) {
+    std::span<const draft_token> chain(c.chain);
+    if (max_tokens_ > 0 && chain.size() > static_cast<std::size_t>(max_tokens_)) chain = chain.first(static_cast<std::size_t>(max_tokens_));
+    cape_expand_ranked<draft_token>(chain, c.alternatives, schedule_, max_tokens_, proposal_);
+    proposal_.tree(out);
+  }
+
+ private:
+  cape_schedule schedule_ = cape_schedule::glide_bins();
+  int max_tokens_ = 0;
+  cape_proposal proposal_;
+};
+static_assert(check_tree_builder<cape_tree_builder>());
 
 }  // namespace specdec

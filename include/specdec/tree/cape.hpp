@@ -140,14 +140,61 @@ struct cape_proposal {
   //! The equivalent token_tree (same node order as the linearized proposal). O(beta).
   [[nodiscard]] token_tree tree() const {
     token_tree t;
-    t.reserve(size());
-    for (int i = 0; i < size(); ++i) {
-      const std::int32_t step = pos[static_cast<std::size_t>(i)];  // 1-based
-      t.add(tokens[static_cast<std::size_t>(i)], step - 2, logprobs[static_cast<std::size_t>(i)]);
-    }
+    tree(t);
     return t;
   }
+  //! The same, written into out (its capacity reused). O(beta).
+  void tree(token_tree& out) const {
+    out.clear();
+    out.reserve(size());
+    for (int i = 0; i < size(); ++i) {
+      const std::int32_t step = pos[static_cast<std::size_t>(i)];  // 1-based; x in X_j is a child of chain node j-2
+      out.add(tokens[static_cast<std::size_t>(i)], step - 2, logprobs[static_cast<std::size_t>(i)]);
+    }
+  }
 };
+
+namespace detail {
+struct cape_step {
+  std::int32_t token;  //!< x_i
+  float logprob;       //!< log p_D(x_i | x_<i)
+  int k;               //!< K_i = S(p_i)
+};
+//! Algorithm 1's "Concatenation" into out (capacity reused): the chain x_1..x_gamma (step(i) gives
+//! step i's cape_step, 0-based), then X_1, X_2, ... in step order, where expand(i, x_i, n, emit) calls
+//! emit(token, logprob) for at most n expansion tokens of step i, best first. max_tokens > 0 caps
+//! beta: expansion tokens are dropped from the end of the linearized order (deepest steps first, the
+//! least likely to be reached); the chain is always kept. O(beta) plus the callbacks.
+template <class Step, class Expand>
+void cape_assemble(int gamma, Step&& step, Expand&& expand, int max_tokens, cape_proposal& out) {
+  out.gamma = gamma;
+  out.tokens.clear();
+  out.pos.clear();
+  out.logprobs.clear();
+  out.expansion_sizes.clear();
+  for (int i = 0; i < gamma; ++i) {
+    const cape_step s = step(i);
+    out.tokens.push_back(s.token);
+    out.pos.push_back(i + 1);
+    out.logprobs.push_back(s.logprob);
+    out.expansion_sizes.push_back(s.k);  // requested K_i for now; replaced by |X_i| below
+  }
+  std::size_t room = max_tokens > 0 ? static_cast<std::size_t>(max_tokens - gamma) : SIZE_MAX;
+  for (int i = 0; i < gamma; ++i) {
+    auto& size = out.expansion_sizes[static_cast<std::size_t>(i)];
+    const auto want = std::min(room, static_cast<std::size_t>(size));
+    std::size_t taken = 0;
+    expand(i, out.tokens[static_cast<std::size_t>(i)], static_cast<int>(want), [&](std::int32_t t, float lp) {
+      out.tokens.push_back(t);
+      out.pos.push_back(i + 1);
+      out.logprobs.push_back(lp);
+      ++taken;
+    });
+    room -= taken;
+    size = static_cast<std::int32_t>(taken);
+  }
+}
+}  // namespace detail
 
 //! Builds the CAPE proposal (Algorithm 1, "Proposal Expansion" and "Concatenation").
 //! `probs` holds gamma rows of `vocab_size` draft probabilities p_D(. | x_<i) (row-major). `chain`
@@ -189,48 +236,63 @@ inline cape_proposal cape_expand(std::span<const float> probs, int vocab_size, s
   }
 
   cape_proposal out;
-  out.gamma = gamma;
-  std::vector<std::vector<std::int32_t>> sets(static_cast<std::size_t>(gamma));
   std::vector<std::int32_t> idx;
   std::vector<float> val;
   topk_workspace<float> ws;
-  for (int i = 0; i < gamma; ++i) {
+  auto step = [&](int i) {
     const std::span<const float> row = probs.subspan(static_cast<std::size_t>(i) * v, v);
     std::int32_t x = 0;
     if (chain.empty()) {
-      std::int32_t best = 0;
-      topk<float>(row, 1, std::span<std::int32_t>(&best, 1), {}, ws);
-      x = best;
+      topk<float>(row, 1, std::span<std::int32_t>(&x, 1), {}, ws);  // Algorithm 1's greedy search
     } else {
       x = chain[static_cast<std::size_t>(i)];
     }
     const float p = row[static_cast<std::size_t>(x)];
     require(p > 0.0f, fn, "chain[" + std::to_string(i) + "]", "a token with draft probability > 0", x);
-    const int k = std::min(schedule.expansion_size(p), vocab_size - 1);
+    return detail::cape_step{x, std::log(p), std::min(schedule.expansion_size(p), vocab_size - 1)};
+  };
+  auto expand = [&](int i, std::int32_t x, int k, auto&& emit) {
+    const std::span<const float> row = probs.subspan(static_cast<std::size_t>(i) * v, v);
     idx.resize(static_cast<std::size_t>(k + 1));
     val.resize(static_cast<std::size_t>(k + 1));
     topk<float>(row, k + 1, idx, val, ws);  // k + 1 so that excluding x still leaves k
-    auto& set = sets[static_cast<std::size_t>(i)];
-    for (std::size_t j = 0; j < idx.size() && static_cast<int>(set.size()) < k; ++j)
-      if (idx[j] != x && val[j] > 0.0f) set.push_back(idx[j]);
-    out.tokens.push_back(x);
-    out.pos.push_back(i + 1);
-    out.logprobs.push_back(std::log(p));
-  }
-  // Concatenate X_1, X_2, ... after the chain, honouring the cap from the end.
-  std::size_t room = max_tokens > 0 ? static_cast<std::size_t>(max_tokens - gamma) : SIZE_MAX;
-  for (int i = 0; i < gamma; ++i) {
-    const auto& set = sets[static_cast<std::size_t>(i)];
-    const std::size_t take = std::min(room, set.size());
-    room -= take;
-    out.expansion_sizes.push_back(static_cast<std::int32_t>(take));
-    for (std::size_t j = 0; j < take; ++j) {
-      out.tokens.push_back(set[j]);
-      out.pos.push_back(i + 1);
-      out.logprobs.push_back(std::log(probs[static_cast<std::size_t>(i) * v + static_cast<std::size_t>(set[j])]));
-    }
-  }
+    for (std::size_t j = 0, n = 0; j < idx.size() && n < static_cast<std::size_t>(k); ++j)
+      if (idx[j] != x && val[j] > 0.0f) emit(idx[j], std::log(val[j])), ++n;
+  };
+  detail::cape_assemble(gamma, step, expand, max_tokens, out);
   return out;
+}
+
+//! CAPE from ranked candidates, for engines (and speculative_decoder's cape_tree_builder) that hold a
+//! top-k per step instead of full probability rows. Step i has the chain token chain[i] (members
+//! .token and .logprob = log p_D(x_i | x_<i)) and candidates[i], its most probable tokens best first
+//! (same members; it may contain x_i). X_i = the first K_i = S(exp(chain[i].logprob)) candidates other
+//! than x_i with a finite log-prob; fewer when candidates[i] is shorter, so keep max S + 1 candidates
+//! per step for the full schedule; steps past candidates.size() get no expansion. With complete
+//! candidate lists this equals cape_expand on the rows (tested). max_tokens as in cape_expand.
+//! Reuses out's capacity (no allocation in steady state). O(gamma + sum |candidates[i]|).
+template <class Candidate>
+void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::vector<Candidate>> candidates,
+                        const cape_schedule& schedule, int max_tokens, cape_proposal& out) {
+  constexpr std::string_view fn = "specdec::cape_expand_ranked";
+  const int gamma = static_cast<int>(chain.size());
+  require(max_tokens == 0 || max_tokens >= gamma, fn, "max_tokens", "0 (no cap) or >= gamma = " + std::to_string(gamma),
+          max_tokens);
+  auto step = [&](int i) {
+    const auto& x = chain[static_cast<std::size_t>(i)];
+    const float p = std::exp(x.logprob);
+    require(p > 0.0f, fn, "chain[" + std::to_string(i) + "].logprob", "a log-probability with p > 0", x.logprob);
+    return detail::cape_step{x.token, x.logprob, schedule.expansion_size(p)};
+  };
+  auto expand = [&](int i, std::int32_t x, int k, auto&& emit) {
+    if (static_cast<std::size_t>(i) >= candidates.size()) return;
+    int n = 0;
+    for (const auto& c : candidates[static_cast<std::size_t>(i)]) {
+      if (n >= k) break;
+      if (c.token != x && std::isfinite(c.logprob)) emit(c.token, c.logprob), ++n;
+    }
+  };
+  detail::cape_assemble(gamma, step, expand, max_tokens, out);
 }
 
 }  // namespace specdec
