@@ -1,6 +1,7 @@
 #pragma once
 // Shared machinery of the decoder's sampling-distribution tests (test_distribution*.cpp): a 6-token
-// model, the exact joint law of its first two sampled tokens, a chi-square check at p = 0.001.
+// model, the exact joint law of its first two sampled tokens, a chi-square check at p = 0.001, and the
+// model drafters the combinations use.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -68,21 +69,47 @@ inline std::pair<double, double> chi_square(const std::vector<int>& counts, cons
   return {stat, df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3)};
 }
 
+//! width: alternatives per depth the model drafters keep (cartesian and CAPE trees use them).
 template <class Decoder>
-std::vector<int> sample_counts(Decoder& dec) {
+std::vector<int> sample_counts(Decoder& dec, int width = 2) {
   std::vector<int> counts(V * V, 0);
   for (int i = 0; i < runs; ++i) {
-    const auto out = dec.generate(prompt, {.max_new_tokens = 3, .sampling = params, .seed = 1000u + i, .draft_depth = 3, .draft_width = 2});
+    const auto out = dec.generate(prompt, {.max_new_tokens = 3, .sampling = params, .seed = 1000u + i, .draft_depth = 3, .draft_width = width});
     REQUIRE(out.tokens.size() == 3);
     ++counts[out.tokens[0] * V + out.tokens[1]];
   }
   return counts;
 }
 
+//! LongSpec draft over `target` (window 8) and a 1-layer chain-drafter model sharing the target's first
+//! layer; both must outlive the decoders built on them.
+struct drafters {
+  longspec_draft_config dc = window_8();
+  longspec_draft_model<double> longspec;
+  llama_model<double> small;
+  explicit drafters(llama_model<double>& target)
+      : longspec(target, dc, derive_longspec_draft(weights(), dc)), small(one_layer_config(), one_layer_weights(), 1, 64) {}
+  static longspec_draft_config window_8() {
+    longspec_draft_config c;
+    c.window = 8;
+    return c;
+  }
+  static llama_config one_layer_config() {
+    auto c = cfg;
+    c.layers = 1;
+    return c;
+  }
+  static llama_weights<double> one_layer_weights() {
+    auto w = weights();
+    w.layers.resize(1);
+    return w;
+  }
+};
+
 template <class Decoder>
-void check(Decoder& dec, const char* name) {
+void check(Decoder& dec, const char* name, int width = 2) {
   static const auto joint = exact_joint();
-  const auto counts = sample_counts(dec);
+  const auto counts = sample_counts(dec, width);
   const auto [stat, crit] = chi_square(counts, joint, runs);
   INFO(name << ": chi2 " << stat << " critical " << crit << " tau " << dec.stats().tau());
   CHECK(stat < crit);

@@ -1,0 +1,41 @@
+// Sampling losslessness of the model drafters (LongSpec chain and beam modes, chain drafter) with every
+// tree builder and sampling verifier that accepts them: the joint law of the first two generated
+// tokens over many seeded runs matches the model's exact autoregressive law (chi-square at p = 0.001,
+// fixed seeds; distribution_util.hpp, whose negative control is in test_distribution.cpp).
+// Chains are sampled from q (chain_speculative uses it); beams and alternatives are top-k (one-hot
+// for the verifiers), so sample_and_match verifies those trees.
+#include "distribution_util.hpp"
+
+using namespace distribution;
+
+namespace {
+template <class Builder, class Verifier, class Drafter>
+void check_with(llama_model<double>& target, Drafter drafter, Builder builder, const char* name, int width = 2) {
+  speculative_decoder<llama_model<double>, Drafter, Builder, Verifier> dec(target, std::move(drafter), std::move(builder));
+  check(dec, name, width);
+}
+}  // namespace
+
+TEST_CASE("sampling distribution: LongSpec drafter, chain and beam modes", "[decoder][distribution]") {
+  llama_model<double> target(cfg, weights(), 1, 64);
+  drafters d(target);
+  using ls = longspec_drafter<longspec_draft_model<double>>;
+  check_with<chain_tree_builder, chain_speculative_verifier>(target, ls(d.longspec), {}, "longspec/chain/chain_speculative (sampled q)");
+  check_with<chain_tree_builder, sample_and_match_verifier>(target, ls(d.longspec), {}, "longspec/chain/sample_and_match");
+  check_with<cartesian_tree_builder, sample_and_match_verifier>(target, ls(d.longspec), {}, "longspec/cartesian/sample_and_match");
+  check_with<trie_tree_builder, sample_and_match_verifier>(target, ls(d.longspec), {}, "longspec/trie/sample_and_match");
+  check_with<cape_tree_builder, sample_and_match_verifier>(target, ls(d.longspec), {}, "longspec/cape/sample_and_match", 4);
+  const std::vector<int> beam{2, 2, 2};
+  check_with<trie_tree_builder, sample_and_match_verifier>(target, ls(d.longspec, beam), {}, "longspec_beam/trie/sample_and_match");
+  check_with<chain_tree_builder, chain_speculative_verifier>(target, ls(d.longspec, beam), {}, "longspec_beam/chain/chain_speculative");
+}
+
+TEST_CASE("sampling distribution: chain drafter", "[decoder][distribution]") {
+  llama_model<double> target(cfg, weights(), 1, 64);
+  drafters d(target);
+  using cd = chain_drafter<llama_model<double>>;
+  check_with<chain_tree_builder, chain_speculative_verifier>(target, cd(d.small), {}, "chain/chain/chain_speculative (sampled q)");
+  check_with<cartesian_tree_builder, sample_and_match_verifier>(target, cd(d.small), {}, "chain/cartesian/sample_and_match");
+  check_with<trie_tree_builder, sample_and_match_verifier>(target, cd(d.small), {}, "chain/trie/sample_and_match");
+  check_with<cape_tree_builder, sample_and_match_verifier>(target, cd(d.small), {}, "chain/cape/sample_and_match", 4);
+}
