@@ -106,6 +106,26 @@ TEST_CASE("decoder rejects bad arguments", "[decoder][errors]") {
   REQUIRE_THROWS_AS(d.generate(prompt, {.sampling = {.temperature = -1.0f}}), specdec::invalid_argument);
 }
 
+TEST_CASE("verifiers that need a chain or multi-draft tree reject other trees with a clear error", "[decoder][errors]") {
+  // The matrix's excluded combinations: chain speculative sampling verifies chains only, and
+  // multi-draft sampling needs children drawn from the draft's q (a Cartesian tree's runner-up
+  // siblings were not), so both must fail loudly rather than emit from a wrong distribution.
+  llama_model<double> target(cfg, weights(), 1, 512);
+  auto c1 = cfg;
+  c1.layers = 1;
+  auto w1 = weights();
+  w1.layers.resize(1);
+  llama_model<double> small(c1, w1, 1, 512);
+  using cd = chain_drafter<llama_model<double>>;
+  const generation_options opts{.max_new_tokens = 8, .sampling = {.temperature = 0.8f}, .seed = 3, .draft_depth = 3, .draft_width = 3};
+  speculative_decoder<llama_model<double>, cd, cartesian_tree_builder, chain_speculative_verifier> chain_on_tree(
+      target, cd(small), cartesian_tree_builder({2, 2, 1}));
+  REQUIRE_THROWS_WITH(chain_on_tree.generate(prompt, opts), Catch::Contains("verify_chain_speculative") && Catch::Contains("a chain"));
+  speculative_decoder<llama_model<double>, cd, cartesian_tree_builder, multi_draft_verifier> multi_on_tree(
+      target, cd(small), cartesian_tree_builder({2, 2, 1}));
+  REQUIRE_THROWS_WITH(multi_on_tree.generate(prompt, opts), Catch::Contains("verify_multi_draft"));
+}
+
 TEST_CASE("tree builders and the n-gram drafter shape their output as documented", "[decoder]") {
   draft_candidates c;
   c.chain = {{5, -0.1f}, {6, -0.2f}, {7, -0.3f}};
