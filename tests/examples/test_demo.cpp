@@ -14,12 +14,20 @@
 
 using namespace specdec::examples;
 
-TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[examples][demo]") {
+namespace {
+//! The demo at test size: a tiny model, 64 new tokens, a 16-token draft window.
+demo_options tiny_options(int prompt_tokens) {
   demo_options o;
   o.model = {.vocab_size = 128, .hidden = 32, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 48};
-  o.prompt_tokens = 96;
+  o.prompt_tokens = prompt_tokens;
   o.new_tokens = 64;
   o.window = 16;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[examples][demo]") {
+  demo_options o = tiny_options(96);
   std::ostringstream log, out;
   const auto small = run_demo(o, log);
   CHECK(small.lossless);
@@ -43,11 +51,7 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
 }
 
 TEST_CASE("demo live progress: rewritten lines with growing token counts, tok/s and tau", "[examples][demo]") {
-  demo_options o;
-  o.model = {.vocab_size = 128, .hidden = 32, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 48};
-  o.prompt_tokens = 64;
-  o.new_tokens = 64;
-  o.window = 16;
+  demo_options o = tiny_options(64);
   o.progress_every = 8;  // the default 128 would print nothing at this size
   std::ostringstream log;
   const auto rep = run_demo(o, log);
