@@ -41,6 +41,23 @@ std::vector<std::vector<int>> algorithm2_vam(int gamma, const std::vector<std::v
   return VAM;
 }
 
+// gamma peaked probability rows of `vocab` entries with random sharpness, so every confidence bin
+// is hit; `ties`: logits on 4 levels, so equal probabilities (tie-breaking) occur too.
+std::vector<float> random_rows(specdec::philox_stream& rng, int vocab, int gamma, bool ties) {
+  std::vector<float> probs(static_cast<std::size_t>(vocab * gamma));
+  std::vector<double> e(static_cast<std::size_t>(vocab));
+  for (int i = 0; i < gamma; ++i) {
+    const double sharp = 0.1 + 8.0 * rng.uniform_double();
+    double z = 0;
+    for (auto& x : e) {
+      const double u = rng.uniform_double();
+      z += (x = std::exp(sharp * (ties ? std::floor(4 * u) : u)));
+    }
+    for (int v = 0; v < vocab; ++v) probs[static_cast<std::size_t>(i * vocab + v)] = static_cast<float>(e[static_cast<std::size_t>(v)] / z);
+  }
+  return probs;
+}
+
 // §4.2's formula with the paper's 1-based indices.
 bool mask_cape_formula(const cape_proposal& p, int i1, int j1) {
   return (j1 <= p.gamma && p.pos[static_cast<std::size_t>(i1 - 1)] > j1) || i1 == j1;
@@ -138,15 +155,7 @@ TEST_CASE("cape_expand: randomized proposals agree with Algorithm 2 and §4.2", 
     specdec::philox_stream rng(seed, 3);
     const int vocab = 2 + static_cast<int>(rng.below(40));
     const int gamma = 1 + static_cast<int>(rng.below(7));
-    std::vector<float> probs(static_cast<std::size_t>(vocab * gamma));
-    for (int i = 0; i < gamma; ++i) {
-      // peaked rows with random sharpness so every confidence bin is hit
-      const double sharp = 0.1 + 8.0 * rng.uniform_double();
-      double z = 0;
-      std::vector<double> e(static_cast<std::size_t>(vocab));
-      for (auto& x : e) z += (x = std::exp(sharp * std::floor(4 * rng.uniform_double())));
-      for (int v = 0; v < vocab; ++v) probs[static_cast<std::size_t>(i * vocab + v)] = static_cast<float>(e[static_cast<std::size_t>(v)] / z);
-    }
+    const auto probs = random_rows(rng, vocab, gamma, true);
     for (const auto& sched : {cape_schedule::glide_bins(), cape_schedule::glide_appendix_table()}) {
       const auto p = cape_expand(probs, vocab, {}, sched);
       for (int i = 0; i < gamma; ++i) {
@@ -177,14 +186,7 @@ TEST_CASE("cape_expand_ranked: equals cape_expand on complete ranked lists, a pr
     specdec::philox_stream rng(seed, 4);
     const int vocab = 2 + static_cast<int>(rng.below(30));
     const int gamma = 1 + static_cast<int>(rng.below(6));
-    std::vector<float> probs(static_cast<std::size_t>(vocab * gamma));
-    for (int i = 0; i < gamma; ++i) {
-      const double sharp = 0.1 + 8.0 * rng.uniform_double();
-      double z = 0;
-      std::vector<double> e(static_cast<std::size_t>(vocab));
-      for (auto& x : e) z += (x = std::exp(sharp * rng.uniform_double()));
-      for (int v = 0; v < vocab; ++v) probs[static_cast<std::size_t>(i * vocab + v)] = static_cast<float>(e[static_cast<std::size_t>(v)] / z);
-    }
+    const auto probs = random_rows(rng, vocab, gamma, false);
     std::vector<ranked_token> chain;
     std::vector<std::vector<ranked_token>> full(static_cast<std::size_t>(gamma)), shortened(full);
     for (int i = 0; i < gamma; ++i) {
