@@ -257,4 +257,9 @@ TEST_CASE("cape: validation", "[tree][cape][validation]") {
   const std::vector<ranked_token> impossible{{1, -INFINITY}};
   REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(impossible, none, cape_schedule::glide_bins(), 0, out),
                       Contains("chain[0].logprob"));
+  out.gamma = 5;  // a rejected call leaves out untouched (validation comes first)
+  const std::vector<ranked_token> above_one{{1, -0.1f}, {2, 0.5f}};
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(above_one, none, cape_schedule::glide_bins(), 0, out),
+                      Contains("chain[1].logprob") && Contains("(-inf, 0]"));
+  CHECK(out.gamma == 5);
 }

@@ -278,11 +278,15 @@ void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::v
   const int gamma = static_cast<int>(chain.size());
   require(max_tokens == 0 || max_tokens >= gamma, fn, "max_tokens", "0 (no cap) or >= gamma = " + std::to_string(gamma),
           max_tokens);
+  // Validated before out is touched: a log-probability in (-inf, 0] (rounding up to 1e-4 above 0 is read as 0).
+  for (int i = 0; i < gamma; ++i) {
+    const float lp = chain[static_cast<std::size_t>(i)].logprob;
+    require(std::exp(lp) > 0.0f && lp <= 1e-4f, fn, "chain[" + std::to_string(i) + "].logprob",
+            "a log-probability in (-inf, 0] (p in (0, 1])", lp);
+  }
   auto step = [&](int i) {
     const auto& x = chain[static_cast<std::size_t>(i)];
-    const float p = std::exp(x.logprob);
-    require(p > 0.0f, fn, "chain[" + std::to_string(i) + "].logprob", "a log-probability with p > 0", x.logprob);
-    return detail::cape_step{x.token, x.logprob, schedule.expansion_size(p)};
+    return detail::cape_step{x.token, x.logprob, schedule.expansion_size(std::min(std::exp(x.logprob), 1.0f))};
   };
   auto expand = [&](int i, std::int32_t x, int k, auto&& emit) {
     if (static_cast<std::size_t>(i) >= candidates.size()) return;
