@@ -1,12 +1,15 @@
 // Host tree benchmarks: LongSpec beam tree build (widths {4,16,16,16,16}) at vocab 32K and 128K,
 // O(V) top-k over 32K/128K rows (vs std::partial_sort and a full sort for context), trie merge of
-// 20 4-gram candidates into TokenSwift's 40-node [1,3,3,3] tree, ancestor mask of a 1024-node tree.
+// 20 4-gram candidates into TokenSwift's 40-node [1,3,3,3] tree, ancestor mask of a 1024-node tree,
+// GLIDE's CAPE from full draft rows (cape_expand) and from ranked top-8 candidates (cape_expand_ranked,
+// what decoder/tree_builders.hpp's cape_tree_builder runs each step).
 // Counters: "GB/s" = bytes of the rows each step must read once (frontier x vocab x 4 B), or the
 // tree/mask bytes written; items_per_second = vocabulary entries scanned (or candidate tokens
 // merged). FLOP/s does not apply (comparisons only). Inputs are built once, outside the timed loop.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/topk.hpp"
 #include "specdec/tree/beam_tree_builder.hpp"
+#include "specdec/tree/cape.hpp"
 #include "specdec/tree/cartesian_tree.hpp"
 #include "specdec/tree/trie_merge.hpp"
 
@@ -169,3 +173,57 @@ void BM_ancestor_mask(benchmark::State& state) {
 BENCHMARK(BM_ancestor_mask)->Arg(64)->Arg(1024)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
+
+// CAPE (GLIDE §4.2, Algorithm 1) over gamma = 5 draft rows of V probabilities, with confidences
+// spread over the §4.2 bins (one top-k of K_i + 1 per row). GB/s = row bytes read (gamma x V x 4 B).
+void BM_cape_expand(benchmark::State& state) {
+  const int vocab = static_cast<int>(state.range(0)), gamma = 5;
+  specdec::philox_stream rng(9, 9);
+  std::vector<float> probs(static_cast<std::size_t>(gamma) * static_cast<std::size_t>(vocab));
+  for (int i = 0; i < gamma; ++i) {
+    float* row = probs.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(vocab);
+    double z = 0;
+    for (int v = 0; v < vocab; ++v) z += row[v] = rng.uniform();
+    const float top = 0.2f * static_cast<float>(i);  // the greedy token takes 0, .2, .4, .6, .8 of the mass
+    for (int v = 0; v < vocab; ++v) row[v] = static_cast<float>(row[v] / z) * (1.0f - top);
+    row[i] += top;
+  }
+  int beta = 0;
+  for (auto _ : state) {
+    const auto p = specdec::cape_expand(probs, vocab);
+    beta = p.size();
+    benchmark::DoNotOptimize(p.tokens.data());
+  }
+  state.counters["tokens"] = beta;
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(probs.size()) * sizeof(float),
+                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetItemsProcessed(static_cast<std::int64_t>(probs.size()) * state.iterations());
+}
+BENCHMARK(BM_cape_expand)->Arg(32000)->Arg(128000)->Unit(benchmark::kMicrosecond);
+
+// CAPE from ranked candidates: gamma = 5 chain tokens with confidences .9/.7/.5/.3/.1 and 8 ranked
+// candidates per step (the decoder's cape_tree_builder path, capacity reused). GB/s = candidate bytes
+// read (token + log-prob) plus proposal bytes written.
+void BM_cape_expand_ranked(benchmark::State& state) {
+  struct cand {
+    std::int32_t token;
+    float logprob;
+  };
+  const int gamma = 5, width = 8;
+  std::vector<cand> chain;
+  std::vector<std::vector<cand>> alts(static_cast<std::size_t>(gamma));
+  for (int i = 0; i < gamma; ++i) {
+    chain.push_back({100 * i, std::log(0.9f - 0.2f * static_cast<float>(i))});
+    for (int j = 0; j < width; ++j) alts[static_cast<std::size_t>(i)].push_back({100 * i + j, -1.0f - static_cast<float>(j)});
+  }
+  specdec::cape_proposal p;
+  for (auto _ : state) {
+    specdec::cape_expand_ranked<cand>(chain, alts, specdec::cape_schedule::glide_bins(), 0, p);
+    benchmark::DoNotOptimize(p.tokens.data());
+  }
+  state.counters["tokens"] = p.size();
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(gamma * (width + 1)) * 8 + static_cast<double>(p.size()) * 16,
+                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetItemsProcessed(static_cast<std::int64_t>(gamma * width) * state.iterations());
+}
+BENCHMARK(BM_cape_expand_ranked);

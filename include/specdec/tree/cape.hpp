@@ -281,8 +281,8 @@ void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::v
   // Validated before out is touched: a log-probability in (-inf, 0] (rounding up to 1e-4 above 0 is read as 0).
   for (int i = 0; i < gamma; ++i) {
     const float lp = chain[static_cast<std::size_t>(i)].logprob;
-    require(std::exp(lp) > 0.0f && lp <= 1e-4f, fn, "chain[" + std::to_string(i) + "].logprob",
-            "a log-probability in (-inf, 0] (p in (0, 1])", lp);
+    if (!(std::exp(lp) > 0.0f && lp <= 1e-4f)) [[unlikely]]  // the argument name is built only on failure
+      throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].logprob", "a log-probability in (-inf, 0] (p in (0, 1])", lp);
   }
   auto step = [&](int i) {
     const auto& x = chain[static_cast<std::size_t>(i)];
