@@ -366,11 +366,17 @@ inline constexpr int max_dot_rows = 8;
 inline constexpr int dot_block = 32;
 //! Kv heads attend_part_rows keeps in flight together (their queries and scores stay in L1).
 inline constexpr int dot_heads = 8;
-//! Tokens ahead at which attend_part_rows software-prefetches K rows into L1 (the next block's).
-//! Measured on a 2-vCPU Sapphire Rapids class box (benchmarks/RESULTS.md, Attention (host)):
-//! fp16 decode at 32K went from 57% to ~70% of the read roofline; 8 and 64 were no better, and
-//! prefetching V ahead as well (instead of the current block's V into L2) was slower for fp32.
+//! Tokens ahead at which attend_part_rows software-prefetches K rows into L2 (the next block's).
+//! Measured (benchmarks/RESULTS.md, Attention (host)): on a Sapphire Rapids class box this
+//! prefetch (then into L1) took fp16 decode at 32K from 57% to ~67% of the read roofline; 8 and 64
+//! were no better, and prefetching V ahead as well was slower for fp32. On a Zen 4 (EPYC) box the
+//! L1 form ran 30-40% slower at 32K than no K prefetch at all (probably because a far prefetcht0
+//! holds one of the few L1 miss buffers for a whole DRAM round trip), while the L2 form
+//! (prefetcht1, the hint the tile kernel and V already use) matched or beat both, so K now goes
+//! to L2 too.
 inline constexpr int kpf_dist = 32;
+//! __builtin_prefetch locality of those K prefetches: 2 = prefetcht1 (L2).
+inline constexpr int kpf_locality = 2;
 
 //! Unmasked online-softmax attention of m_rows <= RB (4 or 8) query rows per kv head over keys
 //! [k_begin, k_end), vectorised along head_dim: each K row is loaded once (widened to fp32 in
@@ -413,7 +419,7 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
     }
     for (int b = k_begin; b < k_end; b += dot_block) {
       const int nb = std::min(dot_block, k_end - b);
-      // Scores, token-major, prefetching K kpf_dist tokens ahead into L1 and this block's V rows
+      // Scores, token-major, prefetching K kpf_dist tokens ahead into L2 and this block's V rows
       // into L2 for the PV pass.
       for (int j = 0; j < nb; ++j) {
         for (int hh = 0; hh < hc; ++hh) {
@@ -423,7 +429,7 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
           for (int c = 0; c < D; c += line_elems) __builtin_prefetch(vr + c, 0, 2);
           if (b + j + kpf_dist < k_end) {
             const T* kn = krow(b + j + kpf_dist, h0 + hh);
-            for (int c = 0; c < D; c += line_elems) __builtin_prefetch(kn + c, 0, 3);
+            for (int c = 0; c < D; c += line_elems) __builtin_prefetch(kn + c, 0, kpf_locality);
           }
           vf16 acc[2][RB];
           for (int i = 0; i < RB; ++i) acc[0][i] = acc[1][i] = vf16{};
