@@ -4,7 +4,8 @@
 // be read as a % of roofline. Counters: "GB/s" (bytes that must be read/written at least once:
 // cache K/V, tree K/V, Q, O) and "GFLOP/s" (2 FLOPs per multiply-add of QK^T and PV over the keys
 // each query actually sees). Problem sizes are set once per benchmark; the workspace is sized once
-// (no allocation inside the timed loop).
+// (no allocation inside the timed loop). Two extra decode rows at cache 1K give the kernel's
+// in-cache ceiling for the memory-bound (tree = 1) cells.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -222,6 +223,14 @@ void tree_args(benchmark::internal::Benchmark* b) {
   if (Threads != 1) b->UseRealTime();
 }
 
+// The in-cache ceiling of the memory-bound cells: a decode step (tree = 1) over a 1K-token cache
+// (8 MB fp32, 4 MB fp16: L3-resident on the machines in RESULTS.md), one thread. It shows what the
+// kernel's own instruction throughput allows with DRAM out of the way, to read the 4K/32K tree = 1
+// rows against: a cell cannot reach 70% of the read roofline if this row is not well above that.
+void ceiling_args(benchmark::internal::Benchmark* b) {
+  b->Args({1024, 1, 1})->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 
 BENCHMARK(BM_roofline_read_bandwidth)->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond);
@@ -237,3 +246,5 @@ SPECDEC_ATTN_BENCH(BM_hybrid_tree_attention, hybrid_args);
 SPECDEC_ATTN_BENCH(BM_decode_attention, hybrid_args);
 SPECDEC_ATTN_BENCH(BM_tree_attention, tree_args);
 SPECDEC_ATTN_BENCH(BM_lse_merge, tree_args);
+BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);
+BENCHMARK_TEMPLATE(BM_decode_attention, specdec::half)->Apply(ceiling_args);
