@@ -208,6 +208,15 @@ SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict al
   }
 }
 
+//! Software-prefetches one K or V row (D elements), a 64-byte line at a time, with
+//! __builtin_prefetch locality `Locality`: 2 = prefetcht1 (into L2), the hint every kernel here
+//! uses for rows it reads a tile or a block later (see stage_rows and kpf_dist for why not L1).
+template <int D, int Locality = 2, class T>
+SPECDEC_FORCEINLINE void prefetch_row(const T* row) noexcept {
+  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
+  for (int c = 0; c < D; c += line_elems) __builtin_prefetch(row + c, 0, Locality);
+}
+
 //! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
 //! so the 8-key score microkernel never reads garbage. While staging row j it prefetches row j of
 //! the next tile (`pf_nb` rows starting at k + kv_tile) into L2: cache rows of one kv head are
@@ -217,12 +226,8 @@ SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict al
 //! points of FMA peak over prefetcht0 on the compute-bound cells).
 template <int D, class T, class RowFn>
 SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float* __restrict dst) noexcept {
-  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
   for (int j = 0; j < nb; ++j) {
-    if (j < pf_nb) {
-      const T* next = row(k + kv_tile + j);
-      for (int c = 0; c < D; c += line_elems) __builtin_prefetch(next + c, 0, 2);
-    }
+    if (j < pf_nb) prefetch_row<D>(row(k + kv_tile + j));
     const T* src = row(k + j);
     if constexpr (std::is_same_v<T, float>) std::memcpy(dst + j * D, src, sizeof(float) * D);
     else widen_row(src, dst + j * D, D);
@@ -275,15 +280,10 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
         // token's rows so the L2 streamer picks it up.
         const int per = (kv_tile + nheads - 1) / nheads;
         const int j_end = std::min(k_end, k + kv_tile + (hh + 1) * per);
-        constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
         for (int t = k + kv_tile + hh * per; t < j_end; ++t)
           for (int h2 = 0; h2 < nheads; ++h2) {
-            const T* kr = krow(t, h2);
-            const T* vr = vrow(t, h2);
-            for (int c = 0; c < D; c += line_elems) {
-              __builtin_prefetch(kr + c, 0, 1);
-              __builtin_prefetch(vr + c, 0, 1);
-            }
+            prefetch_row<D, 1>(krow(t, h2));
+            prefetch_row<D, 1>(vrow(t, h2));
           }
       }
       stage_rows<D, T>([&](int t) { return krow(t, hh); }, k, nb, pf_nb, kf);
@@ -375,8 +375,6 @@ inline constexpr int dot_heads = 8;
 //! (prefetcht1, the hint the tile kernel and V already use) matched or beat both, so K now goes
 //! to L2 too.
 inline constexpr int kpf_dist = 32;
-//! __builtin_prefetch locality of those K prefetches: 2 = prefetcht1 (L2).
-inline constexpr int kpf_locality = 2;
 
 //! Unmasked online-softmax attention of m_rows <= RB (4 or 8) query rows per kv head over keys
 //! [k_begin, k_end), vectorised along head_dim: each K row is loaded once (widened to fp32 in
@@ -397,7 +395,6 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   constexpr int dv = D / vlanes;                       // vectors per row
   constexpr int cw = RB <= 4 ? 4 : 2;                  // PV column slice, in vectors
-  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
   alignas(64) float qb[dot_heads][RB][D];
   alignas(64) float sb[dot_heads][RB][dot_block];
   float mrow[dot_heads][RB], lrow[dot_heads][RB], alpha[dot_heads][RB];
@@ -426,11 +423,8 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
           const T* kr = krow(b + j, h0 + hh);
           const T* vr = vrow(b + j, h0 + hh);
           vp[hh][j] = vr;
-          for (int c = 0; c < D; c += line_elems) __builtin_prefetch(vr + c, 0, 2);
-          if (b + j + kpf_dist < k_end) {
-            const T* kn = krow(b + j + kpf_dist, h0 + hh);
-            for (int c = 0; c < D; c += line_elems) __builtin_prefetch(kn + c, 0, kpf_locality);
-          }
+          prefetch_row<D>(vr);
+          if (b + j + kpf_dist < k_end) prefetch_row<D>(krow(b + j + kpf_dist, h0 + hh));
           vf16 acc[2][RB];
           for (int i = 0; i < RB; ++i) acc[0][i] = acc[1][i] = vf16{};
           for (int c = 0; c < dv; c += 2) {
