@@ -172,8 +172,6 @@ void BM_ancestor_mask(benchmark::State& state) {
 }
 BENCHMARK(BM_ancestor_mask)->Arg(64)->Arg(1024)->Unit(benchmark::kMicrosecond);
 
-}  // namespace
-
 // CAPE (GLIDE §4.2, Algorithm 1) over gamma = 5 draft rows of V probabilities, with confidences
 // spread over the §4.2 bins (one top-k of K_i + 1 per row). GB/s = row bytes read (gamma x V x 4 B).
 void BM_cape_expand(benchmark::State& state) {
@@ -227,3 +225,5 @@ void BM_cape_expand_ranked(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(gamma * width) * state.iterations());
 }
 BENCHMARK(BM_cape_expand_ranked);
+
+}  // namespace
