@@ -159,24 +159,26 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
 
 //! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, 8), RV row vectors.
 //! The panel is [D][32] contiguous floats (GEMM-style packing), so its 16 KB stream through L1 without
-//! the set conflicts a [D][Mpad] layout with a power-of-two row stride would cause.
+//! the set conflicts a [D][Mpad] layout with a power-of-two row stride would cause. Keys per
+//! register block: 8 with AVX-512 (8 x RV accumulators), fewer where the register file is smaller.
 template <int D, int RV>
 SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __restrict kf, int nb,
                                     float* __restrict s) noexcept {
-  for (int j0 = 0; j0 < nb; j0 += 8) {
-    vf16 acc[8][RV];
-    for (int jj = 0; jj < 8; ++jj)
+  constexpr int KB = fit_block(RV, RV + 1, 8);  // keys per block; divides the 8-row staging pad
+  for (int j0 = 0; j0 < nb; j0 += KB) {
+    vf16 acc[KB][RV];
+    for (int jj = 0; jj < KB; ++jj)
       for (int r = 0; r < RV; ++r) acc[jj][r] = vf16{};
     const float* kb = kf + j0 * D;
     for (int d = 0; d < D; ++d) {
       vf16 qv[RV];
       for (int r = 0; r < RV; ++r) qv[r] = vload(qt + d * (2 * vlanes) + r * vlanes);
-      for (int jj = 0; jj < 8; ++jj) {
+      for (int jj = 0; jj < KB; ++jj) {
         const vf16 kk = vbroadcast(kb[jj * D + d]);
         for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
       }
     }
-    for (int jj = 0; jj < 8; ++jj)
+    for (int jj = 0; jj < KB; ++jj)
       for (int r = 0; r < RV; ++r) vstore(s + (j0 + jj) * (2 * vlanes) + r * vlanes, acc[jj][r]);
   }
 }
@@ -185,25 +187,27 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __r
 template <int D>
 SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                  const float* __restrict vf, int nb, int rows) noexcept {
-  // Column slices outer: one 64-column slice of the V tile (16 KB in fp32) stays in L1 while every
-  // 4-row group of the block consumes it.
-  for (int c0 = 0; c0 < D; c0 += 4 * vlanes) {
+  // Column slices outer: one CW-vector (64 columns with AVX-512) slice of the V tile stays in L1
+  // while every 4-row group of the block consumes it. CW: 4 with AVX-512 (4 x 4 accumulators),
+  // fewer where the register file is smaller.
+  constexpr int CW = fit_block(4 + 1, 1, 4);
+  for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
     for (int i0 = 0; i0 < rows; i0 += 4) {
-      vf16 acc[4][4];
+      vf16 acc[4][CW];
       for (int ii = 0; ii < 4; ++ii) {
         const vf16 a = vbroadcast(alpha[i0 + ii]);
-        for (int c = 0; c < 4; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
+        for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
       }
       for (int j = 0; j < nb; ++j) {
-        vf16 vv[4];
-        for (int c = 0; c < 4; ++c) vv[c] = vload(vf + j * D + c0 + c * vlanes);
+        vf16 vv[CW];
+        for (int c = 0; c < CW; ++c) vv[c] = vload(vf + j * D + c0 + c * vlanes);
         for (int ii = 0; ii < 4; ++ii) {
           const vf16 p = vbroadcast(pt[j * (2 * vlanes) + i0 + ii]);
-          for (int c = 0; c < 4; ++c) acc[ii][c] += p * vv[c];
+          for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
         }
       }
       for (int ii = 0; ii < 4; ++ii)
-        for (int c = 0; c < 4; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
+        for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
     }
   }
 }
@@ -313,13 +317,13 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
             for (int j = 0; j < nb; ++j) {
               const vu16 bit = j < 32 ? ((lo >> j) & 1u) : ((hi >> (j - 32)) & 1u);
               float* sp = st + j * (2 * vlanes) + r * vlanes;
-              vstore(sp, bit != 0u ? vload(sp) : vbroadcast(ninf));
+              vstore(sp, vselect(bit != 0u, vload(sp), vbroadcast(ninf)));
             }
           }
           vf16 mold = vload(m + row0 + r * vlanes);
           vf16 mx = mold;
           for (int j = 0; j < nb; ++j) mx = vmax(mx, vload(st + j * (2 * vlanes) + r * vlanes));
-          const vf16 mref = mx == ninf ? vf16{} : mx;
+          const vf16 mref = vselect(mx == ninf, vf16{}, mx);
           vstore(alpha + r * vlanes, vexp2(mold - mref));
           vf16 sum{};
           for (int j = 0; j < nb; ++j) {
@@ -394,7 +398,8 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   static_assert(D % (2 * vlanes) == 0, "attend_part_rows: head_dim a multiple of 32");
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   constexpr int dv = D / vlanes;                       // vectors per row
-  constexpr int cw = RB <= 4 ? 4 : 2;                  // PV column slice, in vectors
+  constexpr int cw = fit_block(RB + 1, 1, 4);          // PV column slice, in vectors (AVX-512: 4 / 2)
+  constexpr int qs = fit_block(RB + 1, 0, 2);          // QK^T accumulator sets per row (AVX-512: 2)
   alignas(64) float qb[dot_heads][RB][D];
   alignas(64) float sb[dot_heads][RB][dot_block];
   float mrow[dot_heads][RB], lrow[dot_heads][RB], alpha[dot_heads][RB];
@@ -425,16 +430,19 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
           vp[hh][j] = vr;
           prefetch_row<D>(vr);
           if (b + j + kpf_dist < k_end) prefetch_row<D>(krow(b + j + kpf_dist, h0 + hh));
-          vf16 acc[2][RB];
-          for (int i = 0; i < RB; ++i) acc[0][i] = acc[1][i] = vf16{};
-          for (int c = 0; c < dv; c += 2) {
-            const vf16 k0 = vload_as_float(kr + c * vlanes), k1 = vload_as_float(kr + (c + 1) * vlanes);
-            for (int i = 0; i < RB; ++i) {
-              acc[0][i] += k0 * vload(&qb[hh][i][c * vlanes]);
-              acc[1][i] += k1 * vload(&qb[hh][i][(c + 1) * vlanes]);
-            }
+          vf16 acc[qs][RB];
+          for (int u = 0; u < qs; ++u)
+            for (int i = 0; i < RB; ++i) acc[u][i] = vf16{};
+          for (int c = 0; c < dv; c += qs) {
+            vf16 kv[qs];
+            for (int u = 0; u < qs; ++u) kv[u] = vload_as_float(kr + (c + u) * vlanes);
+            for (int i = 0; i < RB; ++i)
+              for (int u = 0; u < qs; ++u) acc[u][i] += kv[u] * vload(&qb[hh][i][(c + u) * vlanes]);
           }
-          for (int i = 0; i < RB; ++i) sb[hh][i][j] = vhsum(acc[0][i] + acc[1][i]);
+          for (int i = 0; i < RB; ++i) {
+            if constexpr (qs == 2) sb[hh][i][j] = vhsum(acc[0][i] + acc[1][i]);
+            else sb[hh][i][j] = vhsum(acc[0][i]);
+          }
         }
       }
       // Online softmax over the block (keys past nb count as -inf).

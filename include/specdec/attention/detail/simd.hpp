@@ -1,12 +1,14 @@
 #pragma once
 //! \file simd.hpp
-//! 16-lane float vectors for the host attention microkernels, written with GCC/Clang vector
-//! extensions so the same code compiles to one zmm register with -mavx512f, to two ymm with AVX2,
-//! and to four xmm (or scalar) without any -m flags. fp16 rows are widened with F16C/AVX-512
-//! conversions when the target has them (`__F16C__`), bf16 rows with a 16-bit shift.
+//! 16-lane float vectors for the host attention microkernels: one zmm register with -mavx512f (a
+//! GCC/Clang vector extension), two ymm registers with AVX2, four xmm (SSE, the x86-64 baseline)
+//! or NEON registers otherwise (a struct of native vectors; see vpack). The kernels use only the
+//! operations defined here, so one source serves every target. fp16 rows are widened with
+//! F16C/AVX-512 conversions when the target has them (`__F16C__`), bf16 rows with a 16-bit shift.
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "specdec/core/bfloat16.hpp"
 #include "specdec/core/config.hpp"
@@ -27,30 +29,222 @@
 
 namespace specdec::detail {
 
+//! Logical width of every kernel vector: the kernels, their panels and their workspace layout are
+//! written for 16 float lanes on every target.
 inline constexpr int vlanes = 16;
+
+// Native SIMD width and register count of the target the including code is compiled for. With
+// AVX-512 a 16-lane vector is one zmm register and the vector types below are plain GCC/Clang
+// vector extensions. Without it they are structs of 16 / native_lanes native vectors (two ymm
+// with AVX, four xmm or NEON q registers otherwise): a 64-byte vector-extension type on such a
+// target is "generic", and GCC keeps generic vectors in memory, so every operation becomes a
+// store/reload round trip (measured 6-10x slower kernels, and a 10x low FMA-peak reading, in a
+// -march=x86-64-v3 build on a Zen 4 box; benchmarks/RESULTS.md, "Without AVX-512"). A struct of
+// native vectors is split into registers (scalar replacement) like any small aggregate.
+#if defined(__AVX512F__)
+inline constexpr int native_lanes = 16;
+#elif defined(__AVX__)
+inline constexpr int native_lanes = 8;
+#else
+inline constexpr int native_lanes = 4;
+#endif
+#if defined(__AVX512F__) || defined(__aarch64__)
+inline constexpr int native_vregs = 32;
+#else
+inline constexpr int native_vregs = 16;
+#endif
+//! 16-lane vectors the register file holds (32 with AVX-512, 8 with AVX2 or NEON, 4 with SSE).
+//! The microkernels size their register blocks from it (see fit_block).
+inline constexpr int vregs16 = native_vregs * native_lanes / vlanes;
+
+//! Largest register block b (a power of two, 1 <= b <= cap) with b * per + fixed 16-lane vectors
+//! live that fits in the register file; 1 when even that spills. A kernel block of b x (per
+//! accumulators) plus `fixed` operands is sized with it, so the AVX-512 blocks stay as tuned and
+//! narrower targets get blocks that do not spill.
+[[nodiscard]] constexpr int fit_block(int per, int fixed, int cap) noexcept {
+  int b = 1;
+  while (2 * b <= cap && 2 * b * per + fixed <= vregs16) b *= 2;
+  return b;
+}
+
+#if defined(__AVX512F__)
 typedef float vf16 __attribute__((vector_size(64)));
 typedef std::int32_t vi16 __attribute__((vector_size(64)));
 typedef std::uint32_t vu16 __attribute__((vector_size(64)));
 typedef std::uint16_t vh16 __attribute__((vector_size(32)));
 
+//! Lane-wise m ? a : b (m: a comparison result, all-ones or zero per lane).
+template <class V>
+SPECDEC_FORCEINLINE V vselect(const vi16& m, const V& a, const V& b) noexcept {
+  return m ? a : b;
+}
+//! Float to int32 lanes, truncating toward zero.
+SPECDEC_FORCEINLINE vi16 vtrunc_i32(const vf16& x) noexcept { return __builtin_convertvector(x, vi16); }
+//! int32 to float lanes.
+SPECDEC_FORCEINLINE vf16 vcvt_f32(const vi16& x) noexcept { return __builtin_convertvector(x, vf16); }
+#else
+typedef float nvf __attribute__((vector_size(native_lanes * 4)));
+typedef std::int32_t nvi __attribute__((vector_size(native_lanes * 4)));
+typedef std::uint32_t nvu __attribute__((vector_size(native_lanes * 4)));
+typedef std::uint16_t nvh __attribute__((vector_size(native_lanes * 2)));
+inline constexpr int vparts = vlanes / native_lanes;
+
+//! 16 lanes as vparts native vectors (lanes 0..native_lanes-1 in p[0], and so on), with the
+//! element-wise operators of the vector extensions. E is the lane type, N the native vector.
+template <class N, class E>
+struct vpack {
+  N p[vparts];
+  SPECDEC_FORCEINLINE E operator[](int i) const noexcept { return p[i / native_lanes][i % native_lanes]; }
+  // Vector-extension types may alias their element type (GCC and Clang), so this is well defined.
+  SPECDEC_FORCEINLINE E& operator[](int i) noexcept { return reinterpret_cast<E*>(p)[i]; }
+};
+typedef vpack<nvf, float> vf16;
+typedef vpack<nvi, std::int32_t> vi16;
+typedef vpack<nvu, std::uint32_t> vu16;
+
+// Element-wise operators: vector op vector, vector op scalar, scalar op vector (the scalar in a
+// non-deduced context, so `v * 2` converts 2 to the lane type as the vector extensions do).
+#define SPECDEC_VPACK_BINOP(op)                                                                     \
+  template <class N, class E>                                                                       \
+  SPECDEC_FORCEINLINE vpack<N, E> operator op(const vpack<N, E>& a, const vpack<N, E>& b) noexcept { \
+    vpack<N, E> r;                                                                                  \
+    for (int k = 0; k < vparts; ++k) r.p[k] = a.p[k] op b.p[k];                                     \
+    return r;                                                                                       \
+  }                                                                                                 \
+  template <class N, class E>                                                                       \
+  SPECDEC_FORCEINLINE vpack<N, E> operator op(const vpack<N, E>& a, std::type_identity_t<E> s) noexcept { \
+    vpack<N, E> r;                                                                                  \
+    for (int k = 0; k < vparts; ++k) r.p[k] = a.p[k] op s;                                          \
+    return r;                                                                                       \
+  }                                                                                                 \
+  template <class N, class E>                                                                       \
+  SPECDEC_FORCEINLINE vpack<N, E> operator op(std::type_identity_t<E> s, const vpack<N, E>& a) noexcept { \
+    vpack<N, E> r;                                                                                  \
+    for (int k = 0; k < vparts; ++k) r.p[k] = s op a.p[k];                                          \
+    return r;                                                                                       \
+  }                                                                                                 \
+  template <class N, class E, class B>                                                              \
+  SPECDEC_FORCEINLINE vpack<N, E>& operator op##=(vpack<N, E>& a, const B& b) noexcept {            \
+    return a = a op b;                                                                              \
+  }
+SPECDEC_VPACK_BINOP(+)
+SPECDEC_VPACK_BINOP(-)
+SPECDEC_VPACK_BINOP(*)
+SPECDEC_VPACK_BINOP(&)
+SPECDEC_VPACK_BINOP(|)
+#undef SPECDEC_VPACK_BINOP
+
+template <class N, class E>
+SPECDEC_FORCEINLINE vpack<N, E> operator<<(const vpack<N, E>& a, int s) noexcept {
+  vpack<N, E> r;
+  for (int k = 0; k < vparts; ++k) r.p[k] = a.p[k] << s;
+  return r;
+}
+template <class N, class E>
+SPECDEC_FORCEINLINE vpack<N, E> operator>>(const vpack<N, E>& a, int s) noexcept {
+  vpack<N, E> r;
+  for (int k = 0; k < vparts; ++k) r.p[k] = a.p[k] >> s;
+  return r;
+}
+
+// Comparisons give an int32 mask per lane (-1 true, 0 false), as the vector extensions do.
+#define SPECDEC_VPACK_CMP(op)                                                                       \
+  template <class N, class E>                                                                       \
+  SPECDEC_FORCEINLINE vi16 operator op(const vpack<N, E>& a, const vpack<N, E>& b) noexcept {       \
+    vi16 r;                                                                                         \
+    for (int k = 0; k < vparts; ++k) r.p[k] = reinterpret_cast<nvi>(a.p[k] op b.p[k]);              \
+    return r;                                                                                       \
+  }                                                                                                 \
+  template <class N, class E>                                                                       \
+  SPECDEC_FORCEINLINE vi16 operator op(const vpack<N, E>& a, std::type_identity_t<E> s) noexcept {  \
+    vi16 r;                                                                                         \
+    for (int k = 0; k < vparts; ++k) r.p[k] = reinterpret_cast<nvi>(a.p[k] op s);                   \
+    return r;                                                                                       \
+  }
+SPECDEC_VPACK_CMP(<)
+SPECDEC_VPACK_CMP(>)
+SPECDEC_VPACK_CMP(==)
+SPECDEC_VPACK_CMP(!=)
+#undef SPECDEC_VPACK_CMP
+
+//! Lane-wise m ? a : b (m: a comparison result, all-ones or zero per lane).
+template <class N, class E>
+SPECDEC_FORCEINLINE vpack<N, E> vselect(const vi16& m, const vpack<N, E>& a, const vpack<N, E>& b) noexcept {
+  vpack<N, E> r;
+  for (int k = 0; k < vparts; ++k) r.p[k] = m.p[k] ? a.p[k] : b.p[k];
+  return r;
+}
+//! Float to int32 lanes, truncating toward zero.
+SPECDEC_FORCEINLINE vi16 vtrunc_i32(const vf16& x) noexcept {
+  vi16 r;
+  for (int k = 0; k < vparts; ++k) r.p[k] = __builtin_convertvector(x.p[k], nvi);
+  return r;
+}
+//! int32 to float lanes.
+SPECDEC_FORCEINLINE vf16 vcvt_f32(const vi16& x) noexcept {
+  vf16 r;
+  for (int k = 0; k < vparts; ++k) r.p[k] = __builtin_convertvector(x.p[k], nvf);
+  return r;
+}
+#endif
+
+static_assert(sizeof(vf16) == 64 && sizeof(vi16) == 64 && sizeof(vu16) == 64, "16 lanes of 32 bits");
+
+// Loads, stores and bit casts go part by part: GCC does not split a whole-struct memcpy into
+// registers, so that form would put every vector through the stack.
 SPECDEC_FORCEINLINE vf16 vload(const float* p) noexcept {
   vf16 v;
+#if defined(__AVX512F__)
   std::memcpy(&v, p, sizeof v);
+#else
+  for (int k = 0; k < vparts; ++k) std::memcpy(&v.p[k], p + k * native_lanes, sizeof v.p[k]);
+#endif
   return v;
 }
-SPECDEC_FORCEINLINE void vstore(float* p, const vf16& v) noexcept { std::memcpy(p, &v, sizeof v); }
+SPECDEC_FORCEINLINE void vstore(float* p, const vf16& v) noexcept {
+#if defined(__AVX512F__)
+  std::memcpy(p, &v, sizeof v);
+#else
+  for (int k = 0; k < vparts; ++k) std::memcpy(p + k * native_lanes, &v.p[k], sizeof v.p[k]);
+#endif
+}
+//! Same bits, other lane type (float <-> int32 / uint32).
+template <class To, class From>
+SPECDEC_FORCEINLINE To vbitcast(const From& x) noexcept {
+  static_assert(sizeof(To) == 64 && sizeof(From) == 64, "vbitcast: 16-lane vectors");
+  To r;
+#if defined(__AVX512F__)
+  std::memcpy(&r, &x, sizeof r);
+#else
+  for (int k = 0; k < vparts; ++k) r.p[k] = reinterpret_cast<decltype(r.p[k] + 0)>(x.p[k]);
+#endif
+  return r;
+}
 // Brace-initialised, not `vf16{} + x`: 0 + x is not x for x = -0, so that form costs a scalar add
 // before every broadcast and blocks FMA's embedded-broadcast memory operand.
-SPECDEC_FORCEINLINE vf16 vbroadcast(float x) noexcept { return vf16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+SPECDEC_FORCEINLINE vf16 vbroadcast(float x) noexcept {
+#if defined(__AVX512F__)
+  return vf16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#else
+#if defined(__AVX__)
+  const nvf n{x, x, x, x, x, x, x, x};
+#else
+  const nvf n{x, x, x, x};
+#endif
+  vf16 r;
+  for (int k = 0; k < vparts; ++k) r.p[k] = n;
+  return r;
+#endif
+}
 
 //! 2^x for x <= 0 (x = -inf or x < -126 gives exactly 0). Round-to-nearest range reduction and a
 //! degree-7 Taylor polynomial of e^(f ln 2) on [-0.5, 0.5]: relative error below 1e-7, ample for the
 //! 1e-5 agreement the tests demand.
 SPECDEC_FORCEINLINE vf16 vexp2(const vf16& x_in) noexcept {
   const vi16 underflow = x_in < -126.0f;
-  const vf16 x = underflow ? vbroadcast(-126.0f) : x_in;
-  const vi16 n = __builtin_convertvector(x - 0.5f, vi16);  // trunc toward 0 of (x - .5) = round(x) for x <= 0
-  const vf16 f = x - __builtin_convertvector(n, vf16);    // in (-0.5, 0.5]
+  const vf16 x = vselect(underflow, vbroadcast(-126.0f), x_in);
+  const vi16 n = vtrunc_i32(x - 0.5f);  // trunc toward 0 of (x - .5) = round(x) for x <= 0
+  const vf16 f = x - vcvt_f32(n);       // in (-0.5, 0.5]
   constexpr float c1 = 0.6931471805599453f, c2 = 0.2402265069591007f, c3 = 0.05550410866482158f,
                   c4 = 0.009618129107628477f, c5 = 0.0013333558146428443f, c6 = 0.00015403530393381606f,
                   c7 = 1.525273380405984e-05f;
@@ -61,18 +255,14 @@ SPECDEC_FORCEINLINE vf16 vexp2(const vf16& x_in) noexcept {
   p = p * f + c2;
   p = p * f + c1;
   p = p * f + 1.0f;
-  vi16 bits;
-  std::memcpy(&bits, &p, sizeof bits);
+  vi16 bits = vbitcast<vi16>(p);
   bits += n << 23;
-  bits = underflow ? vi16{} : bits;
-  vf16 r;
-  std::memcpy(&r, &bits, sizeof r);
-  return r;
+  bits = vselect(underflow, vi16{}, bits);
+  return vbitcast<vf16>(bits);
 }
 
-SPECDEC_FORCEINLINE vf16 vmax(const vf16& a, const vf16& b) noexcept { return a > b ? a : b; }
+SPECDEC_FORCEINLINE vf16 vmax(const vf16& a, const vf16& b) noexcept { return vselect(a > b, a, b); }
 
-typedef float vf8 __attribute__((vector_size(32)));
 typedef float vf4 __attribute__((vector_size(16)));
 
 #if defined(__AVX512F__)
@@ -89,6 +279,25 @@ SPECDEC_FORCEINLINE __m128 reduce_to_4(const vf16& v, Op op) noexcept {
   const __m256 h8 = op(lo, hi);
   return op(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
 }
+#else
+//! 16 lanes -> 4 lanes with the same pairing as the AVX-512 form (lane i with lane i + 8, then
+//! with lane i + 4): first across the native parts, then within one native vector.
+template <class Op>
+SPECDEC_FORCEINLINE vf4 reduce_to_4(const vf16& v, Op op) noexcept {
+  nvf acc[vparts];
+  for (int k = 0; k < vparts; ++k) acc[k] = v.p[k];
+  for (int n = vparts / 2; n >= 1; n /= 2)
+    for (int k = 0; k < n; ++k) acc[k] = op(acc[k], acc[k + n]);
+  vf4 lo;
+  std::memcpy(&lo, &acc[0], sizeof lo);
+  if constexpr (native_lanes == 8) {
+    vf4 hi;
+    std::memcpy(&hi, reinterpret_cast<const char*>(&acc[0]) + sizeof lo, sizeof hi);
+    return op(lo, hi);
+  } else {
+    return lo;
+  }
+}
 #endif
 
 //! Sum of the 16 lanes: halving to 8, then 4 lanes, then (x0 + x2) + (x1 + x3); the same order
@@ -99,14 +308,7 @@ SPECDEC_FORCEINLINE float vhsum(const vf16& v) noexcept {
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 #else
-  vf8 lo, hi;
-  std::memcpy(&lo, &v, sizeof lo);
-  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-  const vf8 s8 = lo + hi;
-  vf4 a, b;
-  std::memcpy(&a, &s8, sizeof a);
-  std::memcpy(&b, reinterpret_cast<const char*>(&s8) + sizeof a, sizeof b);
-  const vf4 s4 = a + b;
+  const vf4 s4 = reduce_to_4(v, [](auto a, auto b) { return a + b; });
   return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 #endif
 }
@@ -121,14 +323,7 @@ SPECDEC_FORCEINLINE float vhmax(const vf16& v) noexcept {
   const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   return _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
 #else
-  vf8 lo, hi;
-  std::memcpy(&lo, &v, sizeof lo);
-  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-  const vf8 m8 = lo > hi ? lo : hi;
-  vf4 a, b;
-  std::memcpy(&a, &m8, sizeof a);
-  std::memcpy(&b, reinterpret_cast<const char*>(&m8) + sizeof a, sizeof b);
-  const vf4 m4 = a > b ? a : b;
+  const vf4 m4 = reduce_to_4(v, [](auto a, auto b) { return a > b ? a : b; });
   const float x = m4[0] > m4[2] ? m4[0] : m4[2], y = m4[1] > m4[3] ? m4[1] : m4[3];
   return x > y ? x : y;
 #endif
@@ -140,12 +335,19 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
   if constexpr (std::is_same_v<T, float>) {
     return vload(p);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
+#if defined(__AVX512F__)
     vh16 h;
     std::memcpy(&h, p, sizeof h);
     const vu16 w = __builtin_convertvector(h, vu16) << 16;
-    vf16 r;
-    std::memcpy(&r, &w, sizeof r);
-    return r;
+#else
+    vu16 w;
+    for (int k = 0; k < vparts; ++k) {
+      nvh h;
+      std::memcpy(&h, p + k * native_lanes, sizeof h);
+      w.p[k] = __builtin_convertvector(h, nvu) << 16;
+    }
+#endif
+    return vbitcast<vf16>(w);
   } else {
     static_assert(std::is_same_v<T, half>, "vload_as_float: float, half or bfloat16");
 #if defined(__AVX512F__)
@@ -158,8 +360,8 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
     const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
     vf16 v;
-    std::memcpy(&v, &lo, 32);
-    std::memcpy(reinterpret_cast<char*>(&v) + 32, &hi, 32);
+    std::memcpy(&v.p[0], &lo, sizeof lo);
+    std::memcpy(&v.p[1], &hi, sizeof hi);
     return v;
 #else
     vf16 v;
@@ -176,13 +378,19 @@ SPECDEC_FORCEINLINE void vstore_as(T* p, const vf16& v) noexcept {
   if constexpr (std::is_same_v<T, float>) {
     vstore(p, v);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
-    vu16 x;
-    std::memcpy(&x, &v, sizeof x);
-    const vu16 nan = (x & 0x7fffffffu) > 0x7f800000u;
+    const vu16 x = vbitcast<vu16>(v);
+    const vi16 nan = (x & 0x7fffffffu) > 0x7f800000u;
     const vu16 rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    const vu16 r = nan ? ((x >> 16) | 0x0040u) : rounded;
+    const vu16 r = vselect(nan, (x >> 16) | 0x0040u, rounded);
+#if defined(__AVX512F__)
     const vh16 h = __builtin_convertvector(r, vh16);
     std::memcpy(static_cast<void*>(p), &h, sizeof h);
+#else
+    for (int k = 0; k < vparts; ++k) {
+      const nvh h = __builtin_convertvector(r.p[k], nvh);
+      std::memcpy(static_cast<void*>(p + k * native_lanes), &h, sizeof h);
+    }
+#endif
   } else {
     static_assert(std::is_same_v<T, half>, "vstore_as: float, half or bfloat16");
 #if defined(__AVX512F__)
@@ -193,8 +401,8 @@ SPECDEC_FORCEINLINE void vstore_as(T* p, const vf16& v) noexcept {
                         _mm512_maskz_cvtps_ph(static_cast<__mmask16>(0xFFFF), f, _MM_FROUND_TO_NEAREST_INT));
 #elif defined(__F16C__)
     __m256 lo, hi;
-    std::memcpy(&lo, &v, 32);
-    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + 32, 32);
+    std::memcpy(&lo, &v.p[0], sizeof lo);
+    std::memcpy(&hi, &v.p[1], sizeof hi);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
 #else
