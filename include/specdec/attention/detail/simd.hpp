@@ -152,13 +152,19 @@ SPECDEC_FORCEINLINE vpack<N, E> operator>>(const vpack<N, E>& a, int s) noexcept
   template <class N, class E>                                                                       \
   SPECDEC_FORCEINLINE vi16 operator op(const vpack<N, E>& a, const vpack<N, E>& b) noexcept {       \
     vi16 r;                                                                                         \
-    for (int k = 0; k < vparts; ++k) r.p[k] = reinterpret_cast<nvi>(a.p[k] op b.p[k]);              \
+    for (int k = 0; k < vparts; ++k) {                                                              \
+      const auto m = a.p[k] op b.p[k];                                                              \
+      std::memcpy(&r.p[k], &m, sizeof m);                                                           \
+    }                                                                                               \
     return r;                                                                                       \
   }                                                                                                 \
   template <class N, class E>                                                                       \
   SPECDEC_FORCEINLINE vi16 operator op(const vpack<N, E>& a, std::type_identity_t<E> s) noexcept {  \
     vi16 r;                                                                                         \
-    for (int k = 0; k < vparts; ++k) r.p[k] = reinterpret_cast<nvi>(a.p[k] op s);                   \
+    for (int k = 0; k < vparts; ++k) {                                                              \
+      const auto m = a.p[k] op s;                                                                   \
+      std::memcpy(&r.p[k], &m, sizeof m);                                                           \
+    }                                                                                               \
     return r;                                                                                       \
   }
 SPECDEC_VPACK_CMP(<)
@@ -167,11 +173,18 @@ SPECDEC_VPACK_CMP(==)
 SPECDEC_VPACK_CMP(!=)
 #undef SPECDEC_VPACK_CMP
 
-//! Lane-wise m ? a : b (m: a comparison result, all-ones or zero per lane).
+//! Lane-wise m ? a : b (m: a comparison result, all-ones or zero per lane). Bitwise, not a vector
+//! `?:`: nvcc's front end, which also parses these headers, rejects a mixed-type vector `?:`.
 template <class N, class E>
 SPECDEC_FORCEINLINE vpack<N, E> vselect(const vi16& m, const vpack<N, E>& a, const vpack<N, E>& b) noexcept {
   vpack<N, E> r;
-  for (int k = 0; k < vparts; ++k) r.p[k] = m.p[k] ? a.p[k] : b.p[k];
+  for (int k = 0; k < vparts; ++k) {
+    nvi ai, bi;
+    std::memcpy(&ai, &a.p[k], sizeof ai);
+    std::memcpy(&bi, &b.p[k], sizeof bi);
+    const nvi ri = (m.p[k] & ai) | (~m.p[k] & bi);
+    std::memcpy(&r.p[k], &ri, sizeof ri);
+  }
   return r;
 }
 //! Float to int32 lanes, truncating toward zero.
@@ -216,7 +229,7 @@ SPECDEC_FORCEINLINE To vbitcast(const From& x) noexcept {
 #if defined(__AVX512F__)
   std::memcpy(&r, &x, sizeof r);
 #else
-  for (int k = 0; k < vparts; ++k) r.p[k] = reinterpret_cast<decltype(r.p[k] + 0)>(x.p[k]);
+  for (int k = 0; k < vparts; ++k) std::memcpy(&r.p[k], &x.p[k], sizeof r.p[k]);
 #endif
   return r;
 }
@@ -364,9 +377,22 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
     std::memcpy(&v.p[1], &hi, sizeof hi);
     return v;
 #else
-    vf16 v;
-    for (int i = 0; i < vlanes; ++i) v[i] = half::to_float(p[i].bits);
-    return v;
+    // No F16C (baseline x86-64, NEON without this path): half_bits_to_float's cases, lane-parallel
+    // in integer arithmetic, exact. A subnormal (exponent 0) is 2^-14 * (1 + m / 1024) - 2^-14 =
+    // m * 2^-24, computed without a subnormal float operand (so DAZ cannot flush it).
+    vu16 h;
+    for (int k = 0; k < vparts; ++k) {
+      nvh x;
+      std::memcpy(&x, p + k * native_lanes, sizeof x);
+      h.p[k] = __builtin_convertvector(x, nvu);
+    }
+    const vu16 sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
+    const vu16 normal = (em << 13) + (112u << 23);  // exponent rebased from bias 15 to bias 127
+    const vf16 sub = vbitcast<vf16>((em << 13) + (113u << 23)) - 0x1p-14f;
+    const vu16 infnan = (em << 13) | 0x7f800000u;
+    vu16 r = vselect(em < 0x0400u, vbitcast<vu16>(sub), normal);
+    r = vselect(em > 0x7bffu, infnan, r);
+    return vbitcast<vf16>(r | sign);
 #endif
   }
 }
