@@ -440,8 +440,9 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
               for (int u = 0; u < qs; ++u) acc[u][i] += kv[u] * vload(&qb[hh][i][(c + u) * vlanes]);
           }
           for (int i = 0; i < RB; ++i) {
-            if constexpr (qs == 2) sb[hh][i][j] = vhsum(acc[0][i] + acc[1][i]);
-            else sb[hh][i][j] = vhsum(acc[0][i]);
+            vf16 sum = acc[0][i];
+            for (int u = 1; u < qs; ++u) sum += acc[u][i];
+            sb[hh][i][j] = vhsum(sum);
           }
         }
       }

@@ -233,6 +233,34 @@ SPECDEC_FORCEINLINE To vbitcast(const From& x) noexcept {
 #endif
   return r;
 }
+//! 16 consecutive 16-bit values (fp16 or bf16 bits), zero-extended to 32-bit lanes.
+SPECDEC_FORCEINLINE vu16 vload_u16(const void* p) noexcept {
+#if defined(__AVX512F__)
+  vh16 h;
+  std::memcpy(&h, p, sizeof h);
+  return __builtin_convertvector(h, vu16);
+#else
+  vu16 r;
+  for (int k = 0; k < vparts; ++k) {
+    nvh h;
+    std::memcpy(&h, static_cast<const char*>(p) + k * sizeof h, sizeof h);
+    r.p[k] = __builtin_convertvector(h, nvu);
+  }
+  return r;
+#endif
+}
+//! The low 16 bits of each lane, stored as 16 consecutive 16-bit values.
+SPECDEC_FORCEINLINE void vstore_u16(void* p, const vu16& x) noexcept {
+#if defined(__AVX512F__)
+  const vh16 h = __builtin_convertvector(x, vh16);
+  std::memcpy(p, &h, sizeof h);
+#else
+  for (int k = 0; k < vparts; ++k) {
+    const nvh h = __builtin_convertvector(x.p[k], nvh);
+    std::memcpy(static_cast<char*>(p) + k * sizeof h, &h, sizeof h);
+  }
+#endif
+}
 // Brace-initialised, not `vf16{} + x`: 0 + x is not x for x = -0, so that form costs a scalar add
 // before every broadcast and blocks FMA's embedded-broadcast memory operand.
 SPECDEC_FORCEINLINE vf16 vbroadcast(float x) noexcept {
@@ -348,19 +376,7 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
   if constexpr (std::is_same_v<T, float>) {
     return vload(p);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
-#if defined(__AVX512F__)
-    vh16 h;
-    std::memcpy(&h, p, sizeof h);
-    const vu16 w = __builtin_convertvector(h, vu16) << 16;
-#else
-    vu16 w;
-    for (int k = 0; k < vparts; ++k) {
-      nvh h;
-      std::memcpy(&h, p + k * native_lanes, sizeof h);
-      w.p[k] = __builtin_convertvector(h, nvu) << 16;
-    }
-#endif
-    return vbitcast<vf16>(w);
+    return vbitcast<vf16>(vload_u16(p) << 16);
   } else {
     static_assert(std::is_same_v<T, half>, "vload_as_float: float, half or bfloat16");
 #if defined(__AVX512F__)
@@ -380,12 +396,7 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
     // No F16C (baseline x86-64, NEON without this path): half_bits_to_float's cases, lane-parallel
     // in integer arithmetic, exact. A subnormal (exponent 0) is 2^-14 * (1 + m / 1024) - 2^-14 =
     // m * 2^-24, computed without a subnormal float operand (so DAZ cannot flush it).
-    vu16 h;
-    for (int k = 0; k < vparts; ++k) {
-      nvh x;
-      std::memcpy(&x, p + k * native_lanes, sizeof x);
-      h.p[k] = __builtin_convertvector(x, nvu);
-    }
+    const vu16 h = vload_u16(p);
     const vu16 sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
     const vu16 normal = (em << 13) + (112u << 23);  // exponent rebased from bias 15 to bias 127
     const vf16 sub = vbitcast<vf16>((em << 13) + (113u << 23)) - 0x1p-14f;
@@ -407,16 +418,7 @@ SPECDEC_FORCEINLINE void vstore_as(T* p, const vf16& v) noexcept {
     const vu16 x = vbitcast<vu16>(v);
     const vi16 nan = (x & 0x7fffffffu) > 0x7f800000u;
     const vu16 rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    const vu16 r = vselect(nan, (x >> 16) | 0x0040u, rounded);
-#if defined(__AVX512F__)
-    const vh16 h = __builtin_convertvector(r, vh16);
-    std::memcpy(static_cast<void*>(p), &h, sizeof h);
-#else
-    for (int k = 0; k < vparts; ++k) {
-      const nvh h = __builtin_convertvector(r.p[k], nvh);
-      std::memcpy(static_cast<void*>(p + k * native_lanes), &h, sizeof h);
-    }
-#endif
+    vstore_u16(p, vselect(nan, (x >> 16) | 0x0040u, rounded));
   } else {
     static_assert(std::is_same_v<T, half>, "vstore_as: float, half or bfloat16");
 #if defined(__AVX512F__)
