@@ -15,6 +15,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/half.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"

@@ -39,6 +39,7 @@
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
@@ -140,6 +141,8 @@ void delegate_cross(std::string_view fn, F&& f) {
   }
 }
 }  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace cross_attention needs with the same arguments and options. O(requests).
 template <tensor_like Q, kv_layout L, tensor_like I>
@@ -264,6 +267,8 @@ void glide_project_queries(const host& policy, const H& hidden_in, const W& w_in
     parallel_for(policy, tblocks * heads, body);
   }
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 namespace reference {
 

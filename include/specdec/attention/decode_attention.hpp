@@ -22,10 +22,12 @@
 #include "specdec/attention/detail/host_entry.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
 namespace specdec {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace decode_attention(policy, q, cache, q_indptr, ...) with the same options needs;
 //! pass an attention_workspace at least this large (host memory for specdec::host; device memory,
@@ -90,4 +92,5 @@ void decode_attention(const P& policy, const Q& q, const L& cache, const I& q_in
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec

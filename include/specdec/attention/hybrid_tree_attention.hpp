@@ -24,10 +24,12 @@
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
 namespace specdec {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace hybrid_tree_attention(policy, q, cache, ..., q_indptr, ...) needs with the same
 //! options (host memory for specdec::host, device memory for specdec::cuda: see
@@ -96,4 +98,5 @@ void hybrid_tree_attention(const P& policy, const Q& q, const L& cache, const K&
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec

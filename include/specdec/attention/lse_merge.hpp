@@ -22,6 +22,7 @@
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 
@@ -35,7 +36,10 @@ SPECDEC_HOST_DEVICE constexpr float lse_base2_to_natural(float lse2) noexcept { 
 //! Converts a natural-log LSE to base 2 (FlashInfer's convention): multiply by log2 e. -inf stays -inf.
 SPECDEC_HOST_DEVICE constexpr float lse_natural_to_base2(float lse) noexcept { return lse * 1.4426950408889634f; }
 
+// ISA-dependent host code is declared in `inline namespace SPECDEC_HOST_ISA` (core/isa.hpp); the
+// params struct stays outside it.
 namespace detail {
+inline namespace SPECDEC_HOST_ISA {
 template <class L>
 void convert_lse_inplace(std::string_view fn, const L& lse, float factor) {
   require_element_type<float, typename L::element_type>(fn, "lse", "float32");
@@ -50,7 +54,10 @@ void convert_lse_inplace(std::string_view fn, const L& lse, float factor) {
     throw_invalid_argument(fn, "lse", "a tensor of rank 1 or 2", L::rank);
   }
 }
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {
 
 //! In place: base-2 LSE tensor (rank 1 or 2, fp32, host) -> natural log. O(elements).
 template <tensor_like L>
@@ -63,6 +70,8 @@ template <tensor_like L>
 void convert_lse_natural_to_base2(const host&, const L& lse) {
   detail::convert_lse_inplace("specdec::convert_lse_natural_to_base2", lse, 1.4426950408889634f);
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 namespace detail {
 
@@ -85,6 +94,8 @@ struct lse_merge_params {
   const float* lse_b = nullptr;
   std::int64_t lse_b_stride_token = 0, lse_b_stride_head = 0;
 };
+
+inline namespace SPECDEC_HOST_ISA {
 
 template <class T>
 void lse_merge_host(const host& policy, const lse_merge_params<T>& p) {
@@ -240,7 +251,10 @@ struct merge_backend<host> {
   }
 };
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {
 
 //! n-way merge of split partials: o_parts [S, tokens, heads, D] with lse_parts [S, tokens, heads]
 //! (natural log) -> out [tokens, heads, D], lse_out [tokens, heads]. Applies Proposition A.1 of
@@ -279,4 +293,5 @@ void lse_merge(const P& policy, const OA& o_a, const LA& lse_a, const OB& o_b, c
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec

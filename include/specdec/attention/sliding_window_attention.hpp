@@ -33,6 +33,7 @@
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/ring_kv.hpp"
@@ -52,6 +53,8 @@ void delegate_attention(std::string_view fn, F&& f) {
   }
 }
 }  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace sliding_window_attention needs with the same arguments and options (pass an
 //! attention_workspace of this size in options to make the call allocation-free). O(requests).
@@ -115,6 +118,8 @@ void sliding_window_decode(const host& policy, const Q& q, const ring_kv_cache<T
                            const O& out, const LS& lse, const attention_options& options = {}) {
   sliding_window_decode(policy, q, cache.layout(), q_indptr, out, lse, options);
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 namespace reference {
 

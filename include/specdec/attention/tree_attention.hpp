@@ -18,9 +18,11 @@
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/tensor.hpp"
 
 namespace specdec {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace tree_attention(policy, q, ..., q_indptr, ...) needs (see attention_workspace
 //! and decode_attention_workspace_bytes for the memory each backend wants). Validates q (storage
@@ -75,4 +77,5 @@ void tree_attention(const P& policy, const Q& q, const K& spec_k, const V& spec_
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec

@@ -32,6 +32,7 @@
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
@@ -136,6 +137,7 @@ concept rope_target_tensor = tensor_like<X> &&(X::rank == 3) && storage_float<ty
 }
 
 namespace detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 // Rows of up to this many rotated dims of 16-bit storage are rotated through a float stack buffer.
 inline constexpr int rope_row_buffer = 512;
@@ -238,7 +240,10 @@ void rope_for_tokens(const host& policy, std::int64_t tokens, std::int64_t elems
   });
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {
 
 //! Applies RoPE in place to x = Q or K rows [tokens, heads, head_dim] at per-token `positions`
 //! (int32, [tokens], each >= 0). Angles and cos/sin in double, rotation in fp32 (see file comment).
@@ -282,6 +287,8 @@ void apply_rope(const host& policy, const rope_params& params, const X& x, std::
       strided_view<const std::int32_t, 1>::contiguous(positions.data(), {static_cast<std::int64_t>(positions.size())}));
 }
 
+}  // namespace SPECDEC_HOST_ISA
+
 //! Precomputed cos/sin table for positions [0, max_positions): cos/sin of pos * inv_freq[i]
 //! (computed in double, stored as float), so apply_rope with a cache gives bit-identical results to
 //! apply_rope with the same params while skipping the sincos. Memory: max_positions * R * 4 bytes.
@@ -324,6 +331,8 @@ class rope_cache {
   std::vector<float> cos_, sin_;
 };
 
+inline namespace SPECDEC_HOST_ISA {
+
 //! Applies RoPE in place using a precomputed rope_cache (bit-identical to the params overload).
 //! Extra preconditions: x.extent(2) == cache.head_dim(), every position < cache.max_positions().
 //! Complexity O(tokens * heads * R); parallel over token blocks.
@@ -362,6 +371,8 @@ void apply_rope(const host& policy, const rope_cache& cache, const X& x, std::sp
       policy, cache, x,
       strided_view<const std::int32_t, 1>::contiguous(positions.data(), {static_cast<std::int64_t>(positions.size())}));
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 //! Positions of the n tree nodes of one request: committed_length + depth[i] (design brief).
 //! Preconditions: committed_length >= 0, every depth >= 0, out.size() == depths.size(), and the sum

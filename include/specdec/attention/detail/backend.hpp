@@ -18,8 +18,14 @@
 //!                   const tree_kv_params<T>* tree, const attention_options&);
 //! and of merge_backend<P>:
 //!   template <class T> static void run(const P&, const lse_merge_params<T>&);
+//!
+//! Both primaries live in the ISA inline namespace (core/isa.hpp), so every specialisation's
+//! members get per-feature-set symbols; a specialisation is still written in specdec::detail.
+
+#include "specdec/core/isa.hpp"
 
 namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 template <class>
 inline constexpr bool dependent_false_v = false;
@@ -39,4 +45,5 @@ struct merge_backend {
                 "specdec::cuda include <specdec/attention/lse_merge.cuh> and compile the file with nvcc.");
 };
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail

@@ -37,11 +37,13 @@
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/thread_pool.hpp"
 
 
 namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 inline constexpr int kv_tile = 64;        //!< KV tokens per staged tile (one mask word per tree tile)
 inline constexpr int min_kv_split = 256;  //!< smallest automatic split-KV chunk
@@ -711,4 +713,5 @@ void host_attention_entry(std::string_view fn, const host& policy, const attenti
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail

@@ -12,8 +12,10 @@
 #include "specdec/attention/detail/host_attention.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 
 namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! KV split size of a host call: options.kv_split_size, or the heuristic of choose_kv_split over
 //! the batch's cache lengths (1 without a cache part).
@@ -45,4 +47,5 @@ struct attention_backend<host> {
   }
 };
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail

@@ -13,6 +13,7 @@
 #include "specdec/core/bfloat16.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/half.hpp"
+#include "specdec/core/isa.hpp"
 
 #if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -28,6 +29,7 @@
 #endif
 
 namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Logical width of every kernel vector: the kernels, their panels and their workspace layout are
 //! written for 16 float lanes on every target.
@@ -445,4 +447,5 @@ SPECDEC_FORCEINLINE void widen_row(const T* src, float* dst, int n) noexcept {
   for (int i = 0; i < n; i += vlanes) vstore(dst + i, vload_as_float(src + i));
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail

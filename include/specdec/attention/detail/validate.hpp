@@ -20,10 +20,12 @@
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
 namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 template <class T>
 concept has_dtype = requires { dtype_of<std::remove_cv_t<T>>::value; };
@@ -386,4 +388,5 @@ std::pair<attention_io_params<T>, tree_kv_params<T>> validate_tree_call(std::str
   return {io, validate_tree<Policy>(fn, io, spec_k, spec_v, mask)};
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail

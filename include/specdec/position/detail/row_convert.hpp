@@ -10,12 +10,14 @@
 
 #include "specdec/core/bfloat16.hpp"
 #include "specdec/core/half.hpp"
+#include "specdec/core/isa.hpp"
 
 #if defined(__F16C__) && !defined(__CUDA_ARCH__)
 #include <immintrin.h>
 #endif
 
 namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! dst[i] = float(src[i]) for i < n.
 template <class T>
@@ -52,4 +54,5 @@ inline void store_row_from_float(const float* src, T* dst, int n) noexcept {
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail
