@@ -4,10 +4,13 @@
 //                       roof of an mma.sync kernel (cuBLAS is not linked; see RESULTS.md)
 //   BM_hybrid_attention hybrid_tree_attention(cuda), bf16, 32 query / 8 KV heads, D = 128, NHD cache
 //                       of 4K/32K/128K tokens, trees of 1/16/64 nodes (random topology), batch 1 and 8
-// Counters: GB/s (bytes that must move: K/V cache + tree K/V + Q + out + LSE), TFLOP/s (4 D per
-// visible (query, key, head) pair), and x_roofline = measured time / max(bytes / copy bandwidth,
-// FLOPs / mma peak) with both roofs measured in the same process. The binary exits 77 without a GPU
-// (shared main). A comparison with PyTorch SDPA is not part of this binary.
+// Time: one call's device time, from replays of a CUDA graph of 10 calls (an engine captures its
+// decoding step the same way), the calls rotating over enough copies of the cache to read 3x the
+// L2 size; eager_us is the median time of one call enqueued between two events, host-side
+// validation and launch included. Counters: GB/s (bytes that must move: K/V cache + tree K/V + Q +
+// out + LSE), TFLOP/s (4 D per visible (query, key, head) pair), and x_roofline = measured time /
+// max(bytes / copy bandwidth, FLOPs / mma peak) with both roofs measured in the same process. The
+// binary exits 77 without a GPU (shared main). PyTorch SDPA on the same shapes: sdpa_compare.py.
 #include <benchmark/benchmark.h>
 
 #include <cuda_bf16.h>
@@ -15,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "specdec/attention/hybrid_tree_attention.cuh"
@@ -164,6 +168,9 @@ BENCHMARK(BM_mma_bf16_peak)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 constexpr int hq = 32, hkv = 8, dim = 128;
 
+//! Calls captured in one CUDA graph per timed replay: the per-call time is replay time / this.
+constexpr int graph_calls = 10;
+
 void BM_hybrid_attention(benchmark::State& state) {
   const int cache_len = static_cast<int>(state.range(0));
   const int tree = static_cast<int>(state.range(1));
@@ -171,10 +178,21 @@ void BM_hybrid_attention(benchmark::State& state) {
   const int tokens = tree * batch;
   using bf = specdec::bfloat16;
 
+  // Enough copies of the K/V cache that the graph's calls together read at least 3x the L2 size:
+  // otherwise a small cache (4K tokens, batch 1: 16 MiB) would be re-read from L2, not memory.
+  cudaDeviceProp prop{};
+  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const std::size_t cache_elems = static_cast<std::size_t>(batch) * cache_len * hkv * dim;
-  dmem k(cache_elems * 2), v(cache_elems * 2);
-  fill(k.p, cache_elems, 1);
-  fill(v.p, cache_elems, 2);
+  const std::size_t cache_bytes = cache_elems * 2 * 2;
+  const int sets = static_cast<int>(std::min<std::size_t>(
+      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + cache_bytes - 1) / cache_bytes)));
+  std::vector<std::unique_ptr<dmem>> ks, vs;
+  for (int i = 0; i < sets; ++i) {
+    ks.push_back(std::make_unique<dmem>(cache_elems * 2));
+    vs.push_back(std::make_unique<dmem>(cache_elems * 2));
+    fill(ks.back()->p, cache_elems, 1 + 16 * i);
+    fill(vs.back()->p, cache_elems, 2 + 16 * i);
+  }
   const std::size_t q_elems = static_cast<std::size_t>(tokens) * hq * dim;
   const std::size_t s_elems = static_cast<std::size_t>(tokens) * hkv * dim;
   dmem q(q_elems * 2), out(q_elems * 2), sk(s_elems * 2), sv(s_elems * 2), lse(static_cast<std::size_t>(tokens) * hq * 4);
@@ -205,8 +223,6 @@ void BM_hybrid_attention(benchmark::State& state) {
   SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
   SPECDEC_CUDA_CHECK(cudaMemcpy(dmask.p, mask.data(), mask.size() * 8, cudaMemcpyHostToDevice));
 
-  specdec::contiguous_kv<bf> cache{k.as<bf>(), v.as<bf>(), dlens.as<std::int32_t>(), batch, cache_len, hkv, dim,
-                                   memory_space::device};
   auto qv = specdec::make_view<3>(q.as<bf>(), {tokens, hq, dim}, memory_space::device);
   auto ov = specdec::make_view<3>(out.as<bf>(), {tokens, hq, dim}, memory_space::device);
   auto kv = specdec::make_view<3>(sk.as<bf>(), {tokens, hkv, dim}, memory_space::device);
@@ -215,21 +231,48 @@ void BM_hybrid_attention(benchmark::State& state) {
   auto iv = specdec::make_view<1>(dind.as<std::int32_t>(), {batch + 1}, memory_space::device);
   auto mv = specdec::make_view<1>(dmask.as<specdec::mask_word>(), {static_cast<std::int64_t>(mask.size())},
                                   memory_space::device);
-  const std::size_t ws_bytes = specdec::hybrid_tree_attention_workspace_bytes(specdec::cuda{}, qv, cache, iv);
+  auto cache_of = [&](int set) {
+    return specdec::contiguous_kv<bf>{ks[set]->as<bf>(), vs[set]->as<bf>(), dlens.as<std::int32_t>(), batch,
+                                      cache_len,         hkv,              dim,
+                                      memory_space::device};
+  };
+  const std::size_t ws_bytes =
+      specdec::hybrid_tree_attention_workspace_bytes(specdec::cuda{}, qv, cache_of(0), iv);
   dmem wsmem(ws_bytes);
   specdec::attention_workspace ws(wsmem.p, ws_bytes, memory_space::device);
-  auto call = [&] {
-    specdec::hybrid_tree_attention(specdec::cuda{}, qv, cache, kv, vv, iv, mv, ov, lv, {.workspace = &ws});
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto call = [&](int set) {
+    specdec::hybrid_tree_attention(specdec::cuda{.stream = stream}, qv, cache_of(set), kv, vv, iv, mv, ov, lv,
+                                   {.workspace = &ws});
   };
-  call();  // warm-up
-  SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());
+  call(0);  // warm-up (module load)
+  SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  // Eager: one call between two events, host-side validation and launch overhead included.
+  std::vector<double> eager;
+  for (int i = 0; i < 20; ++i) eager.push_back(time_on_stream(stream, [&] { call(i % sets); }));
+  std::nth_element(eager.begin(), eager.begin() + 10, eager.end());
+
+  // Graph: graph_calls calls captured once (the way an engine replays a decoding step).
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < graph_calls; ++i) call(i % sets);
+  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  SPECDEC_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up replay
+  SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   double total = 0;
   for (auto _ : state) {
-    const double s = time_on_stream(nullptr, call);
+    const double s = time_on_stream(stream, [&] { SPECDEC_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) / graph_calls;
     state.SetIterationTime(s);
     total += s;
   }
+  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  SPECDEC_CUDA_CHECK(cudaGraphDestroy(graph));
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
   const double bytes = static_cast<double>(cache_elems) * 2 * 2 + static_cast<double>(s_elems) * 2 * 2 +
                        static_cast<double>(q_elems) * 2 * 2 + static_cast<double>(tokens) * hq * 4;
   const double flops = 4.0 * dim * hq * (static_cast<double>(tokens) * cache_len + visible_tree_pairs);
@@ -239,6 +282,8 @@ void BM_hybrid_attention(benchmark::State& state) {
   state.counters["GB/s"] = bytes / per_call * 1e-9;
   state.counters["TFLOP/s"] = flops / per_call * 1e-12;
   state.counters["x_roofline"] = per_call / roof;
+  state.counters["eager_us"] = eager[10] * 1e6;
+  state.counters["kv_sets"] = sets;
   state.counters["ws_MiB"] = static_cast<double>(ws_bytes) / (1 << 20);
 }
 BENCHMARK(BM_hybrid_attention)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# What a session with a lent H100/H200 runs for the CUDA backend (issue #7), in one command:
+#   benchmarks/cuda/gpu_session.sh BUILD_DIR OUT_DIR [tests|sanitize|bench|all]
+# BUILD_DIR holds the CUDA test and benchmark binaries (configure with -DSPECDEC_CUDA=ON
+# -DSPECDEC_BUILD_BENCHMARKS=ON and build the cuda_test_* and bench_cuda_attention targets; they can
+# be built on a machine without a GPU and carried over). Every step has its own time limit so that
+# one hung step cannot eat the lease; logs go to OUT_DIR, a summary to stdout.
+#   tests     every tests/cuda binary (compares each kernel with the host backend and the reference)
+#   sanitize  compute-sanitizer memcheck and racecheck on each test binary (run side by side)
+#   bench     bench_cuda_attention (JSON to OUT_DIR/bench.json), then sdpa_compare.py on the same shapes
+set -u
+build=${1:?build dir}
+out=${2:?out dir}
+what=${3:-all}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+# libbenchmark's shared object travels in BUILD_DIR/lib when the device image lacks it.
+export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+tests=$(cd "$build/tests" && ls cuda_test_* 2>/dev/null | sort)
+status=0
+
+if [[ $what == tests || $what == all ]]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv \
+    | tee "$out/gpu.txt"
+  for t in $tests; do
+    timeout 300 "$build/tests/$t" --durations yes >"$out/$t.log" 2>&1
+    rc=$?
+    echo "test $t rc=$rc $(grep -E '^(All tests passed|test cases:)' "$out/$t.log" | tail -1)"
+    [[ $rc == 0 ]] || status=1
+  done
+fi
+
+if [[ $what == sanitize || $what == all ]]; then
+  pids=()
+  for t in $tests; do
+    for tool in memcheck racecheck; do
+      timeout 420 compute-sanitizer --tool $tool --error-exitcode 99 "$build/tests/$t" \
+        >"$out/$t.$tool.log" 2>&1 &
+      pids+=("$!:$t:$tool")
+    done
+  done
+  for p in "${pids[@]}"; do
+    IFS=: read -r pid t tool <<<"$p"
+    wait "$pid"
+    rc=$?
+    echo "$tool $t rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$t.$tool.log" | tail -1)"
+    [[ $rc == 0 ]] || status=1
+  done
+fi
+
+if [[ $what == bench || $what == all ]]; then
+  timeout 300 "$build/benchmarks/bench_cuda_attention" --benchmark_min_time=0.2 \
+    --benchmark_counters_tabular=true --benchmark_out="$out/bench.json" --benchmark_out_format=json \
+    >"$out/bench.txt" 2>&1 || status=1
+  cat "$out/bench.txt"
+  PYTHONUNBUFFERED=1 timeout 300 python3 "$here/sdpa_compare.py" --ours "$out/bench.json" \
+    --out "$out/sdpa_table.md" >"$out/sdpa.log" 2>&1 || status=1
+  tail -25 "$out/sdpa.log"
+fi
+exit $status
