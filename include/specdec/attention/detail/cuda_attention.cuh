@@ -274,9 +274,10 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
         *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
       }
     }
-    load_kv(0, 0);
   }
-  cp_async_commit();
+  cp_async_commit();  // group: Q
+  if (n_iter > 0) load_kv(0, 0);
+  cp_async_commit();  // group: key tile 0
 
   // This thread's two rows (fragment rows g and g + 8 of its warp) and their mask rows.
   const int fa = row0 + warp * 16 + g, fb = fa + 8;
@@ -298,6 +299,25 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
   // A warp whose 16 rows are all padding (e.g. decode: one token x group heads in a 64-row tile)
   // only helps with the loads; warp-uniform, so the shuffles below stay converged.
   const bool warp_active = row0 + warp * 16 < rows;
+
+  // Q's A fragments stay in registers for the whole key loop when they fit (D <= 128: 32 registers);
+  // at D = 256 they are re-read from shared memory per key tile.
+  constexpr bool q_in_regs = D <= 128;
+  constexpr int QF = q_in_regs ? D / 16 : 1;
+  std::uint32_t qf[QF][4];
+  cp_async_wait<1>();  // Q has landed (key tile 0 may still be in flight)
+  __syncthreads();
+  auto q_fragment = [&](int kk, std::uint32_t (&a)[4]) {
+    a[0] = ld_shared_u32(qw + g * LDS + kk * 16 + t * 2);
+    a[1] = ld_shared_u32(qw + (g + 8) * LDS + kk * 16 + t * 2);
+    a[2] = ld_shared_u32(qw + g * LDS + kk * 16 + 8 + t * 2);
+    a[3] = ld_shared_u32(qw + (g + 8) * LDS + kk * 16 + 8 + t * 2);
+  };
+  if constexpr (q_in_regs) {
+#pragma unroll
+    for (int kk = 0; kk < QF; ++kk) q_fragment(kk, qf[kk]);
+  }
+
   for (int it = 0; it < n_iter; ++it) {
     if (it + 1 < n_iter) load_kv(it + 1, (it + 1) & 1);
     cp_async_commit();
@@ -314,35 +334,48 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
     float s[BN / 8][4];
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+    // K's B fragments: one ldmatrix.x4 gives two key n-tiles x both k halves (lane l addresses key
+    // row (l & 7) + 8 * (l >> 4) of the pair, d offset 8 * ((l >> 3) & 1)).
+    const DT* const krow = kt + ((lane & 7) + ((lane >> 4) & 1) * 8) * LDS + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t a[4] = {ld_shared_u32(qw + g * LDS + kk * 16 + t * 2),
-                                  ld_shared_u32(qw + (g + 8) * LDS + kk * 16 + t * 2),
-                                  ld_shared_u32(qw + g * LDS + kk * 16 + 8 + t * 2),
-                                  ld_shared_u32(qw + (g + 8) * LDS + kk * 16 + 8 + t * 2)};
+      std::uint32_t a_mem[4];
+      if constexpr (!q_in_regs) q_fragment(kk, a_mem);
+      const std::uint32_t(&a)[4] = q_in_regs ? qf[q_in_regs ? kk : 0] : a_mem;
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        const DT* const kr = kt + (nt * 8 + g) * LDS + kk * 16 + t * 2;
-        mma_16816<DT>(s[nt], a, ld_shared_u32(kr), ld_shared_u32(kr + 8));
+      for (int nt = 0; nt < BN / 8; nt += 2) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, krow + nt * 8 * LDS + kk * 16);
+        mma_16816<DT>(s[nt], a, b[0], b[1]);
+        mma_16816<DT>(s[nt + 1], a, b[2], b[3]);
       }
     }
 
     // Scale into base 2 and mask: keys past the range, and (tree part) keys not on the row's path.
+    // A full cache tile (every tile of a chunk but its last) needs no per-key test.
     int kb, ke;
     key_range(it, kb, ke);
-    mask_word wa = ~mask_word{0}, wb = ~mask_word{0};
-    if constexpr (HasTree) {
-      if (mrow_a) wa = mrow_a[kb >> 6];
-      if (mrow_b) wb = mrow_b[kb >> 6];
-    }
+    if (!is_tree && ke - kb == BN) {  // block-uniform
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
+      for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = kb + nt * 8 + t * 2 + (e & 1);
-        const mask_word w = e < 2 ? wa : wb;
-        const bool visible = key < ke && ((w >> (key & 63)) & 1u) != 0;
-        s[nt][e] = visible ? s[nt][e] * p.scale_log2 : neg_inf;
+        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
+      }
+    } else {
+      mask_word wa = ~mask_word{0}, wb = ~mask_word{0};
+      if constexpr (HasTree) {
+        if (mrow_a) wa = mrow_a[kb >> 6];
+        if (mrow_b) wb = mrow_b[kb >> 6];
+      }
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = kb + nt * 8 + t * 2 + (e & 1);
+          const mask_word w = e < 2 ? wa : wb;
+          const bool visible = key < ke && ((w >> (key & 63)) & 1u) != 0;
+          s[nt][e] = visible ? s[nt][e] * p.scale_log2 : neg_inf;
+        }
       }
     }
 
@@ -429,34 +462,64 @@ struct cuda_partial_merge_params {
 };
 
 //! One warp per (token, query head): LSE-merges the parts (Proposition A.1, n-way). -inf parts get
-//! weight 0; all -inf gives out = 0, lse = -inf.
+//! weight 0; all -inf gives out = 0, lse = -inf. The lanes read the parts' LSEs side by side (32 at a
+//! time) and reduce them with shuffles, so the pass costs a few dependent loads however many parts
+//! there are; the weighted sum of the partial O rows then walks the parts with the weight broadcast
+//! from the lane that computed it, eight parts' loads in flight at a time. (A serial walk cost
+//! 10-17 us at 34 parts on an H100, a sixth to a quarter of a 32K-token decode step; ncu, 2026-11-24.)
 template <class DT, int D>
 __global__ void __launch_bounds__(128) attention_merge_kernel(const cuda_partial_merge_params<DT> p) {
   constexpr int E = D / 32;
+  constexpr unsigned full = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const long long row = static_cast<long long>(blockIdx.x) * 4 + (threadIdx.x >> 5);
   const long long nrows = static_cast<long long>(p.total_tokens) * p.num_qo_heads;
-  if (row >= nrows) return;
+  if (row >= nrows) return;  // warp-uniform
   const long long tok = row / p.num_qo_heads, qh = row % p.num_qo_heads;
+  const int parts = p.num_parts;
+  const float* const lse_row = p.lse_part + row;
   float mx = -INFINITY;
-  for (int q = 0; q < p.num_parts; ++q) mx = fmaxf(mx, p.lse_part[q * nrows + row]);
+  for (int q = lane; q < parts; q += 32) mx = fmaxf(mx, lse_row[q * nrows]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(full, mx, o));
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.0f;
   float lse = -INFINITY;
-  if (mx != -INFINITY) {
+  if (mx != -INFINITY) {  // warp-uniform after the reduction
     float sum = 0.0f;
-    for (int q = 0; q < p.num_parts; ++q) sum += expf(p.lse_part[q * nrows + row] - mx);
-    const float inv = 1.0f / sum;
-    for (int q = 0; q < p.num_parts; ++q) {
-      const float w = expf(p.lse_part[q * nrows + row] - mx) * inv;
-      if (w == 0.0f) continue;
-      const float* src = p.o_part + (q * nrows + row) * D + lane * E;
+    for (int q = lane; q < parts; q += 32) sum += expf(lse_row[q * nrows] - mx);
 #pragma unroll
-      for (int e = 0; e < E; e += 2) {
-        const float2 v = *reinterpret_cast<const float2*>(src + e);
-        acc[e] += w * v.x;
-        acc[e + 1] += w * v.y;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(full, sum, o);
+    const float inv = 1.0f / sum;
+    for (int q0 = 0; q0 < parts; q0 += 32) {
+      const int q = q0 + lane;
+      const float mine = q < parts ? expf(lse_row[q * nrows] - mx) * inv : 0.0f;
+      const int count = min(32, parts - q0);
+      // Eight parts' rows are loaded before any is used, so eight L2 round trips overlap. Every part
+      // row of a real (token, head) is written by the partial kernel (an empty part writes O = 0,
+      // LSE = -inf), so the loads are always in bounds; a zero weight still contributes nothing.
+      for (int j0 = 0; j0 < count; j0 += 8) {
+        float2 v[8][E / 2];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (j0 + j < count) {
+            const float* src = p.o_part + ((q0 + j0 + j) * nrows + row) * D + lane * E;
+#pragma unroll
+            for (int e = 0; e < E / 2; ++e) v[j][e] = reinterpret_cast<const float2*>(src)[e];
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float w = __shfl_sync(full, mine, (j0 + j) & 31);
+          if (j0 + j < count && w != 0.0f) {  // warp-uniform
+#pragma unroll
+            for (int e = 0; e < E / 2; ++e) {
+              acc[2 * e] += w * v[j][e].x;
+              acc[2 * e + 1] += w * v[j][e].y;
+            }
+          }
+        }
       }
     }
     lse = mx + logf(sum);

@@ -70,6 +70,16 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a
   }
 }
 
+//! ldmatrix.x4: four 8x8 16-bit matrices whose row addresses lanes 8i..8i+7 give (matrix i); lane
+//! 4g+t receives elements 2t and 2t+1 of row g of each matrix, i.e. the B fragment of a [n][k]
+//! row-major tile (used for K in Q.K^T: two key n-tiles x two k halves in one instruction).
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem_row) {
+  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 //! ldmatrix.x4.trans: four 8x8 16-bit matrices whose row addresses lanes 8i..8i+7 give (matrix i);
 //! lane 4g+t receives rows 2t and 2t+1 of column g of each matrix, i.e. a B fragment of a row-major
 //! [k][n] tile (used for V in P.V).
