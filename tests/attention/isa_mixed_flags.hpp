@@ -1,9 +1,9 @@
 #pragma once
 // Shared by the two translation units of attention.isa_mixed_flags: the test's main file (built
 // with the project's default flags) and isa_mixed_flags_v3.cpp (built with -march=x86-64-v3). Each
-// file calls the host primitives on the same deterministic inputs through run_in_this_file(), which
-// has internal linkage, so each file keeps its own copy (the test itself must not break the rule
-// it checks).
+// file calls the host primitives on the same deterministic inputs through run_in_this_file(). All
+// the helpers below but file_result have internal linkage (anonymous namespace), so each file keeps
+// its own copy: the test itself must not break the rule it checks.
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -23,6 +23,8 @@ struct file_result {
   std::uintptr_t decode_entry = 0;         // &specdec::decode_attention<...> as that file sees it
   std::uintptr_t merge_entry = 0;          // &specdec::lse_merge<...> (two-way)
   std::uintptr_t rope_entry = 0;           // &specdec::apply_rope<...>
+  std::uintptr_t shape_check = 0;          // &specdec::require_shape<...>: a core helper on the path
+  std::uintptr_t layout_check = 0;         // &specdec::validate_kv_layout<...>: a kv helper on the path
   std::vector<specdec::half> out;          // decode_attention: [tokens, hq, d]
   std::vector<float> lse;                  // [tokens, hq]
   std::vector<specdec::half> merged;       // lse_merge of (out, lse) with (out, lse - ln 2)
@@ -32,6 +34,8 @@ struct file_result {
 
 file_result run_default_flags();  // defined in the main file
 file_result run_x86_64_v3();      // defined in isa_mixed_flags_v3.cpp
+
+namespace {
 
 // The problem both files solve: GQA 4 (8 query heads, 2 KV heads), head_dim 128, fp16 contiguous
 // cache and queries; request 0 has 1 query token (4 rows per KV head: the row kernel), request 1 has 5 (20
@@ -73,8 +77,6 @@ std::uintptr_t address_of(F* f) {
 template <class T>
 using plain = std::remove_cv_t<T>;
 
-namespace {
-
 file_result run_in_this_file() {
   file_result r;
   r.isa = std::string(specdec::host_isa_name());
@@ -91,6 +93,8 @@ file_result run_in_this_file() {
   r.decode_entry = address_of(&specdec::decode_attention<specdec::host, plain<decltype(q)>, plain<decltype(cache)>,
                                                          plain<decltype(ind)>, plain<decltype(out)>,
                                                          plain<decltype(lse)>>);
+  r.shape_check = address_of(&specdec::require_shape<plain<decltype(q)>>);
+  r.layout_check = address_of(&specdec::validate_kv_layout<plain<decltype(cache)>>);
 
   // Two-way merge of the decode result with a copy whose LSE is shifted by ln 2.
   std::vector<specdec::half> o_b(r.out);

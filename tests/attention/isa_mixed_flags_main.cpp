@@ -29,6 +29,9 @@ TEST_CASE("files built with different target flags get their own host kernel ins
   CHECK(base.decode_entry != v3.decode_entry);
   CHECK(base.merge_entry != v3.merge_entry);
   CHECK(base.rope_entry != v3.rope_entry);
+  // ... and so do the validation helpers every entry point calls (core/tensor.hpp, kv/kv_layout.hpp).
+  CHECK(base.shape_check != v3.shape_check);
+  CHECK(base.layout_check != v3.layout_check);
 }
 
 TEST_CASE("both instantiations compute the reference result") {

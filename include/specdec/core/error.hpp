@@ -11,6 +11,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "specdec/core/isa.hpp"
+
 namespace specdec {
 
 //! Thrown by host entry points when an argument violates a precondition. Derives from
@@ -31,7 +33,10 @@ class cuda_error : public std::runtime_error {
   int code_;
 };
 
+// The helpers below are inline functions that every host entry point calls: inside the ISA
+// namespace (core/isa.hpp), so files built with different target flags keep separate copies.
 namespace detail {
+inline namespace SPECDEC_HOST_ISA {
 template <class T>
 void append_value(std::ostringstream& os, const T& v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -43,7 +48,10 @@ void append_value(std::ostringstream& os, const T& v) {
     os << v;
   }
 }
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {
 
 //! Builds the canonical message "<function>: argument '<argument>': expected <expected>, got <actual>".
 template <class Actual>
@@ -94,5 +102,7 @@ void require_in_range(std::string_view function, std::string_view argument, cons
     throw_invalid_argument(function, argument, e.str(), actual);
   }
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 }  // namespace specdec

@@ -1,28 +1,33 @@
 #pragma once
 //! \file isa.hpp
 //! SPECDEC_HOST_ISA: the name of an inline namespace spelled from the instruction-set features the
-//! including translation unit is compiled for (`isa_x86_avx_avx2_fma_f16c_bmi2` under
-//! -march=x86-64-v3, for example).
+//! including translation unit is compiled for (28 feature macros, e.g.
+//! `isa_x86_sse41_popcnt_avx_avx2_fma_f16c_bmi_bmi2_lzcnt_movbe` under -march=x86-64-v3; x86-64-v4
+//! adds `_avx512f_avx512bw_avx512dq_avx512vl`, Sapphire Rapids also its FP16/BF16/VNNI/VBMI sets).
 //!
 //! Why: the host kernels are inline templates whose code depends on the compile flags (simd.hpp
 //! picks zmm, ymm or xmm vectors from `__AVX512F__` / `__AVX__`; F16C conversions from `__F16C__`).
-//! An engine that dispatches at run time compiles some files with, say, -march=x86-64-v4 and
-//! others with -march=x86-64-v3, and may include the same specdec header in both. Without a
-//! distinct name per feature set, both files instantiate `specdec::decode_attention<...>` under
-//! one mangled name, the linker keeps one body (possibly the AVX-512 one), and the AVX2 path runs
-//! AVX-512 instructions: a one-definition-rule violation that surfaces as SIGILL on another
-//! machine. Code whose generated instructions depend on these flags, and every function on the
-//! call path from a public entry point down to it, is declared inside
-//! `inline namespace SPECDEC_HOST_ISA`, so each feature set gets its own symbols. Users still
-//! write `specdec::decode_attention(...)`: an inline namespace is transparent to lookup.
+//! An engine that dispatches at run time compiles some files with, say, -march=x86-64-v4 and others
+//! with -march=x86-64-v3, and may include the same specdec header in both. Without a distinct name
+//! per feature set, both files instantiate `specdec::decode_attention<...>` under one mangled name,
+//! the linker keeps one body (possibly the AVX-512 one), and the AVX2 path runs AVX-512
+//! instructions: a one-definition-rule violation that surfaces as SIGILL on another machine. Users
+//! still write `specdec::decode_attention(...)`: an inline namespace is transparent to lookup.
 //!
-//! Scope (design.md, "Performance habits"): the host attention path (public entry points,
-//! validation, kernels, backends), lse_merge and RoPE's host path. Types stay outside the ISA
-//! namespace, so an engine's own headers can pass specdec types between files compiled with
-//! different flags. Small inline helpers outside that path (tensor views, KV layout accessors,
-//! samplers) follow the usual C++ rule, as the standard library's own templates do: files that
-//! share them should be compiled with the same target flags, or the ISA-specific files linked
-//! into separate shared objects with hidden visibility.
+//! What is inside `inline namespace SPECDEC_HOST_ISA`: the host attention path (public entry
+//! points, validation, backends, kernels, simd.hpp), lse_merge, RoPE's host path, and the free
+//! helpers those call (core/error.hpp's require* and formatting, core/tensor.hpp's shape checks,
+//! the kv layouts' validate_layout / validate_kv_layout, RoPE's parameter checks and frequencies).
+//!
+//! What is not, and cannot be: types (an engine's own headers pass specdec types between files
+//! built with different flags, so their names must agree) and therefore their member functions --
+//! tensor views' and kv layouts' accessors, half/bfloat16 conversions, thread_pool -- as well as
+//! the standard library's own inline templates (std::string, std::vector, ...) that the code above
+//! calls. These are small and usually inlined, but where the compiler emits an out-of-line copy the
+//! linker keeps one for the whole program, as it does for any C++ library. So the namespace keeps
+//! the kernels apart; a guarantee for everything needs one of: the same target flags for every
+//! file that includes specdec, or each ISA-specific part linked into its own shared object with
+//! hidden visibility (-fvisibility=hidden, so its copies bind locally).
 //!
 //! CUDA kernels stay outside it: they gain nothing from it. (Were one inside, its name would still
 //! agree between nvcc's passes: the device pass sees the host compiler's target macros too; checked
@@ -43,79 +48,168 @@
 #else
 #define SPECDEC_ISA_F0_
 #endif
-#if defined(__AVX__)
-#define SPECDEC_ISA_F1_ _avx
+#if defined(__POPCNT__)
+#define SPECDEC_ISA_F1_ _popcnt
 #else
 #define SPECDEC_ISA_F1_
 #endif
-#if defined(__AVX2__)
-#define SPECDEC_ISA_F2_ _avx2
+#if defined(__AVX__)
+#define SPECDEC_ISA_F2_ _avx
 #else
 #define SPECDEC_ISA_F2_
 #endif
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
-#define SPECDEC_ISA_F3_ _fma
+#if defined(__AVX2__)
+#define SPECDEC_ISA_F3_ _avx2
 #else
 #define SPECDEC_ISA_F3_
 #endif
-#if defined(__F16C__)
-#define SPECDEC_ISA_F4_ _f16c
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define SPECDEC_ISA_F4_ _fma
 #else
 #define SPECDEC_ISA_F4_
 #endif
-#if defined(__BMI2__)
-#define SPECDEC_ISA_F5_ _bmi2
+#if defined(__F16C__)
+#define SPECDEC_ISA_F5_ _f16c
 #else
 #define SPECDEC_ISA_F5_
 #endif
-#if defined(__AVX512F__)
-#define SPECDEC_ISA_F6_ _avx512f
+#if defined(__BMI__)
+#define SPECDEC_ISA_F6_ _bmi
 #else
 #define SPECDEC_ISA_F6_
 #endif
-#if defined(__AVX512BW__)
-#define SPECDEC_ISA_F7_ _avx512bw
+#if defined(__BMI2__)
+#define SPECDEC_ISA_F7_ _bmi2
 #else
 #define SPECDEC_ISA_F7_
 #endif
-#if defined(__AVX512DQ__)
-#define SPECDEC_ISA_F8_ _avx512dq
+#if defined(__LZCNT__)
+#define SPECDEC_ISA_F8_ _lzcnt
 #else
 #define SPECDEC_ISA_F8_
 #endif
-#if defined(__AVX512VL__)
-#define SPECDEC_ISA_F9_ _avx512vl
+#if defined(__MOVBE__)
+#define SPECDEC_ISA_F9_ _movbe
 #else
 #define SPECDEC_ISA_F9_
 #endif
-#if defined(__ARM_FEATURE_SVE)
-#define SPECDEC_ISA_F10_ _sve
+#if defined(__AVXVNNI__)
+#define SPECDEC_ISA_F10_ _avxvnni
 #else
 #define SPECDEC_ISA_F10_
 #endif
-#if defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
-#define SPECDEC_ISA_F11_ _fp16
+#if defined(__AVX512F__)
+#define SPECDEC_ISA_F11_ _avx512f
 #else
 #define SPECDEC_ISA_F11_
 #endif
+#if defined(__AVX512BW__)
+#define SPECDEC_ISA_F12_ _avx512bw
+#else
+#define SPECDEC_ISA_F12_
+#endif
+#if defined(__AVX512DQ__)
+#define SPECDEC_ISA_F13_ _avx512dq
+#else
+#define SPECDEC_ISA_F13_
+#endif
+#if defined(__AVX512VL__)
+#define SPECDEC_ISA_F14_ _avx512vl
+#else
+#define SPECDEC_ISA_F14_
+#endif
+#if defined(__AVX512VNNI__)
+#define SPECDEC_ISA_F15_ _avx512vnni
+#else
+#define SPECDEC_ISA_F15_
+#endif
+#if defined(__AVX512BF16__)
+#define SPECDEC_ISA_F16_ _avx512bf16
+#else
+#define SPECDEC_ISA_F16_
+#endif
+#if defined(__AVX512FP16__)
+#define SPECDEC_ISA_F17_ _avx512fp16
+#else
+#define SPECDEC_ISA_F17_
+#endif
+#if defined(__AVX512VBMI__)
+#define SPECDEC_ISA_F18_ _avx512vbmi
+#else
+#define SPECDEC_ISA_F18_
+#endif
+#if defined(__AVX512VBMI2__)
+#define SPECDEC_ISA_F19_ _avx512vbmi2
+#else
+#define SPECDEC_ISA_F19_
+#endif
+#if defined(__AVX512VPOPCNTDQ__)
+#define SPECDEC_ISA_F20_ _avx512vpopcntdq
+#else
+#define SPECDEC_ISA_F20_
+#endif
+#if defined(__AVX512BITALG__)
+#define SPECDEC_ISA_F21_ _avx512bitalg
+#else
+#define SPECDEC_ISA_F21_
+#endif
+#if defined(__GFNI__)
+#define SPECDEC_ISA_F22_ _gfni
+#else
+#define SPECDEC_ISA_F22_
+#endif
+#if defined(__ARM_FEATURE_SVE)
+#define SPECDEC_ISA_F23_ _sve
+#else
+#define SPECDEC_ISA_F23_
+#endif
+#if defined(__ARM_FEATURE_SVE2)
+#define SPECDEC_ISA_F24_ _sve2
+#else
+#define SPECDEC_ISA_F24_
+#endif
+#if defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
+#define SPECDEC_ISA_F25_ _fp16
+#else
+#define SPECDEC_ISA_F25_
+#endif
+#if defined(__ARM_FEATURE_BF16)
+#define SPECDEC_ISA_F26_ _bf16
+#else
+#define SPECDEC_ISA_F26_
+#endif
+#if defined(__ARM_FEATURE_DOTPROD)
+#define SPECDEC_ISA_F27_ _dotprod
+#else
+#define SPECDEC_ISA_F27_
+#endif
 
-#define SPECDEC_ISA_PASTE_(a, b, c, d, e, f, g, h, i, j, k, l, m) a##b##c##d##e##f##g##h##i##j##k##l##m
-#define SPECDEC_ISA_PASTE(a, b, c, d, e, f, g, h, i, j, k, l, m) SPECDEC_ISA_PASTE_(a, b, c, d, e, f, g, h, i, j, k, l, m)
+#define SPECDEC_ISA_PASTE_(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, \
+                           f19, f20, f21, f22, f23, f24, f25, f26, f27)                                            \
+  a##f0##f1##f2##f3##f4##f5##f6##f7##f8##f9##f10##f11##f12##f13##f14##f15##f16##f17##f18##f19##f20##f21##f22##f23##f24##f25##f26##f27
+#define SPECDEC_ISA_PASTE(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, f19, \
+                          f20, f21, f22, f23, f24, f25, f26, f27)                                                      \
+  SPECDEC_ISA_PASTE_(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, f19, f20, \
+                     f21, f22, f23, f24, f25, f26, f27)
 #define SPECDEC_ISA_STR_(x) #x
 #define SPECDEC_ISA_STR(x) SPECDEC_ISA_STR_(x)
 
-//! Name of the inline namespace holding this translation unit's ISA-dependent host code.
-#define SPECDEC_HOST_ISA                                                                                          \
-  SPECDEC_ISA_PASTE(SPECDEC_ISA_ARCH_, SPECDEC_ISA_F0_, SPECDEC_ISA_F1_, SPECDEC_ISA_F2_, SPECDEC_ISA_F3_,         \
-                    SPECDEC_ISA_F4_, SPECDEC_ISA_F5_, SPECDEC_ISA_F6_, SPECDEC_ISA_F7_, SPECDEC_ISA_F8_,          \
-                    SPECDEC_ISA_F9_, SPECDEC_ISA_F10_, SPECDEC_ISA_F11_)
+//! Name of the inline namespace holding this translation unit's ISA-dependent
+//! host code.
+#define SPECDEC_HOST_ISA                                                                                      \
+  SPECDEC_ISA_PASTE(SPECDEC_ISA_ARCH_, SPECDEC_ISA_F0_, SPECDEC_ISA_F1_, SPECDEC_ISA_F2_, SPECDEC_ISA_F3_,    \
+                    SPECDEC_ISA_F4_, SPECDEC_ISA_F5_, SPECDEC_ISA_F6_, SPECDEC_ISA_F7_, SPECDEC_ISA_F8_,      \
+                    SPECDEC_ISA_F9_, SPECDEC_ISA_F10_, SPECDEC_ISA_F11_, SPECDEC_ISA_F12_, SPECDEC_ISA_F13_,  \
+                    SPECDEC_ISA_F14_, SPECDEC_ISA_F15_, SPECDEC_ISA_F16_, SPECDEC_ISA_F17_, SPECDEC_ISA_F18_, \
+                    SPECDEC_ISA_F19_, SPECDEC_ISA_F20_, SPECDEC_ISA_F21_, SPECDEC_ISA_F22_, SPECDEC_ISA_F23_, \
+                    SPECDEC_ISA_F24_, SPECDEC_ISA_F25_, SPECDEC_ISA_F26_, SPECDEC_ISA_F27_)
 
 namespace specdec {
 inline namespace SPECDEC_HOST_ISA {
 
 //! The feature set this translation unit's host kernels are compiled for, as the inline namespace
-//! spells it (e.g. "isa_x86_sse41_avx_avx2_fma_f16c_bmi2"). Useful in an engine's startup log, and
-//! different in each file built with different target flags.
+//! spells it (e.g. "isa_x86_sse41_popcnt_avx_avx2_fma_f16c_bmi_bmi2_lzcnt_movbe"). Useful in an
+//! engine's startup log, and different in each file built with different target flags.
 [[nodiscard]] constexpr std::string_view host_isa_name() noexcept { return SPECDEC_ISA_STR(SPECDEC_HOST_ISA); }
 
 }  // namespace SPECDEC_HOST_ISA

@@ -156,6 +156,9 @@ template <tensor_like V>
   return strided_view<T, R>(const_cast<T*>(static_cast<const T*>(v.data())), e, s, v.space());
 }
 
+// Validation helpers on every entry point's path: inside the ISA namespace (core/isa.hpp).
+inline namespace SPECDEC_HOST_ISA {
+
 //! "[a, b, c]" for messages.
 template <class V>
 [[nodiscard]] std::string shape_string(const V& v) {
@@ -201,5 +204,7 @@ template <class V>
 void require_host_accessible(std::string_view function, std::string_view argument, const V& v) {
   require(host_accessible(v.space()), function, argument, "host-accessible memory (host or managed)", v.space());
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 }  // namespace specdec

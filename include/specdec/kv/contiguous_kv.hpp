@@ -53,6 +53,7 @@ struct contiguous_kv {
 };
 
 //! Checks pointers, geometry and (for host-accessible memory) every length against the capacity.
+inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <class T, kv_order O>
 void validate_layout(const contiguous_kv<T, O>& l, std::string_view function, std::string_view argument) {
   require(l.requests >= 0, function, argument, "requests >= 0", l.requests);
@@ -68,6 +69,7 @@ void validate_layout(const contiguous_kv<T, O>& l, std::string_view function, st
         throw_invalid_argument(function, argument,
                                "every lengths[r] in [0, max_tokens = " + std::to_string(l.max_tokens) + "]", l.lengths[r]);
 }
+}  // namespace SPECDEC_HOST_ISA
 
 static_assert(kv_layout<contiguous_kv<float>> && check_kv_layout<contiguous_kv<float>>());
 static_assert(writable_kv_layout<contiguous_kv<float, kv_order::hnd>>);

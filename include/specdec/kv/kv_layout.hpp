@@ -101,6 +101,7 @@ consteval bool check_kv_layout() {
 //! Host-side validation every entry point runs on a layout argument: geometry positive, and, when the
 //! layout's memory is host-accessible, every length non-negative. Shipped layouts add their own checks
 //! through an ADL-found `validate_layout(const L&, function, argument)`.
+inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <kv_layout L>
 void validate_kv_layout(const L& l, std::string_view function, std::string_view argument) {
   require(l.num_requests() >= 0, function, argument, "num_requests() >= 0", l.num_requests());
@@ -113,5 +114,6 @@ void validate_kv_layout(const L& l, std::string_view function, std::string_view 
       require(l.length(r) >= 0, function, argument, "length(request) >= 0 for every request", l.length(r));
   }
 }
+}  // namespace SPECDEC_HOST_ISA
 
 }  // namespace specdec

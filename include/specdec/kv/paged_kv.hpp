@@ -49,6 +49,7 @@ struct paged_kv {
 
 //! Checks geometry and, for host-accessible index arrays, indptr monotonicity, page indices in range
 //! and lengths within each request's page capacity.
+inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <class T>
 void validate_layout(const paged_kv<T>& l, std::string_view function, std::string_view argument) {
   require(l.requests >= 0, function, argument, "requests >= 0", l.requests);
@@ -80,6 +81,7 @@ void validate_layout(const paged_kv<T>& l, std::string_view function, std::strin
       throw_invalid_argument(function, argument, "every page index in [0, num_pages = " + std::to_string(l.num_pages) + ")",
                              l.page_indices[i]);
 }
+}  // namespace SPECDEC_HOST_ISA
 
 static_assert(kv_layout<paged_kv<float>> && writable_kv_layout<paged_kv<float>>);
 

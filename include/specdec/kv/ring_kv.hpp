@@ -97,6 +97,7 @@ struct ring_kv {
 
 //! Checks geometry, pointers and (host-accessible) per-request starts/lengths. Found by ADL from
 //! validate_kv_layout, so every attention entry point runs it on a ring_kv argument.
+inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <class T>
 void validate_layout(const ring_kv<T>& l, std::string_view function, std::string_view argument) {
   require(l.requests >= 0, function, argument, "requests >= 0", l.requests);
@@ -121,6 +122,7 @@ void validate_layout(const ring_kv<T>& l, std::string_view function, std::string
                              l.starts[r]);
   }
 }
+}  // namespace SPECDEC_HOST_ISA
 
 static_assert(kv_layout<ring_kv<float>> && check_kv_layout<ring_kv<float>>());
 static_assert(kv_layout<ring_kv<const float>>);

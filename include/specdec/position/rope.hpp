@@ -69,6 +69,7 @@ struct rope_params {
 };
 
 namespace detail {
+inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 
 inline void validate_llama3_scaling(const llama3_rope_scaling& s, std::string_view fn) {
   require(std::isfinite(s.factor) && s.factor > 0.0, fn, "params.llama3.factor", "a finite value > 0", s.factor);
@@ -98,6 +99,8 @@ inline int validate_rope_params(const rope_params& p, std::int64_t head_dim, std
   return static_cast<int>(r);
 }
 
+}  // namespace SPECDEC_HOST_ISA
+
 template <class P>
 concept int32_positions_tensor =
     tensor_like<P> &&(P::rank == 1) && std::is_same_v<std::remove_cv_t<typename P::element_type>, std::int32_t>;
@@ -107,6 +110,8 @@ concept rope_target_tensor = tensor_like<X> &&(X::rank == 3) && storage_float<ty
                              !std::is_const_v<typename X::element_type>;
 
 }  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {  // on the host and CUDA entry points' path: see core/isa.hpp
 
 //! Llama-3.1 scaling of one base inverse frequency `inv_freq` (radians per position), exactly the
 //! published rule (see llama3_rope_scaling). Precondition: inv_freq > 0, s valid. O(1).
@@ -135,6 +140,8 @@ concept rope_target_tensor = tensor_like<X> &&(X::rank == 3) && storage_float<ty
   }
   return f;
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 namespace detail {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
