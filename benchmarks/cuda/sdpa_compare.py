@@ -92,6 +92,7 @@ def sdpa_kernel_name(fn):
             torch.cuda.synchronize()
         events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
         top = max(events, key=lambda e: e.device_time_total)
+        print(f"  top kernel: {top.key[:300]}", flush=True)  # whole name in the log, its tail in the table
         name = top.key.split("(")[0].split("<")[0]
         return name[-40:]
     except Exception:  # noqa: BLE001 - diagnostic only
