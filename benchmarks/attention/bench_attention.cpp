@@ -185,6 +185,37 @@ void BM_roofline_read_bandwidth(benchmark::State& st) {
   set_counters(st, 4.0 * n, static_cast<double>(n));
 }
 
+// The read roofline of the decode row kernel's memory order (attend_part_rows), with no arithmetic:
+// fp32 K and V of 8 kv heads x 128 dims (two 128 MiB arrays, [token][head][dim]), in blocks of 32
+// tokens, K read token-major over all heads, then V head by head. Arg: 0 = no software prefetch,
+// 1 = V rows prefetched into L2 while K is read (as the kernel does), 2 = also K rows 32 tokens
+// ahead (the kernel's kpf_dist). A tree = 1 cell can only approach this, not the one-array roofline.
+void BM_roofline_read_kv_order(benchmark::State& st) {
+  constexpr int heads = 8, dim = 128, block = 32, tokens = 32768;
+  const std::size_t row = static_cast<std::size_t>(heads) * dim, n = row * tokens;
+  std::vector<float> k(n, 1.0f), v(n, 1.0f);
+  const int pf = static_cast<int>(st.range(0));
+  float sink = 0.0f;
+  for (auto _ : st) {
+    v16 acc[dim / 16] = {};
+    for (int b = 0; b < tokens; b += block) {
+      for (int j = b; j < b + block; ++j)
+        for (int h = 0; h < heads; ++h) {
+          const float* kr = &k[j * row + h * dim];
+          if (pf >= 1) specdec::detail::prefetch_row<dim>(&v[j * row + h * dim]);
+          if (pf >= 2 && j + block < tokens) specdec::detail::prefetch_row<dim>(&k[(j + block) * row + h * dim]);
+          for (int c = 0; c < dim / 16; ++c) acc[c] += specdec::detail::vload(kr + 16 * c);
+        }
+      for (int h = 0; h < heads; ++h)
+        for (int j = b; j < b + block; ++j)
+          for (int c = 0; c < dim / 16; ++c) acc[c] += specdec::detail::vload(&v[j * row + h * dim + 16 * c]);
+    }
+    for (const auto& a : acc) sink += specdec::detail::vhsum(a);
+    benchmark::DoNotOptimize(sink);
+  }
+  set_counters(st, 8.0 * n, 2.0 * n);
+}
+
 // Independent FMA chains: 12 with AVX-512 (enough to cover 4-cycle latency at 2 per cycle), as
 // many as the register file holds with one operand pair to spare elsewhere (6 = 12 ymm on AVX2).
 constexpr int fma_chains = specdec::detail::vregs16 >= 14 ? 12 : specdec::detail::vregs16 - 2;
@@ -244,6 +275,7 @@ void ceiling_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_roofline_read_bandwidth)->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_roofline_read_bandwidth)->ArgName("threads")->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_roofline_read_kv_order)->ArgName("prefetch")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_roofline_fma_peak)->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_roofline_fma_peak)->ArgName("threads")->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 #define SPECDEC_ATTN_BENCH(fn, args)                          \
