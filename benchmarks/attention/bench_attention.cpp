@@ -186,29 +186,29 @@ void BM_roofline_read_bandwidth(benchmark::State& st) {
 }
 
 // The read roofline of the decode row kernel's memory order (attend_part_rows), with no arithmetic:
-// fp32 K and V of 8 kv heads x 128 dims (two 128 MiB arrays, [token][head][dim]), in blocks of 32
-// tokens, K read token-major over all heads, then V head by head. Arg: 0 = no software prefetch,
-// 1 = V rows prefetched into L2 while K is read (as the kernel does), 2 = also K rows 32 tokens
-// ahead (the kernel's kpf_dist). A tree = 1 cell can only approach this, not the one-array roofline.
+// fp32 K and V of kHkv heads x kD dims (two 128 MiB arrays, [token][head][dim]), in the kernel's
+// blocks of dot_block tokens, K read token-major over all heads, then V head by head. Arg: 0 = no
+// software prefetch, 1 = V rows prefetched into L2 while K is read (as the kernel does), 2 = also K
+// rows kpf_dist tokens ahead (as the kernel does). A tree = 1 cell can only approach this, not the one-array roofline.
 void BM_roofline_read_kv_order(benchmark::State& st) {
-  constexpr int heads = 8, dim = 128, block = 32, tokens = 32768;
-  const std::size_t row = static_cast<std::size_t>(heads) * dim, n = row * tokens;
+  constexpr int block = specdec::detail::dot_block, ahead = specdec::detail::kpf_dist, tokens = 32768;
+  const std::size_t row = static_cast<std::size_t>(kHkv) * kD, n = row * tokens;
   std::vector<float> k(n, 1.0f), v(n, 1.0f);
   const int pf = static_cast<int>(st.range(0));
   float sink = 0.0f;
   for (auto _ : st) {
-    v16 acc[dim / 16] = {};
+    v16 acc[kD / 16] = {};
     for (int b = 0; b < tokens; b += block) {
       for (int j = b; j < b + block; ++j)
-        for (int h = 0; h < heads; ++h) {
-          const float* kr = &k[j * row + h * dim];
-          if (pf >= 1) specdec::detail::prefetch_row<dim>(&v[j * row + h * dim]);
-          if (pf >= 2 && j + block < tokens) specdec::detail::prefetch_row<dim>(&k[(j + block) * row + h * dim]);
-          for (int c = 0; c < dim / 16; ++c) acc[c] += specdec::detail::vload(kr + 16 * c);
+        for (int h = 0; h < kHkv; ++h) {
+          const float* kr = &k[j * row + h * kD];
+          if (pf >= 1) specdec::detail::prefetch_row<kD>(&v[j * row + h * kD]);
+          if (pf >= 2 && j + ahead < tokens) specdec::detail::prefetch_row<kD>(&k[(j + ahead) * row + h * kD]);
+          for (int c = 0; c < kD / 16; ++c) acc[c] += specdec::detail::vload(kr + 16 * c);
         }
-      for (int h = 0; h < heads; ++h)
+      for (int h = 0; h < kHkv; ++h)
         for (int j = b; j < b + block; ++j)
-          for (int c = 0; c < dim / 16; ++c) acc[c] += specdec::detail::vload(&v[j * row + h * dim + 16 * c]);
+          for (int c = 0; c < kD / 16; ++c) acc[c] += specdec::detail::vload(&v[j * row + h * kD + 16 * c]);
     }
     for (const auto& a : acc) sink += specdec::detail::vhsum(a);
     benchmark::DoNotOptimize(sink);
