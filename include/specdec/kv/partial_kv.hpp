@@ -1,0 +1,297 @@
+#pragma once
+//! \file partial_kv.hpp
+//! TokenSwift's dynamic partial KV cache (TokenSwift §3.3, Eq. 2, Algorithm 3 lines 2, 5-6): the
+//! self-drafting target reads at most a fixed budget |B| of its own cached tokens per kv head, so a
+//! draft step's KV traffic stays constant however long the context grows.
+//!
+//! Three parts, usable alone or together:
+//!  - kv_importance(policy, q, cache, request, scores): Eq. 2, the importance of every cached token
+//!    of one request for each kv head: the sum over the kv head's query group of q_j . K_i.
+//!  - indexed_kv<L>: a kv_layout that shows, per request and kv head, a list of token indices of
+//!    another layout L, read in place (no copy). Any attention primitive runs on it unchanged.
+//!  - partial_kv_index: the budgeted index lists and TokenSwift's update policy. Slots [0, |S|) hold
+//!    the first |S| tokens (attention sinks); slots [|S|, |B|) hold the most important other tokens
+//!    in decreasing importance. New committed tokens fill free slots, then replace the least
+//!    important ones, from slot |B| - 1 towards |S|; once |B| - |S| of them have been placed since
+//!    the last rebuild, needs_rebuild() turns true (Algorithm 3, line 5: |C_full| - e > |B| - |S|)
+//!    and the caller recomputes the selection from a fresh query (rebuild(), line 6). Further
+//!    tokens before that rebuild keep replacing from slot |B| - 1 again (the newest win), so the
+//!    view is always valid.
+//!
+//! Index storage is [requests, kv_heads, |B|] int32, allocated once; appends never allocate. A
+//! rebuild needs O(length) floats of scratch for the scores, kept between calls.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/numeric.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/core/thread_pool.hpp"
+#include "specdec/kv/kv_layout.hpp"
+
+namespace specdec {
+
+//! A kv_layout showing, for each request r and kv head h, the tokens
+//! index[(r * kv_heads + h) * budget + t] (t < lengths[r]) of `base`, in that order, read in place.
+//! Every kv head of a request shows the same number of tokens (lengths[r]), not the same tokens.
+//! Obtained from partial_kv_index::layout(); can also wrap a user's own index arrays.
+template <kv_layout L>
+struct indexed_kv {
+  using value_type = typename L::value_type;
+
+  L base;
+  const std::int32_t* index = nullptr;    //!< [requests, kv_heads, budget], each in [0, base.length(r))
+  const std::int32_t* lengths = nullptr;  //!< [requests], each in [0, budget]
+  int budget = 0;                         //!< index slots per (request, kv head)
+
+  SPECDEC_HOST_DEVICE int num_requests() const noexcept { return base.num_requests(); }
+  SPECDEC_HOST_DEVICE int num_kv_heads() const noexcept { return base.num_kv_heads(); }
+  SPECDEC_HOST_DEVICE int head_dim() const noexcept { return base.head_dim(); }
+  SPECDEC_HOST_DEVICE int length(int r) const noexcept { return lengths[r]; }
+  SPECDEC_HOST_DEVICE memory_space space() const noexcept { return base.space(); }
+  SPECDEC_HOST_DEVICE int source(int r, int t, int h) const noexcept {
+    return index[(static_cast<std::int64_t>(r) * base.num_kv_heads() + h) * budget + t];
+  }
+  SPECDEC_HOST_DEVICE auto k_row(int r, int t, int h) const noexcept { return base.k_row(r, source(r, t, h), h); }
+  SPECDEC_HOST_DEVICE auto v_row(int r, int t, int h) const noexcept { return base.v_row(r, source(r, t, h), h); }
+};
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+
+//! Validates the base layout, then (host memory) budget >= 1, non-null arrays, every length in
+//! [0, budget] and every shown index in [0, base.length(r)).
+template <class L>
+void validate_layout(const indexed_kv<L>& l, std::string_view function, std::string_view argument) {
+  validate_kv_layout(l.base, function, argument);
+  const int requests = l.base.num_requests();
+  if (requests == 0) return;
+  require(l.budget >= 1, function, argument, "budget >= 1", l.budget);
+  require(l.index != nullptr, function, argument, "non-null index array", "nullptr");
+  require(l.lengths != nullptr, function, argument, "non-null lengths array", "nullptr");
+  if (!host_accessible(l.base.space())) return;
+  for (int r = 0; r < requests; ++r) {
+    if (!(l.lengths[r] >= 0 && l.lengths[r] <= l.budget)) [[unlikely]]
+      throw_invalid_argument(function, argument,
+                             "length of request " + std::to_string(r) + " in [0, budget " + std::to_string(l.budget) + "]",
+                             l.lengths[r]);
+    for (int h = 0; h < l.base.num_kv_heads(); ++h)
+      for (int t = 0; t < l.lengths[r]; ++t) {
+        const int s = l.source(r, t, h);
+        if (!(s >= 0 && s < l.base.length(r))) [[unlikely]]
+          throw_invalid_argument(function, argument,
+                                 "index (request " + std::to_string(r) + ", kv head " + std::to_string(h) + ", slot " +
+                                     std::to_string(t) + ") in [0, base length " + std::to_string(l.base.length(r)) + ")",
+                                 s);
+      }
+  }
+}
+
+//! TokenSwift Eq. 2: scores[h][i] = sum over the query heads j of kv head h's group
+//! (j in [h * G, (h + 1) * G), G = Hq / Hkv) of q_j . K_i, for every cached token i of `request`
+//! (i < cache.length(request)). The raw dot product, as Eq. 2 writes it (no softmax scale: only
+//! the ranking matters). Computed as (sum_j q_j) . K_i in fp32, each K row read once.
+//!
+//! Arguments: q [Hq, D], the storage type of the cache or float, unit inner stride, host memory
+//! (usually the newest token's post-RoPE queries); cache host-accessible; request in
+//! [0, cache.num_requests()); scores float [Hkv, >= cache.length(request)], unit inner stride.
+//! Hq a multiple of Hkv, D = cache.head_dim(). Violations throw specdec::invalid_argument.
+//! Parallel over chunks of 256 tokens on the host pool. O(length * Hkv * D + Hq * D) FLOPs, each
+//! K row read once.
+template <tensor_like Q, kv_layout L, tensor_like S>
+void kv_importance(const host& policy, const Q& q, const L& cache, int request, const S& scores) {
+  static_assert(check_kv_layout<L>());
+  constexpr std::string_view fn = "specdec::kv_importance";
+  using QT = std::remove_cv_t<typename Q::element_type>;
+  using KT = std::remove_cv_t<typename L::value_type>;
+  static_assert(std::is_same_v<QT, KT> || std::is_same_v<QT, float>,
+                "specdec::kv_importance: q must have the cache's storage type or float");
+  static_assert(std::is_same_v<std::remove_cv_t<typename S::element_type>, float>,
+                "specdec::kv_importance: scores must be float");
+  static_assert(!std::is_const_v<typename S::element_type>, "specdec::kv_importance: scores must be writable");
+  static_assert(Q::rank == 2 && S::rank == 2, "specdec::kv_importance: q is [Hq, D] and scores [Hkv, length]");
+  validate_kv_layout(cache, fn, "cache");
+  require(host_accessible(cache.space()), fn, "cache", "host-accessible memory", cache.space());
+  require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
+  const int hkv = cache.num_kv_heads(), d = cache.head_dim(), len = cache.length(request);
+  require_host_accessible(fn, "q", q);
+  require_host_accessible(fn, "scores", scores);
+  require_shape(fn, "q", q, {-1, d});
+  const int hq = static_cast<int>(q.extent(0));
+  if (!(hq >= hkv && hq % hkv == 0)) [[unlikely]]
+    throw_invalid_argument(fn, "q", "a head count that is a multiple of cache.num_kv_heads() = " + std::to_string(hkv), hq);
+  require_unit_inner_stride(fn, "q", q);
+  require_shape(fn, "scores", scores, {hkv, -1});
+  if (scores.extent(1) < len) [[unlikely]]
+    throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
+                           scores.extent(1));
+  require_unit_inner_stride(fn, "scores", scores);
+  const int group = hq / hkv;
+  const auto* qd = static_cast<const std::remove_cv_t<typename Q::element_type>*>(q.data());
+  float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
+  // sum_j q_j . K_i = (sum_j q_j) . K_i: one dot per (token, kv head) instead of G.
+  std::vector<float> qsum(static_cast<std::size_t>(hkv) * d, 0.0f);
+  for (int h = 0; h < hkv; ++h)
+    for (int j = h * group; j < (h + 1) * group; ++j)
+      for (int c = 0; c < d; ++c) qsum[static_cast<std::size_t>(h) * d + c] += to_float(qd[j * q.stride(0) + c]);
+  // Token-major over all kv heads (a token's rows of all heads are adjacent in NHD and paged
+  // layouts, so the rows stream), parallel over chunks of 256 tokens.
+  constexpr int chunk = 256;
+  parallel_for(policy, (len + chunk - 1) / chunk, [&](std::int64_t ci) {
+    // 16 independent partial sums (lane-wise, so the compiler vectorises them without reordering a
+    // reduction), then their sum; a plain scalar reduction ran at 0.8-2.5 GB/s on one core.
+    constexpr int lanes = 16;
+    const int dv = d / lanes * lanes;
+    const int i1 = std::min<int>(len, static_cast<int>(ci + 1) * chunk);
+    for (int i = static_cast<int>(ci) * chunk; i < i1; ++i)
+      for (int h = 0; h < hkv; ++h) {
+        const auto* k = cache.k_row(request, i, h);
+        const float* qs = qsum.data() + static_cast<std::size_t>(h) * d;
+        float part[lanes] = {};
+        for (int c = 0; c < dv; c += lanes)
+          for (int l = 0; l < lanes; ++l) part[l] += qs[c + l] * to_float(k[c + l]);
+        float acc = 0.0f;
+        for (int l = 0; l < lanes; ++l) acc += part[l];
+        for (int c = dv; c < d; ++c) acc += qs[c] * to_float(k[c]);
+        sd[h * scores.stride(0) + i] = acc;
+      }
+  });
+}
+
+}  // namespace SPECDEC_HOST_ISA
+
+//! Budgeted per-(request, kv head) token lists of TokenSwift's dynamic partial KV cache, and the
+//! update policy of §3.3 (see the file comment). Owns its index memory (fixed size); reads the full
+//! cache only through the kv_layout passed to rebuild() and through layout().
+class partial_kv_index {
+ public:
+  //! `budget` = |B| >= 1 slots per (request, kv head), of which the first `sink` = |S| in [0, |B|]
+  //! keep the request's first tokens. Throws specdec::invalid_argument naming the bad argument.
+  partial_kv_index(int requests, int kv_heads, int budget, int sink) : requests_(requests), heads_(kv_heads), budget_(budget), sink_(sink) {
+    constexpr std::string_view fn = "specdec::partial_kv_index";
+    require(requests >= 0, fn, "requests", ">= 0", requests);
+    require(kv_heads >= 1, fn, "kv_heads", ">= 1", kv_heads);
+    require(budget >= 1, fn, "budget", ">= 1 (|B|, TokenSwift §3.3)", budget);
+    if (!(sink >= 0 && sink <= budget)) [[unlikely]]
+      throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
+    index_.assign(static_cast<std::size_t>(requests) * kv_heads * budget, 0);
+    size_.assign(static_cast<std::size_t>(requests), 0);
+    seen_.assign(static_cast<std::size_t>(requests), 0);
+    cursor_.assign(static_cast<std::size_t>(requests), budget - 1);
+    placed_.assign(static_cast<std::size_t>(requests), 0);
+  }
+
+  [[nodiscard]] int num_requests() const noexcept { return requests_; }
+  [[nodiscard]] int num_kv_heads() const noexcept { return heads_; }
+  [[nodiscard]] int budget() const noexcept { return budget_; }
+  [[nodiscard]] int sink() const noexcept { return sink_; }
+  //! Tokens shown for request r (the same for every kv head): min(|B|, tokens seen).
+  [[nodiscard]] int size(int r) const { return size_.at(check_request(r, "size")); }
+  //! Full-cache tokens of request r accounted for (the length at the last rebuild or append).
+  [[nodiscard]] int seen(int r) const { return seen_.at(check_request(r, "seen")); }
+  //! True once |B| - |S| tokens have replaced slots since the last rebuild (Algorithm 3, line 5).
+  [[nodiscard]] bool needs_rebuild(int r) const {
+    return budget_ > sink_ && placed_.at(check_request(r, "needs_rebuild")) > budget_ - sink_;
+  }
+  //! The full-cache token indices shown for (r, kv head h), slots 0 .. size(r) - 1.
+  [[nodiscard]] std::span<const std::int32_t> indices(int r, int h) const {
+    check_request(r, "indices");
+    require_in_range("specdec::partial_kv_index::indices", "kv_head", h, 0, heads_ - 1);
+    return {index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_, static_cast<std::size_t>(size_[r])};
+  }
+
+  //! Recomputes request r's selection from the query `q` [Hq, D] of its newest token and the full
+  //! cache (Algorithm 3, line 2 at prefill and line 6): per kv head, the first min(|S|, length)
+  //! tokens, then the min(|B| - |S|, length - |S|) other tokens of highest Eq. 2 importance in
+  //! decreasing importance (ties: lower token index first). O(length * Hkv * D + length * log |B|).
+  template <tensor_like Q, kv_layout L>
+  void rebuild(const host& policy, int r, const Q& q, const L& cache) {
+    constexpr std::string_view fn = "specdec::partial_kv_index::rebuild";
+    check_request(r, "rebuild");
+    require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
+    if (r >= cache.num_requests()) [[unlikely]]
+      throw_invalid_argument(fn, "cache.num_requests()", "> request " + std::to_string(r), cache.num_requests());
+    const int len = cache.length(r);
+    scores_.resize(static_cast<std::size_t>(heads_) * std::max(len, 1));
+    kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, std::max(len, 1)}));
+    const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep);
+    for (int h = 0; h < heads_; ++h) {
+      std::int32_t* slots = index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
+      std::iota(slots, slots + keep, 0);
+      const float* s = scores_.data() + static_cast<std::size_t>(h) * std::max(len, 1);
+      order_.resize(static_cast<std::size_t>(len - keep));
+      std::iota(order_.begin(), order_.end(), keep);
+      auto more_important = [s](std::int32_t a, std::int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
+      std::partial_sort(order_.begin(), order_.begin() + rest, order_.end(), more_important);
+      std::copy_n(order_.begin(), rest, slots + keep);
+    }
+    size_[r] = keep + rest;
+    seen_[r] = len;
+    cursor_[r] = budget_ - 1;
+    placed_[r] = 0;
+  }
+
+  //! Accounts for request r's full cache having grown to `new_length` committed tokens: each new
+  //! token (seen(r) .. new_length - 1) takes a free slot, else replaces slot cursor (from |B| - 1
+  //! down to |S|, then from |B| - 1 again). With |S| = |B| new tokens are never shown. Never
+  //! allocates. new_length < seen(r) throws (rebuild after truncating a cache).
+  void append(int r, int new_length) {
+    constexpr std::string_view fn = "specdec::partial_kv_index::append";
+    check_request(r, "append");
+    if (new_length < seen_[r]) [[unlikely]]
+      throw_invalid_argument(fn, "new_length", ">= seen(request) = " + std::to_string(seen_[r]), new_length);
+    for (int t = seen_[r]; t < new_length; ++t) {
+      int slot;
+      if (size_[r] < budget_) {
+        slot = size_[r]++;
+      } else if (budget_ > sink_) {
+        slot = cursor_[r];
+        cursor_[r] = slot == sink_ ? budget_ - 1 : slot - 1;
+        ++placed_[r];
+      } else {
+        continue;
+      }
+      for (int h = 0; h < heads_; ++h) index_[(static_cast<std::size_t>(r) * heads_ + h) * budget_ + slot] = t;
+    }
+    seen_[r] = new_length;
+  }
+
+  //! The partial view of `cache` (a kv_layout over the same requests and kv heads), read in place.
+  //! Valid while this object lives and is not modified.
+  template <kv_layout L>
+  [[nodiscard]] indexed_kv<L> layout(const L& cache) const {
+    constexpr std::string_view fn = "specdec::partial_kv_index::layout";
+    require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
+    require_equal(fn, "cache.num_requests()", requests_, cache.num_requests());
+    return {cache, index_.data(), size_.data(), budget_};
+  }
+
+  //! Bytes of index state (fixed at construction; the rebuild scratch is separate).
+  [[nodiscard]] std::size_t index_bytes() const noexcept { return index_.capacity() * sizeof(std::int32_t); }
+  //! Address of the index storage (stable for the object's life: appends never reallocate).
+  [[nodiscard]] const std::int32_t* index_data() const noexcept { return index_.data(); }
+
+ private:
+  int check_request(int r, std::string_view member) const {
+    if (r < 0 || r >= requests_) [[unlikely]]  // the name is built only on failure: appends never allocate
+      require_in_range(std::string("specdec::partial_kv_index::") + std::string(member), "request", r, 0, requests_ - 1);
+    return r;
+  }
+
+  int requests_, heads_, budget_, sink_;
+  std::vector<std::int32_t> index_;                  // [requests, heads, budget]
+  std::vector<std::int32_t> size_, seen_, cursor_, placed_;
+  std::vector<float> scores_;                        // rebuild scratch [heads, length]
+  std::vector<std::int32_t> order_;                  // rebuild scratch [length]
+};
+
+}  // namespace specdec

@@ -1,0 +1,303 @@
+// TokenSwift's dynamic partial KV cache (§3.3): Eq. 2 importance against a double reference and a
+// hand example; rebuild's selection against brute force (sinks, top-(|B|-|S|) by importance,
+// decreasing order, ties by index); the append/replace policy and Algorithm 3's rebuild trigger;
+// attention over indexed_kv equal to attention over a compacted copy (contiguous and paged bases);
+// no allocation and a fixed index buffer over 20K appends; bad inputs named.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "specdec/attention/decode_attention.hpp"
+#include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/paged_kv.hpp"
+#include "specdec/kv/partial_kv.hpp"
+
+#include "common/alloc_counter.hpp"
+
+namespace {
+
+using specdec::contiguous_kv;
+using specdec::partial_kv_index;
+
+// One request batch of random K/V in a contiguous NHD cache.
+template <class T>
+struct cache_data {
+  int requests, max_tokens, hkv, d;
+  std::vector<T> k, v;
+  std::vector<std::int32_t> lens;
+  cache_data(int r, int cap, int h, int dim, std::vector<std::int32_t> l, std::uint32_t seed)
+      : requests(r), max_tokens(cap), hkv(h), d(dim), lens(std::move(l)) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    k.resize(static_cast<std::size_t>(r) * cap * h * dim);
+    v.resize(k.size());
+    for (auto& x : k) x = specdec::from_float<T>(u(rng));
+    for (auto& x : v) x = specdec::from_float<T>(u(rng));
+  }
+  contiguous_kv<T> layout() { return {k.data(), v.data(), lens.data(), requests, max_tokens, hkv, d}; }
+};
+
+std::vector<float> random_q(int hq, int d, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> q(static_cast<std::size_t>(hq) * d);
+  for (auto& x : q) x = u(rng);
+  return q;
+}
+
+// Eq. 2 in double, straight from the paper: sum over the group's query heads of q_j . K_i.
+template <class L>
+std::vector<double> importance_ref(const std::vector<float>& q, int hq, const L& cache, int r) {
+  const int hkv = cache.num_kv_heads(), d = cache.head_dim(), g = hq / hkv, len = cache.length(r);
+  std::vector<double> s(static_cast<std::size_t>(hkv) * len, 0.0);
+  for (int h = 0; h < hkv; ++h)
+    for (int i = 0; i < len; ++i)
+      for (int j = h * g; j < (h + 1) * g; ++j)
+        for (int c = 0; c < d; ++c)
+          s[static_cast<std::size_t>(h) * len + i] +=
+              static_cast<double>(q[static_cast<std::size_t>(j) * d + c]) * specdec::to_float(cache.k_row(r, i, h)[c]);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("partial_kv: Eq. 2 importance on a hand example") {
+  // 2 query heads sharing 1 kv head, D = 2: q0 = (1, 0), q1 = (0, 1), so score_i = K_i[0] + K_i[1].
+  std::vector<float> k = {1, 1, 2, -1, 0, 3, -2, -2}, v(k.size(), 0.0f);
+  std::vector<std::int32_t> len = {4};
+  const contiguous_kv<float> cache{k.data(), v.data(), len.data(), 1, 4, 1, 2};
+  std::vector<float> q = {1, 0, 0, 1}, s(4, -99.0f);
+  specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {2, 2}), cache, 0,
+                         specdec::make_view<2>(s.data(), {1, 4}));
+  CHECK(s == std::vector<float>{2, 1, 3, -4});
+  // Budget 3 with 1 sink: token 0, then tokens 2 (score 3) and 1 (score 1), in that order.
+  partial_kv_index idx(1, 1, 3, 1);
+  idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {2, 2}), cache);
+  const auto sel = idx.indices(0, 0);
+  CHECK(std::vector<std::int32_t>(sel.begin(), sel.end()) == std::vector<std::int32_t>{0, 2, 1});
+}
+
+TEST_CASE("partial_kv: kv_importance matches the double reference (GQA 1/4/8, fp32 and half, paged)") {
+  for (int ratio : {1, 4, 8}) {
+    const int hkv = 2, hq = hkv * ratio, d = 64;
+    cache_data<float> f(2, 300, hkv, d, {0, 257}, 11 + ratio);
+    cache_data<specdec::half> hf(2, 300, hkv, d, {1, 300}, 21 + ratio);
+    const auto q = random_q(hq, d, 5 + ratio);
+    auto check = [&](const auto& cache, int r, auto qv) {
+      const int len = cache.length(r);
+      std::vector<float> s(static_cast<std::size_t>(hkv) * std::max(len, 1), 0.0f);
+      specdec::kv_importance(specdec::host{}, qv, cache, r, specdec::make_view<2>(s.data(), {hkv, std::max(len, 1)}));
+      const auto ref = importance_ref(q, hq, cache, r);
+      for (int h = 0; h < hkv; ++h)
+        for (int i = 0; i < len; ++i)
+          CHECK(s[static_cast<std::size_t>(h) * std::max(len, 1) + i] ==
+                Approx(ref[static_cast<std::size_t>(h) * len + i]).epsilon(1e-5).margin(1e-4));
+    };
+    INFO("ratio " << ratio);
+    for (int r = 0; r < 2; ++r) check(f.layout(), r, specdec::make_view<2>(q.data(), {hq, d}));
+    for (int r = 0; r < 2; ++r) check(hf.layout(), r, specdec::make_view<2>(q.data(), {hq, d}));
+    // Paged copy of the half cache (pages of 16, shuffled page order).
+    const int page = 16, pages_per = (300 + page - 1) / page;
+    std::vector<specdec::half> kp(static_cast<std::size_t>(2) * pages_per * page * hkv * d), vp(kp.size());
+    std::vector<std::int32_t> indptr = {0, pages_per, 2 * pages_per}, indices(2 * pages_per);
+    std::iota(indices.begin(), indices.end(), 0);
+    std::shuffle(indices.begin(), indices.end(), std::mt19937(3));
+    auto hl = hf.layout();
+    specdec::paged_kv<specdec::half> paged{kp.data(), vp.data(), indptr.data(), indices.data(), hf.lens.data(), 2,
+                                          2 * pages_per, page, hkv, d};
+    for (int r = 0; r < 2; ++r)
+      for (int t = 0; t < hl.length(r); ++t)
+        for (int h = 0; h < hkv; ++h) std::copy_n(hl.k_row(r, t, h), d, paged.k_row(r, t, h));
+    for (int r = 0; r < 2; ++r) check(paged, r, specdec::make_view<2>(q.data(), {hq, d}));
+  }
+}
+
+TEST_CASE("partial_kv: rebuild keeps the sinks and the top |B|-|S| by importance, in decreasing order") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int hkv = 1 + trial % 3, hq = hkv * (1 + trial % 4), d = 16;
+    const int len = static_cast<int>(rng() % 200), budget = 1 + static_cast<int>(rng() % 64);
+    const int sink = static_cast<int>(rng() % (budget + 1));
+    cache_data<float> c(1, 200, hkv, d, {len}, 100 + trial);
+    // Quantise some keys so equal scores (ties) occur.
+    if (trial % 2)
+      for (auto& x : c.k) x = std::round(x * 2.0f) / 2.0f;
+    const auto q = random_q(hq, d, 200 + trial);
+    const auto qv = specdec::make_view<2>(q.data(), {hq, d});
+    partial_kv_index idx(1, hkv, budget, sink);
+    idx.rebuild(specdec::host{}, 0, qv, c.layout());
+    std::vector<float> s(static_cast<std::size_t>(hkv) * std::max(len, 1));
+    specdec::kv_importance(specdec::host{}, qv, c.layout(), 0, specdec::make_view<2>(s.data(), {hkv, std::max(len, 1)}));
+    INFO("trial " << trial << " len " << len << " budget " << budget << " sink " << sink);
+    REQUIRE(idx.size(0) == std::min(budget, len));
+    for (int h = 0; h < hkv; ++h) {
+      const float* sh = s.data() + static_cast<std::size_t>(h) * std::max(len, 1);
+      // Brute force: every non-sink token, stable-sorted by decreasing score.
+      std::vector<std::int32_t> want(static_cast<std::size_t>(std::min(sink, len)));
+      std::iota(want.begin(), want.end(), 0);
+      std::vector<std::int32_t> rest;
+      for (int i = std::min(sink, len); i < len; ++i) rest.push_back(i);
+      std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) { return sh[a] > sh[b]; });
+      rest.resize(static_cast<std::size_t>(std::min<int>(budget - sink, static_cast<int>(rest.size()))));
+      want.insert(want.end(), rest.begin(), rest.end());
+      const auto got = idx.indices(0, h);
+      CHECK(std::vector<std::int32_t>(got.begin(), got.end()) == want);
+    }
+    CHECK(idx.seen(0) == len);
+    CHECK_FALSE(idx.needs_rebuild(0));
+  }
+}
+
+TEST_CASE("partial_kv: new tokens fill, then replace from slot |B|-1 down to |S|; Algorithm 3's trigger") {
+  const int budget = 6, sink = 2;
+  std::vector<float> q = {1, 0};
+  // 4 tokens, scores 0.1, 0.4, 0.3, 0.2: all fit (size 4 < budget 6).
+  std::vector<float> k = {0.1f, 0, 0.4f, 0, 0.3f, 0, 0.2f, 0}, v(k.size());
+  std::vector<std::int32_t> len = {4};
+  const contiguous_kv<float> cache{k.data(), v.data(), len.data(), 1, 4, 1, 2};
+  partial_kv_index idx(1, 1, budget, sink);
+  idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {1, 2}), cache);
+  auto slots = [&] {
+    const auto s = idx.indices(0, 0);
+    return std::vector<std::int32_t>(s.begin(), s.end());
+  };
+  CHECK(slots() == std::vector<std::int32_t>{0, 1, 2, 3});  // sinks 0, 1; then 2 (0.3) before 3 (0.2)
+  idx.append(0, 6);                                         // two free slots
+  CHECK(slots() == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5});
+  CHECK_FALSE(idx.needs_rebuild(0));
+  idx.append(0, 9);  // 6, 7, 8 replace slots 5, 4, 3
+  CHECK(slots() == std::vector<std::int32_t>{0, 1, 2, 8, 7, 6});
+  CHECK_FALSE(idx.needs_rebuild(0));
+  idx.append(0, 10);  // 9 replaces slot 2: |B| - |S| = 4 placed, not yet more than 4
+  CHECK(slots() == std::vector<std::int32_t>{0, 1, 9, 8, 7, 6});
+  CHECK_FALSE(idx.needs_rebuild(0));
+  idx.append(0, 11);  // the 5th since the rebuild: |C_full| - e > |B| - |S|; wraps to slot 5
+  CHECK(slots() == std::vector<std::int32_t>{0, 1, 9, 8, 7, 10});
+  CHECK(idx.needs_rebuild(0));
+  CHECK(idx.seen(0) == 11);
+  // |S| = |B|: only the sinks are ever shown.
+  partial_kv_index all_sink(1, 1, 2, 2);
+  all_sink.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {1, 2}), cache);
+  all_sink.append(0, 50);
+  const auto s2 = all_sink.indices(0, 0);
+  CHECK(std::vector<std::int32_t>(s2.begin(), s2.end()) == std::vector<std::int32_t>{0, 1});
+  CHECK_FALSE(all_sink.needs_rebuild(0));
+}
+
+TEST_CASE("partial_kv: attention over indexed_kv equals attention over a compacted copy") {
+  const int hkv = 2, hq = 8, d = 64, budget = 96, sink = 4;
+  cache_data<float> c(3, 400, hkv, d, {400, 37, 0}, 9);
+  std::vector<float> q = random_q(hq * 3, d, 10);  // one decode token per request
+  partial_kv_index idx(3, hkv, budget, sink);
+  for (int r = 0; r < 3; ++r)
+    idx.rebuild(specdec::host{}, r, specdec::make_view<2>(q.data() + static_cast<std::size_t>(r) * hq * d, {hq, d}),
+                c.layout());
+  idx.append(0, 400);  // nothing new
+  const auto view = idx.layout(c.layout());
+  static_assert(specdec::kv_layout<std::remove_const_t<decltype(view)>>);
+  // Compacted copy: slot t of (r, h) holds the row the view shows there.
+  std::vector<float> ck(static_cast<std::size_t>(3) * budget * hkv * d), cv(ck.size());
+  std::vector<std::int32_t> clen = {idx.size(0), idx.size(1), idx.size(2)};
+  const contiguous_kv<float> compact{ck.data(), cv.data(), clen.data(), 3, budget, hkv, d};
+  for (int r = 0; r < 3; ++r)
+    for (int h = 0; h < hkv; ++h)
+      for (int t = 0; t < clen[r]; ++t) {
+        std::copy_n(view.k_row(r, t, h), d, compact.k_row(r, t, h));
+        std::copy_n(view.v_row(r, t, h), d, compact.v_row(r, t, h));
+        CHECK(view.k_row(r, t, h) == c.layout().k_row(r, idx.indices(r, h)[t], h));  // read in place
+      }
+  CHECK(clen == std::vector<std::int32_t>{budget, 37, 0});
+  std::vector<std::int32_t> ip = {0, 1, 2, 3};
+  std::vector<float> o1(q.size()), o2(q.size()), l1(3 * hq), l2(3 * hq);
+  auto qv = specdec::make_view<3>(q.data(), {3, hq, d});
+  auto ipv = specdec::make_view<1>(ip.data(), {4});
+  specdec::decode_attention(specdec::host{}, qv, view, ipv, specdec::make_view<3>(o1.data(), {3, hq, d}),
+                            specdec::make_view<2>(l1.data(), {3, hq}));
+  specdec::decode_attention(specdec::host{}, qv, compact, ipv, specdec::make_view<3>(o2.data(), {3, hq, d}),
+                            specdec::make_view<2>(l2.data(), {3, hq}));
+  CHECK(o1 == o2);  // same rows in the same order: the same arithmetic
+  CHECK(l1 == l2);
+  CHECK(std::isinf(l1[2 * hq]));  // request 2: empty cache
+}
+
+TEST_CASE("partial_kv: appends allocate nothing and the index memory stays put over 20K tokens") {
+  const int hkv = 4, d = 16;
+  cache_data<float> c(2, 64, hkv, d, {64, 10}, 4);
+  const auto q = random_q(hkv * 2, d, 4);
+  partial_kv_index idx(2, hkv, 32, 4);
+  for (int r = 0; r < 2; ++r) idx.rebuild(specdec::host{}, r, specdec::make_view<2>(q.data(), {hkv * 2, d}), c.layout());
+  const auto* data = idx.index_data();
+  const std::size_t bytes = idx.index_bytes();
+  CHECK(bytes == std::size_t{2} * hkv * 32 * sizeof(std::int32_t));
+  long allocs = 0;
+  {
+    specdec_test::allocation_scope scope;
+    for (int n = 65; n <= 20064; ++n) idx.append(0, n);
+    for (int n = 11; n <= 20010; n += 7) idx.append(1, n);
+    allocs = scope.count();
+  }
+  CHECK(allocs == 0);
+  CHECK(idx.index_data() == data);
+  CHECK(idx.index_bytes() == bytes);
+  CHECK(idx.size(0) == 32);
+  CHECK(idx.needs_rebuild(0));
+  // The sinks survive every replacement; the rest are the newest tokens.
+  const auto s = idx.indices(0, 2);
+  for (int t = 0; t < 4; ++t) CHECK(s[t] == t);
+  for (int t = 4; t < 32; ++t) CHECK(s[t] >= 20064 - 28);
+}
+
+TEST_CASE("partial_kv: bad inputs are named") {
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(partial_kv_index(1, 1, 0, 0), Contains("'budget'") && Contains("got 0"));
+  CHECK_THROWS_WITH(partial_kv_index(1, 1, 4, 5), Contains("'sink'") && Contains("got 5"));
+  CHECK_THROWS_WITH(partial_kv_index(1, 1, 4, -1), Contains("'sink'"));
+  CHECK_THROWS_WITH(partial_kv_index(1, 0, 4, 1), Contains("'kv_heads'"));
+  CHECK_THROWS_WITH(partial_kv_index(-1, 1, 4, 1), Contains("'requests'"));
+
+  cache_data<float> c(1, 8, 2, 4, {8}, 1);
+  std::vector<float> q(3 * 4), s(2 * 8);
+  partial_kv_index idx(1, 2, 4, 1);
+  // 3 query heads for 2 kv heads.
+  CHECK_THROWS_WITH(idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {3, 4}), c.layout()),
+                    Contains("specdec::kv_importance") && Contains("'q'") && Contains("multiple"));
+  // Wrong head_dim.
+  CHECK_THROWS_WITH(specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {2, 3}), c.layout(), 0,
+                                           specdec::make_view<2>(s.data(), {2, 8})),
+                    Contains("'q'") && Contains("shape [*, 4]"));
+  // Scores too short, wrong heads, request out of range.
+  CHECK_THROWS_WITH(specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {2, 4}), c.layout(), 0,
+                                           specdec::make_view<2>(s.data(), {2, 7})),
+                    Contains("'scores'") && Contains("at least cache.length(request) = 8"));
+  CHECK_THROWS_WITH(specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {2, 4}), c.layout(), 0,
+                                           specdec::make_view<2>(s.data(), {1, 8})),
+                    Contains("'scores'") && Contains("shape [2, *]"));
+  CHECK_THROWS_WITH(specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {2, 4}), c.layout(), 1,
+                                           specdec::make_view<2>(s.data(), {2, 8})),
+                    Contains("'request'") && Contains("got 1"));
+  // Index object and cache disagree on kv heads; request out of range; shrinking appends.
+  partial_kv_index three(1, 3, 4, 1);
+  CHECK_THROWS_WITH(three.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {3, 4}), c.layout()),
+                    Contains("'cache.num_kv_heads()'") && Contains("expected 3"));
+  CHECK_THROWS_WITH(three.layout(c.layout()), Contains("'cache.num_kv_heads()'"));
+  CHECK_THROWS_WITH(idx.size(1), Contains("'request'"));
+  CHECK_THROWS_WITH(idx.indices(0, 2), Contains("'kv_head'"));
+  idx.append(0, 5);
+  CHECK_THROWS_WITH(idx.append(0, 4), Contains("'new_length'") && Contains(">= seen(request) = 5"));
+  // A hand-made indexed_kv with an index past the base's length is rejected by any attention call.
+  cache_data<float> c64(1, 8, 2, 64, {8}, 2);
+  std::vector<std::int32_t> bad_index = {0, 9, 0, 0, 0, 1, 0, 0}, bad_len = {2};
+  const specdec::indexed_kv<contiguous_kv<float>> bad{c64.layout(), bad_index.data(), bad_len.data(), 4};
+  std::vector<float> qq(8 * 64), o(qq.size()), l(8);
+  std::vector<std::int32_t> ip = {0, 1};
+  CHECK_THROWS_WITH(specdec::decode_attention(specdec::host{}, specdec::make_view<3>(qq.data(), {1, 8, 64}), bad,
+                                              specdec::make_view<1>(ip.data(), {2}), specdec::make_view<3>(o.data(), {1, 8, 64}),
+                                              specdec::make_view<2>(l.data(), {1, 8})),
+                    Contains("'cache'") && Contains("kv head 0, slot 1") && Contains("got 9"));
+  std::vector<std::int32_t> long_len = {5};
+  const specdec::indexed_kv<contiguous_kv<float>> too_long{c64.layout(), bad_index.data(), long_len.data(), 4};
+  CHECK_THROWS_WITH(specdec::validate_kv_layout(too_long, "f", "cache"), Contains("in [0, budget 4]") && Contains("got 5"));
+}
