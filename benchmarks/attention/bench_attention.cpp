@@ -8,6 +8,8 @@
 // in-cache ceiling for the memory-bound (tree = 1) cells.
 #include <benchmark/benchmark.h>
 
+#include "common/counters.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <cstdint>
@@ -82,11 +84,7 @@ struct problem {
   double tree_flops() const { return 4.0 * kHq * static_cast<double>(visible_pairs) * kD; }
 };
 
-void set_counters(benchmark::State& st, double bytes, double flops) {
-  st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.SetBytesProcessed(static_cast<std::int64_t>(bytes) * st.iterations());
-}
+using specdec_bench::set_counters;
 
 template <class T>
 void BM_hybrid_tree_attention(benchmark::State& st) {

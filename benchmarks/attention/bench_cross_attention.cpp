@@ -5,6 +5,8 @@
 // (target K/V up to the committed length, Q, O, LSE), "GFLOP/s" = 2 FLOPs per multiply-add.
 #include <benchmark/benchmark.h>
 
+#include "common/counters.hpp"
+
 #include <cstdint>
 #include <vector>
 
@@ -47,11 +49,7 @@ struct problem {
   double flops() const { return 4.0 * n * kHq * static_cast<double>(cache) * kD; }
 };
 
-void set_counters(benchmark::State& st, double bytes, double flops) {
-  st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.SetBytesProcessed(static_cast<std::int64_t>(bytes) * st.iterations());
-}
+using specdec_bench::set_counters;
 
 template <class T>
 void BM_cross_attention(benchmark::State& st) {

@@ -5,6 +5,8 @@
 // (W window keys + its ancestors). The workspace is sized once (no allocation in the timed loop).
 #include <benchmark/benchmark.h>
 
+#include "common/counters.hpp"
+
 #include <cstdint>
 #include <vector>
 
@@ -78,9 +80,7 @@ void BM_sliding_window_attention(benchmark::State& st) {
                                       {.workspace = &ws});
     benchmark::DoNotOptimize(p.out.data());
   }
-  st.counters["GB/s"] = benchmark::Counter(p.bytes() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(p.flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.SetBytesProcessed(static_cast<std::int64_t>(p.bytes()) * st.iterations());
+  specdec_bench::set_counters(st, p.bytes(), p.flops());
 }
 
 // Appending one accepted token to the wrapped ring (constant cost, no allocation).

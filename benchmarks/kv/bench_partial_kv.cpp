@@ -5,6 +5,8 @@
 // Counters: GB/s (K rows read, plus V for attention), GFLOP/s (2 per multiply-add).
 #include <benchmark/benchmark.h>
 
+#include "common/counters.hpp"
+
 #include <cstdint>
 #include <vector>
 
@@ -48,12 +50,6 @@ struct problem {
   auto q3() { return specdec::make_view<3>(q.data(), {1, kHq, kD}); }
 };
 
-void counters(benchmark::State& st, double bytes, double flops) {
-  st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.SetBytesProcessed(static_cast<std::int64_t>(bytes) * st.iterations());
-}
-
 template <class T>
 void BM_kv_importance(benchmark::State& st) {
   problem<T> p(static_cast<int>(st.range(0)));
@@ -63,7 +59,7 @@ void BM_kv_importance(benchmark::State& st) {
     specdec::kv_importance(pol, p.q2(), cache, 0, specdec::make_view<2>(p.scores.data(), {kHkv, p.len}));
     benchmark::DoNotOptimize(p.scores.data());
   }
-  counters(st, 1.0 * p.len * kHkv * kD * sizeof(T), 2.0 * p.len * kHkv * kD);
+  specdec_bench::set_counters(st, 1.0 * p.len * kHkv * kD * sizeof(T), 2.0 * p.len * kHkv * kD);
 }
 
 template <class T>
@@ -76,7 +72,7 @@ void BM_partial_kv_rebuild(benchmark::State& st) {
     idx.rebuild(pol, 0, p.q2(), cache);
     benchmark::DoNotOptimize(idx.index_data());
   }
-  counters(st, 1.0 * p.len * kHkv * kD * sizeof(T), 2.0 * p.len * kHkv * kD);
+  specdec_bench::set_counters(st, 1.0 * p.len * kHkv * kD * sizeof(T), 2.0 * p.len * kHkv * kD);
 }
 
 // Arg 2: 1 = over the partial view (|B| tokens per kv head), 0 = over the full cache.
@@ -101,7 +97,7 @@ void BM_decode_partial_vs_full(benchmark::State& st) {
     benchmark::DoNotOptimize(p.out.data());
   }
   const double tokens = partial ? idx.size(0) : p.len;
-  counters(st, 2.0 * tokens * kHkv * kD * sizeof(T), 4.0 * tokens * kHq * kD);
+  specdec_bench::set_counters(st, 2.0 * tokens * kHkv * kD * sizeof(T), 4.0 * tokens * kHq * kD);
 }
 
 void args(benchmark::internal::Benchmark* b) {

@@ -5,6 +5,8 @@
 // "GFLOP/s" = 6 FLOPs per rotated pair (4 mul + 2 add).
 #include <benchmark/benchmark.h>
 
+#include "common/counters.hpp"
+
 #include <cstdint>
 #include <vector>
 
@@ -35,11 +37,7 @@ struct problem {
   double flops() const { return 3.0 * n * (kHq + kHkv) * kD; }
 };
 
-void set_counters(benchmark::State& st, double bytes, double flops) {
-  st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  st.SetBytesProcessed(static_cast<std::int64_t>(bytes) * st.iterations());
-}
+using specdec_bench::set_counters;
 
 template <class T>
 void BM_rope_params(benchmark::State& st) {
