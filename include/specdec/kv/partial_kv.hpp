@@ -186,7 +186,6 @@ class partial_kv_index {
     index_.assign(static_cast<std::size_t>(requests) * kv_heads * budget, 0);
     size_.assign(static_cast<std::size_t>(requests), 0);
     seen_.assign(static_cast<std::size_t>(requests), 0);
-    cursor_.assign(static_cast<std::size_t>(requests), budget - 1);
     placed_.assign(static_cast<std::size_t>(requests), 0);
   }
 
@@ -220,14 +219,14 @@ class partial_kv_index {
     require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
     if (r >= cache.num_requests()) [[unlikely]]
       throw_invalid_argument(fn, "cache.num_requests()", "> request " + std::to_string(r), cache.num_requests());
-    const int len = cache.length(r);
-    scores_.resize(static_cast<std::size_t>(heads_) * std::max(len, 1));
-    kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, std::max(len, 1)}));
+    const int len = cache.length(r), cols = std::max(len, 1);  // a [heads, 0] view is still [heads, 1]
+    scores_.resize(static_cast<std::size_t>(heads_) * cols);
+    kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, cols}));
     const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep);
     for (int h = 0; h < heads_; ++h) {
       std::int32_t* slots = index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
       std::iota(slots, slots + keep, 0);
-      const float* s = scores_.data() + static_cast<std::size_t>(h) * std::max(len, 1);
+      const float* s = scores_.data() + static_cast<std::size_t>(h) * cols;
       order_.resize(static_cast<std::size_t>(len - keep));
       std::iota(order_.begin(), order_.end(), keep);
       auto more_important = [s](std::int32_t a, std::int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
@@ -236,12 +235,11 @@ class partial_kv_index {
     }
     size_[r] = keep + rest;
     seen_[r] = len;
-    cursor_[r] = budget_ - 1;
     placed_[r] = 0;
   }
 
   //! Accounts for request r's full cache having grown to `new_length` committed tokens: each new
-  //! token (seen(r) .. new_length - 1) takes a free slot, else replaces slot cursor (from |B| - 1
+  //! token (seen(r) .. new_length - 1) takes a free slot, else replaces a slot (from |B| - 1
   //! down to |S|, then from |B| - 1 again). With |S| = |B| new tokens are never shown. Never
   //! allocates. new_length < seen(r) throws (rebuild after truncating a cache).
   void append(int r, int new_length) {
@@ -254,8 +252,8 @@ class partial_kv_index {
       if (size_[r] < budget_) {
         slot = size_[r]++;
       } else if (budget_ > sink_) {
-        slot = cursor_[r];
-        cursor_[r] = slot == sink_ ? budget_ - 1 : slot - 1;
+        // The p-th replacement since the rebuild (p from 0) takes slot |B| - 1 - p mod (|B| - |S|).
+        slot = budget_ - 1 - placed_[r] % (budget_ - sink_);
         ++placed_[r];
       } else {
         continue;
@@ -289,7 +287,7 @@ class partial_kv_index {
 
   int requests_, heads_, budget_, sink_;
   std::vector<std::int32_t> index_;                  // [requests, heads, budget]
-  std::vector<std::int32_t> size_, seen_, cursor_, placed_;
+  std::vector<std::int32_t> size_, seen_, placed_;  // placed_: replacements since the rebuild
   std::vector<float> scores_;                        // rebuild scratch [heads, length]
   std::vector<std::int32_t> order_;                  // rebuild scratch [length]
 };
