@@ -39,6 +39,7 @@
 #include "specdec/tree/trie_merge.hpp"
 #include "specdec/draft/ngram_pool.hpp"
 #include "specdec/draft/prompt_lookup.hpp"
+#include "specdec/draft/residual_heads.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/attention/attention_params.hpp"
@@ -61,3 +62,4 @@
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
 #include "specdec/reference/attention.hpp"
+#include "specdec/reference/residual_heads.hpp"

@@ -18,7 +18,7 @@
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/backend.hpp"
 #include "specdec/attention/detail/host_attention.hpp"
-#include "specdec/attention/detail/simd.hpp"
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/execution.hpp"

@@ -4,6 +4,8 @@
 //!  - chain_tree_builder:     the drafted chain (a path), up to max_depth nodes;
 //!  - cartesian_tree_builder: TokenSwift's Cartesian product (Appendix E) of per-depth candidates
 //!                            (draft_candidates::alternatives) with widths s_k, default [1, 3, 3, 3];
+//!  - tokenswift_tree_builder: the Cartesian tree and the n-gram candidates (sequences) merged into
+//!                            one trie (TokenSwift Algorithm 1, line 11);
 //!  - trie_tree_builder:      the chain and every extra sequence (n-gram matches, beams) merged into one
 //!                            prefix trie (tree/trie_merge.hpp), so shared prefixes are verified once;
 //!                            optional node budget and depth limit.
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -73,6 +76,42 @@ struct cartesian_tree_builder {
   std::vector<head_candidates> heads_;
 };
 static_assert(check_tree_builder<cartesian_tree_builder>());
+
+//! TokenSwift's verification set (Algorithm 1, line 11: {d} = {a^i} U {x^i}): the Cartesian tree of
+//! the per-depth candidates (cartesian_tree_builder, widths default [1, 3, 3, 3]) merged with the
+//! n-gram candidates (draft_candidates::sequences, best first) into one prefix trie, so a path the
+//! heads and an n-gram share is verified once. Model nodes come first under the budget, then
+//! n-grams (trie_merger's rule: earlier candidates win; a later one that does not fit is truncated).
+//! Node sources (sources()): 0 = residual heads, 1 = n-gram (TokenSwift's beta attribution).
+//! max_nodes = 0: no budget. O(nodes) expected.
+class tokenswift_tree_builder {
+ public:
+  tokenswift_tree_builder() : tokenswift_tree_builder(tokenswift_tree_widths()) {}
+  explicit tokenswift_tree_builder(std::vector<int> widths, int max_nodes = 0)
+      : cartesian_(std::move(widths)), merger_(max_nodes) {}
+  void build(const draft_candidates& c, token_tree& out) {
+    cartesian_.build(c, heads_tree_);
+    merger_.clear();
+    merger_.add_tree(heads_tree_, 0);
+    for (const auto& s : c.sequences) {
+      tokens_.resize(s.size());
+      logprobs_.resize(s.size());
+      for (std::size_t i = 0; i < s.size(); ++i) tokens_[i] = s[i].token, logprobs_[i] = s[i].logprob;
+      merger_.add_sequence(tokens_, logprobs_, 1);
+    }
+    out = merger_.tree();
+  }
+  //! Source of each node of the last built tree (0 = heads' Cartesian tree, 1 = n-gram).
+  [[nodiscard]] std::span<const std::int32_t> sources() const noexcept { return merger_.sources(); }
+
+ private:
+  cartesian_tree_builder cartesian_;
+  trie_merger merger_;
+  token_tree heads_tree_;
+  std::vector<std::int32_t> tokens_;
+  std::vector<float> logprobs_;
+};
+static_assert(check_tree_builder<tokenswift_tree_builder>());
 
 //! Prefix trie of the chain and all sequences, merged by tree/trie_merge.hpp's trie_merger (first
 //! occurrence wins; children in insertion order; node log-prob from the sequence that created it).

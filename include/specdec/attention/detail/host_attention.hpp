@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "specdec/attention/attention_params.hpp"
-#include "specdec/attention/detail/simd.hpp"
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"

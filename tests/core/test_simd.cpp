@@ -1,4 +1,4 @@
-// The 16-lane vector layer under the host attention kernels (attention/detail/simd.hpp), checked
+// The 16-lane vector layer under the host attention kernels (core/detail/simd.hpp), checked
 // lane by lane against scalar code. This file is built three times (baseline x86-64: four xmm per
 // vector; x86-64-v3: two ymm and F16C; -march=native: one zmm on AVX-512 machines), so each form
 // of vf16 and each conversion path is held to the same results.
@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "specdec/attention/detail/simd.hpp"
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/philox.hpp"
 
 using namespace specdec;

@@ -1,0 +1,158 @@
+#pragma once
+//! \file self_drafter.hpp
+//! TokenSwift self-drafting (TokenSwift §3.1-3.2, Algorithm 1 lines 8-11) as a drafter policy.
+//!
+//! The draft model is the target itself reading a partial KV cache (kv/partial_kv.hpp) plus gamma
+//! residual heads (draft/residual_heads.hpp): one forward of the root token gives gamma + 1 logit
+//! rows l_0 .. l_gamma, row d predicting the token at depth d. The model side is the user's: it
+//! implements self_draft_model. This policy turns the rows into candidates:
+//!  - alternatives[d]: the top draft_request::width tokens of row d after the request's logits
+//!    processors (TokenSwift's "penalized probability p_<=3", line 8; contextual penalty and the
+//!    samplers live in sampling/logits_processor.hpp), for cartesian / tokenswift tree builders;
+//!  - chain: each row's best token (the path a chain builder verifies);
+//!  - sequences: token reutilization (§3.2, line 10): the k most frequent n-grams of the generated
+//!    text that begin with a_0 = argmax p_0, from a per-request draft/ngram_pool.hpp.
+//! Verification is the decoder's: any lossless verifier over any tree keeps the output exact, so
+//! the draft may be as wrong as it likes (TokenSwift Appendix A).
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/decoder/concepts.hpp"
+#include "specdec/decoder/drafters.hpp"
+#include "specdec/draft/ngram_pool.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+
+namespace specdec {
+
+//! A target that drafts for itself (TokenSwift): `num_draft_heads()` = gamma >= 0;
+//! `self_draft(r, tokens, rows)` runs the root tokens.back() of request r (tokens = the request's
+//! committed tokens, the root last; its cache holds tokens.size() - 1 of them) over the model's
+//! partial KV cache and writes gamma + 1 rows of vocab_size() logits (row d = l_d, the prediction
+//! for depth d); `reset_draft(r)` forgets request r's partial cache (a new prompt in that slot).
+template <class M>
+concept self_draft_model = requires(M& m, const M& cm, int r, std::span<const std::int32_t> tokens,
+                                    std::span<typename M::logit_type> rows) {
+  typename M::logit_type;
+  { cm.vocab_size() } -> std::convertible_to<int>;
+  { cm.num_draft_heads() } -> std::convertible_to<int>;
+  m.self_draft(r, tokens, rows);
+  m.reset_draft(r);
+};
+
+//! Options of self_drafter (defaults: TokenSwift Appendix B.2, Table 11).
+struct self_drafter_params {
+  int ngram_candidates = 20;  //!< k: n-grams retrieved per step (Table 11); 0 = no token reutilization
+  ngram_pool_params ngram{};  //!< n = 4 ("to maintain consistency with multi-token generation", B.2)
+  //! Count the prompt's n-grams too. TokenSwift counts the generated sequence only (§3.2: the prompt
+  //! was not written by the model, so its phrases predict its output less well).
+  bool ngrams_from_prompt = false;
+};
+
+//! TokenSwift's self-drafter over a self_draft_model (see the file comment). Per request it keeps an
+//! n-gram pool and how many tokens it has fed it. propose() costs one model self_draft plus
+//! O((gamma + 1) V) for the rows and O(m + k log k) for the n-gram query.
+template <self_draft_model Model>
+class self_drafter {
+ public:
+  explicit self_drafter(Model& model, self_drafter_params params = {}) : model_(&model), p_(params) {
+    constexpr std::string_view fn = "specdec::self_drafter";
+    require(p_.ngram_candidates >= 0, fn, "params.ngram_candidates", ">= 0", p_.ngram_candidates);
+    require(p_.ngram.n >= 2, fn, "params.ngram.n", ">= 2", p_.ngram.n);
+    require(p_.ngram.max_entries >= 1, fn, "params.ngram.max_entries", ">= 1", p_.ngram.max_entries);
+  }
+
+  void reset(int r) {
+    model_->reset_draft(r);
+    if (r >= 0 && static_cast<std::size_t>(r) < state_.size()) state_[static_cast<std::size_t>(r)] = request_state{};
+  }
+
+  void propose(const draft_request& req, draft_candidates& out) {
+    constexpr std::string_view fn = "specdec::self_drafter::propose";
+    out.clear();
+    const int r = req.request;
+    require(r >= 0, fn, "req.request", ">= 0", r);
+    require(!req.tokens.empty(), fn, "req.tokens.size()", ">= 1 (the root is the last token)", req.tokens.size());
+    require(req.width >= 1, fn, "req.width", ">= 1", req.width);
+    const int gamma = model_->num_draft_heads(), V = model_->vocab_size();
+    require(gamma >= 0, fn, "model.num_draft_heads()", ">= 0", gamma);
+    require(V >= 1, fn, "model.vocab_size()", ">= 1", V);
+    feed_ngrams(r, req.tokens);
+    if (req.depth <= 0) return;
+    rows_.resize(static_cast<std::size_t>(gamma + 1) * V);
+    model_->self_draft(r, req.tokens, std::span<typename Model::logit_type>(rows_));
+    const int depth = std::min(req.depth, gamma + 1);
+    const bool processed = req.sampling != nullptr && req.sampling->temperature > 0.0f;
+    context_.assign(req.tokens.begin(), req.tokens.end());
+    out.vocab = V;
+    for (int d = 0; d < depth; ++d) {
+      row_.resize(static_cast<std::size_t>(V));
+      for (int v = 0; v < V; ++v) row_[static_cast<std::size_t>(v)] = static_cast<float>(rows_[static_cast<std::size_t>(d) * V + v]);
+      // The penalty window sees the committed tokens and the chain drafted so far (Eq. 3's W).
+      if (processed) process_logits(std::span<float>(row_), *req.sampling, context_, ws_);
+      lp_.resize(row_.size());
+      detail::log_softmax(std::span<const float>(row_), std::span<float>(lp_));
+      out.alternatives.emplace_back();
+      top_(lp_, req.width, out.alternatives.back());
+      out.chain.push_back(out.alternatives.back().front());
+      context_.push_back(out.chain.back().token);
+    }
+    if (p_.ngram_candidates == 0) return;
+    // Token reutilization: n-grams starting with a_0 = argmax p_0 (chain[0]), truncated to the depth.
+    const auto& st = state_[static_cast<std::size_t>(r)];
+    for (const auto& g : st.pool.query(out.chain.front().token, p_.ngram_candidates)) {
+      auto& seq = out.sequences.emplace_back();
+      for (std::size_t i = 0; i < g.tokens.size() && static_cast<int>(i) < req.depth; ++i) seq.push_back({g.tokens[i], 0.0f});
+    }
+  }
+
+  //! The n-gram pool of request r (empty before its first propose).
+  [[nodiscard]] const ngram_pool& pool(int r) const {
+    require_in_range("specdec::self_drafter::pool", "request", static_cast<std::size_t>(r), std::size_t{0},
+                     state_.empty() ? std::size_t{0} : state_.size() - 1);
+    return state_[static_cast<std::size_t>(r)].pool;
+  }
+
+ private:
+  struct request_state {
+    ngram_pool pool = ngram_pool(ngram_pool_params{});
+    std::size_t fed = 0;     // tokens of the request already pushed (or skipped as prompt)
+    bool started = false;    // the first propose after a reset sets the prompt boundary
+  };
+
+  // Pushes the request's tokens not yet seen: on the first call after a reset the prompt is skipped
+  // (unless ngrams_from_prompt); a shorter token list than before means a new sequence.
+  void feed_ngrams(int r, std::span<const std::int32_t> tokens) {
+    if (static_cast<std::size_t>(r) >= state_.size()) state_.resize(static_cast<std::size_t>(r) + 1);
+    auto& st = state_[static_cast<std::size_t>(r)];
+    if (st.started && tokens.size() < st.fed) st = request_state{};
+    if (!st.started) {
+      st.pool = ngram_pool(p_.ngram);
+      st.started = true;
+      st.fed = p_.ngrams_from_prompt ? 0 : tokens.size();
+    }
+    if (p_.ngram_candidates == 0) {
+      st.fed = tokens.size();
+      return;
+    }
+    for (; st.fed < tokens.size(); ++st.fed) st.pool.push(tokens[st.fed]);
+  }
+
+  Model* model_;
+  self_drafter_params p_;
+  std::vector<request_state> state_;
+  std::vector<typename Model::logit_type> rows_;
+  std::vector<float> row_, lp_;
+  std::vector<std::int32_t> context_;
+  sampling_workspace ws_;
+  detail::top_width_selector top_;
+};
+
+}  // namespace specdec

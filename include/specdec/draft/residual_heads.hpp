@@ -1,0 +1,225 @@
+#pragma once
+//! \file residual_heads.hpp
+//! TokenSwift's multi-token residual heads (TokenSwift §3.2, Eq. 1): from the target's last hidden
+//! state h_0, gamma chained linear layers give further hidden states
+//!     h_i = f_i(h_{i-1}) + h_{i-1},   i = 1 .. gamma   (TokenSwift takes gamma = 3, footnote 1),
+//! and the target's own LM head g turns each h_i into the logits l_i of the token i positions
+//! ahead (l_0 = g(h_0) is the target's ordinary prediction). The heads are chained, not
+//! independent as in Medusa: TokenSwift §3.2 reports that independent heads draft worse.
+//!
+//! f_i(x) = act(W_i x + b_i), with W_i [H, H] row-major (out x in, as PyTorch's nn.Linear stores
+//! it), b_i optional, act = identity (TokenSwift's "linear layer") or SiLU (Medusa's ResBlock,
+//! for heads trained that way). g is not applied here: it is the caller's LM head (with whatever
+//! final norm the model puts before it), so one call returns h_1 .. h_gamma for it.
+//!
+//! Precision: products and sums in fp32 for float, half and bfloat16 weights and states; the chain
+//! h_{i-1} -> h_i is carried in fp32 even when `out` stores half or bfloat16 (params.workspace, or a
+//! call-local buffer when none is passed). reference/residual_heads.hpp is the double reference.
+//!
+//! Cost per call: gamma * n * H^2 multiply-adds; each weight matrix is read once per call (every
+//! weight row is dotted with all n input rows while it is in L1), so for a decode step (n = batch
+//! of requests, small) the call is bound by reading gamma * H^2 weights.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/core/bfloat16.hpp"
+#include "specdec/core/detail/simd.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/half.hpp"
+#include "specdec/core/isa.hpp"
+#include "specdec/core/numeric.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/core/thread_pool.hpp"
+
+namespace specdec {
+
+//! The activation of f_i (see the file comment).
+enum class residual_activation : std::uint8_t {
+  identity,  //!< f_i(x) = W_i x + b_i (TokenSwift §3.2: "linear layers")
+  silu,      //!< f_i(x) = SiLU(W_i x + b_i) (Medusa's ResBlock)
+};
+
+//! Options of residual_heads.
+struct residual_heads_params {
+  residual_activation activation = residual_activation::identity;
+  //! fp32 scratch for the chain when `out` is half or bfloat16 (2 * n * H floats; grows, never
+  //! shrinks). Null: a call-local buffer. Unused when `out` is float (the chain lives in `out`).
+  std::vector<float>* workspace = nullptr;
+};
+
+namespace detail {
+template <class T>
+inline constexpr bool residual_storage = std::is_same_v<T, float> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+
+//! Output columns per parallel task: 64 weight rows (H = 4096: 512 KB of fp16 weights, so a
+//! decode step's gamma * H / 64 = 192 tasks balance over any small pool).
+inline constexpr int residual_cols_per_task = 64;
+//! Input rows dotted with one weight row at a time (their fp32 accumulators stay in registers).
+inline constexpr int residual_rows_per_pass = 4;
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+
+[[nodiscard]] SPECDEC_FORCEINLINE float residual_act(float z, residual_activation a) noexcept {
+  return a == residual_activation::silu ? z / (1.0f + std::exp(-z)) : z;
+}
+
+//! One head over output columns [j0, j1): y[r][j] = act(W[j] . x[r] + b[j]) + x[r][j] for every
+//! input row r < n. Weight row j is widened once per pass of up to 4 input rows. x rows of type TX
+//! (h_0's type for the first head, fp32 afterwards) at stride xs; y fp32 at stride ys.
+template <class TW, class TB, class TX>
+void residual_head_cols(const TW* w, std::int64_t ws, const TB* b, const TX* x, std::int64_t xs, int n, int H, int j0,
+                        int j1, float* y, std::int64_t ys, residual_activation act) noexcept {
+  constexpr int R = residual_rows_per_pass;
+  const int hv = H / vlanes * vlanes;
+  for (int r0 = 0; r0 < n; r0 += R) {
+    const int rn = n - r0 < R ? n - r0 : R;
+    for (int j = j0; j < j1; ++j) {
+      const TW* wj = w + j * ws;
+      vf16 acc[R] = {};
+      for (int c = 0; c < hv; c += vlanes) {
+        const vf16 wv = vload_as_float(wj + c);
+        for (int r = 0; r < R; ++r)
+          if (r < rn) acc[r] += wv * vload_as_float(x + (r0 + r) * xs + c);
+      }
+      const float bj = b != nullptr ? to_float(b[j]) : 0.0f;
+      for (int r = 0; r < rn; ++r) {
+        const TX* xr = x + (r0 + r) * xs;
+        float z = vhsum(acc[r]);
+        for (int c = hv; c < H; ++c) z += to_float(wj[c]) * to_float(xr[c]);
+        y[(r0 + r) * ys + j] = residual_act(z + bj, act) + to_float(xr[j]);
+      }
+    }
+  }
+}
+
+template <class H0, class W, class B, class O>
+void residual_heads_impl(const host& policy, const H0& h0, const W& weights, const B* bias, const O& out,
+                         const residual_heads_params& params) {
+  constexpr std::string_view fn = "specdec::residual_heads";
+  using TX = std::remove_cv_t<typename H0::element_type>;
+  using TW = std::remove_cv_t<typename W::element_type>;
+  using TO = typename O::element_type;
+  static_assert(H0::rank == 2, "specdec::residual_heads: h0 is [n, H]");
+  static_assert(W::rank == 3, "specdec::residual_heads: weights are [gamma, H, H]");
+  static_assert(O::rank == 3, "specdec::residual_heads: out is [gamma, n, H]");
+  static_assert(!std::is_const_v<TO>, "specdec::residual_heads: out must be writable");
+  static_assert(residual_storage<TX> && residual_storage<TW> && residual_storage<TO>,
+                "specdec::residual_heads: h0, weights and out must hold float, half or bfloat16");
+  require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
+  require(params.activation == residual_activation::identity || params.activation == residual_activation::silu, fn,
+          "params.activation", "residual_activation::identity or ::silu", static_cast<int>(params.activation));
+  require_host_accessible(fn, "h0", h0);
+  require_host_accessible(fn, "weights", weights);
+  require_host_accessible(fn, "out", out);
+  const std::int64_t n = h0.extent(0), H = h0.extent(1), gamma = weights.extent(0);
+  require(n >= 0 && n <= INT32_MAX, fn, "h0", "[n, H] with 0 <= n <= INT32_MAX", shape_string(h0));
+  require(H >= 1 && H <= INT32_MAX, fn, "h0", "[n, H] with 1 <= H <= INT32_MAX", shape_string(h0));
+  require(gamma >= 0, fn, "weights", "[gamma, H, H] with gamma >= 0", shape_string(weights));
+  require_shape(fn, "weights", weights, {gamma, H, H});
+  require_shape(fn, "out", out, {gamma, n, H});
+  require_unit_inner_stride(fn, "h0", h0);
+  require_unit_inner_stride(fn, "weights", weights);
+  require_unit_inner_stride(fn, "out", out);
+  if (bias != nullptr) {
+    using TB = std::remove_cv_t<typename B::element_type>;
+    static_assert(B::rank == 2, "specdec::residual_heads: bias is [gamma, H]");
+    static_assert(residual_storage<TB>, "specdec::residual_heads: bias must hold float, half or bfloat16");
+    require_host_accessible(fn, "bias", *bias);
+    require_shape(fn, "bias", *bias, {gamma, H});
+    require_unit_inner_stride(fn, "bias", *bias);
+    require(gamma == 0 || bias->data() != nullptr, fn, "bias", "a non-null data pointer", "nullptr");
+  }
+  require(n == 0 || h0.data() != nullptr, fn, "h0", "a non-null data pointer", "nullptr");
+  require(gamma == 0 || weights.data() != nullptr, fn, "weights", "a non-null data pointer", "nullptr");
+  require(gamma == 0 || n == 0 || out.data() != nullptr, fn, "out", "a non-null data pointer", "nullptr");
+  if (gamma == 0 || n == 0) return;
+
+  const int ni = static_cast<int>(n), Hi = static_cast<int>(H);
+  const TX* x0 = static_cast<const TX*>(h0.data());
+  const TW* w = static_cast<const TW*>(weights.data());
+  TO* o = static_cast<TO*>(out.data());
+  // Chain storage: out itself when it is float, else two fp32 [n, H] buffers used in turn.
+  constexpr bool chain_in_out = std::is_same_v<TO, float>;
+  std::vector<float> local;
+  float* chain = nullptr;
+  if constexpr (!chain_in_out) {
+    std::vector<float>& buf = params.workspace != nullptr ? *params.workspace : local;
+    if (buf.size() < static_cast<std::size_t>(2 * n * H)) buf.resize(static_cast<std::size_t>(2 * n * H));
+    chain = buf.data();
+  }
+  const std::int64_t tasks = (H + residual_cols_per_task - 1) / residual_cols_per_task;
+  for (std::int64_t i = 0; i < gamma; ++i) {
+    const TW* wi = w + i * weights.stride(0);
+    float* y;
+    std::int64_t ys;
+    if constexpr (chain_in_out) y = o + i * out.stride(0), ys = out.stride(1);
+    else y = chain + (i % 2) * n * H, ys = H;
+    auto run = [&](const auto* x, std::int64_t xs, const auto* b) {
+      parallel_for(policy, tasks, [&](std::int64_t t) {
+        const int j0 = static_cast<int>(t) * residual_cols_per_task;
+        const int j1 = j0 + residual_cols_per_task < Hi ? j0 + residual_cols_per_task : Hi;
+        residual_head_cols(wi, weights.stride(1), b, x, xs, ni, Hi, j0, j1, y, ys, params.activation);
+      });
+    };
+    auto with_bias = [&](const auto* x, std::int64_t xs) {
+      if (bias != nullptr) {
+        using TB = std::remove_cv_t<typename B::element_type>;
+        run(x, xs, static_cast<const TB*>(bias->data()) + i * bias->stride(0));
+      } else {
+        run(x, xs, static_cast<const float*>(nullptr));
+      }
+    };
+    if (i == 0) {
+      with_bias(x0, h0.stride(0));
+    } else if constexpr (chain_in_out) {
+      with_bias(static_cast<const float*>(o + (i - 1) * out.stride(0)), out.stride(1));
+    } else {
+      with_bias(static_cast<const float*>(chain + ((i - 1) % 2) * n * H), H);
+    }
+    if constexpr (!chain_in_out) {
+      for (std::int64_t r = 0; r < n; ++r) {
+        TO* dst = o + i * out.stride(0) + r * out.stride(1);
+        const float* src = y + r * ys;
+        std::int64_t c = 0;
+        for (; c + vlanes <= H; c += vlanes) vstore_as(dst + c, vload(src + c));
+        for (; c < H; ++c) dst[c] = from_float<TO>(src[c]);
+      }
+    }
+  }
+}
+
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+
+//! TokenSwift Eq. 1 (see the file comment): out[i-1] = h_i for i = 1 .. gamma, from h0 [n, H]
+//! (one row per position to draft from, e.g. one per request), weights [gamma, H, H] (W_i row-major,
+//! out x in) and bias [gamma, H]. out is [gamma, n, H]. Element types float, half or bfloat16
+//! (each tensor its own); unit inner strides; host memory. gamma = 0 or n = 0 do nothing.
+//! Violations throw specdec::invalid_argument naming the argument. Parallel over blocks of 64
+//! output columns per head on the host pool; heads run in order (each needs the previous one).
+//! Allocates only when `out` is not float and no params.workspace is passed.
+template <tensor_like H0, tensor_like W, tensor_like B, tensor_like O>
+void residual_heads(const host& policy, const H0& h0, const W& weights, const B& bias, const O& out,
+                    const residual_heads_params& params = {}) {
+  detail::residual_heads_impl(policy, h0, weights, &bias, out, params);
+}
+
+//! The same without biases (b_i = 0).
+template <tensor_like H0, tensor_like W, tensor_like O>
+void residual_heads(const host& policy, const H0& h0, const W& weights, const O& out,
+                    const residual_heads_params& params = {}) {
+  detail::residual_heads_impl(policy, h0, weights, static_cast<const strided_view<const float, 2>*>(nullptr), out,
+                              params);
+}
+
+}  // namespace SPECDEC_HOST_ISA
+
+}  // namespace specdec
