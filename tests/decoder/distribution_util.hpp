@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "../../examples/common/longspec_draft.hpp"
+#include "../../examples/common/tokenswift_draft.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 
 using namespace specdec;

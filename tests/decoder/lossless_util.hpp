@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../../examples/common/longspec_draft.hpp"
+#include "../../examples/common/tokenswift_draft.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 
 namespace lossless {
@@ -169,6 +170,25 @@ inline auto make_longspec_multi(draft_sampling mode) {
 }
 inline auto make_chain_multi(draft_sampling mode) {
   return make_chain_drafter(multi_draft_params{.mode = mode, .greedy_temperature = 0.5f});
+}
+
+
+//! TokenSwift self-drafting (examples/common/tokenswift_draft.hpp): the target on a partial view of
+//! its own cache (budget 64, 4 sinks: over 1000+ tokens it rebuilds every ~60 tokens) with gamma = 3
+//! residual heads fitted on the target's greedy text from ANOTHER prompt (so the heads have not seen
+//! the reference output), n-gram reutilization k = 20, 4-grams.
+struct tokenswift_holder {
+  using policy = self_drafter<tokenswift_self_draft<double>>;
+  std::unique_ptr<tokenswift_self_draft<double>> draft;
+  self_drafter_params params;
+  policy policy_object() const { return policy(*draft, params); }
+};
+inline auto make_tokenswift(partial_cache_config pc = {.budget = 64, .sink = 4}, self_drafter_params params = {}) {
+  return [pc, params](model& target, const fixture& fx) {
+    const auto train_prompt = prompt_for(fx.weights.embed.size() + 7, fx.cfg.vocab_size);
+    const auto z = greedy_hidden_states(fx.cfg, fx.weights, train_prompt, 300);
+    return tokenswift_holder{std::make_unique<tokenswift_self_draft<double>>(target, pc, fit_residual_heads(z, 3)), params};
+  };
 }
 
 //! Smaller than TokenSwift's default [1, 3, 3, 3] (40 nodes): 11 nodes keep the 1000-token runs fast

@@ -39,3 +39,17 @@ TEST_CASE("sampling distribution: chain drafter", "[decoder][distribution]") {
   check_with<trie_tree_builder, sample_and_match_verifier>(target, cd(d.small), {}, "chain/trie/sample_and_match");
   check_with<cape_tree_builder, sample_and_match_verifier>(target, cd(d.small), {}, "chain/cape/sample_and_match", 4);
 }
+
+TEST_CASE("sampling distribution: TokenSwift self-drafter", "[decoder][distribution][tokenswift]") {
+  // Partial view of 6 of the prompt's 8 cached tokens (2 sinks), so drafts come from an approximate
+  // model; heads fitted on the target's greedy text from another prompt; penalized (top-k) rows.
+  llama_model<double> target(cfg, weights(), 1, 64);
+  const std::vector<std::int32_t> train_prompt{5, 4, 3, 2, 1, 0, 5, 5};
+  tokenswift_self_draft<double> draft(target, {.budget = 6, .sink = 2},
+                                      fit_residual_heads(greedy_hidden_states(cfg, weights(), train_prompt, 60), 2));
+  using sd = self_drafter<tokenswift_self_draft<double>>;
+  check_with<tokenswift_tree_builder, sample_and_match_verifier>(target, sd(draft, {.ngram = {.n = 2}}),
+                                                                 tokenswift_tree_builder({1, 2, 2}),
+                                                                 "tokenswift/tokenswift/sample_and_match");
+  check_with<cartesian_tree_builder, sample_and_match_verifier>(target, sd(draft), {}, "tokenswift/cartesian/sample_and_match");
+}
