@@ -60,8 +60,6 @@ inline constexpr bool residual_storage = std::is_same_v<T, float> || std::is_sam
 //! Output columns per parallel task: 64 weight rows (H = 4096: 512 KB of fp16 weights, so a
 //! decode step's gamma * H / 64 = 192 tasks balance over any small pool).
 inline constexpr int residual_cols_per_task = 64;
-//! Input rows dotted with one weight row at a time (their fp32 accumulators stay in registers).
-inline constexpr int residual_rows_per_pass = 4;
 
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
@@ -69,33 +67,54 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
   return a == residual_activation::silu ? z / (1.0f + std::exp(-z)) : z;
 }
 
-//! One head over output columns [j0, j1): y[r][j] = act(W[j] . x[r] + b[j]) + x[r][j] for every
-//! input row r < n. Weight row j is widened once per pass of up to 4 input rows. x rows of type TX
-//! (h_0's type for the first head, fp32 afterwards) at stride xs; y fp32 at stride ys.
+//! RB input rows x JB weight rows of one head: y[r][j] = act(W[j] . x[r] + b[j]) + x[r][j]. RB * JB
+//! = 8 independent fp32 accumulator chains (an FMA's latency is ~4 cycles and a core retires two per
+//! cycle, so fewer chains leave the FMA units idle: one chain per weight row ran n = 1 at 24 GB/s of
+//! fp16 weights on one core, 8 chains at 27-29); each widened weight vector serves RB rows and each
+//! input vector JB weight rows.
+template <int RB, int JB, class TW, class TB, class TX>
+SPECDEC_FORCEINLINE void residual_block(const TW* w, std::int64_t ws, const TB* b, const TX* x, std::int64_t xs, int H,
+                                        int j, float* y, std::int64_t ys, residual_activation act) noexcept {
+  const int hv = H / vlanes * vlanes;
+  vf16 acc[RB][JB];
+  for (int r = 0; r < RB; ++r)
+    for (int q = 0; q < JB; ++q) acc[r][q] = vf16{};
+  for (int c = 0; c < hv; c += vlanes) {
+    vf16 wv[JB];
+    for (int q = 0; q < JB; ++q) wv[q] = vload_as_float(w + (j + q) * ws + c);
+    for (int r = 0; r < RB; ++r) {
+      const vf16 xv = vload_as_float(x + r * xs + c);
+      for (int q = 0; q < JB; ++q) acc[r][q] += wv[q] * xv;
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    const TX* xr = x + r * xs;
+    for (int q = 0; q < JB; ++q) {
+      const TW* wj = w + (j + q) * ws;
+      float z = vhsum(acc[r][q]);
+      for (int c = hv; c < H; ++c) z += to_float(wj[c]) * to_float(xr[c]);
+      const float bj = b != nullptr ? to_float(b[j + q]) : 0.0f;
+      y[r * ys + j + q] = residual_act(z + bj, act) + to_float(xr[j + q]);
+    }
+  }
+}
+
+//! One head over output columns [j0, j1) for all n input rows, in passes of up to 4 rows (RB x JB
+//! blocks of residual_block: 4 x 2, 2 x 4 or 1 x 8; 3 rows run as 2 + 1). Tried and not kept:
+//! passes over 512 columns of h so 4 fp32 rows stay in L1 (slower: the weight rows are then walked
+//! in 2 KB pieces 16 KB apart).
 template <class TW, class TB, class TX>
 void residual_head_cols(const TW* w, std::int64_t ws, const TB* b, const TX* x, std::int64_t xs, int n, int H, int j0,
                         int j1, float* y, std::int64_t ys, residual_activation act) noexcept {
-  constexpr int R = residual_rows_per_pass;
-  const int hv = H / vlanes * vlanes;
-  for (int r0 = 0; r0 < n; r0 += R) {
-    const int rn = n - r0 < R ? n - r0 : R;
-    for (int j = j0; j < j1; ++j) {
-      const TW* wj = w + j * ws;
-      vf16 acc[R] = {};
-      for (int c = 0; c < hv; c += vlanes) {
-        const vf16 wv = vload_as_float(wj + c);
-        for (int r = 0; r < R; ++r)
-          if (r < rn) acc[r] += wv * vload_as_float(x + (r0 + r) * xs + c);
-      }
-      const float bj = b != nullptr ? to_float(b[j]) : 0.0f;
-      for (int r = 0; r < rn; ++r) {
-        const TX* xr = x + (r0 + r) * xs;
-        float z = vhsum(acc[r]);
-        for (int c = hv; c < H; ++c) z += to_float(wj[c]) * to_float(xr[c]);
-        y[(r0 + r) * ys + j] = residual_act(z + bj, act) + to_float(xr[j]);
-      }
-    }
-  }
+  auto pass = [&]<int RB, int JB>(int r) {
+    int j = j0;
+    for (; j + JB <= j1; j += JB) residual_block<RB, JB>(w, ws, b, x + r * xs, xs, H, j, y + r * ys, ys, act);
+    for (; j < j1; ++j) residual_block<RB, 1>(w, ws, b, x + r * xs, xs, H, j, y + r * ys, ys, act);
+  };
+  int r = 0;
+  for (; r + 4 <= n; r += 4) pass.template operator()<4, 2>(r);
+  if (r + 2 <= n) pass.template operator()<2, 4>(r), r += 2;
+  if (r < n) pass.template operator()<1, 8>(r);
 }
 
 template <class H0, class W, class B, class O>
