@@ -73,11 +73,14 @@ TEST_CASE("partial_kv: Eq. 2 importance on a hand example") {
   specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {2, 2}), cache, 0,
                          specdec::make_view<2>(s.data(), {1, 4}));
   CHECK(s == std::vector<float>{2, 1, 3, -4});
-  // Budget 3 with 1 sink: token 0, then tokens 2 (score 3) and 1 (score 1), in that order.
+  // Budget 3 with 1 sink: token 0, then tokens 2 (score 3) and 1 (score 1), stored in token order;
+  // token 1 (the less important) is evicted first.
   partial_kv_index idx(1, 1, 3, 1);
   idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {2, 2}), cache);
   const auto sel = idx.indices(0, 0);
-  CHECK(std::vector<std::int32_t>(sel.begin(), sel.end()) == std::vector<std::int32_t>{0, 2, 1});
+  CHECK(std::vector<std::int32_t>(sel.begin(), sel.end()) == std::vector<std::int32_t>{0, 1, 2});
+  const auto ev = idx.eviction_order(0, 0);
+  CHECK(std::vector<std::int32_t>(ev.begin(), ev.end()) == std::vector<std::int32_t>{1, 2});
 }
 
 TEST_CASE("partial_kv: kv_importance matches the double reference (GQA 1/4/8, fp32 and half, paged)") {
@@ -115,7 +118,7 @@ TEST_CASE("partial_kv: kv_importance matches the double reference (GQA 1/4/8, fp
   }
 }
 
-TEST_CASE("partial_kv: rebuild keeps the sinks and the top |B|-|S| by importance, in decreasing order") {
+TEST_CASE("partial_kv: rebuild keeps the sinks and the top |B|-|S| by importance, evicting the least important first") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 40; ++trial) {
     const int hkv = 1 + trial % 3, hq = hkv * (1 + trial % 4), d = 16;
@@ -142,16 +145,27 @@ TEST_CASE("partial_kv: rebuild keeps the sinks and the top |B|-|S| by importance
       for (int i = std::min(sink, len); i < len; ++i) rest.push_back(i);
       std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) { return sh[a] > sh[b]; });
       rest.resize(static_cast<std::size_t>(std::min<int>(budget - sink, static_cast<int>(rest.size()))));
-      want.insert(want.end(), rest.begin(), rest.end());
+      // Stored in token order (the view reads the cache in address order).
+      std::vector<std::int32_t> sorted_rest(rest);
+      std::sort(sorted_rest.begin(), sorted_rest.end());
+      want.insert(want.end(), sorted_rest.begin(), sorted_rest.end());
       const auto got = idx.indices(0, h);
       CHECK(std::vector<std::int32_t>(got.begin(), got.end()) == want);
+      // Eviction order: the slots left free (from |B| - 1 down), then the selected tokens from the
+      // least important up (the reverse of the brute-force ranking).
+      std::vector<std::int32_t> want_ev;
+      for (int slot = budget - 1; slot >= static_cast<int>(want.size()) && slot >= sink; --slot) want_ev.push_back(slot);
+      for (auto it = rest.rbegin(); it != rest.rend(); ++it)
+        want_ev.push_back(static_cast<std::int32_t>(std::find(want.begin(), want.end(), *it) - want.begin()));
+      const auto ev = idx.eviction_order(0, h);
+      CHECK(std::vector<std::int32_t>(ev.begin(), ev.end()) == want_ev);
     }
     CHECK(idx.seen(0) == len);
     CHECK_FALSE(idx.needs_rebuild(0));
   }
 }
 
-TEST_CASE("partial_kv: new tokens fill, then replace from slot |B|-1 down to |S|; Algorithm 3's trigger") {
+TEST_CASE("partial_kv: new tokens fill, then replace the newest-filled, then the least important; Algorithm 3's trigger") {
   const int budget = 6, sink = 2;
   std::vector<float> q = {1, 0};
   // 4 tokens, scores 0.1, 0.4, 0.3, 0.2: all fit (size 4 < budget 6).
@@ -168,6 +182,10 @@ TEST_CASE("partial_kv: new tokens fill, then replace from slot |B|-1 down to |S|
   idx.append(0, 6);                                         // two free slots
   CHECK(slots() == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5});
   CHECK_FALSE(idx.needs_rebuild(0));
+  {
+    const auto ev = idx.eviction_order(0, 0);  // free-at-rebuild slots 5, 4, then 3 (0.2), 2 (0.3)
+    CHECK(std::vector<std::int32_t>(ev.begin(), ev.end()) == std::vector<std::int32_t>{5, 4, 3, 2});
+  }
   idx.append(0, 9);  // 6, 7, 8 replace slots 5, 4, 3
   CHECK(slots() == std::vector<std::int32_t>{0, 1, 2, 8, 7, 6});
   CHECK_FALSE(idx.needs_rebuild(0));
@@ -285,6 +303,8 @@ TEST_CASE("partial_kv: bad inputs are named") {
   CHECK_THROWS_WITH(three.layout(c.layout()), Contains("'cache.num_kv_heads()'"));
   CHECK_THROWS_WITH(idx.size(1), Contains("'request'"));
   CHECK_THROWS_WITH(idx.indices(0, 2), Contains("'kv_head'"));
+  CHECK_THROWS_WITH(idx.eviction_order(0, 2), Contains("'kv_head'") && Contains("got 2"));
+  CHECK_THROWS_WITH(idx.eviction_order(5, 0), Contains("'request'") && Contains("got 5"));
   idx.append(0, 5);
   CHECK_THROWS_WITH(idx.append(0, 4), Contains("'new_length'") && Contains(">= seen(request) = 5"));
   // A hand-made indexed_kv with an index past the base's length is rejected by any attention call.

@@ -10,16 +10,24 @@
 //!  - indexed_kv<L>: a kv_layout that shows, per request and kv head, a list of token indices of
 //!    another layout L, read in place (no copy). Any attention primitive runs on it unchanged.
 //!  - partial_kv_index: the budgeted index lists and TokenSwift's update policy. Slots [0, |S|) hold
-//!    the first |S| tokens (attention sinks); slots [|S|, |B|) hold the most important other tokens
-//!    in decreasing importance. New committed tokens fill free slots, then replace the least
-//!    important ones, from slot |B| - 1 towards |S|; once |B| - |S| of them have been placed since
-//!    the last rebuild, needs_rebuild() turns true (Algorithm 3, line 5: |C_full| - e > |B| - |S|)
-//!    and the caller recomputes the selection from a fresh query (rebuild(), line 6). Further
-//!    tokens before that rebuild keep replacing from slot |B| - 1 again (the newest win), so the
-//!    view is always valid.
+//!    the first |S| tokens (attention sinks); slots [|S|, |B|) hold the |B| - |S| most important
+//!    other tokens. New committed tokens fill free slots, then replace the least important ones
+//!    first (§3.3: "starting from the least important ones at position |B| - 1 and moving towards
+//!    position |S|"); once |B| - |S| of them have been placed since the last rebuild,
+//!    needs_rebuild() turns true (Algorithm 3, line 5: |C_full| - e > |B| - |S|) and the caller
+//!    recomputes the selection from a fresh query (rebuild(), line 6). Further tokens before that
+//!    rebuild replace in the same order again (the newest win), so the view is always valid.
 //!
-//! Index storage is [requests, kv_heads, |B|] int32, allocated once; appends never allocate. A
-//! rebuild needs O(length) floats of scratch for the scores, kept between calls.
+//! Where this differs from the paper's picture, and why: §3.3 stores the selected pairs in
+//! decreasing importance. Here a rebuild stores them in token order and keeps the replacement
+//! order (least important first, free slots first of all, newest-filled first) in a separate
+//! eviction list, so exactly the same token is replaced at every step, but the view reads the
+//! cache in address order: in importance order every row is a random gather, which made a fp16
+//! decode over a 4096-token view of a 32K cache slower than over the whole cache (session 10).
+//!
+//! Index storage is [requests, kv_heads, |B|] int32 plus the eviction lists [requests, kv_heads,
+//! |B| - |S|], allocated once; appends never allocate. A rebuild needs O(length) floats of scratch
+//! for the scores, kept between calls.
 
 #include <algorithm>
 #include <cstddef>
@@ -193,6 +201,10 @@ class partial_kv_index {
     if (!(sink >= 0 && sink <= budget)) [[unlikely]]
       throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
     index_.assign(static_cast<std::size_t>(requests) * kv_heads * budget, 0);
+    evict_.assign(static_cast<std::size_t>(requests) * kv_heads * (budget - sink), 0);
+    for (int r = 0; r < requests; ++r)  // before any rebuild: the slots above |S| newest-filled first
+      for (int h = 0; h < kv_heads; ++h)
+        for (int i = 0; i < budget - sink; ++i) evict_[(static_cast<std::size_t>(r) * kv_heads + h) * (budget - sink) + i] = budget - 1 - i;
     size_.assign(static_cast<std::size_t>(requests), 0);
     seen_.assign(static_cast<std::size_t>(requests), 0);
     placed_.assign(static_cast<std::size_t>(requests), 0);
@@ -219,8 +231,10 @@ class partial_kv_index {
 
   //! Recomputes request r's selection from the query `q` [Hq, D] of its newest token and the full
   //! cache (Algorithm 3, line 2 at prefill and line 6): per kv head, the first min(|S|, length)
-  //! tokens, then the min(|B| - |S|, length - |S|) other tokens of highest Eq. 2 importance in
-  //! decreasing importance (ties: lower token index first). O(length * Hkv * D + length * log |B|).
+  //! tokens, then the min(|B| - |S|, length - |S|) other tokens of highest Eq. 2 importance (ties:
+  //! lower token index first), stored in token order; their eviction order is the slots left free
+  //! (from |B| - 1 down), then the selected ones by increasing importance.
+  //! O(length * Hkv * D + length * log |B|).
   template <tensor_like Q, kv_layout L>
   void rebuild(const host& policy, int r, const Q& q, const L& cache) {
     constexpr std::string_view fn = "specdec::partial_kv_index::rebuild";
@@ -231,25 +245,42 @@ class partial_kv_index {
     const int len = cache.length(r), cols = std::max(len, 1);  // a [heads, 0] view is still [heads, 1]
     scores_.resize(static_cast<std::size_t>(heads_) * cols);
     kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, cols}));
-    const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep);
+    const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep), n = budget_ - sink_;
     for (int h = 0; h < heads_; ++h) {
       std::int32_t* slots = index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
+      std::int32_t* evict = evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n;
       std::iota(slots, slots + keep, 0);
       const float* s = scores_.data() + static_cast<std::size_t>(h) * cols;
       order_.resize(static_cast<std::size_t>(len - keep));
       std::iota(order_.begin(), order_.end(), keep);
       auto more_important = [s](std::int32_t a, std::int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
       std::partial_sort(order_.begin(), order_.begin() + rest, order_.end(), more_important);
+      // Token order in the slots; the eviction list: free slots (newest-filled first), then the
+      // selected tokens' slots from the least important up.
       std::copy_n(order_.begin(), rest, slots + keep);
+      std::sort(slots + keep, slots + keep + rest);
+      int e = 0;
+      for (int slot = budget_ - 1; slot >= keep + rest && slot >= sink_; --slot) evict[e++] = slot;
+      for (int i = rest - 1; i >= 0; --i)
+        evict[e++] = keep + static_cast<int>(std::lower_bound(slots + keep, slots + keep + rest, order_[static_cast<std::size_t>(i)]) - (slots + keep));
     }
     size_[r] = keep + rest;
     seen_[r] = len;
     placed_[r] = 0;
   }
 
+  //! The eviction order of (r, kv head h): the slots new tokens take once the |B| slots are full,
+  //! the first one first (then cyclically; see append). |B| - |S| entries.
+  [[nodiscard]] std::span<const std::int32_t> eviction_order(int r, int h) const {
+    check_request(r, "eviction_order");
+    require_in_range("specdec::partial_kv_index::eviction_order", "kv_head", h, 0, heads_ - 1);
+    const std::size_t n = static_cast<std::size_t>(budget_ - sink_);
+    return {evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n, n};
+  }
+
   //! Accounts for request r's full cache having grown to `new_length` committed tokens: each new
-  //! token (seen(r) .. new_length - 1) takes a free slot, else replaces a slot (from |B| - 1
-  //! down to |S|, then from |B| - 1 again). With |S| = |B| new tokens are never shown. Never
+  //! token (seen(r) .. new_length - 1) takes a free slot, else replaces the next slot of each kv
+  //! head's eviction order (cyclically). With |S| = |B| new tokens are never shown. Never
   //! allocates. new_length < seen(r) throws (rebuild after truncating a cache).
   void append(int r, int new_length) {
     constexpr std::string_view fn = "specdec::partial_kv_index::append";
@@ -261,9 +292,14 @@ class partial_kv_index {
       if (size_[r] < budget_) {
         slot = size_[r]++;
       } else if (budget_ > sink_) {
-        // The p-th replacement since the rebuild (p from 0) takes slot |B| - 1 - p mod (|B| - |S|).
-        slot = budget_ - 1 - placed_[r] % (budget_ - sink_);
-        ++placed_[r];
+        // The p-th replacement since the rebuild (p from 0) takes eviction_order[p mod (|B| - |S|)],
+        // which differs per kv head.
+        const int p = placed_[r]++ % (budget_ - sink_);
+        for (int h = 0; h < heads_; ++h) {
+          const std::size_t rh = static_cast<std::size_t>(r) * heads_ + h;
+          index_[rh * budget_ + evict_[rh * (budget_ - sink_) + p]] = t;
+        }
+        continue;
       } else {
         continue;
       }
@@ -296,6 +332,7 @@ class partial_kv_index {
 
   int requests_, heads_, budget_, sink_;
   std::vector<std::int32_t> index_;                  // [requests, heads, budget]
+  std::vector<std::int32_t> evict_;                  // [requests, heads, budget - sink]: eviction order
   std::vector<std::int32_t> size_, seen_, placed_;  // placed_: replacements since the rebuild
   std::vector<float> scores_;                        // rebuild scratch [heads, length]
   std::vector<std::int32_t> order_;                  // rebuild scratch [length]
