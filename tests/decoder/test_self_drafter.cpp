@@ -8,6 +8,7 @@
 // Algorithm 1's schedule. Bad inputs named.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "../../examples/common/tokenswift_draft.hpp"
@@ -121,6 +122,33 @@ TEST_CASE("self_drafter: token reutilization counts generated n-grams starting w
   dp.propose({.request = 0, .tokens = std::span<const std::int32_t>(toks).first(10), .depth = 3, .width = 1}, out);
   REQUIRE(out.sequences.size() == 1);
   CHECK(tokens_of(out.sequences[0]) == std::vector<std::int32_t>{1, 5, 6});
+}
+
+TEST_CASE("drafters' log_softmax: the vectorized float row equals the double computation", "[self_drafter]") {
+  // 128263 entries: 16-lane blocks plus a 7-entry tail; some masked (-inf) as a processed row has.
+  philox_stream rng(5, 6);
+  std::vector<float> row(128263), got(row.size());
+  for (auto& x : row) x = 30.0f * rng.uniform() - 10.0f;
+  for (std::size_t i = 0; i < row.size(); i += 97) row[i] = -std::numeric_limits<float>::infinity();
+  detail::log_softmax(std::span<const float>(row), std::span<float>(got));
+  const std::vector<double> rd(row.begin(), row.end());
+  std::vector<float> want(row.size());
+  detail::log_softmax(std::span<const double>(rd), std::span<float>(want));
+  double worst = 0, mass = 0;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    if (std::isinf(row[i])) {
+      CHECK(std::isinf(got[i]));
+      continue;
+    }
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+    mass += std::exp(static_cast<double>(got[i]));
+  }
+  CHECK(worst < 1e-5);
+  CHECK(mass == Approx(1.0).epsilon(1e-5));
+  // A row with nothing finite is left as it is (no NaN).
+  std::vector<float> dead(20, -std::numeric_limits<float>::infinity()), dout(20);
+  detail::log_softmax(std::span<const float>(dead), std::span<float>(dout));
+  for (float x : dout) CHECK(std::isinf(x));
 }
 
 TEST_CASE("tokenswift_tree_builder: Cartesian heads then n-grams in one trie", "[self_drafter][tree]") {

@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/topk.hpp"
@@ -35,16 +36,45 @@
 namespace specdec {
 
 namespace detail {
-//! Log-softmax of one row (double accumulation) into out. O(V).
+inline namespace SPECDEC_HOST_ISA {  // the float path uses core/detail/simd.hpp: see core/isa.hpp
+//! Log-softmax of one row into out: out[i] = row[i] - (max + log sum_j exp(row[j] - max)). O(V).
+//! double rows: double arithmetic throughout. float rows: the max and the exponentials run on
+//! 16-lane vectors (vexp2, relative error < 1e-7), each 16-lane block summed into a double; at a
+//! 128K-token vocabulary the scalar double `exp` per element took ~0.5 ms a row (the self-drafter
+//! runs gamma + 1 = 4 rows a step). -inf entries (masked tokens) stay -inf.
 template <class T>
 void log_softmax(std::span<const T> row, std::span<float> out) {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (auto x : row) mx = std::max(mx, static_cast<double>(x));
-  double sum = 0;
-  for (auto x : row) sum += std::exp(static_cast<double>(x) - mx);
-  const double lse = mx + std::log(sum);
-  for (std::size_t i = 0; i < row.size(); ++i) out[i] = static_cast<float>(static_cast<double>(row[i]) - lse);
+  const std::size_t n = row.size();
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    const std::size_t nv = n / vlanes * vlanes;
+    vf16 vm = vbroadcast(ninf);
+    for (std::size_t i = 0; i < nv; i += vlanes) vm = vmax(vm, vload(row.data() + i));
+    float mx = vhmax(vm);
+    for (std::size_t i = nv; i < n; ++i) mx = std::max(mx, row[i]);
+    if (mx == ninf || std::isnan(mx)) {  // nothing finite to normalise by: keep the row as it is
+      for (std::size_t i = 0; i < n; ++i) out[i] = row[i];
+      return;
+    }
+    constexpr float log2e = 1.4426950408889634f;
+    const vf16 vmx = vbroadcast(mx);
+    double sum = 0;
+    for (std::size_t i = 0; i < nv; i += vlanes) sum += vhsum(vexp2((vload(row.data() + i) - vmx) * log2e));
+    for (std::size_t i = nv; i < n; ++i) sum += std::exp(static_cast<double>(row[i]) - mx);
+    const float lse = static_cast<float>(static_cast<double>(mx) + std::log(sum));
+    const vf16 vl = vbroadcast(lse);
+    for (std::size_t i = 0; i < nv; i += vlanes) vstore(out.data() + i, vload(row.data() + i) - vl);
+    for (std::size_t i = nv; i < n; ++i) out[i] = row[i] - lse;
+  } else {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (auto x : row) mx = std::max(mx, static_cast<double>(x));
+    double sum = 0;
+    for (auto x : row) sum += std::exp(static_cast<double>(x) - mx);
+    const double lse = mx + std::log(sum);
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(row[i]) - lse);
+  }
 }
+}  // namespace SPECDEC_HOST_ISA
 
 //! The `width` best entries of a log-prob row, best first (ties: lower token id first), through
 //! core/topk.hpp's O(V) heap selection; fewer when the vocabulary is smaller than width.
