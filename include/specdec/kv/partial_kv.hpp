@@ -318,8 +318,11 @@ class partial_kv_index {
     return {cache, index_.data(), size_.data(), budget_};
   }
 
-  //! Bytes of index state (fixed at construction; the rebuild scratch is separate).
-  [[nodiscard]] std::size_t index_bytes() const noexcept { return index_.capacity() * sizeof(std::int32_t); }
+  //! Bytes of index state: the slots and the eviction lists (fixed at construction; the rebuild
+  //! scratch is separate).
+  [[nodiscard]] std::size_t index_bytes() const noexcept {
+    return (index_.capacity() + evict_.capacity()) * sizeof(std::int32_t);
+  }
   //! Address of the index storage (stable for the object's life: appends never reallocate).
   [[nodiscard]] const std::int32_t* index_data() const noexcept { return index_.data(); }
 
