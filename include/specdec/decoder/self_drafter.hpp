@@ -22,6 +22,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -32,20 +33,61 @@
 
 namespace specdec {
 
-//! A target that drafts for itself (TokenSwift): `num_draft_heads()` = gamma >= 0;
-//! `self_draft(r, tokens, rows)` runs the root tokens.back() of request r (tokens = the request's
-//! committed tokens, the root last; its cache holds tokens.size() - 1 of them) over the model's
-//! partial KV cache and writes gamma + 1 rows of vocab_size() logits (row d = l_d, the prediction
-//! for depth d); `reset_draft(r)` forgets request r's partial cache (a new prompt in that slot).
+// ---- self_draft_model: a target that drafts for itself (TokenSwift) ---------------------------------
+// Split into named sub-requirements like decoder/concepts.hpp, so a compile error names the member.
+
+//! `M::logit_type` is float or double (the element type of the rows self_draft writes).
 template <class M>
-concept self_draft_model = requires(M& m, const M& cm, int r, std::span<const std::int32_t> tokens,
-                                    std::span<typename M::logit_type> rows) {
-  typename M::logit_type;
-  { cm.vocab_size() } -> std::convertible_to<int>;
-  { cm.num_draft_heads() } -> std::convertible_to<int>;
-  m.self_draft(r, tokens, rows);
-  m.reset_draft(r);
+concept self_draft_has_logit_type =
+    requires { typename M::logit_type; } &&
+    (std::is_same_v<typename M::logit_type, float> || std::is_same_v<typename M::logit_type, double>);
+
+//! `vocab_size()` returns an integer (the width of each row).
+template <class M>
+concept self_draft_has_vocab_size = requires(const M& m) {
+  { m.vocab_size() } -> std::convertible_to<int>;
 };
+
+//! `num_draft_heads()` returns gamma >= 0 (rows per draft = gamma + 1).
+template <class M>
+concept self_draft_has_num_draft_heads = requires(const M& m) {
+  { m.num_draft_heads() } -> std::convertible_to<int>;
+};
+
+//! `self_draft(int r, std::span<const int32_t> tokens, std::span<logit_type> rows)`: runs the root
+//! tokens.back() of request r (tokens = its committed tokens, the root last; the model's cache holds
+//! tokens.size() - 1 of them) over the model's partial KV cache and writes gamma + 1 rows of
+//! vocab_size() logits, row d = l_d, the prediction for depth d (TokenSwift Eq. 1).
+template <class M>
+concept self_draft_has_self_draft = self_draft_has_logit_type<M> &&
+    requires(M& m, int r, std::span<const std::int32_t> tokens, std::span<typename M::logit_type> rows) {
+      m.self_draft(r, tokens, rows);
+    };
+
+//! `reset_draft(int r)` forgets request r's partial cache (a new prompt in that slot).
+template <class M>
+concept self_draft_has_reset_draft = requires(M& m, int r) { m.reset_draft(r); };
+
+//! A target that drafts for itself (TokenSwift): what self_drafter drives.
+template <class M>
+concept self_draft_model = self_draft_has_logit_type<M> && self_draft_has_vocab_size<M> &&
+                           self_draft_has_num_draft_heads<M> && self_draft_has_self_draft<M> &&
+                           self_draft_has_reset_draft<M>;
+
+//! One static_assert per part of self_draft_model, each naming the missing member.
+template <class M>
+consteval bool check_self_draft_model() {
+  static_assert(self_draft_has_logit_type<M>,
+                "self_draft_model: missing member type 'logit_type' (float or double: the element type of the rows)");
+  static_assert(self_draft_has_vocab_size<M>, "self_draft_model: missing member function 'vocab_size() const' returning int");
+  static_assert(self_draft_has_num_draft_heads<M>,
+                "self_draft_model: missing member function 'num_draft_heads() const' returning int (gamma)");
+  static_assert(self_draft_has_self_draft<M>,
+                "self_draft_model: missing member function 'self_draft(int request, std::span<const int32_t> tokens, "
+                "std::span<logit_type> rows)' writing num_draft_heads() + 1 rows");
+  static_assert(self_draft_has_reset_draft<M>, "self_draft_model: missing member function 'reset_draft(int request)'");
+  return true;
+}
 
 //! Options of self_drafter (defaults: TokenSwift Appendix B.2, Table 11).
 struct self_drafter_params {
@@ -59,8 +101,10 @@ struct self_drafter_params {
 //! TokenSwift's self-drafter over a self_draft_model (see the file comment). Per request it keeps an
 //! n-gram pool and how many tokens it has fed it. propose() costs one model self_draft plus
 //! O((gamma + 1) V) for the rows and O(m + k log k) for the n-gram query.
-template <self_draft_model Model>
+template <class Model>
 class self_drafter {
+  static_assert(check_self_draft_model<Model>());
+
  public:
   explicit self_drafter(Model& model, self_drafter_params params = {}) : model_(&model), p_(params) {
     constexpr std::string_view fn = "specdec::self_drafter";

@@ -15,3 +15,13 @@ specdec_add_compile_fail_cases(decoder ${CMAKE_CURRENT_LIST_DIR}/decoder_policie
   "missing_build|MISSING_BUILD|tree_builder: missing member function 'build\\("
   "missing_verify|MISSING_VERIFY|verifier: missing member function 'verify\\("
   "missing_trait|MISSING_TRAIT|verifier: missing 'static constexpr bool is_lossless_for_sampling'")
+
+# The same for TokenSwift's self-drafting model (decoder/self_drafter.hpp): instantiating self_drafter
+# over a model missing one member fails with check_self_draft_model's message naming it.
+specdec_add_compile_fail_cases(self_draft_model ${CMAKE_CURRENT_LIST_DIR}/self_draft_model.cpp
+  "control|"
+  "missing_logit_type|MISSING_LOGIT_TYPE|self_draft_model: missing member type 'logit_type'"
+  "missing_vocab_size|MISSING_VOCAB_SIZE|self_draft_model: missing member function 'vocab_size\\(\\) const'"
+  "missing_num_draft_heads|MISSING_NUM_DRAFT_HEADS|self_draft_model: missing member function 'num_draft_heads\\(\\) const'"
+  "missing_self_draft|MISSING_SELF_DRAFT|self_draft_model: missing member function 'self_draft\\(int request"
+  "missing_reset_draft|MISSING_RESET_DRAFT|self_draft_model: missing member function 'reset_draft\\(int request\\)'")
