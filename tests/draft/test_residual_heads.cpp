@@ -169,6 +169,14 @@ TEST_CASE("residual_heads: bad inputs are named", "[residual_heads]") {
                     Contains("'params.activation'") && Contains("got 9"));
   CHECK_THROWS_WITH(specdec::residual_heads(h, make_view<2>(static_cast<const float*>(nullptr), {4, 16}), wv, bv, ov),
                     Contains("'h0'") && Contains("nullptr"));
+  // out overlapping an input: h0 inside out's first head, out over the weights' tail, out on the bias.
+  CHECK_THROWS_WITH(specdec::residual_heads(h, make_view<2>(std::as_const(o).data() + 16, {4, 16}), wv, bv, ov),
+                    Contains("'out'") && Contains("disjoint from h0"));
+  CHECK_THROWS_WITH(specdec::residual_heads(h, xv, wv, bv, make_view<3>(w.data() + w.size() - 3 * 4 * 16, {3, 4, 16})),
+                    Contains("'out'") && Contains("disjoint from weights"));
+  CHECK_THROWS_WITH(specdec::residual_heads(h, xv, make_view<3>(std::as_const(w).data(), {1, 16, 16}), make_view<2>(std::as_const(b).data(), {1, 16}),
+                                            make_view<3>(b.data(), {1, 4, 16})),
+                    Contains("'out'") && Contains("disjoint from bias"));
 }
 
 }  // namespace
