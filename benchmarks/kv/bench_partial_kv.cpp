@@ -75,14 +75,16 @@ void BM_partial_kv_rebuild(benchmark::State& st) {
   specdec_bench::set_counters(st, 1.0 * p.len * kHkv * kD * sizeof(T), 2.0 * p.len * kHkv * kD);
 }
 
-// Arg 2: 1 = over the partial view (|B| tokens per kv head), 0 = over the full cache.
+// Arg 2: 0 = over the full cache, 1 = over the partial view (|B| tokens per kv head, each kv head its
+// own selection: the paper), 2 = the same with one selection shared by the kv heads.
 template <class T>
 void BM_decode_partial_vs_full(benchmark::State& st) {
   problem<T> p(static_cast<int>(st.range(0)));
   const specdec::host pol{.num_threads = static_cast<int>(st.range(1))};
   const bool partial = st.range(2) != 0;
   const auto cache = p.layout();
-  specdec::partial_kv_index idx(1, kHkv, kBudget, kSink);
+  specdec::partial_kv_index idx(1, kHkv, kBudget, kSink,
+                                st.range(2) == 2 ? specdec::partial_kv_selection::shared : specdec::partial_kv_selection::per_kv_head);
   idx.rebuild(pol, 0, p.q2(), cache);
   const auto view = idx.layout(cache);
   const auto ip = specdec::make_view<1>(p.q_indptr.data(), {2});
@@ -104,7 +106,7 @@ void args(benchmark::internal::Benchmark* b) {
   b->Args({32768, 1})->Args({32768, 0})->ArgNames({"cache", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 void decode_args(benchmark::internal::Benchmark* b) {
-  for (int partial : {0, 1}) b->Args({32768, 1, partial});
+  for (int partial : {0, 1, 2}) b->Args({32768, 1, partial});
   b->ArgNames({"cache", "threads", "partial"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 

@@ -165,6 +165,57 @@ TEST_CASE("partial_kv: rebuild keeps the sinks and the top |B|-|S| by importance
   }
 }
 
+TEST_CASE("partial_kv: shared selection keeps one set for all kv heads, ranked by the summed scores") {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int hkv = 2 + trial % 3, hq = hkv * (1 + trial % 2), d = 16;
+    const int len = 1 + static_cast<int>(rng() % 150), budget = 1 + static_cast<int>(rng() % 48);
+    const int sink = static_cast<int>(rng() % (budget + 1));
+    cache_data<float> c(1, 150, hkv, d, {len}, 300 + trial);
+    const auto q = random_q(hq, d, 400 + trial);
+    const auto qv = specdec::make_view<2>(q.data(), {hq, d});
+    partial_kv_index idx(1, hkv, budget, sink, specdec::partial_kv_selection::shared);
+    CHECK(idx.selection() == specdec::partial_kv_selection::shared);
+    idx.rebuild(specdec::host{}, 0, qv, c.layout());
+    std::vector<float> s(static_cast<std::size_t>(hkv) * len);
+    specdec::kv_importance(specdec::host{}, qv, c.layout(), 0, specdec::make_view<2>(s.data(), {hkv, len}));
+    const int keep = std::min(sink, len);
+    std::vector<std::int32_t> rest;
+    for (int i = keep; i < len; ++i) rest.push_back(i);
+    // float sums as the index adds them (head 0 + head 1 + ...), ties by token index.
+    std::vector<float> tf(static_cast<std::size_t>(len), 0.0f);
+    for (int i = 0; i < len; ++i) {
+      float acc = s[static_cast<std::size_t>(i)];
+      for (int h = 1; h < hkv; ++h) acc += s[static_cast<std::size_t>(h) * len + i];
+      tf[static_cast<std::size_t>(i)] = acc;
+    }
+    std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) { return tf[a] > tf[b]; });
+    rest.resize(static_cast<std::size_t>(std::min<int>(budget - sink, static_cast<int>(rest.size()))));
+    std::vector<std::int32_t> want(static_cast<std::size_t>(keep));
+    std::iota(want.begin(), want.end(), 0);
+    std::vector<std::int32_t> sorted_rest(rest);
+    std::sort(sorted_rest.begin(), sorted_rest.end());
+    want.insert(want.end(), sorted_rest.begin(), sorted_rest.end());
+    INFO("trial " << trial << " len " << len << " budget " << budget << " sink " << sink);
+    for (int h = 0; h < hkv; ++h) {
+      const auto got = idx.indices(0, h);
+      CHECK(std::vector<std::int32_t>(got.begin(), got.end()) == want);
+      const auto e0 = idx.eviction_order(0, 0), eh = idx.eviction_order(0, h);
+      CHECK(std::vector<std::int32_t>(eh.begin(), eh.end()) == std::vector<std::int32_t>(e0.begin(), e0.end()));
+    }
+    // Appends replace the same slot in every head.
+    idx.append(0, len);
+    idx.append(0, len + budget);
+    for (int h = 1; h < hkv; ++h) {
+      const auto a = idx.indices(0, 0), b = idx.indices(0, h);
+      CHECK(std::vector<std::int32_t>(a.begin(), a.end()) == std::vector<std::int32_t>(b.begin(), b.end()));
+    }
+  }
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(partial_kv_index(1, 1, 4, 1, static_cast<specdec::partial_kv_selection>(7)),
+                    Contains("'selection'") && Contains("got 7"));
+}
+
 TEST_CASE("partial_kv: new tokens fill, then replace the newest-filled, then the least important; Algorithm 3's trigger") {
   const int budget = 6, sink = 2;
   std::vector<float> q = {1, 0};

@@ -186,15 +186,32 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
 
 }  // namespace SPECDEC_HOST_ISA
 
+//! Which tokens a rebuild keeps per kv head.
+enum class partial_kv_selection : std::uint8_t {
+  //! Each kv head its own top-(|B| - |S|) by its own Eq. 2 score (TokenSwift §3.3; the default).
+  per_kv_head,
+  //! One set for all kv heads of a request, ranked by the sum of their Eq. 2 scores. Not the
+  //! paper's rule: an engine opts in for locality. A token-major pass then reads each shown token's
+  //! rows of all heads together (adjacent in NHD and paged layouts) instead of gathering one row per
+  //! head from unrelated pages; on the host that made a fp16 decode over a 4096-token view of a 32K
+  //! cache several times faster (benchmarks/RESULTS.md, partial KV cache).
+  shared,
+};
+
 //! Budgeted per-(request, kv head) token lists of TokenSwift's dynamic partial KV cache, and the
 //! update policy of §3.3 (see the file comment). Owns its index memory (fixed size); reads the full
 //! cache only through the kv_layout passed to rebuild() and through layout().
 class partial_kv_index {
  public:
   //! `budget` = |B| >= 1 slots per (request, kv head), of which the first `sink` = |S| in [0, |B|]
-  //! keep the request's first tokens. Throws specdec::invalid_argument naming the bad argument.
-  partial_kv_index(int requests, int kv_heads, int budget, int sink) : requests_(requests), heads_(kv_heads), budget_(budget), sink_(sink) {
+  //! keep the request's first tokens; `selection` says whether each kv head ranks its own tokens
+  //! (the paper) or all share one set. Throws specdec::invalid_argument naming the bad argument.
+  partial_kv_index(int requests, int kv_heads, int budget, int sink,
+                   partial_kv_selection selection = partial_kv_selection::per_kv_head)
+      : requests_(requests), heads_(kv_heads), budget_(budget), sink_(sink), selection_(selection) {
     constexpr std::string_view fn = "specdec::partial_kv_index";
+    require(selection == partial_kv_selection::per_kv_head || selection == partial_kv_selection::shared, fn, "selection",
+            "partial_kv_selection::per_kv_head or ::shared", static_cast<int>(selection));
     require(requests >= 0, fn, "requests", ">= 0", requests);
     require(kv_heads >= 1, fn, "kv_heads", ">= 1", kv_heads);
     require(budget >= 1, fn, "budget", ">= 1 (|B|, TokenSwift §3.3)", budget);
@@ -214,6 +231,7 @@ class partial_kv_index {
   [[nodiscard]] int num_kv_heads() const noexcept { return heads_; }
   [[nodiscard]] int budget() const noexcept { return budget_; }
   [[nodiscard]] int sink() const noexcept { return sink_; }
+  [[nodiscard]] partial_kv_selection selection() const noexcept { return selection_; }
   //! Tokens shown for request r (the same for every kv head): min(|B|, tokens seen).
   [[nodiscard]] int size(int r) const { return size_.at(check_request(r, "size")); }
   //! Full-cache tokens of request r accounted for (the length at the last rebuild or append).
@@ -246,9 +264,17 @@ class partial_kv_index {
     scores_.resize(static_cast<std::size_t>(heads_) * cols);
     kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, cols}));
     const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep), n = budget_ - sink_;
+    if (selection_ == partial_kv_selection::shared)  // rank by the heads' summed scores, in row 0
+      for (int h = 1; h < heads_; ++h)
+        for (int i = 0; i < len; ++i) scores_[static_cast<std::size_t>(i)] += scores_[static_cast<std::size_t>(h) * cols + i];
     for (int h = 0; h < heads_; ++h) {
       std::int32_t* slots = index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
       std::int32_t* evict = evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n;
+      if (selection_ == partial_kv_selection::shared && h > 0) {  // the same lists as head 0
+        std::copy_n(slots - budget_, budget_, slots);
+        std::copy_n(evict - n, n, evict);
+        continue;
+      }
       std::iota(slots, slots + keep, 0);
       const float* s = scores_.data() + static_cast<std::size_t>(h) * cols;
       order_.resize(static_cast<std::size_t>(len - keep));
@@ -334,6 +360,7 @@ class partial_kv_index {
   }
 
   int requests_, heads_, budget_, sink_;
+  partial_kv_selection selection_;
   std::vector<std::int32_t> index_;                  // [requests, heads, budget]
   std::vector<std::int32_t> evict_;                  // [requests, heads, budget - sink]: eviction order
   std::vector<std::int32_t> size_, seen_, placed_;  // placed_: replacements since the rebuild
