@@ -1,6 +1,7 @@
 // TokenSwift's dynamic partial KV cache (§3.3): Eq. 2 importance over a 32K-token cache, a full
-// rebuild (importance + top-(|B|-|S|) selection per kv head), and a decode step over the partial
-// view beside the same step over the full cache (the saving the partial cache exists for). D = 128,
+// rebuild (importance + top-(|B|-|S|) selection per kv head), a full compact_partial_kv sync, and a
+// decode step over the partial view (per-head, shared, or a dense copy) beside the same step over
+// the full cache (the saving the partial cache exists for). D = 128,
 // 32 query heads / 8 kv heads, paged fp16/fp32 K/V (pages of 16), |B| = 4096, |S| = 64.
 // Counters: GB/s (K rows read, plus V for attention), GFLOP/s (2 per multiply-add).
 #include <benchmark/benchmark.h>
@@ -75,8 +76,25 @@ void BM_partial_kv_rebuild(benchmark::State& st) {
   specdec_bench::set_counters(st, 1.0 * p.len * kHkv * kD * sizeof(T), 2.0 * p.len * kHkv * kD);
 }
 
+// compact_partial_kv::sync right after a rebuild (every slot of every kv head copied: |B| x Hkv K and
+// V rows), the cost a copy adds once per |B| - |S| committed tokens.
+template <class T>
+void BM_partial_kv_compact_sync(benchmark::State& st) {
+  problem<T> p(static_cast<int>(st.range(0)));
+  const auto cache = p.layout();
+  specdec::partial_kv_index idx(1, kHkv, kBudget, kSink);
+  idx.rebuild(specdec::host{.num_threads = 1}, 0, p.q2(), cache);
+  specdec::compact_partial_kv<T> copy(1, kHkv, kBudget, kD);
+  for (auto _ : st) {
+    copy.invalidate(0);
+    benchmark::DoNotOptimize(copy.sync(idx, cache, 0));
+  }
+  specdec_bench::set_counters(st, 2.0 * 2.0 * kBudget * kHkv * kD * sizeof(T), 0.0);  // read + write, K and V
+}
+
 // Arg 2: 0 = over the full cache, 1 = over the partial view (|B| tokens per kv head, each kv head its
-// own selection: the paper), 2 = the same with one selection shared by the kv heads.
+// own selection: the paper), 2 = the same with one selection shared by the kv heads, 3 = over a
+// compact_partial_kv copy of the per-head view (dense, what TokenSwift itself keeps).
 template <class T>
 void BM_decode_partial_vs_full(benchmark::State& st) {
   problem<T> p(static_cast<int>(st.range(0)));
@@ -87,14 +105,20 @@ void BM_decode_partial_vs_full(benchmark::State& st) {
                                 st.range(2) == 2 ? specdec::partial_kv_selection::shared : specdec::partial_kv_selection::per_kv_head);
   idx.rebuild(pol, 0, p.q2(), cache);
   const auto view = idx.layout(cache);
+  specdec::compact_partial_kv<T> copy(1, kHkv, kBudget, kD);
+  copy.sync(idx, cache, 0);
+  const auto dense = copy.layout();
   const auto ip = specdec::make_view<1>(p.q_indptr.data(), {2});
   const auto ov = specdec::make_view<3>(p.out.data(), {1, kHq, kD});
   const auto lv = specdec::make_view<2>(p.lse.data(), {1, kHq});
-  const std::size_t ws_bytes = partial ? specdec::decode_attention_workspace_bytes(pol, p.q3(), view, ip)
-                                       : specdec::decode_attention_workspace_bytes(pol, p.q3(), cache, ip);
+  const bool compact = st.range(2) == 3;
+  const std::size_t ws_bytes = compact   ? specdec::decode_attention_workspace_bytes(pol, p.q3(), dense, ip)
+                               : partial ? specdec::decode_attention_workspace_bytes(pol, p.q3(), view, ip)
+                                         : specdec::decode_attention_workspace_bytes(pol, p.q3(), cache, ip);
   specdec::attention_workspace ws(ws_bytes);
   for (auto _ : st) {
-    if (partial) specdec::decode_attention(pol, p.q3(), view, ip, ov, lv, {.workspace = &ws});
+    if (compact) specdec::decode_attention(pol, p.q3(), dense, ip, ov, lv, {.workspace = &ws});
+    else if (partial) specdec::decode_attention(pol, p.q3(), view, ip, ov, lv, {.workspace = &ws});
     else specdec::decode_attention(pol, p.q3(), cache, ip, ov, lv, {.workspace = &ws});
     benchmark::DoNotOptimize(p.out.data());
   }
@@ -106,7 +130,7 @@ void args(benchmark::internal::Benchmark* b) {
   b->Args({32768, 1})->Args({32768, 0})->ArgNames({"cache", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 void decode_args(benchmark::internal::Benchmark* b) {
-  for (int partial : {0, 1, 2}) b->Args({32768, 1, partial});
+  for (int partial : {0, 1, 2, 3}) b->Args({32768, 1, partial});
   b->ArgNames({"cache", "threads", "partial"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
@@ -116,5 +140,7 @@ BENCHMARK_TEMPLATE(BM_kv_importance, float)->Apply(args);
 BENCHMARK_TEMPLATE(BM_kv_importance, specdec::half)->Apply(args);
 BENCHMARK_TEMPLATE(BM_partial_kv_rebuild, float)->Apply(args);
 BENCHMARK_TEMPLATE(BM_partial_kv_rebuild, specdec::half)->Apply(args);
+BENCHMARK_TEMPLATE(BM_partial_kv_compact_sync, float)->Arg(32768)->ArgName("cache")->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_partial_kv_compact_sync, specdec::half)->Arg(32768)->ArgName("cache")->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_decode_partial_vs_full, float)->Apply(decode_args);
 BENCHMARK_TEMPLATE(BM_decode_partial_vs_full, specdec::half)->Apply(decode_args);

@@ -292,6 +292,88 @@ TEST_CASE("partial_kv: attention over indexed_kv equals attention over a compact
   CHECK(std::isinf(l1[2 * hq]));  // request 2: empty cache
 }
 
+TEST_CASE("partial_kv: compact_partial_kv follows the view slot by slot, copying only what changed") {
+  const int hkv = 3, hq = 6, d = 64, budget = 40, sink = 4;
+  for (auto sel : {specdec::partial_kv_selection::per_kv_head, specdec::partial_kv_selection::shared}) {
+    // Capacity 300: requests 0 and 1 start at 200 and 25 tokens and grow; request 2 stays empty.
+    cache_data<specdec::half> c(3, 300, hkv, d, {200, 25, 0}, 21);
+    const auto q = random_q(hq * 3, d, 22);
+    partial_kv_index idx(3, hkv, budget, sink, sel);
+    specdec::compact_partial_kv<specdec::half> copy(3, hkv, budget, d);
+    CHECK(copy.bytes() == std::size_t{2} * 3 * budget * hkv * d * sizeof(specdec::half));
+    auto qr = [&](int r) { return specdec::make_view<2>(q.data() + static_cast<std::size_t>(r) * hq * d, {hq, d}); };
+    auto same_rows = [&] {
+      const auto view = idx.layout(c.layout());
+      const auto dense = copy.layout();
+      for (int r = 0; r < 3; ++r) {
+        REQUIRE(dense.length(r) == view.length(r));
+        for (int h = 0; h < hkv; ++h)
+          for (int t = 0; t < view.length(r); ++t) {
+            REQUIRE(std::equal(view.k_row(r, t, h), view.k_row(r, t, h) + d, dense.k_row(r, t, h)));
+            REQUIRE(std::equal(view.v_row(r, t, h), view.v_row(r, t, h) + d, dense.v_row(r, t, h)));
+          }
+      }
+    };
+    for (int r = 0; r < 3; ++r) idx.rebuild(specdec::host{}, r, qr(r), c.layout());
+    CHECK(copy.sync(idx, c.layout(), 0) == std::int64_t{budget} * hkv);  // everything after a rebuild
+    CHECK(copy.sync(idx, c.layout(), 1) == std::int64_t{25} * hkv);
+    CHECK(copy.sync(idx, c.layout(), 2) == 0);
+    same_rows();
+    CHECK(copy.sync(idx, c.layout(), 0) == 0);  // nothing changed
+    // One committed token: request 0 (full) replaces one slot per head, request 1 fills one.
+    c.lens = {201, 26, 0};
+    idx.append(0, 201);
+    idx.append(1, 26);
+    CHECK(copy.sync(idx, c.layout(), 0) == hkv);
+    CHECK(copy.sync(idx, c.layout(), 1) == hkv);
+    same_rows();
+    // Many tokens, a rebuild, and attention over the copy equals attention over the view.
+    c.lens = {290, 90, 0};
+    idx.append(0, 290);
+    idx.append(1, 90);
+    CHECK(idx.needs_rebuild(0));
+    idx.rebuild(specdec::host{}, 0, qr(0), c.layout());
+    for (int r = 0; r < 3; ++r) copy.sync(idx, c.layout(), r);
+    same_rows();
+    std::vector<std::int32_t> ip = {0, 1, 2, 3};
+    std::vector<specdec::half> qh(q.size()), o1(q.size()), o2(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) qh[i] = specdec::half(q[i]);
+    std::vector<float> l1(3 * hq), l2(3 * hq);
+    const auto qv = specdec::make_view<3>(std::as_const(qh).data(), {3, hq, d});
+    const auto ipv = specdec::make_view<1>(ip.data(), {4});
+    specdec::decode_attention(specdec::host{}, qv, idx.layout(c.layout()), ipv, specdec::make_view<3>(o1.data(), {3, hq, d}),
+                              specdec::make_view<2>(l1.data(), {3, hq}));
+    specdec::decode_attention(specdec::host{}, qv, copy.layout(), ipv, specdec::make_view<3>(o2.data(), {3, hq, d}),
+                              specdec::make_view<2>(l2.data(), {3, hq}));
+    for (std::size_t i = 0; i < o1.size(); ++i) REQUIRE(specdec::to_float(o1[i]) == specdec::to_float(o2[i]));
+    CHECK(l1 == l2);
+    // invalidate: the next sync copies every shown row again; sync allocates nothing.
+    copy.invalidate(1);
+    CHECK(copy.layout().length(1) == 0);
+    {
+      specdec_test::allocation_scope scope;
+      CHECK(copy.sync(idx, c.layout(), 1) == std::int64_t{idx.size(1)} * hkv);
+      CHECK(scope.count() == 0);
+    }
+  }
+  using Catch::Matchers::Contains;
+  cache_data<float> c(1, 50, 2, 64, {50}, 5);
+  partial_kv_index idx(1, 2, 8, 2);
+  specdec::compact_partial_kv<float> copy(1, 2, 8, 64);
+  CHECK_THROWS_WITH(copy.sync(idx, c.layout(), 1), Contains("'request'") && Contains("got 1"));
+  partial_kv_index other(1, 2, 16, 2);
+  CHECK_THROWS_WITH(copy.sync(other, c.layout(), 0), Contains("'index.budget()'") && Contains("got 16"));
+  cache_data<float> wide(1, 50, 2, 128, {50}, 6);
+  CHECK_THROWS_WITH(copy.sync(idx, wide.layout(), 0), Contains("'full.head_dim()'") && Contains("got 128"));
+  CHECK_THROWS_WITH(copy.invalidate(-1), Contains("'request'"));
+  CHECK_THROWS_WITH(specdec::compact_partial_kv<float>(1, 0, 8, 64), Contains("'kv_heads'"));
+  // An index that shows a token the full cache no longer has (cache truncated behind its back).
+  const auto q = random_q(4, 64, 7);
+  idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {4, 64}), c.layout());
+  c.lens = {5};
+  CHECK_THROWS_WITH(copy.sync(idx, c.layout(), 0), Contains("'index'") && Contains("full.length(request) = 5"));
+}
+
 TEST_CASE("partial_kv: appends allocate nothing and the index memory stays put over 20K tokens") {
   const int hkv = 4, d = 16;
   cache_data<float> c(2, 64, hkv, d, {64, 10}, 4);

@@ -4,11 +4,13 @@
 //! self-drafting target reads at most a fixed budget |B| of its own cached tokens per kv head, so a
 //! draft step's KV traffic stays constant however long the context grows.
 //!
-//! Three parts, usable alone or together:
+//! Four parts, usable alone or together:
 //!  - kv_importance(policy, q, cache, request, scores): Eq. 2, the importance of every cached token
 //!    of one request for each kv head: the sum over the kv head's query group of q_j . K_i.
 //!  - indexed_kv<L>: a kv_layout that shows, per request and kv head, a list of token indices of
 //!    another layout L, read in place (no copy). Any attention primitive runs on it unchanged.
+//!  - compact_partial_kv<T>: a dense copy of the view, kept in sync slot by slot (what TokenSwift
+//!    itself keeps), for draft attention over contiguous memory.
 //!  - partial_kv_index: the budgeted index lists and TokenSwift's update policy. Slots [0, |S|) hold
 //!    the first |S| tokens (attention sinks); slots [|S|, |B|) hold the |B| - |S| most important
 //!    other tokens. New committed tokens fill free slots, then replace the least important ones
@@ -46,6 +48,7 @@
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
+#include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
 namespace specdec {
@@ -366,6 +369,100 @@ class partial_kv_index {
   std::vector<std::int32_t> size_, seen_, placed_;  // placed_: replacements since the rebuild
   std::vector<float> scores_;                        // rebuild scratch [heads, length]
   std::vector<std::int32_t> order_;                  // rebuild scratch [length]
+};
+
+//! A compacted copy of a partial_kv_index's view: the rows it shows for each (request, kv head),
+//! stored densely in their slot order as a contiguous NHD cache [requests, |B|, kv_heads, D], kept
+//! in sync slot by slot. TokenSwift's own partial cache is such a copy (|B| tokens of K/V per layer);
+//! indexed_kv reads the full cache in place instead. The copy costs |B| tokens of KV per layer and
+//! one row copy per changed slot, and gives the draft's attention a dense layout: on the host a
+//! decode step over 4096 scattered tokens per kv head ran 3x (fp32) to 14x (fp16) slower through indexed_kv than
+//! the same number of contiguous tokens (benchmarks/RESULTS.md, partial KV cache).
+//! Host memory only. Storage type T: the full cache's (float, half, bfloat16 or double).
+template <class T>
+class compact_partial_kv {
+ public:
+  //! Geometry must match the partial_kv_index it will follow (checked by sync). Allocates the
+  //! whole copy: 2 * requests * budget * kv_heads * head_dim elements.
+  compact_partial_kv(int requests, int kv_heads, int budget, int head_dim)
+      : requests_(requests), heads_(kv_heads), budget_(budget), dim_(head_dim) {
+    constexpr std::string_view fn = "specdec::compact_partial_kv";
+    require(requests >= 0, fn, "requests", ">= 0", requests);
+    require(kv_heads >= 1, fn, "kv_heads", ">= 1", kv_heads);
+    require(budget >= 1, fn, "budget", ">= 1", budget);
+    require(head_dim >= 1, fn, "head_dim", ">= 1", head_dim);
+    const auto n = static_cast<std::size_t>(requests) * budget * kv_heads * head_dim;
+    k_.assign(n, T{});
+    v_.assign(n, T{});
+    shown_.assign(static_cast<std::size_t>(requests) * kv_heads * budget, -1);
+    lengths_.assign(static_cast<std::size_t>(requests), 0);
+  }
+
+  //! Brings request r's copy up to date with `index` over the full cache `full` (the layout the
+  //! index was built over): copies the K and V rows of every (kv head, slot) whose shown token
+  //! changed since the last sync. Returns the number of rows copied (per kv head; K and V count
+  //! once). After a rebuild that is every slot; after an append, the replaced or filled slots. The
+  //! copy trusts that a full-cache token's rows never change once committed: after truncating or
+  //! rewriting the full cache, call invalidate(r). Never allocates. O(|B| * kv_heads) compares plus
+  //! the copies.
+  template <kv_layout L>
+  std::int64_t sync(const partial_kv_index& index, const L& full, int r) {
+    constexpr std::string_view fn = "specdec::compact_partial_kv::sync";
+    static_assert(std::is_same_v<std::remove_cv_t<typename L::value_type>, T>,
+                  "specdec::compact_partial_kv::sync: the full cache must hold the copy's storage type T");
+    if (r < 0 || r >= requests_) [[unlikely]]
+      require_in_range(fn, "request", r, 0, requests_ - 1);
+    require_equal(fn, "index.num_kv_heads()", heads_, index.num_kv_heads());
+    require_equal(fn, "index.budget()", budget_, index.budget());
+    require_equal(fn, "index.num_requests()", requests_, index.num_requests());
+    require_equal(fn, "full.num_kv_heads()", heads_, full.num_kv_heads());
+    require_equal(fn, "full.head_dim()", dim_, full.head_dim());
+    require(host_accessible(full.space()), fn, "full", "host-accessible memory", full.space());
+    if (r >= full.num_requests()) [[unlikely]]
+      throw_invalid_argument(fn, "full.num_requests()", "> request " + std::to_string(r), full.num_requests());
+    const int n = index.size(r), len = full.length(r);
+    std::int64_t copied = 0;
+    for (int h = 0; h < heads_; ++h) {
+      const auto shown = index.indices(r, h);
+      std::int32_t* have = shown_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
+      for (int t = 0; t < n; ++t) {
+        const std::int32_t tok = shown[static_cast<std::size_t>(t)];
+        if (have[t] == tok) continue;
+        if (!(tok >= 0 && tok < len)) [[unlikely]]
+          throw_invalid_argument(fn, "index", "shown tokens in [0, full.length(request) = " + std::to_string(len) + ")", tok);
+        std::copy_n(full.k_row(r, tok, h), dim_, k_.data() + offset(r, t, h));
+        std::copy_n(full.v_row(r, tok, h), dim_, v_.data() + offset(r, t, h));
+        have[t] = tok;
+        ++copied;
+      }
+    }
+    lengths_[static_cast<std::size_t>(r)] = n;
+    return copied;
+  }
+
+  //! Forgets what request r's copy holds: the next sync copies every shown row.
+  void invalidate(int r) {
+    if (r < 0 || r >= requests_) [[unlikely]]
+      require_in_range("specdec::compact_partial_kv::invalidate", "request", r, 0, requests_ - 1);
+    std::fill_n(shown_.data() + static_cast<std::size_t>(r) * heads_ * budget_, static_cast<std::size_t>(heads_) * budget_, -1);
+    lengths_[static_cast<std::size_t>(r)] = 0;
+  }
+
+  //! The copy as a read-only contiguous NHD layout (request r shows lengths = its last sync's size).
+  [[nodiscard]] contiguous_kv<const T> layout() const {
+    return {k_.data(), v_.data(), lengths_.data(), requests_, budget_, heads_, dim_, memory_space::host};
+  }
+  //! Bytes of K/V held (fixed at construction).
+  [[nodiscard]] std::size_t bytes() const noexcept { return (k_.size() + v_.size()) * sizeof(T); }
+
+ private:
+  [[nodiscard]] std::size_t offset(int r, int t, int h) const noexcept {
+    return ((static_cast<std::size_t>(r) * budget_ + t) * heads_ + h) * dim_;
+  }
+  int requests_, heads_, budget_, dim_;
+  std::vector<T> k_, v_;
+  std::vector<std::int32_t> shown_;    // [requests, heads, budget]: full-cache token each slot holds (-1: none)
+  std::vector<std::int32_t> lengths_;  // [requests]
 };
 
 }  // namespace specdec
