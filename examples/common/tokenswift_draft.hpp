@@ -8,8 +8,9 @@
 //!
 //! The draft keeps no K/V of its own: the partial view reads the target's cache in place and the
 //! root's K/V are used for its own attention only (the target's verification forward computes and
-//! commits them). Per request and layer it keeps |B| int32 indices per kv head, so its memory is
-//! constant however long the context grows.
+//! commits them). Per request and layer it keeps |B| int32 indices per kv head (plus, with
+//! partial_cache_config::compact, a dense copy of those |B| tokens' K/V), so its memory is constant
+//! however long the context grows.
 //!
 //! Heads: the examples have no trained TokenSwift heads, so fit_residual_heads() fits them by ridge
 //! regression on hidden states of the target's own greedy text (h_i ~ the hidden state i positions
@@ -44,6 +45,9 @@ struct residual_head_weights {
 struct partial_cache_config {
   int budget = 4096;
   int sink = 64;
+  //! Attend over a dense copy of each layer's view (specdec::compact_partial_kv, |B| tokens of K/V
+  //! per layer, what TokenSwift keeps) instead of reading the target's cache in place.
+  bool compact = false;
 };
 
 //! The self-drafting target (see the file comment). Holds a reference to the target (which must
@@ -60,7 +64,10 @@ class tokenswift_self_draft {
     require(heads_.gamma >= 0, fn, "heads.gamma", ">= 0", heads_.gamma);
     require_equal(fn, "heads.w.size()", static_cast<std::size_t>(heads_.gamma) * c.hidden * c.hidden, heads_.w.size());
     require_equal(fn, "heads.b.size()", static_cast<std::size_t>(heads_.gamma) * c.hidden, heads_.b.size());
-    for (int l = 0; l < c.layers; ++l) index_.emplace_back(target.max_requests(), c.kv_heads, pc.budget, pc.sink);
+    for (int l = 0; l < c.layers; ++l) {
+      index_.emplace_back(target.max_requests(), c.kv_heads, pc.budget, pc.sink);
+      if (pc.compact) copies_.emplace_back(target.max_requests(), c.kv_heads, pc.budget, c.head_dim);
+    }
     built_.assign(static_cast<std::size_t>(target.max_requests()), 0);
   }
 
@@ -143,7 +150,7 @@ class tokenswift_self_draft {
   template <class Full>
   void attend(int l, int r, int L, bool build, const Full& full) {
     const auto& c = target_->config();
-    const int D = c.head_dim, Hq = c.heads, Hkv = c.kv_heads, R = target_->max_requests();
+    const int D = c.head_dim, Hq = c.heads;
     auto& idx = index_[static_cast<std::size_t>(l)];
     const auto qv = make_view<2>(std::as_const(q_).data(), {Hq, D});
     if (build) {
@@ -156,7 +163,20 @@ class tokenswift_self_draft {
         ++rebuilds_;
       }
     }
-    const auto view = idx.layout(full);
+    if (pc_.compact) {
+      auto& copy = copies_[static_cast<std::size_t>(l)];
+      if (build) copy.invalidate(r);
+      copy.sync(idx, full, r);
+      attend_over(copy.layout(), r);
+    } else {
+      attend_over(idx.layout(full), r);
+    }
+  }
+
+  template <class View>
+  void attend_over(const View& view, int r) {
+    const auto& c = target_->config();
+    const int D = c.head_dim, Hq = c.heads, Hkv = c.kv_heads, R = target_->max_requests();
     indptr_.resize(static_cast<std::size_t>(R) + 1);
     for (int i = 0; i <= R; ++i) indptr_[static_cast<std::size_t>(i)] = i > r ? 1 : 0;
     const mask_word mask[1] = {1};
@@ -179,6 +199,7 @@ class tokenswift_self_draft {
   partial_cache_config pc_;
   residual_head_weights<T> heads_;
   std::vector<partial_kv_index> index_;
+  std::vector<compact_partial_kv<T>> copies_;  // per layer, when partial_cache_config::compact
   std::vector<char> built_;
   std::vector<T> x_, xn_, q_, k_, v_, att_, g_, u_, h_, hs_;
   std::vector<float> lse_;
