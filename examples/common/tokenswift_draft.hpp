@@ -77,6 +77,14 @@ class tokenswift_self_draft {
   [[nodiscard]] const partial_kv_index& index(int layer) const { return index_.at(static_cast<std::size_t>(layer)); }
   //! h_0 of the last self_draft call (the final-normed hidden state of the root).
   [[nodiscard]] std::span<const T> last_hidden() const noexcept { return h_; }
+  //! Bytes the draft keeps besides the target: every layer's partial index and, with
+  //! partial_cache_config::compact, its dense K/V copy. Fixed at construction.
+  [[nodiscard]] std::size_t draft_bytes() const noexcept {
+    std::size_t b = 0;
+    for (const auto& i : index_) b += i.index_bytes();
+    for (const auto& c : copies_) b += c.bytes();
+    return b;
+  }
   //! Number of partial-cache rebuilds so far (all layers, all requests).
   [[nodiscard]] long rebuilds() const noexcept { return rebuilds_; }
 
