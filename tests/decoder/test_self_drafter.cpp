@@ -218,6 +218,7 @@ TEST_CASE("self_drafter and tokenswift_self_draft: bad inputs are named", "[self
   CHECK_THROWS_WITH(self_drafter<scripted_model>(m, {.ngram_candidates = -1}), Contains("'params.ngram_candidates'"));
   CHECK_THROWS_WITH(self_drafter<scripted_model>(m, {.ngram = {.n = 1}}), Contains("'params.ngram.n'"));
   self_drafter<scripted_model> d(m);
+  CHECK_THROWS_WITH(d.pool(0), Contains("'request'") && Contains("has proposed") && Contains("got 0"));
   draft_candidates out;
   const std::vector<std::int32_t> toks{1};
   CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = {}, .depth = 2}, out), Contains("'req.tokens.size()'"));

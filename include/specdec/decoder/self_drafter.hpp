@@ -157,10 +157,11 @@ class self_drafter {
     }
   }
 
-  //! The n-gram pool of request r (empty before its first propose).
+  //! The n-gram pool of request r. Precondition (checked): request r has proposed at least once.
   [[nodiscard]] const ngram_pool& pool(int r) const {
-    require_in_range("specdec::self_drafter::pool", "request", static_cast<std::size_t>(r), std::size_t{0},
-                     state_.empty() ? std::size_t{0} : state_.size() - 1);
+    if (!(r >= 0 && static_cast<std::size_t>(r) < state_.size())) [[unlikely]]
+      throw_invalid_argument("specdec::self_drafter::pool", "request",
+                             "a request that has proposed (0 <= request < " + std::to_string(state_.size()) + ")", r);
     return state_[static_cast<std::size_t>(r)].pool;
   }
 
