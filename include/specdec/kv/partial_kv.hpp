@@ -439,7 +439,7 @@ class compact_partial_kv {
     static_assert(std::is_same_v<std::remove_cv_t<typename L::value_type>, T>,
                   "specdec::compact_partial_kv::sync: the full cache must hold the copy's storage type T");
     if (r < 0 || r >= requests_) [[unlikely]]
-      require_in_range(fn, "request", r, 0, requests_ - 1);
+      throw_invalid_argument(fn, "request", "in [0, " + std::to_string(requests_ - 1) + "]", r);
     require_equal(fn, "index.num_kv_heads()", heads_, index.num_kv_heads());
     require_equal(fn, "index.budget()", budget_, index.budget());
     require_equal(fn, "index.num_requests()", requests_, index.num_requests());
@@ -471,7 +471,8 @@ class compact_partial_kv {
   //! Forgets what request r's copy holds: the next sync copies every shown row.
   void invalidate(int r) {
     if (r < 0 || r >= requests_) [[unlikely]]
-      require_in_range("specdec::compact_partial_kv::invalidate", "request", r, 0, requests_ - 1);
+      throw_invalid_argument("specdec::compact_partial_kv::invalidate", "request",
+                             "in [0, " + std::to_string(requests_ - 1) + "]", r);
     std::fill_n(shown_.data() + static_cast<std::size_t>(r) * heads_ * budget_, static_cast<std::size_t>(heads_) * budget_, -1);
     lengths_[static_cast<std::size_t>(r)] = 0;
   }
