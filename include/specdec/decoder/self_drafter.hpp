@@ -136,12 +136,13 @@ class self_drafter {
     const bool processed = req.sampling != nullptr && req.sampling->temperature > 0.0f;
     context_.assign(req.tokens.begin(), req.tokens.end());
     out.vocab = V;
+    row_.resize(static_cast<std::size_t>(V));
+    lp_.resize(static_cast<std::size_t>(V));
     for (int d = 0; d < depth; ++d) {
-      row_.resize(static_cast<std::size_t>(V));
-      for (int v = 0; v < V; ++v) row_[static_cast<std::size_t>(v)] = static_cast<float>(rows_[static_cast<std::size_t>(d) * V + v]);
+      const auto src = rows_.begin() + static_cast<std::ptrdiff_t>(d) * V;
+      std::transform(src, src + V, row_.begin(), [](auto x) { return static_cast<float>(x); });
       // The penalty window sees the committed tokens and the chain drafted so far (Eq. 3's W).
       if (processed) process_logits(std::span<float>(row_), *req.sampling, context_, ws_);
-      lp_.resize(row_.size());
       detail::log_softmax(std::span<const float>(row_), std::span<float>(lp_));
       out.alternatives.emplace_back();
       top_(lp_, req.width, out.alternatives.back());
