@@ -171,6 +171,11 @@ TEST_CASE("tokenswift_tree_builder: Cartesian heads then n-grams in one trie", "
   CHECK(t.size() == 7);
   CHECK(t.token(6) == 5);
   CHECK(t.depth(6) == 2);
+  // Bad configurations are named.
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(tokenswift_tree_builder({2, 2}, -1), Contains("'max_nodes'") && Contains("got -1"));
+  tokenswift_tree_builder zero({2, 0});
+  CHECK_THROWS_WITH(zero.build(c, t), Contains("'widths[k]'") && Contains("got 0"));
 }
 
 TEST_CASE("tokenswift_self_draft: full budget reproduces the target, small budget rebuilds on schedule", "[self_drafter]") {
