@@ -1,7 +1,7 @@
 // Host attention benchmarks: hybrid_tree_attention, decode_attention, tree_attention, lse_merge at
-// D = 128, 32 query heads / 8 KV heads, cache 4K and 32K, tree 1/16/63/64/128, fp16 and fp32 K/V,
-// plus this machine's roofline (read bandwidth, FMA peak) measured the same way, so every figure can
-// be read as a % of roofline. Counters: "GB/s" (bytes that must be read/written at least once:
+// D = 128, 32 query heads / 8 KV heads, cache 4K and 32K, tree 1/16/63/64/128, fp16 and fp32 K/V
+// (and decode_attention at tree 2/4/8, 32K), plus this machine's roofline (read bandwidth, FMA
+// peak) measured the same way, so every figure can be read as a % of roofline. Counters: "GB/s" (bytes that must be read/written at least once:
 // cache K/V, tree K/V, Q, O) and "GFLOP/s" (2 FLOPs per multiply-add of QK^T and PV over the keys
 // each query actually sees). Problem sizes are set once per benchmark; the workspace is sized once
 // (no allocation inside the timed loop). Two extra decode rows at cache 1K give the kernel's
@@ -273,6 +273,17 @@ void ceiling_args(benchmark::internal::Benchmark* b) {
   b->Args({1024, 1, 1})->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
 }
 
+// Small trees between the decode step and #3's grid (tree 2, 4, 8 at 32K): a speculative step
+// verifies a few tokens, and these cells run the row kernel with 8 rows per kv head (tree 2) or
+// the tile kernel with a 16- or 32-row panel. Time per call next to tree = 1 shows what the second,
+// fourth or eighth token costs.
+template <int Threads>
+void small_tree_args(benchmark::internal::Benchmark* b) {
+  for (int tree : {2, 4, 8}) b->Args({32768, tree, Threads});
+  b->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
+  if (Threads != 1) b->UseRealTime();
+}
+
 }  // namespace
 
 BENCHMARK(BM_roofline_read_bandwidth)->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond);
@@ -289,5 +300,6 @@ SPECDEC_ATTN_BENCH(BM_hybrid_tree_attention, hybrid_args);
 SPECDEC_ATTN_BENCH(BM_decode_attention, hybrid_args);
 SPECDEC_ATTN_BENCH(BM_tree_attention, tree_args);
 SPECDEC_ATTN_BENCH(BM_lse_merge, tree_args);
+SPECDEC_ATTN_BENCH(BM_decode_attention, small_tree_args);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);
 BENCHMARK_TEMPLATE(BM_decode_attention, specdec::half)->Apply(ceiling_args);

@@ -411,6 +411,13 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   constexpr int dv = D / vlanes;                       // vectors per row
   constexpr int cw = fit_block(RB + 1, 1, 4);          // PV column slice, in vectors (AVX-512: 4 / 2)
   constexpr int qs = fit_block(RB + 1, 0, 2);          // QK^T accumulator sets per row (AVX-512: 2)
+  // Keys per score step. 2 (each query vector loaded once for two K rows) for 8 rows where 2 x 8
+  // accumulators, two K vectors and a query vector fit in the register file (AVX-512): a two-token
+  // tree step at 32K took 22 ms instead of 27-30 on a Zen 4 core (RESULTS.md, session 12). For 4
+  // rows GCC 12 turns the two-key loop into query vectors held in registers with K as the memory
+  // operand, plus spills, and a decode step got 25% slower in cache; so 1 there, with qs
+  // accumulator sets per row.
+  constexpr int kt = RB == 8 && 2 * RB + 3 <= vregs16 ? 2 : 1;
   alignas(64) float qb[dot_heads][RB][D];
   alignas(64) float sb[dot_heads][RB][dot_block];
   float mrow[dot_heads][RB], lrow[dot_heads][RB], alpha[dot_heads][RB];
@@ -438,27 +445,51 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
       const int nnb = std::clamp(k_end - (b + dot_block), 0, dot_block);  // rows of the next block
       // Scores, token-major, prefetching K kpf_dist tokens ahead into L2 and this block's V rows
       // into L2 for the PV pass.
-      for (int j = 0; j < nb; ++j) {
+      for (int j = 0; j < nb; j += kt) {
+        const int nt = std::min(kt, nb - j);
         for (int hh = 0; hh < hc; ++hh) {
-          const T* kr = krow(b + j, h0 + hh);
-          const T* vr = vrow(b + j, h0 + hh);
-          vp[hh][j] = vr;
-          if (j < nnb) vn[hh][j] = vrow(b + dot_block + j, h0 + hh);
-          prefetch_row<D>(vr);
-          if (b + j + kpf_dist < k_end) prefetch_row<D>(krow(b + j + kpf_dist, h0 + hh));
-          vf16 acc[qs][RB];
-          for (int u = 0; u < qs; ++u)
-            for (int i = 0; i < RB; ++i) acc[u][i] = vf16{};
-          for (int c = 0; c < dv; c += qs) {
-            vf16 kv[qs];
-            for (int u = 0; u < qs; ++u) kv[u] = vload_as_float(kr + (c + u) * vlanes);
-            for (int i = 0; i < RB; ++i)
-              for (int u = 0; u < qs; ++u) acc[u][i] += kv[u] * vload(&qb[hh][i][(c + u) * vlanes]);
+          const T* kr[kt];
+          for (int t = 0; t < kt; ++t) {
+            // A missing last token of an odd block repeats the one before (its scores are dropped).
+            kr[t] = krow(b + j + std::min(t, nt - 1), h0 + hh);
+            if (t >= nt) continue;
+            const T* vr = vrow(b + j + t, h0 + hh);
+            vp[hh][j + t] = vr;
+            if (j + t < nnb) vn[hh][j + t] = vrow(b + dot_block + j + t, h0 + hh);
+            prefetch_row<D>(vr);
+            if (b + j + t + kpf_dist < k_end) prefetch_row<D>(krow(b + j + t + kpf_dist, h0 + hh));
           }
-          for (int i = 0; i < RB; ++i) {
-            vf16 sum = acc[0][i];
-            for (int u = 1; u < qs; ++u) sum += acc[u][i];
-            sb[hh][i][j] = vhsum(sum);
+          if constexpr (kt == 2) {
+            // Two keys per step: each query vector is loaded once for both (the score pass is
+            // bound by L1 loads otherwise: one per FMA). RB accumulators per key.
+            vf16 a0[RB], a1[RB];
+            for (int i = 0; i < RB; ++i) a0[i] = a1[i] = vf16{};
+            for (int c = 0; c < dv; ++c) {
+              const vf16 k0 = vload_as_float(kr[0] + c * vlanes), k1 = vload_as_float(kr[1] + c * vlanes);
+              for (int i = 0; i < RB; ++i) {
+                const vf16 q = vload(&qb[hh][i][c * vlanes]);
+                a0[i] += k0 * q;
+                a1[i] += k1 * q;
+              }
+            }
+            for (int i = 0; i < RB; ++i) sb[hh][i][j] = vhsum(a0[i]);
+            if (nt == 2)
+              for (int i = 0; i < RB; ++i) sb[hh][i][j + 1] = vhsum(a1[i]);
+          } else {
+            vf16 acc[qs][RB];
+            for (int u = 0; u < qs; ++u)
+              for (int i = 0; i < RB; ++i) acc[u][i] = vf16{};
+            for (int c = 0; c < dv; c += qs) {
+              vf16 kv[qs];
+              for (int u = 0; u < qs; ++u) kv[u] = vload_as_float(kr[0] + (c + u) * vlanes);
+              for (int i = 0; i < RB; ++i)
+                for (int u = 0; u < qs; ++u) acc[u][i] += kv[u] * vload(&qb[hh][i][(c + u) * vlanes]);
+            }
+            for (int i = 0; i < RB; ++i) {
+              vf16 sum = acc[0][i];
+              for (int u = 1; u < qs; ++u) sum += acc[u][i];
+              sb[hh][i][j] = vhsum(sum);
+            }
           }
         }
       }
