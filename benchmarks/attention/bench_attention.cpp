@@ -1,11 +1,12 @@
 // Host attention benchmarks: hybrid_tree_attention, decode_attention, tree_attention, lse_merge at
 // D = 128, 32 query heads / 8 KV heads, cache 4K and 32K, tree 1/16/63/64/128, fp16 and fp32 K/V
 // (and decode_attention at tree 2/4/8, 32K), plus this machine's roofline (read bandwidth, FMA
-// peak) measured the same way, so every figure can be read as a % of roofline. Counters: "GB/s" (bytes that must be read/written at least once:
-// cache K/V, tree K/V, Q, O) and "GFLOP/s" (2 FLOPs per multiply-add of QK^T and PV over the keys
-// each query actually sees). Problem sizes are set once per benchmark; the workspace is sized once
-// (no allocation inside the timed loop). Two extra decode rows at cache 1K give the kernel's
-// in-cache ceiling for the memory-bound (tree = 1) cells.
+// peak) measured the same way, so every figure can be read as a % of roofline. Counters: "GB/s"
+// (bytes that must be read/written at least once: cache K/V, tree K/V, Q, O) and "GFLOP/s" (2
+// FLOPs per multiply-add of QK^T and PV over the keys each query actually sees). Problem sizes
+// are set once per benchmark; the workspace is sized once (no allocation inside the timed loop).
+// Two extra decode rows at cache 1K give the kernel's in-cache ceiling for the memory-bound
+// (tree = 1) cells.
 #include <benchmark/benchmark.h>
 
 #include "common/counters.hpp"

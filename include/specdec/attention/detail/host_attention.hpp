@@ -443,8 +443,8 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
     for (int b = k_begin; b < k_end; b += dot_block) {
       const int nb = std::min(dot_block, k_end - b);
       const int nnb = std::clamp(k_end - (b + dot_block), 0, dot_block);  // rows of the next block
-      // Scores, token-major, prefetching K kpf_dist tokens ahead into L2 and this block's V rows
-      // into L2 for the PV pass.
+      // Scores, token-major (kt tokens per step, then the heads), prefetching K kpf_dist tokens
+      // ahead into L2 and this block's V rows into L2 for the PV pass.
       for (int j = 0; j < nb; j += kt) {
         const int nt = std::min(kt, nb - j);
         for (int hh = 0; hh < hc; ++hh) {
