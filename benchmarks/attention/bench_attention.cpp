@@ -160,6 +160,12 @@ void BM_lse_merge(benchmark::State& st) {
 // the peaks below are measured with the code generation the kernels get on this build's target.
 using v16 = specdec::detail::vf16;
 
+//! Adds `count` floats (a multiple of 64) from p into four independent 16-lane sums.
+inline void sum_floats(const float* p, std::size_t count, v16 (&acc)[4]) {
+  for (std::size_t i = 0; i < count; i += 64)
+    for (int u = 0; u < 4; ++u) acc[u] += specdec::detail::vload(p + i + 16 * u);
+}
+
 void BM_roofline_read_bandwidth(benchmark::State& st) {
   const std::size_t n = std::size_t{256} << 20 >> 2;  // 256 MiB of floats: far beyond the LLC
   std::vector<float> buf(n, 1.0f);
@@ -169,15 +175,9 @@ void BM_roofline_read_bandwidth(benchmark::State& st) {
   for (auto _ : st) {
     specdec::parallel_for(pol, threads, [&](std::int64_t t) {
       const std::size_t lo = n / threads * t, hi = n / threads * (t + 1);
-      v16 a0{}, a1{}, a2{}, a3{};
-      for (std::size_t i = lo; i + 64 <= hi; i += 64) {
-        a0 += specdec::detail::vload(&buf[i]);
-        a1 += specdec::detail::vload(&buf[i + 16]);
-        a2 += specdec::detail::vload(&buf[i + 32]);
-        a3 += specdec::detail::vload(&buf[i + 48]);
-      }
-      const v16 s = a0 + a1 + a2 + a3;
-      sums[t * 16] = specdec::detail::vhsum(s);  // every lane, so no part of the loop is dead
+      v16 acc[4] = {};
+      sum_floats(&buf[lo], (hi - lo) / 64 * 64, acc);
+      sums[t * 16] = specdec::detail::vhsum(acc[0] + acc[1] + acc[2] + acc[3]);  // every lane, so no part of the loop is dead
     });
     benchmark::DoNotOptimize(sums.data());
   }
@@ -194,27 +194,20 @@ void BM_roofline_read_streams(benchmark::State& st) {
   std::vector<float> buf(n, 1.0f);
   const specdec::host pol{.num_threads = static_cast<int>(st.range(0))};
   const int threads = specdec::detail::host_threads(pol), streams = static_cast<int>(st.range(1));
+  const std::size_t part = n / threads / streams / chunk * chunk;  // floats per stream
   std::vector<float> sums(threads * 16);
   for (auto _ : st) {
     specdec::parallel_for(pol, threads, [&](std::int64_t t) {
-      const std::size_t lo = n / threads * t, part = n / threads / streams / chunk * chunk;
-      v16 a0{}, a1{}, a2{}, a3{};
+      const std::size_t lo = n / threads * t;
+      v16 acc[4] = {};
       for (std::size_t off = 0; off < part; off += chunk)
-        for (int sidx = 0; sidx < streams; ++sidx) {
-          const float* p = &buf[lo + sidx * part + off];
-          for (std::size_t i = 0; i < chunk; i += 64) {
-            a0 += specdec::detail::vload(p + i);
-            a1 += specdec::detail::vload(p + i + 16);
-            a2 += specdec::detail::vload(p + i + 32);
-            a3 += specdec::detail::vload(p + i + 48);
-          }
-        }
-      sums[t * 16] = specdec::detail::vhsum(a0 + a1 + a2 + a3);
+        for (int sidx = 0; sidx < streams; ++sidx) sum_floats(&buf[lo + sidx * part + off], chunk, acc);
+      sums[t * 16] = specdec::detail::vhsum(acc[0] + acc[1] + acc[2] + acc[3]);
     });
     benchmark::DoNotOptimize(sums.data());
   }
-  const std::size_t read = n / threads / streams / chunk * chunk * streams * threads;
-  set_counters(st, 4.0 * read, static_cast<double>(read));
+  const double read = static_cast<double>(part) * streams * threads;
+  set_counters(st, 4.0 * read, read);
 }
 
 // The read roofline of the decode row kernel's memory order (attend_part_rows), with no arithmetic:
