@@ -2,6 +2,7 @@
 // ratios 1/2/4/8, head dims 64/128/256, cache lengths 0, 1 and non-multiples of every block size
 // (64-token tiles, 256-token splits, 16-token pages), ragged batches, NHD/HND/paged layouts.
 #include "attention_fixture.hpp"
+#include "nonfinite_util.hpp"
 
 #include "specdec/attention/hybrid_tree_attention.hpp"
 
@@ -57,3 +58,15 @@ TEST_CASE("hybrid_tree_attention fp32: custom scale and large logits stay accura
   run_hybrid(b, layout_kind::nhd, {.scale = 0.3f}, 1e-4);
   run_hybrid(b, layout_kind::nhd, {}, 1e-4);
 }
+
+TEST_CASE("attention fp32: NaN/Inf a row cannot see never reaches it; what it sees does") {
+  for (int d : {64, 128}) {
+    DYNAMIC_SECTION("d " << d) { check_poisoned_grid<float>(d); }
+  }
+}
+
+TEST_CASE("attention fp32: a NaN/Inf in a visible cached K or V propagates") {
+  check_visible_cache_poison<float>(64);
+}
+
+TEST_CASE("attention fp32: denormal values are ordinary numbers") { check_denormal_values(); }

@@ -2,6 +2,7 @@
 // from the same rounded inputs. Tolerance: one rounding of the output to the storage type (half an
 // ulp: 4.9e-4 fp16, 3.9e-3 bf16) plus fp32 accumulation slack; the LSE is fp32 and held to 1e-5.
 #include "attention_fixture.hpp"
+#include "nonfinite_util.hpp"
 
 #include "specdec/attention/decode_attention.hpp"
 #include "specdec/attention/hybrid_tree_attention.hpp"
@@ -37,4 +38,10 @@ TEMPLATE_TEST_CASE("decode and tree attention in reduced precision", "", specdec
     check_against(b, specdec::reference::tree_attention(b.q_view(), b.k_view(), b.v_view(), b.indptr_view(),
                                                         b.mask_view()));
   }
+}
+
+TEMPLATE_TEST_CASE("attention in reduced precision: NaN/Inf a row cannot see never reaches it", "", specdec::half,
+                   specdec::bfloat16) {
+  check_poisoned_grid<TestType>(128);
+  check_visible_cache_poison<TestType>(128);
 }

@@ -124,6 +124,48 @@ TEMPLATE_TEST_CASE("lse_merge -inf handling never gives NaN", "", float, sd::hal
   }
 }
 
+TEMPLATE_TEST_CASE("lse_merge: NaN in a part that has keys propagates, never a finite answer", "", float, sd::half,
+                   sd::bfloat16) {
+  const int d = 64, S = 70;  // more than one 64-part chunk of the host fold
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<TestType> parts(static_cast<std::size_t>(S) * d), o(d);
+  for (std::size_t i = 0; i < parts.size(); ++i) parts[i] = sd::from_float<TestType>(0.25f);
+  std::vector<float> lse(S, ninf), lo{0};
+  auto run = [&] {
+    sd::lse_merge(sd::host{}, sd::make_view<4>(parts.data(), {S, 1, 1, d}), sd::make_view<3>(lse.data(), {S, 1, 1}),
+                  sd::make_view<3>(o.data(), {1, 1, d}), sd::make_view<2>(lo.data(), {1, 1}));
+  };
+  SECTION("the only non-empty part has LSE NaN (std::max / fmaxf would drop it as if the row were empty)") {
+    lse[66] = nan;
+    run();
+    CHECK(std::isnan(lo[0]));
+    for (int c = 0; c < d; ++c) CHECK(std::isnan(sd::to_float(o[c])));
+  }
+  SECTION("a NaN LSE beside finite ones") {
+    lse[0] = 2.0f;
+    lse[3] = nan;
+    run();
+    CHECK(std::isnan(lo[0]));
+    CHECK(std::isnan(sd::to_float(o[0])));
+  }
+  SECTION("a finite LSE whose O holds NaN (a NaN value the part could see), however small its weight") {
+    lse[0] = 50.0f;
+    lse[65] = -80.0f;  // weight exp(-130) underflows to 0 in fp32, yet the NaN must reach the row
+    parts[static_cast<std::size_t>(65) * d + 5] = sd::from_float<TestType>(nan);
+    run();
+    CHECK(lo[0] == Approx(50.0f));
+    CHECK(std::isnan(sd::to_float(o[5])));
+    CHECK(sd::to_float(o[4]) == Approx(0.25f).margin(1e-2));
+  }
+  SECTION("+inf LSE (an infinite score) is not finite either") {
+    lse[1] = 1.0f;
+    lse[2] = std::numeric_limits<float>::infinity();
+    run();
+    CHECK(!std::isfinite(lo[0]));
+    CHECK(!std::isfinite(sd::to_float(o[0])));
+  }
+}
+
 TEST_CASE("base-2 <-> natural LSE converters") {
   // FlashInfer's LSE: log2 sum 2^(s log2 e); specdec's: ln sum e^s. They differ by the factor ln 2.
   const std::vector<double> logits{0.3, -1.2, 2.5, 0.0};

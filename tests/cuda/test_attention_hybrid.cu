@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "cuda/test_attention_common.cuh"
+#include "attention/nonfinite_util.hpp"
 #include "specdec/attention/hybrid_tree_attention.cuh"
+#include "specdec/attention/tree_attention.cuh"
 
 using namespace cuda_attn_test;
 
@@ -36,6 +38,28 @@ void run_hybrid(batch<T>& b, layout_kind kind, specdec::attention_options opt = 
   d.lse.download(b.lse);
   check_cuda(b, host, ref);
 }
+
+//! check_poisoned_tree's runner for the cuda backend: uploads the (possibly poisoned) batch, runs,
+//! downloads out and lse.
+struct cuda_runner {
+  template <class T>
+  void operator()(batch<T>& b, layout_kind kind, bool with_cache, const specdec::attention_options& opt) const {
+    b.reset_outputs();
+    device_batch<T> d(b);
+    if (with_cache) {
+      d.with_layout(kind, [&](auto layout) {
+        specdec::hybrid_tree_attention(specdec::cuda{}, d.q_view(), layout, d.k_view(), d.v_view(), d.indptr_view(),
+                                       d.mask_view(), d.out_view(), d.lse_view(), opt);
+      });
+    } else {
+      specdec::tree_attention(specdec::cuda{}, d.q_view(), d.k_view(), d.v_view(), d.indptr_view(), d.mask_view(),
+                              d.out_view(), d.lse_view(), opt);
+    }
+    specdec_test::sync_check("poisoned attention(cuda)");
+    d.out.download(b.out);
+    d.lse.download(b.lse);
+  }
+};
 
 }  // namespace
 
@@ -79,4 +103,30 @@ TEST_CASE("cuda hybrid_tree_attention: the benchmark shape (32 q / 8 kv heads, b
   batch<specdec::bfloat16> b(3400, 32, 8, 128, {512, 400, 1, 0, 513, 200, 100, 300},
                              {64, 64, 64, 64, 64, 64, 64, 64});
   run_hybrid(b, layout_kind::paged);
+}
+
+TEMPLATE_TEST_CASE("cuda tree and hybrid attention: NaN/Inf a row cannot see never reaches it; what it sees does",
+                   "[cuda][attention][nonfinite]", specdec::bfloat16, specdec::half) {
+  // The masked-key correction of the tree tiles (zeroed in shared memory, added back for visible
+  // pairs) and the NaN-propagating merge, against the same bit-identity checks as the host kernels.
+  for (int d : {64, 128, 256}) {
+    DYNAMIC_SECTION("head_dim " << d) { attn_test::check_poisoned_grid<TestType>(d, cuda_runner{}); }
+  }
+}
+
+TEST_CASE("nonfinite_bits finds exactly the NaN/Inf patterns of half and bfloat16 (the device test's host twin)",
+          "[cuda][attention][nonfinite][nogpu]") {
+  int half_bad = 0, bf16_bad = 0, wrong = 0;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto bits = static_cast<unsigned short>(b);
+    const bool h = specdec::detail::nonfinite_bits<unsigned short>(bits, 0x7c00);
+    const bool f = specdec::detail::nonfinite_bits<unsigned short>(bits, 0x7f80);
+    wrong += h != !std::isfinite(specdec::detail::half_bits_to_float(bits));
+    wrong += f != !std::isfinite(specdec::detail::bf16_bits_to_float(bits));
+    half_bad += h;
+    bf16_bad += f;
+  }
+  CHECK(wrong == 0);
+  CHECK(half_bad == 2 * 1024);  // sign x 1024 mantissas with the exponent all ones
+  CHECK(bf16_bad == 2 * 128);
 }

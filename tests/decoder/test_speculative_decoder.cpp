@@ -288,3 +288,27 @@ TEST_CASE("multi-draft chain drafter draws k drafts with their q rows and restor
     CHECK(small.cache_length(0) == static_cast<int>(prompt.size()) - 1);  // nothing half-done
   }
 }
+
+TEST_CASE("sampled output depends on the request id, not on the slot or the batch", "[decoder][rng]") {
+  using sampling_decoder = speculative_decoder<llama_model<double>, ngram_drafter, trie_tree_builder,
+                                               sample_and_match_verifier>;
+  const generation_options opt{.max_new_tokens = 40, .sampling = {.temperature = 0.9f}, .seed = 11};
+  const std::vector<std::int32_t> other{7, 7, 1, 2};
+  llama_model<double> one(cfg, weights(), 1, 512);
+  sampling_decoder alone(one);
+  const auto a = alone.generate(prompt, opt, 7).tokens;
+  llama_model<double> three(cfg, weights(), 3, 512);
+  sampling_decoder batched(three);
+  const std::vector<std::vector<std::int32_t>> prompts{other, prompt, other};
+  const std::vector<std::uint32_t> ids{0, 7, 3};
+  const auto outs = batched.generate_batch(prompts, opt, ids);
+  CHECK(outs[1].tokens == a);  // slot 1 with id 7 == slot 0 with id 7, whatever runs beside it
+  // Without ids the slot is the id: the prompt in slot 1 draws as id 1, which differs from id 7 here.
+  const auto by_slot = batched.generate_batch(prompts, opt);
+  CHECK(by_slot[1].tokens == alone.generate(prompt, opt, 1).tokens);
+  CHECK(by_slot[1].tokens != a);
+  REQUIRE_THROWS_WITH(batched.generate_batch(prompts, opt, std::vector<std::uint32_t>{1, 2}),
+                      Catch::Contains("request_ids"));
+  REQUIRE_THROWS_WITH(batched.generate_batch(prompts, opt, std::vector<std::uint32_t>{1, 2, 1}),
+                      Catch::Contains("distinct ids"));
+}

@@ -13,6 +13,7 @@
 
 #include "specdec/attention/detail/cuda_attention.cuh"
 #include "specdec/attention/detail/cuda_common.cuh"
+#include "specdec/attention/detail/merge_state.hpp"
 #include "specdec/attention/lse_merge.hpp"
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/execution.hpp"
@@ -38,20 +39,20 @@ __global__ void __launch_bounds__(128) lse_merge_kernel(const lse_merge_params<D
     if (p.lse_b != nullptr && q == 1) return p.lse_b[t * p.lse_b_stride_token + h * p.lse_b_stride_head];
     return p.lse_parts[q * p.lse_stride_part + t * p.lse_stride_token + h * p.lse_stride_head];
   };
-  float mx = -INFINITY;
-  for (int q = 0; q < p.num_parts; ++q) mx = fmaxf(mx, part_lse(q));
-  float sum = 0.0f;
-  if (mx != -INFINITY)
-    for (int q = 0; q < p.num_parts; ++q) sum += expf(part_lse(q) - mx);
-  const float inv = mx != -INFINITY ? 1.0f / sum : 0.0f;
-  const float lse = mx != -INFINITY ? mx + logf(sum) : -INFINITY;
+  lse_merge_weights w;  // merge_state.hpp: the rules every merge shares
+  for (int q = 0; q < p.num_parts; ++q) w.observe(part_lse(q));
+  if (!w.empty()) {
+    for (int q = 0; q < p.num_parts; ++q) w.add(part_lse(q));
+    w.finish();
+  }
+  const float lse = w.lse();
   DT* const orow = p.o + t * p.out_stride_token + h * p.out_stride_head;
   for (int d = lane; d < p.head_dim; d += 32) {
     float acc = 0.0f;
-    if (mx != -INFINITY)
+    if (!w.empty())
       for (int q = 0; q < p.num_parts; ++q) {
-        const float w = expf(part_lse(q) - mx) * inv;
-        if (w != 0.0f) acc += w * to_f<DT>(part_row(q)[d]);  // weight 0: a NaN in that part must not leak
+        const float lq = part_lse(q);
+        if (lq != -INFINITY) acc += w.weight(lq) * to_f<DT>(part_row(q)[d]);  // no keys: selected out
       }
     orow[d] = from_f<DT>(acc);
   }

@@ -12,8 +12,8 @@
 //!                         beam tree (Appendix B) through tree/beam_tree_builder.hpp, returned as sequences.
 //! Both model drafters also have a multi-draft mode (multi_draft_params): k independent sampled drafts
 //! with their q rows, for multi_draft_verifier.
-//! A TokenSwift self-drafter (the target on a partial KV cache) is a drafter too: it keeps a reference
-//! to the target and runs it inside propose(); it is not shipped here yet.
+//! TokenSwift self-drafting (the target itself on a partial KV cache, with residual heads and n-gram
+//! reutilization) is a drafter too: decoder/self_drafter.hpp.
 
 #include <algorithm>
 #include <cmath>

@@ -9,11 +9,19 @@
 //!   3. target.forward(r, x_L, tree) -> n + 1 logit rows (row 0 at the root, row i + 1 after node i)
 //!   4. the rows are processed (sampling_params: penalties, temperature, top-k/p, ...) with the context
 //!      each row would have autoregressively (process_tree_logits), then verifier.verify -> accepted path
-//!      + bonus token, drawing from philox_stream(seed, stream_id(r, step))
+//!      + bonus token, drawing from philox_stream(seed, stream_id(id, step))
 //!   5. target.commit(r, accepted) (the root's and accepted nodes' K/V), emit accepted tokens + bonus
 //! Stops at max_new_tokens, on an EOS token or when the output ends with a stop sequence (the stop
 //! token / sequence is kept in the output). Requests of a batch are independent slots r (ragged: each
 //! has its own context and tree), stepped round-robin.
+//!
+//! Randomness is keyed by request id, never by slot: each request has a caller-supplied 32-bit id
+//! (default: its slot), step s of request `id` verifies with philox_stream(seed, stream_id(id, s))
+//! and drafts with philox_stream(seed ^ draft_seed_mix, stream_id(id, s)) (the draft stream: a
+//! sampling drafter's proposals, independent of the verification draws). So a request's output
+//! depends on its prompt, options, seed and id only, not on which slot it runs in or what else is
+//! batched with it. Ids within one call must be distinct (two requests with one id would draw the
+//! same numbers).
 //!
 //! Losslessness: with greedy_verifier (temperature 0) the output equals the target's greedy decoding;
 //! with sample_and_match_verifier / chain_speculative_verifier it is distributed as the target's
@@ -38,6 +46,10 @@
 #include "specdec/verify/metrics.hpp"
 
 namespace specdec {
+
+//! Mixed into the seed of the draft stream (see the file comment): the golden-ratio constant, so the
+//! draft and verification streams of one (request, step) never coincide.
+inline constexpr std::uint64_t draft_seed_mix = 0x9e3779b97f4a7c15ull;
 
 //! Per-generation options.
 struct generation_options {
@@ -104,19 +116,31 @@ class speculative_decoder {
   }
   [[nodiscard]] Drafter& drafter() noexcept { return drafter_; }
 
-  //! Generates for one prompt in request slot 0.
-  generation_result generate(std::span<const std::int32_t> prompt, const generation_options& opt = {}) {
+  //! Generates for one prompt in request slot 0, drawing random numbers as request `request_id`
+  //! (see the file comment).
+  generation_result generate(std::span<const std::int32_t> prompt, const generation_options& opt = {},
+                             std::uint32_t request_id = 0) {
     const std::vector<std::int32_t> p(prompt.begin(), prompt.end());
-    return std::move(generate_batch(std::span<const std::vector<std::int32_t>>(&p, 1), opt).front());
+    return std::move(
+        generate_batch(std::span<const std::vector<std::int32_t>>(&p, 1), opt, std::span<const std::uint32_t>(&request_id, 1))
+            .front());
   }
 
-  //! Generates for a ragged batch: prompt i runs in request slot i (prompts.size() <= max_requests()).
-  //! O(steps x (draft + target forward over the tree + V x rows)).
+  //! Generates for a ragged batch: prompt i runs in request slot i (prompts.size() <= max_requests())
+  //! and draws random numbers as request request_ids[i] (empty: the slot i; otherwise one distinct id
+  //! per prompt). O(steps x (draft + target forward over the tree + V x rows)).
   std::vector<generation_result> generate_batch(std::span<const std::vector<std::int32_t>> prompts,
-                                                const generation_options& opt) {
+                                                const generation_options& opt,
+                                                std::span<const std::uint32_t> request_ids = {}) {
     constexpr std::string_view fn = "specdec::speculative_decoder::generate";
     require(!prompts.empty() && static_cast<int>(prompts.size()) <= target_->max_requests(), fn, "prompts.size()",
             "in [1, target.max_requests() = " + std::to_string(target_->max_requests()) + "]", prompts.size());
+    require(request_ids.empty() || request_ids.size() == prompts.size(), fn, "request_ids",
+            "empty (ids = slots) or one id per prompt (" + std::to_string(prompts.size()) + ")", request_ids.size());
+    for (std::size_t i = 0; i < request_ids.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        require(request_ids[i] != request_ids[j], fn, "request_ids", "distinct ids",
+                "id " + std::to_string(request_ids[i]) + " twice");
     require(opt.max_new_tokens >= 0, fn, "options.max_new_tokens", ">= 0", opt.max_new_tokens);
     require(opt.draft_depth >= 0, fn, "options.draft_depth", ">= 0", opt.draft_depth);
     require(opt.draft_width >= 1, fn, "options.draft_width", ">= 1", opt.draft_width);
@@ -137,6 +161,7 @@ class speculative_decoder {
       auto& s = st[static_cast<std::size_t>(r)];
       s.tokens = prompts[static_cast<std::size_t>(r)];
       s.prompt_len = s.tokens.size();
+      s.id = request_ids.empty() ? static_cast<std::uint32_t>(r) : request_ids[static_cast<std::size_t>(r)];
       const auto t0 = clock::now();
       target_->prefill(r, s.tokens);
       drafter_.reset(r);
@@ -163,13 +188,14 @@ class speculative_decoder {
   struct request_state {
     std::vector<std::int32_t> tokens;
     std::size_t prompt_len = 0;
+    std::uint32_t id = 0;  //!< request id: keys the random streams
     std::uint32_t step = 0;
     bool active = false;
   };
 
   void step(int r, request_state& s, generation_result& res, const generation_options& opt, int V) {
-    philox_stream rng(opt.seed, stream_id(static_cast<std::uint32_t>(r), s.step));
-    philox_stream draft_rng(opt.seed ^ 0x9e3779b97f4a7c15ull, stream_id(static_cast<std::uint32_t>(r), s.step));
+    philox_stream rng(opt.seed, stream_id(s.id, s.step));
+    philox_stream draft_rng(opt.seed ^ draft_seed_mix, stream_id(s.id, s.step));
     ++s.step;
     const int remaining = opt.max_new_tokens - static_cast<int>(s.tokens.size() - s.prompt_len);
     // Drafting past the remaining budget is wasted work: at most remaining - 1 drafts can be kept.

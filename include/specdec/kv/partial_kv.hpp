@@ -1,6 +1,6 @@
 #pragma once
 //! \file partial_kv.hpp
-//! TokenSwift's dynamic partial KV cache (TokenSwift §3.3, Eq. 2, Algorithm 3 lines 2, 5-6): the
+//! TokenSwift's dynamic partial KV cache (TokenSwift §3.3, Eq. 2, Algorithm 1 lines 2, 5-6): the
 //! self-drafting target reads at most a fixed budget |B| of its own cached tokens per kv head, so a
 //! draft step's KV traffic stays constant however long the context grows.
 //!
@@ -16,7 +16,7 @@
 //!    other tokens. New committed tokens fill free slots, then replace the least important ones
 //!    first (§3.3: "starting from the least important ones at position |B| - 1 and moving towards
 //!    position |S|"); once |B| - |S| of them have been placed since the last rebuild,
-//!    needs_rebuild() turns true (Algorithm 3, line 5: |C_full| - e > |B| - |S|) and the caller
+//!    needs_rebuild() turns true (Algorithm 1, line 5: |C_full| - e > |B| - |S|) and the caller
 //!    recomputes the selection from a fresh query (rebuild(), line 6). Further tokens before that
 //!    rebuild replace in the same order again (the newest win), so the view is always valid.
 //!
@@ -242,7 +242,7 @@ class partial_kv_index {
   [[nodiscard]] int size(int r) const { return size_.at(check_request(r, "size")); }
   //! Full-cache tokens of request r accounted for (the length at the last rebuild or append).
   [[nodiscard]] int seen(int r) const { return seen_.at(check_request(r, "seen")); }
-  //! True once |B| - |S| tokens have replaced slots since the last rebuild (Algorithm 3, line 5).
+  //! True once |B| - |S| tokens have replaced slots since the last rebuild (Algorithm 1, line 5).
   [[nodiscard]] bool needs_rebuild(int r) const {
     return budget_ > sink_ && placed_.at(check_request(r, "needs_rebuild")) > budget_ - sink_;
   }
@@ -254,7 +254,7 @@ class partial_kv_index {
   }
 
   //! Recomputes request r's selection from the query `q` [Hq, D] of its newest token and the full
-  //! cache (Algorithm 3, line 2 at prefill and line 6): per kv head, the first min(|S|, length)
+  //! cache (Algorithm 1, line 2 at prefill and line 6): per kv head, the first min(|S|, length)
   //! tokens, then the min(|B| - |S|, length - |S|) other tokens of highest Eq. 2 importance (ties:
   //! lower token index first), stored in token order; their eviction order is the slots left free
   //! (from |B| - 1 down), then the selected ones by increasing importance.

@@ -37,6 +37,7 @@
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/backend.hpp"
 #include "specdec/attention/detail/cuda_common.cuh"
+#include "specdec/attention/detail/merge_state.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/device_types.cuh"
@@ -94,6 +95,13 @@ __device__ __forceinline__ DT from_f(float x) {
   if constexpr (std::is_same_v<DT, __nv_bfloat16>) return __float2bfloat16_rn(x);
   else if constexpr (std::is_same_v<DT, __half>) return __float2half_rn(x);
   else return static_cast<DT>(x);
+}
+
+//! Exponent bits of the 16-bit storage type: all set = NaN or infinity (see nonfinite_bits).
+template <class DT>
+__device__ __forceinline__ constexpr unsigned short nonfinite_exponent_mask() {
+  if constexpr (std::is_same_v<DT, __nv_bfloat16>) return 0x7f80;
+  else return 0x7c00;
 }
 
 __device__ __forceinline__ std::uint32_t ld_shared_u32(const void* p) {
@@ -154,6 +162,8 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
   DT* const vs = ks + 2 * BN * LDS;                // [2][BN][LDS]
   __shared__ int s_req, s_tile, s_n;
   __shared__ long long s_mask_off;
+  // Tree tiles: keys of the tile whose V row held NaN/Inf (bit = key - kb), double-buffered by tile.
+  __shared__ unsigned long long s_bad_v[2];
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -163,6 +173,7 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
 
   // Which request and which of its row tiles is blockIdx.x: warp 0 scans q_indptr 32 requests at
   // a time (inclusive scans of the tile counts and mask word counts).
+  if (tid == 0) s_bad_v[0] = s_bad_v[1] = 0ull;
   if (warp == 0) {
     if (lane == 0) s_req = -1;
     __syncwarp();
@@ -323,6 +334,38 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
     cp_async_commit();
     cp_async_wait<1>();  // everything but the newest group: tile `it` (and Q) has landed
     __syncthreads();
+    // Tree tiles: a masked key's weight is 0, but the tensor-core PV computes 0 x V, and 0 x NaN =
+    // NaN. So NaN/Inf values are zeroed in shared memory here (each thread checks the chunks it
+    // copied) and added back after the PV MMA for exactly the (row, key) pairs the mask shows; see
+    // the host twin zero_nonfinite_rows / add_visible_nonfinite in host_attention.hpp.
+    unsigned long long bad_v = 0ull;
+    if (HasTree && is_tree) {  // block-uniform
+      DT* const vt_w = vs + (it & 1) * BN * LDS;
+      for (int c = tid; c < BN * CPR; c += NT) {
+        uint4* const chunk = reinterpret_cast<uint4*>(vt_w + (c / CPR) * LDS + (c % CPR) * 8);
+        uint4 x = *chunk;
+        unsigned w[4] = {x.x, x.y, x.z, x.w};
+        bool any = false;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+#pragma unroll
+          for (int half_i = 0; half_i < 2; ++half_i) {
+            const unsigned short b = static_cast<unsigned short>(w[k] >> (16 * half_i));
+            if (nonfinite_bits<unsigned short>(b, nonfinite_exponent_mask<DT>())) {
+              w[k] &= half_i == 0 ? 0xffff0000u : 0x0000ffffu;
+              any = true;
+            }
+          }
+        }
+        if (any) {
+          *chunk = make_uint4(w[0], w[1], w[2], w[3]);
+          atomicOr(&s_bad_v[it & 1], 1ull << (c / CPR));
+        }
+      }
+      __syncthreads();
+      bad_v = s_bad_v[it & 1];
+      if (tid == 0) s_bad_v[(it + 1) & 1] = 0ull;  // read in iteration it - 1, before this tile's first barrier
+    }
     if (!warp_active) {
       __syncthreads();
       continue;
@@ -355,6 +398,7 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
     // A full cache tile (every tile of a chunk but its last) needs no per-key test.
     int kb, ke;
     key_range(it, kb, ke);
+    mask_word wa = ~mask_word{0}, wb = ~mask_word{0};
     if (!is_tree && ke - kb == BN) {  // block-uniform
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
@@ -362,7 +406,6 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
         for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
       }
     } else {
-      mask_word wa = ~mask_word{0}, wb = ~mask_word{0};
       if constexpr (HasTree) {
         if (mrow_a) wa = mrow_a[kb >> 6];
         if (mrow_b) wb = mrow_b[kb >> 6];
@@ -423,6 +466,38 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
         mma_16816<DT>(o[2 * nd + 1], a, b[2], b[3]);
       }
     }
+    if constexpr (HasTree) {
+      if (bad_v != 0ull) {  // block-uniform, rare: add P x V back for the NaN/Inf values rows can see
+        // Key nt * 8 + 2 * tt + e0 of this tile: its weights for rows g and g + 8 are s[nt][e0] and
+        // s[nt][2 + e0] of lane 4 g + tt (the m16n8 accumulator layout), fetched with shuffles.
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+          for (int tt = 0; tt < 4; ++tt) {
+#pragma unroll
+            for (int e0 = 0; e0 < 2; ++e0) {
+              const int kk = nt * 8 + tt * 2 + e0;
+              if (((bad_v >> kk) & 1ull) == 0ull) continue;  // warp-uniform
+              const float pa = __shfl_sync(0xffffffffu, s[nt][e0], (lane & ~3) | tt);
+              const float pb = __shfl_sync(0xffffffffu, s[nt][2 + e0], (lane & ~3) | tt);
+              const int key = kb + kk;
+              const bool see_a = ((wa >> (key & 63)) & 1u) != 0, see_b = ((wb >> (key & 63)) & 1u) != 0;
+              const DT* const vsrc = p.tree_v + (tok0 + key) * p.tree_v_stride_token + h * p.tree_v_stride_head;
+#pragma unroll
+              for (int nd = 0; nd < D / 8; ++nd) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                  const float v = to_f<DT>(vsrc[nd * 8 + t * 2 + c]);
+                  if (isfinite(v)) continue;
+                  if (see_a) o[nd][c] += pa * v;
+                  if (see_b) o[nd][2 + c] += pb * v;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
     __syncthreads();  // the next iteration's loads overwrite this buffer
   }
   cp_async_wait<0>();
@@ -439,13 +514,15 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
     const long long tok = tok0 + f / group;
     const long long qh = static_cast<long long>(h) * group + f % group;
     const long long idx = (static_cast<long long>(part) * p.total_tokens + tok) * p.num_qo_heads + qh;
-    const bool any = l_run[i] > 0.0f;
-    const float inv = any ? 1.0f / l_run[i] : 0.0f;
+    // Keys this row may see: a tree part always has the row's own token; a cache part has keys
+    // when its walk has any (every chunk it visits holds at least one).
+    const softmax_part_end end = end_softmax_base2(m_run[i], l_run[i], n_iter > 0);
     float* const dst = p.o_part + idx * D;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd)
-      *reinterpret_cast<float2*>(dst + nd * 8 + t * 2) = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
-    if (t == 0) p.lse_part[idx] = any ? (m_run[i] + log2f(l_run[i])) * 0.69314718055994531f : neg_inf;
+      *reinterpret_cast<float2*>(dst + nd * 8 + t * 2) =
+          end.empty ? make_float2(0.0f, 0.0f) : make_float2(o[nd][2 * i] * end.inv_l, o[nd][2 * i + 1] * end.inv_l);
+    if (t == 0) p.lse_part[idx] = end.lse;
   }
 }
 
@@ -461,8 +538,8 @@ struct cuda_partial_merge_params {
   std::int64_t lse_stride_token = 0, lse_stride_head = 0;
 };
 
-//! One warp per (token, query head): LSE-merges the parts (Proposition A.1, n-way). -inf parts get
-//! weight 0; all -inf gives out = 0, lse = -inf. The lanes read the parts' LSEs side by side (32 at a
+//! One warp per (token, query head): LSE-merges the parts (Proposition A.1, n-way) with the rules
+//! of lse_merge_weights: -inf parts get weight 0; all -inf gives out = 0, lse = -inf; NaN propagates. The lanes read the parts' LSEs side by side (32 at a
 //! time) and reduce them with shuffles, so the pass costs a few dependent loads however many parts
 //! there are; the weighted sum of the partial O rows then walks the parts with the weight broadcast
 //! from the lane that computed it, eight parts' loads in flight at a time. (A serial walk cost
@@ -478,23 +555,24 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(const cuda_partial
   const long long tok = row / p.num_qo_heads, qh = row % p.num_qo_heads;
   const int parts = p.num_parts;
   const float* const lse_row = p.lse_part + row;
-  float mx = -INFINITY;
-  for (int q = lane; q < parts; q += 32) mx = fmaxf(mx, lse_row[q * nrows]);
+  // lse_merge_weights (merge_state.hpp) with its two passes split over the lanes: each lane
+  // observes / adds its parts, the max and the sum are reduced with shuffles (NaN-propagating max).
+  lse_merge_weights w;
+  for (int q = lane; q < parts; q += 32) w.observe(lse_row[q * nrows]);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(full, mx, o));
+  for (int o = 16; o > 0; o >>= 1) w.max = nan_max(w.max, __shfl_xor_sync(full, w.max, o));
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.0f;
-  float lse = -INFINITY;
-  if (mx != -INFINITY) {  // warp-uniform after the reduction
-    float sum = 0.0f;
-    for (int q = lane; q < parts; q += 32) sum += expf(lse_row[q * nrows] - mx);
+  if (!w.empty()) {  // warp-uniform after the reduction
+    for (int q = lane; q < parts; q += 32) w.add(lse_row[q * nrows]);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(full, sum, o);
-    const float inv = 1.0f / sum;
+    for (int o = 16; o > 0; o >>= 1) w.sum += __shfl_xor_sync(full, w.sum, o);
+    w.finish();
     for (int q0 = 0; q0 < parts; q0 += 32) {
       const int q = q0 + lane;
-      const float mine = q < parts ? expf(lse_row[q * nrows] - mx) * inv : 0.0f;
+      const float lse_q = q < parts ? lse_row[q * nrows] : -INFINITY;
+      const float mine = w.weight(lse_q);
       const int count = min(32, parts - q0);
       // Eight parts' rows are loaded before any is used, so eight L2 round trips overlap. Every part
       // row of a real (token, head) is written by the partial kernel (an empty part writes O = 0,
@@ -511,19 +589,20 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(const cuda_partial
         }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float w = __shfl_sync(full, mine, (j0 + j) & 31);
-          if (j0 + j < count && w != 0.0f) {  // warp-uniform
+          const float wj = __shfl_sync(full, mine, (j0 + j) & 31);
+          const bool keys = __shfl_sync(full, lse_q, (j0 + j) & 31) != -INFINITY;
+          if (j0 + j < count && keys) {  // warp-uniform; a part without keys is selected out, not multiplied
 #pragma unroll
             for (int e = 0; e < E / 2; ++e) {
-              acc[2 * e] += w * v[j][e].x;
-              acc[2 * e + 1] += w * v[j][e].y;
+              acc[2 * e] += wj * v[j][e].x;
+              acc[2 * e + 1] += wj * v[j][e].y;
             }
           }
         }
       }
     }
-    lse = mx + logf(sum);
   }
+  const float lse = w.lse();
   DT* const out = p.o + tok * p.o_stride_token + qh * p.o_stride_head + lane * E;
 #pragma unroll
   for (int e = 0; e < E; ++e) out[e] = from_f<DT>(acc[e]);

@@ -23,6 +23,7 @@
 //! Nothing is allocated in passes 1-3; the only allocation is the workspace when none is passed.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/merge_state.hpp"
 #include "specdec/core/detail/simd.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
@@ -48,7 +50,6 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 inline constexpr int kv_tile = 64;        //!< KV tokens per staged tile (one mask word per tree tile)
 inline constexpr int min_kv_split = 256;  //!< smallest automatic split-KV chunk
 inline constexpr float log2e_f = 1.4426950408889634f;
-inline constexpr float ln2_f = 0.6931471805599453f;
 
 //! Threads a host policy will use (the caller plus pool workers, capped by num_threads).
 [[nodiscard]] inline int host_threads(const host& policy) {
@@ -242,6 +243,52 @@ SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float
   if (pad > nb) std::memset(dst + nb * D, 0, sizeof(float) * D * (pad - nb));
 }
 
+//! Masked tiles only: zeroes the NaN/Inf entries of the staged value rows [0, nb) and returns a
+//! bitmap of the rows that had any (bit j = row j). The PV microkernel multiplies every staged row
+//! by each query row's weight, and a masked key's weight is 0, but 0 x NaN = NaN: a value a row
+//! cannot see must not reach it. add_visible_nonfinite then adds those entries back for exactly
+//! the (row, key) pairs the mask shows. One vector compare per 16 values and a rare slow path, so
+//! the clean case costs about 1% of the tile's FMAs.
+template <int D>
+SPECDEC_FORCEINLINE std::uint64_t zero_nonfinite_rows(float* __restrict vf, int nb) noexcept {
+  std::uint64_t bad = 0;
+  for (int j = 0; j < nb; ++j) {
+    vi16 any{};
+    for (int c = 0; c < D; c += vlanes)
+      any = any | ((vbitcast<vu16>(vload(vf + j * D + c)) & 0x7f800000u) == 0x7f800000u);
+    if (vhsum(vcvt_f32(any)) != 0.0f) bad |= std::uint64_t{1} << j;
+  }
+  for (std::uint64_t b = bad; b != 0; b &= b - 1) {
+    float* row = vf + std::countr_zero(b) * D;
+    for (int c = 0; c < D; ++c)
+      if (!std::isfinite(row[c])) row[c] = 0.0f;
+  }
+  return bad;
+}
+
+//! The other half of zero_nonfinite_rows: for each value row of the tile at key k + j (bit j of
+//! `bad`) and each query row `row0 + i` (i < rows) whose mask row shows that key, adds
+//! P[j][i] x V for the row's NaN/Inf entries (read again from the cache, in storage type), so a
+//! row that sees such a value gets the IEEE result (NaN or +-inf) and a row that cannot see it is
+//! bit-identical to a run with clean values. `o` is the block's first O row.
+template <int D, class VRowFn>
+void add_visible_nonfinite(float* __restrict o, const float* __restrict pt, int row0, int rows, int group,
+                           std::uint64_t bad, int k, VRowFn&& vrow, const mask_word* mask, int wpr) noexcept {
+  for (; bad != 0; bad &= bad - 1) {
+    const int j = std::countr_zero(bad), key = k + j;
+    const auto* src = vrow(key);
+    for (int i = 0; i < rows; ++i) {
+      const mask_word w = mask[static_cast<std::int64_t>((row0 + i) / group) * wpr + (key >> 6)];
+      if (((w >> (key & 63)) & 1u) == 0) continue;
+      const float p = pt[j * (2 * vlanes) + i];
+      for (int c = 0; c < D; ++c) {
+        const float v = to_float(src[c]);
+        if (!std::isfinite(v)) o[static_cast<std::int64_t>(i) * D + c] += p * v;
+      }
+    }
+  }
+}
+
 //! Online-softmax attention of M query rows over keys [k_begin, k_end), for `nheads` kv heads at
 //! once: head hh has its transposed query panels at qt_of(hh), its K/V rows at krow(t, hh) /
 //! vrow(t, hh) and its partial at part_of(hh). Tiles are the outer loop and heads the inner one, so
@@ -294,6 +341,10 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
       }
       stage_rows<D, T>([&](int t) { return krow(t, hh); }, k, nb, pf_nb, kf);
       stage_rows<D, T>([&](int t) { return vrow(t, hh); }, k, nb, pf_nb, vf);
+      // Masked keys: a NaN/Inf score is replaced by -inf below (selected, not multiplied); a
+      // NaN/Inf value needs zero_nonfinite_rows + add_visible_nonfinite (see there).
+      std::uint64_t bad_v = 0;
+      if constexpr (Masked) bad_v = zero_nonfinite_rows<D>(vf, nb);
       for (int row0 = 0; row0 < m_rows; row0 += 2 * vlanes) {
         const int rv = m_rows - row0 > vlanes ? 2 : 1;
         const int rows = std::min(rv * vlanes, m_rows - row0);
@@ -339,6 +390,11 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
           vstore(m + row0 + r * vlanes, mx);
         }
         pv_tile<D>(o + static_cast<std::int64_t>(row0) * D, alpha, st, vf, nb, static_cast<int>(round_up(rows, 4)));
+        if constexpr (Masked) {
+          if (bad_v != 0)
+            add_visible_nonfinite<D>(o + static_cast<std::int64_t>(row0) * D, st, row0, rows, group, bad_v, k,
+                                     [&](int t) { return vrow(t, hh); }, mask, wpr);
+        }
       }
     }
   }
@@ -349,14 +405,10 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
     float* l = m + mp;
     for (int i = 0; i < mp; ++i) {
       float* oi = o + static_cast<std::int64_t>(i) * D;
-      if (l[i] > 0.0f) {
-        const vf16 inv = vbroadcast(1.0f / l[i]);
-        for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * inv);
-        m[i] = ln2_f * (m[i] + std::log2(l[i]));
-      } else {
-        std::fill(oi, oi + D, 0.0f);
-        m[i] = ninf;
-      }
+      const softmax_part_end e = end_softmax_base2(m[i], l[i], k_end > k_begin && i < m_rows);
+      if (e.empty) std::fill(oi, oi + D, 0.0f);
+      else for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * vbroadcast(e.inv_l));
+      m[i] = e.lse;
     }
   }
 }
@@ -540,47 +592,40 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
       float* m = o + static_cast<std::int64_t>(mp) * D;
       for (int i = 0; i < m_rows; ++i) {
         float* oi = o + i * D;
-        const float l = lrow[hh][i];
-        if (l > 0.0f) {
-          const vf16 inv = vbroadcast(1.0f / l);
-          for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * inv);
-          m[i] = ln2_f * (mrow[hh][i] + std::log2(l));
-        } else {
-          std::fill(oi, oi + D, 0.0f);
-          m[i] = ninf;
-        }
+        const softmax_part_end e = end_softmax_base2(mrow[hh][i], lrow[hh][i], k_end > k_begin);
+        if (e.empty) std::fill(oi, oi + D, 0.0f);
+        else for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * vbroadcast(e.inv_l));
+        m[i] = e.lse;
       }
     }
   }
 }
 
-//! n-way log-sum-exp merge of normalised partials (LongSpec Appendix A, Proposition A.1, n-way):
-//! LSE = log sum_p exp(LSE_p), O = sum_p exp(LSE_p - LSE) O_p. Parts with LSE = -inf carry no keys
-//! and are skipped (never 0 * NaN); when every part is -inf, O = 0 and LSE = -inf.
-//! `part_row(p)` returns a pointer to part p's d contiguous values (float, half or bfloat16).
+//! n-way log-sum-exp merge of normalised partials (LongSpec Appendix A, Proposition A.1, n-way),
+//! with the rules of lse_merge_weights: LSE = log sum_p exp(LSE_p), O = sum_p exp(LSE_p - LSE) O_p;
+//! parts with LSE = -inf are skipped (never 0 * NaN), every part -inf gives O = 0 and LSE = -inf,
+//! a NaN LSE gives NaN. `part_row(p)` points at part p's d contiguous values (float, half, bfloat16).
 template <class OutT, class RowFn>
 SPECDEC_FORCEINLINE void merge_row(int nparts, const float* lse_parts, RowFn&& part_row, int d, OutT* out,
                                    float* lse_out) noexcept {
-  constexpr float ninf = -std::numeric_limits<float>::infinity();
-  float mx = ninf;
-  for (int p = 0; p < nparts; ++p) mx = std::max(mx, lse_parts[p]);
-  if (mx == ninf) {
+  lse_merge_weights w;
+  for (int p = 0; p < nparts; ++p) w.observe(lse_parts[p]);
+  if (w.empty()) {
     for (int c = 0; c < d; ++c) out[c] = from_float<OutT>(0.0f);
-    *lse_out = ninf;
+    *lse_out = w.lse();
     return;
   }
-  float sum = 0.0f;
-  for (int p = 0; p < nparts; ++p) sum += lse_parts[p] == ninf ? 0.0f : std::exp(lse_parts[p] - mx);
-  const float inv = 1.0f / sum;
+  for (int p = 0; p < nparts; ++p) w.add(lse_parts[p]);
+  w.finish();
   for (int c0 = 0; c0 < d; c0 += vlanes) {
     vf16 acc{};
     for (int p = 0; p < nparts; ++p) {
-      if (lse_parts[p] == ninf) continue;
-      acc += std::exp(lse_parts[p] - mx) * inv * vload_as_float(part_row(p) + c0);
+      if (lse_parts[p] == -std::numeric_limits<float>::infinity()) continue;
+      acc += w.weight(lse_parts[p]) * vload_as_float(part_row(p) + c0);
     }
     vstore_as(out + c0, acc);
   }
-  *lse_out = mx + std::log(sum);
+  *lse_out = w.lse();
 }
 
 struct no_cache {};
