@@ -9,6 +9,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/detail/bits.hpp"
+#include "specdec/core/detail/storage16.hpp"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -33,20 +34,8 @@ SPECDEC_HOST_DEVICE constexpr float bf16_bits_to_float(std::uint16_t b) noexcept
 }  // namespace detail
 
 //! bfloat16 value. Trivially copyable, 2 bytes, bit-compatible with CUDA's __nv_bfloat16.
-struct bfloat16 {
-  std::uint16_t bits = 0;
-
-  bfloat16() = default;
-  //! Round-to-nearest-even conversion from float.
-  SPECDEC_HOST_DEVICE explicit bfloat16(float f) noexcept : bits(from_float(f)) {}
-  //! Build from raw bits.
-  SPECDEC_HOST_DEVICE static constexpr bfloat16 from_bits(std::uint16_t b) noexcept {
-    bfloat16 h;
-    h.bits = b;
-    return h;
-  }
-  //! Exact widening conversion.
-  SPECDEC_HOST_DEVICE operator float() const noexcept { return to_float(bits); }
+struct bfloat16 : detail::storage16<bfloat16> {
+  using storage16::storage16;
 
   SPECDEC_HOST_DEVICE static std::uint16_t from_float(float f) noexcept {
 #if SPECDEC_IN_DEVICE_CODE

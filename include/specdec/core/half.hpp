@@ -11,6 +11,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/detail/bits.hpp"
+#include "specdec/core/detail/storage16.hpp"
 
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
@@ -67,20 +68,8 @@ SPECDEC_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcept
 }  // namespace detail
 
 //! IEEE binary16 value. Trivially copyable, 2 bytes, bit-compatible with CUDA's __half.
-struct half {
-  std::uint16_t bits = 0;
-
-  half() = default;
-  //! Round-to-nearest-even conversion from float.
-  SPECDEC_HOST_DEVICE explicit half(float f) noexcept : bits(from_float(f)) {}
-  //! Build from raw bits.
-  SPECDEC_HOST_DEVICE static constexpr half from_bits(std::uint16_t b) noexcept {
-    half h;
-    h.bits = b;
-    return h;
-  }
-  //! Exact widening conversion.
-  SPECDEC_HOST_DEVICE operator float() const noexcept { return to_float(bits); }
+struct half : detail::storage16<half> {
+  using storage16::storage16;
 
   SPECDEC_HOST_DEVICE static std::uint16_t from_float(float f) noexcept {
 #if SPECDEC_IN_DEVICE_CODE
