@@ -2,6 +2,7 @@
 // message names the function and the offending argument.
 #include "attention_fixture.hpp"
 
+#include "specdec/attention/cross_attention.hpp"
 #include "specdec/attention/decode_attention.hpp"
 #include "specdec/attention/hybrid_tree_attention.hpp"
 #include "specdec/attention/lse_merge.hpp"
@@ -176,4 +177,53 @@ TEST_CASE_METHOD(fixture, "decode_attention, tree_attention and lse_merge valida
   REQUIRE_BAD(sd::lse_merge(sd::host{}, sd::make_view<4>(o.data(), {0, 2, 4, 64}), sd::make_view<3>(l2.data(), {0, 2, 4}),
                             v3, v2),
               "'o_parts'");
+}
+
+namespace {
+// A user's own NHD layout (no validate_layout hook): request r owns `cap` token slots.
+struct user_nhd {
+  using value_type = float;
+  float* k;
+  float* v;
+  const std::int32_t* lens;
+  int requests, cap, heads, dim;
+  int num_requests() const { return requests; }
+  int num_kv_heads() const { return heads; }
+  int head_dim() const { return dim; }
+  int length(int r) const { return lens[r]; }
+  int capacity(int) const { return cap; }
+  float* k_row(int r, int t, int h) const { return k + ((static_cast<std::int64_t>(r) * cap + t) * heads + h) * dim; }
+  float* v_row(int r, int t, int h) const { return v + ((static_cast<std::int64_t>(r) * cap + t) * heads + h) * dim; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+TEST_CASE_METHOD(fixture, "every attention entry point runs the generic checks on a user's layout") {
+  std::vector<std::int32_t> lens = b.lens;
+  const user_nhd good{b.k_nhd.data(), b.v_nhd.data(), lens.data(), 2, b.capacity, 2, 64};
+  auto q = b.q_view();
+  auto ip = b.indptr_view();
+  auto o = b.out_view();
+  auto l = b.lse_view();
+  auto all = [&](const user_nhd& c, const char* what) {
+    REQUIRE_BAD(sd::decode_attention(sd::host{}, q, c, ip, o, l), what);
+    REQUIRE_BAD((void)sd::decode_attention_workspace_bytes(sd::host{}, q, c, ip), what);
+    REQUIRE_BAD(sd::hybrid_tree_attention(sd::host{}, q, c, b.k_view(), b.v_view(), ip, b.mask_view(), o, l), what);
+    REQUIRE_BAD((void)sd::hybrid_tree_attention_workspace_bytes(sd::host{}, q, c, ip), what);
+    REQUIRE_BAD(sd::cross_attention(sd::host{}, q, c, ip, o, l), what);
+    REQUIRE_BAD(sd::cross_attention(sd::host{}, q, c, std::span<const std::int32_t>(b.lens), ip, o, l), what);
+  };
+  REQUIRE_NOTHROW(sd::decode_attention(sd::host{}, q, good, ip, o, l));
+  REQUIRE_NOTHROW(sd::hybrid_tree_attention(sd::host{}, q, good, b.k_view(), b.v_view(), ip, b.mask_view(), o, l));
+  // request 0 claims more tokens than its slots: the last ones would be request 1's rows
+  lens[0] = b.capacity + 1;
+  all(good, "length(0) <= capacity(0)");
+  lens[0] = b.lens[0];
+  // a null K or V base pointer: the kernels would dereference it inside the thread pool
+  auto bad = good;
+  bad.k = nullptr;
+  all(bad, "non-null k_row(0, 0, 0)");
+  bad = good;
+  bad.v = nullptr;
+  all(bad, "non-null v_row(0, 0, 0)");
 }

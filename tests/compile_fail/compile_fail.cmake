@@ -1,10 +1,12 @@
 # Compile-fail tests: each case compiles a source with -fsyntax-only from a CMake script
 # (run_compile_fail.cmake) with one -D define and expects the build to fail with a message matching a
-# regex; the case without a define is the positive control that must compile.
+# regex (and, when a fourth field is given, every error line to match that regex); the case without a
+# define is the positive control that must compile.
 set(_cf_dir ${CMAKE_CURRENT_LIST_DIR})
 
 # specdec_add_compile_fail_cases(<prefix> <source> <case>...): one ctest test compile_fail.<prefix>_<name>
-# per case "name|DEFINE|expected-message-regex" (DEFINE and regex empty for the control).
+# per case "name|DEFINE|expected-message-regex[|every-error-line-regex]" (DEFINE and regex empty for the
+# control).
 function(specdec_add_compile_fail_cases prefix src)
   foreach(_case IN LISTS ARGN)
     string(REPLACE "|" ";" _parts "${_case}")
@@ -12,6 +14,10 @@ function(specdec_add_compile_fail_cases prefix src)
     list(GET _parts 0 _name)
     set(_define "")
     set(_expect "")
+    set(_only "")
+    if(_n GREATER 3)
+      list(GET _parts 3 _only)
+    endif()
     if(_n GREATER 1)
       list(GET _parts 1 _define)
     endif()
@@ -21,6 +27,7 @@ function(specdec_add_compile_fail_cases prefix src)
     add_test(NAME compile_fail.${prefix}_${_name}
              COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DSRC=${src}
                      -DINCLUDE=${PROJECT_SOURCE_DIR}/include -DDEFINE=${_define} "-DEXPECT=${_expect}"
+                     "-DONLY=${_only}"
                      -P ${_cf_dir}/run_compile_fail.cmake)
     set_tests_properties(compile_fail.${prefix}_${_name} PROPERTIES LABELS compile_fail TIMEOUT 300)
   endforeach()
@@ -38,6 +45,15 @@ specdec_add_compile_fail_cases(kv_layout ${_cf_dir}/kv_layout_missing_member.cpp
   "missing_head_dim|MISSING_HEAD_DIM|kv_layout: missing member function 'head_dim\\(\\)'"
   "missing_space|MISSING_SPACE|kv_layout: missing member function 'space\\(\\)'"
   "missing_value_type|MISSING_VALUE_TYPE|kv_layout: missing member type 'value_type'")
+
+# Every entry point taking a layout accepts any type, so a type that is not a kv_layout gets all of
+# check_kv_layout's messages that apply (here three missing members, and the commit entry points'
+# capacity()) and nothing else: not an overload-resolution failure naming only the first missing
+# member. A read-only layout passed to a commit gets check_writable_kv_layout's messages only.
+specdec_add_compile_fail_cases(kv_layout_entry ${_cf_dir}/kv_layout_entry_points.cpp
+  "control|"
+  "not_a_layout|NOT_A_LAYOUT|kv_layout: missing member function 'length\\(int request\\)'.*kv_layout: missing member function 'k_row\\(int request.*kv_layout: missing member function 'space\\(\\)'.*writable_kv_layout: missing member function 'capacity\\(int request\\)'|kv_layout: "
+  "read_only|READ_ONLY|writable_kv_layout: value_type must not be const.*writable_kv_layout: missing member function 'capacity\\(int request\\)'|writable_kv_layout: ")
 
 # The attention entry points are single templates over the execution policy; calling one with
 # specdec::cuda from a translation unit that did not include the .cuh backend must fail with the

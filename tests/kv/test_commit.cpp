@@ -3,6 +3,7 @@
 // rejection and every failed commit leave all caches bit-identical (memcmp).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -290,4 +291,98 @@ TEST_CASE("batch in-place commit equals per-request commits") {
   CHECK(specdec::kv_commit_in_place(bl, 0, 2, 6, std::span(acc).subspan(0, 2)) == 4);
   CHECK(specdec::kv_commit_in_place(bl, 2, 9, 8, std::span(acc).subspan(2, 3)) == 12);
   CHECK(b.same_bits(a.k, a.v));
+}
+
+namespace {
+// A user's own writable layout (no validate_layout hook): request r owns `cap` NHD token slots.
+struct user_slots {
+  using value_type = float;
+  float* k;
+  float* v;
+  const std::int32_t* lens;
+  int n, cap;
+  int num_requests() const { return n; }
+  int num_kv_heads() const { return H; }
+  int head_dim() const { return D; }
+  int length(int r) const { return lens[r]; }
+  int capacity(int) const { return cap; }
+  float* k_row(int r, int t, int h) const { return k + ((r * cap + t) * H + h) * D; }
+  float* v_row(int r, int t, int h) const { return v + ((r * cap + t) * H + h) * D; }
+  specdec::memory_space space() const { return specdec::memory_space::host; }
+};
+static_assert(specdec::writable_kv_layout<user_slots>);
+}  // namespace
+
+TEST_CASE("commits reject malformed indptrs and request indices before writing anything") {
+  using Catch::Contains;
+  using L = specdec::contiguous_kv<float, specdec::kv_order::nhd>;
+  specdec::philox_stream rng(31, 31);
+  auto m = nhd<float>();
+  caches<float, decltype(m)> c(contiguous_elems, m, rng);
+  const auto k0 = c.snapshot_k(), v0 = c.snapshot_v();
+  const auto layers = std::span<const L>(c.layouts);
+  // two root children; accepting node 1 moves its rows down one slot (a real write)
+  const std::vector<std::int32_t> parents{-1, -1}, committed{3}, sizes{2}, acc_indptr{0, 1}, acc{1};
+  auto batch = [&](std::vector<std::int32_t> node_indptr, std::span<const std::int32_t> par, std::span<const std::int32_t> cl,
+                   std::span<const std::int32_t> ts, std::span<const std::int32_t> ai, std::span<const std::int32_t> a) {
+    return specdec::kv_commit_in_place_batch(layers, cl, ts, ai, a, std::span<const std::int32_t>(node_indptr), par);
+  };
+  const auto one = [&](std::vector<std::int32_t> node_indptr) {
+    return batch(std::move(node_indptr), parents, committed, sizes, acc_indptr, acc);
+  };
+  // node_indptr must start at 0: {5, 7} passes "difference == tree size" but reads node_parents[5..7)
+  REQUIRE_THROWS_WITH(one({5, 7}), Contains("'node_indptr'") && Contains("node_indptr[0] == 0") && Contains("got 5"));
+  REQUIRE_THROWS_WITH(one({-3, -1}), Contains("node_indptr[0] == 0") && Contains("got -3"));
+  // ... and end at node_parents.size(): two trees of 2 nodes but the parents of only one
+  const std::vector<std::int32_t> committed2{3, 5}, sizes2{2, 2}, acc_indptr2{0, 1, 1};
+  REQUIRE_THROWS_WITH(batch({0, 2, 4}, parents, committed2, sizes2, acc_indptr2, acc),
+                      Contains("last value node_indptr[2] equal to node_parents.size() = 2") && Contains("got 4"));
+  // parents without node_indptr would be ignored silently
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(layers, std::span(committed), std::span(sizes), std::span(acc_indptr),
+                                                        std::span(acc), {}, std::span(parents)),
+                      Contains("'node_indptr'") && Contains("when node_parents is given"));
+  // request + 1 must not overflow
+  const std::vector<std::int32_t> none;
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place(layers, INT32_MAX, 0, 0, std::span(none)),
+                      Contains("layers[0].num_requests()") && Contains(">= 2147483648"));
+  std::vector<float> buf(H * D, 1.0f);
+  const std::vector<specdec::strided_view<const float, 3>> sb(LAYERS, specdec::make_view<3>(static_cast<const float*>(buf.data()), {1, H, D}));
+  REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(layers, INT32_MAX, 0, std::span(sb), std::span(sb), std::span(none)),
+                      Contains("layers[0].num_requests()"));
+  // a spec buffer with more nodes than int32 node indices can address (zero token stride: no memory)
+  const std::int64_t ext[3] = {std::int64_t{1} << 31, H, D}, str[3] = {0, D, 1};
+  const std::vector<specdec::strided_view<const float, 3>> huge(LAYERS, specdec::strided_view<const float, 3>(buf.data(), ext, str));
+  REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(layers, 0, 0, std::span(huge), std::span(huge), std::span(none)),
+                      Contains("at most 2^31 - 1 tree nodes"));
+  CHECK(c.same_bits(k0, v0));
+  // the control: the same commit with a proper node_indptr writes
+  CHECK(one({0, 2}) == std::vector<std::int32_t>{4});
+  CHECK(!c.same_bits(k0, v0));
+}
+
+TEST_CASE("commits over a user's layout reject a length beyond its capacity before writing") {
+  using Catch::Contains;
+  constexpr int cap = 8;
+  std::vector<float> k(2 * cap * H * D), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i), v[i] = -static_cast<float>(i);
+  const auto k0 = k, v0 = v;
+  std::vector<std::int32_t> lens{2, cap + 1};  // request 1 claims a slot that is not its own
+  const std::vector<user_slots> layers{{k.data(), v.data(), lens.data(), 2, cap}};
+  const std::vector<std::int32_t> path{1};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place(std::span(layers), 0, 2, 2, std::span(path)),
+                      Contains("specdec::kv_commit_in_place") && Contains("'layers[0]'") &&
+                          Contains("length(1) <= capacity(1) = 8") && Contains("got 9"));
+  std::vector<float> buf(2 * H * D, 5.0f);
+  const std::vector<specdec::strided_view<const float, 3>> sb{specdec::make_view<3>(static_cast<const float*>(buf.data()), {2, H, D})};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(std::span(layers), 0, 2, std::span(sb), std::span(sb), std::span(path)),
+                      Contains("length(1) <= capacity(1)"));
+  const std::vector<std::int32_t> cl2{2, 0}, ts2{2, 0}, ai2{0, 1, 1};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(std::span(layers), std::span(cl2), std::span(ts2), std::span(ai2),
+                                                        std::span(path)),
+                      Contains("length(1) <= capacity(1)"));
+  CHECK(std::memcmp(k.data(), k0.data(), k.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(v.data(), v0.data(), v.size() * sizeof(float)) == 0);
+  lens[1] = cap;  // the control: a valid layout commits
+  CHECK(specdec::kv_commit_in_place(std::span(layers), 0, 2, 2, std::span(path)) == 3);
+  CHECK(std::memcmp(k.data(), k0.data(), k.size() * sizeof(float)) != 0);
 }

@@ -83,3 +83,18 @@ TEST_CASE("ring commit: full rejection and failed commits leave the ring bit-ide
   CHECK(cache.pending(0) == 0);
   CHECK(std::memcmp(cache.layout().k_row(0, 4, 1), d.data() + H * 0 * D + D, D * sizeof(float)) == 0);
 }
+
+TEST_CASE("ring commit rejects a spec buffer larger than int32 node indices before writing") {
+  specdec::ring_kv_cache<float> cache({.requests = 1, .kv_heads = H, .head_dim = D, .window = W, .speculative_capacity = 0});
+  std::vector<float> buf(H * D, 1.0f);
+  const std::size_t elems = static_cast<std::size_t>(cache.slots()) * H * D;
+  const std::vector<float> k0(cache.k_data(), cache.k_data() + elems), v0(cache.v_data(), cache.v_data() + elems);
+  // 2^31 nodes with a zero token stride: no memory behind them, only the extent matters
+  const std::int64_t ext[3] = {std::int64_t{1} << 31, H, D}, str[3] = {0, D, 1};
+  const specdec::strided_view<const float, 3> huge(buf.data(), ext, str);
+  const std::vector<std::int32_t> none;
+  using Catch::Contains;
+  REQUIRE_THROWS_WITH(specdec::kv_commit_ring(cache, 0, huge, huge, std::span(none)),
+                      Contains("specdec::kv_commit_ring") && Contains("at most 2^31 - 1 tree nodes"));
+  CHECK(same_ring(cache, k0, v0));
+}

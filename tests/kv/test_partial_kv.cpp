@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "specdec/attention/decode_attention.hpp"
@@ -372,6 +374,42 @@ TEST_CASE("partial_kv: compact_partial_kv follows the view slot by slot, copying
   idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {4, 64}), c.layout());
   c.lens = {5};
   CHECK_THROWS_WITH(copy.sync(idx, c.layout(), 0), Contains("'index'") && Contains("full.length(request) = 5"));
+}
+
+TEST_CASE("partial_kv: a rejected sync leaves the compact copy bit-identical; sync and rebuild validate the cache first") {
+  using Catch::Matchers::Contains;
+  const int hkv = 2, d = 64, budget = 8;
+  cache_data<float> c(1, 50, hkv, d, {50}, 8);
+  partial_kv_index idx(1, hkv, budget, 2);
+  specdec::compact_partial_kv<float> copy(1, hkv, budget, d);
+  const auto q = random_q(hkv, d, 9);
+  idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {hkv, d}), c.layout());
+  const std::size_t elems = static_cast<std::size_t>(budget) * hkv * d;
+  const auto snapshot = [&] {
+    const auto l = copy.layout();
+    return std::make_pair(std::vector<float>(l.k, l.k + elems), std::vector<float>(l.v, l.v + elems));
+  };
+  const auto before = snapshot();
+  // The full cache shrank to 2 tokens: the sinks (0, 1) are still there, the other shown tokens are
+  // not. Nothing may be copied, not even the sinks' rows, and the copy's bookkeeping stays put.
+  c.lens = {2};
+  CHECK_THROWS_WITH(copy.sync(idx, c.layout(), 0), Contains("'index'") && Contains("full.length(request) = 2"));
+  CHECK(snapshot() == before);
+  // A full cache whose length exceeds its capacity is rejected too (it would read another request's rows).
+  c.lens = {51};
+  CHECK_THROWS_WITH(copy.sync(idx, c.layout(), 0), Contains("specdec::compact_partial_kv::sync") && Contains("'full'") &&
+                                                       Contains("max_tokens = 50") && Contains("got 51"));
+  CHECK(snapshot() == before);
+  c.lens = {50};
+  CHECK(copy.sync(idx, c.layout(), 0) == std::int64_t{budget} * hkv);  // every slot: none was marked copied
+  CHECK(snapshot() != before);
+  // rebuild validates the cache before reading its lengths: a device-resident cache's lengths are
+  // never dereferenced (the pointer below stands for device memory and would fault on the host).
+  auto dev = c.layout();
+  dev.where = specdec::memory_space::device;
+  dev.lengths = reinterpret_cast<const std::int32_t*>(std::uintptr_t{64});
+  CHECK_THROWS_WITH(idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {hkv, d}), dev),
+                    Contains("specdec::partial_kv_index::rebuild") && Contains("host-accessible"));
 }
 
 TEST_CASE("partial_kv: appends allocate nothing and the index memory stays put over 20K tokens") {

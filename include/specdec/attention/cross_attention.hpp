@@ -145,12 +145,14 @@ void delegate_cross(std::string_view fn, F&& f) {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace cross_attention needs with the same arguments and options. O(requests).
-template <tensor_like Q, kv_layout L, tensor_like I>
+template <tensor_like Q, class L, tensor_like I>
 [[nodiscard]] std::size_t cross_attention_workspace_bytes(const host& policy, const Q& q, const L& target_cache,
                                                           const I& q_indptr, const attention_options& options = {}) {
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
   std::size_t bytes = 0;
-  detail::delegate_cross("specdec::cross_attention_workspace_bytes",
-                         [&] { bytes = decode_attention_workspace_bytes(policy, q, target_cache, q_indptr, options); });
+  if constexpr (kv_layout<L>)
+    detail::delegate_cross("specdec::cross_attention_workspace_bytes",
+                           [&] { bytes = decode_attention_workspace_bytes(policy, q, target_cache, q_indptr, options); });
   return bytes;
 }
 
@@ -163,36 +165,41 @@ template <tensor_like Q, kv_layout L, tensor_like I>
 //!   out [T, Hq, D], lse fp32 [T, Hq]
 //! Preconditions: those of decode_attention (D in {64,128,256}, Hq % Hkv == 0, host memory). Errors
 //! name this function. Complexity O(sum_r n_r L_r Hq D); allocation-free with options.workspace.
-template <tensor_like Q, kv_layout L, tensor_like I, tensor_like O, tensor_like LS>
+template <tensor_like Q, class L, tensor_like I, tensor_like O, tensor_like LS>
 void cross_attention(const host& policy, const Q& q, const L& target_cache, const I& q_indptr, const O& out,
                      const LS& lse, const attention_options& options = {}) {
-  detail::delegate_cross("specdec::cross_attention",
-                         [&] { decode_attention(policy, q, target_cache, q_indptr, out, lse, options); });
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>)
+    detail::delegate_cross("specdec::cross_attention",
+                           [&] { decode_attention(policy, q, target_cache, q_indptr, out, lse, options); });
 }
 
 //! Cross-attention limited to each request's committed prefix: request r's queries see target tokens
 //! [0, committed_lengths[r]) only (the target's layout may already hold tokens under verification).
 //! Zero copy (a kv_prefix over the target layout). Extra precondition: committed_lengths.size() == R
 //! and 0 <= committed_lengths[r] <= target_cache.length(r).
-template <tensor_like Q, kv_layout L, tensor_like I, tensor_like O, tensor_like LS>
+template <tensor_like Q, class L, tensor_like I, tensor_like O, tensor_like LS>
 void cross_attention(const host& policy, const Q& q, const L& target_cache,
                      std::span<const std::int32_t> committed_lengths, const I& q_indptr, const O& out, const LS& lse,
                      const attention_options& options = {}) {
-  constexpr std::string_view fn = "specdec::cross_attention";
-  if (!(static_cast<std::int64_t>(committed_lengths.size()) == target_cache.num_requests())) [[unlikely]]
-    throw_invalid_argument(fn, "committed_lengths",
-                           "one length per request (" + std::to_string(target_cache.num_requests()) + ")",
-                           committed_lengths.size());
-  validate_kv_layout(target_cache, fn, "target_cache");
-  if (host_accessible(target_cache.space()))
-    for (int r = 0; r < target_cache.num_requests(); ++r)
-      if (!(committed_lengths[r] >= 0 && committed_lengths[r] <= target_cache.length(r))) [[unlikely]]
-        throw_invalid_argument(fn, "committed_lengths",
-                               "committed length of request " + std::to_string(r) + " in [0, target length " +
-                                   std::to_string(target_cache.length(r)) + "]",
-                               committed_lengths[r]);
-  const kv_prefix<L> prefix{target_cache, committed_lengths.data()};
-  detail::delegate_cross(fn, [&] { decode_attention(policy, q, prefix, q_indptr, out, lse, options); });
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::cross_attention";
+    if (!(static_cast<std::int64_t>(committed_lengths.size()) == target_cache.num_requests())) [[unlikely]]
+      throw_invalid_argument(fn, "committed_lengths",
+                             "one length per request (" + std::to_string(target_cache.num_requests()) + ")",
+                             committed_lengths.size());
+    validate_kv_layout(target_cache, fn, "target_cache");
+    if (host_accessible(target_cache.space()))
+      for (int r = 0; r < target_cache.num_requests(); ++r)
+        if (!(committed_lengths[r] >= 0 && committed_lengths[r] <= target_cache.length(r))) [[unlikely]]
+          throw_invalid_argument(fn, "committed_lengths",
+                                 "committed length of request " + std::to_string(r) + " in [0, target length " +
+                                     std::to_string(target_cache.length(r)) + "]",
+                                 committed_lengths[r]);
+    const kv_prefix<L> prefix{target_cache, committed_lengths.data()};
+    detail::delegate_cross(fn, [&] { decode_attention(policy, q, prefix, q_indptr, out, lse, options); });
+  }
 }
 
 // ---- GLIDE query projection --------------------------------------------------------------------

@@ -34,22 +34,23 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 //! `attention_workspace(ptr, bytes, memory_space::device)`, for specdec::cuda) to make the call
 //! allocation-free (and, on cuda, graph-capturable). Validates its arguments like decode_attention.
 //! Host: O(num_requests); cuda: O(1), from shapes and the SM count only.
-template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I>
+template <execution_policy P, tensor_like Q, class L, tensor_like I>
 [[nodiscard]] std::size_t decode_attention_workspace_bytes(const P& policy, const Q& q, const L& cache,
                                                            const I& q_indptr, const attention_options& options = {}) {
-  static_assert(check_kv_layout<L>());
-  constexpr std::string_view fn = "specdec::decode_attention_workspace_bytes";
-  using QT = typename Q::element_type;
-  using T = std::remove_cv_t<QT>;
-  detail::check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
-  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, T, float,
-                                           typename I::element_type, void>) {
-    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, detail::no_out<T>,
-                                                       detail::no_lse, options);
-    return detail::attention_backend<P>::template workspace_bytes<true, false>(fn, policy, io, cache, options);
-  } else {
-    return 0;
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::decode_attention_workspace_bytes";
+    using QT = typename Q::element_type;
+    using T = std::remove_cv_t<QT>;
+    detail::check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
+    if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, T, float,
+                                             typename I::element_type, void>) {
+      const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, detail::no_out<T>,
+                                                         detail::no_lse, options);
+      return detail::attention_backend<P>::template workspace_bytes<true, false>(fn, policy, io, cache, options);
+    }
   }
+  return 0;
 }
 
 //! Decode attention: for each request r, each of its query tokens q[q_indptr[r] .. q_indptr[r+1])
@@ -75,20 +76,22 @@ template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I>
 //!     kernel merges the chunks by LSE. CUDA runtime errors throw specdec::cuda_error.
 //! Complexity O(sum_r n_r * L_r * Hq * D) FLOPs, reading each cached K/V row once per (request, kv
 //! head) on the host, once per 64-row tile of (token, query head) pairs on cuda.
-template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I, tensor_like O, tensor_like LS>
+template <execution_policy P, tensor_like Q, class L, tensor_like I, tensor_like O, tensor_like LS>
 void decode_attention(const P& policy, const Q& q, const L& cache, const I& q_indptr, const O& out, const LS& lse,
                       const attention_options& options = {}) {
-  static_assert(check_kv_layout<L>());
-  constexpr std::string_view fn = "specdec::decode_attention";
-  using QT = typename Q::element_type;
-  using T = std::remove_cv_t<QT>;
-  detail::check_attention_types<P, QT, typename L::value_type, void, void, typename O::element_type,
-                                typename LS::element_type, typename I::element_type, void>(fn);
-  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, typename O::element_type,
-                                           typename LS::element_type, typename I::element_type, void>) {
-    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
-    detail::attention_backend<P>::template run<true, false>(fn, policy, io, cache,
-                                                            static_cast<const tree_kv_params<T>*>(nullptr), options);
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::decode_attention";
+    using QT = typename Q::element_type;
+    using T = std::remove_cv_t<QT>;
+    detail::check_attention_types<P, QT, typename L::value_type, void, void, typename O::element_type,
+                                  typename LS::element_type, typename I::element_type, void>(fn);
+    if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, typename O::element_type,
+                                             typename LS::element_type, typename I::element_type, void>) {
+      const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
+      detail::attention_backend<P>::template run<true, false>(fn, policy, io, cache,
+                                                              static_cast<const tree_kv_params<T>*>(nullptr), options);
+    }
   }
 }
 

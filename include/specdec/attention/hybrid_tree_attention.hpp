@@ -35,23 +35,24 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 //! options (host memory for specdec::host, device memory for specdec::cuda: see
 //! decode_attention_workspace_bytes); size an attention_workspace with it once to make calls
 //! allocation-free. Host: O(requests); cuda: O(1), from shapes only.
-template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I>
+template <execution_policy P, tensor_like Q, class L, tensor_like I>
 [[nodiscard]] std::size_t hybrid_tree_attention_workspace_bytes(const P& policy, const Q& q, const L& cache,
                                                                 const I& q_indptr,
                                                                 const attention_options& options = {}) {
-  static_assert(check_kv_layout<L>());
-  constexpr std::string_view fn = "specdec::hybrid_tree_attention_workspace_bytes";
-  using QT = typename Q::element_type;
-  using T = std::remove_cv_t<QT>;
-  detail::check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
-  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, T, float,
-                                           typename I::element_type, void>) {
-    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, detail::no_out<T>,
-                                                       detail::no_lse, options);
-    return detail::attention_backend<P>::template workspace_bytes<true, true>(fn, policy, io, cache, options);
-  } else {
-    return 0;
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::hybrid_tree_attention_workspace_bytes";
+    using QT = typename Q::element_type;
+    using T = std::remove_cv_t<QT>;
+    detail::check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
+    if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, T, float,
+                                             typename I::element_type, void>) {
+      const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, detail::no_out<T>,
+                                                         detail::no_lse, options);
+      return detail::attention_backend<P>::template workspace_bytes<true, true>(fn, policy, io, cache, options);
+    }
   }
+  return 0;
 }
 
 //! Hybrid tree attention. For request r with L_r = cache.length(r) cached tokens and
@@ -76,25 +77,27 @@ template <execution_policy P, tensor_like Q, kv_layout L, tensor_like I>
 //! Preconditions as for decode_attention (memory-space rules per backend there) and tree_attention
 //! (D in {64,128,256}, Hq % Hkv == 0, mask diagonal set and no bit above it: checked on the host).
 //! Complexity O(sum_r n_r (L_r + n_r) Hq D); on cuda each cached K/V row is read once per 64-row tile.
-template <execution_policy P, tensor_like Q, kv_layout L, tensor_like K, tensor_like V, tensor_like I, tensor_like M,
+template <execution_policy P, tensor_like Q, class L, tensor_like K, tensor_like V, tensor_like I, tensor_like M,
           tensor_like O, tensor_like LS>
 void hybrid_tree_attention(const P& policy, const Q& q, const L& cache, const K& spec_k, const V& spec_v,
                            const I& q_indptr, const M& mask, const O& out, const LS& lse,
                            const attention_options& options = {}) {
-  static_assert(check_kv_layout<L>());
-  constexpr std::string_view fn = "specdec::hybrid_tree_attention";
-  using QT = typename Q::element_type;
-  using T = std::remove_cv_t<QT>;
-  detail::check_attention_types<P, QT, typename L::value_type, typename K::element_type, typename V::element_type,
-                                typename O::element_type, typename LS::element_type, typename I::element_type,
-                                typename M::element_type>(fn);
-  if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, typename K::element_type,
-                                           typename V::element_type, typename O::element_type,
-                                           typename LS::element_type, typename I::element_type,
-                                           typename M::element_type>) {
-    const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
-    const auto tree = detail::validate_tree<P>(fn, io, spec_k, spec_v, mask);
-    detail::attention_backend<P>::template run<true, true>(fn, policy, io, cache, &tree, options);
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::hybrid_tree_attention";
+    using QT = typename Q::element_type;
+    using T = std::remove_cv_t<QT>;
+    detail::check_attention_types<P, QT, typename L::value_type, typename K::element_type, typename V::element_type,
+                                  typename O::element_type, typename LS::element_type, typename I::element_type,
+                                  typename M::element_type>(fn);
+    if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, typename K::element_type,
+                                             typename V::element_type, typename O::element_type,
+                                             typename LS::element_type, typename I::element_type,
+                                             typename M::element_type>) {
+      const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
+      const auto tree = detail::validate_tree<P>(fn, io, spec_k, spec_v, mask);
+      detail::attention_backend<P>::template run<true, true>(fn, policy, io, cache, &tree, options);
+    }
   }
 }
 

@@ -16,9 +16,12 @@
 //! it): every function returns the new length committed_length + accepted.size() for the caller to
 //! store. Rows past the new length are left as they were (they are garbage by definition).
 //!
-//! Guarantees: everything is validated before the first write (layouts, capacity, spec-buffer shapes,
-//! accepted indices forming a root path of the tree), so a failed commit leaves every cache unchanged;
-//! a full rejection (no accepted node) writes nothing, so every cache stays bit-identical.
+//! Guarantees: everything is validated before the first write (layouts, with validate_kv_layout's
+//! generic checks for a user's layout too; capacity; request indices and node counts checked in 64
+//! bits; indptr arrays starting at 0, non-decreasing and ending at the size of the array they index;
+//! spec-buffer shapes; accepted indices forming a root path of the tree), so a failed commit leaves
+//! every cache bit-identical; a full rejection (no accepted node) writes nothing either. Rows are
+//! copied bit for bit: their values (NaN included) are not inspected.
 //! The draft's ring cache (kv/ring_kv.hpp, LongSpec §3.1 sliding window) keeps only a window and never
 //! holds a tree in place, so it gets its own two forms: kv_commit_ring (tree drafting: append the
 //! accepted path from the spec buffers the draft used) and kv_commit_ring_pending (chain drafting with
@@ -64,9 +67,10 @@ inline void validate_accepted_path(std::span<const std::int32_t> accepted, int t
   }
 }
 
-//! Every layer valid, host-accessible, same geometry, and holding requests [0, requests).
+//! Every layer valid, host-accessible, same geometry, and holding requests [0, requests). `requests`
+//! is 64-bit so that a caller's request + 1 cannot overflow.
 template <class L>
-void validate_commit_layers(std::span<const L> layers, int requests, std::string_view fn) {
+void validate_commit_layers(std::span<const L> layers, std::int64_t requests, std::string_view fn) {
   require(!layers.empty(), fn, "layers", "at least one layer", layers.size());
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const std::string name = "layers[" + std::to_string(l) + "]";
@@ -109,25 +113,29 @@ void move_accepted(std::span<const L> layers, int request, int committed_length,
 //! every layer; host-accessible layouts with equal geometry. Complexity: O(layers * accepted * Hkv * D).
 //! `layers` is a span of layouts (std::span(my_layers); const or not), one per layer.
 template <class LayerT, std::size_t E>
-  requires writable_kv_layout<std::remove_const_t<LayerT>>
 int kv_commit_in_place(std::span<LayerT, E> layer_span, int request, int committed_length, int tree_size,
                        std::span<const std::int32_t> accepted, std::span<const std::int32_t> parents = {}) {
   using L = std::remove_const_t<LayerT>;
-  const std::span<const L> layers(layer_span.data(), layer_span.size());
-  constexpr std::string_view fn = "specdec::kv_commit_in_place";
-  static_assert(check_kv_layout<L>());
-  require(request >= 0, fn, "request", ">= 0", request);
-  detail::validate_commit_layers(layers, request + 1, fn);
-  require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
-  require(tree_size >= 0, fn, "tree_size", ">= 0", tree_size);
-  for (std::size_t l = 0; l < layers.size(); ++l)
-    require(static_cast<std::int64_t>(committed_length) + tree_size <= layers[l].capacity(request), fn,
-            "committed_length + tree_size",
-            "<= capacity(request) = " + std::to_string(layers[l].capacity(request)) + " (layer " + std::to_string(l) + ")",
-            static_cast<std::int64_t>(committed_length) + tree_size);
-  detail::validate_accepted_path(accepted, tree_size, parents, fn);
-  detail::move_accepted(layers, request, committed_length, accepted);
-  return committed_length + static_cast<int>(accepted.size());
+  // L is unconstrained so that these messages are what a non-layout gets (not an overload failure).
+  static_assert(check_writable_kv_layout<L>());
+  if constexpr (writable_kv_layout<L>) {
+    const std::span<const L> layers(layer_span.data(), layer_span.size());
+    constexpr std::string_view fn = "specdec::kv_commit_in_place";
+    require(request >= 0, fn, "request", ">= 0", request);
+    detail::validate_commit_layers(layers, std::int64_t{request} + 1, fn);
+    require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
+    require(tree_size >= 0, fn, "tree_size", ">= 0", tree_size);
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      require(static_cast<std::int64_t>(committed_length) + tree_size <= layers[l].capacity(request), fn,
+              "committed_length + tree_size",
+              "<= capacity(request) = " + std::to_string(layers[l].capacity(request)) + " (layer " + std::to_string(l) + ")",
+              static_cast<std::int64_t>(committed_length) + tree_size);
+    detail::validate_accepted_path(accepted, tree_size, parents, fn);
+    detail::move_accepted(layers, request, committed_length, accepted);
+    return committed_length + static_cast<int>(accepted.size());
+  } else {
+    return 0;
+  }
 }
 
 //! Commit for one request from separate speculative buffers: spec_k[l], spec_v[l] are layer l's tree
@@ -137,64 +145,73 @@ int kv_commit_in_place(std::span<LayerT, E> layer_span, int request, int committ
 //! shapes [n, Hkv, D] with n = tree_size; committed_length + accepted.size() <= capacity(request).
 //! Complexity: O(layers * accepted * Hkv * D).
 template <class LayerT, std::size_t E, class SpecT, std::size_t EK, std::size_t EV>
-  requires writable_kv_layout<std::remove_const_t<LayerT>> && tensor_like<std::remove_const_t<SpecT>>
+  requires tensor_like<std::remove_const_t<SpecT>>
 int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int committed_length,
                           std::span<SpecT, EK> spec_k, std::span<SpecT, EV> spec_v,
                           std::span<const std::int32_t> accepted, std::span<const std::int32_t> parents = {}) {
   using L = std::remove_const_t<LayerT>;
   using Spec = std::remove_const_t<SpecT>;
-  const std::span<const L> layers(layer_span.data(), layer_span.size());
-  constexpr std::string_view fn = "specdec::kv_commit_from_buffer";
-  static_assert(check_kv_layout<L>());
+  // L is unconstrained so that these messages are what a non-layout gets (not an overload failure).
+  static_assert(check_writable_kv_layout<L>());
   static_assert(Spec::rank == 3, "specdec::kv_commit_from_buffer: spec buffers must be rank 3 [n, kv_heads, head_dim]");
-  static_assert(std::is_same_v<std::remove_cv_t<typename Spec::element_type>, typename L::value_type>,
-                "specdec::kv_commit_from_buffer: spec buffer element type must equal the cache's value_type");
-  require(request >= 0, fn, "request", ">= 0", request);
-  detail::validate_commit_layers(layers, request + 1, fn);
-  require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
-  require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
-  require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
-  const std::int64_t n = static_cast<std::int64_t>(spec_k[0].extent(0));
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const auto check_spec = [&](const Spec& t, const char* what) {
-      const auto v = as_view(t);
-      const std::string name = std::string(what) + "[" + std::to_string(l) + "]";
-      require_host_accessible(fn, name, v);
-      require_shape(fn, name, v, {n, layers[l].num_kv_heads(), layers[l].head_dim()});
-      require_unit_inner_stride(fn, name, v);
-      require(n == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
-    };
-    check_spec(spec_k[l], "spec_k");
-    check_spec(spec_v[l], "spec_v");
-    require(static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()) <=
-                layers[l].capacity(request),
-            fn, "committed_length + accepted.size()",
-            "<= capacity(request) = " + std::to_string(layers[l].capacity(request)) + " (layer " + std::to_string(l) + ")",
-            static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()));
-  }
-  detail::validate_accepted_path(accepted, static_cast<int>(n), parents, fn);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const auto& layer = layers[l];
-    const auto sk = as_view(spec_k[l]);
-    const auto sv = as_view(spec_v[l]);
-    for (std::size_t j = 0; j < accepted.size(); ++j) {
-      const int dst = committed_length + static_cast<int>(j);
-      for (int h = 0; h < layer.num_kv_heads(); ++h) {
-        detail::copy_row(layer, layer.k_row(request, dst, h), &sk(accepted[j], h, 0));
-        detail::copy_row(layer, layer.v_row(request, dst, h), &sv(accepted[j], h, 0));
+  if constexpr (writable_kv_layout<L>) {
+    static_assert(std::is_same_v<std::remove_cv_t<typename Spec::element_type>, typename L::value_type>,
+                  "specdec::kv_commit_from_buffer: spec buffer element type must equal the cache's value_type");
+    const std::span<const L> layers(layer_span.data(), layer_span.size());
+    constexpr std::string_view fn = "specdec::kv_commit_from_buffer";
+    require(request >= 0, fn, "request", ">= 0", request);
+    detail::validate_commit_layers(layers, std::int64_t{request} + 1, fn);
+    require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
+    require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
+    require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
+    const std::int64_t n = static_cast<std::int64_t>(spec_k[0].extent(0));
+    // node indices are int32 (accepted, parents): a larger buffer could not be addressed by them
+    require(n <= INT32_MAX, fn, "spec_k[0]", "at most 2^31 - 1 tree nodes (extent 0)", n);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto check_spec = [&](const Spec& t, const char* what) {
+        const auto v = as_view(t);
+        const std::string name = std::string(what) + "[" + std::to_string(l) + "]";
+        require_host_accessible(fn, name, v);
+        require_shape(fn, name, v, {n, layers[l].num_kv_heads(), layers[l].head_dim()});
+        require_unit_inner_stride(fn, name, v);
+        require(n == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
+      };
+      check_spec(spec_k[l], "spec_k");
+      check_spec(spec_v[l], "spec_v");
+      require(static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()) <=
+                  layers[l].capacity(request),
+              fn, "committed_length + accepted.size()",
+              "<= capacity(request) = " + std::to_string(layers[l].capacity(request)) + " (layer " + std::to_string(l) + ")",
+              static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()));
+    }
+    detail::validate_accepted_path(accepted, static_cast<int>(n), parents, fn);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto& layer = layers[l];
+      const auto sk = as_view(spec_k[l]);
+      const auto sv = as_view(spec_v[l]);
+      for (std::size_t j = 0; j < accepted.size(); ++j) {
+        const int dst = committed_length + static_cast<int>(j);
+        for (int h = 0; h < layer.num_kv_heads(); ++h) {
+          detail::copy_row(layer, layer.k_row(request, dst, h), &sk(accepted[j], h, 0));
+          detail::copy_row(layer, layer.v_row(request, dst, h), &sv(accepted[j], h, 0));
+        }
       }
     }
+    return committed_length + static_cast<int>(accepted.size());
+  } else {
+    return 0;
   }
-  return committed_length + static_cast<int>(accepted.size());
 }
 
 //! Ragged-batch in-place commit: request r's tree has tree_sizes[r] nodes appended after
 //! committed_lengths[r]; its accepted nodes are accepted[accepted_indptr[r] .. accepted_indptr[r+1])
 //! (verify_batch_result's layout; `node_parents`/`node_indptr` optional, e.g. token_tree_batch's
-//! parents() and node_indptr(), to check root paths). Validates every request before writing any.
+//! parents() and node_indptr(), to check root paths). Validates every request before writing any:
+//! accepted_indptr and node_indptr start at 0 and are non-decreasing, accepted_indptr ends at
+//! accepted.size() and node_indptr (when node_parents is given, which needs node_indptr) at
+//! node_parents.size(), and node_indptr's differences equal tree_sizes.
 //! Returns the new lengths. Complexity: O(layers * sum accepted * Hkv * D).
 template <class LayerT, std::size_t E>
-  requires writable_kv_layout<std::remove_const_t<LayerT>>
 std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_span,
                                                    std::span<const std::int32_t> committed_lengths,
                                                    std::span<const std::int32_t> tree_sizes,
@@ -203,46 +220,58 @@ std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_sp
                                                    std::span<const std::int32_t> node_indptr = {},
                                                    std::span<const std::int32_t> node_parents = {}) {
   using L = std::remove_const_t<LayerT>;
-  const std::span<const L> layers(layer_span.data(), layer_span.size());
-  constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
-  const std::size_t requests = committed_lengths.size();
-  require_equal(fn, "tree_sizes.size()", requests, tree_sizes.size());
-  require_equal(fn, "accepted_indptr.size()", requests + 1, accepted_indptr.size());
-  require(node_indptr.empty() || node_indptr.size() == requests + 1, fn, "node_indptr.size()",
-          "0 or requests + 1 = " + std::to_string(requests + 1), node_indptr.size());
-  require(accepted_indptr[0] == 0 && accepted_indptr[requests] == static_cast<std::int32_t>(accepted.size()), fn,
-          "accepted_indptr", "0 first and accepted.size() last", accepted_indptr[requests]);
-  for (std::size_t r = 0; r < requests; ++r) {
-    require(accepted_indptr[r + 1] >= accepted_indptr[r], fn, "accepted_indptr", "non-decreasing",
-            accepted_indptr[r + 1]);
-    if (!node_indptr.empty())
-      require_equal(fn, "tree_sizes[" + std::to_string(r) + "]", node_indptr[r + 1] - node_indptr[r], tree_sizes[r]);
+  // L is unconstrained so that these messages are what a non-layout gets (not an overload failure).
+  static_assert(check_writable_kv_layout<L>());
+  if constexpr (writable_kv_layout<L>) {
+    const std::span<const L> layers(layer_span.data(), layer_span.size());
+    constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
+    const std::size_t requests = committed_lengths.size();
+    require(requests <= static_cast<std::size_t>(INT32_MAX), fn, "committed_lengths.size()", "at most 2^31 - 1 requests", requests);
+    require_equal(fn, "tree_sizes.size()", requests, tree_sizes.size());
+    require_equal(fn, "accepted_indptr.size()", requests + 1, accepted_indptr.size());
+    detail::validate_indptr(fn, "accepted_indptr", "accepted_indptr", accepted_indptr.data(),
+                            static_cast<std::int64_t>(requests), static_cast<std::int64_t>(accepted.size()),
+                            "accepted.size()");
+    require(node_indptr.empty() || node_indptr.size() == requests + 1, fn, "node_indptr.size()",
+            "0 or requests + 1 = " + std::to_string(requests + 1), node_indptr.size());
+    // node_parents is split by node_indptr: without it the parents would be silently ignored
+    require(node_parents.empty() || !node_indptr.empty(), fn, "node_indptr",
+            "node_indptr when node_parents is given; node_indptr.size()", node_indptr.size());
+    if (!node_indptr.empty()) {
+      detail::validate_indptr(fn, "node_indptr", "node_indptr", node_indptr.data(), static_cast<std::int64_t>(requests),
+                              node_parents.empty() ? -1 : static_cast<std::int64_t>(node_parents.size()),
+                              "node_parents.size()");
+      for (std::size_t r = 0; r < requests; ++r)
+        require_equal(fn, "tree_sizes[" + std::to_string(r) + "]", node_indptr[r + 1] - node_indptr[r], tree_sizes[r]);
+    }
+    // validate everything first (same checks as the single-request form, without writing)
+    detail::validate_commit_layers(layers, static_cast<std::int64_t>(requests), fn);
+    for (std::size_t r = 0; r < requests; ++r) {
+      require(committed_lengths[r] >= 0 && tree_sizes[r] >= 0, fn, "committed_lengths/tree_sizes", ">= 0",
+              std::min(committed_lengths[r], tree_sizes[r]));
+      for (std::size_t l = 0; l < layers.size(); ++l)
+        require(static_cast<std::int64_t>(committed_lengths[r]) + tree_sizes[r] <= layers[l].capacity(static_cast<int>(r)), fn,
+                "committed_lengths[" + std::to_string(r) + "] + tree_sizes[" + std::to_string(r) + "]",
+                "<= capacity = " + std::to_string(layers[l].capacity(static_cast<int>(r))),
+                static_cast<std::int64_t>(committed_lengths[r]) + tree_sizes[r]);
+      const auto acc = accepted.subspan(static_cast<std::size_t>(accepted_indptr[r]),
+                                        static_cast<std::size_t>(accepted_indptr[r + 1] - accepted_indptr[r]));
+      std::span<const std::int32_t> par;
+      if (!node_parents.empty())
+        par = node_parents.subspan(static_cast<std::size_t>(node_indptr[r]), static_cast<std::size_t>(tree_sizes[r]));
+      detail::validate_accepted_path(acc, tree_sizes[r], par, fn);
+    }
+    std::vector<std::int32_t> out(requests);
+    for (std::size_t r = 0; r < requests; ++r) {
+      const auto acc = accepted.subspan(static_cast<std::size_t>(accepted_indptr[r]),
+                                        static_cast<std::size_t>(accepted_indptr[r + 1] - accepted_indptr[r]));
+      detail::move_accepted(layers, static_cast<int>(r), committed_lengths[r], acc);
+      out[r] = committed_lengths[r] + static_cast<std::int32_t>(acc.size());
+    }
+    return out;
+  } else {
+    return {};
   }
-  // validate everything first (same checks as the single-request form, without writing)
-  detail::validate_commit_layers(layers, static_cast<int>(requests), fn);
-  for (std::size_t r = 0; r < requests; ++r) {
-    require(committed_lengths[r] >= 0 && tree_sizes[r] >= 0, fn, "committed_lengths/tree_sizes", ">= 0",
-            std::min(committed_lengths[r], tree_sizes[r]));
-    for (std::size_t l = 0; l < layers.size(); ++l)
-      require(static_cast<std::int64_t>(committed_lengths[r]) + tree_sizes[r] <= layers[l].capacity(static_cast<int>(r)), fn,
-              "committed_lengths[" + std::to_string(r) + "] + tree_sizes[" + std::to_string(r) + "]",
-              "<= capacity = " + std::to_string(layers[l].capacity(static_cast<int>(r))),
-              static_cast<std::int64_t>(committed_lengths[r]) + tree_sizes[r]);
-    const auto acc = accepted.subspan(static_cast<std::size_t>(accepted_indptr[r]),
-                                      static_cast<std::size_t>(accepted_indptr[r + 1] - accepted_indptr[r]));
-    std::span<const std::int32_t> par;
-    if (!node_indptr.empty() && !node_parents.empty())
-      par = node_parents.subspan(static_cast<std::size_t>(node_indptr[r]), static_cast<std::size_t>(tree_sizes[r]));
-    detail::validate_accepted_path(acc, tree_sizes[r], par, fn);
-  }
-  std::vector<std::int32_t> out(requests);
-  for (std::size_t r = 0; r < requests; ++r) {
-    const auto acc = accepted.subspan(static_cast<std::size_t>(accepted_indptr[r]),
-                                      static_cast<std::size_t>(accepted_indptr[r + 1] - accepted_indptr[r]));
-    detail::move_accepted(layers, static_cast<int>(r), committed_lengths[r], acc);
-    out[r] = committed_lengths[r] + static_cast<std::int32_t>(acc.size());
-  }
-  return out;
 }
 
 //! Ring-cache commit for tree drafting (LongSpec): the tree tokens' draft K/V were spec buffers
@@ -258,6 +287,8 @@ void kv_commit_ring(ring_kv_cache<T>& cache, int request, const K& spec_k, const
   static_assert(K::rank == 3 && V::rank == 3, "specdec::kv_commit_ring: spec buffers must be rank 3 [n, kv_heads, head_dim]");
   require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
   require_equal(fn, "spec_v.extent(0)", static_cast<std::int64_t>(spec_k.extent(0)), static_cast<std::int64_t>(spec_v.extent(0)));
+  // node indices are int32 (accepted, parents): a larger buffer could not be addressed by them
+  require(spec_k.extent(0) <= INT32_MAX, fn, "spec_k", "at most 2^31 - 1 tree nodes (extent 0)", spec_k.extent(0));
   detail::validate_accepted_path(accepted, static_cast<int>(spec_k.extent(0)), parents, fn);
   if (accepted.empty()) return;
   cache.append_rows(request, spec_k, spec_v, accepted);  // validates shapes / pending before writing

@@ -6,13 +6,25 @@
 //! (request, token, kv_head) to the K and V rows (head_dim contiguous elements each) and gives each
 //! request's current length. Kernels are templated on it, so a user's own cache plugs in unchanged.
 //! The concept is split into named parts so a compile error says which member is missing; call
-//! check_kv_layout<L>() for one static_assert per part with a readable message.
+//! check_kv_layout<L>() for one static_assert per part with a readable message. Entry points take
+//! the layout type unconstrained and call it first, so those messages are what a wrong type gets.
+//!
+//! What validation looks at, and what it does not (the non-finite-number policy, design.md):
+//! validate_kv_layout checks geometry, lengths (against capacity() where the layout has one) and
+//! row pointers, never the values in the rows. Primitives read only rows [0, length(r)) of request
+//! r, so rows past a length (a rejected tree's leftovers, padding) never reach a result whatever
+//! they hold; NaN or Inf in a visible row propagates to the outputs it reaches, as IEEE arithmetic
+//! would. Sizes (lengths, capacities, indptr values) are checked before arithmetic that could
+//! overflow the int token index.
 
 #include <concepts>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "specdec/core/config.hpp"
+#include "specdec/core/error.hpp"
 #include "specdec/core/tensor.hpp"
 
 namespace specdec {
@@ -72,14 +84,22 @@ template <class L>
 concept kv_layout = std::copyable<L> && kv_layout_has_value_type<L> && kv_layout_has_geometry<L> &&
                     kv_layout_has_length<L> && kv_layout_has_rows<L> && kv_layout_has_space<L>;
 
+//! `capacity(request)` is the number of token slots the request's rows can hold (optional for reading;
+//! when present, validation checks every length against it).
+template <class L>
+concept kv_layout_has_capacity = requires(const L& l, int r) {
+  { l.capacity(r) } -> std::convertible_to<int>;
+};
+
 //! A layout whose rows may be written (needed by append and commit).
 template <class L>
-concept writable_kv_layout = kv_layout<L> && !std::is_const_v<typename L::value_type> &&
-                             requires(const L& l, int r) {
-                               { l.capacity(r) } -> std::convertible_to<int>;
-                             };
+concept writable_kv_layout = kv_layout<L> && !std::is_const_v<typename L::value_type> && kv_layout_has_capacity<L>;
 
-//! Compile-time check with one readable message per missing part. Entry points call this first.
+//! Compile-time check with one readable message per missing part. Entry points take the layout as
+//! an unconstrained template parameter and call this first, so a type that is not a kv_layout gets
+//! every message below that applies (not an overload-resolution failure naming only the first
+//! unsatisfied requirement); they instantiate their body only under `if constexpr (kv_layout<L>)`,
+//! so nothing else is reported.
 template <class L>
 consteval bool check_kv_layout() {
   static_assert(std::copyable<L>, "kv_layout: the layout type must be copyable (it is passed to kernels by value)");
@@ -88,30 +108,116 @@ consteval bool check_kv_layout() {
   static_assert(kv_layout_has_num_kv_heads<L>, "kv_layout: missing member function 'num_kv_heads()' returning int");
   static_assert(kv_layout_has_head_dim<L>, "kv_layout: missing member function 'head_dim()' returning int");
   static_assert(kv_layout_has_length<L>, "kv_layout: missing member function 'length(int request)' returning int");
-  static_assert(kv_layout_has_k_row<L>,
+  // Without value_type the row requirements cannot hold; the value_type message above says why.
+  static_assert(!kv_layout_has_value_type<L> || kv_layout_has_k_row<L>,
                 "kv_layout: missing member function 'k_row(int request, int token, int kv_head)' returning a "
                 "pointer to value_type");
-  static_assert(kv_layout_has_v_row<L>,
+  static_assert(!kv_layout_has_value_type<L> || kv_layout_has_v_row<L>,
                 "kv_layout: missing member function 'v_row(int request, int token, int kv_head)' returning a "
                 "pointer to value_type");
   static_assert(kv_layout_has_space<L>, "kv_layout: missing member function 'space()' returning specdec::memory_space");
   return true;
 }
 
-//! Host-side validation every entry point runs on a layout argument: geometry positive, and, when the
-//! layout's memory is host-accessible, every length non-negative. Shipped layouts add their own checks
-//! through an ADL-found `validate_layout(const L&, function, argument)`.
+//! check_kv_layout<L>() plus the parts a writable layout (commit, append) needs, each with its own
+//! message.
+template <class L>
+consteval bool check_writable_kv_layout() {
+  check_kv_layout<L>();
+  if constexpr (kv_layout_has_value_type<L>) {
+    static_assert(!std::is_const_v<typename L::value_type>,
+                  "writable_kv_layout: value_type must not be const (the rows are written)");
+  }
+  static_assert(kv_layout_has_capacity<L>,
+                "writable_kv_layout: missing member function 'capacity(int request)' returning int (the token slots "
+                "a write may fill)");
+  return true;
+}
+
+namespace detail {
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
-template <kv_layout L>
+
+//! The one check of a CSR offsets array (q_indptr, page_indptr, accepted_indptr, node_indptr, ...):
+//! `indptr` holds requests + 1 int32 values in host memory; requires indptr[0] == 0, non-decreasing
+//! values and, when total >= 0, indptr[requests] == total (`total_what` names that size). Afterwards
+//! every difference indptr[r + 1] - indptr[r] is a non-negative int32 and every indptr[r] indexes
+//! the array the offsets point into. `argument` is the argument the message names, `name` the array
+//! (they differ when the array is a member: argument 'cache', name page_indptr). Messages are built
+//! only on failure (validation on every call does not allocate). O(requests).
+inline void validate_indptr(std::string_view function, std::string_view argument, std::string_view name,
+                            const std::int32_t* indptr, std::int64_t requests, std::int64_t total = -1,
+                            std::string_view total_what = {}) {
+  if (indptr == nullptr) [[unlikely]]
+    throw_invalid_argument(function, argument, "non-null " + std::string(name), "nullptr");
+  if (indptr[0] != 0) [[unlikely]]
+    throw_invalid_argument(function, argument, std::string(name) + "[0] == 0", indptr[0]);
+  for (std::int64_t r = 0; r < requests; ++r)
+    if (indptr[r + 1] < indptr[r]) [[unlikely]]
+      throw_invalid_argument(function, argument,
+                             "non-decreasing " + std::string(name) + " (at request " + std::to_string(r) + "), " +
+                                 std::string(name) + "[" + std::to_string(r) + "] = " + std::to_string(indptr[r]) +
+                                 " followed by",
+                             indptr[r + 1]);
+  if (total >= 0 && indptr[requests] != total) [[unlikely]]
+    throw_invalid_argument(function, argument,
+                           "last value " + std::string(name) + "[" + std::to_string(requests) + "] equal to " +
+                               std::string(total_what) + " = " + std::to_string(total),
+                           indptr[requests]);
+}
+
+//! The generic row check: rows of a visible token must not be null. Only the corners of a request
+//! (first and last visible token, first and last kv head) are looked at, so validation stays
+//! O(requests); a null base pointer, the usual mistake, makes the first corner null.
+template <class L>
+void require_row_corners(const L& l, int r, int length, std::string_view function, std::string_view argument) {
+  const int tokens[2] = {0, length - 1}, heads[2] = {0, l.num_kv_heads() - 1};
+  for (const int t : tokens)
+    for (const int h : heads) {
+      const bool k_null = l.k_row(r, t, h) == nullptr;
+      if (k_null || l.v_row(r, t, h) == nullptr) [[unlikely]]
+        throw_invalid_argument(function, argument,
+                               std::string("a non-null ") + (k_null ? "k_row" : "v_row") + "(" + std::to_string(r) +
+                                   ", " + std::to_string(t) + ", " + std::to_string(h) + ") (request " +
+                                   std::to_string(r) + " has length " + std::to_string(length) + ")",
+                               "nullptr");
+    }
+}
+
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace detail
+
+//! Host-side validation every entry point runs on a layout argument, for every layout:
+//!  1. geometry: num_requests() >= 0, num_kv_heads() > 0, head_dim() > 0;
+//!  2. the layout's own checks, when it has an ADL-found `validate_layout(const L&, function,
+//!     argument)` (the shipped layouts check their pointers, index arrays and sizes there; a user
+//!     layout may add one). It runs before step 3 so that step 3's calls into the layout are safe;
+//!  3. when the layout's memory is host-accessible: every length(r) >= 0 and, if the layout has
+//!     capacity(), <= capacity(r); for every non-empty request, non-null k_row/v_row at its corners
+//!     (first and last token, first and last kv head).
+//! Device-resident layouts are not dereferenced on the host: for them only steps 1 and 2 run (the
+//! shipped hooks check the base pointers, which the host can see). O(requests) plus the hook.
+inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
+template <class L>
 void validate_kv_layout(const L& l, std::string_view function, std::string_view argument) {
-  require(l.num_requests() >= 0, function, argument, "num_requests() >= 0", l.num_requests());
-  require(l.num_kv_heads() > 0, function, argument, "num_kv_heads() > 0", l.num_kv_heads());
-  require(l.head_dim() > 0, function, argument, "head_dim() > 0", l.head_dim());
-  if constexpr (requires { validate_layout(l, function, argument); }) {
-    validate_layout(l, function, argument);
-  } else if (host_accessible(l.space())) {
-    for (int r = 0; r < l.num_requests(); ++r)
-      require(l.length(r) >= 0, function, argument, "length(request) >= 0 for every request", l.length(r));
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    require(l.num_requests() >= 0, function, argument, "num_requests() >= 0", l.num_requests());
+    require(l.num_kv_heads() > 0, function, argument, "num_kv_heads() > 0", l.num_kv_heads());
+    require(l.head_dim() > 0, function, argument, "head_dim() > 0", l.head_dim());
+    if constexpr (requires { validate_layout(l, function, argument); }) validate_layout(l, function, argument);
+    if (!host_accessible(l.space())) return;
+    for (int r = 0; r < l.num_requests(); ++r) {
+      const int length = l.length(r);
+      require(length >= 0, function, argument, "length(request) >= 0 for every request", length);
+      if constexpr (kv_layout_has_capacity<L>) {
+        if (length > l.capacity(r)) [[unlikely]]
+          throw_invalid_argument(function, argument,
+                                 "length(" + std::to_string(r) + ") <= capacity(" + std::to_string(r) +
+                                     ") = " + std::to_string(l.capacity(r)),
+                                 length);
+      }
+      if (length > 0) detail::require_row_corners(l, r, length, function, argument);
+    }
   }
 }
 }  // namespace SPECDEC_HOST_ISA

@@ -47,8 +47,9 @@ struct paged_kv {
   SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const noexcept { return v_pages + row_offset(r, t, h); }
 };
 
-//! Checks geometry and, for host-accessible index arrays, indptr monotonicity, page indices in range
-//! and lengths within each request's page capacity.
+//! Checks geometry and, for host-accessible index arrays, page_indptr (0 first, non-decreasing), each
+//! request's capacity (pages x page_size, computed in 64 bits) fitting the int token index, lengths
+//! within capacity and page indices in range. validate_kv_layout adds the generic checks.
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <class T>
 void validate_layout(const paged_kv<T>& l, std::string_view function, std::string_view argument) {
@@ -62,12 +63,16 @@ void validate_layout(const paged_kv<T>& l, std::string_view function, std::strin
   require(l.page_indptr != nullptr, function, argument, "non-null page_indptr", "nullptr");
   require(l.requests == 0 || l.lengths != nullptr, function, argument, "non-null lengths", "nullptr");
   if (!host_accessible(l.where)) return;
-  require(l.page_indptr[0] == 0, function, argument, "page_indptr[0] == 0", l.page_indptr[0]);
+  detail::validate_indptr(function, argument, "page_indptr", l.page_indptr, l.requests);
   for (int r = 0; r < l.requests; ++r) {
     // Messages are built only on failure, so validating on every call does not allocate.
-    if (l.page_indptr[r + 1] < l.page_indptr[r])
-      throw_invalid_argument(function, argument, "non-decreasing page_indptr (at request " + std::to_string(r) + ")",
-                             l.page_indptr[r + 1]);
+    // capacity() multiplies in int: reject any request whose pages hold more tokens than an int indexes.
+    const std::int64_t pages = l.page_indptr[r + 1] - l.page_indptr[r];
+    if (pages * l.page_size > INT32_MAX) [[unlikely]]
+      throw_invalid_argument(function, argument,
+                             "pages x page_size <= 2^31 - 1 tokens per request (request " + std::to_string(r) + ": " +
+                                 std::to_string(pages) + " pages of " + std::to_string(l.page_size) + ")",
+                             pages * l.page_size);
     if (!(l.lengths[r] >= 0 && l.lengths[r] <= l.capacity(r)))
       throw_invalid_argument(function, argument,
                              "lengths[" + std::to_string(r) + "] in [0, " + std::to_string(l.capacity(r)) +

@@ -122,72 +122,74 @@ void validate_layout(const indexed_kv<L>& l, std::string_view function, std::str
 //! Hq a multiple of Hkv, D = cache.head_dim(). Violations throw specdec::invalid_argument.
 //! Parallel over chunks of 256 tokens on the host pool. O(length * Hkv * D + Hq * D) FLOPs, each
 //! K row read once.
-template <tensor_like Q, kv_layout L, tensor_like S>
+template <tensor_like Q, class L, tensor_like S>
 void kv_importance(const host& policy, const Q& q, const L& cache, int request, const S& scores) {
-  static_assert(check_kv_layout<L>());
-  constexpr std::string_view fn = "specdec::kv_importance";
-  using QT = std::remove_cv_t<typename Q::element_type>;
-  using KT = std::remove_cv_t<typename L::value_type>;
-  static_assert(std::is_same_v<QT, KT> || std::is_same_v<QT, float>,
-                "specdec::kv_importance: q must have the cache's storage type or float");
-  static_assert(std::is_same_v<std::remove_cv_t<typename S::element_type>, float>,
-                "specdec::kv_importance: scores must be float");
-  static_assert(!std::is_const_v<typename S::element_type>, "specdec::kv_importance: scores must be writable");
-  static_assert(Q::rank == 2 && S::rank == 2, "specdec::kv_importance: q is [Hq, D] and scores [Hkv, length]");
-  validate_kv_layout(cache, fn, "cache");
-  require(host_accessible(cache.space()), fn, "cache", "host-accessible memory", cache.space());
-  require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
-  const int hkv = cache.num_kv_heads(), d = cache.head_dim(), len = cache.length(request);
-  require_host_accessible(fn, "q", q);
-  require_host_accessible(fn, "scores", scores);
-  require_shape(fn, "q", q, {-1, d});
-  const int hq = static_cast<int>(q.extent(0));
-  if (!(hq >= hkv && hq % hkv == 0)) [[unlikely]]
-    throw_invalid_argument(fn, "q", "a head count that is a multiple of cache.num_kv_heads() = " + std::to_string(hkv), hq);
-  require_unit_inner_stride(fn, "q", q);
-  require_shape(fn, "scores", scores, {hkv, -1});
-  if (scores.extent(1) < len) [[unlikely]]
-    throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
-                           scores.extent(1));
-  require_unit_inner_stride(fn, "scores", scores);
-  const int group = hq / hkv;
-  const auto* qd = static_cast<const std::remove_cv_t<typename Q::element_type>*>(q.data());
-  float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
-  // sum_j q_j . K_i = (sum_j q_j) . K_i: one dot per (token, kv head) instead of G.
-  std::vector<float> qsum(static_cast<std::size_t>(hkv) * d, 0.0f);
-  for (int h = 0; h < hkv; ++h)
-    for (int j = h * group; j < (h + 1) * group; ++j)
-      for (int c = 0; c < d; ++c) qsum[static_cast<std::size_t>(h) * d + c] += to_float(qd[j * q.stride(0) + c]);
-  // Token-major over all kv heads (a token's rows of all heads are adjacent in NHD and paged
-  // layouts, so the rows stream), parallel over chunks of 256 tokens.
-  constexpr int chunk = 256;
-  parallel_for(policy, (len + chunk - 1) / chunk, [&](std::int64_t ci) {
-    // 16 lane-wise partial sums, then their sum (a plain scalar reduction ran at 0.8-2.5 GB/s on
-    // one core). float / half / bfloat16 rows go through core/detail/simd.hpp's 16-lane vectors
-    // (half widened by F16C / AVX-512 where the target has it: element-wise widening kept fp16 at
-    // 1.9 GB/s); other element types (double) take the scalar lanes.
-    constexpr int lanes = detail::vlanes;
-    const int dv = d / lanes * lanes;
-    const int i1 = std::min<int>(len, static_cast<int>(ci + 1) * chunk);
-    for (int i = static_cast<int>(ci) * chunk; i < i1; ++i)
-      for (int h = 0; h < hkv; ++h) {
-        const auto* k = cache.k_row(request, i, h);
-        const float* qs = qsum.data() + static_cast<std::size_t>(h) * d;
-        float acc = 0.0f;
-        if constexpr (std::is_same_v<KT, float> || std::is_same_v<KT, half> || std::is_same_v<KT, bfloat16>) {
-          detail::vf16 part{};
-          for (int c = 0; c < dv; c += lanes) part += detail::vload(qs + c) * detail::vload_as_float(k + c);
-          acc = detail::vhsum(part);
-        } else {
-          float part[lanes] = {};
-          for (int c = 0; c < dv; c += lanes)
-            for (int l = 0; l < lanes; ++l) part[l] += qs[c + l] * to_float(k[c + l]);
-          for (int l = 0; l < lanes; ++l) acc += part[l];
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::kv_importance";
+    using QT = std::remove_cv_t<typename Q::element_type>;
+    using KT = std::remove_cv_t<typename L::value_type>;
+    static_assert(std::is_same_v<QT, KT> || std::is_same_v<QT, float>,
+                  "specdec::kv_importance: q must have the cache's storage type or float");
+    static_assert(std::is_same_v<std::remove_cv_t<typename S::element_type>, float>,
+                  "specdec::kv_importance: scores must be float");
+    static_assert(!std::is_const_v<typename S::element_type>, "specdec::kv_importance: scores must be writable");
+    static_assert(Q::rank == 2 && S::rank == 2, "specdec::kv_importance: q is [Hq, D] and scores [Hkv, length]");
+    validate_kv_layout(cache, fn, "cache");
+    require(host_accessible(cache.space()), fn, "cache", "host-accessible memory", cache.space());
+    require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
+    const int hkv = cache.num_kv_heads(), d = cache.head_dim(), len = cache.length(request);
+    require_host_accessible(fn, "q", q);
+    require_host_accessible(fn, "scores", scores);
+    require_shape(fn, "q", q, {-1, d});
+    const int hq = static_cast<int>(q.extent(0));
+    if (!(hq >= hkv && hq % hkv == 0)) [[unlikely]]
+      throw_invalid_argument(fn, "q", "a head count that is a multiple of cache.num_kv_heads() = " + std::to_string(hkv), hq);
+    require_unit_inner_stride(fn, "q", q);
+    require_shape(fn, "scores", scores, {hkv, -1});
+    if (scores.extent(1) < len) [[unlikely]]
+      throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
+                             scores.extent(1));
+    require_unit_inner_stride(fn, "scores", scores);
+    const int group = hq / hkv;
+    const auto* qd = static_cast<const std::remove_cv_t<typename Q::element_type>*>(q.data());
+    float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
+    // sum_j q_j . K_i = (sum_j q_j) . K_i: one dot per (token, kv head) instead of G.
+    std::vector<float> qsum(static_cast<std::size_t>(hkv) * d, 0.0f);
+    for (int h = 0; h < hkv; ++h)
+      for (int j = h * group; j < (h + 1) * group; ++j)
+        for (int c = 0; c < d; ++c) qsum[static_cast<std::size_t>(h) * d + c] += to_float(qd[j * q.stride(0) + c]);
+    // Token-major over all kv heads (a token's rows of all heads are adjacent in NHD and paged
+    // layouts, so the rows stream), parallel over chunks of 256 tokens.
+    constexpr int chunk = 256;
+    parallel_for(policy, (len + chunk - 1) / chunk, [&](std::int64_t ci) {
+      // 16 lane-wise partial sums, then their sum (a plain scalar reduction ran at 0.8-2.5 GB/s on
+      // one core). float / half / bfloat16 rows go through core/detail/simd.hpp's 16-lane vectors
+      // (half widened by F16C / AVX-512 where the target has it: element-wise widening kept fp16 at
+      // 1.9 GB/s); other element types (double) take the scalar lanes.
+      constexpr int lanes = detail::vlanes;
+      const int dv = d / lanes * lanes;
+      const int i1 = std::min<int>(len, static_cast<int>(ci + 1) * chunk);
+      for (int i = static_cast<int>(ci) * chunk; i < i1; ++i)
+        for (int h = 0; h < hkv; ++h) {
+          const auto* k = cache.k_row(request, i, h);
+          const float* qs = qsum.data() + static_cast<std::size_t>(h) * d;
+          float acc = 0.0f;
+          if constexpr (std::is_same_v<KT, float> || std::is_same_v<KT, half> || std::is_same_v<KT, bfloat16>) {
+            detail::vf16 part{};
+            for (int c = 0; c < dv; c += lanes) part += detail::vload(qs + c) * detail::vload_as_float(k + c);
+            acc = detail::vhsum(part);
+          } else {
+            float part[lanes] = {};
+            for (int c = 0; c < dv; c += lanes)
+              for (int l = 0; l < lanes; ++l) part[l] += qs[c + l] * to_float(k[c + l]);
+            for (int l = 0; l < lanes; ++l) acc += part[l];
+          }
+          for (int c = dv; c < d; ++c) acc += qs[c] * to_float(k[c]);
+          sd[h * scores.stride(0) + i] = acc;
         }
-        for (int c = dv; c < d; ++c) acc += qs[c] * to_float(k[c]);
-        sd[h * scores.stride(0) + i] = acc;
-      }
-  });
+    });
+  }
 }
 
 }  // namespace SPECDEC_HOST_ISA
@@ -259,63 +261,69 @@ class partial_kv_index {
   //! lower token index first), stored in token order; their eviction order is the slots left free
   //! (from |B| - 1 down), then the selected ones by increasing importance.
   //! O(length * Hkv * D + length * log |B|).
-  template <tensor_like Q, kv_layout L>
+  template <tensor_like Q, class L>
   void rebuild(const host& policy, int r, const Q& q, const L& cache) {
-    constexpr std::string_view fn = "specdec::partial_kv_index::rebuild";
-    check_request(r, "rebuild");
-    require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
-    if (r >= cache.num_requests()) [[unlikely]]
-      throw_invalid_argument(fn, "cache.num_requests()", "> request " + std::to_string(r), cache.num_requests());
-    const int len = cache.length(r), cols = std::max(len, 1);  // a [heads, 0] view is still [heads, 1]
-    scores_.resize(static_cast<std::size_t>(heads_) * cols);
-    kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, cols}));
-    const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep), n = budget_ - sink_;
-    if (selection_ == partial_kv_selection::shared)  // rank by the heads' summed scores, in row 0
-      for (int h = 1; h < heads_; ++h)
-        for (int i = 0; i < len; ++i) scores_[static_cast<std::size_t>(i)] += scores_[static_cast<std::size_t>(h) * cols + i];
-    // One selection per kv head (only head 0's when shared), in parallel on the pool; each head
-    // uses its own row of the order_ scratch.
-    const int ranked = selection_ == partial_kv_selection::shared ? 1 : heads_;
-    const auto olen = static_cast<std::size_t>(len - keep);
-    order_.resize(static_cast<std::size_t>(ranked) * olen);
-    parallel_for(policy, ranked, [&](std::int64_t hi) {
-      const int h = static_cast<int>(hi);
-      std::int32_t* slots = index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
-      std::int32_t* evict = evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n;
-      std::iota(slots, slots + keep, 0);
-      const float* s = scores_.data() + static_cast<std::size_t>(h) * cols;
-      // Ranking keys, larger = more important: the score's bits made order-preserving as an unsigned
-      // integer (-0 folded into +0) above the complemented token index (ties: lower index first), so
-      // the selection compares plain integers in contiguous memory instead of chasing scores by index.
-      const auto order = order_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(h) * olen);
-      for (std::size_t i = 0; i < olen; ++i) {
-        const int t = keep + static_cast<int>(i);
-        order[static_cast<std::ptrdiff_t>(i)] =
-            (static_cast<std::uint64_t>(orderable_bits(s[t] + 0.0f)) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(t));
+    static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+    if constexpr (kv_layout<L>) {
+      constexpr std::string_view fn = "specdec::partial_kv_index::rebuild";
+      check_request(r, "rebuild");
+      // cache.length(r) is read below: validate (host-accessible, lengths sane) first
+      validate_kv_layout(cache, fn, "cache");
+      require(host_accessible(cache.space()), fn, "cache", "host-accessible memory", cache.space());
+      require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
+      if (r >= cache.num_requests()) [[unlikely]]
+        throw_invalid_argument(fn, "cache.num_requests()", "> request " + std::to_string(r), cache.num_requests());
+      const int len = cache.length(r), cols = std::max(len, 1);  // a [heads, 0] view is still [heads, 1]
+      scores_.resize(static_cast<std::size_t>(heads_) * cols);
+      kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, cols}));
+      const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep), n = budget_ - sink_;
+      if (selection_ == partial_kv_selection::shared)  // rank by the heads' summed scores, in row 0
+        for (int h = 1; h < heads_; ++h)
+          for (int i = 0; i < len; ++i) scores_[static_cast<std::size_t>(i)] += scores_[static_cast<std::size_t>(h) * cols + i];
+      // One selection per kv head (only head 0's when shared), in parallel on the pool; each head
+      // uses its own row of the order_ scratch.
+      const int ranked = selection_ == partial_kv_selection::shared ? 1 : heads_;
+      const auto olen = static_cast<std::size_t>(len - keep);
+      order_.resize(static_cast<std::size_t>(ranked) * olen);
+      parallel_for(policy, ranked, [&](std::int64_t hi) {
+        const int h = static_cast<int>(hi);
+        std::int32_t* slots = index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
+        std::int32_t* evict = evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n;
+        std::iota(slots, slots + keep, 0);
+        const float* s = scores_.data() + static_cast<std::size_t>(h) * cols;
+        // Ranking keys, larger = more important: the score's bits made order-preserving as an unsigned
+        // integer (-0 folded into +0) above the complemented token index (ties: lower index first), so
+        // the selection compares plain integers in contiguous memory instead of chasing scores by index.
+        const auto order = order_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(h) * olen);
+        for (std::size_t i = 0; i < olen; ++i) {
+          const int t = keep + static_cast<int>(i);
+          order[static_cast<std::ptrdiff_t>(i)] =
+              (static_cast<std::uint64_t>(orderable_bits(s[t] + 0.0f)) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(t));
+        }
+        auto token = [](std::uint64_t key) { return static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key)); };
+        // Select, then rank the selected: O(length + k log k), k = |B| - |S| (a partial_sort, O(length
+        // log k), made a 32K-token rebuild 3-4x slower than the importance scores themselves).
+        const auto end = order + static_cast<std::ptrdiff_t>(olen);
+        if (static_cast<std::size_t>(rest) < olen) std::nth_element(order, order + rest, end, std::greater<>{});
+        std::sort(order, order + rest, std::greater<>{});
+        // Token order in the slots; the eviction list: free slots (newest-filled first), then the
+        // selected tokens' slots from the least important up.
+        for (int i = 0; i < rest; ++i) slots[keep + i] = token(order[i]);
+        std::sort(slots + keep, slots + keep + rest);
+        int e = 0;
+        for (int slot = budget_ - 1; slot >= keep + rest && slot >= sink_; --slot) evict[e++] = slot;
+        for (int i = rest - 1; i >= 0; --i)
+          evict[e++] = keep + static_cast<int>(std::lower_bound(slots + keep, slots + keep + rest, token(order[i])) - (slots + keep));
+      });
+      for (int h = ranked; h < heads_; ++h) {  // shared: every head shows head 0's lists
+        const std::size_t h0 = static_cast<std::size_t>(r) * heads_;
+        std::copy_n(index_.data() + h0 * budget_, budget_, index_.data() + (h0 + h) * budget_);
+        std::copy_n(evict_.data() + h0 * n, n, evict_.data() + (h0 + h) * n);
       }
-      auto token = [](std::uint64_t key) { return static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key)); };
-      // Select, then rank the selected: O(length + k log k), k = |B| - |S| (a partial_sort, O(length
-      // log k), made a 32K-token rebuild 3-4x slower than the importance scores themselves).
-      const auto end = order + static_cast<std::ptrdiff_t>(olen);
-      if (static_cast<std::size_t>(rest) < olen) std::nth_element(order, order + rest, end, std::greater<>{});
-      std::sort(order, order + rest, std::greater<>{});
-      // Token order in the slots; the eviction list: free slots (newest-filled first), then the
-      // selected tokens' slots from the least important up.
-      for (int i = 0; i < rest; ++i) slots[keep + i] = token(order[i]);
-      std::sort(slots + keep, slots + keep + rest);
-      int e = 0;
-      for (int slot = budget_ - 1; slot >= keep + rest && slot >= sink_; --slot) evict[e++] = slot;
-      for (int i = rest - 1; i >= 0; --i)
-        evict[e++] = keep + static_cast<int>(std::lower_bound(slots + keep, slots + keep + rest, token(order[i])) - (slots + keep));
-    });
-    for (int h = ranked; h < heads_; ++h) {  // shared: every head shows head 0's lists
-      const std::size_t h0 = static_cast<std::size_t>(r) * heads_;
-      std::copy_n(index_.data() + h0 * budget_, budget_, index_.data() + (h0 + h) * budget_);
-      std::copy_n(evict_.data() + h0 * n, n, evict_.data() + (h0 + h) * n);
+      size_[r] = keep + rest;
+      seen_[r] = len;
+      placed_[r] = 0;
     }
-    size_[r] = keep + rest;
-    seen_[r] = len;
-    placed_[r] = 0;
   }
 
   //! The eviction order of (r, kv head h): the slots new tokens take once the |B| slots are full,
@@ -359,12 +367,16 @@ class partial_kv_index {
 
   //! The partial view of `cache` (a kv_layout over the same requests and kv heads), read in place.
   //! Valid while this object lives and is not modified.
-  template <kv_layout L>
-  [[nodiscard]] indexed_kv<L> layout(const L& cache) const {
-    constexpr std::string_view fn = "specdec::partial_kv_index::layout";
-    require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
-    require_equal(fn, "cache.num_requests()", requests_, cache.num_requests());
-    return {cache, index_.data(), size_.data(), budget_};
+  //! Returns indexed_kv<L>.
+  template <class L>
+  [[nodiscard]] auto layout(const L& cache) const {
+    static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+    if constexpr (kv_layout<L>) {
+      constexpr std::string_view fn = "specdec::partial_kv_index::layout";
+      require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
+      require_equal(fn, "cache.num_requests()", requests_, cache.num_requests());
+      return indexed_kv<L>{cache, index_.data(), size_.data(), budget_};
+    }
   }
 
   //! Bytes of index state: the slots and the eviction lists (fixed at construction; the rebuild
@@ -431,41 +443,57 @@ class compact_partial_kv {
   //! changed since the last sync. Returns the number of rows copied (per kv head; K and V count
   //! once). After a rebuild that is every slot; after an append, the replaced or filled slots. The
   //! copy trusts that a full-cache token's rows never change once committed: after truncating or
-  //! rewriting the full cache, call invalidate(r). Never allocates. O(|B| * kv_heads) compares plus
-  //! the copies.
-  template <kv_layout L>
+  //! rewriting the full cache, call invalidate(r). Every argument and every shown token is checked
+  //! before the first row is copied, so a rejected sync leaves the copy (rows and bookkeeping) as it
+  //! was. Never allocates. O(|B| * kv_heads) compares plus the copies.
+  template <class L>
   std::int64_t sync(const partial_kv_index& index, const L& full, int r) {
-    constexpr std::string_view fn = "specdec::compact_partial_kv::sync";
-    static_assert(std::is_same_v<std::remove_cv_t<typename L::value_type>, T>,
-                  "specdec::compact_partial_kv::sync: the full cache must hold the copy's storage type T");
-    if (r < 0 || r >= requests_) [[unlikely]]
-      throw_invalid_argument(fn, "request", "in [0, " + std::to_string(requests_ - 1) + "]", r);
-    require_equal(fn, "index.num_kv_heads()", heads_, index.num_kv_heads());
-    require_equal(fn, "index.budget()", budget_, index.budget());
-    require_equal(fn, "index.num_requests()", requests_, index.num_requests());
-    require_equal(fn, "full.num_kv_heads()", heads_, full.num_kv_heads());
-    require_equal(fn, "full.head_dim()", dim_, full.head_dim());
-    require(host_accessible(full.space()), fn, "full", "host-accessible memory", full.space());
-    if (r >= full.num_requests()) [[unlikely]]
-      throw_invalid_argument(fn, "full.num_requests()", "> request " + std::to_string(r), full.num_requests());
-    const int n = index.size(r), len = full.length(r);
-    std::int64_t copied = 0;
-    for (int h = 0; h < heads_; ++h) {
-      const auto shown = index.indices(r, h);
-      std::int32_t* have = shown_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
-      for (int t = 0; t < n; ++t) {
-        const std::int32_t tok = shown[static_cast<std::size_t>(t)];
-        if (have[t] == tok) continue;
-        if (!(tok >= 0 && tok < len)) [[unlikely]]
-          throw_invalid_argument(fn, "index", "shown tokens in [0, full.length(request) = " + std::to_string(len) + ")", tok);
-        std::copy_n(full.k_row(r, tok, h), dim_, k_.data() + offset(r, t, h));
-        std::copy_n(full.v_row(r, tok, h), dim_, v_.data() + offset(r, t, h));
-        have[t] = tok;
-        ++copied;
+    static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+    if constexpr (kv_layout<L>) {
+      constexpr std::string_view fn = "specdec::compact_partial_kv::sync";
+      static_assert(std::is_same_v<std::remove_cv_t<typename L::value_type>, T>,
+                    "specdec::compact_partial_kv::sync: the full cache must hold the copy's storage type T");
+      if (r < 0 || r >= requests_) [[unlikely]]
+        throw_invalid_argument(fn, "request", "in [0, " + std::to_string(requests_ - 1) + "]", r);
+      require_equal(fn, "index.num_kv_heads()", heads_, index.num_kv_heads());
+      require_equal(fn, "index.budget()", budget_, index.budget());
+      require_equal(fn, "index.num_requests()", requests_, index.num_requests());
+      require_equal(fn, "full.num_kv_heads()", heads_, full.num_kv_heads());
+      require_equal(fn, "full.head_dim()", dim_, full.head_dim());
+      require(host_accessible(full.space()), fn, "full", "host-accessible memory", full.space());
+      validate_kv_layout(full, fn, "full");
+      if (r >= full.num_requests()) [[unlikely]]
+        throw_invalid_argument(fn, "full.num_requests()", "> request " + std::to_string(r), full.num_requests());
+      const int n = index.size(r), len = full.length(r);
+      // All shown tokens that will be copied, checked before the first copy.
+      for (int h = 0; h < heads_; ++h) {
+        const auto shown = index.indices(r, h);
+        const std::int32_t* have = shown_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
+        for (int t = 0; t < n; ++t) {
+          const std::int32_t tok = shown[static_cast<std::size_t>(t)];
+          if (have[t] != tok && !(tok >= 0 && tok < len)) [[unlikely]]
+            throw_invalid_argument(fn, "index", "shown tokens in [0, full.length(request) = " + std::to_string(len) + ")",
+                                   tok);
+        }
       }
+      std::int64_t copied = 0;
+      for (int h = 0; h < heads_; ++h) {
+        const auto shown = index.indices(r, h);
+        std::int32_t* have = shown_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
+        for (int t = 0; t < n; ++t) {
+          const std::int32_t tok = shown[static_cast<std::size_t>(t)];
+          if (have[t] == tok) continue;
+          std::copy_n(full.k_row(r, tok, h), dim_, k_.data() + offset(r, t, h));
+          std::copy_n(full.v_row(r, tok, h), dim_, v_.data() + offset(r, t, h));
+          have[t] = tok;
+          ++copied;
+        }
+      }
+      lengths_[static_cast<std::size_t>(r)] = n;
+      return copied;
+    } else {
+      return 0;
     }
-    lengths_[static_cast<std::size_t>(r)] = n;
-    return copied;
   }
 
   //! Forgets what request r's copy holds: the next sync copies every shown row.

@@ -157,19 +157,8 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   const std::int64_t ips = q_indptr.stride(0);
   require(ip != nullptr, fn, "q_indptr", "non-null data", "nullptr");
   require(ips == 1 || num_requests == 0, fn, "q_indptr", "unit stride", ips);
-  if constexpr (!on_device_v<Policy>) {
-    require(ip[0] == 0, fn, "q_indptr", "q_indptr[0] == 0", ip[0]);
-    for (int r = 0; r < num_requests; ++r)
-      if (ip[r + 1] < ip[r])
-        throw_invalid_argument(fn, "q_indptr",
-                               "non-decreasing values (at index " + std::to_string(r + 1) + ", previous " +
-                                   std::to_string(ip[r]) + ")",
-                               ip[r + 1]);
-    if (ip[num_requests] != tokens)
-      throw_invalid_argument(fn, "q_indptr",
-                             "last value equal to the number of query tokens q.extent(0) = " + std::to_string(tokens),
-                             ip[num_requests]);
-  }
+  if constexpr (!on_device_v<Policy>)
+    validate_indptr(fn, "q_indptr", "q_indptr", ip, num_requests, tokens, "the number of query tokens q.extent(0)");
   require(std::isfinite(scale), fn, "options.scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
 
   attention_io_params<T> p;
