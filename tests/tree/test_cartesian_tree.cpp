@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <set>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/decoder/tree_builders.hpp"  // cartesian_tree_builder: the draft_candidates -> tree step
 #include "specdec/tree/cartesian_tree.hpp"
 
 using specdec::head_candidates;
@@ -100,4 +102,45 @@ TEST_CASE("cartesian/sparse trees: validation", "[tree][cartesian][validation]")
   REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{0}, {}}), Contains("choices[1]"));
   REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{0, 0, 0}}), Contains("choices[0].size()"));
   REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{-1}}), Contains("choices[0][0]"));
+}
+
+TEST_CASE("cartesian trees: NaN / +inf head log-probs are rejected naming head and rank", "[tree][cartesian][validation]") {
+  using Catch::Contains;
+  auto heads = make_heads({{1, 2}, {3, 4}});
+  heads[1].logprobs[1] = std::nanf("");
+  REQUIRE_THROWS_WITH(specdec::cartesian_tree(heads), Contains("cartesian_tree") && Contains("heads[1].logprobs[1]"));
+  heads[1].logprobs[1] = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{0, 1}}), Contains("sparse_tree") && Contains("heads[1].logprobs[1]"));
+  heads[1].logprobs[1] = -std::numeric_limits<float>::infinity();  // impossible, but a legal score
+  CHECK(specdec::cartesian_tree(heads).size() == 6);
+  // Rows with NaN: top-k ranks NaN last, so a NaN used to become a node's log-prob when the width
+  // exceeded the non-NaN entries.
+  std::vector<float> rows{-1.0f, std::nanf(""), -2.0f, -3.0f};
+  REQUIRE_THROWS_WITH(specdec::heads_topk(rows, 2, std::vector<int>{2, 2}), Contains("heads_topk") && Contains("logprobs (row 0)"));
+}
+
+TEST_CASE("cartesian_tree_builder: depth k is chain[k] first, then the other alternatives (merged)", "[tree][cartesian]") {
+  // A sampled chain: the drafter ranked 3 first at depth 0 but drew 7, and drafted depth 1 after 7.
+  // The tree must hang depth 1's candidates under 7 (they are conditioned on it), not under 3.
+  specdec::draft_candidates c;
+  c.chain = {{7, -2.0f}, {9, -1.5f}};
+  c.alternatives = {{{3, -0.5f}, {7, -2.0f}, {5, -2.5f}}, {{8, -0.7f}, {9, -1.5f}, {8, -3.0f}, {6, -4.0f}}};
+  specdec::token_tree t;
+  specdec::cartesian_tree_builder({1, 3}).build(c, t);
+  REQUIRE(t.size() == 1 + 3);
+  CHECK(t.token(0) == 7);
+  CHECK(t.logprob(0) == -2.0f);
+  // depth 1: chain token 9, then 8 (its duplicate merged, best log-prob kept) and 6
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{7, 9, 8, 6});
+  CHECK(t.logprob(2) == -0.7f);
+  specdec::cartesian_tree_builder({2, 2}).build(c, t);  // 7, 3 at depth 0; 9, 8 under each
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{7, 3, 9, 8, 9, 8});
+  // Greedy chains (chain[k] == alternatives[k][0]) give the plain Cartesian product, as before.
+  c.chain = {{3, -0.5f}, {8, -0.7f}};
+  specdec::cartesian_tree_builder({2, 2}).build(c, t);
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 7, 8, 9, 8, 9});
+  // No chain: the alternatives alone, duplicates merged.
+  c.chain.clear();
+  specdec::cartesian_tree_builder({1, 3}).build(c, t);
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 8, 9, 6});
 }

@@ -3,10 +3,24 @@
 //! What a drafter hands a tree builder: the draft's guesses for the tokens after the root.
 //!
 //! A drafter fills any of three parts (builders use what they need, see decoder/tree_builders.hpp):
-//!  - `chain`: the drafter's best continuation (depth 0 first) with each token's draft log-probability;
-//!  - `alternatives[d]`: ranked (token, logprob) candidates for depth d *given the chain up to d-1*
-//!    (alternatives[d][0] is chain[d] when a model drafted the chain); caterpillar / Cartesian trees;
+//!  - `chain`: the drafter's continuation (depth 0 first) with each token's draft log-probability:
+//!    its best guess, or a draw from its processed distribution q when it samples (below);
+//!  - `alternatives[d]`: ranked (token, logprob) candidates for depth d, best first, drafted *given
+//!    the chain up to d-1* (the shipped drafters list a token once; builders merge repeats);
+//!    caterpillar / Cartesian / CAPE trees;
 //!  - `sequences`: further whole continuations (other n-gram matches, beams), best first; trie trees.
+//! alternatives[d][0] equals chain[d] only when the chain is the drafter's top choice: greedy model
+//! drafting, the TokenSwift self-drafter (chain = each row's best), the n-gram drafter (chain = the
+//! most recent match). A model drafter that samples (chain_drafter / longspec_drafter with
+//! draft_request::sampling at temperature > 0) ranks alternatives[d] by its raw log-softmax and draws
+//! chain[d] from the processed q, so chain[d] may sit anywhere in alternatives[d] or outside it, while
+//! alternatives[d + 1] were drafted after chain[d], not after alternatives[d][0]. The sampled chain is
+//! what chain speculative sampling needs (its q rows), and drafting the alternatives after it keeps one
+//! draft pass per depth. So depth d of a tree is anchored on chain[d]:
+//! cartesian_tree_builder puts chain[d] first and fills with the other alternatives, and
+//! cape_tree_builder expands chain[d] with the alternatives other than it (GLIDE §4.2: X_i are the
+//! runners-up of the same p_D(. | x_<i)). Logprobs are what the drafter ranked by; for a sampled
+//! chain token, its raw draft log-probability.
 //! Drafters that sample their chain from a distribution q (chain speculative sampling) also store
 //! q's rows: row d = q at depth d (row 0 at the root), matching the verifiers' row convention.
 //! Multi-draft drafters (multi_draft_params in decoder/drafters.hpp) draw chain and sequences as k

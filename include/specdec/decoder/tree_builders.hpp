@@ -3,7 +3,8 @@
 //! Tree-builder policies: turn a drafter's draft_candidates into the token_tree the target verifies.
 //!  - chain_tree_builder:     the drafted chain (a path), up to max_depth nodes;
 //!  - cartesian_tree_builder: TokenSwift's Cartesian product (Appendix E) of per-depth candidates
-//!                            (draft_candidates::alternatives) with widths s_k, default [1, 3, 3, 3];
+//!                            (chain[k], then draft_candidates::alternatives[k]) with widths s_k,
+//!                            default [1, 3, 3, 3];
 //!  - tokenswift_tree_builder: the Cartesian tree and the n-gram candidates (sequences) merged into
 //!                            one trie (TokenSwift Algorithm 1, line 11);
 //!  - trie_tree_builder:      the chain and every extra sequence (n-gram matches, beams) merged into one
@@ -15,6 +16,9 @@
 //!                            S(p) runner-up siblings sized by the draft's confidence p in the chain token.
 //! LongSpec's dynamic beam tree is built by the drafter itself (longspec_drafter with beam widths, via
 //! tree/beam_tree_builder.hpp) and arrives as sequences, so trie_tree_builder rebuilds it exactly.
+//! Duplicate siblings: every builder here except multi_draft_tree_builder merges equal tokens under
+//! one node (they share one context, so verifying both is wasted); multi-draft trees keep them
+//! because the multi-draft verifier's law depends on the k i.i.d. draws as drawn.
 
 #include <algorithm>
 #include <cstdint>
@@ -43,9 +47,15 @@ struct chain_tree_builder {
 };
 static_assert(check_tree_builder<chain_tree_builder>());
 
-//! Cartesian product of per-depth candidates (TokenSwift Appendix E). Depth k uses the first widths[k]
-//! of alternatives[k] (or of chain[k] alone when a drafter gave no alternatives). Nodes = sum_k
-//! prod_{j<=k} s_j. O(nodes).
+//! Cartesian product of per-depth candidates (TokenSwift Appendix E). Depth k takes widths[k] distinct
+//! tokens: chain[k] first (when the drafter gave a chain that deep), then alternatives[k] in rank
+//! order; a token listed twice (or equal to chain[k]) is taken once with the better log-prob, since
+//! equal siblings would be one context verified twice. Why chain[k] first: alternatives[k] were
+//! ranked given chain[0..k-1] (draft_candidates.hpp), so the product is only coherent along the
+//! chain; when a model drafter samples its chain, alternatives[k][0] (its argmax) need not be
+//! chain[k], and ranking by alternatives alone put an argmax root above children drafted after a
+//! different, sampled token. With a greedy chain (chain[k] == alternatives[k][0]) this is the plain
+//! product of the alternatives. Nodes = sum_k prod_{j<=k} s_j. O(nodes + sum_k |alternatives[k]| s_k).
 struct cartesian_tree_builder {
   std::vector<int> widths = tokenswift_tree_widths();
   cartesian_tree_builder() = default;
@@ -57,15 +67,18 @@ struct cartesian_tree_builder {
     for (std::size_t k = 0; k < depth; ++k) {
       require(widths[k] >= 1, fn, "widths[k]", ">= 1", widths[k]);
       head_candidates h;
-      if (k < c.alternatives.size() && !c.alternatives[k].empty()) {
-        for (std::size_t j = 0; j < c.alternatives[k].size() && j < static_cast<std::size_t>(widths[k]); ++j) {
-          h.tokens.push_back(c.alternatives[k][j].token);
-          h.logprobs.push_back(c.alternatives[k][j].logprob);
-        }
-      } else if (k < c.chain.size()) {
-        h.tokens.push_back(c.chain[k].token);
-        h.logprobs.push_back(c.chain[k].logprob);
-      }
+      const auto width = static_cast<std::size_t>(widths[k]);
+      auto take = [&](const draft_token& d) {  // merge a repeated token, else append while there is room
+        for (std::size_t j = 0; j < h.tokens.size(); ++j)
+          if (h.tokens[j] == d.token) {
+            h.logprobs[j] = std::max(h.logprobs[j], d.logprob);
+            return;
+          }
+        if (h.tokens.size() < width) h.tokens.push_back(d.token), h.logprobs.push_back(d.logprob);
+      };
+      if (k < c.chain.size()) take(c.chain[k]);
+      if (k < c.alternatives.size())
+        for (const auto& a : c.alternatives[k]) take(a);
       if (h.tokens.empty()) break;
       heads_.push_back(std::move(h));
     }
