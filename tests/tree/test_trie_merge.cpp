@@ -131,3 +131,18 @@ TEST_CASE("trie_merge: a tree with duplicate siblings is merged (subtrees united
   CHECK(all_paths(u) == all_paths(t));
   CHECK(u.logprob(0) == -1.0f);
 }
+
+TEST_CASE("trie_merge: add_tree that fails part way merges nothing", "[tree][trie][validation]") {
+  trie_merger m;
+  m.add_sequence(V{1}, std::vector<float>{3e38f});  // node [1] scores 3e38 (first log-prob wins)
+  const auto before = m.tree();
+  // Valid on its own (scores 0, -3e38, 0), but merged under the existing [1] the node [1 2] would score
+  // 3e38 + 3e38 = +inf; [5] was merged before that and must go again.
+  const auto t = token_tree::from_parents(V{5, 1, 2}, V{-1, -1, 1}, std::vector<float>{0.0f, -3e38f, 3e38f});
+  REQUIRE_THROWS_WITH(m.add_tree(t, 3), Catch::Contains("trie_merger::add_tree") && Catch::Contains("tree.logprobs()[2]"));
+  CHECK(m.tree() == before);
+  CHECK(m.sources().size() == 1);
+  CHECK(m.find(V{5}) == -1);
+  REQUIRE(m.add_sequence(V{5, 6}) == 2);  // the index was rolled back with the nodes
+  CHECK(m.find(V{5, 6}) == 2);
+}
