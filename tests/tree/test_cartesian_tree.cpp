@@ -119,28 +119,24 @@ TEST_CASE("cartesian trees: NaN / +inf head log-probs are rejected naming head a
   REQUIRE_THROWS_WITH(specdec::heads_topk(rows, 2, std::vector<int>{2, 2}), Contains("heads_topk") && Contains("logprobs (row 0)"));
 }
 
-TEST_CASE("cartesian_tree_builder: depth k is chain[k] first, then the other alternatives (merged)", "[tree][cartesian]") {
-  // A sampled chain: the drafter ranked 3 first at depth 0 but drew 7, and drafted depth 1 after 7.
-  // The tree must hang depth 1's candidates under 7 (they are conditioned on it), not under 3.
+TEST_CASE("cartesian_tree_builder: depth k is the best distinct alternatives[k]; repeats merged", "[tree][cartesian]") {
+  // A sampled chain (the drafter ranked 3 first at depth 0 but drew 7) keeps the documented ranking:
+  // depth 0 is alternatives[0]'s best, not chain[0] (draft_candidates.hpp).
   specdec::draft_candidates c;
   c.chain = {{7, -2.0f}, {9, -1.5f}};
-  c.alternatives = {{{3, -0.5f}, {7, -2.0f}, {5, -2.5f}}, {{8, -0.7f}, {9, -1.5f}, {8, -3.0f}, {6, -4.0f}}};
+  c.alternatives = {{{3, -0.5f}, {7, -2.0f}, {5, -2.5f}}, {{8, -3.0f}, {9, -1.5f}, {8, -0.7f}, {6, -4.0f}}};
   specdec::token_tree t;
   specdec::cartesian_tree_builder({1, 3}).build(c, t);
-  REQUIRE(t.size() == 1 + 3);
-  CHECK(t.token(0) == 7);
-  CHECK(t.logprob(0) == -2.0f);
-  // depth 1: chain token 9, then 8 (its duplicate merged, best log-prob kept) and 6
-  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{7, 9, 8, 6});
-  CHECK(t.logprob(2) == -0.7f);
-  specdec::cartesian_tree_builder({2, 2}).build(c, t);  // 7, 3 at depth 0; 9, 8 under each
-  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{7, 3, 9, 8, 9, 8});
-  // Greedy chains (chain[k] == alternatives[k][0]) give the plain Cartesian product, as before.
-  c.chain = {{3, -0.5f}, {8, -0.7f}};
+  // depth 1: 8 listed twice is one node (the better log-prob), so the third token is 6. Duplicates
+  // used to reach cartesian_tree and throw ("distinct tokens").
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 8, 9, 6});
+  CHECK(t.logprob(1) == -0.7f);
   specdec::cartesian_tree_builder({2, 2}).build(c, t);
   CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 7, 8, 9, 8, 9});
-  // No chain: the alternatives alone, duplicates merged.
-  c.chain.clear();
-  specdec::cartesian_tree_builder({1, 3}).build(c, t);
-  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 8, 9, 6});
+  for (int i = 0; i < t.size(); ++i)  // no two siblings share a token
+    for (int j = i + 1; j < t.size(); ++j) CHECK_FALSE((t.parent(i) == t.parent(j) && t.token(i) == t.token(j)));
+  // Without alternatives at a depth, the chain token alone.
+  c.alternatives.resize(1);
+  specdec::cartesian_tree_builder({2, 2}).build(c, t);
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 7, 9, 9});
 }
