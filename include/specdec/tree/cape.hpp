@@ -135,7 +135,8 @@ struct cape_proposal {
     detail::check_committed_length("specdec::cape_proposal::position_ids", "committed_length", committed_length,
                                    max_pos - 1);
     std::vector<std::int32_t> out(pos.size());
-    for (std::size_t i = 0; i < pos.size(); ++i) out[i] = committed_length + pos[i] - 1;
+    // (committed - 1) first: committed + pos alone may be INT32_MAX + 1 at the bound.
+    for (std::size_t i = 0; i < pos.size(); ++i) out[i] = (committed_length - 1) + pos[i];
     return out;
   }
 
