@@ -220,6 +220,27 @@ TEST_CASE("greedy verification rejects NaN and +inf in the rows it reads, naming
   const auto r = specdec::verify_greedy(tree, specdec::make_view<2>(rows.data(), {3, v}));
   CHECK(r.accepted == std::vector<std::int32_t>{0});
   CHECK(r.bonus == 3);
+  // Wider rows (vectorized body + tail): NaN of either sign anywhere, +inf, and an all -inf row are
+  // rejected; -inf entries are legal.
+  {
+    const int w = 37;
+    const auto chain = specdec::token_tree::from_parents(std::vector<std::int32_t>{5}, std::vector<std::int32_t>{-1});
+    for (const int at : {0, 17, 31, 32, 36}) {
+      for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity()}) {
+        auto wide = one_hot_rows({5, 9}, w);
+        wide[static_cast<std::size_t>(w + at)] = bad;  // row 1, read for the bonus
+        REQUIRE_THROWS_WITH(specdec::verify_greedy(chain, specdec::make_view<2>(wide.data(), {2, w})),
+                            Contains("row 1") && Contains("token " + std::to_string(at)));
+      }
+    }
+    auto wide = one_hot_rows({5, 9}, w);
+    for (int t = 1; t < w; t += 3) wide[static_cast<std::size_t>(w + t)] = -std::numeric_limits<float>::infinity();
+    CHECK(specdec::verify_greedy(chain, specdec::make_view<2>(wide.data(), {2, w})).bonus == 9);
+    for (int t = 0; t < w; ++t) wide[static_cast<std::size_t>(w + t)] = -std::numeric_limits<float>::infinity();
+    REQUIRE_THROWS_WITH(specdec::verify_greedy(chain, specdec::make_view<2>(wide.data(), {2, w})),
+                        Contains("row 1") && Contains("all -inf"));
+  }
   // The batch names the request and its local row.
   const std::vector<specdec::token_tree> trees{tree, tree};
   const specdec::token_tree_batch b(trees, std::vector<std::int32_t>{1, 1});
