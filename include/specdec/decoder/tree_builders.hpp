@@ -51,12 +51,12 @@ static_assert(check_tree_builder<chain_tree_builder>());
 //! alternatives there); a token listed twice is taken once with the better log-prob, since equal
 //! siblings would be one context verified twice. Nodes = sum_k prod_{j<=k} s_j.
 //! Depth k's candidates hang under every depth k-1 node although a model drafter ranked them after
-//! chain[0..k-1] only (TokenSwift's heads likewise rank each depth independently of the path). Under
-//! a sampled chain that includes depth 0: its argmax roots a subtree drafted after the sampled
-//! chain[0] (draft_candidates.hpp). Anchoring depth k on chain[k] instead was measured and is worse
-//! (tests/decoder's 6-token model, T = 0.9: tau 1.45 vs 1.58 for [1, 3, 3, 3]): the draft's mode
-//! matches the target's draw more often than the draft's own draw does. O(nodes + sum_k
-//! |alternatives[k]| s_k).
+//! chain[0..k-1] only (TokenSwift's heads likewise rank each depth independently of the path). With a
+//! sampled chain this starts at the root: the argmax at depth 0 carries depth-1 candidates drafted
+//! after the sampled chain[0] (draft_candidates.hpp). Anchoring depth k on chain[k] instead was
+//! measured and is worse (tests/decoder's 6-token model, T = 0.9: tau 1.45 vs 1.58 for [1, 3, 3, 3]):
+//! the draft's mode matches the target's draw more often than the draft's own draw does.
+//! O(nodes + sum_k |alternatives[k]| s_k).
 struct cartesian_tree_builder {
   std::vector<int> widths = tokenswift_tree_widths();
   cartesian_tree_builder() = default;
