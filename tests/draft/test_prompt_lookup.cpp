@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "specdec/core/philox.hpp"
 #include "specdec/draft/prompt_lookup.hpp"
 
@@ -52,4 +54,17 @@ TEST_CASE("prompt_lookup: validation", "[draft][pld][validation]") {
   REQUIRE_THROWS_WITH(prompt_lookup({.min_ngram = 3, .max_ngram = 2}), Contains("params.max_ngram"));
   REQUIRE_THROWS_WITH(prompt_lookup({.num_tokens = 0}), Contains("params.num_tokens"));
   REQUIRE_THROWS_WITH(prompt_lookup_reference(V{1}, {.min_ngram = 0}), Contains("prompt_lookup_reference"));
+}
+
+TEST_CASE("prompt_lookup: an n-gram length that could not be indexed is rejected, not allocated", "[draft][pld][validation]") {
+  using Catch::Contains;
+  constexpr int imax = std::numeric_limits<int>::max();
+  // Used to throw std::bad_alloc (one hash index per length in [min_ngram, max_ngram]).
+  REQUIRE_THROWS_WITH(prompt_lookup({1, imax, 4}), Contains("specdec::prompt_lookup") && Contains("params.max_ngram") &&
+                                                        Contains("<= 256"));
+  REQUIRE_THROWS_WITH(prompt_lookup_reference(V{1, 2, 1}, {1, imax, 4}), Contains("prompt_lookup_reference"));
+  REQUIRE_THROWS_WITH(prompt_lookup({imax, imax, 4}), Contains("params.min_ngram"));
+  prompt_lookup longest({1, 256, imax});  // the bound itself works, and num_tokens may be anything
+  longest.extend(V{4, 5, 6, 4, 5});
+  CHECK(longest.propose() == V{6, 4, 5});
 }

@@ -303,3 +303,42 @@ TEST_CASE("beam_tree_builder: validation", "[tree][beam][validation]") {
   });
   REQUIRE(t.empty());
 }
+
+TEST_CASE("beam_tree_builder: widths that could not be allocated are rejected up front", "[tree][beam][validation]") {
+  using Catch::Contains;
+  constexpr int imax = std::numeric_limits<int>::max();
+  // Used to construct fine and then throw std::bad_alloc from build (reserve(INT_MAX) nodes).
+  REQUIRE_THROWS_WITH(beam_tree_builder(specdec::beam_tree_params{{imax}}),
+                      Contains("beam_tree_builder") && Contains("beam_widths[0]") && Contains("<= 4096"));
+  REQUIRE_THROWS_WITH(beam_tree_builder({.beam_widths = {4, 4097}}), Contains("beam_widths[1]"));
+  // Widths each within the bound but summing past max_builder_nodes (2^20 nodes).
+  const std::vector<int> many(257, 4096);
+  REQUIRE_THROWS_WITH(beam_tree_builder({.beam_widths = many}), Contains("params.beam_widths") && Contains("1048576"));
+  REQUIRE_NOTHROW(beam_tree_builder({.beam_widths = std::vector<int>(256, 4096)}));
+}
+
+TEST_CASE("keep_best_nodes: -inf scores rank last, ties by index, and the order is a strict weak order",
+          "[tree][beam]") {
+  // Random trees whose log-probs are <= 0 with many ties and -inf ("impossible") nodes: the kept set must
+  // be the global top-N by (score desc, index asc), which best-first pruning gives only if its
+  // comparator is a strict weak order on every score the tree can hold.
+  specdec::philox_stream rng(5, 5);
+  for (int trial = 0; trial < 300; ++trial) {
+    token_tree t;
+    const int n = 1 + static_cast<int>(rng.below(40));
+    for (int i = 0; i < n; ++i) {
+      const auto parent = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1;
+      const auto r = rng.below(5);
+      t.add(1, parent, r == 0 ? kNegInf : -0.5f * static_cast<float>(r - 1));
+    }
+    std::vector<std::int32_t> order(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return t.score(a) > t.score(b); });
+    const int keep = static_cast<int>(rng.below(static_cast<std::uint32_t>(n + 1)));
+    std::vector<std::int32_t> want(order.begin(), order.begin() + keep), kept;
+    std::sort(want.begin(), want.end());
+    specdec::keep_best_nodes(t, keep, &kept);
+    INFO("trial " << trial);
+    REQUIRE(kept == want);
+  }
+}

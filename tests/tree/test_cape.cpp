@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "specdec/core/philox.hpp"
 #include "specdec/tree/cape.hpp"
@@ -262,4 +263,57 @@ TEST_CASE("cape: validation", "[tree][cape][validation]") {
   REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(above_one, none, cape_schedule::glide_bins(), 0, out),
                       Contains("chain[1].logprob") && Contains("(-inf, 0]"));
   CHECK(out.gamma == 5);
+}
+
+TEST_CASE("cape_schedule: a huge table scale maps every p to the last entry (no out-of-range float -> size_t)",
+          "[tree][cape][validation]") {
+  // floor(1e30 * p) does not fit size_t: converting it was undefined (x86-64 gave index 0).
+  const auto s = cape_schedule::from_table({1, 2, 3}, 1e30f, false);
+  CHECK(s.expansion_size(0.5f) == 3);
+  CHECK(s.expansion_size(1e-6f) == 3);
+  CHECK(s.expansion_size(1.0f) == 3);
+  const auto big = cape_schedule::from_table({5, 6, 7}, std::numeric_limits<float>::max(), true);
+  CHECK(big.expansion_size(1.0f) == 6);
+  REQUIRE_THROWS_WITH(cape_schedule::from_table({2}, std::numeric_limits<float>::infinity()), Catch::Contains("scale"));
+}
+
+TEST_CASE("cape_proposal: position ids near INT32_MAX are rejected instead of overflowing", "[tree][cape][validation]") {
+  constexpr std::int32_t imax = std::numeric_limits<std::int32_t>::max();
+  const std::vector<float> probs{0.1f, 0.5f, 0.2f, 0.05f, 0.15f, 0.0f,  //
+                                 0.05f, 0.05f, 0.85f, 0.05f, 0.0f, 0.0f};
+  const auto p = cape_expand(probs, 6);  // gamma = 2: positions committed + {0, 1}
+  const auto ids = p.position_ids(imax - 1);
+  CHECK(*std::max_element(ids.begin(), ids.end()) == imax);
+  REQUIRE_THROWS_WITH(p.position_ids(imax), Catch::Contains("position_ids") && Catch::Contains("committed_length"));
+  REQUIRE(p.tree().positions(imax - 1) == ids);  // the same bound as token_tree::positions
+}
+
+TEST_CASE("cape_expand_ranked: duplicate candidates become one expansion token (best log-prob); NaN is rejected",
+          "[tree][cape][validation]") {
+  using Catch::Contains;
+  cape_proposal out;
+  // One step, confidence .5 -> K = 5 (§4.2 bins). Candidates repeat 7 and the chain token 1.
+  const std::vector<ranked_token> chain{{1, std::log(0.5f)}};
+  const std::vector<std::vector<ranked_token>> cands{
+      {{1, std::log(0.5f)}, {7, -2.0f}, {7, -1.5f}, {1, -1.0f}, {8, -3.0f}, {7, -4.0f}, {9, -5.0f}, {10, -6.0f}, {11, -7.0f}}};
+  specdec::cape_expand_ranked<ranked_token>(chain, cands, cape_schedule::glide_bins(), 0, out);
+  CHECK(out.tokens == std::vector<std::int32_t>{1, 7, 8, 9, 10, 11});
+  CHECK(out.expansion_sizes == std::vector<std::int32_t>{5});
+  CHECK(out.logprobs[1] == -1.5f);  // the better of 7's two log-probs
+  const auto t = out.tree();
+  for (int i = 0; i < t.size(); ++i)
+    for (int j = i + 1; j < t.size(); ++j) CHECK_FALSE((t.parent(i) == t.parent(j) && t.token(i) == t.token(j)));
+  // NaN / +inf candidate log-probs are errors (-inf = impossible, skipped); out is left untouched.
+  out.gamma = 9;
+  auto bad = cands;
+  bad[0][4].logprob = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(chain, bad, cape_schedule::glide_bins(), 0, out),
+                      Contains("cape_expand_ranked") && Contains("candidates[0][4].logprob"));
+  bad[0][4].logprob = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(chain, bad, cape_schedule::glide_bins(), 0, out),
+                      Contains("candidates[0][4].logprob"));
+  CHECK(out.gamma == 9);
+  bad[0][4].logprob = -std::numeric_limits<float>::infinity();
+  specdec::cape_expand_ranked<ranked_token>(chain, bad, cape_schedule::glide_bins(), 0, out);
+  CHECK(out.tokens == std::vector<std::int32_t>{1, 7, 9, 10, 11});  // 8 is impossible; only 4 candidates left
 }

@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <set>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/decoder/tree_builders.hpp"  // cartesian_tree_builder: the draft_candidates -> tree step
 #include "specdec/tree/cartesian_tree.hpp"
 
 using specdec::head_candidates;
@@ -100,4 +102,41 @@ TEST_CASE("cartesian/sparse trees: validation", "[tree][cartesian][validation]")
   REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{0}, {}}), Contains("choices[1]"));
   REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{0, 0, 0}}), Contains("choices[0].size()"));
   REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{-1}}), Contains("choices[0][0]"));
+}
+
+TEST_CASE("cartesian trees: NaN / +inf head log-probs are rejected naming head and rank", "[tree][cartesian][validation]") {
+  using Catch::Contains;
+  auto heads = make_heads({{1, 2}, {3, 4}});
+  heads[1].logprobs[1] = std::nanf("");
+  REQUIRE_THROWS_WITH(specdec::cartesian_tree(heads), Contains("cartesian_tree") && Contains("heads[1].logprobs[1]"));
+  heads[1].logprobs[1] = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{0, 1}}), Contains("sparse_tree") && Contains("heads[1].logprobs[1]"));
+  heads[1].logprobs[1] = -std::numeric_limits<float>::infinity();  // impossible, but a legal score
+  CHECK(specdec::cartesian_tree(heads).size() == 6);
+  // Rows with NaN: top-k ranks NaN last, so a NaN used to become a node's log-prob when the width
+  // exceeded the non-NaN entries.
+  std::vector<float> rows{-1.0f, std::nanf(""), -2.0f, -3.0f};
+  REQUIRE_THROWS_WITH(specdec::heads_topk(rows, 2, std::vector<int>{2, 2}), Contains("heads_topk") && Contains("logprobs (row 0)"));
+}
+
+TEST_CASE("cartesian_tree_builder: depth k is the best distinct alternatives[k]; repeats merged", "[tree][cartesian]") {
+  // A sampled chain (the drafter ranked 3 first at depth 0 but drew 7) keeps the documented ranking:
+  // depth 0 is alternatives[0]'s best, not chain[0] (draft_candidates.hpp).
+  specdec::draft_candidates c;
+  c.chain = {{7, -2.0f}, {9, -1.5f}};
+  c.alternatives = {{{3, -0.5f}, {7, -2.0f}, {5, -2.5f}}, {{8, -3.0f}, {9, -1.5f}, {8, -0.7f}, {6, -4.0f}}};
+  specdec::token_tree t;
+  specdec::cartesian_tree_builder({1, 3}).build(c, t);
+  // depth 1: 8 listed twice is one node (the better log-prob), so the third token is 6. Duplicates
+  // used to reach cartesian_tree and throw ("distinct tokens").
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 8, 9, 6});
+  CHECK(t.logprob(1) == -0.7f);
+  specdec::cartesian_tree_builder({2, 2}).build(c, t);
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 7, 8, 9, 8, 9});
+  for (int i = 0; i < t.size(); ++i)  // no two siblings share a token
+    for (int j = i + 1; j < t.size(); ++j) CHECK_FALSE((t.parent(i) == t.parent(j) && t.token(i) == t.token(j)));
+  // Without alternatives at a depth, the chain token alone.
+  c.alternatives.resize(1);
+  specdec::cartesian_tree_builder({2, 2}).build(c, t);
+  CHECK(std::vector<std::int32_t>(t.tokens().begin(), t.tokens().end()) == std::vector<std::int32_t>{3, 7, 9, 9});
 }

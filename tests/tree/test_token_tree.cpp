@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <random>
 #include <set>
 
@@ -240,4 +241,83 @@ TEST_CASE("token_tree_batch: validation of constructor arguments and hand-assemb
     v.mask = mask.data();
   }
   REQUIRE_NOTHROW(specdec::validate_tree_batch("my_fn", v));
+}
+
+TEST_CASE("bit_matrix: negative sizes are rejected before any storage is sized; words_per_row never overflows",
+          "[tree][core][bitmask][validation]") {
+  using Catch::Contains;
+  // The storage used to be sized first: (size_t)-1 words threw std::length_error.
+  REQUIRE_THROWS_WITH(specdec::bit_matrix(-1, 5), Contains("specdec::bit_matrix") && Contains("'rows'") && Contains("got -1"));
+  REQUIRE_THROWS_WITH(specdec::bit_matrix(5, -1), Contains("'cols'"));
+  REQUIRE_THROWS_AS(specdec::bit_matrix(std::numeric_limits<int>::min(), 1), specdec::invalid_argument);
+  const specdec::bit_matrix empty(0, std::numeric_limits<int>::max());  // 0 rows: nothing to allocate
+  CHECK(empty.row_stride() == (1 << 25));
+  // (cols + 63) / 64 overflowed int for cols > INT_MAX - 63.
+  volatile int big = std::numeric_limits<int>::max();
+  CHECK(specdec::words_per_row(big) == (1 << 25));
+  CHECK(specdec::words_per_row(0) == 0);
+  CHECK(specdec::words_per_row(1) == 1);
+  CHECK(specdec::words_per_row(64) == 1);
+  CHECK(specdec::words_per_row(65) == 2);
+}
+
+TEST_CASE("token_tree: positions near INT32_MAX are rejected instead of overflowing", "[tree][validation]") {
+  using Catch::Contains;
+  constexpr std::int32_t imax = std::numeric_limits<std::int32_t>::max();
+  token_tree t;  // depths 0, 1, 2
+  t.add(1, -1), t.add(2, 0), t.add(3, 1);
+  CHECK(t.positions(imax - 2) == std::vector<std::int32_t>{imax - 2, imax - 1, imax});
+  REQUIRE_THROWS_WITH(t.positions(imax - 1), Contains("token_tree::positions") && Contains("committed_length") &&
+                                                 Contains("INT32_MAX - max_depth() = 2147483645"));
+  REQUIRE_THROWS_WITH(t.positions(imax), Contains("committed_length"));
+  CHECK(token_tree{}.positions(imax).empty());  // no node, no position
+
+  token_tree_batch b;
+  REQUIRE_THROWS_WITH(b.push_back(t, imax - 1), Contains("token_tree_batch::push_back") && Contains("committed_length"));
+  CHECK(b.num_requests() == 0);  // nothing half-appended
+  CHECK(b.total_nodes() == 0);
+  b.push_back(t, imax - 2);
+  CHECK(b.positions().back() == imax);
+  const std::vector<token_tree> trees{t, t};
+  REQUIRE_THROWS_WITH(token_tree_batch(trees, std::vector<std::int32_t>{5, imax}), Contains("committed_lengths[1]"));
+}
+
+TEST_CASE("token_tree: NaN and +inf log-probs are rejected naming the node; -inf means impossible", "[tree][validation]") {
+  using Catch::Contains;
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  token_tree t;
+  t.add(1, -1, -0.5f);
+  REQUIRE_THROWS_WITH(t.add(2, 0, nan), Contains("token_tree::add") && Contains("logprob (node 1)") && Contains("nan"));
+  REQUIRE_THROWS_WITH(t.add(2, 0, inf), Contains("logprob (node 1)") && Contains("inf"));
+  CHECK(t.size() == 1);  // a rejected node is not stored
+  // -inf is a legal score ("impossible"), and stays -inf down the path.
+  CHECK(t.add(2, 0, -inf) == 1);
+  CHECK(t.add(3, 1, -1.0f) == 2);
+  CHECK(t.score(2) == -inf);
+  // Finite log-probs whose sum overflows to +inf would make a later -inf child NaN: rejected too.
+  token_tree big;
+  big.add(1, -1, 3e38f);
+  REQUIRE_THROWS_WITH(big.add(2, 0, 3e38f), Contains("logprob (node 1)") && Contains("score"));
+  // Bulk construction names the array element.
+  const std::vector<std::int32_t> tok{1, 2, 3}, par{-1, 0, 1};
+  REQUIRE_THROWS_WITH(token_tree::from_parents(tok, par, std::vector<float>{-1.0f, nan, -1.0f}),
+                      Contains("from_parents") && Contains("logprobs[1]"));
+  REQUIRE_THROWS_WITH(token_tree::from_arrays(tok, par, std::vector<std::int32_t>{0, 1, 2}, std::vector<float>{0, 0, inf}),
+                      Contains("from_arrays") && Contains("logprobs[2]"));
+}
+
+TEST_CASE("validate_tree_batch: indptr differences are computed without overflow", "[tree][validation]") {
+  using Catch::Contains;
+  const std::vector<token_tree> one{random_tree(3, 9)};
+  const token_tree_batch good(one, std::vector<std::int32_t>{4});
+  auto v = good.view();
+  // node_indptr[1] - node_indptr[0] is fine; a request whose end lies below its start by more than
+  // INT_MAX used to overflow int before the "non-decreasing" check.
+  std::vector<std::int32_t> indptr{0, 3, std::numeric_limits<std::int32_t>::min()};
+  std::vector<std::int64_t> mip{good.mask_indptr()[0], good.mask_indptr()[1], good.mask_indptr()[1]};
+  v.num_requests = 2;
+  v.node_indptr = indptr.data();
+  v.mask_indptr = mip.data();
+  REQUIRE_THROWS_WITH(specdec::validate_tree_batch("my_fn", v), Contains("my_fn") && Contains("node_indptr[2]"));
 }

@@ -98,3 +98,51 @@ TEST_CASE("trie_merge: validation", "[tree][trie][validation]") {
   REQUIRE(m.tree().empty());
   REQUIRE(m.find(V{1}) == -1);
 }
+
+TEST_CASE("trie_merge: NaN / +inf log-probs are rejected before anything is merged", "[tree][trie][validation]") {
+  using Catch::Contains;
+  trie_merger m;
+  m.add_sequence(V{1, 2}, std::vector<float>{-1.0f, -1.0f});
+  const auto before = m.tree();
+  REQUIRE_THROWS_WITH(m.add_sequence(V{1, 3, 4}, std::vector<float>{-1.0f, -0.5f, std::nanf("")}),
+                      Contains("trie_merger::add_sequence") && Contains("logprobs[2]"));
+  REQUIRE_THROWS_WITH(m.add_sequence(V{5}, std::vector<float>{std::numeric_limits<float>::infinity()}),
+                      Contains("logprobs[0]"));
+  CHECK(m.tree() == before);  // the rejected sequences left no node behind (3 was not added)
+  CHECK(m.sources().size() == 2);
+  // A cumulative score that would overflow to +inf is caught before the sequence is merged, too.
+  REQUIRE_THROWS_WITH(m.add_sequence(V{6, 7}, std::vector<float>{3e38f, 3e38f}), Contains("logprobs[1]"));
+  CHECK(m.tree() == before);
+  REQUIRE(m.find(V{6}) == -1);
+  // -inf is legal (an impossible candidate still gets a node, scored -inf).
+  m.add_sequence(V{9}, std::vector<float>{-std::numeric_limits<float>::infinity()});
+  CHECK(m.tree().score(m.find(V{9})) == -std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("trie_merge: a tree with duplicate siblings is merged (subtrees united, first log-prob kept)", "[tree][trie]") {
+  // 0:'5' -> 2:'6';  1:'5' -> 3:'7', 4:'6' -> 5:'8'
+  const auto t = token_tree::from_parents(V{5, 5, 6, 7, 6, 8}, V{-1, -1, 0, 1, 1, 4},
+                                          std::vector<float>{-1.0f, -0.5f, -1.0f, -1.0f, -2.0f, -1.0f});
+  trie_merger m;
+  REQUIRE(m.add_tree(t) == 4);
+  const auto& u = m.tree();
+  CHECK(V(u.tokens().begin(), u.tokens().end()) == V{5, 6, 7, 8});
+  CHECK(V(u.parents().begin(), u.parents().end()) == V{-1, 0, 0, 1});
+  CHECK(all_paths(u) == all_paths(t));
+  CHECK(u.logprob(0) == -1.0f);
+}
+
+TEST_CASE("trie_merge: add_tree that fails part way merges nothing", "[tree][trie][validation]") {
+  trie_merger m;
+  m.add_sequence(V{1}, std::vector<float>{3e38f});  // node [1] scores 3e38 (first log-prob wins)
+  const auto before = m.tree();
+  // Valid on its own (scores 0, -3e38, 0), but merged under the existing [1] the node [1 2] would score
+  // 3e38 + 3e38 = +inf; [5] was merged before that and must go again.
+  const auto t = token_tree::from_parents(V{5, 1, 2}, V{-1, -1, 1}, std::vector<float>{0.0f, -3e38f, 3e38f});
+  REQUIRE_THROWS_WITH(m.add_tree(t, 3), Catch::Contains("trie_merger::add_tree") && Catch::Contains("tree.logprobs()[2]"));
+  CHECK(m.tree() == before);
+  CHECK(m.sources().size() == 1);
+  CHECK(m.find(V{5}) == -1);
+  REQUIRE(m.add_sequence(V{5, 6}) == 2);  // the index was rolled back with the nodes
+  CHECK(m.find(V{5, 6}) == 2);
+}

@@ -13,8 +13,11 @@ namespace specdec {
 
 using mask_word = std::uint64_t;
 
-//! Number of 64-bit words that hold `cols` bits.
-SPECDEC_HOST_DEVICE constexpr int words_per_row(int cols) noexcept { return (cols + 63) / 64; }
+//! Number of 64-bit words that hold `cols` bits (precondition cols >= 0). The rounding runs in
+//! unsigned arithmetic: `cols + 63` overflows int for cols > INT_MAX - 63 (words_per_row(INT_MAX) = 2^25).
+SPECDEC_HOST_DEVICE constexpr int words_per_row(int cols) noexcept {
+  return static_cast<int>((static_cast<unsigned>(cols) + 63u) / 64u);
+}
 
 //! Bit j of a packed row.
 SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE constexpr bool test_bit(const mask_word* row, int j) noexcept {
@@ -43,12 +46,10 @@ struct bitmask_view {
 class bit_matrix {
  public:
   bit_matrix() = default;
-  bit_matrix(int rows, int cols)
-      : rows_(rows), cols_(cols), stride_(words_per_row(cols)),
-        words_(static_cast<std::size_t>(rows) * static_cast<std::size_t>(words_per_row(cols)), 0) {
-    require(rows >= 0, "specdec::bit_matrix", "rows", ">= 0", rows);
-    require(cols >= 0, "specdec::bit_matrix", "cols", ">= 0", cols);
-  }
+  //! rows x cols zero bits; rows, cols >= 0 (checked before any storage is sized). The storage,
+  //! rows * words_per_row(cols) words, always fits size_t; a matrix larger than memory throws
+  //! std::bad_alloc like any container. O(rows * cols / 64).
+  bit_matrix(int rows, int cols) : rows_(rows), cols_(cols), stride_(words_per_row(cols)), words_(checked_words(rows, cols), 0) {}
   [[nodiscard]] int rows() const noexcept { return rows_; }
   [[nodiscard]] int cols() const noexcept { return cols_; }
   [[nodiscard]] int row_stride() const noexcept { return stride_; }
@@ -63,6 +64,11 @@ class bit_matrix {
   friend bool operator==(const bit_matrix&, const bit_matrix&) = default;
 
  private:
+  static std::size_t checked_words(int rows, int cols) {
+    require(rows >= 0, "specdec::bit_matrix", "rows", ">= 0", rows);
+    require(cols >= 0, "specdec::bit_matrix", "cols", ">= 0", cols);
+    return static_cast<std::size_t>(rows) * static_cast<std::size_t>(words_per_row(cols));
+  }
   int rows_ = 0, cols_ = 0, stride_ = 0;
   std::vector<mask_word> words_;
 };

@@ -3,10 +3,28 @@
 //! What a drafter hands a tree builder: the draft's guesses for the tokens after the root.
 //!
 //! A drafter fills any of three parts (builders use what they need, see decoder/tree_builders.hpp):
-//!  - `chain`: the drafter's best continuation (depth 0 first) with each token's draft log-probability;
-//!  - `alternatives[d]`: ranked (token, logprob) candidates for depth d *given the chain up to d-1*
-//!    (alternatives[d][0] is chain[d] when a model drafted the chain); caterpillar / Cartesian trees;
+//!  - `chain`: the drafter's continuation (depth 0 first) with each token's draft log-probability:
+//!    its best guess, or a draw from its processed distribution q when it samples (below);
+//!  - `alternatives[d]`: ranked (token, logprob) candidates for depth d, best first, drafted *given
+//!    the chain up to d-1* (the shipped drafters list a token once; builders merge repeats);
+//!    caterpillar / Cartesian / CAPE trees;
 //!  - `sequences`: further whole continuations (other n-gram matches, beams), best first; trie trees.
+//! alternatives[d][0] is chain[d] only when the chain is the drafter's top choice: greedy model
+//! drafting, the TokenSwift self-drafter (chain = each processed row's best), the n-gram drafter
+//! (chain = the most recent match). A model drafter that samples (chain_drafter / longspec_drafter
+//! given draft_request::sampling at temperature > 0) draws chain[d] from its processed q, for chain
+//! speculative sampling, and drafts each next depth after that draw, still ranking alternatives[d]
+//! by its raw log-softmax: chain[d] may then sit anywhere in alternatives[d] or outside it, and
+//! alternatives[d + 1] follow chain[d], not alternatives[d][0]. The output law does not depend on it
+//! (any verifier of any tree is exact); only acceptance does. Builders read the parts as follows:
+//! cartesian_tree_builder ranks depth d by alternatives[d], so under a sampled chain its argmax root
+//! carries children drafted after the sampled token (measured better than anchoring on chain[d]; see
+//! there); cape_tree_builder expands the sampled chain[d] with the best alternatives[d] other than it,
+//! which were ranked given the same prefix (coherent, as GLIDE §4.2's X_i are). Drafting greedily
+//! when the verifier does not read q (sample_and_match) builds both trees along the draft's argmax
+//! path and accepts as much or more: on tests/decoder's 6-token model at T = 0.9, CAPE's tau rose
+//! from 2.22 to 2.29 (chain drafter) and 2.24 to 2.37 (LongSpec), Cartesian [1, 3, 3, 3] stayed
+//! within noise.
 //! Drafters that sample their chain from a distribution q (chain speculative sampling) also store
 //! q's rows: row d = q at depth d (row 0 at the root), matching the verifiers' row convention.
 //! Multi-draft drafters (multi_draft_params in decoder/drafters.hpp) draw chain and sequences as k

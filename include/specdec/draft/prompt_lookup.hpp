@@ -19,15 +19,23 @@ namespace specdec {
 
 //! Parameters of prompt lookup.
 struct prompt_lookup_params {
-  int min_ngram = 1;    //!< shortest suffix to match, >= 1
-  int max_ngram = 3;    //!< longest suffix to match, >= min_ngram
-  int num_tokens = 10;  //!< most tokens proposed, >= 1
+  //! Longest n-gram the lookup matches. The index keeps one hash table per length in [min_ngram,
+  //! max_ngram] and hashes every length on each push (O(max_ngram^2) work per token), so the range is
+  //! bounded; PLD uses 3-5 and TokenSwift 4, and a 256-token suffix match already pins the text down.
+  static constexpr int max_ngram_limit = 256;
+  int min_ngram = 1;    //!< shortest suffix to match, in [1, max_ngram]
+  int max_ngram = 3;    //!< longest suffix to match, in [min_ngram, max_ngram_limit]
+  int num_tokens = 10;  //!< most tokens proposed, >= 1 (any int: proposals stop at the context's end)
 };
 
 namespace detail {
 inline void validate_pld(std::string_view fn, const prompt_lookup_params& p) {
-  require(p.min_ngram >= 1, fn, "params.min_ngram", ">= 1", p.min_ngram);
-  require(p.max_ngram >= p.min_ngram, fn, "params.max_ngram", ">= min_ngram = " + std::to_string(p.min_ngram), p.max_ngram);
+  require(p.min_ngram >= 1 && p.min_ngram <= prompt_lookup_params::max_ngram_limit, fn, "params.min_ngram",
+          ">= 1 and <= " + std::to_string(prompt_lookup_params::max_ngram_limit) + " (max_ngram_limit)", p.min_ngram);
+  require(p.max_ngram >= p.min_ngram && p.max_ngram <= prompt_lookup_params::max_ngram_limit, fn, "params.max_ngram",
+          ">= min_ngram = " + std::to_string(p.min_ngram) + " and <= " +
+              std::to_string(prompt_lookup_params::max_ngram_limit) + " (max_ngram_limit)",
+          p.max_ngram);
   require(p.num_tokens >= 1, fn, "params.num_tokens", ">= 1", p.num_tokens);
 }
 }  // namespace detail

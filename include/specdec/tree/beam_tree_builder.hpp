@@ -26,6 +26,10 @@
 //!
 //! Ties (deterministic): higher score first, then earlier frontier position, then lower token id.
 //! New nodes of a step are appended best first. Candidates with log-prob -inf are never added.
+//! No node gets two children with the same token (equal siblings would be one context verified
+//! twice): a row's top-k is distinct, and a candidate callback listing a token twice for one row is
+//! rejected. Limits (checked when the builder is made): each w_k <= beam_tree_params::max_width and
+//! sum w_k <= max_builder_nodes.
 
 #include <algorithm>
 #include <bit>
@@ -46,7 +50,11 @@ namespace specdec {
 
 //! Parameters of beam_tree_builder (LongSpec Appendix B/D).
 struct beam_tree_params {
-  //! w_k: nodes added at speculation step k (each >= 1); the paper's default.
+  //! Largest w_k: a step holds up to w_{k-1} * w_k candidates (2^24 at this bound, ~400 MB of scratch),
+  //! far beyond any useful beam (LongSpec uses 16).
+  static constexpr int max_width = 4096;
+  //! w_k: nodes added at speculation step k, each in [1, max_width], summing to at most
+  //! max_builder_nodes (2^20); the paper's default.
   std::vector<int> beam_widths{4, 16, 16, 16, 16};
   //! Node budget: 0 = none; otherwise the tree keeps its best max_nodes nodes (ancestor-closed).
   int max_nodes = 0;
@@ -71,10 +79,18 @@ class beam_tree_builder {
   explicit beam_tree_builder(beam_tree_params params = {}) : params_(std::move(params)) {
     constexpr std::string_view fn = "specdec::beam_tree_builder";
     require(!params_.beam_widths.empty(), fn, "params.beam_widths", "non-empty", "empty");
+    // Bounded before anything is sized from them: widths that could not be allocated are a
+    // configuration error (invalid_argument), not a std::bad_alloc in the middle of a build.
+    long long total = 0;
     for (std::size_t k = 0; k < params_.beam_widths.size(); ++k) {
-      require(params_.beam_widths[k] >= 1, fn, "params.beam_widths[" + std::to_string(k) + "]", ">= 1",
-              params_.beam_widths[k]);
+      const int w = params_.beam_widths[k];
+      if (!(w >= 1 && w <= beam_tree_params::max_width)) [[unlikely]]
+        throw_invalid_argument(fn, "params.beam_widths[" + std::to_string(k) + "]",
+                               ">= 1 and <= " + std::to_string(beam_tree_params::max_width) + " (beam_tree_params::max_width)", w);
+      total += w;
     }
+    require(total <= max_builder_nodes, fn, "params.beam_widths",
+            "widths summing to at most max_builder_nodes = " + std::to_string(max_builder_nodes) + " nodes", total);
     require(params_.max_nodes >= 0, fn, "params.max_nodes", ">= 0 (0 = no budget)", params_.max_nodes);
   }
 

@@ -6,6 +6,10 @@
 //! adds an expansion set X_i of the K_i next-best tokens at step i (excluding x_i), K_i = S(p_i) with
 //! p_i = the draft's confidence in x_i. Expansion tokens are never extended (they are not fed back
 //! to the draft model), so the proposal is a "comb": the chain plus siblings of each chain token.
+//! X_i never contains x_i nor repeats a token (equal siblings share one context, so a repeat would be
+//! verified twice for nothing): repeated candidates are merged, keeping the better log-prob. The chain
+//! need not be greedy (a sampled one, say): X_i is then the best of the same p_D(. | x_<i) other than
+//! the drawn x_i, so every expansion token hangs under the prefix it was ranked for.
 //!
 //! Linearized proposal (§4.2, Algorithm 2): P = (x_1..x_gamma, X_1..., X_2..., ..., X_gamma...),
 //! beta = gamma + sum K_i tokens; pos(i) = i for i <= gamma and pos(i) = j for x in X_j (1-based, as
@@ -29,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,7 +68,8 @@ class cape_schedule {
   }
 
   //! Table: K = entries[min(floor(scale * p), entries.size() - 1)] - (counts_greedy ? 1 : 0)
-  //! (Algorithm 1 with scale 10). entries >= (counts_greedy ? 1 : 0); scale > 0.
+  //! (Algorithm 1 with scale 10). entries >= (counts_greedy ? 1 : 0); scale finite and > 0 (any such
+  //! scale works: a huge one maps every p to the last entry).
   static cape_schedule from_table(std::vector<int> entries, float scale = 10.0f, bool counts_greedy = true) {
     constexpr std::string_view fn = "specdec::cape_schedule::from_table";
     require(!entries.empty(), fn, "entries", "non-empty", "empty");
@@ -93,8 +99,12 @@ class cape_schedule {
         if (p <= bounds_[k]) return sizes_[k];
       return sizes_.back();
     }
-    const auto idx = static_cast<std::size_t>(std::floor(scale_ * p));
-    return sizes_[std::min(idx, sizes_.size() - 1)] - (counts_greedy_ ? 1 : 0);
+    // Clamp while still a float: floor(scale * p) may exceed size_t (scale 1e30), and converting an
+    // out-of-range float to an integer is undefined.
+    const float slot = std::floor(scale_ * p);
+    const std::size_t last = sizes_.size() - 1;
+    const std::size_t idx = slot >= static_cast<float>(last) ? last : static_cast<std::size_t>(slot);
+    return sizes_[idx] - (counts_greedy_ ? 1 : 0);
   }
 
  private:
@@ -116,12 +126,17 @@ struct cape_proposal {
 
   [[nodiscard]] int size() const noexcept { return static_cast<int>(tokens.size()); }
 
-  //! Algorithm 2's input_pi shifted to absolute positions: committed_length + pos(i) - 1. O(beta).
+  //! Algorithm 2's input_pi shifted to absolute positions: committed_length + pos(i) - 1 (= the
+  //! tree's positions(), depth = pos - 1). Checked like token_tree::positions: committed_length >= 1
+  //! and committed_length + max pos - 1 <= INT32_MAX. O(beta).
   [[nodiscard]] std::vector<std::int32_t> position_ids(std::int32_t committed_length) const {
-    require(committed_length >= 1, "specdec::cape_proposal::position_ids", "committed_length", ">= 1",
-            committed_length);
+    std::int32_t max_pos = 0;
+    for (const auto p : pos) max_pos = std::max(max_pos, p);
+    detail::check_committed_length("specdec::cape_proposal::position_ids", "committed_length", committed_length,
+                                   max_pos - 1);
     std::vector<std::int32_t> out(pos.size());
-    for (std::size_t i = 0; i < pos.size(); ++i) out[i] = committed_length + pos[i] - 1;
+    // (committed - 1) first: committed + pos alone may be INT32_MAX + 1 at the bound.
+    for (std::size_t i = 0; i < pos.size(); ++i) out[i] = (committed_length - 1) + pos[i];
     return out;
   }
 
@@ -162,9 +177,12 @@ struct cape_step {
 };
 //! Algorithm 1's "Concatenation" into out (capacity reused): the chain x_1..x_gamma (step(i) gives
 //! step i's cape_step, 0-based), then X_1, X_2, ... in step order, where expand(i, x_i, n, emit) calls
-//! emit(token, logprob) for at most n expansion tokens of step i, best first. max_tokens > 0 caps
-//! beta: expansion tokens are dropped from the end of the linearized order (deepest steps first, the
-//! least likely to be reached); the chain is always kept. O(beta) plus the callbacks.
+//! emit(token, logprob) for expansion tokens of step i, best first, until n calls returned true.
+//! emit merges duplicates (X_i is a set of siblings of x_i, and equal siblings would be one node
+//! verified twice): a token equal to x_i or already in X_i returns false and only raises that
+//! member's log-prob to the better of the two. max_tokens > 0 caps beta: expansion tokens are dropped
+//! from the end of the linearized order (deepest steps first, the least likely to be reached); the
+//! chain is always kept. O(beta * max |X_i|) plus the callbacks.
 template <class Step, class Expand>
 void cape_assemble(int gamma, Step&& step, Expand&& expand, int max_tokens, cape_proposal& out) {
   out.gamma = gamma;
@@ -183,12 +201,21 @@ void cape_assemble(int gamma, Step&& step, Expand&& expand, int max_tokens, cape
   for (int i = 0; i < gamma; ++i) {
     auto& size = out.expansion_sizes[static_cast<std::size_t>(i)];
     const auto want = std::min(room, static_cast<std::size_t>(size));
+    const std::int32_t x = out.tokens[static_cast<std::size_t>(i)];
+    const std::size_t first = out.tokens.size();  // X_i starts here
     std::size_t taken = 0;
-    expand(i, out.tokens[static_cast<std::size_t>(i)], static_cast<int>(want), [&](std::int32_t t, float lp) {
+    expand(i, x, static_cast<int>(want), [&](std::int32_t t, float lp) {
+      if (t == x) return false;
+      for (std::size_t j = first; j < out.tokens.size(); ++j)
+        if (out.tokens[j] == t) {
+          out.logprobs[j] = std::max(out.logprobs[j], lp);
+          return false;
+        }
       out.tokens.push_back(t);
       out.pos.push_back(i + 1);
       out.logprobs.push_back(lp);
       ++taken;
+      return true;
     });
     room -= taken;
     size = static_cast<std::int32_t>(taken);
@@ -251,13 +278,13 @@ inline cape_proposal cape_expand(std::span<const float> probs, int vocab_size, s
     require(p > 0.0f, fn, "chain[" + std::to_string(i) + "]", "a token with draft probability > 0", x);
     return detail::cape_step{x, std::log(p), std::min(schedule.expansion_size(p), vocab_size - 1)};
   };
-  auto expand = [&](int i, std::int32_t x, int k, auto&& emit) {
+  auto expand = [&](int i, std::int32_t, int k, auto&& emit) {
     const std::span<const float> row = probs.subspan(static_cast<std::size_t>(i) * v, v);
     idx.resize(static_cast<std::size_t>(k + 1));
     val.resize(static_cast<std::size_t>(k + 1));
     topk<float>(row, k + 1, idx, val, ws);  // k + 1 so that excluding x still leaves k
     for (std::size_t j = 0, n = 0; j < idx.size() && n < static_cast<std::size_t>(k); ++j)
-      if (idx[j] != x && val[j] > 0.0f) emit(idx[j], std::log(val[j])), ++n;
+      if (val[j] > 0.0f && emit(idx[j], std::log(val[j]))) ++n;  // emit skips x (and duplicates: none here)
   };
   detail::cape_assemble(gamma, step, expand, max_tokens, out);
   return out;
@@ -266,11 +293,14 @@ inline cape_proposal cape_expand(std::span<const float> probs, int vocab_size, s
 //! CAPE from ranked candidates, for engines (and speculative_decoder's cape_tree_builder) that hold a
 //! top-k per step instead of full probability rows. Step i has the chain token chain[i] (members
 //! .token and .logprob = log p_D(x_i | x_<i)) and candidates[i], its most probable tokens best first
-//! (same members; it may contain x_i). X_i = the first K_i = S(exp(chain[i].logprob)) candidates other
-//! than x_i with a finite log-prob; fewer when candidates[i] is shorter, so keep max S + 1 candidates
-//! per step for the full schedule; steps past candidates.size() get no expansion. With complete
-//! candidate lists this equals cape_expand on the rows (tested). max_tokens as in cape_expand.
-//! Reuses out's capacity (no allocation in steady state). O(gamma + sum |candidates[i]|).
+//! (same members; it may contain x_i). X_i = the first K_i = S(exp(chain[i].logprob)) distinct
+//! candidates other than x_i with a log-prob above -inf (-inf = impossible, skipped); a token listed
+//! twice is one expansion token with the better log-prob (siblings with equal tokens would be one
+//! context verified twice). Fewer when candidates[i] is shorter, so keep max S + 1 candidates per step
+//! for the full schedule; steps past candidates.size() get no expansion. With complete candidate lists
+//! this equals cape_expand on the rows (tested). max_tokens as in cape_expand. Candidate log-probs
+//! that are NaN or +inf throw (naming candidates[i][j]) before out is touched.
+//! Reuses out's capacity (no allocation in steady state). O(gamma + sum |candidates[i]| + beta * max K).
 template <class Candidate>
 void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::vector<Candidate>> candidates,
                         const cape_schedule& schedule, int max_tokens, cape_proposal& out) {
@@ -284,16 +314,22 @@ void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::v
     if (!(std::exp(lp) > 0.0f && lp <= 1e-4f)) [[unlikely]]  // the argument name is built only on failure
       throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].logprob", "a log-probability in (-inf, 0] (p in (0, 1])", lp);
   }
+  for (std::size_t i = 0; i < candidates.size() && i < chain.size(); ++i)  // the candidates expand() may read
+    for (std::size_t j = 0; j < candidates[i].size(); ++j)
+      if (!(candidates[i][j].logprob < std::numeric_limits<float>::infinity())) [[unlikely]]
+        throw_invalid_argument(fn, "candidates[" + std::to_string(i) + "][" + std::to_string(j) + "].logprob",
+                               "a log-probability that is not NaN or +inf (-inf = impossible)",
+                               candidates[i][j].logprob);
   auto step = [&](int i) {
     const auto& x = chain[static_cast<std::size_t>(i)];
     return detail::cape_step{x.token, x.logprob, schedule.expansion_size(std::min(std::exp(x.logprob), 1.0f))};
   };
-  auto expand = [&](int i, std::int32_t x, int k, auto&& emit) {
+  auto expand = [&](int i, std::int32_t, int k, auto&& emit) {  // emit skips x_i and merges repeats
     if (static_cast<std::size_t>(i) >= candidates.size()) return;
     int n = 0;
     for (const auto& c : candidates[static_cast<std::size_t>(i)]) {
       if (n >= k) break;
-      if (c.token != x && std::isfinite(c.logprob)) emit(c.token, c.logprob), ++n;
+      if (c.logprob > -std::numeric_limits<float>::infinity() && emit(c.token, c.logprob)) ++n;
     }
   };
   detail::cape_assemble(gamma, step, expand, max_tokens, out);

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,7 +38,8 @@ inline std::vector<int> tokenswift_tree_widths() { return {1, 3, 3, 3}; }
 
 //! Selects each head's top-s_k tokens from `logprobs` (K rows of `vocab_size` values, row-major; the
 //! values are ranked as given, so logits work too and are stored as the node log-probs). widths
-//! size K, each in [1, vocab_size]. O(K V).
+//! size K, each in [1, vocab_size]; values finite or -inf (NaN / +inf throw naming the row: top-k
+//! would rank a NaN last and still hand it to a node when s_k exceeds the numbers). O(K V).
 inline std::vector<head_candidates> heads_topk(std::span<const float> logprobs, int vocab_size,
                                                std::span<const int> widths) {
   constexpr std::string_view fn = "specdec::heads_topk";
@@ -45,6 +47,13 @@ inline std::vector<head_candidates> heads_topk(std::span<const float> logprobs, 
   require_equal(fn, "logprobs.size()", widths.size() * static_cast<std::size_t>(vocab_size), logprobs.size());
   for (std::size_t k = 0; k < widths.size(); ++k)
     require_in_range(fn, "widths[" + std::to_string(k) + "]", widths[k], 1, vocab_size);
+  for (std::size_t k = 0; k < widths.size(); ++k) {
+    const auto row = logprobs.subspan(k * static_cast<std::size_t>(vocab_size), static_cast<std::size_t>(vocab_size));
+    for (std::size_t v = 0; v < row.size(); ++v)
+      if (!(row[v] < std::numeric_limits<float>::infinity())) [[unlikely]]
+        throw_invalid_argument(fn, "logprobs (row " + std::to_string(k) + ")", "finite or -inf values (no NaN, no +inf)",
+                               "token " + std::to_string(v) + " = " + std::to_string(row[v]));
+  }
   std::vector<head_candidates> heads(widths.size());
   topk_workspace<float> ws;
   for (std::size_t k = 0; k < widths.size(); ++k) {
@@ -66,6 +75,10 @@ inline void validate_heads(std::string_view fn, std::span<const head_candidates>
     if (!h.logprobs.empty()) require_equal(fn, "heads[" + ks + "].logprobs.size()", h.tokens.size(), h.logprobs.size());
     for (std::size_t r = 0; r < h.tokens.size(); ++r)
       require(h.tokens[r] >= 0, fn, "heads[" + ks + "].tokens[" + std::to_string(r) + "]", "a token id >= 0", h.tokens[r]);
+    for (std::size_t r = 0; r < h.logprobs.size(); ++r)  // token_tree's score rule, named here
+      if (!(h.logprobs[r] < std::numeric_limits<float>::infinity())) [[unlikely]]
+        throw_invalid_argument(fn, "heads[" + ks + "].logprobs[" + std::to_string(r) + "]",
+                               "a log-probability that is not NaN or +inf (-inf = impossible)", h.logprobs[r]);
     std::vector<std::int32_t> s(h.tokens);
     std::sort(s.begin(), s.end());
     const auto dup = std::adjacent_find(s.begin(), s.end());
@@ -78,8 +91,9 @@ inline float head_lp(const head_candidates& h, std::size_t r) { return h.logprob
 
 //! The full Cartesian-product tree (TokenSwift Appendix E): depth k holds every combination of the
 //! first k+1 heads' candidates. Nodes = sum_k prod_{j<=k} s_j; the product must not exceed
-//! `max_nodes` (default 1 << 20) to catch accidental huge trees. O(nodes).
-inline token_tree cartesian_tree(std::span<const head_candidates> heads, int max_nodes = 1 << 20) {
+//! `max_nodes` (default max_builder_nodes = 2^20) to catch accidental huge trees. Each head's tokens
+//! must be distinct (a repeat would make equal siblings). O(nodes).
+inline token_tree cartesian_tree(std::span<const head_candidates> heads, int max_nodes = max_builder_nodes) {
   constexpr std::string_view fn = "specdec::cartesian_tree";
   detail::validate_heads(fn, heads);
   long long total = 0, level = 1;

@@ -13,7 +13,8 @@
 namespace specdec {
 
 //! Keeps at most `max_nodes` nodes of `tree`: the best by cumulative score (higher first, ties ->
-//! lower node index), chosen best-first from the root so the kept set is always ancestor-closed
+//! lower node index; -inf "impossible" nodes rank last), chosen best-first from the root so the kept
+//! set is always ancestor-closed
 //! (a node is only eligible once its parent is kept). When every log-prob is <= 0, scores never
 //! increase down a path and the result is exactly the global top-`max_nodes` by (score desc, index
 //! asc). Kept nodes keep their relative order, so the result is topological; `kept` (optional)
@@ -35,6 +36,8 @@ inline token_tree keep_best_nodes(const token_tree& tree, int max_nodes, std::ve
       for (int i = 0; i < n; ++i) child[static_cast<std::size_t>(fill[static_cast<std::size_t>(tree.parents()[i] + 1)]++)] = i;
     }
     const auto scores = tree.scores();
+    // A strict weak order because a token_tree never holds a NaN or +inf score (tree/token_tree.hpp),
+    // so != and < below compare numbers and -inf only.
     const auto worse = [&](std::int32_t a, std::int32_t b) {  // priority_queue: top = best
       if (scores[a] != scores[b]) return scores[a] < scores[b];
       return a > b;

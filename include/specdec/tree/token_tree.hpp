@@ -10,11 +10,25 @@
 //! - the ancestor ("tree attention") mask is a bit_matrix: row i has bit j iff j == i or j is an
 //!   ancestor of i (LSB first, words_per_row(n) 64-bit words per row).
 //! There is no small size limit: everything is O(n) or O(n^2 / 64) in the number of nodes.
+//!
+//! Scores (the library's non-finite-number policy for token-producing code): a log-probability may
+//! be any finite value or -inf ("impossible"; the node's score is then -inf too). NaN and +inf are
+//! rejected with specdec::invalid_argument naming the node, and so is a finite log-probability whose
+//! cumulative score would overflow to +inf (a -inf child would then score NaN). So every stored score
+//! is a number or -inf, and ordering nodes by score (keep_best_nodes, the builders) is a strict weak
+//! order. Positions are int32: committed_length + depth must fit (checked where positions are made).
+//!
+//! Duplicate siblings (two children of one node with the same token) are legal in a token_tree: they
+//! have the same context, so any verifier treats them as one node with the union of their subtrees
+//! (verify_greedy searches all of them), and sampled multi-draft trees need them (k i.i.d. drafts may
+//! repeat a token; verify/multi_draft.hpp). The deterministic builders (beam, Cartesian, CAPE, trie
+//! merge) never emit them; trie_merger::add_tree merges them in any tree.
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +36,42 @@
 #include "specdec/core/error.hpp"
 
 namespace specdec {
+
+//! The largest tree the shipped builders (beam_tree_builder, cartesian_tree) construct by default:
+//! 2^20 nodes. Its ancestor mask alone would take 2^40 / 64 words = 128 GiB, so a configuration that
+//! asks for more is an error to report up front, not a tree anyone could verify.
+inline constexpr int max_builder_nodes = 1 << 20;
+
+namespace detail {
+//! Positions are committed_length + depth in int32 (design brief): checks committed_length >= 1 (the
+//! root is a committed token) and committed_length + max_depth <= INT32_MAX (max_depth = -1: no node).
+inline void check_committed_length(std::string_view function, std::string_view argument, std::int32_t committed_length,
+                                   int max_depth) {
+  require(committed_length >= 1, function, argument, ">= 1 (the root is the last committed token)", committed_length);
+  if (max_depth >= 0 && committed_length > std::numeric_limits<std::int32_t>::max() - max_depth) [[unlikely]]
+    throw_invalid_argument(function, argument,
+                           "<= INT32_MAX - max_depth() = " +
+                               std::to_string(std::numeric_limits<std::int32_t>::max() - max_depth) +
+                               " (positions committed_length + depth are int32)",
+                           committed_length);
+}
+
+//! The score rule of the file comment: throws unless logprob is a number or -inf and the cumulative
+//! score (parent score + logprob) is below +inf. `argument` names the node for the message.
+[[noreturn]] inline void throw_bad_score(std::string_view function, std::string_view argument, float logprob, float score) {
+  std::ostringstream got;
+  got << logprob;
+  if (logprob < std::numeric_limits<float>::infinity()) got << " (cumulative score " << score << ")";
+  throw_invalid_argument(function, argument,
+                         "a log-probability that is not NaN or +inf (-inf = impossible) and a cumulative score below +inf",
+                         got.str());
+}
+//! True iff (logprob, resulting score) satisfy the score rule: two compares on the builders' hot path.
+[[nodiscard]] inline bool score_ok(float logprob, float score) noexcept {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  return logprob < inf && score < inf;  // false for NaN (either) and +inf
+}
+}  // namespace detail
 
 //! Validates raw tree arrays as a user (or another component) may hand them to specdec: equal lengths,
 //! parent in [-1, i) for every node i (topological order), and, when `depths` is non-empty,
@@ -62,7 +112,8 @@ class token_tree {
 
   //! Appends a node under `parent` (-1 = the root) and returns its index. Precondition: parent in
   //! [-1, size()). depth = parent < 0 ? 0 : depth(parent) + 1; score = score(parent) + logprob
-  //! (score(root) = 0). Amortized O(1).
+  //! (score(root) = 0). logprob: a number or -inf; NaN, +inf, or a score overflowing to +inf throws
+  //! (file comment) and leaves the tree unchanged. Amortized O(1).
   int add(std::int32_t token, std::int32_t parent, float logprob = 0.0f) {
     // Messages are formatted only on failure: add() is the builders' hot path.
     if (parent < -1 || parent >= size()) [[unlikely]]
@@ -70,22 +121,21 @@ class token_tree {
                              parent);
     require(size() < std::numeric_limits<std::int32_t>::max(), "specdec::token_tree::add", "size()",
             "< INT32_MAX", size());
-    tokens_.push_back(token);
-    parents_.push_back(parent);
-    depths_.push_back(parent < 0 ? 0 : depths_[parent] + 1);
-    logprobs_.push_back(logprob);
-    scores_.push_back((parent < 0 ? 0.0f : scores_[parent]) + logprob);
+    const float score = (parent < 0 ? 0.0f : scores_[parent]) + logprob;
+    if (!detail::score_ok(logprob, score)) [[unlikely]]
+      detail::throw_bad_score("specdec::token_tree::add", "logprob (node " + std::to_string(size()) + ")", logprob, score);
+    push(token, parent, logprob, score);
     return size() - 1;
   }
 
-  //! Builds a tree from parallel arrays; logprobs may be empty (all 0). Validates sizes and
-  //! topological order (parents[i] in [-1, i)). O(n).
+  //! Builds a tree from parallel arrays; logprobs may be empty (all 0). Validates sizes, topological
+  //! order (parents[i] in [-1, i)) and the score rule (file comment; the message names logprobs[i]). O(n).
   static token_tree from_parents(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
                                  std::span<const float> logprobs = {}) {
     constexpr std::string_view fn = "specdec::token_tree::from_parents";
     validate_tree_arrays(fn, tokens, parents);
     if (!logprobs.empty()) require_equal(fn, "logprobs.size()", tokens.size(), logprobs.size());
-    return build(tokens, parents, logprobs);
+    return build(fn, tokens, parents, logprobs);
   }
 
   //! Like from_parents, but also takes the depths the caller believes the nodes have and rejects
@@ -96,7 +146,7 @@ class token_tree {
     require_equal(fn, "depths.size()", tokens.size(), depths.size());
     validate_tree_arrays(fn, tokens, parents, depths);
     if (!logprobs.empty()) require_equal(fn, "logprobs.size()", tokens.size(), logprobs.size());
-    return build(tokens, parents, logprobs);
+    return build(fn, tokens, parents, logprobs);
   }
 
   //! Reserves storage for n nodes.
@@ -110,6 +160,13 @@ class token_tree {
   [[nodiscard]] bool empty() const noexcept { return tokens_.empty(); }
   void clear() noexcept {
     tokens_.clear(), parents_.clear(), depths_.clear(), logprobs_.clear(), scores_.clear();
+  }
+  //! Drops the nodes with index >= n (the rest stays a tree: parents come before their children), so
+  //! an incremental builder can undo a failed step. n in [0, size()]. O(1), keeps capacity.
+  void truncate(int n) {
+    require_in_range("specdec::token_tree::truncate", "n", n, 0, size());
+    const auto un = static_cast<std::size_t>(n);
+    tokens_.resize(un), parents_.resize(un), depths_.resize(un), logprobs_.resize(un), scores_.resize(un);
   }
 
   //! Element accessors; i is checked (throws invalid_argument when out of [0, size())).
@@ -136,7 +193,8 @@ class token_tree {
     return out;
   }
 
-  //! The child of `parent` (-1 = root) carrying `token`, or -1 if none (first in index order). O(n).
+  //! The child of `parent` (-1 = root) carrying `token`, or -1 if none; the first in index order when
+  //! siblings repeat the token (file comment). O(n).
   [[nodiscard]] std::int32_t find_child(std::int32_t parent, std::int32_t token) const {
     if (parent < -1 || parent >= size()) [[unlikely]]
       throw_invalid_argument("specdec::token_tree::find_child", "parent",
@@ -179,11 +237,10 @@ class token_tree {
     return out;
   }
 
-  //! Position ids: committed_length + depth(i). Precondition: committed_length >= 1 (the root is a
-  //! committed token). O(n).
+  //! Position ids: committed_length + depth(i). Preconditions (checked): committed_length >= 1 (the
+  //! root is a committed token) and committed_length + max_depth() <= INT32_MAX. O(n).
   [[nodiscard]] std::vector<std::int32_t> positions(std::int32_t committed_length) const {
-    require(committed_length >= 1, "specdec::token_tree::positions", "committed_length",
-            ">= 1 (the root is the last committed token)", committed_length);
+    detail::check_committed_length("specdec::token_tree::positions", "committed_length", committed_length, max_depth());
     std::vector<std::int32_t> out(tokens_.size());
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = committed_length + depths_[i];
     return out;
@@ -229,12 +286,27 @@ class token_tree {
   friend bool operator==(const token_tree&, const token_tree&) = default;
 
  private:
-  static token_tree build(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+  // Arrays already validated except for the scores, which are checked here naming logprobs[i].
+  static token_tree build(std::string_view fn, std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
                           std::span<const float> logprobs) {
     token_tree t;
     t.reserve(static_cast<int>(tokens.size()));
-    for (std::size_t i = 0; i < tokens.size(); ++i) t.add(tokens[i], parents[i], logprobs.empty() ? 0.0f : logprobs[i]);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const std::int32_t p = parents[i];
+      const float lp = logprobs.empty() ? 0.0f : logprobs[i];
+      const float score = (p < 0 ? 0.0f : t.scores_[static_cast<std::size_t>(p)]) + lp;
+      if (!detail::score_ok(lp, score)) [[unlikely]]
+        detail::throw_bad_score(fn, "logprobs[" + std::to_string(i) + "]", lp, score);
+      t.push(tokens[i], p, lp, score);
+    }
     return t;
+  }
+  void push(std::int32_t token, std::int32_t parent, float logprob, float score) {
+    tokens_.push_back(token);
+    parents_.push_back(parent);
+    depths_.push_back(parent < 0 ? 0 : depths_[static_cast<std::size_t>(parent)] + 1);
+    logprobs_.push_back(logprob);
+    scores_.push_back(score);
   }
   std::size_t check(int i, const char* what) const {
     if (i < 0 || i >= size()) [[unlikely]]
@@ -287,16 +359,17 @@ class token_tree_batch {
       : token_tree_batch() {
     require_equal("specdec::token_tree_batch", "committed_lengths.size()", trees.size(), committed_lengths.size());
     for (std::size_t r = 0; r < trees.size(); ++r) {
-      require(committed_lengths[r] >= 1, "specdec::token_tree_batch",
-              "committed_lengths[" + std::to_string(r) + "]", ">= 1", committed_lengths[r]);
+      detail::check_committed_length("specdec::token_tree_batch", "committed_lengths[" + std::to_string(r) + "]",
+                                     committed_lengths[r], trees[r].max_depth());
     }
     for (std::size_t r = 0; r < trees.size(); ++r) push_back(trees[r], committed_lengths[r]);
   }
 
-  //! Appends one request's tree. committed_length >= 1 (positions = committed_length + depth).
+  //! Appends one request's tree. committed_length >= 1 and committed_length + tree.max_depth() <=
+  //! INT32_MAX (positions = committed_length + depth); on error the batch is unchanged.
   void push_back(const token_tree& tree, std::int32_t committed_length) {
-    require(committed_length >= 1, "specdec::token_tree_batch::push_back", "committed_length", ">= 1",
-            committed_length);
+    detail::check_committed_length("specdec::token_tree_batch::push_back", "committed_length", committed_length,
+                                   tree.max_depth());
     require(static_cast<std::int64_t>(node_indptr_.back()) + tree.size() <= std::numeric_limits<std::int32_t>::max(),
             "specdec::token_tree_batch::push_back", "tree.size()", "total nodes <= INT32_MAX", tree.size());
     const int n = tree.size();
@@ -367,10 +440,10 @@ inline void validate_tree_batch(std::string_view function, const token_tree_batc
   if (v.num_requests > 0) require(v.mask_indptr != nullptr, function, "mask_indptr", "non-null", "nullptr");
   if (v.mask_indptr != nullptr) require_equal(function, "mask_indptr[0]", std::int64_t{0}, v.mask_indptr[0]);
   for (int r = 0; r < v.num_requests; ++r) {
-    const std::string rs = std::to_string(r);
-    const int n = v.node_indptr[r + 1] - v.node_indptr[r];
+    // In int64: the caller's indptr may be anything, and node_indptr[r] is only known valid so far.
+    const std::int64_t n = std::int64_t{v.node_indptr[r + 1]} - v.node_indptr[r];
     require(n >= 0, function, "node_indptr[" + std::to_string(r + 1) + "]", "non-decreasing", v.node_indptr[r + 1]);
-    const std::int64_t words = static_cast<std::int64_t>(n) * words_per_row(n);
+    const std::int64_t words = n * words_per_row(static_cast<int>(n));
     require_equal(function, "mask_indptr[" + std::to_string(r + 1) + "]", v.mask_indptr[r] + words,
                   v.mask_indptr[r + 1]);
   }

@@ -10,12 +10,21 @@
 //! EARLIER candidates win (add the model tree first, then n-grams best first, then lookup, or any
 //! priority the caller prefers), a candidate that does not fit is truncated rather than dropped, and
 //! the result is always ancestor-closed. Within add_tree, nodes are taken in index (topological)
-//! order. A node's log-prob comes from the candidate that created it; later duplicates keep it.
-//! Each node also records the `source` tag of that candidate (e.g. 0 = model, 1 = n-gram, 2 =
+//! order. Each node also records the `source` tag of that candidate (e.g. 0 = model, 1 = n-gram, 2 =
 //! lookup), so acceptance can be attributed (TokenSwift's n-gram acceptance rate beta).
+//!
+//! Merging: nodes are keyed by (parent, token), so the trie never has two siblings with the same
+//! token; that includes duplicate siblings inside a tree given to add_tree, which become one node
+//! with the union of their subtrees (equal siblings share one context, so verifying both is wasted).
+//! A node's log-prob (hence its score) comes from the candidate that created it, and later duplicates
+//! keep it: the first candidate is the caller's priority, log-probs of different sources are not
+//! comparable (model-free candidates carry 0), and changing a node would re-score its whole subtree.
+//! Scores follow token_tree's rule (a number or -inf): a NaN or +inf log-prob, or a new node whose
+//! score would overflow to +inf, throws specdec::invalid_argument and the call merges nothing.
 //! Cost: O(1) expected per candidate token (open-addressing hash on (parent, token)).
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,31 +44,40 @@ class trie_merger {
   }
 
   //! Adds one candidate sequence starting at depth 0 (a child of the root). `logprobs` empty or of
-  //! the same length. Returns the number of new nodes. O(tokens.size()) expected.
+  //! the same length, each a number or -inf (NaN / +inf throw naming logprobs[i], also on a prefix
+  //! already in the trie). Returns the number of new nodes. On error nothing is merged.
+  //! O(tokens.size()) expected.
   int add_sequence(std::span<const std::int32_t> tokens, std::span<const float> logprobs = {}, std::int32_t source = 0) {
     constexpr std::string_view fn = "specdec::trie_merger::add_sequence";
     if (!logprobs.empty()) require_equal(fn, "logprobs.size()", tokens.size(), logprobs.size());
-    int added = 0;
-    std::int32_t parent = -1;
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      const std::int32_t node = child(parent, tokens[i], logprobs.empty() ? 0.0f : logprobs[i], source, added);
-      if (node < 0) break;  // budget exhausted: the rest of this candidate is dropped
-      parent = node;
-    }
-    return added;
+    for (std::size_t i = 0; i < logprobs.size(); ++i)
+      if (!(logprobs[i] < std::numeric_limits<float>::infinity())) [[unlikely]]
+        detail::throw_bad_score(fn, "logprobs[" + std::to_string(i) + "]", logprobs[i], logprobs[i]);
+    return transaction([&](int& added) {
+      std::int32_t parent = -1;
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        const std::int32_t node = child(parent, tokens[i], logprobs.empty() ? 0.0f : logprobs[i], source, added, fn,
+                                        "logprobs", i);
+        if (node < 0) break;  // budget exhausted: the rest of this candidate is dropped
+        parent = node;
+      }
+    });
   }
 
-  //! Adds every node of `tree` (merged by (parent, token)), in index order. Returns new nodes.
+  //! Adds every node of `tree` (merged by (parent, token), duplicate siblings of `tree` included), in
+  //! index order. Returns new nodes. On error (a merged score overflowing to +inf) nothing is merged.
   int add_tree(const token_tree& tree, std::int32_t source = 0) {
-    int added = 0;
-    remap_.assign(static_cast<std::size_t>(tree.size()), -1);
-    for (int i = 0; i < tree.size(); ++i) {
-      const std::int32_t p = tree.parents()[i];
-      const std::int32_t mp = p < 0 ? -1 : remap_[static_cast<std::size_t>(p)];
-      if (p >= 0 && mp < 0) continue;  // parent did not fit
-      remap_[static_cast<std::size_t>(i)] = child(mp, tree.tokens()[i], tree.logprobs()[i], source, added);
-    }
-    return added;
+    return transaction([&](int& added) {
+      remap_.assign(static_cast<std::size_t>(tree.size()), -1);
+      for (int i = 0; i < tree.size(); ++i) {
+        const std::int32_t p = tree.parents()[i];
+        const std::int32_t mp = p < 0 ? -1 : remap_[static_cast<std::size_t>(p)];
+        if (p >= 0 && mp < 0) continue;  // parent did not fit
+        remap_[static_cast<std::size_t>(i)] = child(mp, tree.tokens()[i], tree.logprobs()[i], source, added,
+                                                    "specdec::trie_merger::add_tree", "tree.logprobs()",
+                                                    static_cast<std::size_t>(i));
+      }
+    });
   }
 
   //! The merged tree so far.
@@ -94,11 +112,31 @@ class trie_merger {
       return tree_.parents()[id] == parent && tree_.tokens()[id] == token;
     });
   }
-  // Existing child or a new one; -1 when a new one is needed but the budget is exhausted.
-  std::int32_t child(std::int32_t parent, std::int32_t token, float logprob, std::int32_t source, int& added) {
+  // Runs body(added) and returns added; if body throws, the nodes it created are removed again.
+  template <class Body>
+  int transaction(Body&& body) {
+    const int before = tree_.size();
+    int added = 0;
+    try {
+      body(added);
+    } catch (...) {
+      for (int id = tree_.size() - 1; id >= before; --id) index_.erase(key(tree_.parents()[id], tree_.tokens()[id]), id);
+      tree_.truncate(before);
+      sources_.resize(static_cast<std::size_t>(before));
+      throw;
+    }
+    return added;
+  }
+  // Existing child or a new one; -1 when a new one is needed but the budget is exhausted. A new node's
+  // score is checked here so the message names the caller's argument (`array`[i]).
+  std::int32_t child(std::int32_t parent, std::int32_t token, float logprob, std::int32_t source, int& added,
+                     std::string_view fn, std::string_view array, std::size_t i) {
     const std::int32_t found = lookup(parent, token);
     if (found >= 0) return found;
     if (full()) return -1;
+    const float score = (parent < 0 ? 0.0f : tree_.scores()[static_cast<std::size_t>(parent)]) + logprob;
+    if (!detail::score_ok(logprob, score)) [[unlikely]]
+      detail::throw_bad_score(fn, std::string(array) + "[" + std::to_string(i) + "]", logprob, score);
     const std::int32_t id = tree_.add(token, parent, logprob);
     index_.insert(key(parent, token), id);
     sources_.push_back(source);

@@ -1,17 +1,34 @@
 #pragma once
 //! \file greedy.hpp
 //! Greedy tree verification (speculative *decoding* in GLIDE §3's terms: Leviathan et al.'s
-//! acceptance rule at temperature 0). The accepted path is the longest root-to-node path whose every
-//! token equals the target argmax at its parent; the bonus token is the target argmax at the last
-//! accepted node (at the root when nothing matches). Output equals the target's own greedy decoding
-//! token for token. Argmax ties resolve to the lowest token id, as specdec::greedy_token does; when
-//! siblings repeat a token the lowest-index sibling is followed.
+//! acceptance rule at temperature 0). A node is greedy-reachable when every token on its root path
+//! equals the target argmax at that token's parent; the accepted path ends at the deepest reachable
+//! node (the lowest node index among equally deep ones), and the bonus token is the target argmax
+//! after it (at the root when nothing matches). Output equals the target's own greedy decoding token
+//! for token. Argmax ties resolve to the lowest token id, as specdec::greedy_token does.
+//!
+//! Duplicate siblings (two children of one node carrying the same token) have the same context, so
+//! the walk treats them as one node with the union of their subtrees: every matching child is
+//! followed, not just the first, and the accepted path is the longest greedy-matching path in the
+//! tree whatever its shape. (Following only the first matching sibling accepted a shorter path in
+//! about 2% of random small-vocabulary trees.) The single-tree, batched and decoder
+//! (decoder/verifiers.hpp greedy_verifier) paths all run detail::greedy_walk.
+//!
+//! Non-finite numbers: a row the walk reads (the root's, each reachable node's that has children, and
+//! the bonus row) must hold finite or -inf values: NaN or +inf throws specdec::invalid_argument
+//! naming the request, row and token, and so does a row read that is all -inf. Rows the walk does not
+//! read are never looked at.
 
+#include <bit>
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "specdec/core/execution.hpp"
-#include "specdec/sampling/sampler.hpp"
+#include "specdec/sampling/detail/vec.hpp"
+#include "specdec/sampling/sampler.hpp"  // greedy_token, the rule the walk shares (kept for includers)
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
 #include "specdec/verify/verify_result.hpp"
@@ -19,43 +36,104 @@
 namespace specdec {
 
 namespace detail {
-inline verify_result greedy_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
-                                 const prob_rows& rows) {
-  const child_index ch(parents);
-  verify_result res;
-  std::int32_t cur = -1;
-  for (;;) {
-    const std::int32_t best = greedy_token(rows.row(cur + 1));
-    std::int32_t next = -1;
-    for (auto c : ch.of(cur))
-      if (tokens[static_cast<std::size_t>(c)] == best) {
-        next = c;
-        break;
-      }
-    if (next < 0) {
-      res.bonus = best;
-      return res;
+//! One pass over x[0, n): the largest value (NaN ignored, as sampling/detail/vec.hpp's row_max) and,
+//! in `bad`, whether any entry is NaN or +inf (NaN: |bits| above those of inf, an int compare OR-ed
+//! into a lane flag; +inf: the max is +inf). Fixed lanes so g++ vectorizes it without -ffast-math.
+//! Fused because greedy verification is about one read of each visited row: a separate
+//! has_nan_or_posinf pass cost ~1.6x (64-node tree, 17 rows of V = 32K and 128K), this one ~1.2x.
+inline float max_and_check(const float* x, std::size_t n, bool& bad) noexcept {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  constexpr std::int32_t inf_bits = 0x7F800000;
+  float acc[lanes];
+  std::int32_t nan[lanes] = {};
+  for (int j = 0; j < lanes; ++j) acc[j] = -inf;
+  const std::size_t body = n - n % lanes;
+  for (std::size_t i = 0; i < body; i += lanes)
+    for (int j = 0; j < lanes; ++j) {
+      const float v = x[i + j];
+      acc[j] = v > acc[j] ? v : acc[j];
+      nan[j] |= (std::bit_cast<std::int32_t>(v) & 0x7FFFFFFF) > inf_bits ? 1 : 0;
     }
-    res.accepted.push_back(next);
-    cur = next;
+  float m = -inf;
+  std::int32_t any = 0;
+  for (std::size_t i = body; i < n; ++i)
+    m = x[i] > m ? x[i] : m, any |= (std::bit_cast<std::int32_t>(x[i]) & 0x7FFFFFFF) > inf_bits ? 1 : 0;
+  for (int j = 0; j < lanes; ++j) m = acc[j] > m ? acc[j] : m, any |= nan[j];
+  bad = any != 0 || m == inf;
+  return m;
+}
+
+//! Argmax of rows.row(r), lowest id on ties (specdec::greedy_token's rule and row kernels), after
+//! checking the row: no NaN or +inf, and a value above -inf. request >= 0 names the batch request in
+//! the message. O(V).
+inline std::int32_t greedy_row_argmax(const prob_rows& rows, std::int64_t r, std::string_view fn, int request) {
+  const auto row = rows.row(r);
+  const auto where = [&] {
+    return "target_logits (" + (request >= 0 ? "request " + std::to_string(request) + ", " : std::string()) + "row " +
+           std::to_string(r) + ")";
+  };
+  bool bad = false;
+  const float m = max_and_check(row.data(), row.size(), bad);
+  if (bad) [[unlikely]] {
+    std::size_t t = 0;
+    while (row[t] < std::numeric_limits<float>::infinity()) ++t;
+    throw_invalid_argument(fn, where(), "finite or -inf values (no NaN, no +inf)",
+                           std::string(row[t] != row[t] ? "NaN" : "+inf") + " at token " + std::to_string(t));
   }
+  if (!(m > -std::numeric_limits<float>::infinity())) [[unlikely]]
+    throw_invalid_argument(fn, where(), "at least one value above -inf", "all -inf");
+  return static_cast<std::int32_t>(first_index_of(row.data(), row.size(), m));
+}
+
+//! The walk of the file comment in one pass over the nodes in index (topological) order: node i is
+//! reachable iff its parent is (or is the root) and tokens[i] equals the argmax of the parent's row,
+//! read once per parent on first use. O(n + (rows read) * V).
+inline verify_result greedy_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                                 const prob_rows& rows, std::string_view fn, int request = -1) {
+  const std::size_t n = tokens.size();
+  // One allocation: argmax of row s (s = node + 1, slot 0 = the root; -2 = not read yet), then the
+  // depth of each node when reachable (-1 when not).
+  std::vector<std::int32_t> buf(2 * n + 1, -2);
+  std::int32_t* const argmax = buf.data();
+  std::int32_t* const reach = buf.data() + n + 1;
+  std::int32_t best = -1, best_depth = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t p = parents[i];
+    reach[i] = -1;
+    if (p >= 0 && reach[p] < 0) continue;
+    std::int32_t& a = argmax[p + 1];
+    if (a == -2) a = greedy_row_argmax(rows, p + 1, fn, request);
+    if (tokens[i] != a) continue;
+    reach[i] = p < 0 ? 0 : reach[p] + 1;
+    if (reach[i] > best_depth) best = static_cast<std::int32_t>(i), best_depth = reach[i];
+  }
+  verify_result res;
+  res.accepted.resize(static_cast<std::size_t>(best_depth + 1));
+  for (std::int32_t v = best, k = best_depth; v >= 0; v = parents[static_cast<std::size_t>(v)], --k)
+    res.accepted[static_cast<std::size_t>(k)] = v;
+  const std::int32_t b = argmax[best + 1];
+  res.bonus = b != -2 ? b : greedy_row_argmax(rows, best + 1, fn, request);
+  return res;
 }
 }  // namespace detail
 
 //! Greedy verification of one tree against the target's logits (or probabilities: only the argmax
-//! matters), float [n+1, V] with the row convention of verify_result.hpp.
-//! Preconditions: tree tokens in [0, V); each visited row has a value above -inf.
-//! Complexity: O(n + (accepted + 1) * V): only rows on the accepted path are read.
+//! matters), float [n+1, V] with the row convention of verify_result.hpp. Any valid tree, duplicate
+//! siblings included: the accepted path is the longest greedy-matching one (file comment).
+//! Preconditions: tree tokens in [0, V) (checked); each row read holds a value above -inf and no NaN
+//! or +inf (checked). Complexity: O(n + (r + 1) * V) for the r reachable nodes with children (r =
+//! accepted.size() without duplicate siblings: only rows on the accepted path are read).
 template <tensor_like Logits>
 [[nodiscard]] verify_result verify_greedy(const token_tree& tree, const Logits& target_logits) {
   constexpr std::string_view fn = "specdec::verify_greedy";
   const auto rows = detail::to_rows(target_logits, tree.size() + 1, fn, "target_logits");
   detail::check_tokens_in_vocab(tree.tokens(), rows.vocab, fn);
-  return detail::greedy_walk(tree.tokens(), tree.parents(), rows);
+  return detail::greedy_walk(tree.tokens(), tree.parents(), rows, fn);
 }
 
 //! Greedy verification of a ragged batch: request r's rows are target_logits[node_indptr[r] + r ..
-//! node_indptr[r+1] + r] (n_r + 1 rows each, back to back). Requests run in parallel on `policy`.
+//! node_indptr[r+1] + r] (n_r + 1 rows each, back to back), verified as verify_greedy does (row
+//! numbers in messages are local to the request). Requests run in parallel on `policy`.
 template <tensor_like Logits>
 [[nodiscard]] verify_batch_result verify_greedy_batch(const host& policy, const token_tree_batch& batch,
                                                       const Logits& target_logits) {
@@ -64,7 +142,7 @@ template <tensor_like Logits>
   detail::check_tokens_in_vocab(batch.tokens(), rows.vocab, fn);
   return detail::run_batch(policy, batch.num_requests(), [&](int r) {
     const auto t = detail::batch_request(batch, r);
-    return detail::greedy_walk(t.tokens, t.parents, detail::batch_rows(rows, batch, r));
+    return detail::greedy_walk(t.tokens, t.parents, detail::batch_rows(rows, batch, r), fn, r);
   });
 }
 
