@@ -319,5 +319,6 @@ TEST_CASE("validate_tree_batch: indptr differences are computed without overflow
   v.num_requests = 2;
   v.node_indptr = indptr.data();
   v.mask_indptr = mip.data();
-  REQUIRE_THROWS_WITH(specdec::validate_tree_batch("my_fn", v), Contains("my_fn") && Contains("node_indptr[2]"));
+  REQUIRE_THROWS_WITH(specdec::validate_tree_batch("my_fn", v),
+                      Contains("my_fn") && Contains("non-decreasing node_indptr") && Contains("node_indptr[1] = 3"));
 }

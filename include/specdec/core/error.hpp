@@ -5,6 +5,7 @@
 //! Messages have one shape, so users and tests can rely on it:
 //!   "<function>: argument '<argument>': expected <expected>, got <actual>"
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -104,5 +105,38 @@ void require_in_range(std::string_view function, std::string_view argument, cons
 }
 
 }  // namespace SPECDEC_HOST_ISA
+
+namespace detail {
+inline namespace SPECDEC_HOST_ISA {
+//! The one check of a CSR offsets array (q_indptr, page_indptr, accepted_indptr, node_indptr, ...):
+//! `indptr` holds requests + 1 int32 values in host memory; requires indptr[0] == 0, non-decreasing
+//! values and, when total >= 0, indptr[requests] == total (`total_what` names that size). Afterwards
+//! every difference indptr[r + 1] - indptr[r] is a non-negative int32 and every indptr[r] indexes
+//! the array the offsets point into. `argument` is the argument the message names, `name` the array
+//! (they differ when the array is a member: argument 'cache', name page_indptr). Messages are built
+//! only on failure (validation on every call does not allocate). O(requests).
+inline void validate_indptr(std::string_view function, std::string_view argument, std::string_view name,
+                            const std::int32_t* indptr, std::int64_t requests, std::int64_t total = -1,
+                            std::string_view total_what = {}) {
+  if (indptr == nullptr) [[unlikely]]
+    throw_invalid_argument(function, argument, "non-null " + std::string(name), "nullptr");
+  if (indptr[0] != 0) [[unlikely]]
+    throw_invalid_argument(function, argument, std::string(name) + "[0] == 0", indptr[0]);
+  for (std::int64_t r = 0; r < requests; ++r)
+    if (indptr[r + 1] < indptr[r]) [[unlikely]]
+      throw_invalid_argument(function, argument,
+                             "non-decreasing " + std::string(name) + " (at request " + std::to_string(r) + "), " +
+                                 std::string(name) + "[" + std::to_string(r) + "] = " + std::to_string(indptr[r]) +
+                                 " followed by",
+                             indptr[r + 1]);
+  if (total >= 0 && indptr[requests] != total) [[unlikely]]
+    throw_invalid_argument(function, argument,
+                           "last value " + std::string(name) + "[" + std::to_string(requests) + "] equal to " +
+                               std::string(total_what) + " = " + std::to_string(total),
+                           indptr[requests]);
+}
+
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace detail
 
 }  // namespace specdec

@@ -435,14 +435,11 @@ class token_tree_batch {
 //! nodes + total mask words). Throws specdec::invalid_argument naming `function`.
 inline void validate_tree_batch(std::string_view function, const token_tree_batch_view& v, bool check_masks = true) {
   require(v.num_requests >= 0, function, "num_requests", ">= 0", v.num_requests);
-  require(v.node_indptr != nullptr, function, "node_indptr", "non-null", "nullptr");
-  require_equal(function, "node_indptr[0]", 0, v.node_indptr[0]);
+  detail::validate_indptr(function, "node_indptr", "node_indptr", v.node_indptr, v.num_requests);
   if (v.num_requests > 0) require(v.mask_indptr != nullptr, function, "mask_indptr", "non-null", "nullptr");
   if (v.mask_indptr != nullptr) require_equal(function, "mask_indptr[0]", std::int64_t{0}, v.mask_indptr[0]);
   for (int r = 0; r < v.num_requests; ++r) {
-    // In int64: the caller's indptr may be anything, and node_indptr[r] is only known valid so far.
-    const std::int64_t n = std::int64_t{v.node_indptr[r + 1]} - v.node_indptr[r];
-    require(n >= 0, function, "node_indptr[" + std::to_string(r + 1) + "]", "non-decreasing", v.node_indptr[r + 1]);
+    const std::int64_t n = std::int64_t{v.node_indptr[r + 1]} - v.node_indptr[r];  // >= 0: validated above
     const std::int64_t words = n * words_per_row(static_cast<int>(n));
     require_equal(function, "mask_indptr[" + std::to_string(r + 1) + "]", v.mask_indptr[r] + words,
                   v.mask_indptr[r + 1]);
