@@ -66,20 +66,89 @@ inline std::int64_t first_index_of(const float* x, std::size_t n, float v) noexc
   return -1;
 }
 
-//! True if any element is NaN or +inf (the processors accept finite values and -inf only).
-inline bool has_nan_or_posinf(const float* x, std::size_t n) noexcept {
+//! What the token-producing entry points need to know about a row of logits, from one pass: the
+//! largest value, the smallest value above -inf (+inf when there is none) and whether any entry is
+//! NaN or +inf (those are rejected; see the non-finite policy in sampling/sampler.hpp). NaN entries
+//! take no part in max and min.
+struct logit_scan {
+  float max;
+  float min;
+  bool bad;
+};
+
+//! scan_logits over x[0..n): `lanes` independent max/min/flag chains (vectorizes, deterministic).
+inline logit_scan scan_logits(const float* x, std::size_t n) noexcept {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  float mx[lanes], mn[lanes];
+  bool bad[lanes];
+  for (int j = 0; j < lanes; ++j) mx[j] = -inf, mn[j] = inf, bad[j] = false;
+  const std::size_t body = n - n % lanes;
+  for (std::size_t i = 0; i < body; i += lanes)
+    for (int j = 0; j < lanes; ++j) {
+      const float v = x[i + j];
+      mx[j] = v > mx[j] ? v : mx[j];
+      mn[j] = v > -inf && v < mn[j] ? v : mn[j];
+      bad[j] |= !(v < inf);
+    }
+  logit_scan r{-inf, inf, false};
+  for (std::size_t i = body; i < n; ++i) {
+    const float v = x[i];
+    r.max = v > r.max ? v : r.max;
+    r.min = v > -inf && v < r.min ? v : r.min;
+    r.bad |= !(v < inf);
+  }
+  for (int j = 0; j < lanes; ++j) {
+    r.max = mx[j] > r.max ? mx[j] : r.max;
+    r.min = mn[j] < r.min ? mn[j] : r.min;
+    r.bad |= bad[j];
+  }
+  return r;
+}
+
+//! Index of the first NaN or +inf in x[0..n), or n (the error path of scan_logits).
+inline std::size_t first_nan_or_posinf(const float* x, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(x[i] < std::numeric_limits<float>::infinity())) return i;
+  return n;
+}
+
+//! True if v is an admissible probability / weight: finite and >= 0 (NaN, +-inf and negatives are not).
+inline bool admissible_prob(float v) noexcept { return v >= 0.0f && v <= std::numeric_limits<float>::max(); }
+
+//! Sum of probabilities x[0..n) in double (lane order as lane_sum) and whether any is not admissible.
+struct prob_sum {
+  double sum;
+  bool bad;
+};
+inline prob_sum checked_prob_sum(const float* x, std::size_t n) noexcept {
+  double acc[lanes] = {};
   bool bad[lanes] = {};
   const std::size_t body = n - n % lanes;
   for (std::size_t i = 0; i < body; i += lanes)
-    for (int j = 0; j < lanes; ++j) bad[j] |= !(x[i + j] < std::numeric_limits<float>::infinity());
-  bool b = false;
-  for (std::size_t i = body; i < n; ++i) b |= !(x[i] < std::numeric_limits<float>::infinity());
-  for (int j = 0; j < lanes; ++j) b |= bad[j];
-  return b;
+    for (int j = 0; j < lanes; ++j) {
+      acc[j] += x[i + j];
+      bad[j] |= !admissible_prob(x[i + j]);
+    }
+  prob_sum r{0.0, false};
+  for (std::size_t i = body; i < n; ++i) {
+    r.sum += x[i];
+    r.bad |= !admissible_prob(x[i]);
+  }
+  for (int j = 0; j < lanes; ++j) r.sum += acc[j], r.bad |= bad[j];
+  return r;
 }
 
-//! Sum of x[0..n) in double: `lanes` fixed partial sums, then added in lane order (deterministic).
-inline double lane_sum(const float* x, std::size_t n) noexcept {
+//! Index of the first entry of x[0..n) that is not an admissible probability, or n.
+inline std::size_t first_inadmissible_prob(const float* x, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!admissible_prob(x[i])) return i;
+  return n;
+}
+
+//! Sum of x[0..n) (float or double) in double: `lanes` fixed partial sums, then added in lane order
+//! (deterministic).
+template <class T>
+inline double lane_sum(const T* x, std::size_t n) noexcept {
   double acc[lanes] = {};
   const std::size_t body = n - n % lanes;
   for (std::size_t i = 0; i < body; i += lanes)
