@@ -113,7 +113,6 @@ inline double residual_update(std::span<const float> prow, std::span<const float
   for (std::size_t b = 0; b < s.blocks.count(); ++b) {
     const std::size_t lo = b * cdf_block, hi = std::min(v, lo + cdf_block);
     double acc[lanes] = {};
-    bool bad[lanes] = {};
     std::size_t i = lo;
     if (from_p) {
       for (; i + lanes <= hi; i += lanes)
@@ -121,7 +120,6 @@ inline double residual_update(std::span<const float> prow, std::span<const float
           const double d = static_cast<double>(pr[i + j]) - c * static_cast<double>(qr[i + j]);
           w[i + j] = d > 0.0 ? d : 0.0;
           acc[j] += w[i + j];
-          bad[j] |= !admissible_prob(pr[i + j]) || !admissible_prob(qr[i + j]);
         }
     } else {
       for (; i + lanes <= hi; i += lanes)
@@ -132,15 +130,13 @@ inline double residual_update(std::span<const float> prow, std::span<const float
         }
     }
     double sum = 0.0;
-    bool any_bad = false;
     for (; i < hi; ++i) {
       const double d = (from_p ? static_cast<double>(pr[i]) : w[i]) - c * static_cast<double>(qr[i]);
       w[i] = d > 0.0 ? d : 0.0;
       sum += w[i];
-      any_bad |= from_p && (!admissible_prob(pr[i]) || !admissible_prob(qr[i]));
     }
-    for (int j = 0; j < lanes; ++j) sum += acc[j], any_bad |= bad[j];
-    if (any_bad) [[unlikely]] {
+    for (int j = 0; j < lanes; ++j) sum += acc[j];
+    if (from_p && (any_inadmissible_prob(pr + lo, hi - lo) || any_inadmissible_prob(qr + lo, hi - lo))) [[unlikely]] {
       const std::size_t ip = lo + first_inadmissible_prob(pr + lo, hi - lo);
       if (ip < hi) throw_bad_entry(at_p, bad_prob_text, static_cast<std::int64_t>(ip), pr[ip]);
       const std::size_t iq = lo + first_inadmissible_prob(qr + lo, hi - lo);

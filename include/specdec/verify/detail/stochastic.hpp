@@ -17,21 +17,18 @@ namespace specdec::detail {
 //! whether any entry of either row there breaks the non-finite policy.
 inline prob_sum residual_block_sum(const float* p, const float* q, std::size_t lo, std::size_t hi) noexcept {
   double acc[lanes] = {};
-  bool bad[lanes] = {};
   std::size_t i = lo;
   for (; i + lanes <= hi; i += lanes)
     for (int j = 0; j < lanes; ++j) {
       const double d = static_cast<double>(p[i + j]) - static_cast<double>(q[i + j]);
       acc[j] += d > 0.0 ? d : 0.0;
-      bad[j] |= !admissible_prob(p[i + j]) || !admissible_prob(q[i + j]);
     }
-  prob_sum r{0.0, false};
+  prob_sum r{0.0, any_inadmissible_prob(p + lo, hi - lo) || any_inadmissible_prob(q + lo, hi - lo)};
   for (; i < hi; ++i) {
     const double d = static_cast<double>(p[i]) - static_cast<double>(q[i]);
     r.sum += d > 0.0 ? d : 0.0;
-    r.bad |= !admissible_prob(p[i]) || !admissible_prob(q[i]);
   }
-  for (int j = 0; j < lanes; ++j) r.sum += acc[j], r.bad |= bad[j];
+  for (int j = 0; j < lanes; ++j) r.sum += acc[j];
   return r;
 }
 
