@@ -25,8 +25,10 @@
 //!    admissible token and is rejected;
 //!  - denormals are ordinary numbers (no flush-to-zero is assumed): a row whose only mass is denormal
 //!    samples exactly like any other row.
-//! The check is folded into a pass that already reads the row (the max pass for logits, the block-sum
-//! pass for probabilities), so it costs no extra pass; it runs before any Philox word is drawn.
+//! The check is folded into a pass that already reads the row (the max pass for logits; for
+//! probabilities the block-sum pass, which re-reads each 1024-token block from L1), so it adds no pass
+//! over memory; it runs before any Philox word is drawn.
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
