@@ -4,6 +4,7 @@
 // row strides, one thread and the pool; no allocation with a workspace; bad inputs named.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -177,6 +178,95 @@ TEST_CASE("residual_heads: bad inputs are named", "[residual_heads]") {
   CHECK_THROWS_WITH(specdec::residual_heads(h, xv, make_view<3>(std::as_const(w).data(), {1, 16, 16}), make_view<2>(std::as_const(b).data(), {1, 16}),
                                             make_view<3>(b.data(), {1, 4, 16})),
                     Contains("'out'") && Contains("disjoint from bias"));
+}
+
+// One call on fixed finite data: h0 [3, 8] of TX, weights [2, 8, 8] (all entries non-zero), biases
+// [2, 8]; `mutate` may plant a bad value first. Returns out [2, 3, 8] as floats.
+template <class TX, class F>
+std::vector<float> heads_run(residual_activation act, F&& mutate) {
+  const int n = 3, H = 8, gamma = 2;
+  std::vector<TX> h0(n * H);
+  std::vector<float> w(gamma * H * H), b(gamma * H);
+  for (int i = 0; i < n * H; ++i) h0[i] = specdec::from_float<TX>(0.125f * static_cast<float>(i % 5) - 0.25f);
+  for (int i = 0; i < gamma * H * H; ++i) w[i] = 0.0625f * static_cast<float>(i % 7 + 1) * (i % 2 ? 1.0f : -1.0f);
+  for (int i = 0; i < gamma * H; ++i) b[i] = 0.03125f * static_cast<float>(i % 3);
+  mutate(h0, w, b);
+  std::vector<float> out(gamma * n * H);
+  specdec::residual_heads(specdec::host{1}, make_view<2>(std::as_const(h0).data(), {n, H}),
+                          make_view<3>(std::as_const(w).data(), {gamma, H, H}), make_view<2>(std::as_const(b).data(), {gamma, H}),
+                          make_view<3>(out.data(), {gamma, n, H}), {.activation = act});
+  return out;
+}
+
+template <class TX>
+void check_heads_nonfinite() {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const int n = 3, H = 8;
+  const auto at = [&](int i, int r, int c) { return static_cast<std::size_t>((i * n + r) * H + c); };
+  for (auto act : {residual_activation::identity, residual_activation::silu})
+    for (float bad : {nan, inf, -inf}) {
+      INFO("activation " << static_cast<int>(act) << " value " << bad);
+      const auto clean = heads_run<TX>(act, [](auto&, auto&, auto&) {});
+      // h0 row 1: every value of row 1 in both heads is non-finite; rows 0 and 2 are the clean run's
+      const auto in_h0 = heads_run<TX>(act, [&](auto& h0, auto&, auto&) { h0[1 * H + 2] = specdec::from_float<TX>(bad); });
+      for (int i = 0; i < 2; ++i)
+        for (int r = 0; r < n; ++r)
+          for (int c = 0; c < H; ++c) {
+            if (r == 1) {
+              CHECK_FALSE(std::isfinite(in_h0[at(i, r, c)]));
+            } else {
+              CHECK(in_h0[at(i, r, c)] == clean[at(i, r, c)]);
+            }
+          }
+      // W_1 row 3: column 3 of h_1 is non-finite in every row, and h_2 (which mixes every column) all of it
+      const auto in_w = heads_run<TX>(act, [&](auto&, auto& w, auto&) { w[3 * H + 5] = bad; });
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < H; ++c) {
+          if (c == 3) {
+            CHECK_FALSE(std::isfinite(in_w[at(0, r, c)]));
+          } else {
+            CHECK(in_w[at(0, r, c)] == clean[at(0, r, c)]);
+          }
+          CHECK_FALSE(std::isfinite(in_w[at(1, r, c)]));
+        }
+      // b_2[4]: only column 4 of h_2
+      const auto in_b = heads_run<TX>(act, [&](auto&, auto&, auto& b) { b[H + 4] = bad; });
+      for (int i = 0; i < 2; ++i)
+        for (int r = 0; r < n; ++r)
+          for (int c = 0; c < H; ++c) {
+            if (i == 1 && c == 4) {
+              CHECK_FALSE(std::isfinite(in_b[at(i, r, c)]));
+            } else {
+              CHECK(in_b[at(i, r, c)] == clean[at(i, r, c)]);
+            }
+          }
+    }
+}
+
+TEST_CASE("residual_heads: NaN and infinities propagate to what they reach; denormals are ordinary", "[residual_heads]") {
+  // The non-finite policy of the float-producing entry points (residual_heads.hpp): IEEE propagation,
+  // never a finite wrong value, nothing reaching rows it does not feed.
+  check_heads_nonfinite<float>();
+  check_heads_nonfinite<half>();
+  check_heads_nonfinite<bfloat16>();
+  // Denormal inputs and weights: no flush to zero; the result matches the double reference on the
+  // denormal grid.
+  const int n = 2, H = 20, gamma = 2;  // H = 20: a 16-lane body and a scalar tail
+  std::vector<float> h0(n * H), w(gamma * H * H, 0.0f);
+  std::vector<double> h0d(h0.size()), wd(w.size());
+  for (int i = 0; i < n * H; ++i) h0d[i] = h0[i] = static_cast<float>(i + 1) * 1e-41f;
+  for (int i = 0; i < gamma; ++i)
+    for (int j = 0; j < H; ++j) w[(i * H + j) * H + j] = 0.5f, w[(i * H + j) * H + (j + 1) % H] = 0.25f;
+  for (std::size_t i = 0; i < w.size(); ++i) wd[i] = w[i];
+  const auto ref = specdec::reference::residual_heads(h0d, wd, {}, n, H, gamma);
+  std::vector<float> out(gamma * n * H);
+  specdec::residual_heads(specdec::host{1}, make_view<2>(std::as_const(h0).data(), {n, H}),
+                          make_view<3>(std::as_const(w).data(), {gamma, H, H}), make_view<3>(out.data(), {gamma, n, H}));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    CHECK(out[i] > 0.0f);
+    CHECK(out[i] < std::numeric_limits<float>::min());  // still denormal: the test exercises what it says
+    CHECK(std::abs(out[i] - ref[i]) <= 8 * std::numeric_limits<float>::denorm_min());
+  }
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "sampling/sampling_reference.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/sampler.hpp"
 
 namespace {
 constexpr float ninf = -std::numeric_limits<float>::infinity();
@@ -278,4 +280,136 @@ TEST_CASE("logits_to_probs is a softmax") {
   CHECK(pr[1] == Approx(std::exp(2.0) / s));
   CHECK(pr[2] == 0.0f);
   CHECK(pr[3] == Approx(1.0 / s));
+}
+
+namespace {
+bool no_nan_or_posinf(const std::vector<float>& r) {
+  for (float x : r)
+    if (!(x < std::numeric_limits<float>::infinity())) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("temperature never turns finite logits into NaN or +inf (issue #20 item 8)") {
+  // Both temperatures pass validation; scaling by 1/t used to give {inf, nan, -inf} and {inf, 0, -inf},
+  // and top-p then indexed its 1024-bin histogram at 4092 (a -NaN weight's bits).
+  specdec::sampling_workspace ws;
+  const std::vector<std::int32_t> none;
+  struct tcase {
+    std::vector<float> row;
+    float t;
+  };
+  for (const auto& c : {tcase{{1.0f, 0.0f, -1.0f, 1.0f}, 1e-45f}, tcase{{3e38f, 0.0f, -3e38f, 3e38f}, 0.5f},
+                        tcase{{-3e38f, -3.2e38f, ninf, -3e38f}, 0.5f}}) {
+    for (float top_p : {0.9f, 0.3f, 1.0f}) {  // top-p first: it is where the NaN weights indexed past the histogram
+      specdec::sampling_params p;
+      p.temperature = c.t;
+      p.top_p = top_p;
+      auto row = c.row;
+      specdec::process_logits(row, p, none, ws);
+      INFO("t " << c.t << " top_p " << top_p);
+      REQUIRE(no_nan_or_posinf(row));
+      // the t -> 0 limit / the overflow: the two tied maxima keep all the mass (shifted to exactly 0),
+      // the others none (-inf, or a logit so far below that its weight is 0); top-p 0.3 keeps one maximum
+      CHECK(row[0] == 0.0f);
+      CHECK(row[3] == (top_p > 0.5f ? 0.0f : ninf));
+      CHECK(row[1] < -1e30f);
+      CHECK(row[2] == ninf);
+      specdec::philox_stream rng(5, 5);
+      std::set<int> drawn;
+      for (int k = 0; k < 40; ++k) drawn.insert(specdec::sample_token(row, rng));
+      CHECK(drawn == (top_p > 0.5f ? std::set<int>{0, 3} : std::set<int>{0}));
+    }
+  }
+  // a temperature that scales finitely keeps the plain l / t (the same values as before the fix)
+  specdec::sampling_params p;
+  p.temperature = 0.5f;
+  std::vector<float> row{1e38f, -1.0f};
+  specdec::process_logits(row, p, none, ws);
+  CHECK(row[0] == 1e38f * 2.0f);
+  CHECK(row[1] == -2.0f);
+}
+
+TEST_CASE("top-p bins every weight inside its histogram") {
+  using specdec::detail::top_p_bin;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float w : {0.0f, std::numeric_limits<float>::denorm_min(), 1e-30f, 0.5f, 1.0f, 1.5f, 2.0f, 3e38f, inf,
+                  std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(), -1.0f})
+    CHECK(top_p_bin(w) < specdec::detail::top_p_bins);
+  // monotone in the weight, so whole bins above the boundary are the heaviest tokens
+  float prev = 0.0f;
+  for (float w = std::numeric_limits<float>::denorm_min(); w <= 1.0f; w = std::max(w * 1.37f, std::nextafter(w, 2.0f))) {
+    CHECK(top_p_bin(prev) <= top_p_bin(w));
+    prev = w;
+  }
+  // rows with huge, tiny and denormal logits at t = 1: top-p keeps the reference's set
+  specdec::sampling_workspace ws;
+  const float den = std::numeric_limits<float>::denorm_min();
+  for (const auto& base : {std::vector<float>{3e38f, 3e38f, -3e38f, 0.0f}, std::vector<float>{den, 0.0f, -den, 2 * den},
+                           std::vector<float>{-3e38f, -3e38f, ninf, -3.4e38f}}) {
+    specdec::sampling_params p;
+    p.top_p = 0.6f;
+    auto row = base, expect = base;
+    specdec::process_logits(row, p, std::vector<std::int32_t>{}, ws);
+    ref::process(expect, p, {});
+    CHECK(same_row(row, expect));
+  }
+}
+
+TEST_CASE("logits processors follow the non-finite policy") {
+  using Catch::Contains;
+  specdec::sampling_workspace ws;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::int32_t> ctx{0, 2};
+  specdec::sampling_params p;
+  p.repetition_penalty = 1.3f;
+  p.top_k = 3;
+  // NaN and +inf: rejected naming the token, the row left as it was
+  for (float bad : {nan, inf}) {
+    std::vector<float> row{2.0f, 1.0f, -1.0f, bad, 0.5f};
+    const auto before = row;
+    REQUIRE_THROWS_WITH(specdec::process_logits(row, p, ctx, ws),
+                        Contains("specdec::process_logits") && Contains("'logits'") && Contains("token 3"));
+    CHECK(row[0] == before[0]);
+    CHECK(row[2] == before[2]);
+  }
+  // all -inf: no admissible token
+  std::vector<float> masked{ninf, ninf, ninf};
+  REQUIRE_THROWS_WITH(specdec::process_logits(masked, p, ctx, ws), Contains("all -inf"));
+  // -inf is a legal masked token, denormals ordinary values (ranked by value, not flushed)
+  const float den = std::numeric_limits<float>::denorm_min();
+  std::vector<float> row{ninf, den, 0.0f, 3 * den, ninf};
+  specdec::sampling_params greedy;
+  greedy.temperature = 0.0f;
+  specdec::process_logits(row, greedy, std::vector<std::int32_t>{}, ws);
+  CHECK(row == std::vector<float>{ninf, ninf, ninf, 0.0f, ninf});
+  // a penalty that overflows every admissible logit to -inf (l * r < -FLT_MAX) would empty the row:
+  // rejected, the row untouched; when another token survives, the overflowed one is just excluded
+  specdec::sampling_params rep;
+  rep.repetition_penalty = 2.0f;
+  std::vector<float> huge{-3e38f, -2e38f, ninf};
+  const std::vector<std::int32_t> both{0, 1};
+  REQUIRE_THROWS_WITH(specdec::process_logits(huge, rep, both, ws), Contains("after the penalties"));
+  CHECK(huge == std::vector<float>{-3e38f, -2e38f, ninf});
+  const std::vector<std::int32_t> first{0};
+  specdec::process_logits(huge, rep, first, ws);
+  CHECK(huge == std::vector<float>{ninf, -2e38f, ninf});
+}
+
+TEST_CASE("process_tree_logits checks every row before writing any") {
+  using Catch::Contains;
+  specdec::sampling_workspace ws;
+  specdec::sampling_params p;
+  p.temperature = 0.5f;
+  const std::vector<std::int32_t> tok{1, 2}, par{-1, 0}, committed{0};
+  std::vector<float> rows{1.0f, 2.0f, 3.0f, 1.0f, 2.0f, 3.0f, 1.0f, std::nanf(""), 3.0f};
+  const auto before = rows;
+  const auto view = specdec::make_view<2>(rows.data(), {3, 3});
+  REQUIRE_THROWS_WITH(specdec::process_tree_logits(view, p, committed, tok, par, ws),
+                      Contains("specdec::process_tree_logits") && Contains("row 2, token 1"));
+  CHECK(rows[0] == before[0]);  // rows 0 and 1 are valid but were not processed
+  CHECK(rows[5] == before[5]);
+  rows = {ninf, ninf, ninf, 1.0f, 2.0f, 3.0f, 1.0f, 2.0f, 3.0f};
+  REQUIRE_THROWS_WITH(specdec::process_tree_logits(specdec::make_view<2>(rows.data(), {3, 3}), p, committed, tok, par, ws),
+                      Contains("row 0") && Contains("all -inf"));
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "specdec/core/philox.hpp"
@@ -28,7 +29,8 @@ TEST_CASE("chi-square p-values match tabulated quantiles") {
 TEST_CASE("greedy_token takes the lowest id among ties") {
   CHECK(specdec::greedy_token(std::vector<float>{1.0f, 3.0f, 3.0f, 2.0f}) == 1);
   CHECK(specdec::greedy_token(std::vector<float>{ninf, ninf, -5.0f}) == 2);
-  CHECK(specdec::greedy_token(std::vector<float>{std::nanf(""), 0.0f}) == 1);
+  // NaN is rejected, not skipped (the non-finite policy: a NaN row has no argmax to report)
+  REQUIRE_THROWS_AS(specdec::greedy_token(std::vector<float>{std::nanf(""), 0.0f}), specdec::invalid_argument);
   REQUIRE_THROWS_WITH(specdec::greedy_token(std::vector<float>{ninf, ninf}),
                       Catch::Contains("specdec::greedy_token") && Catch::Contains("'row'"));
   REQUIRE_THROWS_AS(specdec::greedy_token(std::vector<float>{}), specdec::invalid_argument);
@@ -76,12 +78,10 @@ TEST_CASE("samplers are reproducible per (seed, request, step) and respect masks
   CHECK(sa != sc);
   for (int x : sa) CHECK((x == 5 || x == v - 1 || x == 70000));
   CHECK(a.offset() == 100);  // two Philox words per draw
-  // +inf logits: uniform over the +inf entries
+  // +inf logits are rejected (the non-finite policy), before any Philox word is drawn
   std::vector<float> inf_row{0.0f, std::numeric_limits<float>::infinity(), 1.0f, std::numeric_limits<float>::infinity()};
-  for (int t = 0; t < 50; ++t) {
-    const int x = specdec::sample_token(inf_row, a);
-    CHECK((x == 1 || x == 3));
-  }
+  REQUIRE_THROWS_WITH(specdec::sample_token(inf_row, a), Catch::Contains("token 1") && Catch::Contains("+inf"));
+  CHECK(a.offset() == 100);
 }
 
 TEST_CASE("samplers validate their inputs") {
@@ -128,4 +128,71 @@ TEST_CASE("blocked sampling over several blocks matches the distribution") {
   }
   CHECK(stat::chi_square(a, expected, trials).p_value > stat::p_threshold);
   CHECK(stat::chi_square(b, expected, trials).p_value > stat::p_threshold);
+}
+
+TEST_CASE("samplers follow the non-finite policy") {
+  using Catch::Contains;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float den = std::numeric_limits<float>::denorm_min();
+  specdec::philox_stream rng(3, 3);
+  // logits: NaN and +inf rejected naming the token; -inf legal; all -inf rejected; denormals ordinary
+  for (const float bad : {nan, inf}) {
+    const std::vector<float> row{0.5f, 1.0f, bad, -2.0f};
+    std::vector<float> probs(row.size());
+    REQUIRE_THROWS_WITH(specdec::greedy_token(row), Contains("specdec::greedy_token") && Contains("token 2"));
+    REQUIRE_THROWS_WITH(specdec::sample_token(row, rng), Contains("specdec::sample_token") && Contains("token 2"));
+    REQUIRE_THROWS_WITH(specdec::logits_to_probs(row, probs), Contains("specdec::logits_to_probs") && Contains("token 2"));
+  }
+  CHECK(rng.offset() == 0);  // rejected before drawing
+  const std::vector<float> masked{ninf, -3.0f, ninf};
+  CHECK(specdec::greedy_token(masked) == 1);
+  CHECK(specdec::sample_token(masked, rng) == 1);
+  const std::vector<float> all_masked{ninf, ninf, ninf};
+  std::vector<float> probs3(3);
+  REQUIRE_THROWS_WITH(specdec::greedy_token(all_masked), Contains("all -inf"));
+  REQUIRE_THROWS_WITH(specdec::sample_token(all_masked, rng), Contains("all -inf"));
+  REQUIRE_THROWS_WITH(specdec::logits_to_probs(all_masked, probs3), Contains("all -inf"));
+  // denormal logits: ordinary values (argmax by value, no flush to zero)
+  const std::vector<float> tiny{0.0f, den, -den};
+  CHECK(specdec::greedy_token(tiny) == 1);
+  specdec::logits_to_probs(tiny, probs3);
+  CHECK(probs3[0] == Approx(1.0 / 3.0));
+
+  // probabilities: NaN, +-inf, negative rejected naming the token; all-zero rejected
+  for (const float bad : {nan, inf, -inf, -den}) {
+    const std::vector<float> row{0.25f, 0.25f, 0.25f, bad};
+    REQUIRE_THROWS_WITH(specdec::sample_from_probs(row, rng), Contains("specdec::sample_from_probs") && Contains("token 3"));
+  }
+  REQUIRE_THROWS_WITH(specdec::sample_from_probs(std::vector<float>(3000, 0.0f), rng), Contains("positive sum"));
+  CHECK(rng.offset() == 2);  // only the one valid sample_token above drew
+  // a row whose only mass is denormal samples exactly like any other row: P(0) = 1/3, P(2) = 2/3
+  const std::vector<float> denormal{den, 0.0f, 2 * den};
+  std::map<int, std::int64_t> seen;
+  const std::int64_t trials = 30000;
+  for (std::int64_t t = 0; t < trials; ++t) ++seen[specdec::sample_from_probs(denormal, rng)];
+  CHECK(seen.count(1) == 0);
+  const auto r = stat::chi_square(seen, std::map<int, double>{{0, 1.0 / 3.0}, {2, 2.0 / 3.0}}, trials);
+  INFO("chi2 " << r.statistic << " p " << r.p_value);
+  CHECK(r.p_value > stat::p_threshold);
+}
+
+TEST_CASE("a categorical draw never returns a token outside the row or of weight 0") {
+  // Block sums that announce mass where the weights have none (what rounding or a NaN turned into 0 in
+  // a residual could leave behind) must not make the draw return -1: it walks on to a positive weight.
+  const std::size_t v = 2500;  // three blocks of 1024
+  std::vector<double> w(v, 0.0);
+  w[2100] = 1.0;
+  specdec::philox_stream rng(11, 1);
+  for (int t = 0; t < 200; ++t) {
+    const auto tok = specdec::detail::blocked_inverse_cdf(
+        v, [&](std::size_t lo, std::size_t hi) { return lo == 0 ? 5.0 : std::accumulate(w.begin() + lo, w.begin() + hi, 0.0); },
+        [&](std::size_t i) { return w[i]; }, rng, "test", "w");
+    REQUIRE(tok == 2100);
+  }
+  // no positive weight at all behind a positive announced total: an error, not -1
+  std::fill(w.begin(), w.end(), 0.0);
+  REQUIRE_THROWS_AS(specdec::detail::blocked_inverse_cdf(
+                        v, [&](std::size_t lo, std::size_t) { return lo == 0 ? 1.0 : 0.0; },
+                        [&](std::size_t i) { return w[i]; }, rng, "test", "w"),
+                    specdec::invalid_argument);
 }

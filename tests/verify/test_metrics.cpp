@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <thread>
 
 #include "specdec/verify/metrics.hpp"
@@ -30,6 +31,13 @@ TEST_CASE("expected speedup is Leviathan's formula (GLIDE §5.1)") {
   REQUIRE_THROWS_WITH(specdec::expected_speedup(1.2, 3, 0.1), Catch::Contains("'alpha'"));
   REQUIRE_THROWS_WITH(specdec::expected_speedup(0.5, -1, 0.1), Catch::Contains("'gamma'"));
   REQUIRE_THROWS_WITH(specdec::expected_speedup(0.5, 1, -0.1), Catch::Contains("'c'"));
+  // the non-finite policy: NaN and infinities are named, denormals ordinary
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (double bad : {nan, inf, -inf}) {
+    REQUIRE_THROWS_WITH(specdec::expected_speedup(bad, 3, 0.1), Catch::Contains("'alpha'"));
+    REQUIRE_THROWS_WITH(specdec::expected_speedup(0.5, 3, bad), Catch::Contains("'c'"));
+  }
+  CHECK(specdec::expected_speedup(std::numeric_limits<double>::denorm_min(), 3, 0.0) == Approx(1.0));
 }
 
 TEST_CASE("distinct-n counts unique n-grams over all n-grams") {
@@ -52,4 +60,7 @@ TEST_CASE("phase timers accumulate per phase") {
   CHECK(m.ms(specdec::decode_phase::draft) == 1.5);
   CHECK(m.ms(specdec::decode_phase::verify) == 0.0);
   REQUIRE_THROWS_WITH(m.add_ms(specdec::decode_phase::verify, -1.0), Catch::Contains("'ms'"));
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()})
+    REQUIRE_THROWS_WITH(m.add_ms(specdec::decode_phase::verify, bad), Catch::Contains("'ms'"));
+  CHECK(m.ms(specdec::decode_phase::verify) == 0.0);
 }

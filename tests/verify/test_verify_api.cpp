@@ -2,6 +2,10 @@
 // (seed, request, step), and the result type's helpers.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
+
+#include "specdec/decoder/verifiers.hpp"
 #include "specdec/verify/greedy.hpp"
 #include "specdec/verify/multi_draft.hpp"
 #include "specdec/verify/sample_and_match.hpp"
@@ -57,7 +61,7 @@ TEST_CASE("verifiers validate their inputs") {
   // negative probabilities in a visited row
   auto neg = p;
   neg[1] = -1.0f;
-  REQUIRE_THROWS_WITH(specdec::verify_sample_and_match(chain, view(neg, 3, v), rng), Contains("'probs'"));
+  REQUIRE_THROWS_WITH(specdec::verify_sample_and_match(chain, view(neg, 3, v), rng), Contains("'target_probs'"));
   // batch: wrong row count and request_ids size
   const specdec::token_tree_batch batch(std::vector<specdec::token_tree>{chain, fork}, std::vector<std::int32_t>{5, 5});
   std::vector<float> rows(6 * v, 0.25f);
@@ -116,4 +120,205 @@ TEST_CASE("verify_result helpers") {
   CHECK(batch.request(0) == a);
   CHECK(batch.request(1) == b);
   REQUIRE_THROWS_WITH(batch.accepted_nodes(2), Catch::Contains("'r'"));
+}
+
+namespace {
+const float nan_f = std::numeric_limits<float>::quiet_NaN(), inf_f = std::numeric_limits<float>::infinity();
+const float den = std::numeric_limits<float>::denorm_min();
+// The kinds of bad probability the non-finite policy rejects.
+const float bad_probs[] = {nan_f, inf_f, -inf_f, -0.25f};
+}  // namespace
+
+TEST_CASE("multi-draft without replacement: +inf in a draft row is an error, not bonus -1 (issue #20 item 8)") {
+  // The filer's case: four root children drawn without replacement; q(0) = +inf made the residual NaN
+  // (inf x 0) and the inverse CDF found no positive weight, returning token -1.
+  const int v = 5;
+  const auto tree = specdec::token_tree::from_parents(std::vector<std::int32_t>{2, 1, 3, 0},
+                                                      std::vector<std::int32_t>{-1, -1, -1, -1});
+  std::vector<float> p(5 * v, 0.2f), q(5 * v, 0.2f);
+  const float p0[] = {0.0f, 0.782508433f, 0.11807251f, 0.323281467f, 0.920479357f};
+  const float q0[] = {inf_f, 0.168055192f, 0.945263207f, 0.372467756f, 0.686796784f};
+  std::copy(std::begin(p0), std::end(p0), p.begin());
+  std::copy(std::begin(q0), std::end(q0), q.begin());
+  specdec::philox_stream rng(5213, 1);
+  REQUIRE_THROWS_WITH(specdec::verify_multi_draft(tree, view(p, 5, v), view(q, 5, v),
+                                                  specdec::draft_sampling::without_replacement, rng),
+                      Catch::Contains("'draft_probs'") && Catch::Contains("row 0, token 0") && Catch::Contains("inf"));
+}
+
+TEST_CASE("chain speculative sampling follows the non-finite policy") {
+  using Catch::Contains;
+  const int v = 4;
+  const auto chain = specdec::token_tree::from_parents(std::vector<std::int32_t>{1, 2}, std::vector<std::int32_t>{-1, 0});
+  specdec::philox_stream rng(2, 2);
+  auto run = [&](const std::vector<float>& p, const std::vector<float>& q) {
+    return specdec::verify_chain_speculative(chain, specdec::make_view<2>(p.data(), {3, v}),
+                                             specdec::make_view<2>(q.data(), {3, v}), rng);
+  };
+  const std::vector<float> uni(3 * v, 0.25f);
+  for (const float bad : bad_probs) {
+    INFO("bad value " << bad);
+    auto p = uni, q = uni;
+    p[1 * v + 2] = bad;  // p_1(x_1): checked up front, whatever the draws
+    REQUIRE_THROWS_WITH(run(p, q), Contains("'target_probs'") && Contains("row 1, token 2"));
+    p = uni;
+    q[0 * v + 1] = bad;  // q_0(x_0)
+    REQUIRE_THROWS_WITH(run(p, q), Contains("'draft_probs'") && Contains("row 0, token 1"));
+    // an entry the residual pass reads: node 0 is rejected for sure (p_0(x_0) = 0)
+    q = uni;
+    p[0 * v + 1] = 0.0f;
+    p[0 * v + 3] = bad;
+    REQUIRE_THROWS_WITH(run(p, q), Contains("'target_probs'") && Contains("row 0, token 3"));
+    p = uni;
+    p[0 * v + 1] = 0.0f;
+    q[0 * v + 0] = bad;
+    REQUIRE_THROWS_WITH(run(p, q), Contains("'draft_probs'") && Contains("row 0, token 0"));
+  }
+  // the row to draw from has no admissible token
+  auto p = uni;
+  std::fill(p.begin(), p.begin() + v, 0.0f);
+  REQUIRE_THROWS_WITH(run(p, uni), Contains("'target_probs'") && Contains("row 0") && Contains("positive sum"));
+  // entries never read cannot influence the result and are not checked: draft row 2 is never read
+  auto q = uni;
+  q[2 * v + 0] = nan_f;
+  REQUIRE_NOTHROW(run(uni, q));
+  // denormal-only target rows: ordinary numbers; the result is a token of positive probability
+  p.assign(3 * v, 0.0f);
+  for (int r = 0; r < 3; ++r) p[r * v + 3] = den, p[r * v + 2] = 2 * den;
+  for (int t = 0; t < 50; ++t) {
+    const auto res = run(p, uni);
+    CHECK(res.accepted.size() <= 2);
+    CHECK((res.bonus == 2 || res.bonus == 3));
+  }
+}
+
+TEST_CASE("sample_and_match follows the non-finite policy, naming the request in a batch") {
+  using Catch::Contains;
+  const int v = 4;
+  const auto chain = specdec::token_tree::from_parents(std::vector<std::int32_t>{1, 2}, std::vector<std::int32_t>{-1, 0});
+  specdec::philox_stream rng(2, 2);
+  const std::vector<float> uni(3 * v, 0.25f);
+  for (const float bad : bad_probs) {
+    auto p = uni;
+    p[0 * v + 3] = bad;  // the root row is always drawn from
+    REQUIRE_THROWS_WITH(specdec::verify_sample_and_match(chain, view(p, 3, v), rng),
+                        Contains("specdec::verify_sample_and_match") && Contains("'target_probs'") &&
+                            Contains("row 0, token 3"));
+    // batch: request 1's root row is row 3 of the tensor
+    std::vector<float> all(6 * v, 0.25f);
+    all[3 * v + 3] = bad;
+    const specdec::token_tree_batch batch(std::vector<specdec::token_tree>{chain, chain}, std::vector<std::int32_t>{5, 5});
+    REQUIRE_THROWS_WITH(specdec::verify_sample_and_match_batch(specdec::host{}, batch, view(all, 6, v), 1, 0),
+                        Contains("row 3 = request 1's row 0, token 3"));
+  }
+  auto p = uni;
+  std::fill(p.begin(), p.begin() + v, 0.0f);
+  REQUIRE_THROWS_WITH(specdec::verify_sample_and_match(chain, view(p, 3, v), rng), Contains("row 0") && Contains("positive sum"));
+  // denormal-only rows: drawn exactly like any other (only tokens of positive probability come out)
+  p.assign(3 * v, 0.0f);
+  for (int r = 0; r < 3; ++r) p[r * v + 1] = den, p[r * v + 2] = den;
+  for (int t = 0; t < 50; ++t) {
+    const auto res = specdec::verify_sample_and_match(chain, view(p, 3, v), rng);
+    CHECK((res.bonus == 1 || res.bonus == 2));
+  }
+}
+
+TEST_CASE("multi-draft verification follows the non-finite policy") {
+  using Catch::Contains;
+  const int v = 4;
+  // root children 1 and 2 (distinct: valid in both modes), node 0 has child 3
+  const auto tree = specdec::token_tree::from_parents(std::vector<std::int32_t>{1, 2, 3}, std::vector<std::int32_t>{-1, -1, 0});
+  specdec::philox_stream rng(4, 4);
+  const std::vector<float> uni(4 * v, 0.25f);
+  for (auto mode : {specdec::draft_sampling::with_replacement, specdec::draft_sampling::without_replacement}) {
+    auto run = [&](const std::vector<float>& p, const std::vector<float>& q) {
+      return specdec::verify_multi_draft(tree, view(const_cast<std::vector<float>&>(p), 4, v),
+                                         view(const_cast<std::vector<float>&>(q), 4, v), mode, rng);
+    };
+    for (const float bad : bad_probs) {
+      INFO("mode " << static_cast<int>(mode) << " bad value " << bad);
+      auto p = uni, q = uni;
+      p[1 * v + 3] = bad;  // p at node 2's token in node 0's row: checked up front
+      REQUIRE_THROWS_WITH(run(p, q), Contains("'target_probs'") && Contains("row 1, token 3"));
+      p = uni;
+      q[0 * v + 2] = bad;
+      REQUIRE_THROWS_WITH(run(p, q), Contains("'draft_probs'") && Contains("row 0, token 2"));
+      // entries the first residual pass reads: both root children are rejected for sure (p = 0 there)
+      q = uni;
+      p[0 * v + 1] = p[0 * v + 2] = 0.0f;
+      p[0 * v + 0] = bad;
+      REQUIRE_THROWS_WITH(run(p, q), Contains("'target_probs'") && Contains("row 0, token 0"));
+      p[0 * v + 0] = 0.5f;
+      q[0 * v + 3] = bad;
+      REQUIRE_THROWS_WITH(run(p, q), Contains("'draft_probs'") && Contains("row 0, token 3"));
+    }
+    // a root row without an admissible token
+    auto p = uni;
+    std::fill(p.begin(), p.begin() + v, 0.0f);
+    REQUIRE_THROWS_WITH(run(p, uni), Contains("'target_probs'") && Contains("row 0") && Contains("positive sum"));
+    // denormal-only target rows: every result is a token of positive target probability
+    p.assign(4 * v, 0.0f);
+    for (int r = 0; r < 4; ++r) p[r * v + 0] = den, p[r * v + 3] = 3 * den;
+    for (int t = 0; t < 100; ++t) {
+      const auto res = run(p, uni);
+      CHECK((res.bonus == 0 || res.bonus == 3));
+    }
+    // batch: the request is named
+    std::vector<float> pa(8 * v, 0.25f), qa(8 * v, 0.25f);
+    qa[4 * v + 1] = nan_f;
+    const specdec::token_tree_batch batch(std::vector<specdec::token_tree>{tree, tree}, std::vector<std::int32_t>{5, 5});
+    REQUIRE_THROWS_WITH(specdec::verify_multi_draft_batch(specdec::host{}, batch, view(pa, 8, v), view(qa, 8, v), mode, 1, 0),
+                        Contains("'draft_probs'") && Contains("row 4 = request 1's row 0, token 1"));
+  }
+}
+
+TEST_CASE("decoder verifier policies follow the non-finite policy on target logits") {
+  using Catch::Contains;
+  const int v = 4;
+  const auto chain = specdec::token_tree::from_parents(std::vector<std::int32_t>{1, 2}, std::vector<std::int32_t>{-1, 0});
+  specdec::draft_candidates draft;
+  draft.chain = {{1, 0.0f}, {2, 0.0f}};
+  specdec::philox_stream rng(6, 6);
+  specdec::verify_result out;
+  auto verify_all = [&](const std::vector<float>& logits) {
+    const specdec::verify_input in{chain, specdec::strided_view<const float, 2>(specdec::make_view<2>(logits.data(), {3, v})),
+                                   draft, rng};
+    specdec::sample_and_match_verifier a;
+    specdec::chain_speculative_verifier b;
+    specdec::multi_draft_verifier c;
+    specdec::greedy_verifier g;
+    std::vector<std::string> errors;
+    for (int k = 0; k < 4; ++k) {
+      try {
+        if (k == 0) a.verify(in, out);
+        if (k == 1) b.verify(in, out);
+        if (k == 2) c.verify(in, out);
+        if (k == 3) g.verify(in, out);
+        errors.emplace_back();
+      } catch (const specdec::invalid_argument& e) {
+        errors.emplace_back(e.what());
+      }
+    }
+    return errors;
+  };
+  std::vector<float> logits(3 * v, 0.0f);
+  for (const float bad : {nan_f, inf_f}) {
+    auto l = logits;
+    l[0 * v + 2] = bad;  // the root row: every verifier reads it
+    const auto errors = verify_all(l);
+    for (std::size_t k = 0; k < 3; ++k) {
+      INFO("verifier " << k << ": " << errors[k]);
+      CHECK_THAT(errors[k], Contains("'logits'") && Contains("row 0, token 2"));
+    }
+    CHECK_THAT(errors[3], Contains("token 2"));  // greedy verification rejects it through greedy_token
+  }
+  auto l = logits;
+  l[1] = 1.0f;  // greedy verification accepts node 0 and reads row 1
+  std::fill(l.begin() + v, l.begin() + 2 * v, -inf_f);
+  for (const auto& e : verify_all(l)) CHECK_THAT(e, Contains("all -inf"));
+  // -inf logits are legal, denormal logits ordinary numbers
+  l = logits;
+  l[0] = -inf_f;
+  l[1] = den;
+  for (const auto& e : verify_all(l)) CHECK(e.empty());
 }

@@ -11,14 +11,22 @@
 //!                              al. 2024 without replacement) on k independent sampled drafts
 //!                              (multi-draft drafters + multi_draft_tree_builder), with their q rows.
 //! All take the processed target logits (verify_input::logits) and convert them to probabilities.
+//!
+//! Non-finite numbers (the policy of every token-producing entry point, sampling/sampler.hpp): a
+//! logit row with NaN or +inf, or with no logit above -inf, throws specdec::invalid_argument naming the
+//! verifier, 'logits', the row and the token (checked in the max pass of the softmax, or by
+//! greedy_token on the rows greedy verification reads); -inf logits are legal, denormals ordinary.
+//! Draft rows q (draft_candidates) go through the verify/ functions' own checks (verify_result.hpp).
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "specdec/core/error.hpp"
 #include "specdec/decoder/concepts.hpp"
+#include "specdec/sampling/detail/row_error.hpp"
 #include "specdec/verify/greedy.hpp"
 #include "specdec/verify/multi_draft.hpp"
 #include "specdec/verify/sample_and_match.hpp"
@@ -27,18 +35,31 @@
 namespace specdec {
 
 namespace detail {
-//! Softmax of each row of processed logits into `probs` (-inf -> 0). O(rows V).
-inline void softmax_rows(const strided_view<const float, 2>& logits, std::vector<float>& probs) {
+//! Softmax of each row of processed logits into `probs` (-inf -> 0). The max pass applies the
+//! non-finite policy (errors name `fn`, 'logits', the row and the token). O(rows V).
+inline void softmax_rows(const strided_view<const float, 2>& logits, std::vector<float>& probs, std::string_view fn) {
+  constexpr float inf = std::numeric_limits<float>::infinity();
   const auto rows = logits.extent(0), V = logits.extent(1);
   probs.resize(static_cast<std::size_t>(rows * V));
   for (std::int64_t r = 0; r < rows; ++r) {
-    float mx = -std::numeric_limits<float>::infinity();
-    for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, logits(r, v));
+    float mx = -inf;
+    bool bad = false;
+    for (std::int64_t v = 0; v < V; ++v) {
+      const float l = logits(r, v);
+      mx = l > mx ? l : mx;
+      bad |= !(l < inf);
+    }
+    if (bad || !(mx > -inf)) [[unlikely]] {
+      const row_ref at{fn, "logits", r};
+      for (std::int64_t v = 0; v < V; ++v)
+        if (!(logits(r, v) < inf)) throw_bad_entry(at, bad_logit_text, v, logits(r, v));
+      throw_empty_row(at, "at least one logit above -inf", "all -inf");
+    }
     double sum = 0;
     float* out = probs.data() + r * V;
     for (std::int64_t v = 0; v < V; ++v) {
       const float l = logits(r, v);
-      out[v] = std::isinf(l) && l < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(l) - mx));
+      out[v] = l == -inf ? 0.0f : static_cast<float>(std::exp(static_cast<double>(l) - mx));
       sum += out[v];
     }
     for (std::int64_t v = 0; v < V; ++v) out[v] = static_cast<float>(out[v] / sum);
@@ -60,7 +81,7 @@ static_assert(check_verifier<greedy_verifier>());
 struct sample_and_match_verifier {
   static constexpr bool is_lossless_for_sampling = true;
   void verify(const verify_input& in, verify_result& out) {
-    detail::softmax_rows(in.logits, probs_);
+    detail::softmax_rows(in.logits, probs_, "specdec::sample_and_match_verifier");
     const auto p = make_view<2>(static_cast<const float*>(probs_.data()), {in.logits.extent(0), in.logits.extent(1)});
     out = verify_sample_and_match(in.tree, p, in.rng);
   }
@@ -77,7 +98,7 @@ struct chain_speculative_verifier {
   static constexpr bool is_lossless_for_sampling = true;
   void verify(const verify_input& in, verify_result& out) {
     const auto rows = in.logits.extent(0), V = in.logits.extent(1);
-    detail::softmax_rows(in.logits, probs_);
+    detail::softmax_rows(in.logits, probs_, "specdec::chain_speculative_verifier");
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
     const int n = in.tree.size();
     const bool have_q = !in.draft.q.empty() && in.draft.vocab == V &&
@@ -111,7 +132,7 @@ struct multi_draft_verifier {
   static constexpr bool is_lossless_for_sampling = true;
   void verify(const verify_input& in, verify_result& out) {
     const auto rows = in.logits.extent(0), V = in.logits.extent(1);
-    detail::softmax_rows(in.logits, probs_);
+    detail::softmax_rows(in.logits, probs_, "specdec::multi_draft_verifier");
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
     const auto& d = in.draft;
     const int n = in.tree.size();

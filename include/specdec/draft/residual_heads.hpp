@@ -16,6 +16,13 @@
 //! h_{i-1} -> h_i is carried in fp32 even when `out` stores half or bfloat16 (params.workspace, or a
 //! call-local buffer when none is passed). reference/residual_heads.hpp is the double reference.
 //!
+//! Non-finite numbers (the policy of the float-producing entry points: propagate, never a finite
+//! wrong value): nothing is checked or skipped, so NaN and +-inf follow IEEE arithmetic to the outputs
+//! they reach. A bad value in row r of h0 makes all of row r non-finite in every head and no other
+//! row; in W_i row j (or b_i[j]) column j of h_i in every row, and then all of h_{i+1} ...; SiLU of
+//! -inf is NaN (-inf / inf), of +inf is +inf. Denormals are ordinary numbers (no flush-to-zero is
+//! assumed; the half / bfloat16 conversions keep subnormals).
+//!
 //! Cost per call: gamma * n * H^2 multiply-adds; each weight matrix is read once per call (every
 //! weight row is dotted with all n input rows while it is in L1), so for a decode step (n = batch
 //! of requests, small) the call is bound by reading gamma * H^2 weights.

@@ -19,6 +19,14 @@
 //! Precision: angles pos * inv_freq and their cos/sin are computed in double and rounded to float
 //! once (a float angle would lose ~0.06 rad at pos ~ 1e6); the rotation itself runs in fp32 on the
 //! storage type (float, half, bfloat16; double is accepted and rotated in double).
+//!
+//! Non-finite numbers (the policy of the float-producing entry points: propagate, never a finite
+//! wrong value): x is rotated without checks. A NaN or +-inf in a rotated dimension makes
+//! both outputs of its pair non-finite, as IEEE arithmetic gives them (even at position 0, where
+//! inf * sin(0) is NaN although the rotation is the identity); every other pair, head and token is
+//! unaffected, and dimensions >= R are not touched at all. Denormals are ordinary numbers (nothing
+//! assumes flush-to-zero; half and bfloat16 conversions keep subnormals, NaN and infinities). Only
+//! parameters and positions are validated.
 
 #include <cmath>
 #include <cstdint>

@@ -11,8 +11,13 @@
 //!      the context gets l / theta (Eq. 3 exactly: I(l) = theta inside the window), or, with
 //!      `contextual_sign_aware`, the CTRL form l > 0 ? l/theta : l*theta (Eq. 3 divides a negative
 //!      logit by theta > 1, which *raises* it; the sign-aware variant always lowers it);
-//!   3. temperature: l / t (Eq. 3's t; Eq. 3 = step 2 followed by step 3). t = 0 means greedy: the
-//!      row becomes one-hot at the argmax (ties: lowest id), so every sampler reduces to argmax;
+//!   3. temperature: l / t (Eq. 3's t; Eq. 3 = step 2 followed by step 3), computed as l * (1 / t).
+//!      When that would leave the float range for some finite logit (|l| / t > FLT_MAX, e.g. t = 1e-45,
+//!      or t = 0.5 with a logit near 3e38) the row is scaled as (l - max) / t instead: the same softmax,
+//!      every value in [-inf, 0] with the maximum at exactly 0, so temperature never turns finite
+//!      logits into NaN or +inf (a tiny t gives the t -> 0 limit: uniform over the tied maxima).
+//!      t = 0 means greedy: the row becomes one-hot at the argmax (ties: lowest id), so every sampler
+//!      reduces to argmax;
 //!   4. top-k: keep the k largest (ties: lowest ids), others -> -inf;
 //!   5. top-p (Appendix D.1): keep the smallest set, in (probability desc, id asc) order, whose
 //!      probability reaches p (probabilities = detail::fast_exp(l - max) / sum, the weights every
@@ -23,6 +28,13 @@
 //!      eta = min(epsilon, alpha * exp(-H(P))), H the entropy of the current distribution; the argmax
 //!      is always kept so the set is never empty (only reachable when alpha > 1).
 //! Steps 5-7 each renormalise over what the previous steps kept. Removed tokens get -inf.
+//!
+//! Non-finite numbers (the policy of every token-producing entry point, sampling/sampler.hpp): a row
+//! with a NaN or +inf logit, or with no logit above -inf, is rejected with specdec::invalid_argument
+//! naming the row and the token, before the row is modified; -inf logits are legal (masked tokens)
+//! and denormal logits are ordinary numbers. Processing never creates NaN or +inf, and never empties a
+//! row: the one way a step could (a penalty l * r overflowing to -inf for every admissible logit, which
+//! needs logits below -FLT_MAX / r) is rejected the same way, before the row is modified.
 //!
 //! The penalty context of a tree node is the committed tokens followed by that node's own root path
 //! (its ancestors and itself), so row i+1 of a verification output (the distribution after node i)
@@ -41,6 +53,8 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/topk.hpp"
+#include "specdec/sampling/sampler.hpp"
+#include "specdec/sampling/detail/row_error.hpp"
 #include "specdec/sampling/detail/select.hpp"
 #include "specdec/sampling/detail/vec.hpp"
 
@@ -158,57 +172,75 @@ inline void apply_penalties(std::span<float> row, const sampling_params& p, std:
   }
 }
 
-//! Index of the largest value, lowest id on ties; -1 when every value is -inf or NaN.
-inline std::int64_t argmax_lowest(std::span<const float> row) noexcept {
-  const float m = row_max(row.data(), row.size());
-  if (!(m > -std::numeric_limits<float>::infinity())) return -1;
-  return first_index_of(row.data(), row.size(), m);
-}
-
-//! Fills ws.weights with exp(l - max) (exactly 0 for -inf) and returns their sum (double).
-inline double softmax_weights(std::span<const float> row, sampling_workspace& ws) {
-  const float m = row_max(row.data(), row.size());
+//! Fills ws.weights with exp(l - m) (exactly 0 for -inf) and returns their sum (double). m = the
+//! row's maximum, finite.
+inline double softmax_weights(std::span<const float> row, float m, sampling_workspace& ws) {
   ws.weights.resize(row.size());
   return exp_sum(row.data(), row.size(), m, ws.weights.data());
 }
 
+//! Step 3 (see the file comment) on a row whose maximum is `s.max` and smallest value above -inf is
+//! `s.min`; returns the new maximum. Multiplication by 1/t is monotone, so the scaled row stays finite
+//! iff its two extremes do: that test picks l * (1/t) (the common case, one multiply per token) or the
+//! shifted (l - max) / t, whose values are in [-inf, 0] for every t > 0 (no 0 * inf, no inf / inf).
+inline float apply_temperature(std::span<float> row, float t, const logit_scan& s) noexcept {
+  const float inv = 1.0f / t;
+  const float hi = s.max * inv, lo = s.min * inv;
+  if (std::isfinite(hi) && std::isfinite(lo)) [[likely]] {
+    for (float& x : row) x *= inv;
+    return hi;
+  }
+  for (float& x : row) x = (x - s.max) / t;
+  return 0.0f;
+}
+
+//! Number of top-p histogram bins: float exponent and top 3 mantissa bits of a weight, an eighth of a
+//! binade each (weights exp(l - max) lie in [0, 1], keys <= 1016).
+inline constexpr std::uint32_t top_p_bins = 1024;
+
+//! Top-p histogram bin of a weight: monotone non-decreasing in w >= 0, and always in [0, top_p_bins)
+//! whatever the bits (an out-of-range weight -- NaN, negative, > 2 -- lands in the top bin instead of
+//! indexing past the histogram).
+inline std::uint32_t top_p_bin(float w) noexcept {
+  const std::uint32_t key = std::bit_cast<std::uint32_t>(w) >> 20;
+  return key < top_p_bins - 1 ? key : top_p_bins - 1;
+}
+
 //! Top-p keep set (TokenSwift Appendix D.1): the smallest prefix, in (weight desc, id asc) order, whose
-//! weight reaches p * total. One pass bins tokens by the float exponent and top 3 mantissa bits of
-//! their weight (weights are <= 1: at most 1024 bins, each an eighth of a binade, ordered like the
-//! weights) with per-bin mass; bins above the one where the running mass crosses p * total are kept
-//! whole, and only the tokens of that boundary bin go through the mass-aware quickselect. O(V) plus a
-//! selection over one bin, instead of a sort of V.
-inline void apply_top_p(std::span<float> row, float top_p, sampling_workspace& ws) {
+//! weight reaches p * total. One pass bins tokens by top_p_bin of their weight, with per-bin mass;
+//! bins above the one where the running mass crosses p * total are kept whole, and only the tokens of
+//! that boundary bin go through the mass-aware quickselect. O(V) plus a selection over one bin,
+//! instead of a sort of V. `m` is the row's maximum (finite).
+inline void apply_top_p(std::span<float> row, float top_p, float m, sampling_workspace& ws) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  const double total = softmax_weights(row, ws);
+  const double total = softmax_weights(row, m, ws);
   const double need = static_cast<double>(top_p) * total;
   const float* w = ws.weights.data();
   const std::size_t v = row.size();
-  double mass[1024] = {};  // key = exponent and top 3 mantissa bits: monotone in the weight
-  for (std::size_t i = 0; i < v; ++i) mass[std::bit_cast<std::uint32_t>(w[i]) >> 20] += w[i];
+  double mass[top_p_bins] = {};
+  for (std::size_t i = 0; i < v; ++i) mass[top_p_bin(w[i])] += w[i];
   double above = 0.0;
-  int boundary = 1023;
+  std::uint32_t boundary = top_p_bins - 1;
   for (; boundary > 0; --boundary) {
     if (above + mass[boundary] >= need) break;
     above += mass[boundary];
   }
   ws.idx.clear();
   for (std::size_t i = 0; i < v; ++i)
-    if (static_cast<int>(std::bit_cast<std::uint32_t>(w[i]) >> 20) == boundary && w[i] > 0.0f)
-      ws.idx.push_back(static_cast<std::int32_t>(i));
+    if (top_p_bin(w[i]) == boundary && w[i] > 0.0f) ws.idx.push_back(static_cast<std::int32_t>(i));
   // weights in the boundary bin, ordered by (weight desc, id asc)
   std::vector<double>& wd = ws.boundary_weights;
   wd.resize(v);
   for (auto i : ws.idx) wd[static_cast<std::size_t>(i)] = w[i];
-  const std::size_t m = select_top_p(wd.data(), w, 1.0, need - above, ws.idx);
+  const std::size_t kept = select_top_p(wd.data(), w, 1.0, need - above, ws.idx);
   if (ws.mark.size() != v) ws.mark.assign(v, 0);
-  for (std::size_t j = 0; j < m; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 1;
+  for (std::size_t j = 0; j < kept; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 1;
   for (std::size_t i = 0; i < v; ++i) {
-    const int bin = static_cast<int>(std::bit_cast<std::uint32_t>(w[i]) >> 20);
+    const std::uint32_t bin = top_p_bin(w[i]);
     const bool keep = bin > boundary || (bin == boundary && ws.mark[i]);
     row[i] = keep ? row[i] : ninf;
   }
-  for (std::size_t j = 0; j < m; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 0;
+  for (std::size_t j = 0; j < kept; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 0;
 }
 
 inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
@@ -227,36 +259,68 @@ inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
     if (!ws.keep[i]) row[i] = ninf;
 }
 
+//! The largest factor a penalty multiplies a logit by (l * r for l <= 0), 1 when none does.
+inline float penalty_growth(const sampling_params& p) noexcept {
+  float g = p.repetition_penalty;
+  if (p.contextual_penalty != 1.0f && p.penalty_window > 0 && p.contextual_sign_aware)
+    g = std::max(g, p.contextual_penalty);
+  return g;
+}
+
+inline bool has_penalties(const sampling_params& p, std::span<const std::int32_t> prefix,
+                          std::span<const std::int32_t> suffix) noexcept {
+  return (p.repetition_penalty != 1.0f || (p.contextual_penalty != 1.0f && p.penalty_window > 0)) &&
+         (!prefix.empty() || !suffix.empty());
+}
+
+//! Validates one row before anything is written (the first half of process_row): the policy check is
+//! the max/min pass that temperature and greedy need anyway, returned for process_row. A penalty l * r
+//! overflows to -inf only below -FLT_MAX / r; in that rare case the penalties are tried on a copy so a
+//! row they would empty is rejected untouched.
+inline logit_scan check_row(std::span<const float> row, const sampling_params& p, std::span<const std::int32_t> prefix,
+                            std::span<const std::int32_t> suffix, const std::vector<std::int32_t>* distinct_prefix,
+                            sampling_workspace& ws, const row_ref& at) {
+  const logit_scan s = checked_logit_scan(row, at);
+  if (has_penalties(p, prefix, suffix) && !std::isfinite(s.min * penalty_growth(p))) [[unlikely]] {
+    ws.values.assign(row.begin(), row.end());
+    apply_penalties(ws.values, p, prefix, suffix, distinct_prefix, ws);
+    if (!(scan_logits(ws.values.data(), ws.values.size()).max > -std::numeric_limits<float>::infinity()))
+      throw_empty_row(at,
+                      "at least one logit above -inf after the penalties (every admissible logit overflows to "
+                      "-inf when multiplied by the penalty)",
+                      "all -inf");
+  }
+  return s;
+}
+
+//! Steps 1-7 on a row that passed check_row (`s` is its result).
 inline void process_row(std::span<float> row, const sampling_params& p, std::span<const std::int32_t> prefix,
                         std::span<const std::int32_t> suffix, const std::vector<std::int32_t>* distinct_prefix,
-                        sampling_workspace& ws, std::string_view function) {
+                        sampling_workspace& ws, logit_scan s) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  if (has_nan_or_posinf(row.data(), row.size())) [[unlikely]]
-    throw_invalid_argument(function, "logits", "finite or -inf logits (no NaN, no +inf)", "NaN or +inf");
-  apply_penalties(row, p, prefix, suffix, distinct_prefix, ws);
-  const std::int64_t top = argmax_lowest(row);
-  require(top >= 0, function, "logits", "at least one logit above -inf per row", "all -inf");
+  if (has_penalties(p, prefix, suffix)) {
+    apply_penalties(row, p, prefix, suffix, distinct_prefix, ws);
+    s = scan_logits(row.data(), row.size());  // penalties create no NaN or +inf, only move values
+  }
   if (p.temperature == 0.0f) {
+    const auto top = static_cast<std::size_t>(first_index_of(row.data(), row.size(), s.max));
     std::fill(row.begin(), row.end(), ninf);
-    row[static_cast<std::size_t>(top)] = 0.0f;
+    row[top] = 0.0f;
     return;
   }
-  if (p.temperature != 1.0f) {
-    const float inv = 1.0f / p.temperature;
-    for (float& x : row) x *= inv;
-  }
+  // m: the row's maximum from here on (top-k, top-p and min-p always keep the largest logit)
+  float m = s.max;
+  if (p.temperature != 1.0f) m = apply_temperature(row, p.temperature, s);
   if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < row.size()) apply_top_k(row, p.top_k, ws);
-  if (p.top_p < 1.0f) apply_top_p(row, p.top_p, ws);
+  if (p.top_p < 1.0f) apply_top_p(row, p.top_p, m, ws);
   if (p.min_p > 0.0f) {
     // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base): compared on logits, no exp needed
-    const float m = row_max(row.data(), row.size());
     const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
     for (float& x : row) x = x >= cut ? x : ninf;
   }
   if (p.eta_epsilon > 0.0f) {
-    const double s = softmax_weights(row, ws);
-    // H = -sum P log P with P = w / s, log P = (l - max) - log s  =>  H = log s - sum w (l - max) / s
-    const float m = row_max(row.data(), row.size());
+    const double sum = softmax_weights(row, m, ws);
+    // H = -sum P log P with P = w / sum, log P = (l - max) - log sum  =>  H = log sum - sum w (l - max) / sum
     double acc[lanes] = {};
     std::size_t i = 0;
     const float* w = ws.weights.data();
@@ -265,11 +329,11 @@ inline void process_row(std::span<float> row, const sampling_params& p, std::spa
     double t = 0.0;
     for (; i < row.size(); ++i) t += w[i] > 0.0f ? static_cast<double>(w[i]) * (row[i] - m) : 0.0;
     for (int j = 0; j < lanes; ++j) t += acc[j];
-    const double h = std::log(s) - t / s;
+    const double h = std::log(sum) - t / sum;
     const double alpha = p.eta_alpha < 0.0f ? std::sqrt(static_cast<double>(p.eta_epsilon)) : p.eta_alpha;
     const double eta = std::min(static_cast<double>(p.eta_epsilon), alpha * std::exp(-h));
-    const std::int64_t best = argmax_lowest(row);
-    const double cut = eta * s;
+    const std::int64_t best = first_index_of(row.data(), row.size(), m);
+    const double cut = eta * sum;
     for (std::size_t k = 0; k < row.size(); ++k)
       if (static_cast<double>(w[k]) < cut && static_cast<std::int64_t>(k) != best) row[k] = ninf;
   }
@@ -279,7 +343,8 @@ inline void process_row(std::span<float> row, const sampling_params& p, std::spa
 
 //! Processes one row of logits in place with the chain above. The penalty context is
 //! `context` ++ `context_suffix` (e.g. committed tokens and a tree node's root path).
-//! Preconditions: every context token in [0, V); no NaN; at least one logit above -inf.
+//! Preconditions (checked, invalid_argument otherwise, the row untouched): every context token in
+//! [0, V); no NaN or +inf logit; at least one logit above -inf (see the file comment).
 //! Complexity: O(V + |context|) expected (no full sort; top-k/top-p are linear-time selections).
 inline void process_logits(std::span<float> logits, const sampling_params& params,
                            std::span<const std::int32_t> context, std::span<const std::int32_t> context_suffix,
@@ -290,7 +355,8 @@ inline void process_logits(std::span<float> logits, const sampling_params& param
   const int vocab = static_cast<int>(logits.size());
   detail::check_context(context, vocab, fn, "context");
   detail::check_context(context_suffix, vocab, fn, "context_suffix");
-  detail::process_row(logits, params, context, context_suffix, nullptr, ws, fn);
+  const auto scan = detail::check_row(logits, params, context, context_suffix, nullptr, ws, {fn, "logits"});
+  detail::process_row(logits, params, context, context_suffix, nullptr, ws, scan);
 }
 
 //! process_logits with an empty suffix.
@@ -303,7 +369,9 @@ inline void process_logits(std::span<float> logits, const sampling_params& param
 //! with context = `committed`, row i+1 with context = committed ++ path(i) (root child first, node i
 //! last), i.e. exactly what autoregressive decoding would use after emitting that path.
 //! The tree is given by parallel arrays: tokens[i], parents[i] (-1 = child of the root, parents[i] < i).
-//! `logits` is float [n+1, V], unit inner stride. Complexity: O((n+1)(V + W + depth) + |committed|).
+//! `logits` is float [n+1, V], unit inner stride. Every row must satisfy process_logits' preconditions;
+//! all rows are checked before any is written, and a bad row throws invalid_argument naming its index.
+//! Complexity: O((n+1)(V + W + depth) + |committed|).
 template <tensor_like Logits>
   requires std::is_same_v<typename Logits::element_type, float>
 void process_tree_logits(const Logits& logits, const sampling_params& params,
@@ -340,26 +408,32 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
     for (auto t : distinct) ws.mark[static_cast<std::size_t>(t)] = 0;
     dp = &distinct;
   }
+  // every row is checked before any is written, so a rejected call leaves the logits as they were
   std::vector<std::int32_t> path;
-  for (std::int64_t r = 0; r <= n; ++r) {
+  const auto row_path = [&](std::int64_t r) -> std::span<const std::int32_t> {
     path.clear();
     for (std::int64_t a = r - 1; a >= 0; a = parents[static_cast<std::size_t>(a)]) path.push_back(tokens[static_cast<std::size_t>(a)]);
     std::reverse(path.begin(), path.end());
-    std::span<float> row(view.data() + r * view.stride(0), static_cast<std::size_t>(vocab));
-    detail::process_row(row, params, committed, path, dp, ws, fn);
-  }
+    return path;
+  };
+  const auto row_at = [&](std::int64_t r) {
+    return std::span<float>(view.data() + r * view.stride(0), static_cast<std::size_t>(vocab));
+  };
+  std::vector<detail::logit_scan> scans(static_cast<std::size_t>(n + 1));
+  for (std::int64_t r = 0; r <= n; ++r)
+    scans[static_cast<std::size_t>(r)] = detail::check_row(row_at(r), params, committed, row_path(r), dp, ws, {fn, "logits", r});
+  for (std::int64_t r = 0; r <= n; ++r)
+    detail::process_row(row_at(r), params, committed, row_path(r), dp, ws, scans[static_cast<std::size_t>(r)]);
 }
 
 //! Softmax of a processed row into `probs` (same length): P = exp(l - max) / sum (exp by
-//! detail::fast_exp, sum in double). Preconditions: no NaN/+inf; at least one logit above -inf. O(V).
+//! detail::fast_exp, sum in double). Preconditions (checked, invalid_argument otherwise): no NaN or
+//! +inf; at least one logit above -inf. O(V): a checking max pass, an exp-and-sum pass, a scale pass.
 inline void logits_to_probs(std::span<const float> logits, std::span<float> probs) {
   constexpr std::string_view fn = "specdec::logits_to_probs";
   require_equal(fn, "probs.size()", logits.size(), probs.size());
   require(!logits.empty(), fn, "logits", "a non-empty row", logits.size());
-  require(!detail::has_nan_or_posinf(logits.data(), logits.size()), fn, "logits", "finite or -inf logits",
-          "NaN or +inf");
-  const float m = detail::row_max(logits.data(), logits.size());
-  require(m > -std::numeric_limits<float>::infinity(), fn, "logits", "at least one logit above -inf", "all -inf");
+  const float m = detail::checked_logit_scan(logits, {fn, "logits"}).max;
   const double s = detail::exp_sum(logits.data(), logits.size(), m, probs.data());
   const auto inv = static_cast<float>(1.0 / s);
   for (float& x : probs) x *= inv;

@@ -11,8 +11,23 @@
 //! anything a statistical test or a language model can resolve. For logits the weights are
 //! w_i = detail::fast_exp(l_i - max) (relative error < 2e-7 against exp, the same function every
 //! processor uses, so "the distribution" is defined by it consistently). Zero-weight tokens are never
-//! returned (rounding past a block's end falls back to that block's last positive-weight token).
+//! returned, and neither is anything outside [0, V): rounding past a block's end falls back to that
+//! block's last positive-weight token, past the last block to the row's last positive-weight token,
+//! and a row with no positive weight is an error (never a -1).
 //! Randomness: only through the caller's philox_stream, so (seed, request, step) fixes the draw.
+//!
+//! Non-finite numbers (the policy of every token-producing entry point: logits processors, samplers,
+//! verifiers). A token id cannot carry a NaN, so bad numbers are rejected with
+//! specdec::invalid_argument naming the function, the argument, the row (and request) and the token:
+//!  - logits: NaN and +inf are rejected; -inf is legal (a masked token, weight exactly 0); a row with
+//!    no logit above -inf has no admissible token and is rejected;
+//!  - probabilities / weights: NaN, +-inf and negative entries are rejected; an all-zero row has no
+//!    admissible token and is rejected;
+//!  - denormals are ordinary numbers (no flush-to-zero is assumed): a row whose only mass is denormal
+//!    samples exactly like any other row.
+//! The check is folded into a pass that already reads the row (the max pass for logits; for
+//! probabilities the block-sum pass, which re-reads each 1024-token block from L1), so it adds no pass
+//! over memory; it runs before any Philox word is drawn.
 
 #include <algorithm>
 #include <cmath>
@@ -20,130 +35,177 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string_view>
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/detail/row_error.hpp"
 #include "specdec/sampling/detail/vec.hpp"
 
 namespace specdec {
 
-//! Greedy decoding: the index of the largest logit (or probability), lowest id on ties.
-//! Preconditions: non-empty; at least one value above -inf (NaN values are never chosen).
-//! Complexity: O(V), one pass.
-[[nodiscard]] inline std::int32_t greedy_token(std::span<const float> row) {
-  constexpr std::string_view fn = "specdec::greedy_token";
-  require(!row.empty(), fn, "row", "a non-empty row", row.size());
-  const float m = detail::row_max(row.data(), row.size());
-  require(m > -std::numeric_limits<float>::infinity(), fn, "row", "at least one value above -inf", "all -inf or NaN");
-  return static_cast<std::int32_t>(detail::first_index_of(row.data(), row.size(), m));
-}
-
 namespace detail {
 
-//! Inverse-CDF draw from non-negative weights given through `weight(i)`; `total` their double sum.
-template <class Weight>
-std::int32_t inverse_cdf(std::size_t v, Weight&& weight, double total, philox_stream& rng) {
-  const double u = rng.uniform_double() * total;
-  double c = 0.0;
-  std::int32_t last = -1;
-  for (std::size_t i = 0; i < v; ++i) {
-    const double w = weight(i);
-    if (w > 0.0) {
-      c += w;
-      last = static_cast<std::int32_t>(i);
-      if (u < c) return last;
-    }
+//! scan_logits under the non-finite policy: throws for NaN / +inf (naming the first such token) and
+//! for a row with no logit above -inf.
+inline logit_scan checked_logit_scan(std::span<const float> row, const row_ref& at) {
+  const logit_scan s = scan_logits(row.data(), row.size());
+  if (s.bad) [[unlikely]] {
+    const std::size_t i = first_nan_or_posinf(row.data(), row.size());
+    throw_bad_entry(at, bad_logit_text, static_cast<std::int64_t>(i), row[i]);
   }
-  return last;
+  if (!(s.max > -std::numeric_limits<float>::infinity())) [[unlikely]]
+    throw_empty_row(at, "at least one logit above -inf", "all -inf");
+  return s;
 }
 
-//! Blocked inverse CDF: weight(i) for i in [0, v) is the same pure function in both passes;
-//! block_sum(lo, hi) must equal the sum the scan would see up to rounding. Blocks of 1024 tokens: one
-//! vectorized pass computes block sums (the total is their sum in block order), the draw walks the
-//! block sums and scans a single block element by element. If rounding leaves u * total at or past
-//! the end of the chosen block, the last positive-weight token of that block is returned; if past the
-//! last block, the last positive-weight token of the row.
+//! Tokens per block of the blocked inverse CDF: one vectorized pass computes the block sums, a draw
+//! walks them and scans a single block.
+inline constexpr std::size_t cdf_block = 1024;
+
+//! Block sums of one row of non-negative weights, and draws from the row by blocked inverse CDF (see
+//! the file comment). No allocation up to 128 blocks (128K tokens).
+class cdf_blocks {
+ public:
+  //! Sizes the block sums for a row of v tokens; returns the array (count() entries) for the caller
+  //! to fill with the sum of weight(i) over each block; then call sum_up().
+  double* reset(std::size_t v) {
+    v_ = v;
+    nb_ = (v + cdf_block - 1) / cdf_block;
+    if (nb_ > local_blocks) heap_.resize(nb_);
+    total_ = 0.0;
+    return sums();
+  }
+  //! total() = the block sums added in block order.
+  void sum_up() noexcept {
+    const double* bs = sums();
+    total_ = 0.0;
+    for (std::size_t b = 0; b < nb_; ++b) total_ += bs[b];
+  }
+  //! reset(v), block b's sum = block_sum(lo, hi) (the weights of tokens [lo, hi)), sum_up().
+  template <class BlockSum>
+  void compute(std::size_t v, BlockSum&& block_sum) {
+    double* bs = reset(v);
+    for (std::size_t b = 0; b < nb_; ++b) bs[b] = block_sum(b * cdf_block, std::min(v, (b + 1) * cdf_block));
+    sum_up();
+  }
+  [[nodiscard]] double total() const noexcept { return total_; }
+  [[nodiscard]] std::size_t count() const noexcept { return nb_; }
+  [[nodiscard]] double* sums() noexcept { return nb_ > local_blocks ? heap_.data() : local_; }
+  [[nodiscard]] const double* sums() const noexcept { return nb_ > local_blocks ? heap_.data() : local_; }
+
+  //! Draws token i with probability weight(i) / total(); weight must be the pure function (values
+  //! >= 0) the block sums were taken over. Consumes two Philox words. Returns a token in [0, v) whose
+  //! weight is positive, never anything else: a total that is not positive and finite (no admissible
+  //! token) throws invalid_argument naming `at` before any word is drawn, and if the block sums ever
+  //! disagreed with the weights so that no positive weight is found where one was announced, the walk
+  //! goes on to the next blocks and ends at the row's last positive-weight token (or throws).
+  template <class Weight>
+  std::int32_t draw(Weight&& weight, philox_stream& rng, const row_ref& at) const {
+    if (!(total_ > 0.0 && total_ <= std::numeric_limits<double>::max())) [[unlikely]]
+      throw_empty_row(at, "a positive sum (at least one token with positive probability)",
+                      total_ > 0.0 ? "inf" : "0");
+    const double* bs = sums();
+    const double u = rng.uniform_double() * total_;
+    double c = 0.0;
+    for (std::size_t b = 0; b < nb_; ++b) {
+      if (bs[b] > 0.0 && c + bs[b] > u) {
+        std::int64_t last = -1;
+        for (std::size_t i = b * cdf_block, hi = std::min(v_, (b + 1) * cdf_block); i < hi; ++i) {
+          const double w = weight(i);
+          if (w > 0.0) {
+            c += w;
+            last = static_cast<std::int64_t>(i);
+            if (u < c) return static_cast<std::int32_t>(last);
+          }
+        }
+        if (last >= 0) return static_cast<std::int32_t>(last);  // rounding left u past the block's end
+      }
+      c += bs[b];
+    }
+    for (std::size_t i = v_; i-- > 0;)  // rounding left u at or past the total
+      if (weight(i) > 0.0) return static_cast<std::int32_t>(i);
+    throw_empty_row(at, "a positive sum (at least one token with positive probability)", "no positive weight");
+  }
+
+ private:
+  static constexpr std::size_t local_blocks = 128;
+  std::size_t v_ = 0, nb_ = 0;
+  double total_ = 0.0;
+  double local_[local_blocks];
+  std::vector<double> heap_;
+};
+
+//! One blocked inverse-CDF draw: cdf_blocks::compute then cdf_blocks::draw (see there).
+template <class BlockSum, class Weight>
+std::int32_t blocked_inverse_cdf(std::size_t v, BlockSum&& block_sum, Weight&& weight, philox_stream& rng,
+                                 const row_ref& at) {
+  cdf_blocks blocks;
+  blocks.compute(v, block_sum);
+  return blocks.draw(weight, rng, at);
+}
+
+//! The same with the error naming `fn` and `argument` only.
 template <class BlockSum, class Weight>
 std::int32_t blocked_inverse_cdf(std::size_t v, BlockSum&& block_sum, Weight&& weight, philox_stream& rng,
                                  std::string_view fn, std::string_view argument) {
-  constexpr std::size_t block = 1024;
-  const std::size_t nb = (v + block - 1) / block;
-  double local[128];
-  std::vector<double> heap;
-  double* bs = local;
-  if (nb > 128) {
-    heap.resize(nb);
-    bs = heap.data();
-  }
-  double total = 0.0;
-  for (std::size_t b = 0; b < nb; ++b) {
-    bs[b] = block_sum(b * block, std::min(v, (b + 1) * block));
-    total += bs[b];
-  }
-  require(total > 0.0, fn, argument, "a positive sum", total);
-  const double u = rng.uniform_double() * total;
-  double c = 0.0;
-  for (std::size_t b = 0; b < nb; ++b) {
-    if (c + bs[b] > u && bs[b] > 0.0) {
-      std::int32_t last = -1;
-      for (std::size_t i = b * block; i < std::min(v, (b + 1) * block); ++i) {
-        const double w = weight(i);
-        if (w > 0.0) {
-          c += w;
-          last = static_cast<std::int32_t>(i);
-          if (u < c) return last;
+  return blocked_inverse_cdf(v, block_sum, weight, rng, row_ref{fn, argument});
+}
+
+//! sample_from_probs with errors naming `at` (the verifiers name their tensor, row and request).
+inline std::int32_t draw_from_probs(std::span<const float> probs, philox_stream& rng, const row_ref& at) {
+  const float* x = probs.data();
+  return blocked_inverse_cdf(
+      probs.size(),
+      [&](std::size_t lo, std::size_t hi) {
+        const prob_sum s = checked_prob_sum(x + lo, hi - lo);
+        if (s.bad) [[unlikely]] {
+          const std::size_t i = lo + first_inadmissible_prob(x + lo, hi - lo);
+          throw_bad_entry(at, bad_prob_text, static_cast<std::int64_t>(i), x[i]);
         }
-      }
-      return last;
-    }
-    c += bs[b];
-  }
-  for (std::size_t i = v; i-- > 0;)
-    if (weight(i) > 0.0) return static_cast<std::int32_t>(i);
-  return -1;  // unreachable: total > 0
+        return s.sum;
+      },
+      [&](std::size_t i) { return static_cast<double>(x[i]); }, rng, at);
 }
 
 }  // namespace detail
 
+//! Greedy decoding: the index of the largest logit (or probability), lowest id on ties.
+//! Preconditions (checked, invalid_argument otherwise): non-empty; no NaN or +inf; at least one
+//! value above -inf (see the non-finite policy above). Complexity: O(V), one checking max pass and
+//! a search for the first maximum.
+[[nodiscard]] inline std::int32_t greedy_token(std::span<const float> row) {
+  constexpr std::string_view fn = "specdec::greedy_token";
+  require(!row.empty(), fn, "row", "a non-empty row", row.size());
+  const detail::logit_scan s = detail::checked_logit_scan(row, {fn, "row"});
+  return static_cast<std::int32_t>(detail::first_index_of(row.data(), row.size(), s.max));
+}
+
 //! Draws a token from softmax(logits) (the processed row; -inf = excluded) by blocked inverse CDF
-//! (exp by detail::fast_exp, sums in double). Preconditions: non-empty; no NaN; at least one logit
-//! above -inf (+inf logits: uniform over them, the limit of softmax). Consumes two Philox words.
-//! Complexity: O(V): a validation/max pass, one vectorized exp-and-sum pass, a scan of one 1024-token
+//! (exp by detail::fast_exp, sums in double). Preconditions (checked, invalid_argument otherwise):
+//! non-empty; no NaN or +inf; at least one logit above -inf. Consumes two Philox words.
+//! Complexity: O(V): one checking max pass, one vectorized exp-and-sum pass, a scan of one 1024-token
 //! block; no sorting, no allocation below 128K tokens.
 [[nodiscard]] inline std::int32_t sample_token(std::span<const float> logits, philox_stream& rng) {
   constexpr std::string_view fn = "specdec::sample_token";
   require(!logits.empty(), fn, "logits", "a non-empty row", logits.size());
-  const float m = detail::row_max(logits.data(), logits.size());
-  bool nan = false;
-  for (float x : logits) nan |= x != x;
-  require(!nan, fn, "logits", "no NaN logits", "NaN");
-  require(m > -std::numeric_limits<float>::infinity(), fn, "logits", "at least one logit above -inf", "all -inf");
-  if (std::isinf(m)) {  // +inf dominates: uniform over the +inf entries, as the limit of softmax
-    double cnt = 0.0;
-    for (float x : logits) cnt += (x == m);
-    return detail::inverse_cdf(
-        logits.size(), [&](std::size_t i) { return logits[i] == m ? 1.0 : 0.0; }, cnt, rng);
-  }
+  const detail::row_ref at{fn, "logits"};
+  const float m = detail::checked_logit_scan(logits, at).max;
   const float* x = logits.data();
   return detail::blocked_inverse_cdf(
       logits.size(), [&](std::size_t lo, std::size_t hi) { return detail::exp_sum(x + lo, hi - lo, m, nullptr); },
-      [&](std::size_t i) { return static_cast<double>(detail::fast_exp(x[i] - m)); }, rng, fn, "logits");
+      [&](std::size_t i) { return static_cast<double>(detail::fast_exp(x[i] - m)); }, rng, at);
 }
 
 //! Draws a token from a row of non-negative probabilities (or any non-negative weights: the row is
-//! normalised by its own sum) by blocked inverse CDF. Preconditions: non-empty, every entry finite and
-//! >= 0, positive sum. Consumes two Philox words. Complexity: O(V), two vectorized passes and a scan
-//! of one 1024-token block.
+//! normalised by its own sum) by blocked inverse CDF. Preconditions (checked, invalid_argument
+//! otherwise): non-empty; every entry finite and >= 0; positive sum (denormal-only rows are fine).
+//! Consumes two Philox words. Complexity: O(V): one vectorized checking block-sum pass and a scan of
+//! one 1024-token block.
 [[nodiscard]] inline std::int32_t sample_from_probs(std::span<const float> probs, philox_stream& rng) {
   constexpr std::string_view fn = "specdec::sample_from_probs";
   require(!probs.empty(), fn, "probs", "a non-empty row", probs.size());
-  bool bad = false;
-  for (float x : probs) bad |= !(x >= 0.0f && x <= std::numeric_limits<float>::max());
-  require(!bad, fn, "probs", "finite non-negative entries", "a negative, infinite or NaN entry");
-  const float* x = probs.data();
-  return detail::blocked_inverse_cdf(
-      probs.size(), [&](std::size_t lo, std::size_t hi) { return detail::lane_sum(x + lo, hi - lo); },
-      [&](std::size_t i) { return static_cast<double>(x[i]); }, rng, fn, "probs");
+  return detail::draw_from_probs(probs, rng, {fn, "probs"});
 }
 
 }  // namespace specdec

@@ -3,10 +3,13 @@
 //! Speculative-decoding metrics: tau (mean tokens per target forward, LongSpec §4), alpha (TokenSwift
 //! Eq. 4), Leviathan et al.'s expected speedup (GLIDE §5.1), Distinct-n (Li et al. 2016, as TokenSwift
 //! reports it) and per-phase wall-clock timers (draft, target, verify; cf. LongSpec's Table 5).
+//! Non-finite numbers: every floating-point argument is checked (NaN and infinities rejected with
+//! specdec::invalid_argument naming it); denormals are ordinary numbers.
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <span>
 #include <string>
@@ -96,9 +99,10 @@ class decode_metrics {
 
   //! Starts timing `phase` until the returned object is destroyed.
   [[nodiscard]] scoped_timer scoped(decode_phase phase) { return scoped_timer(*this, phase); }
-  //! Adds `ms` milliseconds to a phase (ms >= 0).
+  //! Adds `ms` milliseconds to a phase (ms finite and >= 0: an infinite time would poison the total).
   void add_ms(decode_phase phase, double ms) {
-    require(ms >= 0.0, "specdec::decode_metrics::add_ms", "ms", ">= 0", ms);
+    require(ms >= 0.0 && ms <= std::numeric_limits<double>::max(), "specdec::decode_metrics::add_ms", "ms",
+            "a finite value >= 0", ms);
     ms_[static_cast<int>(phase)] += ms;
   }
   //! Records one verification step (one target forward).

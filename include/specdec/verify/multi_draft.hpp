@@ -26,6 +26,20 @@
 //! it); without replacement, siblings carry distinct tokens. Unchecked: rows are probability
 //! distributions (sums 1 up to rounding) and the children really were drawn from q in index order; a
 //! deterministic top-k tree breaks that assumption: use sample_and_match for those.
+//!
+//! Non-finite policy (verify_result.hpp): p and q at every child's token are checked up front, the
+//! full p and q rows of a node in the first residual pass that reads them, a bonus row in its draw;
+//! NaN, +-inf and negative entries and an all-zero row to draw from throw invalid_argument naming the
+//! tensor, row (and request) and token.
+//!
+//! Numerics of the residual. p'_j is kept unnormalised, p'_j = w / T (T = 1 and w = p before the first
+//! rejection at a node), so a rejection updates w <- max(0, w - T q_j) with no division of the
+//! vocabulary and no 1/T that could overflow after many tiny residuals; the same pass sums w per
+//! 1024-token block, which is all the bonus draw needs besides one block scan. If the updated residual
+//! is exactly zero (p'_j <= q_j everywhere, i.e. p'_j == q_j as distributions: that rejection had
+//! probability zero) p'_{j+1} = p'_j is kept, the law the proof above requires of the emitted token
+//! (see detail::sample_residual for what vLLM and FlashInfer do there). Every draw is from a row with
+//! a positive total and returns a token of positive weight, so the bonus is always in [0, V).
 
 #include <algorithm>
 #include <cstdint>
@@ -53,14 +67,15 @@ enum class draft_sampling : std::uint8_t {
 namespace detail {
 
 inline void validate_multi_draft(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
-                                 const prob_rows& q, draft_sampling mode, std::string_view fn) {
+                                 const prob_rows& p, const prob_rows& q, draft_sampling mode, std::string_view fn) {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const float qx = q.at(parents[i] + 1, tokens[i]);
+    const float qx = checked_prob(q, parents[i] + 1, tokens[i], fn, "draft_probs");
     if (!(qx > 0.0f)) [[unlikely]]
       throw_invalid_argument(fn, "draft_probs",
                              "q > 0 at the parent's draft row for every child's token (node " + std::to_string(i) +
                                  ", token " + std::to_string(tokens[i]) + ")",
                              qx);
+    checked_prob(p, parents[i] + 1, tokens[i], fn, "target_probs");
   }
   if (mode == draft_sampling::without_replacement) {
     std::vector<std::pair<std::int32_t, std::int32_t>> sib(tokens.size());
@@ -74,16 +89,76 @@ inline void validate_multi_draft(std::span<const std::int32_t> tokens, std::span
   }
 }
 
-//! Per-call scratch: residual weights over the vocabulary.
+//! Per-call scratch: the unnormalised residual over the vocabulary and its block sums.
 struct multi_draft_scratch {
   std::vector<double> w;
+  cdf_blocks blocks;
   std::vector<double> keep;
   std::vector<std::int32_t> drawn;
 };
 
+//! One rejection's update (see the file comment): w <- max(0, base - c q) with base = p (first
+//! rejection at the node: `prow` is read and checked here) or w, block sums into s.blocks; tokens in
+//! s.drawn keep their base weight (q_j is 0 there). Returns the new total.
+inline double residual_update(std::span<const float> prow, std::span<const float> qrow, bool from_p, double c,
+                              multi_draft_scratch& s, const row_ref& at_p, const row_ref& at_q) {
+  const std::size_t v = prow.size();
+  if (s.w.size() != v) s.w.resize(v);
+  double* w = s.w.data();
+  const float* pr = prow.data();
+  const float* qr = qrow.data();
+  s.keep.clear();
+  for (auto d : s.drawn) s.keep.push_back(from_p ? static_cast<double>(pr[d]) : w[d]);
+  double* bs = s.blocks.reset(v);
+  for (std::size_t b = 0; b < s.blocks.count(); ++b) {
+    const std::size_t lo = b * cdf_block, hi = std::min(v, lo + cdf_block);
+    double acc[lanes] = {};
+    std::size_t i = lo;
+    if (from_p) {
+      for (; i + lanes <= hi; i += lanes)
+        for (int j = 0; j < lanes; ++j) {
+          const double d = static_cast<double>(pr[i + j]) - c * static_cast<double>(qr[i + j]);
+          w[i + j] = d > 0.0 ? d : 0.0;
+          acc[j] += w[i + j];
+        }
+    } else {
+      for (; i + lanes <= hi; i += lanes)
+        for (int j = 0; j < lanes; ++j) {
+          const double d = w[i + j] - c * static_cast<double>(qr[i + j]);
+          w[i + j] = d > 0.0 ? d : 0.0;
+          acc[j] += w[i + j];
+        }
+    }
+    double sum = 0.0;
+    for (; i < hi; ++i) {
+      const double d = (from_p ? static_cast<double>(pr[i]) : w[i]) - c * static_cast<double>(qr[i]);
+      w[i] = d > 0.0 ? d : 0.0;
+      sum += w[i];
+    }
+    for (int j = 0; j < lanes; ++j) sum += acc[j];
+    if (from_p && (any_inadmissible_prob(pr + lo, hi - lo) || any_inadmissible_prob(qr + lo, hi - lo))) [[unlikely]] {
+      const std::size_t ip = lo + first_inadmissible_prob(pr + lo, hi - lo);
+      if (ip < hi) throw_bad_entry(at_p, bad_prob_text, static_cast<std::int64_t>(ip), pr[ip]);
+      const std::size_t iq = lo + first_inadmissible_prob(qr + lo, hi - lo);
+      throw_bad_entry(at_q, bad_prob_text, static_cast<std::int64_t>(iq), qr[iq]);
+    }
+    bs[b] = sum;
+  }
+  if (!s.drawn.empty()) {
+    for (std::size_t k = 0; k < s.drawn.size(); ++k) w[static_cast<std::size_t>(s.drawn[k])] = s.keep[k];
+    // the blocks holding drawn tokens are summed again, so every block sum is the sum of its weights
+    for (std::size_t k = 0; k < s.drawn.size(); ++k) {
+      const std::size_t lo = static_cast<std::size_t>(s.drawn[k]) / cdf_block * cdf_block;
+      bs[lo / cdf_block] = lane_sum(w + lo, std::min(v, lo + cdf_block) - lo);
+    }
+  }
+  s.blocks.sum_up();
+  return s.blocks.total();
+}
+
 inline verify_result multi_draft_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
                                       const prob_rows& p, const prob_rows& q, draft_sampling mode,
-                                      philox_stream& rng, multi_draft_scratch& s) {
+                                      philox_stream& rng, multi_draft_scratch& s, std::string_view fn) {
   const child_index ch(parents);
   const auto v = static_cast<std::size_t>(p.vocab);
   verify_result res;
@@ -91,7 +166,8 @@ inline verify_result multi_draft_walk(std::span<const std::int32_t> tokens, std:
   for (;;) {
     const auto prow = p.row(cur + 1);
     const auto qrow = q.row(cur + 1);
-    bool residual = false;  // false: p' = prow; true: p' = s.w / total
+    const row_ref at_p = p.ref(fn, "target_probs", cur + 1), at_q = q.ref(fn, "draft_probs", cur + 1);
+    bool residual = false;    // false: p' = prow; true: p' = s.w / total
     double total = 1.0;
     double drawn_mass = 0.0;  // without replacement: q mass of earlier siblings' tokens
     s.drawn.clear();
@@ -107,50 +183,26 @@ inline verify_result multi_draft_walk(std::span<const std::int32_t> tokens, std:
         next = c;
         break;
       }
-      // rejected: p'_{j+1} = norm(max(0, p'_j - q_j)); q_j is 0 on tokens already drawn
-      if (s.w.size() != v) s.w.resize(v);
-      // remember p'_j on earlier drawn tokens (q_j = 0 there), then one fused pass
-      const double inv_total = 1.0 / total, inv_remain = 1.0 / remain;
-      double t = 0.0;
-      if (!residual) {
-        for (std::size_t i = 0; i < v; ++i) {
-          const double d = static_cast<double>(prow[i]) - static_cast<double>(qrow[i]) * inv_remain;
-          s.w[i] = d > 0.0 ? d : 0.0;
-        }
-        for (auto d : s.drawn) s.w[static_cast<std::size_t>(d)] = prow[static_cast<std::size_t>(d)];
-      } else {
-        // drawn tokens keep p'_j: save, update, restore (the list is short: at most k)
-        s.keep.clear();
-        for (auto d : s.drawn) s.keep.push_back(s.w[static_cast<std::size_t>(d)] * inv_total);
-        for (std::size_t i = 0; i < v; ++i) {
-          const double d = s.w[i] * inv_total - static_cast<double>(qrow[i]) * inv_remain;
-          s.w[i] = d > 0.0 ? d : 0.0;
-        }
-        for (std::size_t k = 0; k < s.drawn.size(); ++k) s.w[static_cast<std::size_t>(s.drawn[k])] = s.keep[k];
-      }
-      for (std::size_t i = 0; i < v; ++i) t += s.w[i];
+      // rejected: p'_{j+1} = norm(max(0, p'_j - q_j)); q_j = q / remain, and 0 on tokens already drawn
+      const double t = residual_update(prow, qrow, !residual, total / remain, s, at_p, at_q);
       if (t > 0.0) {
         residual = true;
         total = t;
-      } else if (residual) {  // p'_j == q_j exactly: rejection had probability 0; keep p'_j
-        // s.w was overwritten with zeros except drawn tokens; rebuild is not possible cheaply, so fall
-        // back to q_j, which equals p'_j here.
-        for (std::size_t i = 0; i < v; ++i) s.w[i] = static_cast<double>(qrow[i]) * inv_remain;
+      } else if (residual) {
+        // p'_j == q_j: keep p'_j. s.w was overwritten, so rebuild it from q_j (equal to p'_j here).
+        for (std::size_t i = 0; i < v; ++i) s.w[i] = static_cast<double>(qrow[i]) / remain;
         for (auto d : s.drawn) s.w[static_cast<std::size_t>(d)] = 0.0;
-        total = 0.0;
-        for (std::size_t i = 0; i < v; ++i) total += s.w[i];
-      }
+        s.blocks.compute(v, [&](std::size_t lo, std::size_t hi) { return lane_sum(s.w.data() + lo, hi - lo); });
+        total = s.blocks.total();
+      }  // else p'_j = prow is kept as it is
       if (mode == draft_sampling::without_replacement) {
         s.drawn.push_back(static_cast<std::int32_t>(x));
         drawn_mass += static_cast<double>(qrow[x]);
       }
     }
     if (next < 0) {
-      if (residual) {
-        res.bonus = inverse_cdf(v, [&](std::size_t i) { return s.w[i]; }, total, rng);
-      } else {
-        res.bonus = sample_from_probs(prow, rng);
-      }
+      res.bonus = residual ? s.blocks.draw([&](std::size_t i) { return s.w[i]; }, rng, at_p)
+                           : draw_from_probs(prow, rng, at_p);
       return res;
     }
     res.accepted.push_back(next);
@@ -174,9 +226,9 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
   const auto q = detail::to_rows(draft_probs, tree.size() + 1, fn, "draft_probs");
   require_equal(fn, "draft_probs vocab (extent 1)", p.vocab, q.vocab);
   detail::check_tokens_in_vocab(tree.tokens(), p.vocab, fn);
-  detail::validate_multi_draft(tree.tokens(), tree.parents(), q, mode, fn);
+  detail::validate_multi_draft(tree.tokens(), tree.parents(), p, q, mode, fn);
   detail::multi_draft_scratch s;
-  return detail::multi_draft_walk(tree.tokens(), tree.parents(), p, q, mode, rng, s);
+  return detail::multi_draft_walk(tree.tokens(), tree.parents(), p, q, mode, rng, s, fn);
 }
 
 //! Ragged-batch multi-draft verification: request r's rows start at node_indptr[r] + r in both
@@ -196,14 +248,15 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
   detail::check_request_ids(request_ids, batch.num_requests(), fn);
   for (int r = 0; r < batch.num_requests(); ++r) {
     const auto t = detail::batch_request(batch, r);
-    detail::validate_multi_draft(t.tokens, t.parents, detail::batch_rows(q, batch, r), mode, fn);
+    detail::validate_multi_draft(t.tokens, t.parents, detail::batch_rows(p, batch, r), detail::batch_rows(q, batch, r),
+                                 mode, fn);
   }
   return detail::run_batch(policy, batch.num_requests(), [&](int r) {
     auto rng = detail::request_stream(seed, step, request_ids, r);
     const auto t = detail::batch_request(batch, r);
     detail::multi_draft_scratch s;
     return detail::multi_draft_walk(t.tokens, t.parents, detail::batch_rows(p, batch, r),
-                                    detail::batch_rows(q, batch, r), mode, rng, s);
+                                    detail::batch_rows(q, batch, r), mode, rng, s, fn);
   });
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "specdec/core/execution.hpp"
 #include "specdec/core/philox.hpp"
@@ -27,12 +28,12 @@ namespace specdec {
 
 namespace detail {
 inline verify_result sample_and_match_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
-                                           const prob_rows& rows, philox_stream& rng) {
+                                           const prob_rows& rows, philox_stream& rng, std::string_view fn) {
   const child_index ch(parents);
   verify_result res;
   std::int32_t cur = -1;
   for (;;) {
-    const std::int32_t y = sample_from_probs(rows.row(cur + 1), rng);
+    const std::int32_t y = draw_from_probs(rows.row(cur + 1), rng, rows.ref(fn, "target_probs", cur + 1));
     std::int32_t next = -1;
     for (auto c : ch.of(cur))
       if (tokens[static_cast<std::size_t>(c)] == y) {
@@ -52,19 +53,23 @@ inline verify_result sample_and_match_walk(std::span<const std::int32_t> tokens,
 //! sample_and_match on one tree. `target_probs` is float [n+1, V] (processed target distributions,
 //! rows non-negative; each visited row is normalised by its own sum). Draws from `rng` (seed it per
 //! request and step: philox_stream(seed, stream_id(request, step))), two words per visited node.
-//! Preconditions: tree tokens in [0, V). Complexity: O(n + (accepted + 1) * V).
+//! Preconditions: tree tokens in [0, V). Non-finite policy (verify_result.hpp): each visited row is
+//! checked in its draw's block-sum pass (NaN, +-inf, negative entries, an all-zero row throw
+//! invalid_argument naming the row and token); rows the walk does not visit are not read.
+//! Complexity: O(n + (accepted + 1) * V).
 template <tensor_like Probs>
 [[nodiscard]] verify_result verify_sample_and_match(const token_tree& tree, const Probs& target_probs,
                                                     philox_stream& rng) {
   constexpr std::string_view fn = "specdec::verify_sample_and_match";
   const auto rows = detail::to_rows(target_probs, tree.size() + 1, fn, "target_probs");
   detail::check_tokens_in_vocab(tree.tokens(), rows.vocab, fn);
-  return detail::sample_and_match_walk(tree.tokens(), tree.parents(), rows, rng);
+  return detail::sample_and_match_walk(tree.tokens(), tree.parents(), rows, rng, fn);
 }
 
 //! Ragged-batch sample_and_match: request r's rows are target_probs[node_indptr[r] + r ..] (n_r + 1
 //! rows) and it draws from philox_stream(seed, stream_id(request_ids[r] (or r), step)), so the
-//! result does not depend on the thread count. Requests run in parallel on `policy`.
+//! result does not depend on the thread count. Requests run in parallel on `policy`. Errors name the
+//! request and its row (when several requests fail, the one reported depends on the thread timing).
 template <tensor_like Probs>
 [[nodiscard]] verify_batch_result verify_sample_and_match_batch(const host& policy, const token_tree_batch& batch,
                                                                 const Probs& target_probs, std::uint64_t seed,
@@ -77,7 +82,7 @@ template <tensor_like Probs>
   return detail::run_batch(policy, batch.num_requests(), [&](int r) {
     auto rng = detail::request_stream(seed, step, request_ids, r);
     const auto t = detail::batch_request(batch, r);
-    return detail::sample_and_match_walk(t.tokens, t.parents, detail::batch_rows(rows, batch, r), rng);
+    return detail::sample_and_match_walk(t.tokens, t.parents, detail::batch_rows(rows, batch, r), rng, fn);
   });
 }
 

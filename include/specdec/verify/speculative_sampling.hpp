@@ -25,7 +25,10 @@ namespace specdec {
 //! `draft_probs` are float [n+1, V] probability rows with the row convention of verify_result.hpp:
 //! node i is checked with p = target row i and q = draft row i (both "after node i-1"); draft row n
 //! is not read. Preconditions: tree is a chain; tokens in [0, V); q_i(x_i) > 0 (x_i was drawn from
-//! q_i); rows are probability distributions (the ratio p/q uses the values as given).
+//! q_i); rows are probability distributions (the ratio p/q uses the values as given). Non-finite
+//! policy (verify_result.hpp): p_i(x_i) and q_i(x_i) of every node are checked up front, the rows of
+//! the rejection (or the bonus row) in the pass that draws from them; NaN, +-inf, negative entries and
+//! an all-zero row to draw from throw invalid_argument naming the tensor, row and token.
 //! Draws two Philox words per checked node plus two for the emitted residual/bonus draw.
 //! Complexity: O(n) to validate, O(accepted + V) to verify (one O(V) pass at the end).
 template <tensor_like TargetProbs, tensor_like DraftProbs>
@@ -43,10 +46,11 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
     if (par[static_cast<std::size_t>(i)] != i - 1) [[unlikely]]
       throw_invalid_argument(fn, "tree", "a chain (parent(i) == i - 1) at node " + std::to_string(i),
                              par[static_cast<std::size_t>(i)]);
-    const float qx = q.at(i, tok[static_cast<std::size_t>(i)]);
+    const float qx = detail::checked_prob(q, i, tok[static_cast<std::size_t>(i)], fn, "draft_probs");
     if (!(qx > 0.0f)) [[unlikely]]
       throw_invalid_argument(fn, "draft_probs", "q_i(x_i) > 0 for every drafted token (node " + std::to_string(i) + ")",
                              qx);
+    detail::checked_prob(p, i, tok[static_cast<std::size_t>(i)], fn, "target_probs");
   }
   verify_result res;
   for (int i = 0; i < n; ++i) {
@@ -57,10 +61,10 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
       res.accepted.push_back(i);
       continue;
     }
-    res.bonus = detail::sample_residual(p.row(i), q.row(i), rng);
+    res.bonus = detail::sample_residual(p.row(i), q.row(i), rng, p.ref(fn, "target_probs", i), q.ref(fn, "draft_probs", i));
     return res;
   }
-  res.bonus = sample_from_probs(p.row(n), rng);
+  res.bonus = detail::draw_from_probs(p.row(n), rng, p.ref(fn, "target_probs", n));
   return res;
 }
 

@@ -6,6 +6,14 @@
 //! target output is n+1 rows; row 0 is the distribution at the root (the first new token), row i+1
 //! the distribution after node i. Draft distributions (where a verifier needs them) use the same
 //! layout: q at the root in row 0, q after node i in row i+1.
+//!
+//! Non-finite numbers (the policy of every token-producing entry point, sampling/sampler.hpp): a
+//! verifier checks every probability it reads, in the pass that reads it, and rejects NaN, +-inf and
+//! negative entries, and a row it must draw from that has no positive entry, with
+//! specdec::invalid_argument naming the function, the tensor, the row (and the request in a batch) and
+//! the token. Denormals are ordinary numbers. Entries a verifier never reads (rows past a rejection,
+//! tokens of an accepted row other than the drafted one) cannot influence its result and are not
+//! checked, so the check costs no extra pass. The result is always a token in [0, V).
 
 #include <cstdint>
 #include <span>
@@ -14,6 +22,8 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/tensor.hpp"
+#include "specdec/sampling/detail/row_error.hpp"
+#include "specdec/sampling/detail/vec.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -90,11 +100,27 @@ struct prob_rows {
   std::int64_t row_stride = 0;
   std::int64_t rows = 0;
   std::int64_t vocab = 0;
+  std::int64_t request = -1;  //!< the request these rows belong to in a ragged batch (-1: none; messages only)
+  std::int64_t first_row = 0; //!< the tensor row that row 0 is (messages only)
   [[nodiscard]] std::span<const float> row(std::int64_t r) const noexcept {
     return {data + r * row_stride, static_cast<std::size_t>(vocab)};
   }
   [[nodiscard]] float at(std::int64_t r, std::int64_t t) const noexcept { return data[r * row_stride + t]; }
+  //! Row r for error messages (row_error.hpp).
+  [[nodiscard]] row_ref ref(std::string_view function, std::string_view argument, std::int64_t r) const noexcept {
+    return request < 0 ? row_ref{function, argument, r} : row_ref{function, argument, first_row + r, request, r};
+  }
 };
+
+//! rows.at(r, t) after the non-finite policy's check (finite, >= 0); throws invalid_argument naming
+//! the row and token otherwise.
+inline float checked_prob(const prob_rows& rows, std::int64_t r, std::int64_t t, std::string_view function,
+                          std::string_view argument) {
+  const float v = rows.at(r, t);
+  if (!admissible_prob(v)) [[unlikely]]
+    throw_bad_entry(rows.ref(function, argument, r), bad_prob_text, t, v);
+  return v;
+}
 
 template <tensor_like T>
 prob_rows to_rows(const T& t, std::int64_t expect_rows, std::string_view function, std::string_view argument) {

@@ -31,6 +31,8 @@ inline prob_rows batch_rows(const prob_rows& all, const token_tree_batch& b, int
   const std::int64_t first = b.node_indptr()[static_cast<std::size_t>(r)] + r;
   p.data = all.data + first * all.row_stride;
   p.rows = b.num_nodes(r) + 1;
+  p.request = r;
+  p.first_row = first;
   return p;
 }
 
