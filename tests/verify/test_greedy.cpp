@@ -211,7 +211,7 @@ TEST_CASE("greedy verification rejects NaN and +inf in the rows it reads, naming
   auto rows = one_hot_rows({1, 3, 0}, v);
   rows[static_cast<std::size_t>(1 * v + 2)] = std::numeric_limits<float>::quiet_NaN();  // row 1: after node 0 (visited)
   REQUIRE_THROWS_WITH(specdec::verify_greedy(tree, specdec::make_view<2>(rows.data(), {3, v})),
-                      Contains("verify_greedy") && Contains("target_logits (row 1)") && Contains("token 2"));
+                      Contains("verify_greedy") && Contains("target_logits") && Contains("row 1") && Contains("token 2"));
   rows[static_cast<std::size_t>(1 * v + 2)] = std::numeric_limits<float>::infinity();
   REQUIRE_THROWS_WITH(specdec::verify_greedy(tree, specdec::make_view<2>(rows.data(), {3, v})), Contains("row 1"));
   // A row the walk never reads (after node 1, which does not match) cannot influence the result.

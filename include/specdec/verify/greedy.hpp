@@ -19,7 +19,6 @@
 //! naming the request, row and token, and so does a row read that is all -inf. Rows the walk does not
 //! read are never looked at.
 
-#include <bit>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -36,52 +35,13 @@
 namespace specdec {
 
 namespace detail {
-//! One pass over x[0, n): the largest value (NaN ignored, as sampling/detail/vec.hpp's row_max) and,
-//! in `bad`, whether any entry is NaN or +inf (NaN: |bits| above those of inf, an int compare OR-ed
-//! into a lane flag; +inf: the max is +inf). Fixed lanes so g++ vectorizes it without -ffast-math.
-//! Fused because greedy verification is about one read of each visited row: a separate
-//! has_nan_or_posinf pass cost ~1.6x (64-node tree, 17 rows of V = 32K and 128K), this one ~1.2x.
-inline float max_and_check(const float* x, std::size_t n, bool& bad) noexcept {
-  constexpr float inf = std::numeric_limits<float>::infinity();
-  constexpr std::int32_t inf_bits = 0x7F800000;
-  float acc[lanes];
-  std::int32_t nan[lanes] = {};
-  for (int j = 0; j < lanes; ++j) acc[j] = -inf;
-  const std::size_t body = n - n % lanes;
-  for (std::size_t i = 0; i < body; i += lanes)
-    for (int j = 0; j < lanes; ++j) {
-      const float v = x[i + j];
-      acc[j] = v > acc[j] ? v : acc[j];
-      nan[j] |= (std::bit_cast<std::int32_t>(v) & 0x7FFFFFFF) > inf_bits ? 1 : 0;
-    }
-  float m = -inf;
-  std::int32_t any = 0;
-  for (std::size_t i = body; i < n; ++i)
-    m = x[i] > m ? x[i] : m, any |= (std::bit_cast<std::int32_t>(x[i]) & 0x7FFFFFFF) > inf_bits ? 1 : 0;
-  for (int j = 0; j < lanes; ++j) m = acc[j] > m ? acc[j] : m, any |= nan[j];
-  bad = any != 0 || m == inf;
-  return m;
-}
-
 //! Argmax of rows.row(r), lowest id on ties (specdec::greedy_token's rule and row kernels), after
 //! checking the row: no NaN or +inf, and a value above -inf. request >= 0 names the batch request in
 //! the message. O(V).
 inline std::int32_t greedy_row_argmax(const prob_rows& rows, std::int64_t r, std::string_view fn, int request) {
   const auto row = rows.row(r);
-  const auto where = [&] {
-    return "target_logits (" + (request >= 0 ? "request " + std::to_string(request) + ", " : std::string()) + "row " +
-           std::to_string(r) + ")";
-  };
-  bool bad = false;
-  const float m = max_and_check(row.data(), row.size(), bad);
-  if (bad) [[unlikely]] {
-    std::size_t t = 0;
-    while (row[t] < std::numeric_limits<float>::infinity()) ++t;
-    throw_invalid_argument(fn, where(), "finite or -inf values (no NaN, no +inf)",
-                           std::string(row[t] != row[t] ? "NaN" : "+inf") + " at token " + std::to_string(t));
-  }
-  if (!(m > -std::numeric_limits<float>::infinity())) [[unlikely]]
-    throw_invalid_argument(fn, where(), "at least one value above -inf", "all -inf");
+  const row_ref at = request >= 0 ? row_ref{fn, "target_logits", -1, request, r} : row_ref{fn, "target_logits", r};
+  const float m = checked_logit_scan(row, at).max;  // the samplers' check: one mechanism for the policy
   return static_cast<std::int32_t>(first_index_of(row.data(), row.size(), m));
 }
 

@@ -36,6 +36,8 @@ inline std::string row_position(const row_ref& at, std::int64_t token) {
     std::string r = "row " + std::to_string(at.row);
     if (at.request >= 0) r += " = request " + std::to_string(at.request) + "'s row " + std::to_string(at.request_row);
     add(r);
+  } else if (at.request >= 0) {  // only the request-local row is known (a per-request view of a batch)
+    add("request " + std::to_string(at.request) + "'s row " + std::to_string(at.request_row));
   }
   if (token >= 0) add("token " + std::to_string(token));
   return s.empty() ? s : s + ")";
