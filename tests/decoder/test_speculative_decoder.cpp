@@ -289,6 +289,30 @@ TEST_CASE("multi-draft chain drafter draws k drafts with their q rows and restor
   }
 }
 
+TEST_CASE("multi-draft q rows stay a distribution at a tiny accepted greedy_temperature", "[decoder][multi_draft]") {
+  // l / 1e-38 overflows to +-inf for every logit above ~3.4e-0; the rows were NaN (inf - inf) before
+  // the drafter used the processors' overflow-safe temperature step.
+  llama_model<double> small(cfg, weights(), 1, 512);
+  const sampling_params greedy{.temperature = 0.0f};
+  chain_drafter<llama_model<double>> d(small, multi_draft_params{.greedy_temperature = 1e-38f});
+  d.reset(0);
+  philox_stream rng(7, 3);
+  draft_candidates c;
+  d.propose({.request = 0, .tokens = prompt, .depth = 2, .width = 3, .sampling = &greedy, .rng = &rng}, c);
+  REQUIRE(c.q.size() == 2u * cfg.vocab_size);
+  for (std::size_t row = 0; row < 2; ++row) {
+    double sum = 0;
+    bool finite = true;
+    for (int v = 0; v < cfg.vocab_size; ++v) {
+      const float x = c.q[row * cfg.vocab_size + static_cast<std::size_t>(v)];
+      finite = finite && std::isfinite(x) && x >= 0.0f;
+      sum += x;
+    }
+    CHECK(finite);
+    CHECK(sum == Approx(1.0).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("sampled output depends on the request id, not on the slot or the batch", "[decoder][rng]") {
   using sampling_decoder = speculative_decoder<llama_model<double>, ngram_drafter, trie_tree_builder,
                                                sample_and_match_verifier>;

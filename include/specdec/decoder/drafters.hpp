@@ -156,7 +156,10 @@ struct multi_draft_sampler {
     if (req.sampling != nullptr && req.sampling->temperature > 0.0f) {
       process_logits(std::span<float>(processed), *req.sampling, context, ws);
     } else {
-      for (auto& x : processed) x /= greedy_temperature;
+      // The processors' temperature step: checked row, and no NaN / +inf from a tiny temperature
+      // (it falls back to (l - max) / t, the same softmax).
+      const auto scan = detail::checked_logit_scan(processed, {"specdec::multi_draft_sampler", "draft logits"});
+      detail::apply_temperature(std::span<float>(processed), greedy_temperature, scan);
     }
     float mx = -std::numeric_limits<float>::infinity();
     for (float x : processed) mx = std::max(mx, x);
