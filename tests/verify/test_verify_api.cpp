@@ -322,3 +322,22 @@ TEST_CASE("decoder verifier policies follow the non-finite policy on target logi
   l[1] = den;
   for (const auto& e : verify_all(l)) CHECK(e.empty());
 }
+
+TEST_CASE("sample_and_match walks duplicate siblings as one node (their subtrees united)") {
+  // Root children 0:'5' and 1:'5' (duplicates); 2:'7' under 0, 3:'8' under 1, 4:'9' under 3.
+  // One-hot target rows make every draw certain: 5 at the root, then 8, then 9, then 2. Following
+  // only the first matching sibling (node 0) stopped after one token; the united walk accepts the
+  // path 1 -> 3 -> 4 of the given tree. Rows: row 0 = root, row i + 1 = after node i; the class
+  // {0, 1} draws from row 1 (its lowest node), so row 2 must not be read.
+  const auto tree = specdec::token_tree::from_parents(std::vector<std::int32_t>{5, 5, 7, 8, 9},
+                                                      std::vector<std::int32_t>{-1, -1, 0, 1, 3});
+  const int v = 10;
+  std::vector<float> rows(6 * v, 0.0f);
+  const int want[6] = {5, 8, -1, 0, 9, 2};  // row 2 (after node 1) left all-zero: unread
+  for (int r = 0; r < 6; ++r)
+    if (want[r] >= 0) rows[static_cast<std::size_t>(r * v + want[r])] = 1.0f;
+  specdec::philox_stream rng(1, 2);
+  const auto res = specdec::verify_sample_and_match(tree, specdec::make_view<2>(rows.data(), {6, v}), rng);
+  CHECK(res.accepted == std::vector<std::int32_t>{1, 3, 4});
+  CHECK(res.bonus == 2);
+}

@@ -12,9 +12,11 @@
 //! every candidate group and keeps the longest match: picking the best of several independent
 //! draws biases the output towards tokens the tree covers (tests/verify show the bias).
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "specdec/core/execution.hpp"
 #include "specdec/core/philox.hpp"
@@ -27,26 +29,35 @@
 namespace specdec {
 
 namespace detail {
+//! The walk of the file comment over equivalence classes of nodes: duplicate siblings (children of
+//! equivalent nodes carrying one token) have the same context, so the walk keeps every node whose
+//! root path equals the tokens emitted so far (`cur`), draws the next token from the row of the
+//! first of them (the lowest index; all have the same target distribution) and moves to every child
+//! of any of them that carries the draw. The draws, and so the output law, are those of a walk over
+//! a tree with the duplicates merged; the accepted path is the root path of the first node of the
+//! last class, a path of the given tree. Following only the first matching child instead lost
+//! acceptance on trees with duplicate siblings, never exactness.
 inline verify_result sample_and_match_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
                                            const prob_rows& rows, philox_stream& rng, std::string_view fn) {
   const child_index ch(parents);
+  std::vector<std::int32_t> cur{-1}, next;
   verify_result res;
-  std::int32_t cur = -1;
   for (;;) {
-    const std::int32_t y = draw_from_probs(rows.row(cur + 1), rng, rows.ref(fn, "target_probs", cur + 1));
-    std::int32_t next = -1;
-    for (auto c : ch.of(cur))
-      if (tokens[static_cast<std::size_t>(c)] == y) {
-        next = c;
-        break;
-      }
-    if (next < 0) {
+    const std::int32_t y = draw_from_probs(rows.row(cur.front() + 1), rng, rows.ref(fn, "target_probs", cur.front() + 1));
+    next.clear();
+    for (const std::int32_t node : cur)
+      for (const std::int32_t c : ch.of(node))
+        if (tokens[static_cast<std::size_t>(c)] == y) next.push_back(c);
+    if (next.empty()) {
       res.bonus = y;
-      return res;
+      break;
     }
-    res.accepted.push_back(next);
-    cur = next;
+    std::sort(next.begin(), next.end());  // the class's row: its lowest node index
+    cur.swap(next);
   }
+  for (std::int32_t v = cur.front(); v >= 0; v = parents[static_cast<std::size_t>(v)]) res.accepted.push_back(v);
+  std::reverse(res.accepted.begin(), res.accepted.end());
+  return res;
 }
 }  // namespace detail
 
