@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -553,6 +554,12 @@ class safetensors_writer {
   static std::string quote(const std::string& s) {
     std::string o = "\"";
     for (char c : s) {
+      if (static_cast<unsigned char>(c) < 0x20) {  // JSON strings may not hold raw control characters
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
+        o += esc;
+        continue;
+      }
       if (c == '"' || c == '\\') o += '\\';
       o += c;
     }

@@ -197,3 +197,15 @@ TEST_CASE("safetensors rejects shapes whose size overflows int64", "[safetensors
     REQUIRE_THROWS_WITH(w.add<float>("neg", {-1, -2}, {1.0f, 2.0f}), Catch::Contains("'shape'"));
   }
 }
+
+TEST_CASE("safetensors writer escapes control characters so its files parse", "[safetensors]") {
+  // Found by the safetensors fuzz target: a name with a control character (legal in the reader
+  // through a \u escape) was written raw, and the reader rejects raw control characters in JSON.
+  safetensors_writer w;
+  const std::string name = std::string("a\nb\x01") + '\0' + "c";
+  w.add<float>(name, {1}, {2.0f});
+  w.add_metadata("tab\tkey", "bell\a\"q\"");
+  const auto f = safetensors_file::parse(w.bytes());
+  CHECK(f.read<float>(name).at(0) == 2.0f);
+  CHECK(f.metadata().at("tab\tkey") == "bell\a\"q\"");
+}
