@@ -37,8 +37,9 @@ SPECDEC_FUZZ_TARGET(safetensors, "safetensors_file::parse on the raw bytes, read
       FUZZ_CHECK(f.read<float>(e.name, e.shape).size() == static_cast<std::size_t>(n), "read<float> size != numel");
       const auto d = f.read<double>(e.name);
       FUZZ_CHECK(d.size() == static_cast<std::size_t>(n), "read<double> size != numel");
-      // F64 and F32 values must come back bit for bit (no rounding on the way).
-      if (e.type == dtype::f64) FUZZ_CHECK(std::memcmp(d.data(), raw, e.end - e.begin) == 0, "F64 values changed on read");
+      // F64 values must come back bit for bit (no rounding on the way).
+      if (e.type == dtype::f64 && n > 0)
+        FUZZ_CHECK(std::memcmp(d.data(), raw, e.end - e.begin) == 0, "F64 values changed on read");
     }
     w.add_raw(e.name, e.shape, e.type, std::vector<std::uint8_t>(raw, raw + (e.end - e.begin)));
   }
