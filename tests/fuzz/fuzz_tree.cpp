@@ -3,7 +3,8 @@
 // result is checked against the definitions in the headers: topological order, depths, paths,
 // ancestor mask, ancestor-closed pruning, one node per distinct (parent, token) in a trie.
 #include <algorithm>
-#include <map>
+#include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
