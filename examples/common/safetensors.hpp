@@ -5,11 +5,12 @@
 //! The header maps each tensor name to {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}
 //! (offsets relative to the start of the data buffer) and may hold "__metadata__": {string: string}.
 //! The reader rejects every malformed file with a specdec::invalid_argument that names what is wrong
-//! (truncated file, bad header length, bad JSON, unknown dtype, offsets out of range, overlapping or
-//! not matching shape x dtype size, holes in the buffer). It converts F64/F32/F16/BF16 to float or double.
+//! (truncated file, bad header length, bad JSON, unknown dtype, a shape whose size overflows int64,
+//! offsets out of range, overlapping or not matching shape x dtype size, holes in the buffer). It converts F64/F32/F16/BF16 to float or double.
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -32,15 +33,40 @@ struct safetensors_entry {
   std::vector<std::int64_t> shape;
   std::uint64_t begin = 0, end = 0;
 
-  //! Number of elements (product of the shape; 1 for a scalar).
-  [[nodiscard]] std::int64_t numel() const noexcept {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-  }
+  //! Number of elements (product of the shape; 1 for a scalar). Entries from safetensors_file::parse
+  //! always have one; a hand-built shape with a negative dimension, or whose non-zero dimensions
+  //! multiply past INT64_MAX, throws specdec::invalid_argument.
+  [[nodiscard]] std::int64_t numel() const;
 };
 
 namespace detail {
+
+//! Element count of `shape` (1 for a scalar), or -1 when a dimension is negative or the product of the
+//! non-zero dimensions times `elem_bytes` exceeds INT64_MAX. Zeros are skipped in the overflow test on
+//! purpose: shape [2^62, 2, 0] has 0 elements, but a reader that computes a stride or a partial
+//! product (2^62 * 2) would still overflow, so such a shape is not representable. O(rank).
+[[nodiscard]] inline std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
+                                                std::int64_t elem_bytes = 1) noexcept {
+  std::int64_t nonzero = elem_bytes;
+  bool any_zero = false;
+  for (const auto d : shape) {
+    if (d < 0) return -1;
+    if (d == 0) {
+      any_zero = true;
+      continue;
+    }
+    if (nonzero > INT64_MAX / d) return -1;
+    nonzero *= d;
+  }
+  return any_zero ? 0 : nonzero / elem_bytes;
+}
+
+//! "[2, 3]": a shape as the error messages print it.
+[[nodiscard]] inline std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
 
 inline constexpr std::string_view st_fn = "specdec::examples::safetensors_file::parse";
 
@@ -76,7 +102,12 @@ inline constexpr std::string_view st_fn = "specdec::examples::safetensors_file::
   return false;
 }
 
+struct json_member;
+
 //! Minimal JSON value: enough for safetensors headers (objects, arrays, strings, integers, literals).
+//! Object members are json_member (declared before, defined after): a std::pair<std::string,
+//! json_value> member would need json_value complete inside its own definition, which clang 14 with
+//! libstdc++ 12 rejects (pair's conditionally explicit constructors inspect the type).
 struct json_value {
   enum class kind { null, boolean, number, string, array, object } k = kind::null;
   bool b = false;
@@ -84,7 +115,13 @@ struct json_value {
   std::int64_t i = 0;  // valid when integral
   std::string s;
   std::vector<json_value> arr;
-  std::vector<std::pair<std::string, json_value>> obj;
+  std::vector<json_member> obj;
+};
+
+//! One "key": value member of a JSON object, in document order.
+struct json_member {
+  std::string key;
+  json_value value;
 };
 
 //! Strict recursive-descent JSON parser; errors name the byte offset inside the header.
@@ -131,9 +168,9 @@ class json_parser {
         if (peek() != '"') fail("a string key", std::string("'") + t_[p_] + "'");
         std::string key = str();
         for (auto& kv : v.obj)
-          if (kv.first == key) fail("unique keys", "duplicate key \"" + key + "\"");
+          if (kv.key == key) fail("unique keys", "duplicate key \"" + key + "\"");
         expect(':');
-        v.obj.emplace_back(std::move(key), value(depth + 1));
+        v.obj.push_back({std::move(key), value(depth + 1)});
         const char d = peek();
         ++p_;
         if (d == '}') break;
@@ -252,6 +289,13 @@ class json_parser {
 
 }  // namespace detail
 
+inline std::int64_t safetensors_entry::numel() const {
+  const std::int64_t n = detail::checked_numel(shape);
+  require(n >= 0, "specdec::examples::safetensors_entry::numel", "shape",
+          "non-negative dimensions whose product fits in int64", detail::shape_string(shape));
+  return n;
+}
+
 //! A parsed safetensors file held in memory. Parsing validates the whole header up front.
 class safetensors_file {
  public:
@@ -305,16 +349,15 @@ class safetensors_file {
       require(detail::parse_safetensors_dtype(dt->s, e.type), st_fn, where + " dtype",
               "a known dtype (F64, F32, F16, BF16, I64, I32, I16, I8, U8, U16, U32, U64, BOOL)", dt->s);
       require(sh->k == detail::json_value::kind::array, st_fn, where + " shape", "an array", "another JSON value");
-      std::uint64_t numel = 1;
-      bool numel_overflow = false;
       for (const auto& d : sh->arr) {
         require(d.k == detail::json_value::kind::number && d.integral && d.i >= 0, st_fn, where + " shape",
                 "non-negative integer dimensions", "a non-integer or negative dimension");
         e.shape.push_back(d.i);
-        const auto du = static_cast<std::uint64_t>(d.i);
-        if (du != 0 && numel > UINT64_MAX / du) numel_overflow = true;
-        numel *= du;
       }
+      const std::int64_t numel = detail::checked_numel(e.shape, size_of(e.type));
+      require(numel >= 0, st_fn, where + " shape",
+              "dimensions whose product (zeros left out) times the dtype size fits in int64",
+              detail::shape_string(e.shape));
       require(off->k == detail::json_value::kind::array && off->arr.size() == 2, st_fn, where + " data_offsets",
               "an array [begin, end]", "something else");
       for (const auto& o : off->arr)
@@ -326,8 +369,8 @@ class safetensors_file {
               std::to_string(e.begin) + " > " + std::to_string(e.end));
       require(e.end <= data_size, st_fn, where + " data_offsets",
               "end within the " + std::to_string(data_size) + "-byte data buffer (out of range; truncated?)", e.end);
-      const std::uint64_t want = numel * static_cast<std::uint64_t>(size_of(e.type));
-      require(!numel_overflow && want == e.end - e.begin, st_fn, where + " data_offsets",
+      const auto want = static_cast<std::uint64_t>(numel) * static_cast<std::uint64_t>(size_of(e.type));
+      require(want == e.end - e.begin, st_fn, where + " data_offsets",
               "end - begin == shape product x dtype size = " + std::to_string(want) + " bytes", e.end - e.begin);
       f.entries_.push_back(std::move(e));
     }
@@ -382,12 +425,8 @@ class safetensors_file {
     constexpr std::string_view fn = "specdec::examples::safetensors_file::read";
     const auto& e = entry(name);
     if (!expected_shape.empty()) {
-      auto shape_str = [](const std::vector<std::int64_t>& s) {
-        std::string out = "[";
-        for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-        return out + "]";
-      };
-      require(e.shape == expected_shape, fn, std::string(name), "shape " + shape_str(expected_shape), shape_str(e.shape));
+      require(e.shape == expected_shape, fn, std::string(name), "shape " + detail::shape_string(expected_shape),
+              detail::shape_string(e.shape));
     }
     std::vector<T> out(static_cast<std::size_t>(e.numel()));
     const std::uint8_t* p = raw(e);
@@ -428,8 +467,8 @@ class safetensors_writer {
   void add(const std::string& name, const std::vector<std::int64_t>& shape, const std::vector<T>& values,
            dtype type = dtype::f32) {
     constexpr std::string_view fn = "specdec::examples::safetensors_writer::add";
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
+    const std::int64_t n = detail::checked_numel(shape, size_of(type));
+    require(n >= 0, fn, "shape", "non-negative dimensions whose product fits in int64", detail::shape_string(shape));
     require_equal(fn, "values.size()", n, static_cast<std::int64_t>(values.size()));
     require(type == dtype::f32 || type == dtype::f64 || type == dtype::f16 || type == dtype::bf16, fn, "type",
             "F32, F64, F16 or BF16", name_of(type));
@@ -515,6 +554,12 @@ class safetensors_writer {
   static std::string quote(const std::string& s) {
     std::string o = "\"";
     for (char c : s) {
+      if (static_cast<unsigned char>(c) < 0x20) {  // JSON strings may not hold raw control characters
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
+        o += esc;
+        continue;
+      }
       if (c == '"' || c == '\\') o += '\\';
       o += c;
     }

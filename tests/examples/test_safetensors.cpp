@@ -166,3 +166,46 @@ TEST_CASE("safetensors read checks names, shapes and dtypes", "[safetensors][err
   REQUIRE_THROWS_WITH(f.read<float>("ints"), Catch::Contains("floating-point"));
   REQUIRE_THROWS_AS(w.add<float>("bad", {3}, {1.0f}), specdec::invalid_argument);
 }
+
+TEST_CASE("safetensors rejects shapes whose size overflows int64", "[safetensors][errors]") {
+  safetensors_writer w;
+  w.add<float>("a", {2}, {1, 2});
+  SECTION("a zero dimension after two whose product is 2^63 (numel() used to overflow)") {
+    // 0 elements and 0 bytes, so the offsets agree; but 2^62 * 2 overflows any stride computation.
+    const std::string h = R"({"z":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]},)"
+                          R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)),
+                        Catch::Contains("tensor \"z\" shape") && Catch::Contains("[4611686018427387904, 2, 0]"));
+  }
+  SECTION("a byte size that wraps to 0 (2^61 F64 elements with data_offsets [0, 0])") {
+    const std::string h = R"({"z":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]},)"
+                          R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    REQUIRE_THROWS_WITH(safetensors_file::parse(w.bytes_with_header(h)), Catch::Contains("tensor \"z\" shape"));
+  }
+  SECTION("the largest representable zero-size shape is still accepted") {
+    const std::string h = R"({"z":{"dtype":"U8","shape":[4611686018427387904,0,1],"data_offsets":[0,0]},)"
+                          R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    const auto f = safetensors_file::parse(w.bytes_with_header(h));
+    CHECK(f.entry("z").numel() == 0);
+  }
+  SECTION("a hand-built entry and the writer check the shape too") {
+    specdec::examples::safetensors_entry e;
+    e.shape = {std::int64_t{1} << 62, 2, 0};
+    REQUIRE_THROWS_AS(e.numel(), specdec::invalid_argument);
+    e.shape = {3, -1};
+    REQUIRE_THROWS_AS(e.numel(), specdec::invalid_argument);
+    REQUIRE_THROWS_WITH(w.add<float>("neg", {-1, -2}, {1.0f, 2.0f}), Catch::Contains("'shape'"));
+  }
+}
+
+TEST_CASE("safetensors writer escapes control characters so its files parse", "[safetensors]") {
+  // Found by the safetensors fuzz target: a name with a control character (legal in the reader
+  // through a \u escape) was written raw, and the reader rejects raw control characters in JSON.
+  safetensors_writer w;
+  const std::string name = std::string("a\nb\x01") + '\0' + "c";
+  w.add<float>(name, {1}, {2.0f});
+  w.add_metadata("tab\tkey", "bell\a\"q\"");
+  const auto f = safetensors_file::parse(w.bytes());
+  CHECK(f.read<float>(name).at(0) == 2.0f);
+  CHECK(f.metadata().at("tab\tkey") == "bell\a\"q\"");
+}

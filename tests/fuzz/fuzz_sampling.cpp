@@ -1,0 +1,213 @@
+// Fuzz targets for sampling (include/specdec/sampling/): the samplers (greedy_token, sample_token,
+// sample_from_probs, logits_to_probs) and the logits-processor chain (process_logits,
+// process_tree_logits). Token results must be in the vocabulary with positive weight; a processed
+// row must stay a row a sampler accepts (no NaN, no +inf, some token above -inf, masked tokens stay
+// masked, the penalised argmax survives); NaN or +inf inputs must be rejected (the notes' policy 3);
+// a reused workspace must give what a fresh one gives; process_tree_logits must process row i+1 as
+// process_logits does with the node's root path as context.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fuzz_util.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/sampler.hpp"
+
+namespace {
+using specdec_fuzz::input;
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+std::string what_row(std::span<const float> row) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < row.size() && i < 32; ++i) s += (i ? ", " : "") + specdec_fuzz::num(row[i]);
+  return s + (row.size() > 32 ? ", ...]" : "]");
+}
+}  // namespace
+
+SPECDEC_FUZZ_TARGET(sampler, "greedy_token, sample_token, sample_from_probs, logits_to_probs") {
+  input in(data, size);
+  const int op = in.range(0, 3);
+  const int vocab = in.chance(3) ? in.range(1000, 3000) : in.range(0, 40);
+  std::vector<float> row(static_cast<std::size_t>(vocab));
+  const int fill = in.range(0, 3);  // 0: palette; 1: mostly -inf / 0; 2: one value repeated; 3: denormal mass only
+  for (float& x : row) {
+    if (fill == 1) x = in.chance(90) ? (op == 2 ? 0.0f : -inf) : (op == 2 ? in.prob() : in.logit());
+    else if (fill == 2) x = row.empty() || &x == row.data() ? (op == 2 ? in.prob() : in.logit()) : row.front();
+    else if (fill == 3 && op == 2) x = in.coin() ? 0.0f : std::numeric_limits<float>::denorm_min() * static_cast<float>(in.range(1, 9));
+    else x = op == 2 ? in.prob() : in.logit();
+  }
+  const bool nan_or_posinf = specdec_fuzz::any_nan_or_posinf(row);
+  specdec::philox_stream rng(in.u64(), in.u64());
+  if (specdec_fuzz::steer("sampler/nan-or-posinf", nan_or_posinf && (op == 0 || op == 1))) return;
+  if (op == 0) {
+    const auto t = specdec::greedy_token(row);
+    FUZZ_CHECK(!nan_or_posinf, "greedy_token returned a token for a row with NaN or +inf: " + what_row(row));
+    const auto best = std::max_element(row.begin(), row.end()) - row.begin();
+    FUZZ_CHECK(t == best, "greedy_token is not the first argmax");
+  } else if (op == 1) {
+    const auto t = specdec::sample_token(row, rng);
+    FUZZ_CHECK(!nan_or_posinf, "sample_token returned a token for a row with NaN or +inf: " + what_row(row));
+    FUZZ_CHECK(t >= 0 && t < vocab, "sample_token: token outside the vocabulary");
+    const float m = *std::max_element(row.begin(), row.end());
+    FUZZ_CHECK(row[static_cast<std::size_t>(t)] > -inf && specdec::detail::fast_exp(row[static_cast<std::size_t>(t)] - m) > 0.0f,
+          "sample_token drew a token of weight 0");
+  } else if (op == 2) {
+    const auto t = specdec::sample_from_probs(row, rng);
+    FUZZ_CHECK(t >= 0 && t < vocab && row[static_cast<std::size_t>(t)] > 0.0f,
+          "sample_from_probs drew a token of probability 0: " + what_row(row));
+  } else {
+    std::vector<float> probs(row.size() + (in.chance(3) ? 1 : 0));
+    specdec::logits_to_probs(row, probs);
+    FUZZ_CHECK(!nan_or_posinf, "logits_to_probs accepted NaN or +inf");
+    double s = 0;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      FUZZ_CHECK(probs[i] >= 0.0f && probs[i] <= 1.0f, "logits_to_probs: a probability outside [0, 1]");
+      FUZZ_CHECK((row[i] == -inf) == (probs[i] == 0.0f) || row[i] != -inf, "logits_to_probs: a masked token got mass");
+      s += probs[i];
+    }
+    FUZZ_CHECK(std::abs(s - 1.0) < 1e-5, "logits_to_probs: probabilities sum to " + std::to_string(s));
+  }
+}
+
+namespace {
+specdec::sampling_params fuzz_params(input& in, int vocab) {
+  specdec::sampling_params p;
+  p.temperature = in.chance(20) ? 0.0f : in.chance(30) ? 1.0f : in.real(0.05f, 4.0f);
+  p.top_k = in.chance(50) ? 0 : in.int32(1, vocab + 1);
+  p.top_p = in.chance(50) ? 1.0f : in.real(0.01f, 1.0f);
+  p.min_p = in.chance(60) ? 0.0f : in.prob();
+  p.eta_epsilon = in.chance(60) ? 0.0f : in.real(0.0f, 0.5f);
+  p.eta_alpha = in.chance(50) ? -1.0f : in.real(0.01f, 3.0f);
+  p.repetition_penalty = in.chance(50) ? 1.0f : in.real(1.0f, 3.0f);
+  p.contextual_penalty = in.chance(50) ? 1.0f : in.real(1.0f, 3.0f);
+  p.penalty_window = in.int32(0, 12);
+  p.contextual_sign_aware = in.coin();
+  return p;
+}
+
+std::string what_params(const specdec::sampling_params& p) {
+  return "{temperature " + specdec_fuzz::num(p.temperature) + ", top_k " + std::to_string(p.top_k) + ", top_p " +
+         specdec_fuzz::num(p.top_p) + ", min_p " + specdec_fuzz::num(p.min_p) + ", eta_epsilon " + specdec_fuzz::num(p.eta_epsilon) +
+         ", eta_alpha " + specdec_fuzz::num(p.eta_alpha) + ", repetition " + specdec_fuzz::num(p.repetition_penalty) +
+         ", contextual " + specdec_fuzz::num(p.contextual_penalty) + ", window " + std::to_string(p.penalty_window) +
+         (p.contextual_sign_aware ? ", sign_aware}" : "}");
+}
+
+//! The invariants of one processed row (input `before`, output `after`).
+void check_processed(std::span<const float> before, std::span<const float> after, const specdec::sampling_params& p,
+                     std::span<const float> penalised, const std::string& what) {
+  const std::string who = what + " (params " + what_params(p) + ", row " + what_row(before) + " -> " + what_row(after) + ")";
+  FUZZ_CHECK(!specdec_fuzz::any_nan_or_posinf(before), who + " accepted a row with NaN or +inf");
+  bool alive = false;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    FUZZ_CHECK(!std::isnan(after[i]), who + ": NaN in the processed row from " + what_row(before));
+    FUZZ_CHECK(after[i] != inf, who + ": +inf in the processed row from " + what_row(before) + " (temperature " +
+                               specdec_fuzz::num(p.temperature) + ")");
+    FUZZ_CHECK(before[i] != -inf || after[i] == -inf, who + ": a masked (-inf) token was unmasked");
+    alive |= after[i] > -inf;
+  }
+  FUZZ_CHECK(alive, who + ": every token masked");
+  // The most probable token survives every truncation (each keeps the best). Top-p ranks by the
+  // rounded weight fast_exp(l - max), so a token whose weight rounds to the top weight counts too.
+  const auto best = static_cast<std::size_t>(std::max_element(penalised.begin(), penalised.end()) - penalised.begin());
+  bool top_kept = false;
+  for (std::size_t i = 0; i < after.size(); ++i)
+    top_kept |= after[i] > -inf && specdec::detail::fast_exp(penalised[i] - penalised[best]) == 1.0f;
+  FUZZ_CHECK(top_kept, who + ": every most probable token after the penalties was removed");
+  if (p.temperature == 0.0f)
+    for (std::size_t i = 0; i < after.size(); ++i)
+      FUZZ_CHECK(after[i] == (i == best ? 0.0f : -inf), who + ": temperature 0 is not one-hot at the argmax");
+  if (p.top_k > 0) {
+    const auto kept = std::count_if(after.begin(), after.end(), [](float x) { return x > -inf; });
+    FUZZ_CHECK(kept <= p.top_k, who + ": more than top_k tokens kept");
+  }
+}
+
+//! Finding logits_processor-scaling-overflow: a finite logit that the penalties or 1/temperature
+//! scale past FLT_MAX becomes +-inf (a row's only admissible token masked, or +inf into top-p).
+bool scaling_overflows(std::span<const float> row, const specdec::sampling_params& p) {
+  const double t = p.temperature > 0.0f && p.temperature != 1.0f ? 1.0 / p.temperature : 1.0;
+  const double gain = t * std::max(1.0, static_cast<double>(p.repetition_penalty)) *
+                      std::max(1.0, static_cast<double>(p.contextual_penalty));
+  return std::any_of(row.begin(), row.end(), [&](float x) {
+    return std::isfinite(x) && std::abs(static_cast<double>(x)) * gain >= std::numeric_limits<float>::max();
+  });
+}
+
+//! Finding logits_processor/tiny-temperature-nan: a temperature below 1 / FLT_MAX passes validation,
+//! 1 / t is +inf in float, and 0 * inf makes the row NaN.
+bool inverse_temperature_overflows(const specdec::sampling_params& p) {
+  return p.temperature > 0.0f && std::isinf(1.0f / p.temperature);
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+}  // namespace
+
+SPECDEC_FUZZ_TARGET(logits_processor, "process_logits / process_tree_logits: admissible rows, workspace reuse, tree rows") {
+  input in(data, size);
+  const int vocab = in.range(0, 24);
+  const auto params = fuzz_params(in, vocab);
+  specdec::sampling_workspace ws;  // reused by every call below, as an engine does
+  if (in.coin()) {
+    for (int call = 0; call < 2; ++call) {
+      const int v = call == 0 ? vocab : in.range(1, 24);
+      std::vector<float> row = in.many(static_cast<std::size_t>(v), [&] { return in.chance(15) ? -inf : in.logit(); });
+      const auto ctx = in.many(static_cast<std::size_t>(in.range(0, 12)), [&] { return in.token(v); });
+      const auto suffix = in.many(static_cast<std::size_t>(in.range(0, 4)), [&] { return in.token(v); });
+      if (specdec_fuzz::steer("logits_processor/scaling-overflow", scaling_overflows(row, params))) return;
+      if (specdec_fuzz::steer("logits_processor/tiny-temperature-nan", inverse_temperature_overflows(params))) return;
+      const std::vector<float> before = row;
+      std::vector<float> fresh = row;
+      specdec::sampling_workspace ws2;
+      specdec::process_logits(row, params, ctx, suffix, ws);
+      specdec::process_logits(fresh, params, ctx, suffix, ws2);
+      FUZZ_CHECK(same_bits(row, fresh), "process_logits: a reused workspace changed the result");
+      specdec::sampling_params pen;  // the penalties alone, to find the argmax every later step keeps
+      pen.repetition_penalty = params.repetition_penalty;
+      pen.contextual_penalty = params.contextual_penalty;
+      pen.penalty_window = params.penalty_window;
+      pen.contextual_sign_aware = params.contextual_sign_aware;
+      std::vector<float> penalised = before;
+      specdec::process_logits(penalised, pen, ctx, suffix, ws2);
+      if (params.temperature != 0.0f && params.temperature != 1.0f) {  // the same scaling as step 3
+        const float inv = 1.0f / params.temperature;
+        for (float& x : penalised) x *= inv;
+      }
+      check_processed(before, row, params, penalised, "process_logits");
+    }
+  } else {
+    const int n = in.range(0, 6);
+    const auto tokens = in.many(static_cast<std::size_t>(n), [&] { return in.token(std::max(vocab, 1)); });
+    auto parents = in.parents(n, /*allow_invalid=*/true);
+    const auto committed = in.many(static_cast<std::size_t>(in.range(0, 8)), [&] { return in.token(std::max(vocab, 1)); });
+    std::vector<float> rows = in.many(static_cast<std::size_t>(n + 1) * static_cast<std::size_t>(vocab),
+                                      [&] { return in.chance(15) ? -inf : in.logit(); });
+    if (specdec_fuzz::steer("logits_processor/scaling-overflow", scaling_overflows(rows, params))) return;
+    if (specdec_fuzz::steer("logits_processor/tiny-temperature-nan", inverse_temperature_overflows(params))) return;
+    const std::vector<float> before = rows;
+    specdec::process_tree_logits(specdec::make_view<2>(rows.data(), {n + 1, vocab}), params, committed, tokens, parents, ws);
+    for (int r = 0; r <= n; ++r) {
+      std::vector<std::int32_t> path;
+      for (std::int32_t a = r - 1; a >= 0; a = parents[static_cast<std::size_t>(a)]) path.push_back(tokens[static_cast<std::size_t>(a)]);
+      std::reverse(path.begin(), path.end());
+      const std::span<const float> in_row(before.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab));
+      const std::span<const float> out_row(rows.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab));
+      std::vector<float> one(in_row.begin(), in_row.end());
+      specdec::sampling_workspace ws2;
+      try {
+        specdec::process_logits(one, params, committed, path, ws2);
+      } catch (const specdec::invalid_argument& e) {
+        specdec_fuzz::finding("process_tree_logits accepted row " + std::to_string(r) + " that process_logits rejects: " + e.what());
+      }
+      FUZZ_CHECK(same_bits(one, out_row), "process_tree_logits row " + std::to_string(r) +
+                                         " differs from process_logits with context committed ++ path");
+    }
+  }
+}

@@ -1,0 +1,281 @@
+// Fuzz targets for the verifiers (include/specdec/verify/): greedy, chain speculative sampling,
+// sample-and-match and multi-draft rejection sampling, single and ragged-batch forms. Every result
+// must be a root path of the tree plus a bonus token in the vocabulary that the documented rule can
+// produce (exact for greedy; support checks for the stochastic ones), each batch result must equal
+// the single-request call on its slice, and a row the verifier read that holds NaN, +inf or (for
+// probabilities) a negative value must have been rejected (the notes' policy 3).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fuzz_util.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/verify/greedy.hpp"
+#include "specdec/verify/multi_draft.hpp"
+#include "specdec/verify/sample_and_match.hpp"
+#include "specdec/verify/speculative_sampling.hpp"
+
+namespace {
+using specdec::token_tree;
+using specdec::verify_result;
+using specdec_fuzz::input;
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+//! Rows [rows, vocab] of logits or probabilities; `probs` draws normalised probability rows most of
+//! the time (with zeros), otherwise raw values from the palette.
+std::vector<float> fuzz_rows(input& in, std::size_t rows, int vocab, bool probs) {
+  std::vector<float> out(rows * static_cast<std::size_t>(vocab));
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::span<float> row(out.data() + r * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab));
+    const int mode = in.range(0, 9);
+    double s = 0;
+    for (float& x : row) {
+      if (!probs) x = mode == 0 ? -inf : in.logit();
+      else x = in.chance(30) ? 0.0f : in.prob();
+      s += x;
+    }
+    if (probs && mode < 8 && s > 0 && std::isfinite(s))
+      for (float& x : row) x = static_cast<float>(x / s);
+  }
+  return out;
+}
+
+std::span<const float> row_of(const std::vector<float>& rows, int vocab, std::int64_t r) {
+  return {rows.data() + r * vocab, static_cast<std::size_t>(vocab)};
+}
+
+//! A value a probability row must not hold.
+bool bad_prob(float x) { return !(x >= 0.0f) || x == inf; }
+bool bad_logit(float x) { return std::isnan(x) || x == inf; }
+
+bool tokens_in_vocab(const token_tree& t, int vocab) {
+  return std::all_of(t.tokens().begin(), t.tokens().end(), [&](std::int32_t x) { return x >= 0 && x < vocab; });
+}
+
+//! `res.accepted` is a root path (each node's parent is the previous one) and the bonus is in vocab.
+void check_path(const token_tree& t, const verify_result& res, int vocab, const std::string& who) {
+  std::int32_t prev = -1;
+  for (auto a : res.accepted) {
+    FUZZ_CHECK(a >= 0 && a < t.size() && t.parent(a) == prev, who + ": accepted nodes are not a root path");
+    prev = a;
+  }
+  FUZZ_CHECK(res.bonus >= 0 && res.bonus < vocab, who + ": bonus token " + std::to_string(res.bonus) + " outside [0, " +
+                                                 std::to_string(vocab) + ")");
+}
+
+//! Rows read by a tree walk: the root's and each accepted node's (row = node + 1).
+std::vector<std::int64_t> walked_rows(const verify_result& res) {
+  std::vector<std::int64_t> rows{0};
+  for (auto a : res.accepted) rows.push_back(a + 1);
+  return rows;
+}
+
+//! The first child of `node` (index order) carrying `token`, or -1.
+std::int32_t first_child(const token_tree& t, std::int32_t node, std::int32_t token) {
+  for (int j = node + 1; j < t.size(); ++j)
+    if (t.parent(j) == node && t.token(j) == token) return j;
+  return -1;
+}
+
+//! The batch a target builds: 1-3 fuzzed trees and their rows back to back (n_r + 1 each).
+struct batch_case {
+  std::vector<token_tree> trees;
+  specdec::token_tree_batch batch;
+  std::vector<std::int64_t> first_row;  // request r's rows start here
+};
+
+batch_case fuzz_batch(input& in, int vocab) {
+  batch_case b;
+  const int requests = in.range(1, 3);
+  std::int64_t row = 0;
+  for (int r = 0; r < requests; ++r) {
+    b.trees.push_back(in.tree(8, vocab));
+    b.batch.push_back(b.trees.back(), in.range(1, 100));
+    b.first_row.push_back(row);
+    row += b.trees.back().size() + 1;
+  }
+  b.first_row.push_back(row);
+  return b;
+}
+
+void check_batch_equals(const specdec::verify_batch_result& got, const std::vector<verify_result>& want,
+                        const std::string& who) {
+  FUZZ_CHECK(got.num_requests() == static_cast<int>(want.size()), who + ": request count");
+  for (std::size_t r = 0; r < want.size(); ++r)
+    FUZZ_CHECK(got.request(static_cast<int>(r)) == want[r], who + ": request " + std::to_string(r) + " differs from the single call");
+}
+}  // namespace
+
+SPECDEC_FUZZ_TARGET(verify_greedy, "verify_greedy (exact rule) and verify_greedy_batch (== per-request calls)") {
+  input in(data, size);
+  const int vocab = in.range(1, 12);
+  if (in.coin()) {
+    const token_tree t = in.tree(12, vocab);
+    const std::int64_t rows = t.size() + 1 + (in.chance(3) ? 1 : 0);
+    const auto logits = fuzz_rows(in, static_cast<std::size_t>(rows), vocab, false);
+    if (specdec_fuzz::steer("verify_greedy/nan-logits", std::any_of(logits.begin(), logits.end(), bad_logit))) return;
+    const auto res = specdec::verify_greedy(t, specdec::make_view<2>(logits.data(), {rows, vocab}));
+    FUZZ_CHECK(tokens_in_vocab(t, vocab), "verify_greedy: accepted a tree token outside the vocabulary");
+    check_path(t, res, vocab, "verify_greedy");
+    for (auto r : walked_rows(res)) {
+      const auto row = row_of(logits, vocab, r);
+      FUZZ_CHECK(std::none_of(row.begin(), row.end(), bad_logit), "verify_greedy: used a row with NaN or +inf (row " +
+                                                                  std::to_string(r) + ") without rejecting it");
+    }
+    // exact rule: follow the first child carrying the row's first argmax; the bonus is the argmax
+    std::int32_t cur = -1;
+    for (std::size_t j = 0;; ++j) {
+      const auto row = row_of(logits, vocab, cur + 1);
+      const auto best = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      const std::int32_t next = first_child(t, cur, best);
+      if (next < 0) {
+        FUZZ_CHECK(j == res.accepted.size() && res.bonus == best, "verify_greedy: result differs from the greedy rule");
+        break;
+      }
+      FUZZ_CHECK(j < res.accepted.size() && res.accepted[j] == next, "verify_greedy: result differs from the greedy rule");
+      cur = next;
+    }
+  } else {
+    const auto b = fuzz_batch(in, vocab);
+    const auto logits = fuzz_rows(in, static_cast<std::size_t>(b.first_row.back()), vocab, false);
+    if (specdec_fuzz::steer("verify_greedy/nan-logits", std::any_of(logits.begin(), logits.end(), bad_logit))) return;
+    const auto got = specdec::verify_greedy_batch(specdec::host{1}, b.batch,
+                                                  specdec::make_view<2>(logits.data(), {b.first_row.back(), vocab}));
+    std::vector<verify_result> want;
+    for (std::size_t r = 0; r < b.trees.size(); ++r) {
+      const auto n = b.first_row[r + 1] - b.first_row[r];
+      want.push_back(specdec::verify_greedy(b.trees[r], specdec::make_view<2>(logits.data() + b.first_row[r] * vocab, {n, vocab})));
+    }
+    check_batch_equals(got, want, "verify_greedy_batch");
+  }
+}
+
+SPECDEC_FUZZ_TARGET(verify_chain, "verify_chain_speculative: accepted prefix, residual/bonus support, bad rows rejected") {
+  input in(data, size);
+  const int vocab = in.range(1, 12);
+  const int n = in.range(0, 8);
+  token_tree t;
+  const auto par = in.parents(n);
+  const bool chain_shape = std::all_of(par.begin(), par.end(), [i = 0](std::int32_t p) mutable { return p == i++ - 1; });
+  for (int i = 0; i < n; ++i) t.add(in.token(vocab), par[static_cast<std::size_t>(i)]);
+  const auto p = fuzz_rows(in, static_cast<std::size_t>(n + 1), vocab, true);
+  const auto q = fuzz_rows(in, static_cast<std::size_t>(n + 1), vocab, true);
+  specdec::philox_stream rng(in.u64(), in.u64());
+  if (specdec_fuzz::steer("verify_chain/bad-probabilities", std::any_of(p.begin(), p.end(), bad_prob) ||
+                                                                std::any_of(q.begin(), q.end(), bad_prob)))
+    return;
+  const auto res = specdec::verify_chain_speculative(t, specdec::make_view<2>(p.data(), {n + 1, vocab}),
+                                                     specdec::make_view<2>(q.data(), {n + 1, vocab}), rng);
+  FUZZ_CHECK(chain_shape && tokens_in_vocab(t, vocab), "verify_chain_speculative: accepted a non-chain tree or a bad token");
+  check_path(t, res, vocab, "verify_chain_speculative");
+  const auto a = static_cast<std::int64_t>(res.accepted.size());
+  for (std::int64_t r = 0; r <= a; ++r) {
+    const auto pr = row_of(p, vocab, r);
+    FUZZ_CHECK(std::none_of(pr.begin(), pr.end(), bad_prob), "verify_chain_speculative: used target row " + std::to_string(r) +
+                                                            " with a negative, NaN or +inf entry without rejecting it");
+  }
+  for (std::int64_t i = 0; i < a; ++i)
+    FUZZ_CHECK(p[static_cast<std::size_t>(i * vocab + t.token(static_cast<int>(i)))] > 0.0f,
+          "verify_chain_speculative: accepted a token the target gives probability 0");
+  const auto b = static_cast<std::size_t>(res.bonus);
+  if (a < n) {
+    const auto pr = row_of(p, vocab, a), qr = row_of(q, vocab, a);
+    FUZZ_CHECK(std::none_of(qr.begin(), qr.end(), bad_prob), "verify_chain_speculative: used draft row " + std::to_string(a) +
+                                                            " with a negative, NaN or +inf entry without rejecting it");
+    bool residual = false;
+    for (int v = 0; v < vocab; ++v) residual |= static_cast<double>(pr[static_cast<std::size_t>(v)]) > qr[static_cast<std::size_t>(v)];
+    FUZZ_CHECK(residual ? static_cast<double>(pr[b]) > qr[b] : pr[b] > 0.0f,
+          "verify_chain_speculative: the token after a rejection is outside norm(max(0, p - q))'s support");
+  } else {
+    FUZZ_CHECK(p[static_cast<std::size_t>(n) * static_cast<std::size_t>(vocab) + b] > 0.0f,
+          "verify_chain_speculative: bonus token with target probability 0");
+  }
+}
+
+SPECDEC_FUZZ_TARGET(verify_sample_and_match, "verify_sample_and_match (+ batch == per-request calls): support of every draw") {
+  input in(data, size);
+  const int vocab = in.range(1, 12);
+  if (in.coin()) {
+    const token_tree t = in.tree(12, vocab);
+    const auto p = fuzz_rows(in, static_cast<std::size_t>(t.size() + 1), vocab, true);
+    specdec::philox_stream rng(in.u64(), in.u64());
+    const auto res = specdec::verify_sample_and_match(t, specdec::make_view<2>(p.data(), {t.size() + 1, vocab}), rng);
+    FUZZ_CHECK(tokens_in_vocab(t, vocab), "verify_sample_and_match: accepted a tree token outside the vocabulary");
+    check_path(t, res, vocab, "verify_sample_and_match");
+    const auto rows = walked_rows(res);
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      const auto row = row_of(p, vocab, rows[j]);
+      FUZZ_CHECK(std::none_of(row.begin(), row.end(), bad_prob), "verify_sample_and_match: used row " + std::to_string(rows[j]) +
+                                                                " with a negative, NaN or +inf entry without rejecting it");
+      const std::int32_t drawn = j < res.accepted.size() ? t.token(res.accepted[j]) : res.bonus;
+      FUZZ_CHECK(row[static_cast<std::size_t>(drawn)] > 0.0f, "verify_sample_and_match: drew a token of probability 0");
+      const std::int32_t node = j == 0 ? -1 : res.accepted[j - 1];
+      FUZZ_CHECK(first_child(t, node, drawn) == (j < res.accepted.size() ? res.accepted[j] : -1),
+            "verify_sample_and_match: did not follow the first child carrying the drawn token");
+    }
+  } else {
+    const auto b = fuzz_batch(in, vocab);
+    const auto p = fuzz_rows(in, static_cast<std::size_t>(b.first_row.back()), vocab, true);
+    const std::uint64_t seed = in.u64();
+    const std::uint32_t step = static_cast<std::uint32_t>(in.u64());
+    std::vector<std::uint32_t> ids;
+    if (in.coin()) ids = in.many(b.trees.size() + (in.chance(5) ? 1 : 0), [&] { return static_cast<std::uint32_t>(in.u64()); });
+    const auto got = specdec::verify_sample_and_match_batch(
+        specdec::host{1}, b.batch, specdec::make_view<2>(p.data(), {b.first_row.back(), vocab}), seed, step, ids);
+    std::vector<verify_result> want;
+    for (std::size_t r = 0; r < b.trees.size(); ++r) {
+      specdec::philox_stream rng(seed, specdec::stream_id(ids.empty() ? static_cast<std::uint32_t>(r) : ids[r], step));
+      const auto n = b.first_row[r + 1] - b.first_row[r];
+      want.push_back(specdec::verify_sample_and_match(b.trees[r], specdec::make_view<2>(p.data() + b.first_row[r] * vocab, {n, vocab}), rng));
+    }
+    check_batch_equals(got, want, "verify_sample_and_match_batch");
+  }
+}
+
+SPECDEC_FUZZ_TARGET(verify_multi_draft, "verify_multi_draft (+ batch == per-request calls), both draft_sampling modes") {
+  input in(data, size);
+  const int vocab = in.range(1, 12);
+  const auto mode = in.coin() ? specdec::draft_sampling::with_replacement : specdec::draft_sampling::without_replacement;
+  if (in.coin()) {
+    const token_tree t = in.tree(12, vocab);
+    const auto p = fuzz_rows(in, static_cast<std::size_t>(t.size() + 1), vocab, true);
+    const auto q = fuzz_rows(in, static_cast<std::size_t>(t.size() + 1), vocab, true);
+    specdec::philox_stream rng(in.u64(), in.u64());
+    if (specdec_fuzz::steer("verify_multi_draft/bad-probabilities", std::any_of(p.begin(), p.end(), bad_prob) ||
+                                                                        std::any_of(q.begin(), q.end(), bad_prob)))
+      return;
+    const auto res = specdec::verify_multi_draft(t, specdec::make_view<2>(p.data(), {t.size() + 1, vocab}),
+                                                 specdec::make_view<2>(q.data(), {t.size() + 1, vocab}), mode, rng);
+    FUZZ_CHECK(tokens_in_vocab(t, vocab), "verify_multi_draft: accepted a tree token outside the vocabulary");
+    check_path(t, res, vocab, "verify_multi_draft");
+    const auto rows = walked_rows(res);
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      const auto pr = row_of(p, vocab, rows[j]), qr = row_of(q, vocab, rows[j]);
+      FUZZ_CHECK(std::none_of(pr.begin(), pr.end(), bad_prob) && std::none_of(qr.begin(), qr.end(), bad_prob),
+            "verify_multi_draft: used row " + std::to_string(rows[j]) + " with a negative, NaN or +inf entry without rejecting it");
+      const auto drawn = static_cast<std::size_t>(j < res.accepted.size() ? t.token(res.accepted[j]) : res.bonus);
+      FUZZ_CHECK(pr[drawn] > 0.0f || qr[drawn] > 0.0f, "verify_multi_draft: emitted a token neither p nor q can produce");
+    }
+  } else {
+    const auto b = fuzz_batch(in, vocab);
+    const auto p = fuzz_rows(in, static_cast<std::size_t>(b.first_row.back()), vocab, true);
+    const auto q = fuzz_rows(in, static_cast<std::size_t>(b.first_row.back()), vocab, true);
+    const std::uint64_t seed = in.u64();
+    const std::uint32_t step = static_cast<std::uint32_t>(in.u64());
+    const auto got = specdec::verify_multi_draft_batch(specdec::host{1}, b.batch,
+                                                       specdec::make_view<2>(p.data(), {b.first_row.back(), vocab}),
+                                                       specdec::make_view<2>(q.data(), {b.first_row.back(), vocab}), mode,
+                                                       seed, step);
+    std::vector<verify_result> want;
+    for (std::size_t r = 0; r < b.trees.size(); ++r) {
+      specdec::philox_stream rng(seed, specdec::stream_id(static_cast<std::uint32_t>(r), step));
+      const auto n = b.first_row[r + 1] - b.first_row[r];
+      want.push_back(specdec::verify_multi_draft(b.trees[r], specdec::make_view<2>(p.data() + b.first_row[r] * vocab, {n, vocab}),
+                                                 specdec::make_view<2>(q.data() + b.first_row[r] * vocab, {n, vocab}), mode, rng));
+    }
+    check_batch_equals(got, want, "verify_multi_draft_batch");
+  }
+}
