@@ -73,13 +73,6 @@ std::vector<std::int64_t> walked_rows(const verify_result& res) {
   return rows;
 }
 
-//! The first child of `node` (index order) carrying `token`, or -1.
-std::int32_t first_child(const token_tree& t, std::int32_t node, std::int32_t token) {
-  for (int j = node + 1; j < t.size(); ++j)
-    if (t.parent(j) == node && t.token(j) == token) return j;
-  return -1;
-}
-
 //! The batch a target builds: 1-3 fuzzed trees and their rows back to back (n_r + 1 each).
 struct batch_case {
   std::vector<token_tree> trees;
@@ -116,7 +109,6 @@ SPECDEC_FUZZ_TARGET(verify_greedy, "verify_greedy (exact rule) and verify_greedy
     const token_tree t = in.tree(12, vocab);
     const std::int64_t rows = t.size() + 1 + (in.chance(3) ? 1 : 0);
     const auto logits = fuzz_rows(in, static_cast<std::size_t>(rows), vocab, false);
-    if (specdec_fuzz::steer("verify_greedy/nan-logits", std::any_of(logits.begin(), logits.end(), bad_logit))) return;
     const auto res = specdec::verify_greedy(t, specdec::make_view<2>(logits.data(), {rows, vocab}));
     FUZZ_CHECK(tokens_in_vocab(t, vocab), "verify_greedy: accepted a tree token outside the vocabulary");
     check_path(t, res, vocab, "verify_greedy");
@@ -125,23 +117,29 @@ SPECDEC_FUZZ_TARGET(verify_greedy, "verify_greedy (exact rule) and verify_greedy
       FUZZ_CHECK(std::none_of(row.begin(), row.end(), bad_logit), "verify_greedy: used a row with NaN or +inf (row " +
                                                                   std::to_string(r) + ") without rejecting it");
     }
-    // exact rule: follow the first child carrying the row's first argmax; the bonus is the argmax
-    std::int32_t cur = -1;
-    for (std::size_t j = 0;; ++j) {
-      const auto row = row_of(logits, vocab, cur + 1);
-      const auto best = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-      const std::int32_t next = first_child(t, cur, best);
-      if (next < 0) {
-        FUZZ_CHECK(j == res.accepted.size() && res.bonus == best, "verify_greedy: result differs from the greedy rule");
-        break;
-      }
-      FUZZ_CHECK(j < res.accepted.size() && res.accepted[j] == next, "verify_greedy: result differs from the greedy rule");
-      cur = next;
+    // exact rule (verify/greedy.hpp): a node is reachable when every token on its root path is the
+    // first argmax of its parent's row; the path ends at the deepest reachable node (lowest index
+    // among equally deep ones), the bonus is the first argmax of that node's row
+    const auto argmax = [&](std::int32_t node) {
+      const auto row = row_of(logits, vocab, node + 1);
+      return static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    };
+    std::vector<int> reach(static_cast<std::size_t>(t.size()), -1);
+    std::int32_t best = -1;
+    int best_depth = -1;
+    for (int i = 0; i < t.size(); ++i) {
+      const std::int32_t par = t.parent(i);
+      if (par >= 0 && reach[static_cast<std::size_t>(par)] < 0) continue;
+      if (t.token(i) != argmax(par)) continue;
+      reach[static_cast<std::size_t>(i)] = par < 0 ? 0 : reach[static_cast<std::size_t>(par)] + 1;
+      if (reach[static_cast<std::size_t>(i)] > best_depth) best = i, best_depth = reach[static_cast<std::size_t>(i)];
     }
+    std::vector<std::int32_t> want;
+    for (std::int32_t v = best; v >= 0; v = t.parent(v)) want.insert(want.begin(), v);
+    FUZZ_CHECK(res.accepted == want && res.bonus == argmax(best), "verify_greedy: result differs from the greedy rule");
   } else {
     const auto b = fuzz_batch(in, vocab);
     const auto logits = fuzz_rows(in, static_cast<std::size_t>(b.first_row.back()), vocab, false);
-    if (specdec_fuzz::steer("verify_greedy/nan-logits", std::any_of(logits.begin(), logits.end(), bad_logit))) return;
     const auto got = specdec::verify_greedy_batch(specdec::host{1}, b.batch,
                                                   specdec::make_view<2>(logits.data(), {b.first_row.back(), vocab}));
     std::vector<verify_result> want;
@@ -164,9 +162,6 @@ SPECDEC_FUZZ_TARGET(verify_chain, "verify_chain_speculative: accepted prefix, re
   const auto p = fuzz_rows(in, static_cast<std::size_t>(n + 1), vocab, true);
   const auto q = fuzz_rows(in, static_cast<std::size_t>(n + 1), vocab, true);
   specdec::philox_stream rng(in.u64(), in.u64());
-  if (specdec_fuzz::steer("verify_chain/bad-probabilities", std::any_of(p.begin(), p.end(), bad_prob) ||
-                                                                std::any_of(q.begin(), q.end(), bad_prob)))
-    return;
   const auto res = specdec::verify_chain_speculative(t, specdec::make_view<2>(p.data(), {n + 1, vocab}),
                                                      specdec::make_view<2>(q.data(), {n + 1, vocab}), rng);
   FUZZ_CHECK(chain_shape && tokens_in_vocab(t, vocab), "verify_chain_speculative: accepted a non-chain tree or a bad token");
@@ -205,16 +200,31 @@ SPECDEC_FUZZ_TARGET(verify_sample_and_match, "verify_sample_and_match (+ batch =
     const auto res = specdec::verify_sample_and_match(t, specdec::make_view<2>(p.data(), {t.size() + 1, vocab}), rng);
     FUZZ_CHECK(tokens_in_vocab(t, vocab), "verify_sample_and_match: accepted a tree token outside the vocabulary");
     check_path(t, res, vocab, "verify_sample_and_match");
-    const auto rows = walked_rows(res);
-    for (std::size_t j = 0; j < rows.size(); ++j) {
-      const auto row = row_of(p, vocab, rows[j]);
-      FUZZ_CHECK(std::none_of(row.begin(), row.end(), bad_prob), "verify_sample_and_match: used row " + std::to_string(rows[j]) +
+    // The walk over classes of duplicate siblings (verify/sample_and_match.hpp): class j = the nodes
+    // whose root-path tokens are the first j drawn tokens; it draws from its lowest node's row and
+    // moves to every child of the class carrying the draw.
+    std::vector<std::int32_t> drawn;
+    for (auto a : res.accepted) drawn.push_back(t.token(a));
+    drawn.push_back(res.bonus);
+    std::vector<std::int32_t> cls{-1};
+    for (std::size_t j = 0; j < drawn.size(); ++j) {
+      const std::int32_t front = *std::min_element(cls.begin(), cls.end());
+      const auto row = row_of(p, vocab, front + 1);
+      FUZZ_CHECK(std::none_of(row.begin(), row.end(), bad_prob), "verify_sample_and_match: used row " +
+                                                                std::to_string(front + 1) +
                                                                 " with a negative, NaN or +inf entry without rejecting it");
-      const std::int32_t drawn = j < res.accepted.size() ? t.token(res.accepted[j]) : res.bonus;
-      FUZZ_CHECK(row[static_cast<std::size_t>(drawn)] > 0.0f, "verify_sample_and_match: drew a token of probability 0");
-      const std::int32_t node = j == 0 ? -1 : res.accepted[j - 1];
-      FUZZ_CHECK(first_child(t, node, drawn) == (j < res.accepted.size() ? res.accepted[j] : -1),
-            "verify_sample_and_match: did not follow the first child carrying the drawn token");
+      FUZZ_CHECK(row[static_cast<std::size_t>(drawn[j])] > 0.0f, "verify_sample_and_match: drew a token of probability 0");
+      std::vector<std::int32_t> next;
+      for (int i = 0; i < t.size(); ++i)
+        if (std::find(cls.begin(), cls.end(), t.parent(i)) != cls.end() && t.token(i) == drawn[j]) next.push_back(i);
+      if (j + 1 == drawn.size()) {
+        FUZZ_CHECK(next.empty(), "verify_sample_and_match: stopped although a child of the class carries the bonus");
+        FUZZ_CHECK(res.accepted.empty() || res.accepted.back() == front,
+                   "verify_sample_and_match: the accepted path does not end at the last class's lowest node");
+      } else {
+        FUZZ_CHECK(!next.empty(), "verify_sample_and_match: accepted a token no child of the class carries");
+      }
+      cls = next;
     }
   } else {
     const auto b = fuzz_batch(in, vocab);
@@ -244,9 +254,6 @@ SPECDEC_FUZZ_TARGET(verify_multi_draft, "verify_multi_draft (+ batch == per-requ
     const auto p = fuzz_rows(in, static_cast<std::size_t>(t.size() + 1), vocab, true);
     const auto q = fuzz_rows(in, static_cast<std::size_t>(t.size() + 1), vocab, true);
     specdec::philox_stream rng(in.u64(), in.u64());
-    if (specdec_fuzz::steer("verify_multi_draft/bad-probabilities", std::any_of(p.begin(), p.end(), bad_prob) ||
-                                                                        std::any_of(q.begin(), q.end(), bad_prob)))
-      return;
     const auto res = specdec::verify_multi_draft(t, specdec::make_view<2>(p.data(), {t.size() + 1, vocab}),
                                                  specdec::make_view<2>(q.data(), {t.size() + 1, vocab}), mode, rng);
     FUZZ_CHECK(tokens_in_vocab(t, vocab), "verify_multi_draft: accepted a tree token outside the vocabulary");
@@ -254,7 +261,10 @@ SPECDEC_FUZZ_TARGET(verify_multi_draft, "verify_multi_draft (+ batch == per-requ
     const auto rows = walked_rows(res);
     for (std::size_t j = 0; j < rows.size(); ++j) {
       const auto pr = row_of(p, vocab, rows[j]), qr = row_of(q, vocab, rows[j]);
-      FUZZ_CHECK(std::none_of(pr.begin(), pr.end(), bad_prob) && std::none_of(qr.begin(), qr.end(), bad_prob),
+      // q's row is the drafts' distribution: read only where drafts were drawn (the node has children).
+      bool drafted = false;
+      for (int i = 0; i < t.size(); ++i) drafted = drafted || t.parent(i) == static_cast<std::int32_t>(rows[j]) - 1;
+      FUZZ_CHECK(std::none_of(pr.begin(), pr.end(), bad_prob) && (!drafted || std::none_of(qr.begin(), qr.end(), bad_prob)),
             "verify_multi_draft: used row " + std::to_string(rows[j]) + " with a negative, NaN or +inf entry without rejecting it");
       const auto drawn = static_cast<std::size_t>(j < res.accepted.size() ? t.token(res.accepted[j]) : res.bonus);
       FUZZ_CHECK(pr[drawn] > 0.0f || qr[drawn] > 0.0f, "verify_multi_draft: emitted a token neither p nor q can produce");

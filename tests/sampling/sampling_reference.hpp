@@ -57,9 +57,13 @@ inline void process(std::vector<float>& row, const specdec::sampling_params& p, 
   };
   if (p.top_p < 1.0f) {
     const auto w = weights();
-    // order: weight desc, then id asc
+    // order: weight desc, then logit desc (weights that round equal), then id asc
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return w[a] > w[b] || (w[a] == w[b] && a < b); });
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      if (w[a] != w[b]) return w[a] > w[b];
+      if (row[a] != row[b]) return row[a] > row[b];
+      return a < b;
+    });
     const double total = std::accumulate(w.begin(), w.end(), 0.0);
     double cum = 0.0;
     std::size_t j = 0;

@@ -413,3 +413,28 @@ TEST_CASE("process_tree_logits checks every row before writing any") {
   REQUIRE_THROWS_WITH(specdec::process_tree_logits(specdec::make_view<2>(rows.data(), {3, 3}), p, committed, tok, par, ws),
                       Contains("row 0") && Contains("all -inf"));
 }
+
+TEST_CASE("top-p ranks logits whose weights round equal by the logit, so filters never empty a row") {
+  // Found by fuzzing: at a temperature near FLT_MAX every scaled logit is within a subnormal of the
+  // others, exp(l - max) rounds to 1 for all, and top-p ranked the tie by id: it kept ids 0..8 and
+  // dropped the most probable id 9, which eta keeps (it always keeps the argmax), so together they
+  // masked every token.
+  const std::vector<float> base{2.58823586f, 2.58823586f, 2.58823586f, 2.58823586f, 2.58823586f, 2.58823586f,
+                                2.58823586f, 2.58823395f, -7.76470566f, 19.4227943f, -7.76470566f, -7.76470566f};
+  specdec::sampling_workspace ws;
+  const float big = std::numeric_limits<float>::max();
+  auto top_p_only = base;
+  specdec::process_logits(std::span<float>(top_p_only), {.temperature = big, .top_p = 0.71270591f},
+                          std::span<const std::int32_t>{}, ws);
+  CHECK(top_p_only[9] > -std::numeric_limits<float>::infinity());
+  CHECK(top_p_only[8] == -std::numeric_limits<float>::infinity());  // the smallest logits go first
+  auto all = base;
+  specdec::process_logits(std::span<float>(all),
+                          {.temperature = big, .top_p = 0.71270591f, .min_p = 0.709803939f, .eta_epsilon = 0.354901969f,
+                           .eta_alpha = 2.13231373f},
+                          std::span<const std::int32_t>{}, ws);
+  int kept = 0;
+  for (float x : all) kept += x > -std::numeric_limits<float>::infinity();
+  CHECK(kept == 1);
+  CHECK(all[9] > -std::numeric_limits<float>::infinity());
+}

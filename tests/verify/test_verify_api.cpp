@@ -341,3 +341,28 @@ TEST_CASE("sample_and_match walks duplicate siblings as one node (their subtrees
   CHECK(res.accepted == std::vector<std::int32_t>{1, 3, 4});
   CHECK(res.bonus == 2);
 }
+
+TEST_CASE("stochastic verifiers check every row they decide on in full, not just the entries a decision reads") {
+  // p(x) = q(x) = 1 makes the acceptance certain whatever else the rows hold; a NaN elsewhere in the
+  // row means it is not a distribution, and must be reported even though the decision never reads it.
+  const auto chain = specdec::token_tree::from_parents(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{-1});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> p{1.0f, 0.0f, nan, 0.5f, 0.5f, 0.0f}, q{1.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f};
+  specdec::philox_stream rng(3, 4);
+  REQUIRE_THROWS_WITH(specdec::verify_chain_speculative(chain, specdec::make_view<2>(p.data(), {2, 3}),
+                                                        specdec::make_view<2>(q.data(), {2, 3}), rng),
+                      Catch::Contains("target_probs") && Catch::Contains("row 0") && Catch::Contains("token 2"));
+  REQUIRE_THROWS_WITH(specdec::verify_multi_draft(chain, specdec::make_view<2>(p.data(), {2, 3}),
+                                                  specdec::make_view<2>(q.data(), {2, 3}),
+                                                  specdec::draft_sampling::with_replacement, rng),
+                      Catch::Contains("target_probs") && Catch::Contains("row 0") && Catch::Contains("token 2"));
+  p[2] = 0.0f;
+  q[2] = -1.0f;  // a negative draft probability at a token no decision reads
+  REQUIRE_THROWS_WITH(specdec::verify_chain_speculative(chain, specdec::make_view<2>(p.data(), {2, 3}),
+                                                        specdec::make_view<2>(q.data(), {2, 3}), rng),
+                      Catch::Contains("draft_probs") && Catch::Contains("token 2"));
+  q[2] = 0.0f;
+  const auto ok = specdec::verify_chain_speculative(chain, specdec::make_view<2>(p.data(), {2, 3}),
+                                                    specdec::make_view<2>(q.data(), {2, 3}), rng);
+  CHECK(ok.accepted == std::vector<std::int32_t>{0});
+}

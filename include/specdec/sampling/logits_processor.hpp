@@ -206,7 +206,7 @@ inline std::uint32_t top_p_bin(float w) noexcept {
   return key < top_p_bins - 1 ? key : top_p_bins - 1;
 }
 
-//! Top-p keep set (TokenSwift Appendix D.1): the smallest prefix, in (weight desc, id asc) order, whose
+//! Top-p keep set (TokenSwift Appendix D.1): the smallest prefix, in (weight desc, logit desc, id asc) order, whose
 //! weight reaches p * total. One pass bins tokens by top_p_bin of their weight, with per-bin mass;
 //! bins above the one where the running mass crosses p * total are kept whole, and only the tokens of
 //! that boundary bin go through the mass-aware quickselect. O(V) plus a selection over one bin,
@@ -228,11 +228,14 @@ inline void apply_top_p(std::span<float> row, float top_p, float m, sampling_wor
   ws.idx.clear();
   for (std::size_t i = 0; i < v; ++i)
     if (top_p_bin(w[i]) == boundary && w[i] > 0.0f) ws.idx.push_back(static_cast<std::int32_t>(i));
-  // weights in the boundary bin, ordered by (weight desc, id asc)
+  // weights in the boundary bin, ordered by (logit desc, id asc): the weights' order, but logits
+  // that differ by less than the rounding of exp(l - m) (temperatures near FLT_MAX make every
+  // difference subnormal) still rank the larger logit first, so top-p never drops a token that
+  // another filter keeps as the most probable one (found by fuzzing: top-p and eta intersected empty)
   std::vector<double>& wd = ws.boundary_weights;
   wd.resize(v);
   for (auto i : ws.idx) wd[static_cast<std::size_t>(i)] = w[i];
-  const std::size_t kept = select_top_p(wd.data(), w, 1.0, need - above, ws.idx);
+  const std::size_t kept = select_top_p(wd.data(), row.data(), 1.0, need - above, ws.idx);
   if (ws.mark.size() != v) ws.mark.assign(v, 0);
   for (std::size_t j = 0; j < kept; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 1;
   for (std::size_t i = 0; i < v; ++i) {

@@ -28,7 +28,8 @@
 //! deterministic top-k tree breaks that assumption: use sample_and_match for those.
 //!
 //! Non-finite policy (verify_result.hpp): p and q at every child's token are checked up front, the
-//! full p and q rows of a node in the first residual pass that reads them, a bonus row in its draw;
+//! full p and q rows of every node the walk decides on before its first draw there (check_prob_row:
+//! no accept / reject on a row that is not a distribution), a bonus row in its draw;
 //! NaN, +-inf and negative entries and an all-zero row to draw from throw invalid_argument naming the
 //! tensor, row (and request) and token.
 //!
@@ -167,6 +168,10 @@ inline verify_result multi_draft_walk(std::span<const std::int32_t> tokens, std:
     const auto prow = p.row(cur + 1);
     const auto qrow = q.row(cur + 1);
     const row_ref at_p = p.ref(fn, "target_probs", cur + 1), at_q = q.ref(fn, "draft_probs", cur + 1);
+    if (!ch.of(cur).empty()) {  // rows the node's decisions use, in full (q only where drafts were drawn)
+      check_prob_row(p, cur + 1, fn, "target_probs");
+      check_prob_row(q, cur + 1, fn, "draft_probs");
+    }
     bool residual = false;    // false: p' = prow; true: p' = s.w / total
     double total = 1.0;
     double drawn_mass = 0.0;  // without replacement: q mass of earlier siblings' tokens

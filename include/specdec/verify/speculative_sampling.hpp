@@ -26,11 +26,12 @@ namespace specdec {
 //! node i is checked with p = target row i and q = draft row i (both "after node i-1"); draft row n
 //! is not read. Preconditions: tree is a chain; tokens in [0, V); q_i(x_i) > 0 (x_i was drawn from
 //! q_i); rows are probability distributions (the ratio p/q uses the values as given). Non-finite
-//! policy (verify_result.hpp): p_i(x_i) and q_i(x_i) of every node are checked up front, the rows of
-//! the rejection (or the bonus row) in the pass that draws from them; NaN, +-inf, negative entries and
-//! an all-zero row to draw from throw invalid_argument naming the tensor, row and token.
-//! Draws two Philox words per checked node plus two for the emitted residual/bonus draw.
-//! Complexity: O(n) to validate, O(accepted + V) to verify (one O(V) pass at the end).
+//! policy (verify_result.hpp): p_i(x_i) and q_i(x_i) of every node are checked up front, and each row
+//! the walk uses (p_i and q_i of every node it decides on, the bonus row) in full before its draw, so
+//! no decision is taken on a row that is not a distribution; rows after the first rejection are not
+//! read. NaN, +-inf, negative entries and an all-zero row to draw from throw invalid_argument naming
+//! the tensor, row and token. Draws two Philox words per checked node plus two for the emitted
+//! residual/bonus draw. Complexity: O(n) to validate, O((accepted + 1) * V) to verify.
 template <tensor_like TargetProbs, tensor_like DraftProbs>
 [[nodiscard]] verify_result verify_chain_speculative(const token_tree& tree, const TargetProbs& target_probs,
                                                      const DraftProbs& draft_probs, philox_stream& rng) {
@@ -55,6 +56,8 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
   verify_result res;
   for (int i = 0; i < n; ++i) {
     const auto x = tok[static_cast<std::size_t>(i)];
+    detail::check_prob_row(p, i, fn, "target_probs");  // the rows this step decides on, in full
+    detail::check_prob_row(q, i, fn, "draft_probs");
     const double px = p.at(i, x), qx = q.at(i, x);
     const double u = rng.uniform_double();
     if (u * qx < px) {  // u < p/q with u in [0, 1): probability min(1, p/q)

@@ -122,6 +122,18 @@ inline float checked_prob(const prob_rows& rows, std::int64_t r, std::int64_t t,
   return v;
 }
 
+//! Checks every entry of rows.row(r) under the non-finite policy (finite, >= 0); throws naming the
+//! row and the first bad token. The stochastic verifiers run it on each row their walk uses before
+//! its first draw there, so no accept / reject decision is ever taken on a row that is not a
+//! distribution, whichever entries the decision happens to read. O(V), vectorized.
+inline void check_prob_row(const prob_rows& rows, std::int64_t r, std::string_view function, std::string_view argument) {
+  const auto row = rows.row(r);
+  if (any_inadmissible_prob(row.data(), row.size())) [[unlikely]] {
+    const std::size_t t = first_inadmissible_prob(row.data(), row.size());
+    throw_bad_entry(rows.ref(function, argument, r), bad_prob_text, static_cast<std::int64_t>(t), row[t]);
+  }
+}
+
 template <tensor_like T>
 prob_rows to_rows(const T& t, std::int64_t expect_rows, std::string_view function, std::string_view argument) {
   static_assert(T::rank == 2, "specdec verifiers: logits/probability tensors must be rank 2 [rows, vocab]");
