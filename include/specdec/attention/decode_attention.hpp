@@ -37,20 +37,8 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 template <execution_policy P, tensor_like Q, class L, tensor_like I>
 [[nodiscard]] std::size_t decode_attention_workspace_bytes(const P& policy, const Q& q, const L& cache,
                                                            const I& q_indptr, const attention_options& options = {}) {
-  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
-  if constexpr (kv_layout<L>) {
-    constexpr std::string_view fn = "specdec::decode_attention_workspace_bytes";
-    using QT = typename Q::element_type;
-    using T = std::remove_cv_t<QT>;
-    detail::check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
-    if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, T, float,
-                                             typename I::element_type, void>) {
-      const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, detail::no_out<T>,
-                                                         detail::no_lse, options);
-      return detail::attention_backend<P>::template workspace_bytes<true, false>(fn, policy, io, cache, options);
-    }
-  }
-  return 0;
+  return detail::cached_attention_workspace_bytes<false>("specdec::decode_attention_workspace_bytes", policy, q, cache,
+                                                         q_indptr, options);
 }
 
 //! Decode attention: for each request r, each of its query tokens q[q_indptr[r] .. q_indptr[r+1])

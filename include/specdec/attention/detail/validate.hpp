@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/backend.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
@@ -375,6 +376,27 @@ std::pair<attention_io_params<T>, tree_kv_params<T>> validate_tree_call(std::str
   require(hkv > 0, fn, "spec_k", "at least one kv head (extent 1)", hkv);
   const auto io = validate_io<Policy, T>(fn, q, q_indptr, &out, &lse, -1, hkv, options.scale);
   return {io, validate_tree<Policy>(fn, io, spec_k, spec_v, mask)};
+}
+
+//! The body of decode_attention_workspace_bytes and hybrid_tree_attention_workspace_bytes (a
+//! cached call without outputs; HasTree picks the plan): checks the layout concept (its messages are
+//! what a non-layout gets), the types, validates like the call and asks the policy's backend.
+template <bool HasTree, class P, class Q, class L, class I>
+[[nodiscard]] std::size_t cached_attention_workspace_bytes(std::string_view fn, const P& policy, const Q& q,
+                                                           const L& cache, const I& q_indptr,
+                                                           const attention_options& options) {
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    using QT = typename Q::element_type;
+    using T = std::remove_cv_t<QT>;
+    check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
+    if constexpr (attention_types_ok<P, QT, typename L::value_type, void, void, T, float, typename I::element_type,
+                                     void>) {
+      const auto io = validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, no_out<T>, no_lse, options);
+      return attention_backend<P>::template workspace_bytes<true, HasTree>(fn, policy, io, cache, options);
+    }
+  }
+  return 0;
 }
 
 }  // namespace SPECDEC_HOST_ISA
