@@ -113,3 +113,55 @@ TEST_CASE("attention workspace: identical results, no allocation, too small is a
                                                      {.kv_split_size = 128, .workspace = &small}),
                       Catch::Contains("options.workspace"));
 }
+
+TEST_CASE("attention_options::kernel pins the rows or the tile kernel; each matches the reference") {
+  // GQA 4 (8 query heads, 2 kv heads): requests of 1 and 2 tokens have 4 and 8 rows per kv head, so
+  // automatic runs the rows kernel on them; pinning tiles must give the same answers within fp32
+  // tolerance, and pinning rows the same bits as automatic.
+  batch<float> b(31, 8, 2, 128, {900, 70, 0}, {1, 2, 2});
+  const auto layout = b.paged();
+  const auto ref = specdec::reference::decode_attention(b.q_view(), layout, b.indptr_view());
+  const auto hyb = specdec::reference::hybrid_tree_attention(b.q_view(), layout, b.k_view(), b.v_view(),
+                                                             b.indptr_view(), b.mask_view());
+  for (auto kernel : {specdec::attention_kernel::automatic, specdec::attention_kernel::rows,
+                      specdec::attention_kernel::tiles}) {
+    DYNAMIC_SECTION("kernel " << static_cast<int>(kernel)) {
+      b.reset_outputs();
+      specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(),
+                                {.kv_split_size = 256, .kernel = kernel});
+      check_against(b, ref);
+      b.reset_outputs();
+      specdec::hybrid_tree_attention(specdec::host{}, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(),
+                                     b.mask_view(), b.out_view(), b.lse_view(), {.kernel = kernel});
+      check_against(b, hyb);
+    }
+  }
+  // rows and automatic run the same kernel here: same bits.
+  b.reset_outputs();
+  specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(),
+                            {.kv_split_size = 256});
+  const auto autom = b.out;
+  b.reset_outputs();
+  specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(),
+                            {.kv_split_size = 256, .kernel = specdec::attention_kernel::rows});
+  CHECK(b.out == autom);
+  b.reset_outputs();
+  specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(),
+                            {.kv_split_size = 256, .kernel = specdec::attention_kernel::tiles});
+  CHECK(b.out != autom);  // a different kernel: a different summation order somewhere
+
+  // rows with more than 8 query rows per kv head (3 tokens x GQA 4 = 12), and an invalid value.
+  batch<float> big(32, 8, 2, 64, {100}, {3});
+  CHECK_THROWS_WITH(specdec::decode_attention(specdec::host{}, big.q_view(), big.paged(), big.indptr_view(),
+                                              big.out_view(), big.lse_view(),
+                                              {.kernel = specdec::attention_kernel::rows}),
+                    Catch::Matchers::Contains("options.kernel") && Catch::Matchers::Contains("12 in request 0"));
+  CHECK_THROWS_WITH(specdec::decode_attention_workspace_bytes(specdec::host{}, big.q_view(), big.paged(),
+                                                              big.indptr_view(),
+                                                              {.kernel = specdec::attention_kernel::rows}),
+                    Catch::Matchers::Contains("options.kernel"));
+  CHECK_THROWS_AS(specdec::decode_attention(specdec::host{}, big.q_view(), big.paged(), big.indptr_view(),
+                                            big.out_view(), big.lse_view(),
+                                            {.kernel = static_cast<specdec::attention_kernel>(7)}),
+                  specdec::invalid_argument);
+}

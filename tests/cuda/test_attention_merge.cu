@@ -122,3 +122,63 @@ TEMPLATE_TEST_CASE("cuda lse_merge two-way in place, -inf parts, no NaN leak", "
   REQUIRE(gl[0] == ninf);
   expect_close(go, ho, gl, hl);
 }
+
+TEST_CASE("cuda merge params: one host -> device conversion keeps every field; float2 loads only when aligned",
+          "[cuda][attention][nogpu]") {
+  using specdec::half;
+  // to_device_params: the same struct over CUDA's types, every pointer and size unchanged.
+  std::vector<half> o(64), q(64);
+  std::vector<float> lse(8);
+  specdec::attention_io_params<half> io;
+  io.q = q.data();
+  io.q_stride_token = 96;
+  io.q_stride_head = 32;
+  io.o = o.data();
+  io.o_stride_token = 40;
+  io.o_stride_head = 8;
+  io.lse = lse.data();
+  io.lse_stride_token = 3;
+  io.lse_stride_head = 1;
+  io.num_requests = 5;
+  io.total_tokens = 7;
+  io.num_qo_heads = 4;
+  io.num_kv_heads = 2;
+  io.head_dim = 128;
+  io.scale = 0.25f;
+  const auto d = specdec::detail::to_device_params(io);
+  static_assert(std::is_same_v<decltype(d), const specdec::attention_io_params<__half>>);
+  CHECK(static_cast<const void*>(d.q) == q.data());
+  CHECK(static_cast<const void*>(d.o) == o.data());
+  CHECK(d.lse == lse.data());
+  CHECK((d.q_stride_token == 96 && d.q_stride_head == 32 && d.o_stride_token == 40 && d.o_stride_head == 8));
+  CHECK((d.lse_stride_token == 3 && d.num_requests == 5 && d.total_tokens == 7 && d.num_qo_heads == 4));
+  CHECK((d.num_kv_heads == 2 && d.head_dim == 128 && d.scale == 0.25f));
+
+  specdec::detail::lse_merge_params<half> mh;
+  mh.in.o = o.data();
+  mh.in.o_stride_token = 7;
+  mh.in.count = 2;
+  mh.head_dim = 64;
+  const auto md = specdec::detail::to_device_params(mh);
+  static_assert(std::is_same_v<decltype(md), const specdec::detail::lse_merge_params<__half, __half>>);
+  CHECK((static_cast<const void*>(md.in.o) == o.data() && md.in.o_stride_token == 7 && md.in.count == 2 &&
+         md.head_dim == 64));
+
+  // float2 loads: fp32 parts with 8-byte aligned rows only.
+  alignas(16) static float buf[1024];
+  specdec::detail::lse_merge_params<float> mf;
+  mf.in.o = buf;
+  mf.in.o_stride_part = 512;
+  mf.in.o_stride_token = 256;
+  mf.in.o_stride_head = 64;
+  CHECK(specdec::detail::merge_parts_vec2(mf));
+  mf.in.o_stride_token = 255;  // odd token stride: row 1 is misaligned
+  CHECK_FALSE(specdec::detail::merge_parts_vec2(mf));
+  mf.in.o_stride_token = 256;
+  mf.in.o = buf + 1;  // misaligned base
+  CHECK_FALSE(specdec::detail::merge_parts_vec2(mf));
+  mf.in.o = buf;
+  mf.in.o_b = buf + 3;  // a separate second part, misaligned
+  CHECK_FALSE(specdec::detail::merge_parts_vec2(mf));
+  CHECK_FALSE(specdec::detail::merge_parts_vec2(mh));  // 16-bit parts: per-value loads
+}

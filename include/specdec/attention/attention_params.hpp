@@ -7,9 +7,11 @@
 //! hybrid_tree_attention):
 //!   public function (tensor_like / kv_layout arguments)
 //!     -> host-side validation (detail::validate_*; throws specdec::invalid_argument)
-//!     -> params struct of raw pointers/strides/sizes (this header)
-//!     -> backend: the host backend in attention/detail/host_attention.hpp; a CUDA backend
-//!        (`specdec::cuda` policy overloads in .cuh files) consumes the same params structs.
+//!     -> params structs of raw pointers/strides/sizes (this header: attention_io_params and
+//!        tree_kv_params; the cache stays the caller's kv_layout)
+//!     -> backend: attention_backend<policy> (detail/backend.hpp): the host backend in
+//!        detail/host/, the CUDA backend in detail/cuda/ (converting the same structs once with
+//!        to_device_params).
 //!
 //! Conventions (design brief): Q/O are [total_tokens, Hq, D] with unit inner stride; LSE is fp32
 //! [total_tokens, Hq], natural log of the softmax denominator of the *scaled* logits, -inf when a
@@ -31,6 +33,20 @@ namespace specdec {
 
 class attention_workspace;
 
+//! Which kernel runs the cache parts of an attention call (the tree part of tree and hybrid
+//! attention always runs the masked tile kernel). Pinning one is for tests and benchmarks; the
+//! default picks per request.
+enum class attention_kernel {
+  //! host: the rows kernel for requests with at most 8 query rows per kv head (tokens x Hq / Hkv: a
+  //! decode step, a small tree), the tile kernel otherwise; cuda: its tile kernel.
+  automatic,
+  //! The host rows kernel (vectorised along head_dim, one dot product per key and query row). Needs at
+  //! most 8 query rows per kv head in every request; host only.
+  rows,
+  //! The tile kernel (vectorised over query rows: 64-key tiles through score and PV microkernels).
+  tiles,
+};
+
 //! Options shared by decode_attention, tree_attention and hybrid_tree_attention.
 //! Designated-initialiser friendly: `{.scale = 0.1f, .workspace = &ws}`.
 struct attention_options {
@@ -43,6 +59,8 @@ struct attention_options {
   //! invalid_argument if the workspace is smaller than the matching *_workspace_bytes(...) result.
   //! When null the call allocates its scratch internally.
   attention_workspace* workspace = nullptr;
+  //! The kernel for the cache parts; automatic unless a test or benchmark pins one.
+  attention_kernel kernel = attention_kernel::automatic;
 };
 
 //! Scratch memory for the attention primitives, sized once and reused across calls so that the
@@ -114,32 +132,6 @@ struct tree_kv_params {
   const T* v = nullptr;
   std::int64_t v_stride_token = 0, v_stride_head = 0;
   const mask_word* mask = nullptr;
-};
-
-//! Params of decode_attention: every query token of request r attends (unmasked) to all
-//! cache.length(r) cached tokens. `Layout` is any kv_layout.
-template <class T, class Layout>
-struct decode_attention_params {
-  attention_io_params<T> io;
-  Layout cache;
-  int kv_split_size = 0;  //!< resolved split size (> 0)
-};
-
-//! Params of tree_attention: the n_r tree tokens of request r attend to each other under the mask.
-template <class T>
-struct tree_attention_params {
-  attention_io_params<T> io;
-  tree_kv_params<T> tree;
-};
-
-//! Params of hybrid_tree_attention (LongSpec §3.3): unmasked attention over the cache plus masked
-//! attention over the tree tokens, merged by log-sum-exp (LongSpec Appendix A, Proposition A.1).
-template <class T, class Layout>
-struct hybrid_tree_attention_params {
-  attention_io_params<T> io;
-  Layout cache;
-  tree_kv_params<T> tree;
-  int kv_split_size = 0;  //!< resolved split size (> 0)
 };
 
 //! Head dimensions the attention kernels are instantiated for.

@@ -19,7 +19,7 @@
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/backend.hpp"
-#include "specdec/attention/detail/host_entry.hpp"
+#include "specdec/attention/detail/host/backend.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/isa.hpp"

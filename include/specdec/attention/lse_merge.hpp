@@ -17,8 +17,8 @@
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/backend.hpp"
-#include "specdec/attention/detail/host_attention.hpp"
-#include "specdec/core/detail/simd.hpp"
+#include "specdec/attention/detail/host/merge.hpp"
+#include "specdec/attention/detail/merge_state.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/execution.hpp"
@@ -75,63 +75,24 @@ void convert_lse_natural_to_base2(const host&, const L& lse) {
 
 namespace detail {
 
-//! Params of an n-way merge: part p of row (token, head) at o + p*o_stride_part + token*o_stride_token
-//! + head*o_stride_head (head_dim contiguous floats/storage), its LSE likewise.
-template <class T>
+//! Params of a merge (n-way or two-way): where the parts live and where the result goes
+//! (merge_state.hpp's merge_parts / merge_out, the addressing every merge shares), and the sizes.
+//! Both backends consume it as is; the attention backends' merge passes use it too, with fp32
+//! partials in (InT = float) and the storage type out.
+template <class InT, class OutT = InT>
 struct lse_merge_params {
-  const T* o_parts = nullptr;
-  std::int64_t o_stride_part = 0, o_stride_token = 0, o_stride_head = 0;
-  const float* lse_parts = nullptr;
-  std::int64_t lse_stride_part = 0, lse_stride_token = 0, lse_stride_head = 0;
-  T* o = nullptr;
-  std::int64_t out_stride_token = 0, out_stride_head = 0;
-  float* lse = nullptr;
-  std::int64_t lse_out_stride_token = 0, lse_out_stride_head = 0;
-  int num_parts = 0, tokens = 0, heads = 0, head_dim = 0;
-  // Two-way merges pass the second part separately (any address): parts p >= 1 use these.
-  const T* o_b = nullptr;
-  std::int64_t o_b_stride_token = 0, o_b_stride_head = 0;
-  const float* lse_b = nullptr;
-  std::int64_t lse_b_stride_token = 0, lse_b_stride_head = 0;
+  merge_parts<InT> in;
+  merge_out<OutT> out;
+  int tokens = 0, heads = 0, head_dim = 0;
 };
 
 inline namespace SPECDEC_HOST_ISA {
 
+//! The host backend: one merge_parts_row per (token, head), parallel over tokens.
 template <class T>
 void lse_merge_host(const host& policy, const lse_merge_params<T>& p) {
-  constexpr int max_parts = 64;
   parallel_for(policy, p.tokens, [&](std::int64_t t) {
-    for (int h = 0; h < p.heads; ++h) {
-      T* orow = p.o + t * p.out_stride_token + h * p.out_stride_head;
-      float* lrow = p.lse + t * p.lse_out_stride_token + h * p.lse_out_stride_head;
-      auto part_row = [&](int q) -> const T* {
-        if (p.o_b != nullptr && q == 1) return p.o_b + t * p.o_b_stride_token + h * p.o_b_stride_head;
-        return p.o_parts + q * p.o_stride_part + t * p.o_stride_token + h * p.o_stride_head;
-      };
-      auto part_lse = [&](int q) -> float {
-        if (p.lse_b != nullptr && q == 1) return p.lse_b[t * p.lse_b_stride_token + h * p.lse_b_stride_head];
-        return p.lse_parts[q * p.lse_stride_part + t * p.lse_stride_token + h * p.lse_stride_head];
-      };
-      // Chunks of up to 64 parts are merged directly; their results fold into a running fp32
-      // (acc, acc_lse) by two-way merges, so any count works without allocation. Every input of a
-      // row is read before the row is written, so out may alias an input.
-      alignas(64) float acc[256], chunk[256];
-      float acc_lse = -std::numeric_limits<float>::infinity();
-      float lbuf[max_parts];
-      for (int q0 = 0; q0 < p.num_parts; q0 += max_parts) {
-        const int cnt = std::min(max_parts, p.num_parts - q0);
-        for (int q = 0; q < cnt; ++q) lbuf[q] = part_lse(q0 + q);
-        float chunk_lse;
-        merge_row<float>(cnt, lbuf, [&](int q) { return part_row(q0 + q); }, p.head_dim, q0 == 0 ? acc : chunk,
-                         q0 == 0 ? &acc_lse : &chunk_lse);
-        if (q0 == 0) continue;
-        const float two[2] = {acc_lse, chunk_lse};
-        merge_row<float>(2, two, [&](int q) -> const float* { return q == 0 ? acc : chunk; }, p.head_dim, acc,
-                         &acc_lse);
-      }
-      for (int c = 0; c < p.head_dim; c += vlanes) vstore_as(orow + c, vload(acc + c));
-      *lrow = acc_lse;
-    }
+    for (int h = 0; h < p.heads; ++h) merge_parts_row(p.in, t, h, p.head_dim, p.out.row(t, h), p.out.lse_at(t, h));
   });
 }
 
@@ -167,12 +128,12 @@ void validate_merge_out(std::string_view fn, std::string_view ref_name, const O&
   require_shape(fn, "out", out, {n, h, d});
   require_shape(fn, "lse_out", lse_out, {n, h});
   require_unit_inner_stride(fn, "out", out);
-  p.o = const_cast<T*>(static_cast<const T*>(out.data()));
-  p.out_stride_token = out.stride(0);
-  p.out_stride_head = out.stride(1);
-  p.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
-  p.lse_out_stride_token = lse_out.stride(0);
-  p.lse_out_stride_head = lse_out.stride(1);
+  p.out.o = const_cast<T*>(static_cast<const T*>(out.data()));
+  p.out.o_stride_token = out.stride(0);
+  p.out.o_stride_head = out.stride(1);
+  p.out.lse = const_cast<float*>(static_cast<const float*>(lse_out.data()));
+  p.out.lse_stride_token = lse_out.stride(0);
+  p.out.lse_stride_head = lse_out.stride(1);
   p.tokens = static_cast<int>(n);
   p.heads = static_cast<int>(h);
   p.head_dim = static_cast<int>(d);
@@ -193,15 +154,15 @@ lse_merge_params<T> validate_merge(std::string_view fn, const OP& o_parts, const
   require_unit_inner_stride(fn, "o_parts", o_parts);
   lse_merge_params<T> p;
   validate_merge_out<Policy>(fn, "o_parts", out, lse_out, n, h, d, p);
-  p.o_parts = static_cast<const T*>(o_parts.data());
-  p.o_stride_part = o_parts.stride(0);
-  p.o_stride_token = o_parts.stride(1);
-  p.o_stride_head = o_parts.stride(2);
-  p.lse_parts = static_cast<const float*>(lse_parts.data());
-  p.lse_stride_part = lse_parts.stride(0);
-  p.lse_stride_token = lse_parts.stride(1);
-  p.lse_stride_head = lse_parts.stride(2);
-  p.num_parts = static_cast<int>(s);
+  p.in.o = static_cast<const T*>(o_parts.data());
+  p.in.o_stride_part = o_parts.stride(0);
+  p.in.o_stride_token = o_parts.stride(1);
+  p.in.o_stride_head = o_parts.stride(2);
+  p.in.lse = static_cast<const float*>(lse_parts.data());
+  p.in.lse_stride_part = lse_parts.stride(0);
+  p.in.lse_stride_token = lse_parts.stride(1);
+  p.in.lse_stride_head = lse_parts.stride(2);
+  p.in.count = static_cast<int>(s);
   return p;
 }
 
@@ -227,19 +188,19 @@ lse_merge_params<T> validate_merge2(std::string_view fn, const OA& o_a, const LA
   require_unit_inner_stride(fn, "o_b", o_b);
   lse_merge_params<T> p;
   validate_merge_out<Policy>(fn, "o_a", out, lse_out, n, h, d, p);
-  p.o_parts = static_cast<const T*>(o_a.data());
-  p.o_stride_token = o_a.stride(0);
-  p.o_stride_head = o_a.stride(1);
-  p.lse_parts = static_cast<const float*>(lse_a.data());
-  p.lse_stride_token = lse_a.stride(0);
-  p.lse_stride_head = lse_a.stride(1);
-  p.o_b = static_cast<const T*>(o_b.data());
-  p.o_b_stride_token = o_b.stride(0);
-  p.o_b_stride_head = o_b.stride(1);
-  p.lse_b = static_cast<const float*>(lse_b.data());
-  p.lse_b_stride_token = lse_b.stride(0);
-  p.lse_b_stride_head = lse_b.stride(1);
-  p.num_parts = 2;
+  p.in.o = static_cast<const T*>(o_a.data());
+  p.in.o_stride_token = o_a.stride(0);
+  p.in.o_stride_head = o_a.stride(1);
+  p.in.lse = static_cast<const float*>(lse_a.data());
+  p.in.lse_stride_token = lse_a.stride(0);
+  p.in.lse_stride_head = lse_a.stride(1);
+  p.in.o_b = static_cast<const T*>(o_b.data());
+  p.in.o_b_stride_token = o_b.stride(0);
+  p.in.o_b_stride_head = o_b.stride(1);
+  p.in.lse_b = static_cast<const float*>(lse_b.data());
+  p.in.lse_b_stride_token = lse_b.stride(0);
+  p.in.lse_b_stride_head = lse_b.stride(1);
+  p.in.count = 2;
   return p;
 }
 

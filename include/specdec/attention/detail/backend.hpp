@@ -5,11 +5,11 @@
 //! is ONE template over the execution policy: it checks types, validates its arguments under the
 //! policy's memory-space rules (validate.hpp), and hands the validated params to
 //! attention_backend<Policy> / merge_backend<Policy>. The host backend is specialised in
-//! host_entry.hpp and lse_merge.hpp; the cuda backend in cuda_attention.cuh and lse_merge.cuh,
+//! host/backend.hpp and lse_merge.hpp; the cuda backend in cuda/launch.cuh and lse_merge.cuh,
 //! which the primitives' .cuh headers include.
 //!
 //! Interface of attention_backend<P> (HasCache: a cache part; HasTree: a masked tree part; `cache`
-//! is a kv_layout, or detail::no_cache of host_attention.hpp when HasCache is false):
+//! is a kv_layout, or detail::no_cache of host/run.hpp when HasCache is false):
 //!   template <bool HasCache, bool HasTree, class T, class L>
 //!   static std::size_t workspace_bytes(std::string_view fn, const P&, const attention_io_params<T>&,
 //!                                      const L& cache, const attention_options&);

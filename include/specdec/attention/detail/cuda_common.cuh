@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <atomic>
 #include <cstddef>
@@ -31,8 +32,38 @@
 namespace specdec::detail {
 
 // ---------------------------------------------------------------------------------------------
+// Host -> device params
+// ---------------------------------------------------------------------------------------------
+
+//! The one host -> device conversion of a params struct: P<T...> over specdec's storage types
+//! (float, half, bfloat16) becomes P<device_type_t<T>...> over CUDA's (__half, __nv_bfloat16: same
+//! size and bits), so the validated host params (attention_io_params, tree_kv_params,
+//! lse_merge_params, merge_parts, merge_out) reach the kernels as they are, only the pointer types
+//! change. O(1).
+template <template <class...> class P, class... T>
+[[nodiscard]] P<device_type_t<T>...> to_device_params(const P<T...>& p) noexcept {
+  static_assert(sizeof(P<T...>) == sizeof(P<device_type_t<T>...>) && std::is_trivially_copyable_v<P<T...>>,
+                "to_device_params: the host and device params must have one layout");
+  return std::bit_cast<P<device_type_t<T>...>>(p);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Device helpers
 // ---------------------------------------------------------------------------------------------
+
+//! Storage value <-> fp32 (float, __half, __nv_bfloat16).
+template <class DT>
+__device__ __forceinline__ float to_f(DT x) {
+  if constexpr (std::is_same_v<DT, __nv_bfloat16>) return __bfloat162float(x);
+  else if constexpr (std::is_same_v<DT, __half>) return __half2float(x);
+  else return static_cast<float>(x);
+}
+template <class DT>
+__device__ __forceinline__ DT from_f(float x) {
+  if constexpr (std::is_same_v<DT, __nv_bfloat16>) return __float2bfloat16_rn(x);
+  else if constexpr (std::is_same_v<DT, __half>) return __float2half_rn(x);
+  else return static_cast<DT>(x);
+}
 
 //! Two fp32 values packed as one 32-bit register of two 16-bit storage values (lo = lower column).
 template <class DT>

@@ -11,6 +11,8 @@
 
 #include <math.h>
 
+#include <cstdint>
+
 #include "specdec/core/config.hpp"
 
 namespace specdec::detail {
@@ -67,6 +69,54 @@ struct lse_merge_weights {
   //! The merged natural-log LSE (after every add): -inf for an empty row.
   [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE float lse() const noexcept {
     return empty() ? -INFINITY : max + logf(sum);
+  }
+};
+
+//! Where the parts of a merge live (the one part-addressing rule of every merge, host and CUDA):
+//! part q of row (token t, head h) has its head_dim values at
+//!   o + q * o_stride_part + t * o_stride_token + h * o_stride_head
+//! and its natural-log LSE at the same place in `lse` with the lse_* strides. A two-way merge of
+//! two separate tensors gives the second one in o_b / lse_b (part 1 then lives there, any
+//! address). The public lse_merge fills it from its tensors; the attention backends describe their
+//! fp32 partials in the workspace with it.
+template <class T>
+struct merge_parts {
+  const T* o = nullptr;
+  std::int64_t o_stride_part = 0, o_stride_token = 0, o_stride_head = 0;
+  const float* lse = nullptr;
+  std::int64_t lse_stride_part = 0, lse_stride_token = 0, lse_stride_head = 0;
+  int count = 0;  //!< number of parts
+  const T* o_b = nullptr;
+  std::int64_t o_b_stride_token = 0, o_b_stride_head = 0;
+  const float* lse_b = nullptr;
+  std::int64_t lse_b_stride_token = 0, lse_b_stride_head = 0;
+
+  //! Part q's values of row (t, h).
+  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE const T* row(int q, std::int64_t t, std::int64_t h) const noexcept {
+    if (o_b != nullptr && q == 1) return o_b + t * o_b_stride_token + h * o_b_stride_head;
+    return o + q * o_stride_part + t * o_stride_token + h * o_stride_head;
+  }
+  //! Part q's LSE of row (t, h).
+  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE float lse_of(int q, std::int64_t t, std::int64_t h) const noexcept {
+    if (lse_b != nullptr && q == 1) return lse_b[t * lse_b_stride_token + h * lse_b_stride_head];
+    return lse[q * lse_stride_part + t * lse_stride_token + h * lse_stride_head];
+  }
+};
+
+//! Where a merge writes: row (t, h)'s head_dim values at o + t * o_stride_token + h * o_stride_head
+//! and its LSE at lse + t * lse_stride_token + h * lse_stride_head.
+template <class T>
+struct merge_out {
+  T* o = nullptr;
+  std::int64_t o_stride_token = 0, o_stride_head = 0;
+  float* lse = nullptr;
+  std::int64_t lse_stride_token = 0, lse_stride_head = 0;
+
+  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE T* row(std::int64_t t, std::int64_t h) const noexcept {
+    return o + t * o_stride_token + h * o_stride_head;
+  }
+  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE float* lse_at(std::int64_t t, std::int64_t h) const noexcept {
+    return lse + t * lse_stride_token + h * lse_stride_head;
   }
 };
 

@@ -1,15 +1,17 @@
 #pragma once
-//! \file host_entry.hpp
+//! \file backend.hpp
 //! The host backend of the attention entry points (see backend.hpp): plans and runs a validated
-//! call on the host thread pool (host_attention.hpp), resolving the KV split size the same way for
+//! call on the host thread pool (run.hpp), resolving the KV split size the same way for
 //! a workspace query and its call.
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/backend.hpp"
-#include "specdec/attention/detail/host_attention.hpp"
+#include "specdec/attention/detail/host/run.hpp"
 #include "specdec/attention/detail/validate.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/isa.hpp"
@@ -29,12 +31,35 @@ template <bool HasCache, class T, class L>
     return 1;
 }
 
+//! options.kernel of a host call, checked: one of the enumerators, and `rows` only when every
+//! request has at most max_dot_rows query rows per kv head (the rows kernel's register block).
+template <class T>
+[[nodiscard]] attention_kernel host_kernel(std::string_view fn, const attention_io_params<T>& io,
+                                           const attention_options& options) {
+  const auto k = options.kernel;
+  require(k == attention_kernel::automatic || k == attention_kernel::rows || k == attention_kernel::tiles, fn,
+          "options.kernel", "automatic, rows or tiles", static_cast<int>(k));
+  if (k == attention_kernel::rows) {
+    const int group = io.num_qo_heads / io.num_kv_heads;
+    for (int r = 0; r < io.num_requests; ++r) {
+      const std::int64_t rows = static_cast<std::int64_t>(io.q_indptr[r + 1] - io.q_indptr[r]) * group;
+      if (rows > max_dot_rows) [[unlikely]]
+        throw_invalid_argument(fn, "options.kernel",
+                               "attention_kernel::rows only with at most " + std::to_string(max_dot_rows) +
+                                   " query rows per kv head (tokens x Hq / Hkv) in every request",
+                               std::to_string(rows) + " in request " + std::to_string(r));
+    }
+  }
+  return k;
+}
+
 template <>
 struct attention_backend<host> {
   template <bool HasCache, bool HasTree, class T, class L>
   [[nodiscard]] static std::size_t workspace_bytes(std::string_view fn, const host& policy,
                                                    const attention_io_params<T>& io, const L& cache,
                                                    const attention_options& options) {
+    (void)host_kernel(fn, io, options);
     return host_attention_bytes<HasCache, HasTree>(io, cache, host_kv_split<HasCache>(fn, policy, io, cache, options));
   }
 
@@ -43,7 +68,7 @@ struct attention_backend<host> {
                   const tree_kv_params<T>* tree, const attention_options& options) {
     host_attention_entry<HasCache, HasTree, T>(fn, policy, io, cache, tree,
                                                host_kv_split<HasCache>(fn, policy, io, cache, options),
-                                               options.workspace);
+                                               host_kernel(fn, io, options), options.workspace);
   }
 };
 
