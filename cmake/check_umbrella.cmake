@@ -1,5 +1,6 @@
 # Checks (default) or regenerates (-DUPDATE=ON) the umbrella headers:
-#   include/specdec/specdec.hpp  includes every public .hpp (not under detail/)
+#   include/specdec/specdec.hpp  includes every public .hpp (not under detail/ or reference/: the test
+#                                oracles are not part of the API and no public header includes them)
 #   include/specdec/specdec.cuh  includes specdec.hpp and every public .cuh
 # Usage: cmake [-DUPDATE=ON [-DTRACKED_ONLY=ON]] -P cmake/check_umbrella.cmake     (ctest runs the check as chassis.umbrella)
 # Public headers that need an optional dependency are included under __has_include (see _optional_*).
@@ -10,7 +11,7 @@ if(DEFINED SOURCE_DIR)
 endif()
 set(_inc "${_root}/include")
 # Layer order (design.md): lower layers first, anything else afterwards in path order.
-set(_areas core kv position tree draft sampling attention verify decoder reference)
+set(_areas core kv position tree draft sampling attention verify decoder)
 set(_optional_headers "specdec/core/dlpack.hpp")
 set(_optional_guards "__has_include(<dlpack/dlpack.h>)")
 
@@ -19,7 +20,7 @@ function(public_headers ext out)
   list(SORT _all)
   set(_public)
   foreach(h IN LISTS _all)
-    if(h MATCHES "/detail/" OR h MATCHES "^specdec/specdec\\.(hpp|cuh)$")
+    if(h MATCHES "/detail/" OR h MATCHES "^specdec/reference/" OR h MATCHES "^specdec/specdec\\.(hpp|cuh)$")
       continue()
     endif()
     list(APPEND _public "${h}")
@@ -127,6 +128,8 @@ foreach(pair "specdec.hpp|_want_hpp" "specdec.cuh|_want_cuh")
       string(APPEND _errors "  ${_file} includes ${h}, which does not exist\n")
     elseif(h MATCHES "/detail/")
       string(APPEND _errors "  ${_file} includes internal header ${h}\n")
+    elseif(h MATCHES "^specdec/reference/")
+      string(APPEND _errors "  ${_file} includes test oracle ${h} (reference/ is for tests, not the API)\n")
     endif()
   endforeach()
 endforeach()

@@ -30,6 +30,7 @@
 #include "specdec/decoder/drafters.hpp"
 #include "specdec/kv/ring_kv.hpp"
 #include "specdec/reference/attention.hpp"
+#include "specdec/reference/cross_attention.hpp"
 
 namespace specdec::examples {
 

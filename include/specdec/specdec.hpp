@@ -62,5 +62,3 @@
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
-#include "specdec/reference/attention.hpp"
-#include "specdec/reference/residual_heads.hpp"

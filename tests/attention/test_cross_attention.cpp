@@ -4,6 +4,7 @@
 // projection, and bad inputs.
 #include "attention/test_cross_attention_util.hpp"
 #include "specdec/position/rope.hpp"
+#include "specdec/reference/cross_attention.hpp"
 
 using namespace xtest;
 

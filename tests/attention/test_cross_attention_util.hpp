@@ -13,6 +13,8 @@
 #include "specdec/attention/cross_attention.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/kv/paged_kv.hpp"
+#include "specdec/reference/attention.hpp"
+#include "specdec/reference/cross_attention.hpp"
 #include "test_random_util.hpp"
 
 namespace xtest {

@@ -4,6 +4,7 @@
 // chain drafting with speculative append + rollback; bad inputs.
 #include "attention/test_sliding_window_util.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/reference/sliding_window_attention.hpp"
 
 using swtest::differential;
 

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "specdec/attention/sliding_window_attention.hpp"
+#include "specdec/reference/attention.hpp"
+#include "specdec/reference/ring_kv.hpp"
+#include "specdec/reference/sliding_window_attention.hpp"
 #include "test_random_util.hpp"
 
 namespace swtest {

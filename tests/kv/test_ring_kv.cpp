@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "specdec/kv/ring_kv.hpp"
+#include "specdec/reference/ring_kv.hpp"
 
 // Count every heap allocation of the process so the 100K-token test can assert that appends
 // allocate nothing (the counter replaces every allocation form, so it also holds under ASan).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "specdec/position/rope.hpp"
+#include "specdec/reference/rope.hpp"
 
 using specdec::rope_params;
 using specdec::rope_style;

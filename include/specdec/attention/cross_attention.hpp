@@ -23,15 +23,12 @@
 //! the draft's layers read the target's top N_D layers in order.
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <vector>
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/decode_attention.hpp"
@@ -44,7 +41,6 @@
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 #include "specdec/kv/kv_layout.hpp"
-#include "specdec/reference/attention.hpp"
 
 namespace specdec {
 
@@ -131,17 +127,6 @@ void validate_layout(const kv_prefix<L>& l, std::string_view function, std::stri
 
 // ---- cross-attention -----------------------------------------------------------------------------
 
-namespace detail {
-template <class F>
-void delegate_cross(std::string_view fn, F&& f) {
-  try {
-    f();
-  } catch (const invalid_argument& e) {
-    throw invalid_argument(std::string(fn) + " -> " + e.what());
-  }
-}
-}  // namespace detail
-
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace cross_attention needs with the same arguments and options. O(requests).
@@ -149,11 +134,12 @@ template <tensor_like Q, class L, tensor_like I>
 [[nodiscard]] std::size_t cross_attention_workspace_bytes(const host& policy, const Q& q, const L& target_cache,
                                                           const I& q_indptr, const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
-  std::size_t bytes = 0;
   if constexpr (kv_layout<L>)
-    detail::delegate_cross("specdec::cross_attention_workspace_bytes",
-                           [&] { bytes = decode_attention_workspace_bytes(policy, q, target_cache, q_indptr, options); });
-  return bytes;
+    return detail::delegate_call("specdec::cross_attention_workspace_bytes", [&] {
+      return decode_attention_workspace_bytes(policy, q, target_cache, q_indptr, options);
+    });
+  else
+    return std::size_t{0};
 }
 
 //! Cross-attention of draft queries to one target layer's KV cache, read in place: every query token
@@ -170,8 +156,8 @@ void cross_attention(const host& policy, const Q& q, const L& target_cache, cons
                      const LS& lse, const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
   if constexpr (kv_layout<L>)
-    detail::delegate_cross("specdec::cross_attention",
-                           [&] { decode_attention(policy, q, target_cache, q_indptr, out, lse, options); });
+    detail::delegate_call("specdec::cross_attention",
+                          [&] { decode_attention(policy, q, target_cache, q_indptr, out, lse, options); });
 }
 
 //! Cross-attention limited to each request's committed prefix: request r's queries see target tokens
@@ -198,7 +184,7 @@ void cross_attention(const host& policy, const Q& q, const L& target_cache,
                                      std::to_string(target_cache.length(r)) + "]",
                                  committed_lengths[r]);
     const kv_prefix<L> prefix{target_cache, committed_lengths.data()};
-    detail::delegate_cross(fn, [&] { decode_attention(policy, q, prefix, q_indptr, out, lse, options); });
+    detail::delegate_call(fn, [&] { decode_attention(policy, q, prefix, q_indptr, out, lse, options); });
   }
 }
 
@@ -276,70 +262,5 @@ void glide_project_queries(const host& policy, const H& hidden_in, const W& w_in
 }
 
 }  // namespace SPECDEC_HOST_ISA
-
-namespace reference {
-
-//! Double reference of cross_attention with committed lengths: for request r, query token i, head h,
-//! keys = target rows [0, committed[r]) of kv head h / (Hq / Hkv), plain max-subtracted softmax.
-//! Independent of decode_attention (it loops over rows of the layout directly).
-template <tensor_like Q, kv_layout L, tensor_like I>
-attention_result cross_attention(const Q& q_in, const L& target, std::span<const std::int32_t> committed,
-                                 const I& q_indptr_in, double scale = 0.0) {
-  const auto q = as_view(q_in);
-  const auto ip = as_view(q_indptr_in);
-  const int tokens = static_cast<int>(q.extent(0)), hq = static_cast<int>(q.extent(1)),
-            d = static_cast<int>(q.extent(2));
-  const int group = hq / target.num_kv_heads();
-  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(d));
-  attention_result res;
-  res.tokens = tokens;
-  res.heads = hq;
-  res.dim = d;
-  res.out.assign(static_cast<std::size_t>(tokens) * hq * d, 0.0);
-  res.lse.assign(static_cast<std::size_t>(tokens) * hq, -std::numeric_limits<double>::infinity());
-  for (int r = 0; r < target.num_requests(); ++r)
-    for (int t = ip(r); t < ip(r + 1); ++t)
-      for (int h = 0; h < hq; ++h) {
-        const int n = committed[static_cast<std::size_t>(r)];
-        if (n == 0) continue;
-        std::vector<double> s(static_cast<std::size_t>(n));
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int k = 0; k < n; ++k) {
-          const auto* kr = target.k_row(r, k, h / group);
-          double dot = 0;
-          for (int c = 0; c < d; ++c) dot += static_cast<double>(to_float(q(t, h, c))) * to_float(kr[c]);
-          s[k] = dot * scale;
-          mx = std::max(mx, s[k]);
-        }
-        double z = 0;
-        for (double x : s) z += std::exp(x - mx);
-        double* o = &res.out[(static_cast<std::size_t>(t) * hq + h) * d];
-        for (int k = 0; k < n; ++k) {
-          const auto* vr = target.v_row(r, k, h / group);
-          const double p = std::exp(s[k] - mx) / z;
-          for (int c = 0; c < d; ++c) o[c] += p * static_cast<double>(to_float(vr[c]));
-        }
-        res.lse[static_cast<std::size_t>(t) * hq + h] = mx + std::log(z);
-      }
-  return res;
-}
-
-//! Double reference of glide_project_queries (row-major hidden [T, dD], w [Hq*D, dD]).
-inline std::vector<double> glide_project_queries(const std::vector<double>& hidden, const std::vector<double>& w,
-                                                 int tokens, int d_draft, int heads, int head_dim) {
-  std::vector<double> q(static_cast<std::size_t>(tokens) * heads * head_dim, 0.0);
-  for (int t = 0; t < tokens; ++t)
-    for (int j = 0; j < heads; ++j)
-      for (int e = 0; e < head_dim; ++e) {
-        double s = 0;
-        for (int c = 0; c < d_draft; ++c)
-          s += hidden[static_cast<std::size_t>(t) * d_draft + c] *
-               w[(static_cast<std::size_t>(j) * head_dim + e) * d_draft + c];
-        q[(static_cast<std::size_t>(t) * heads + j) * head_dim + e] = s;
-      }
-  return q;
-}
-
-}  // namespace reference
 
 }  // namespace specdec

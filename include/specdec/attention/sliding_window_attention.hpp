@@ -10,49 +10,27 @@
 //!
 //! This is hybrid_tree_attention (attention/hybrid_tree_attention.hpp, owned by the attention
 //! component) run over the ring layout: no attention math is duplicated here. What this header adds
-//! is the ring-typed entry points, the chain-drafting variant (sliding_window_decode) and a naive
-//! double-precision reference that never looks at the ring (it keeps the full token history).
+//! is the ring-typed entry points and the chain-drafting variant (sliding_window_decode). Its naive
+//! double-precision reference, which never looks at the ring, is reference/sliding_window_attention.hpp.
 //!
 //! Typical draft step (tree drafting, see kv/ring_kv.hpp for the cache's design):
 //!   apply_rope(host{}, rope, q, positions); apply_rope(host{}, rope, spec_k, positions);   // pos = committed + depth
 //!   sliding_window_attention(host{}, q, ring.layout(), spec_k, spec_v, q_indptr, mask, out, lse);
 //!   ... after verification: ring.append_rows(r, spec_k_r, spec_v_r, accepted_path);
 
-#include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <limits>
-#include <string>
 #include <string_view>
-#include <type_traits>
-#include <vector>
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/decode_attention.hpp"
 #include "specdec/attention/hybrid_tree_attention.hpp"
-#include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/isa.hpp"
-#include "specdec/core/numeric.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/ring_kv.hpp"
-#include "specdec/reference/attention.hpp"
 
 namespace specdec {
-
-namespace detail {
-//! Runs `f` (a delegated attention call) and re-throws its invalid_argument prefixed with `fn`, so a
-//! message names the entry point the user called as well as the primitive that checked.
-template <class F>
-void delegate_attention(std::string_view fn, F&& f) {
-  try {
-    f();
-  } catch (const invalid_argument& e) {
-    throw invalid_argument(std::string(fn) + " -> " + e.what());
-  }
-}
-}  // namespace detail
 
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
@@ -64,10 +42,8 @@ template <tensor_like Q, class T, tensor_like I>
                                                                    const attention_options& options = {}) {
   constexpr std::string_view fn = "specdec::sliding_window_attention_workspace_bytes";
   validate_kv_layout(cache, fn, "cache");
-  std::size_t bytes = 0;
-  detail::delegate_attention(
-      fn, [&] { bytes = hybrid_tree_attention_workspace_bytes(policy, q, cache, q_indptr, options); });
-  return bytes;
+  return detail::delegate_call(
+      fn, [&] { return hybrid_tree_attention_workspace_bytes(policy, q, cache, q_indptr, options); });
 }
 
 //! Draft tree tokens vs the ring window plus their own ancestors (see file comment).
@@ -87,7 +63,7 @@ void sliding_window_attention(const host& policy, const Q& q, const ring_kv<T>& 
                               const attention_options& options = {}) {
   constexpr std::string_view fn = "specdec::sliding_window_attention";
   validate_kv_layout(cache, fn, "cache");
-  detail::delegate_attention(
+  detail::delegate_call(
       fn, [&] { hybrid_tree_attention(policy, q, cache, spec_k, spec_v, q_indptr, mask, out, lse, options); });
 }
 
@@ -109,7 +85,7 @@ void sliding_window_decode(const host& policy, const Q& q, const ring_kv<T>& cac
                            const LS& lse, const attention_options& options = {}) {
   constexpr std::string_view fn = "specdec::sliding_window_decode";
   validate_kv_layout(cache, fn, "cache");
-  detail::delegate_attention(fn, [&] { decode_attention(policy, q, cache, q_indptr, out, lse, options); });
+  detail::delegate_call(fn, [&] { decode_attention(policy, q, cache, q_indptr, out, lse, options); });
 }
 
 //! sliding_window_decode over an owning ring_kv_cache.
@@ -120,78 +96,5 @@ void sliding_window_decode(const host& policy, const Q& q, const ring_kv_cache<T
 }
 
 }  // namespace SPECDEC_HOST_ISA
-
-namespace reference {
-
-//! Naive double reference of sliding_window_attention that never touches a ring: for request r it
-//! takes the last min(|history_r|, W) tokens of the full history, appends the tree tokens selected
-//! by the mask row (all of them when `mask` is null: sliding_window_decode with spec_k == nullptr
-//! means no tree part), and computes a max-subtracted softmax. All tensors row-major:
-//!   q [T, Hq, D], spec_k/spec_v [T, Hkv, D] (or null), q_indptr [R + 1].
-//! Returns out [T, Hq, D] and natural-log lse [T, Hq] (-inf for a row with no keys).
-template <class S>
-attention_result sliding_window_attention(const std::vector<double>& q, int hq, int head_dim,
-                                          const std::vector<sliding_window_history<S>>& history, const double* spec_k,
-                                          const double* spec_v, const std::vector<std::int32_t>& q_indptr,
-                                          const mask_word* mask, double scale = 0.0) {
-  const int requests = static_cast<int>(history.size());
-  const int hkv = requests ? history[0].kv_heads : 1;
-  const int group = hq / hkv, d = head_dim;
-  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const int tokens = q_indptr.back();
-  attention_result res;
-  res.tokens = tokens;
-  res.heads = hq;
-  res.dim = d;
-  res.out.assign(static_cast<std::size_t>(tokens) * hq * d, 0.0);
-  res.lse.assign(static_cast<std::size_t>(tokens) * hq, -std::numeric_limits<double>::infinity());
-  std::size_t mask_off = 0;
-  for (int r = 0; r < requests; ++r) {
-    const auto& hist = history[r];
-    const int t0 = q_indptr[r], n = q_indptr[r + 1] - t0, wpr = words_per_row(n);
-    for (int i = 0; i < n; ++i)
-      for (int h = 0; h < hq; ++h) {
-        const int g = h / group;
-        const double* qr = &q[(static_cast<std::size_t>(t0 + i) * hq + h) * d];
-        std::vector<double> logits;
-        std::vector<const double*> tree_v;
-        std::vector<const S*> win_v;
-        for (int t = 0; t < hist.length(); ++t) {  // the window: the newest min(n, W) history tokens
-          const S* kr = hist.k_row(t, g);
-          double s = 0;
-          for (int c = 0; c < d; ++c) s += qr[c] * static_cast<double>(to_float(kr[c]));
-          logits.push_back(s * scale);
-          win_v.push_back(hist.v_row(t, g));
-        }
-        if (spec_k != nullptr)
-          for (int j = 0; j < n; ++j) {
-            if (mask != nullptr && !test_bit(mask + mask_off + static_cast<std::size_t>(i) * wpr, j)) continue;
-            const double* kr = spec_k + (static_cast<std::size_t>(t0 + j) * hkv + g) * d;
-            double s = 0;
-            for (int c = 0; c < d; ++c) s += qr[c] * kr[c];
-            logits.push_back(s * scale);
-            tree_v.push_back(spec_v + (static_cast<std::size_t>(t0 + j) * hkv + g) * d);
-          }
-        if (logits.empty()) continue;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (double s : logits) mx = std::max(mx, s);
-        double z = 0;
-        for (double s : logits) z += std::exp(s - mx);
-        double* o = &res.out[(static_cast<std::size_t>(t0 + i) * hq + h) * d];
-        for (std::size_t k = 0; k < logits.size(); ++k) {
-          const double p = std::exp(logits[k] - mx) / z;
-          if (k < win_v.size())
-            for (int c = 0; c < d; ++c) o[c] += p * static_cast<double>(to_float(win_v[k][c]));
-          else
-            for (int c = 0; c < d; ++c) o[c] += p * tree_v[k - win_v.size()][c];
-        }
-        res.lse[static_cast<std::size_t>(t0 + i) * hq + h] = mx + std::log(z);
-      }
-    mask_off += static_cast<std::size_t>(n) * wpr;
-  }
-  return res;
-}
-
-}  // namespace reference
 
 }  // namespace specdec

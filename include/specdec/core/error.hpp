@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "specdec/core/isa.hpp"
 
@@ -134,6 +135,19 @@ inline void validate_indptr(std::string_view function, std::string_view argument
                            "last value " + std::string(name) + "[" + std::to_string(requests) + "] equal to " +
                                std::string(total_what) + " = " + std::to_string(total),
                            indptr[requests]);
+}
+
+//! Runs `f`, a call an entry point delegates to another primitive, and returns its result; an
+//! invalid_argument it throws is re-thrown as "<function> -> <its message>", so the message names
+//! the entry point the user called as well as the primitive that checked. Other exceptions pass
+//! through unchanged.
+template <class F>
+decltype(auto) delegate_call(std::string_view function, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(std::string(function) + " -> " + e.what());
+  }
 }
 
 }  // namespace SPECDEC_HOST_ISA

@@ -5,12 +5,17 @@
 //! applies the full mask ([all ones | tree mask]) and takes a max-subtracted softmax, with no
 //! splitting, blocking or log-sum-exp merging, so it shares no logic with the optimized kernels.
 //! Cost O(sum_r n_r (L_r + n_r) Hq D); memory O(L_r + n_r) per query row. Host memory only.
+//!
+//! detail::softmax_row is the one softmax of every attention oracle (this file's, and those of
+//! reference/cross_attention.hpp and reference/sliding_window_attention.hpp). No public header
+//! includes anything under reference/: tests, benchmarks and examples include it themselves.
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/core/bitmask.hpp"
@@ -34,6 +39,36 @@ struct attention_result {
 struct none {};
 
 namespace detail {
+//! The softmax of one query row over its visible keys: given the scaled logits of the row's keys and
+//! value_row(k), a callable whose result `v` gives element c of key k's value row as v(c), adds
+//! sum_k softmax(logits)_k * v_k into o[0, d) and returns the row's natural-log LSE,
+//! max + log sum_k exp(logit_k - max). No keys: o untouched, returns -inf.
+template <class ValueRow>
+double softmax_row(const std::vector<double>& logits, ValueRow&& value_row, double* o, int d) {
+  if (logits.empty()) return -std::numeric_limits<double>::infinity();
+  double mx = -std::numeric_limits<double>::infinity();
+  for (double s : logits) mx = std::max(mx, s);
+  double sum = 0;
+  for (double s : logits) sum += std::exp(s - mx);
+  for (std::size_t k = 0; k < logits.size(); ++k) {
+    const double p = std::exp(logits[k] - mx) / sum;
+    const auto v = value_row(k);
+    for (int c = 0; c < d; ++c) o[c] += p * v(c);
+  }
+  return mx + std::log(sum);
+}
+
+//! An empty attention_result of `tokens` x `heads` rows of dimension `dim`: out 0, lse -inf.
+inline attention_result empty_result(int tokens, int heads, int dim) {
+  attention_result res;
+  res.tokens = tokens;
+  res.heads = heads;
+  res.dim = dim;
+  res.out.assign(static_cast<std::size_t>(tokens) * heads * dim, 0.0);
+  res.lse.assign(static_cast<std::size_t>(tokens) * heads, -std::numeric_limits<double>::infinity());
+  return res;
+}
+
 template <class V>
 double elem(const V& v, std::int64_t i, std::int64_t j, std::int64_t k) {
   return static_cast<double>(to_float(v(i, j, k)));
@@ -53,12 +88,11 @@ attention_result attention(const Q& q_in, const L* cache, const K* spec_k, const
   else if constexpr (!std::is_same_v<K, none>) hkv = static_cast<int>(spec_k->extent(1));
   const int group = hq / hkv;
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(d));
-  attention_result res;
-  res.tokens = tokens;
-  res.heads = hq;
-  res.dim = d;
-  res.out.assign(static_cast<std::size_t>(tokens) * hq * d, 0.0);
-  res.lse.assign(static_cast<std::size_t>(tokens) * hq, -std::numeric_limits<double>::infinity());
+  attention_result res = empty_result(tokens, hq, d);
+  const auto sv = [&] {  // the tree's values, when the call has a tree part
+    if constexpr (!std::is_same_v<V, none>) return as_view(*spec_v);
+    else return none{};
+  }();
   std::int64_t mask_off = 0;
   std::vector<double> logits;
   std::vector<int> keys;  // visible keys of one query row: cache token t as t, tree token j as -(j + 1)
@@ -92,27 +126,23 @@ attention_result attention(const Q& q_in, const L* cache, const K* spec_k, const
             keys.push_back(-(j + 1));
           }
         }
-        if (logits.empty()) continue;  // no keys: out 0, lse -inf
-        double mx = -std::numeric_limits<double>::infinity();
-        for (double s : logits) mx = std::max(mx, s);
-        double sum = 0;
-        for (double s : logits) sum += std::exp(s - mx);
-        for (std::size_t k = 0; k < logits.size(); ++k) {
-          const double p = std::exp(logits[k] - mx) / sum;
-          double* o = &res.out[(static_cast<std::size_t>(t0 + i) * hq + h) * d];
-          if (keys[k] >= 0) {
-            if constexpr (!std::is_same_v<L, none>) {
-              const auto* vr = cache->v_row(r, keys[k], g);
-              for (int c = 0; c < d; ++c) o[c] += p * static_cast<double>(to_float(vr[c]));
-            }
-          } else {
-            if constexpr (!std::is_same_v<K, none>) {
-              const auto sv = as_view(*spec_v);
-              for (int c = 0; c < d; ++c) o[c] += p * elem(sv, t0 - keys[k] - 1, g, c);
-            }
-          }
-        }
-        res.lse[static_cast<std::size_t>(t0 + i) * hq + h] = mx + std::log(sum);
+        double* o = &res.out[(static_cast<std::size_t>(t0 + i) * hq + h) * d];
+        auto cache_row = [&](int t) {
+          if constexpr (!std::is_same_v<L, none>) return cache->v_row(r, t, g);
+          else return static_cast<const double*>(nullptr);
+        };
+        res.lse[static_cast<std::size_t>(t0 + i) * hq + h] = softmax_row(
+            logits,
+            [&](std::size_t k) {
+              const int key = keys[k];
+              const auto vr = key >= 0 ? cache_row(key) : decltype(cache_row(0)){};
+              return [&, vr, key](int c) -> double {
+                if (key >= 0) return static_cast<double>(to_float(vr[c]));
+                if constexpr (!std::is_same_v<V, none>) return elem(sv, t0 - key - 1, g, c);
+                return 0.0;  // unreachable: tree keys exist only when the call has a tree part
+              };
+            },
+            o, d);
       }
     }
     mask_off += static_cast<std::int64_t>(n) * wpr;
