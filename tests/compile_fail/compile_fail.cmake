@@ -61,3 +61,10 @@ specdec_add_compile_fail_cases(kv_layout_entry ${_cf_dir}/kv_layout_entry_points
 specdec_add_compile_fail_cases(attention_backend ${_cf_dir}/attention_backend_missing.cpp
   "control|"
   "cuda_without_cuh|USE_CUDA_POLICY|no attention backend for this execution policy")
+
+# RoPE has the same seam (rope_backend in position/rope.hpp): apply_rope with specdec::cuda in a
+# translation unit without position/rope.cuh fails with its one static_assert, and every error line
+# is that message (no cascade). The control calls the same with specdec::host.
+specdec_add_compile_fail_cases(rope_backend ${_cf_dir}/rope_backend_missing.cpp
+  "control|"
+  "cuda_without_cuh|USE_CUDA_POLICY|no apply_rope backend for this execution policy in this translation unit\\. For specdec::cuda include <specdec/position/rope\\.cuh>|no apply_rope backend for this execution policy")

@@ -26,4 +26,12 @@ struct cuda {
 template <class P>
 concept execution_policy = std::same_as<std::remove_cvref_t<P>, host> || std::same_as<std::remove_cvref_t<P>, cuda>;
 
+namespace detail {
+//! False for every type, but only once a template argument is known: the condition of a backend
+//! seam's static_assert (attention/detail/backend.hpp, position/rope.hpp), which must fire only when
+//! a primary template without a backend is instantiated.
+template <class>
+inline constexpr bool dependent_false_v = false;
+}  // namespace detail
+
 }  // namespace specdec

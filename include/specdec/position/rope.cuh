@@ -1,12 +1,14 @@
 #pragma once
 //! \file rope.cuh
-//! CUDA backend of apply_rope (rope.hpp): the specdec::cuda overload, same parameters and the same
-//! numerics -- angles pos * inv_freq and their cos/sin in double, rounded to float once, rotation
-//! in fp32 (double storage rotates in double) -- so results match the host to within one rounding
-//! of cos/sin (CUDA's double sin/cos are not bit-identical to the host libm's).
+//! CUDA backend of apply_rope (rope.hpp): rope_backend<cuda>, so apply_rope(specdec::cuda{}, ...)
+//! takes the same parameters as on the host and keeps the same numerics -- angles pos * inv_freq
+//! and their cos/sin in double, rounded to float once, rotation in fp32 (double storage rotates in
+//! double) -- so results match the host to within one rounding of cos/sin (CUDA's double sin/cos
+//! are not bit-identical to the host libm's).
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -67,53 +69,38 @@ __global__ void __launch_bounds__(128) rope_kernel(const rope_cuda_params<T> p) 
   }
 }
 
+//! The cuda backend of apply_rope (the seam: rope_backend in rope.hpp). apply_rope has validated
+//! the parameters and the tensors under the cuda rules (device-accessible memory, unit inner stride,
+//! one position per token; positions >= 0 is a precondition, device memory is not read here).
+//! Adds the kernel's own limit (rotary dimension <= 512), then launches one grid on policy.stream
+//! without synchronisation; a failed launch throws cuda_error. O(tokens * (R/2 sincos + heads * R)).
+template <>
+struct rope_backend<cuda> {
+  template <class T, class PV>
+  static void run(std::string_view fn, const cuda& policy, const rope_params& params, int rotary,
+                  const strided_view<T, 3>& x, const PV& positions) {
+    require(rotary <= rope_cuda_max_rotary, fn, "params.rotary_dim",
+            "a rotary dimension of at most " + std::to_string(rope_cuda_max_rotary) + " on the cuda backend", rotary);
+    if (x.extent(0) == 0 || x.extent(1) == 0) return;
+    using S = std::remove_cv_t<T>;
+    const std::vector<double> inv = rope_inv_frequencies(params, static_cast<int>(x.extent(2)));
+    rope_cuda_params<S> kp;
+    static_assert(sizeof(kp) <= 4096, "kernel parameters must fit the classic 4 KiB limit");
+    kp.x = const_cast<S*>(x.data());
+    kp.stride_token = x.stride(0);
+    kp.stride_head = x.stride(1);
+    kp.tokens = x.extent(0);
+    kp.heads = x.extent(1);
+    kp.positions = positions.data();
+    kp.positions_stride = positions.stride(0);
+    kp.half_rotary = rotary / 2;
+    kp.style = params.style;
+    for (int i = 0; i < rotary / 2; ++i) kp.inv_freq[i] = inv[static_cast<std::size_t>(i)];
+    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(x.extent(0), 65535));
+    rope_kernel<<<blocks, 128, 0, policy.stream>>>(kp);
+    cuda_check(cudaGetLastError(), "rope_kernel launch");
+  }
+};
+
 }  // namespace detail
-
-//! Applies RoPE in place on a CUDA device, enqueued on policy.stream (no synchronisation): x = Q or
-//! K rows [tokens, heads, head_dim] (float, half, bfloat16 or double; unit inner stride; device or
-//! managed memory) at per-token int32 `positions` [tokens] (device or managed). Same parameters and
-//! conventions as apply_rope(host, ...); rotary dimension at most 512. Positions >= 0 is a
-//! precondition here (device memory is not read on the host). Throws invalid_argument on bad
-//! arguments, cuda_error on a failed launch. O(tokens * (R/2 sincos + heads * R)).
-template <class X, class P>
-  requires(detail::rope_target_tensor<std::remove_cvref_t<X>> && detail::int32_positions_tensor<std::remove_cvref_t<P>>)
-void apply_rope(const cuda& policy, const rope_params& params, const X& x_in, const P& positions_in) {
-  constexpr std::string_view fn = "specdec::apply_rope";
-  const auto x = as_view(x_in);
-  const auto positions = as_view(positions_in);
-  using T = std::remove_cv_t<typename std::remove_cvref_t<X>::element_type>;
-  const int rotary = detail::validate_rope_params(params, x.extent(2), fn);
-  require(rotary <= detail::rope_cuda_max_rotary, fn, "params.rotary_dim",
-          "a rotary dimension of at most " + std::to_string(detail::rope_cuda_max_rotary) + " on the cuda backend",
-          rotary);
-  require(device_accessible(x.space()), fn, "x", "device-accessible memory (device or managed)", x.space());
-  require(device_accessible(positions.space()), fn, "positions", "device-accessible memory (device or managed)",
-          positions.space());
-  require_unit_inner_stride(fn, "x", x);
-  if (!(positions.extent(0) == x.extent(0))) [[unlikely]]
-    throw_invalid_argument(fn, "positions",
-                           "extent(0) == x.extent(0) = " + std::to_string(x.extent(0)) + " (one position per token)",
-                           positions.extent(0));
-  require(x.extent(0) == 0 || x.extent(1) == 0 || x.data() != nullptr, fn, "x", "a non-null data pointer", "nullptr");
-  require(positions.extent(0) == 0 || positions.data() != nullptr, fn, "positions", "a non-null data pointer",
-          "nullptr");
-  if (x.extent(0) == 0 || x.extent(1) == 0) return;
-  const std::vector<double> inv = rope_inv_frequencies(params, static_cast<int>(x.extent(2)));
-  detail::rope_cuda_params<T> kp;
-  static_assert(sizeof(kp) <= 4096, "kernel parameters must fit the classic 4 KiB limit");
-  kp.x = const_cast<T*>(x.data());
-  kp.stride_token = x.stride(0);
-  kp.stride_head = x.stride(1);
-  kp.tokens = x.extent(0);
-  kp.heads = x.extent(1);
-  kp.positions = positions.data();
-  kp.positions_stride = positions.stride(0);
-  kp.half_rotary = rotary / 2;
-  kp.style = params.style;
-  for (int i = 0; i < rotary / 2; ++i) kp.inv_freq[i] = inv[static_cast<std::size_t>(i)];
-  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(x.extent(0), 65535));
-  detail::rope_kernel<<<blocks, 128, 0, policy.stream>>>(kp);
-  cuda_check(cudaGetLastError(), "rope_kernel launch");
-}
-
 }  // namespace specdec

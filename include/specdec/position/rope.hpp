@@ -219,10 +219,19 @@ void rope_rotate_token(T* base, std::int64_t head_stride, std::int64_t heads, in
   }
 }
 
-template <class X, class P>
+//! The argument checks of every apply_rope call, under Policy's memory-space rules (host: x and
+//! positions host-accessible, positions read and each checked >= 0; cuda: both device-accessible,
+//! positions >= 0 a precondition since device memory is not read on the host).
+template <class Policy, class X, class P>
 void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
-  require_host_accessible(fn, "x", x);
-  require_host_accessible(fn, "positions", positions);
+  if constexpr (std::is_same_v<Policy, cuda>) {
+    require(device_accessible(x.space()), fn, "x", "device-accessible memory (device or managed)", x.space());
+    require(device_accessible(positions.space()), fn, "positions", "device-accessible memory (device or managed)",
+            positions.space());
+  } else {
+    require_host_accessible(fn, "x", x);
+    require_host_accessible(fn, "positions", positions);
+  }
   require_unit_inner_stride(fn, "x", x);
   require(x.extent(0) >= 0 && x.extent(1) >= 0, fn, "x", "non-negative extents", shape_string(x));
   if (!(positions.extent(0) == x.extent(0))) [[unlikely]]
@@ -232,9 +241,11 @@ void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
   require(x.extent(0) == 0 || x.extent(1) == 0 || x.data() != nullptr, fn, "x", "a non-null data pointer", "nullptr");
   require(positions.extent(0) == 0 || positions.data() != nullptr, fn, "positions", "a non-null data pointer",
           "nullptr");
-  for (std::int64_t t = 0; t < positions.extent(0); ++t)
-    if (!(positions(t) >= 0)) [[unlikely]]
-      throw_invalid_argument(fn, "positions", "every position >= 0 (at token " + std::to_string(t) + ")", positions(t));
+  if constexpr (!std::is_same_v<Policy, cuda>)
+    for (std::int64_t t = 0; t < positions.extent(0); ++t)
+      if (!(positions(t) >= 0)) [[unlikely]]
+        throw_invalid_argument(fn, "positions", "every position >= 0 (at token " + std::to_string(t) + ")",
+                               positions(t));
 }
 
 // Tokens per parallel work item; below min_parallel_elems elements the call stays on one thread
@@ -255,6 +266,48 @@ void rope_for_tokens(const host& policy, std::int64_t tokens, std::int64_t elems
   });
 }
 
+//! The seam between apply_rope and its backends, like attention's (attention/detail/backend.hpp):
+//! apply_rope is ONE template over the execution policy that validates the parameters and the
+//! tensors under the policy's memory-space rules, then hands them to rope_backend<Policy>:
+//!   template <class T, class PV>
+//!   static void run(std::string_view fn, const Policy&, const rope_params&, int rotary,
+//!                   const strided_view<T, 3>& x, const PV& positions);
+//! The host backend is specialised below; the cuda one in rope.cuh. The primary lives in the ISA
+//! inline namespace (core/isa.hpp), so each specialisation's members get per-feature-set symbols.
+template <class Policy>
+struct rope_backend {
+  static_assert(dependent_false_v<Policy>,
+                "specdec: no apply_rope backend for this execution policy in this translation unit. For "
+                "specdec::cuda include <specdec/position/rope.cuh> (or <specdec/specdec.cuh>) and compile the "
+                "file with nvcc.");
+  //! Never runs (the static_assert stops the build); declared so that the assertion is the only error.
+  template <class... A>
+  static void run(const A&...) {}
+};
+
+template <>
+struct rope_backend<host> {
+  template <class T, class PV>
+  static void run(std::string_view fn, const host& policy, const rope_params& params, int rotary,
+                  const strided_view<T, 3>& x, const PV& positions) {
+    require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
+    const std::vector<double> inv = rope_inv_frequencies(params, static_cast<int>(x.extent(2)));
+    const int half_r = rotary / 2;
+    rope_for_tokens(policy, x.extent(0), x.extent(1) * x.extent(2), [&](std::int64_t b, std::int64_t e) {
+      std::vector<float> cs(static_cast<std::size_t>(half_r)), sn(cs.size());
+      for (std::int64_t t = b; t < e; ++t) {
+        const double pos = positions(t);
+        for (int i = 0; i < half_r; ++i) {
+          const double angle = pos * inv[i];
+          cs[i] = static_cast<float>(std::cos(angle));
+          sn[i] = static_cast<float>(std::sin(angle));
+        }
+        rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), rotary, params.style, cs.data(), sn.data());
+      }
+    });
+  }
+};
+
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
 
@@ -262,12 +315,17 @@ inline namespace SPECDEC_HOST_ISA {
 
 //! Applies RoPE in place to x = Q or K rows [tokens, heads, head_dim] at per-token `positions`
 //! (int32, [tokens], each >= 0). Angles and cos/sin in double, rotation in fp32 (see file comment).
-//! Preconditions (checked, invalid_argument otherwise): host-accessible memory, unit inner stride,
-//! positions.extent(0) == tokens, valid params (theta > 1, even rotary dim <= head_dim, valid
-//! Llama-3.1 scaling). Complexity O(tokens * (R/2 sincos + heads * R)); parallel over token blocks.
-template <class X, class P>
+//! Preconditions (checked, invalid_argument otherwise): unit inner stride, positions.extent(0) ==
+//! tokens, valid params (theta > 1, even rotary dim <= head_dim, valid Llama-3.1 scaling).
+//!   specdec::host: host-accessible memory, every position checked >= 0; parallel over token blocks.
+//!   specdec::cuda (needs position/rope.cuh and nvcc; without it the call fails to compile with one
+//!     static_assert naming the header): device-accessible memory, rotary dimension at most 512,
+//!     positions >= 0 a precondition (device memory is not read on the host); enqueued on
+//!     policy.stream without synchronisation; a failed launch throws cuda_error.
+//! Complexity O(tokens * (R/2 sincos + heads * R)).
+template <execution_policy Policy, class X, class P>
 requires(detail::rope_target_tensor<std::remove_cvref_t<X>>&&
-             detail::int32_positions_tensor<std::remove_cvref_t<P>>) void apply_rope(const host& policy,
+             detail::int32_positions_tensor<std::remove_cvref_t<P>>) void apply_rope(const Policy& policy,
                                                                                      const rope_params& params,
                                                                                      const X& x_in,
                                                                                      const P& positions_in) {
@@ -275,22 +333,8 @@ requires(detail::rope_target_tensor<std::remove_cvref_t<X>>&&
   const auto x = as_view(x_in);
   const auto positions = as_view(positions_in);
   const int rotary = detail::validate_rope_params(params, x.extent(2), fn);
-  detail::validate_rope_call(x, positions, fn);
-  require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
-  const std::vector<double> inv = rope_inv_frequencies(params, static_cast<int>(x.extent(2)));
-  const int half_r = rotary / 2;
-  detail::rope_for_tokens(policy, x.extent(0), x.extent(1) * x.extent(2), [&](std::int64_t b, std::int64_t e) {
-    std::vector<float> cs(static_cast<std::size_t>(half_r)), sn(cs.size());
-    for (std::int64_t t = b; t < e; ++t) {
-      const double pos = positions(t);
-      for (int i = 0; i < half_r; ++i) {
-        const double angle = pos * inv[i];
-        cs[i] = static_cast<float>(std::cos(angle));
-        sn[i] = static_cast<float>(std::sin(angle));
-      }
-      detail::rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), rotary, params.style, cs.data(), sn.data());
-    }
-  });
+  detail::validate_rope_call<Policy>(x, positions, fn);
+  detail::rope_backend<Policy>::run(fn, policy, params, rotary, x, positions);
 }
 
 //! apply_rope with positions given as a span of int32.
@@ -362,7 +406,7 @@ requires(detail::rope_target_tensor<std::remove_cvref_t<X>>&&
   const auto positions = as_view(positions_in);
   require_equal(fn, "x (head_dim = extent 2, must match cache.head_dim())", static_cast<std::int64_t>(cache.head_dim()),
                 x.extent(2));
-  detail::validate_rope_call(x, positions, fn);
+  detail::validate_rope_call<host>(x, positions, fn);
   require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
   for (std::int64_t t = 0; t < positions.extent(0); ++t)
     if (!(positions(t) < cache.max_positions())) [[unlikely]]

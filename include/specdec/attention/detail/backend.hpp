@@ -22,13 +22,11 @@
 //! Both primaries live in the ISA inline namespace (core/isa.hpp), so every specialisation's
 //! members get per-feature-set symbols; a specialisation is still written in specdec::detail.
 
+#include "specdec/core/execution.hpp"
 #include "specdec/core/isa.hpp"
 
 namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-
-template <class>
-inline constexpr bool dependent_false_v = false;
 
 template <class Policy>
 struct attention_backend {
