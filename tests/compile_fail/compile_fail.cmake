@@ -68,3 +68,29 @@ specdec_add_compile_fail_cases(attention_backend ${_cf_dir}/attention_backend_mi
 specdec_add_compile_fail_cases(rope_backend ${_cf_dir}/rope_backend_missing.cpp
   "control|"
   "cuda_without_cuh|USE_CUDA_POLICY|no apply_rope backend for this execution policy in this translation unit\\. For specdec::cuda include <specdec/position/rope\\.cuh>|no apply_rope backend for this execution policy")
+
+# Element types are checked at compile time: one static_assert sentence per argument
+# (detail::check_attention_types, detail::check_merge_types), and no other error (the bodies are
+# instantiated only when every type is right). One case per wrong argument; the control compiles.
+# (_et_only: every error line is one of these sentences; no '|' since it separates a case's fields.)
+set(_et_only "specdec[a-z_:* ]*: [a-z_':, ]+ must ")
+specdec_add_compile_fail_cases(attention_element_types ${_cf_dir}/attention_element_types.cpp
+  "control|"
+  "q_double|Q_DOUBLE|specdec attention: q's element type must be float, specdec::half or specdec::bfloat16|${_et_only}"
+  "cuda_float|CUDA_FLOAT|specdec attention: with specdec::cuda, q's element type must be specdec::half or specdec::bfloat16|${_et_only}"
+  "cache_half|CACHE_HALF|specdec attention: the cache's value_type must equal q's element type|${_et_only}"
+  "spec_k_half|SPEC_K_HALF|specdec attention: spec_k's element type must equal q's element type|${_et_only}"
+  "spec_v_half|SPEC_V_HALF|specdec attention: spec_v's element type must equal q's element type|${_et_only}"
+  "out_half|OUT_HALF|specdec attention: out's element type must equal q's element type and be non-const|${_et_only}"
+  "out_const|OUT_CONST|specdec attention: out's element type must equal q's element type and be non-const|${_et_only}"
+  "lse_double|LSE_DOUBLE|specdec attention: lse's element type must be non-const float|${_et_only}"
+  "lse_const|LSE_CONST|specdec attention: lse's element type must be non-const float|${_et_only}"
+  "indptr_int64|INDPTR_INT64|specdec attention: q_indptr's element type must be std::int32_t|${_et_only}"
+  "mask_uint32|MASK_UINT32|specdec attention: the tree mask's element type must be specdec::mask_word|${_et_only}"
+  "merge_o_parts_half|MERGE_O_PARTS_HALF|specdec::lse_merge: o_parts' element type must equal out's element type|${_et_only}"
+  "merge_lse_parts_double|MERGE_LSE_PARTS_DOUBLE|specdec::lse_merge: lse_parts' element type must be float|${_et_only}"
+  "merge_o_b_half|MERGE_O_B_HALF|specdec::lse_merge: o_b's element type must equal out's element type|${_et_only}"
+  "merge_lse_a_double|MERGE_LSE_A_DOUBLE|specdec::lse_merge: lse_a's element type must be float|${_et_only}"
+  "merge_out_const|MERGE_OUT_CONST|specdec::lse_merge: out's element type must be non-const float, specdec::half or specdec::bfloat16|${_et_only}"
+  "merge_lse_out_double|MERGE_LSE_OUT_DOUBLE|specdec::lse_merge: lse_out's element type must be non-const float|${_et_only}"
+  "convert_lse_double|CONVERT_LSE_DOUBLE|specdec::convert_lse_\\*: lse's element type must be non-const float|${_et_only}")

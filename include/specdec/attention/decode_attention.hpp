@@ -72,10 +72,8 @@ void decode_attention(const P& policy, const Q& q, const L& cache, const I& q_in
     constexpr std::string_view fn = "specdec::decode_attention";
     using QT = typename Q::element_type;
     using T = std::remove_cv_t<QT>;
-    detail::check_attention_types<P, QT, typename L::value_type, void, void, typename O::element_type,
-                                  typename LS::element_type, typename I::element_type, void>(fn);
-    if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, void, void, typename O::element_type,
-                                             typename LS::element_type, typename I::element_type, void>) {
+    if constexpr (detail::check_attention_types<P, QT, typename L::value_type, void, void, typename O::element_type,
+                                                typename LS::element_type, typename I::element_type, void>()) {
       const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
       detail::attention_backend<P>::template run<true, false>(fn, policy, io, cache,
                                                               static_cast<const tree_kv_params<T>*>(nullptr), options);

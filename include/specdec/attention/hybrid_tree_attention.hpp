@@ -75,13 +75,10 @@ void hybrid_tree_attention(const P& policy, const Q& q, const L& cache, const K&
     constexpr std::string_view fn = "specdec::hybrid_tree_attention";
     using QT = typename Q::element_type;
     using T = std::remove_cv_t<QT>;
-    detail::check_attention_types<P, QT, typename L::value_type, typename K::element_type, typename V::element_type,
-                                  typename O::element_type, typename LS::element_type, typename I::element_type,
-                                  typename M::element_type>(fn);
-    if constexpr (detail::attention_types_ok<P, QT, typename L::value_type, typename K::element_type,
-                                             typename V::element_type, typename O::element_type,
-                                             typename LS::element_type, typename I::element_type,
-                                             typename M::element_type>) {
+    if constexpr (detail::check_attention_types<P, QT, typename L::value_type, typename K::element_type,
+                                                typename V::element_type, typename O::element_type,
+                                                typename LS::element_type, typename I::element_type,
+                                                typename M::element_type>()) {
       const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
       const auto tree = detail::validate_tree<P>(fn, io, spec_k, spec_v, mask);
       detail::attention_backend<P>::template run<true, true>(fn, policy, io, cache, &tree, options);

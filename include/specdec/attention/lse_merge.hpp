@@ -42,16 +42,18 @@ namespace detail {
 inline namespace SPECDEC_HOST_ISA {
 template <class L>
 void convert_lse_inplace(std::string_view fn, const L& lse, float factor) {
-  require_element_type<float, typename L::element_type>(fn, "lse", "float32");
-  require_host_accessible(fn, "lse", lse);
-  auto v = as_view(lse);
-  if constexpr (L::rank == 1) {
-    for (std::int64_t i = 0; i < v.extent(0); ++i) const_cast<float&>(v(i)) *= factor;
-  } else if constexpr (L::rank == 2) {
-    for (std::int64_t i = 0; i < v.extent(0); ++i)
-      for (std::int64_t j = 0; j < v.extent(1); ++j) const_cast<float&>(v(i, j)) *= factor;
-  } else {
-    throw_invalid_argument(fn, "lse", "a tensor of rank 1 or 2", L::rank);
+  static_assert(std::is_same_v<typename L::element_type, float>,
+                "specdec::convert_lse_*: lse's element type must be non-const float (converted in place)");
+  static_assert(L::rank == 1 || L::rank == 2, "specdec::convert_lse_*: lse must be a tensor of rank 1 or 2");
+  if constexpr (std::is_same_v<typename L::element_type, float> && (L::rank == 1 || L::rank == 2)) {
+    require_host_accessible(fn, "lse", lse);
+    auto v = as_view(lse);
+    if constexpr (L::rank == 1) {
+      for (std::int64_t i = 0; i < v.extent(0); ++i) v(i) *= factor;
+    } else {
+      for (std::int64_t i = 0; i < v.extent(0); ++i)
+        for (std::int64_t j = 0; j < v.extent(1); ++j) v(i, j) *= factor;
+    }
   }
 }
 }  // namespace SPECDEC_HOST_ISA
@@ -96,23 +98,37 @@ void lse_merge_host(const host& policy, const lse_merge_params<T>& p) {
   });
 }
 
-template <class OP, class LP, class O, class L>
-void validate_merge_types(std::string_view fn, std::string_view o_name, std::string_view lse_name) {
-  using T = std::remove_cv_t<typename O::element_type>;
-  if constexpr (!attention_storage_v<T>)
-    throw_invalid_argument(fn, "out", "element type float32, float16 or bfloat16", attention_type_name<T>());
-  require_element_type<T, typename OP::element_type>(fn, o_name, "equal to out's element type " + attention_type_name<T>());
-  require_element_type<float, typename LP::element_type>(fn, lse_name, "float32");
-  require_element_type<float, typename L::element_type>(fn, "lse_out", "float32");
+//! The element-type check of both lse_merge overloads, written once: one static_assert per argument,
+//! each a sentence naming it. OA/LA are o_parts/lse_parts of the n-way merge (OB, LB void) or o_a/lse_a
+//! of the two-way one. Both backends take float, half and bfloat16 (the merge needs no tensor cores).
+//! Returns true when every type is right, so an entry point instantiates its body only under
+//! `if constexpr (check_merge_types<...>())` and a wrong type gives only these messages.
+template <class OA, class LA, class OB, class LB, class O, class L>
+consteval bool check_merge_types() {
+  using T = std::remove_cv_t<O>;
+  constexpr bool two_way = !std::is_void_v<OB>;
+  constexpr bool out_ok = attention_storage_v<O> && !std::is_const_v<O>;
+  constexpr bool lse_out_ok = std::is_same_v<L, float>;
+  constexpr bool a_ok = std::is_same_v<std::remove_cv_t<OA>, T>, la_ok = std::is_same_v<std::remove_cv_t<LA>, float>;
+  constexpr bool b_ok = !two_way || std::is_same_v<std::remove_cv_t<OB>, T>;
+  constexpr bool lb_ok = !two_way || std::is_same_v<std::remove_cv_t<LB>, float>;
+  static_assert(out_ok,
+                "specdec::lse_merge: out's element type must be non-const float, specdec::half or specdec::bfloat16");
+  static_assert(lse_out_ok, "specdec::lse_merge: lse_out's element type must be non-const float");
+  static_assert(two_way || a_ok,
+                "specdec::lse_merge: o_parts' element type must equal out's element type (mixed storage is not "
+                "supported)");
+  static_assert(two_way || la_ok, "specdec::lse_merge: lse_parts' element type must be float");
+  static_assert(!two_way || a_ok,
+                "specdec::lse_merge: o_a's element type must equal out's element type (mixed storage is not "
+                "supported)");
+  static_assert(!two_way || la_ok, "specdec::lse_merge: lse_a's element type must be float");
+  static_assert(b_ok,
+                "specdec::lse_merge: o_b's element type must equal out's element type (mixed storage is not "
+                "supported)");
+  static_assert(lb_ok, "specdec::lse_merge: lse_b's element type must be float");
+  return out_ok && lse_out_ok && a_ok && la_ok && b_ok && lb_ok;
 }
-
-//! True when the element types of a merge are valid (see validate_merge_types, which names the
-//! offending argument when they are not). Both backends take float, half and bfloat16: the merge
-//! needs no tensor cores.
-template <class OP, class O>
-inline constexpr bool merge_types_ok = attention_storage_v<std::remove_cv_t<typename O::element_type>> &&
-                                       std::is_same_v<std::remove_cv_t<typename OP::element_type>,
-                                                      std::remove_cv_t<typename O::element_type>>;
 
 //! Shape / space / stride checks of the output pair and the fill of the output fields; shared by
 //! the n-way and two-way overloads of both backends.
@@ -229,8 +245,8 @@ inline namespace SPECDEC_HOST_ISA {
 template <execution_policy P, tensor_like OP, tensor_like LP, tensor_like O, tensor_like L>
 void lse_merge(const P& policy, const OP& o_parts, const LP& lse_parts, const O& out, const L& lse_out) {
   constexpr std::string_view fn = "specdec::lse_merge";
-  detail::validate_merge_types<OP, LP, O, L>(fn, "o_parts", "lse_parts");
-  if constexpr (detail::merge_types_ok<OP, O>) {
+  if constexpr (detail::check_merge_types<typename OP::element_type, typename LP::element_type, void, void,
+                                          typename O::element_type, typename L::element_type>()) {
     detail::validate_policy(fn, policy);
     detail::merge_backend<P>::run(policy, detail::validate_merge<P>(fn, o_parts, lse_parts, out, lse_out));
   }
@@ -246,9 +262,9 @@ template <execution_policy P, tensor_like OA, tensor_like LA, tensor_like OB, te
 void lse_merge(const P& policy, const OA& o_a, const LA& lse_a, const OB& o_b, const LB& lse_b, const O& out,
                const L& lse_out) {
   constexpr std::string_view fn = "specdec::lse_merge";
-  detail::validate_merge_types<OA, LA, O, L>(fn, "o_a", "lse_a");
-  detail::validate_merge_types<OB, LB, O, L>(fn, "o_b", "lse_b");
-  if constexpr (detail::merge_types_ok<OA, O> && detail::merge_types_ok<OB, O>) {
+  if constexpr (detail::check_merge_types<typename OA::element_type, typename LA::element_type,
+                                          typename OB::element_type, typename LB::element_type,
+                                          typename O::element_type, typename L::element_type>()) {
     detail::validate_policy(fn, policy);
     detail::merge_backend<P>::run(policy, detail::validate_merge2<P>(fn, o_a, lse_a, o_b, lse_b, out, lse_out));
   }

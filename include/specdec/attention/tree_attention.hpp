@@ -33,8 +33,7 @@ template <execution_policy P, tensor_like Q, tensor_like I>
   constexpr std::string_view fn = "specdec::tree_attention_workspace_bytes";
   using QT = typename Q::element_type;
   using T = std::remove_cv_t<QT>;
-  detail::check_attention_types<P, QT, void, void, void, T, float, typename I::element_type, void>(fn);
-  if constexpr (detail::attention_types_ok<P, QT, void, void, void, T, float, typename I::element_type, void>) {
+  if constexpr (detail::check_attention_types<P, QT, void, void, void, T, float, typename I::element_type, void>()) {
     detail::validate_policy(fn, policy);
     const auto io = detail::validate_io<P, T>(fn, q, q_indptr, detail::no_out<T>, detail::no_lse, -1, num_kv_heads,
                                               options.scale);
@@ -65,12 +64,9 @@ void tree_attention(const P& policy, const Q& q, const K& spec_k, const V& spec_
   constexpr std::string_view fn = "specdec::tree_attention";
   using QT = typename Q::element_type;
   using T = std::remove_cv_t<QT>;
-  detail::check_attention_types<P, QT, void, typename K::element_type, typename V::element_type,
-                                typename O::element_type, typename LS::element_type, typename I::element_type,
-                                typename M::element_type>(fn);
-  if constexpr (detail::attention_types_ok<P, QT, void, typename K::element_type, typename V::element_type,
-                                           typename O::element_type, typename LS::element_type,
-                                           typename I::element_type, typename M::element_type>) {
+  if constexpr (detail::check_attention_types<P, QT, void, typename K::element_type, typename V::element_type,
+                                              typename O::element_type, typename LS::element_type,
+                                              typename I::element_type, typename M::element_type>()) {
     const auto [io, tree] =
         detail::validate_tree_call<P, T>(fn, policy, q, spec_k, spec_v, q_indptr, mask, out, lse, options);
     detail::attention_backend<P>::template run<false, true>(fn, policy, io, detail::no_cache{}, &tree, options);

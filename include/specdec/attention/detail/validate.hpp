@@ -5,8 +5,10 @@
 //! expectation and the value. The execution policy (host or cuda) selects the memory-space rules:
 //!   host  tensors host-accessible; q_indptr values, cache lengths and mask words are read and checked.
 //!   cuda  tensors device-accessible with 16-byte aligned rows (the kernels copy 16-byte chunks),
-//!         16-bit storage, 32-bit grid limits; device data is never read, so q_indptr values,
-//!         cache lengths and mask contents are documented preconditions there.
+//!         32-bit grid limits; device data is never read, so q_indptr values, cache lengths and
+//!         mask contents are documented preconditions there.
+//! Element types are not checked here at run time: check_attention_types checks them at compile
+//! time (one static_assert per argument), so a wrong type never compiles.
 
 #include <cmath>
 #include <cstdint>
@@ -28,16 +30,6 @@
 namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
-template <class T>
-concept has_dtype = requires { dtype_of<std::remove_cv_t<T>>::value; };
-
-//! Name of an element type for messages ("float16", or "an unsupported type").
-template <class T>
-[[nodiscard]] std::string attention_type_name() {
-  if constexpr (has_dtype<T>) return std::string(name(dtype_v<T>));
-  else return "an unsupported element type";
-}
-
 //! Storage types the attention kernels are instantiated for.
 template <class T>
 inline constexpr bool attention_storage_v =
@@ -54,12 +46,6 @@ template <class Policy, class T>
 inline constexpr bool storage_ok_v =
     on_device_v<Policy> ? (std::is_same_v<std::remove_cv_t<T>, half> || std::is_same_v<std::remove_cv_t<T>, bfloat16>)
                         : attention_storage_v<T>;
-
-template <class Policy>
-[[nodiscard]] constexpr const char* storage_expectation() {
-  return on_device_v<Policy> ? "element type float16 or bfloat16 (the cuda backend has no fp32 kernels; use host)"
-                             : "element type float32, float16 or bfloat16";
-}
 
 //! Throws unless `v` lives where Policy's kernels can dereference it.
 template <class Policy, class V>
@@ -90,13 +76,6 @@ template <class Policy>
 void validate_policy(std::string_view fn, const Policy& policy) {
   if constexpr (!on_device_v<Policy>) require(policy.num_threads >= 0, fn, "policy.num_threads", ">= 0", policy.num_threads);
   else (void)policy, (void)fn;
-}
-
-//! Throws unless element type T of `argument` is exactly Want (cv ignored).
-template <class Want, class T>
-void require_element_type(std::string_view fn, std::string_view argument, std::string_view what) {
-  if constexpr (!std::is_same_v<std::remove_cv_t<T>, std::remove_cv_t<Want>>)
-    throw_invalid_argument(fn, argument, std::string("element type ") + std::string(what), attention_type_name<T>());
 }
 
 template <class V>
@@ -189,45 +168,57 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   return p;
 }
 
-//! Checks every element type of an attention call and throws on the first mismatch: Q a storage
-//! type of Policy (host: float, half, bfloat16; cuda: half, bfloat16), cache/spec K/V/out the same
-//! type as Q, LSE fp32, q_indptr int32, mask uint64. `KV` etc. may be void when the call has no
-//! such argument. Entry points call check_attention_types, then instantiate their body only under
-//! `if constexpr (attention_types_ok<...>)` so that a wrong type gives one clear runtime error
-//! instead of a cascade of template errors.
+//! True when every element type of an attention call is right for Policy: Q a storage type of
+//! Policy (storage_ok_v), the cache's value_type, spec_k, spec_v and out the same type as Q (cv
+//! ignored), out and lse non-const, lse float, q_indptr std::int32_t, the mask specdec::mask_word.
+//! `KV`, `SK`, `SV`, `M` are void when the call has no such argument.
 template <class Policy, class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
 inline constexpr bool attention_types_ok =
     storage_ok_v<Policy, Q> && (std::is_void_v<KV> || std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>) &&
     (std::is_void_v<SK> || std::is_same_v<std::remove_cv_t<SK>, std::remove_cv_t<Q>>) &&
     (std::is_void_v<SV> || std::is_same_v<std::remove_cv_t<SV>, std::remove_cv_t<Q>>) &&
     std::is_same_v<std::remove_cv_t<O>, std::remove_cv_t<Q>> && !std::is_const_v<O> &&
-    std::is_same_v<std::remove_cv_t<LS>, float> && !std::is_const_v<LS> &&
-    std::is_same_v<std::remove_cv_t<I>, std::int32_t> &&
+    std::is_same_v<LS, float> && std::is_same_v<std::remove_cv_t<I>, std::int32_t> &&
     (std::is_void_v<M> || std::is_same_v<std::remove_cv_t<M>, mask_word>);
 
+//! The element-type check of every attention entry point (decode, tree and hybrid tree attention
+//! and their workspace queries), written once over the nine types of a call: the policy, q's
+//! element type, the cache's value_type, spec_k's, spec_v's, out's, lse's, q_indptr's and the
+//! mask's element types (void for an argument the call does not have). One static_assert per
+//! argument, each a sentence naming it, so a wrong type fails to compile with exactly the messages
+//! of the wrong arguments. Returns attention_types_ok, so an entry point writes
+//!   if constexpr (detail::check_attention_types<P, ...>()) { ... validate and run ... }
+//! and its body is not instantiated with wrong types (no cascade of template errors after the
+//! messages).
 template <class Policy, class Q, class KV, class SK, class SV, class O, class LS, class I, class M>
-void check_attention_types(std::string_view fn) {
-  if constexpr (!attention_types_ok<Policy, Q, KV, SK, SV, O, LS, I, M>) {
-    const std::string same = "equal to q's element type (" + attention_type_name<Q>() + "; mixed storage is not supported)";
-    if constexpr (!storage_ok_v<Policy, Q>)
-      throw_invalid_argument(fn, "q", storage_expectation<Policy>(), attention_type_name<Q>());
-    if constexpr (!std::is_void_v<KV> && !std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>)
-      throw_invalid_argument(fn, "cache", "value_type " + same, attention_type_name<KV>());
-    if constexpr (!std::is_void_v<SK> && !std::is_same_v<std::remove_cv_t<SK>, std::remove_cv_t<Q>>)
-      throw_invalid_argument(fn, "spec_k", "element type " + same, attention_type_name<SK>());
-    if constexpr (!std::is_void_v<SV> && !std::is_same_v<std::remove_cv_t<SV>, std::remove_cv_t<Q>>)
-      throw_invalid_argument(fn, "spec_v", "element type " + same, attention_type_name<SV>());
-    if constexpr (!std::is_same_v<std::remove_cv_t<O>, std::remove_cv_t<Q>>)
-      throw_invalid_argument(fn, "out", "element type " + same, attention_type_name<O>());
-    if constexpr (std::is_const_v<O>) throw_invalid_argument(fn, "out", "a writable (non-const) tensor", "const");
-    if constexpr (!std::is_same_v<std::remove_cv_t<LS>, float>)
-      throw_invalid_argument(fn, "lse", "element type float32", attention_type_name<LS>());
-    if constexpr (std::is_const_v<LS>) throw_invalid_argument(fn, "lse", "a writable (non-const) tensor", "const");
-    if constexpr (!std::is_same_v<std::remove_cv_t<I>, std::int32_t>)
-      throw_invalid_argument(fn, "q_indptr", "element type int32", attention_type_name<I>());
-    if constexpr (!std::is_void_v<M> && !std::is_same_v<std::remove_cv_t<M>, mask_word>)
-      throw_invalid_argument(fn, "mask", "element type uint64 (specdec::mask_word)", attention_type_name<M>());
-  }
+consteval bool check_attention_types() {
+  static_assert(on_device_v<Policy> || attention_storage_v<Q>,
+                "specdec attention: q's element type must be float, specdec::half or specdec::bfloat16 (the "
+                "storage types of the host kernels)");
+  static_assert(!on_device_v<Policy> || storage_ok_v<Policy, Q>,
+                "specdec attention: with specdec::cuda, q's element type must be specdec::half or "
+                "specdec::bfloat16 (the cuda kernels run on tensor cores; use specdec::host for float)");
+  static_assert(std::is_void_v<KV> || std::is_same_v<std::remove_cv_t<KV>, std::remove_cv_t<Q>>,
+                "specdec attention: the cache's value_type must equal q's element type (mixed storage is not "
+                "supported)");
+  static_assert(std::is_void_v<SK> || std::is_same_v<std::remove_cv_t<SK>, std::remove_cv_t<Q>>,
+                "specdec attention: spec_k's element type must equal q's element type (mixed storage is not "
+                "supported)");
+  static_assert(std::is_void_v<SV> || std::is_same_v<std::remove_cv_t<SV>, std::remove_cv_t<Q>>,
+                "specdec attention: spec_v's element type must equal q's element type (mixed storage is not "
+                "supported)");
+  static_assert(std::is_same_v<std::remove_cv_t<O>, std::remove_cv_t<Q>> && !std::is_const_v<O>,
+                "specdec attention: out's element type must equal q's element type and be non-const (mixed "
+                "storage is not supported; out is written)");
+  static_assert(std::is_same_v<LS, float>,
+                "specdec attention: lse's element type must be non-const float (the natural-log LSE is written "
+                "in fp32)");
+  static_assert(std::is_same_v<std::remove_cv_t<I>, std::int32_t>,
+                "specdec attention: q_indptr's element type must be std::int32_t");
+  static_assert(std::is_void_v<M> || std::is_same_v<std::remove_cv_t<M>, mask_word>,
+                "specdec attention: the tree mask's element type must be specdec::mask_word (std::uint64_t, 64 "
+                "mask bits per word)");
+  return attention_types_ok<Policy, Q, KV, SK, SV, O, LS, I, M>;
 }
 
 //! Validates a KV layout against q: q's rank and head_dim first, then the layout (geometry, and
@@ -380,7 +371,8 @@ std::pair<attention_io_params<T>, tree_kv_params<T>> validate_tree_call(std::str
 
 //! The body of decode_attention_workspace_bytes and hybrid_tree_attention_workspace_bytes (a
 //! cached call without outputs; HasTree picks the plan): checks the layout concept (its messages are
-//! what a non-layout gets), the types, validates like the call and asks the policy's backend.
+//! what a non-layout gets) and the element types at compile time, validates like the call and asks
+//! the policy's backend.
 template <bool HasTree, class P, class Q, class L, class I>
 [[nodiscard]] std::size_t cached_attention_workspace_bytes(std::string_view fn, const P& policy, const Q& q,
                                                            const L& cache, const I& q_indptr,
@@ -389,9 +381,8 @@ template <bool HasTree, class P, class Q, class L, class I>
   if constexpr (kv_layout<L>) {
     using QT = typename Q::element_type;
     using T = std::remove_cv_t<QT>;
-    check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type, void>(fn);
-    if constexpr (attention_types_ok<P, QT, typename L::value_type, void, void, T, float, typename I::element_type,
-                                     void>) {
+    if constexpr (check_attention_types<P, QT, typename L::value_type, void, void, T, float, typename I::element_type,
+                                        void>()) {
       const auto io = validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, no_out<T>, no_lse, options);
       return attention_backend<P>::template workspace_bytes<true, HasTree>(fn, policy, io, cache, options);
     }
