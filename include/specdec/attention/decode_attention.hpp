@@ -49,13 +49,15 @@ template <execution_policy P, tensor_like Q, class L, tensor_like I>
 //! Arguments: q, out [total_tokens, Hq, D] (same storage type as the cache; unit inner stride);
 //! lse fp32 [total_tokens, Hq]; q_indptr int32 [cache.num_requests() + 1], q_indptr[0] = 0,
 //! non-decreasing, last = total_tokens; D in {64, 128, 256}; Hq a multiple of
-//! cache.num_kv_heads(). Violations throw specdec::invalid_argument.
+//! cache.num_kv_heads(). A wrong element type (storage of the policy, mixed storage, const out or
+//! lse, non-float lse, non-int32 q_indptr) does not compile: one static_assert sentence per wrong
+//! argument (detail::check_attention_types). Other violations throw specdec::invalid_argument.
 //!   specdec::host: storage float, half or bfloat16 (fp32 accumulation); all memory host-accessible.
 //!     Parallel over (request, kv head, KV split) on the host pool. No allocation with
 //!     options.workspace set.
 //!   specdec::cuda (decode_attention.cuh), enqueued on policy.stream, no host synchronisation:
-//!     storage half or bfloat16 (tensor cores, fp32 accumulation; float throws); every tensor and
-//!     the cache device-accessible, q/out rows 16-byte aligned (data pointer, token and head
+//!     storage half or bfloat16 (tensor cores, fp32 accumulation; float does not compile); every
+//!     tensor and the cache device-accessible, q/out rows 16-byte aligned (data pointer, token and head
 //!     strides multiples of 8 elements), the shipped layouts' base pointers 16-byte aligned;
 //!     q_indptr's values and the cache lengths live on the device and are NOT checked (q_indptr[0]
 //!     == 0, non-decreasing, last == q.extent(0), 0 <= length(r) <= capacity are preconditions);

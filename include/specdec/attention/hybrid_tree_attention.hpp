@@ -64,6 +64,8 @@ template <execution_policy P, tensor_like Q, class L, tensor_like I>
 //!   options   scale (0 = 1/sqrt(D)), kv_split_size (0 = heuristic), workspace
 //! Preconditions as for decode_attention (memory-space rules per backend there) and tree_attention
 //! (D in {64,128,256}, Hq % Hkv == 0, mask diagonal set and no bit above it: checked on the host).
+//! Element types as listed are checked at compile time: a wrong one fails with one static_assert
+//! sentence naming the argument (detail::check_attention_types), e.g. a uint32 mask.
 //! Complexity O(sum_r n_r (L_r + n_r) Hq D); on cuda each cached K/V row is read once per 64-row tile.
 template <execution_policy P, tensor_like Q, class L, tensor_like K, tensor_like V, tensor_like I, tensor_like M,
           tensor_like O, tensor_like LS>

@@ -237,7 +237,9 @@ inline namespace SPECDEC_HOST_ISA {
 //! (natural log) -> out [tokens, heads, D], lse_out [tokens, heads]. Applies Proposition A.1 of
 //! LongSpec Appendix A by induction over the S parts. Preconditions: same storage type for o_parts
 //! and out (float, half or bfloat16 on both backends: the merge needs no tensor cores), fp32 LSEs,
-//! D in {64, 128, 256}, unit inner strides; out/lse_out may alias part 0.
+//! non-const out and lse_out -- element types are checked at compile time, one static_assert
+//! sentence per wrong argument (detail::check_merge_types) -- D in {64, 128, 256}, unit inner
+//! strides; out/lse_out may alias part 0.
 //!   specdec::host: host-accessible memory; parallel over tokens.
 //!   specdec::cuda (lse_merge.cuh): device-accessible memory, tokens * heads < 2^31, enqueued on
 //!     policy.stream, one warp per (token, head), no scratch.

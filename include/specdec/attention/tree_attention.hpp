@@ -54,7 +54,8 @@ template <execution_policy P, tensor_like Q, tensor_like I>
 //! [T, Hq]; q_indptr int32 [num_requests + 1] (num_requests = its extent - 1); mask uint64 rank 1
 //! holding, per request and back to back, n_r rows of words_per_row(n_r) words (LSB first). Every
 //! mask row must have its diagonal bit set and no bit j > i (topological order); on the host
-//! violations throw invalid_argument, as do shape, type and memory-space errors on both backends.
+//! violations throw invalid_argument, as do shape and memory-space errors on both backends. Element
+//! types are checked at compile time (one static_assert per wrong argument, as for decode_attention).
 //! Complexity O(sum_r n_r^2 * Hq * D); key tiles past a query block's last token are skipped
 //! (they are fully masked).
 template <execution_policy P, tensor_like Q, tensor_like K, tensor_like V, tensor_like I, tensor_like M, tensor_like O,
