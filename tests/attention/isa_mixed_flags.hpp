@@ -123,7 +123,7 @@ file_result run_in_this_file() {
   using X = plain<decltype(x)>;
   using P = plain<decltype(pv)>;
   r.rope_entry = address_of(static_cast<void (*)(const specdec::host&, const specdec::rope_params&, const X&, const P&)>(
-      &specdec::apply_rope<X, P>));
+      &specdec::apply_rope<specdec::host, X, P>));
   return r;
 }
 
