@@ -260,7 +260,7 @@ TEST_CASE("block_table_kv: kv_commit_from_buffer and the batched commit match a 
       const int size = 1 + static_cast<int>(rng.below(4));
       lens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(c.capacity(q) - size + 1))));
       sizes.push_back(size);
-      for (int j = 0; j < size; ++j)  // a random increasing subset (no parents given: a chain is assumed)
+      for (int j = 0; j < size; ++j)  // strictly increasing: all commit checks without parents
         if (rng.below(2) == 0) accepted.push_back(j);
       indptr.push_back(static_cast<std::int32_t>(accepted.size()));
     }

@@ -90,6 +90,31 @@ consteval bool check_kv_mapping() {
   return true;
 }
 
+namespace detail {
+#if defined(__CUDACC__)
+// Device code reaches a mapping through these __device__ functions rather than directly from
+// kv_cache's __host__ __device__ members: nvcc only warns (#20011-D) when a __host__ __device__
+// function calls a __host__ one, and the call then fails at run time; from a __device__ function it is
+// a compile error ("calling a __host__ function ... from a __device__ function is not allowed"), which
+// is what a mapping without SPECDEC_HOST_DEVICE used in a kernel should get.
+template <class M>
+SPECDEC_DEVICE int device_mapping_length(const M& m, int r) {
+  return m.length(r);
+}
+template <class M>
+SPECDEC_DEVICE int device_mapping_capacity(const M& m, int r) {
+  return m.capacity(r);
+}
+template <class M>
+SPECDEC_DEVICE std::int64_t device_mapping_offset(const M& m, int r, int t, int h, const kv_geometry& g) {
+  if constexpr (kv_mapping_has_geometry_offset<M>)
+    return static_cast<std::int64_t>(m.offset(r, t, h, g));
+  else
+    return static_cast<std::int64_t>(m.offset(r, t, h));
+}
+#endif
+}  // namespace detail
+
 //! The cache type over a mapping: K and V base pointers (same mapping, separate buffers), geometry and
 //! memory space. Satisfies kv_layout, and writable_kv_layout when T is not const and the mapping has
 //! capacity(). Rows: k_row(r, t, h) = k + mapping offset, v_row likewise from v. Aggregate:
@@ -114,18 +139,32 @@ struct kv_cache {
   SPECDEC_HOST_DEVICE int head_dim() const noexcept { return dim; }
   SPECDEC_HOST_DEVICE memory_space space() const noexcept { return where; }
   SPECDEC_HOST_DEVICE kv_geometry geometry() const noexcept { return {requests, kv_heads, dim}; }
-  SPECDEC_HOST_DEVICE int length(int r) const { return mapping.length(r); }
+  SPECDEC_HOST_DEVICE int length(int r) const {
+#if SPECDEC_IN_DEVICE_CODE
+    return detail::device_mapping_length(mapping, r);
+#else
+    return mapping.length(r);
+#endif
+  }
   SPECDEC_HOST_DEVICE int capacity(int r) const
     requires kv_mapping_has_capacity<Mapping>
   {
+#if SPECDEC_IN_DEVICE_CODE
+    return detail::device_mapping_capacity(mapping, r);
+#else
     return mapping.capacity(r);
+#endif
   }
   //! Element offset of row (r, t, h) from k (and from v).
   SPECDEC_HOST_DEVICE std::int64_t row_offset(int r, int t, int h) const {
+#if SPECDEC_IN_DEVICE_CODE
+    return detail::device_mapping_offset(mapping, r, t, h, geometry());
+#else
     if constexpr (kv_mapping_has_geometry_offset<Mapping>)
       return static_cast<std::int64_t>(mapping.offset(r, t, h, geometry()));
     else
       return static_cast<std::int64_t>(mapping.offset(r, t, h));
+#endif
   }
   SPECDEC_HOST_DEVICE T* k_row(int r, int t, int h) const { return k + row_offset(r, t, h); }
   SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const { return v + row_offset(r, t, h); }
