@@ -172,14 +172,25 @@ struct kv_cache {
 
 //! The kv_cache's own checks, found by ADL from validate_kv_layout (which checks geometry before and
 //! lengths, capacities and row corners after): first the mapping's validate_kv_mapping hook when it
-//! has one, then non-null k and v when the batch has requests. O(requests) plus the hook.
+//! has one, then non-null k and v unless the cache holds no rows. A host-accessible cache holds rows
+//! when some request has a positive length or capacity (read after the hook has checked the mapping's
+//! arrays); a device-resident one is not read, so it needs its bases whenever it has requests.
+//! O(requests) plus the hook.
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <class T, class M>
 void validate_layout(const kv_cache<T, M>& c, std::string_view function, std::string_view argument) {
   if constexpr (requires { validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument); })
     validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument);
-  require(c.requests == 0 || (c.k != nullptr && c.v != nullptr), function, argument, "non-null k and v buffers",
-          "nullptr");
+  if (c.k != nullptr && c.v != nullptr) return;
+  bool holds_rows = c.requests > 0;
+  if (holds_rows && host_accessible(c.where)) {
+    holds_rows = false;
+    for (int r = 0; r < c.requests && !holds_rows; ++r) {
+      holds_rows = c.length(r) > 0;
+      if constexpr (kv_mapping_has_capacity<M>) holds_rows = holds_rows || c.capacity(r) > 0;
+    }
+  }
+  require(!holds_rows, function, argument, "non-null k and v buffers", "nullptr");
 }
 }  // namespace SPECDEC_HOST_ISA
 
