@@ -43,7 +43,7 @@ specdec_add_compile_fail_cases(kv_layout ${_cf_dir}/kv_layout_missing_member.cpp
   "control|"
   "missing_k_row|MISSING_K_ROW|kv_layout: missing member function 'k_row\\(int request"
   "missing_v_row|MISSING_V_ROW|kv_layout: missing member function 'v_row\\(int request"
-  "missing_length|MISSING_LENGTH|kv_layout: missing member function 'length\\(int request\\)'|kv_mapping: "
+  "missing_length|MISSING_LENGTH|kv_layout: missing member function 'length\\(int request\\)'"
   "missing_num_requests|MISSING_NUM_REQUESTS|kv_layout: missing member function 'num_requests\\(\\)'"
   "missing_num_kv_heads|MISSING_NUM_KV_HEADS|kv_layout: missing member function 'num_kv_heads\\(\\)'"
   "missing_head_dim|MISSING_HEAD_DIM|kv_layout: missing member function 'head_dim\\(\\)'"
