@@ -95,7 +95,8 @@ struct commit_caches {
     for (int l = 0; l < CLAYERS; ++l) {
       auto& p = pools[static_cast<std::size_t>(l)];
       // fill every allocated slot (not only the valid prefix): commit reads the tree rows past the length
-      for (int r = 0; r < CR; ++r) p.fill_from(contiguous[static_cast<std::size_t>(l)], len_b.data(), r, p.layout(len_b.data()).capacity(r));
+      for (int r = 0; r < CR; ++r)
+        p.fill_from(contiguous[static_cast<std::size_t>(l)], len_b.data(), r, p.layout(len_b.data()).capacity(r));
       table.push_back(p.layout(len_b.data()));
     }
   }
@@ -129,7 +130,8 @@ struct commit_caches {
 specdec::token_tree random_tree(int n, specdec::philox_stream& rng) {
   specdec::token_tree t;
   for (int i = 0; i < n; ++i)
-    t.add(static_cast<std::int32_t>(rng.below(100)), static_cast<int>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1);
+    t.add(static_cast<std::int32_t>(rng.below(100)),
+          static_cast<int>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1);
   return t;
 }
 
@@ -149,21 +151,22 @@ TEST_CASE("block_table_kv: kv commit writes what a contiguous cache gets, within
     const auto tree = random_tree(n, rng);
     const auto path = tree.path(static_cast<int>(rng.below(static_cast<std::uint32_t>(n))));
     REQUIRE(c.same_rows(r, committed + n));
-    const int a = specdec::kv_commit_in_place(std::span(c.contiguous), r, committed, n, std::span(path), tree.parents());
-    const int b = specdec::kv_commit_in_place(std::span(c.table), r, committed, n, std::span(path), tree.parents());
+    const auto parents = tree.parents();
+    const int a = specdec::kv_commit_in_place(std::span(c.contiguous), r, committed, n, std::span(path), parents);
+    const int b = specdec::kv_commit_in_place(std::span(c.table), r, committed, n, std::span(path), parents);
     REQUIRE(a == b);
     REQUIRE(a == committed + static_cast<int>(path.size()));
     REQUIRE(c.same_rows(r, a));
 
     // a rejected commit (the tree would run past the request's allocated blocks) writes nothing
     const auto before = c.snapshot();
-    REQUIRE_THROWS_AS(specdec::kv_commit_in_place(std::span(c.table), r, cap - n + 1, n, std::span(path), tree.parents()),
+    REQUIRE_THROWS_AS(specdec::kv_commit_in_place(std::span(c.table), r, cap - n + 1, n, std::span(path), parents),
                       specdec::invalid_argument);
     REQUIRE(c.pools_equal(before));
     // as does one whose accepted list is not a root path
     const std::vector<std::int32_t> bad_path{static_cast<std::int32_t>(n - 1), 0};
     if (n >= 2) {
-      REQUIRE_THROWS_AS(specdec::kv_commit_in_place(std::span(c.table), r, committed, n, std::span(bad_path), tree.parents()),
+      REQUIRE_THROWS_AS(specdec::kv_commit_in_place(std::span(c.table), r, committed, n, std::span(bad_path), parents),
                         specdec::invalid_argument);
       REQUIRE(c.pools_equal(before));
     }
@@ -191,18 +194,21 @@ TEST_CASE("block_table_kv: kv_commit_from_buffer and the batched commit match a 
       kv_k.push_back(specdec::make_view<3>(static_cast<const float*>(sk[l].data()), {n, CH, CD}));
       kv_v.push_back(specdec::make_view<3>(static_cast<const float*>(sv[l].data()), {n, CH, CD}));
     }
-    const int a = specdec::kv_commit_from_buffer(std::span(c.contiguous), r, committed, std::span(kv_k), std::span(kv_v),
-                                                 std::span(path), tree.parents());
-    const int b = specdec::kv_commit_from_buffer(std::span(c.table), r, committed, std::span(kv_k), std::span(kv_v),
-                                                 std::span(path), tree.parents());
+    const auto parents = tree.parents();
+    const auto sk_span = std::span(kv_k), sv_span = std::span(kv_v);
+    const int a = specdec::kv_commit_from_buffer(std::span(c.contiguous), r, committed, sk_span, sv_span,
+                                                 std::span(path), parents);
+    const int b =
+        specdec::kv_commit_from_buffer(std::span(c.table), r, committed, sk_span, sv_span, std::span(path), parents);
     REQUIRE(a == b);
     REQUIRE(c.same_rows(r, a));
     for (std::size_t j = 0; j < path.size(); ++j)  // the rows are the spec rows, not merely equal to each other
       REQUIRE(std::memcmp(c.table[1].k_row(r, committed + static_cast<int>(j), 1),
                           sk[1].data() + (static_cast<std::size_t>(path[j]) * CH + 1) * CD, CD * sizeof(float)) == 0);
     const auto before = c.snapshot();
-    REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(std::span(c.table), r, c.capacity(r) - static_cast<int>(path.size()) + 1,
-                                                       std::span(kv_k), std::span(kv_v), std::span(path), tree.parents()),
+    const int too_late = c.capacity(r) - static_cast<int>(path.size()) + 1;
+    REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(std::span(c.table), r, too_late, sk_span, sv_span,
+                                                       std::span(path), parents),
                         Contains("capacity(request) = " + std::to_string(c.capacity(r))));
     REQUIRE(c.pools_equal(before));
 

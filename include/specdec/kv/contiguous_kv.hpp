@@ -67,7 +67,9 @@ struct contiguous_kv : kv_cache<T, contiguous_mapping<Order>> {
       : kv_cache<T, contiguous_mapping<Order>>{k, v, {lengths, max_tokens}, requests, kv_heads, dim, where} {}
 
   //! Distance in elements between consecutive tokens of one (request, head).
-  SPECDEC_HOST_DEVICE std::int64_t token_stride() const noexcept { return this->mapping.token_stride(this->geometry()); }
+  SPECDEC_HOST_DEVICE std::int64_t token_stride() const noexcept {
+    return this->mapping.token_stride(this->geometry());
+  }
 };
 
 static_assert(kv_layout<contiguous_kv<float>> && check_kv_layout<contiguous_kv<float>>());

@@ -29,7 +29,7 @@
 //!       return ((std::int64_t{table[r * max_blocks + t / 16]} * 16 + t % 16) * g.num_kv_heads + h) * g.head_dim; }
 //!     SPECDEC_HOST_DEVICE int length(int r) const { return lens[r]; }
 //!   };
-//!   specdec::kv_cache<float, my_blocks> cache{k_pool, v_pool, {table, lens, max_blocks}, requests, kv_heads, head_dim};
+//!   specdec::kv_cache<float, my_blocks> cache{k_pool, v_pool, {table, lens, max_blocks}, requests, kv_heads, dim};
 //! \endcode
 
 #include <concepts>
