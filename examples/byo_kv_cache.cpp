@@ -1,44 +1,38 @@
-// byo_kv_cache: bring your own KV-cache type. `block_list_kv` keeps each request's tokens in
-// separately allocated blocks reached through a block table (think: a custom allocator or a cache
-// shared with another runtime). It satisfies specdec::kv_layout, so (1) hybrid_tree_attention reads it
-// in place and matches the same data in a contiguous layout, and (2) a small attention-only target
-// model built on it runs under speculative_decoder, losslessly. Exit code 0 = both checks pass.
+// byo_kv_cache: bring your own KV-cache type. The user writes only a *mapping*: where row (request,
+// token, kv_head) lives and each request's length. Here each request keeps a list of 16-token blocks
+// of a shared pool (think: a custom allocator, or a cache shared with another runtime); the library's
+// kv_cache supplies geometry, k_row/v_row and validation. So (1) hybrid_tree_attention reads it in
+// place and matches the same data in a contiguous layout, and (2) a small attention-only target model
+// built on it runs under speculative_decoder, losslessly. Exit code 0 = both checks pass.
 #include <cmath>
 #include <cstdio>
-#include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "specdec/attention/hybrid_tree_attention.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/kv_cache.hpp"
 
-// ---- the user's cache ---------------------------------------------------------------------------
-struct block_list_kv {
-  using value_type = float;
-  static constexpr int block = 16;                       // tokens per block
-  std::vector<std::vector<std::unique_ptr<float[]>>>* k_blocks;  // [request][block] -> [block, heads, dim]
-  std::vector<std::vector<std::unique_ptr<float[]>>>* v_blocks;
+// ---- the user's cache: a mapping (host-only: a CUDA one marks its members SPECDEC_HOST_DEVICE) ---
+struct block_list_map {
+  const std::vector<std::vector<int>>* blocks;  // [request] -> block ids in the pool, in token order
   const std::int32_t* lengths;
-  int requests, heads, dim;
-  int num_requests() const { return requests; }
-  int num_kv_heads() const { return heads; }
-  int head_dim() const { return dim; }
-  int length(int r) const { return lengths[r]; }
-  specdec::memory_space space() const { return specdec::memory_space::host; }
-  float* row(std::vector<std::vector<std::unique_ptr<float[]>>>* b, int r, int t, int h) const {
-    return (*b)[r][t / block].get() + (static_cast<std::size_t>(t % block) * heads + h) * dim;
+  std::int64_t offset(int r, int t, int h, const specdec::kv_geometry& g) const {  // pool [block, 16, heads, dim]
+    return ((std::int64_t{(*blocks)[r][t / 16]} * 16 + t % 16) * g.num_kv_heads + h) * g.head_dim;
   }
-  const float* k_row(int r, int t, int h) const { return row(k_blocks, r, t, h); }
-  const float* v_row(int r, int t, int h) const { return row(v_blocks, r, t, h); }
+  int length(int r) const { return lengths[r]; }
 };
-static_assert(specdec::check_kv_layout<block_list_kv>());
+using block_list_kv = specdec::kv_cache<float, block_list_map>;
 
 // ---- a one-layer attention-only language model over that cache (a target_model) -----------------
 struct toy_target {
   using logit_type = float;
   static constexpr int V = 64, D = 64;
   std::vector<float> embed = std::vector<float>(V * D), unembed = std::vector<float>(V * D);
-  std::vector<std::vector<std::unique_ptr<float[]>>> kb{1}, vb{1};
+  static constexpr int pool_blocks = 32;  // handed out last first, so a request's blocks are scattered
+  std::vector<float> kpool = std::vector<float>(pool_blocks * 16 * D), vpool = kpool;
+  std::vector<std::vector<int>> blocks{1};
   std::vector<std::int32_t> len{0};
   std::vector<float> spec_k, mask_dummy;
   toy_target() {
@@ -49,18 +43,18 @@ struct toy_target {
   }
   int vocab_size() const { return V; }
   int max_requests() const { return 1; }
-  block_list_kv layout() { return {&kb, &vb, len.data(), 1, 1, D}; }
+  block_list_kv layout() { return {kpool.data(), vpool.data(), {&blocks, len.data()}, 1, 1, D}; }
   void append(std::int32_t tok) {  // K = V = embedding of the token
-    if (len[0] % block_list_kv::block == 0) {
-      kb[0].emplace_back(new float[block_list_kv::block * D]);
-      vb[0].emplace_back(new float[block_list_kv::block * D]);
+    if (len[0] % 16 == 0) {
+      if (blocks[0].size() == pool_blocks) throw std::length_error("byo_kv_cache: block pool exhausted");
+      blocks[0].push_back(pool_blocks - 1 - static_cast<int>(blocks[0].size()));
     }
-    std::copy_n(&embed[tok * D], D, layout().row(&kb, 0, len[0], 0));
-    std::copy_n(&embed[tok * D], D, layout().row(&vb, 0, len[0], 0));
     ++len[0];
+    std::copy_n(&embed[tok * D], D, layout().k_row(0, len[0] - 1, 0));
+    std::copy_n(&embed[tok * D], D, layout().v_row(0, len[0] - 1, 0));
   }
   void prefill(int, std::span<const std::int32_t> p) {
-    len[0] = 0, kb[0].clear(), vb[0].clear();
+    len[0] = 0, blocks[0].clear();
     for (std::size_t i = 0; i + 1 < p.size(); ++i) append(p[i]);
   }
   std::vector<std::int32_t> last;  // root + tree tokens of the last forward

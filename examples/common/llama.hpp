@@ -430,9 +430,9 @@ class llama_model {
   template <class E>
   paged_kv<E> paged_request(int l, int r) const {
     auto one = paged_layer<E>(l);
-    one.page_indptr = one_indptr_.data();  // {0, pages per request}
-    one.page_indices = page_indices_.data() + page_indptr_[static_cast<std::size_t>(r)];
-    one.lengths = lengths_.data() + r;
+    one.mapping.page_indptr = one_indptr_.data();  // {0, pages per request}
+    one.mapping.page_indices = page_indices_.data() + page_indptr_[static_cast<std::size_t>(r)];
+    one.mapping.lengths = lengths_.data() + r;
     one.requests = 1;
     return one;
   }

@@ -245,9 +245,9 @@ class longspec_draft_model {
     const int D = tc.head_dim, Hq = tc.heads, Hkv = tc.kv_heads;
     const auto& s = state_[static_cast<std::size_t>(r)];
     const auto all = std::as_const(rings_[static_cast<std::size_t>(l)]).layout();
-    const std::int64_t off = static_cast<std::int64_t>(r) * all.slots * Hkv * D;  // request r's slots only
-    const ring_kv<const T> one{all.k + off, all.v + off, all.starts + r, all.lengths + r, 1, all.slots, all.window,
-                               Hkv, D, memory_space::host};
+    const std::int64_t off = static_cast<std::int64_t>(r) * all.mapping.slots * Hkv * D;  // request r's slots only
+    const ring_kv<const T> one{all.k + off, all.v + off, all.mapping.starts + r, all.mapping.lengths + r, 1,
+                               all.mapping.slots, all.mapping.window, Hkv, D, memory_space::host};
     const int wpr = words_per_row(n);
     mask_.assign(static_cast<std::size_t>(n) * wpr, 0);  // a chain: row i sees nodes 0..i
     for (int i = 0; i < n; ++i)

@@ -148,7 +148,7 @@ TEST_CASE("cross attention rejects bad inputs, naming itself and the argument") 
          "committed_lengths");
   auto bad_cache = cache;
   std::vector<std::int32_t> too_long{33, 0};
-  bad_cache.lengths = too_long.data();
+  bad_cache.mapping.lengths = too_long.data();
   throws([&] { specdec::cross_attention(h, qv, bad_cache, committed, iv, ov, lv); }, "specdec::cross_attention",
          "target_cache");
   throws([&] { specdec::cross_attention(h, qv, bad_cache, iv, ov, lv); }, "specdec::cross_attention", "'cache'");

@@ -113,7 +113,7 @@ TEST_CASE("sliding window attention rejects bad inputs, naming itself and the ar
   // a corrupt ring view
   auto bad = p.ring.layout();
   std::int32_t big[2] = {17, 3};
-  bad.lengths = big;
+  bad.mapping.lengths = big;
   throws([&] { specdec::sliding_window_attention(h, p.qv(), bad, p.kv(), p.vv(), p.ip(), p.mv(), ov, lv); }, "'cache'");
   throws([&] { specdec::sliding_window_decode(h, p.qv(), bad, p.ip(), ov, lv); }, "'cache'");
   // head_dim mismatch between q and the ring

@@ -3,6 +3,10 @@
 # regex (and, when a fourth field is given, every error line to match that regex); the case without a
 # define is the positive control that must compile.
 set(_cf_dir ${CMAKE_CURRENT_LIST_DIR})
+# The compiler a case runs (the C++ compiler unless a block below switches to nvcc) and its mode
+# (run_compile_fail.cmake: "" = -fsyntax-only, "nvcc" = compile one .cu for the default GPU target).
+set(_cf_compiler ${CMAKE_CXX_COMPILER})
+set(_cf_mode "")
 
 # specdec_add_compile_fail_cases(<prefix> <source> <case>...): one ctest test compile_fail.<prefix>_<name>
 # per case "name|DEFINE|expected-message-regex[|every-error-line-regex]" (DEFINE and regex empty for the
@@ -25,7 +29,7 @@ function(specdec_add_compile_fail_cases prefix src)
       list(GET _parts 2 _expect)
     endif()
     add_test(NAME compile_fail.${prefix}_${_name}
-             COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DSRC=${src}
+             COMMAND ${CMAKE_COMMAND} -DCXX=${_cf_compiler} -DMODE=${_cf_mode} -DSRC=${src}
                      -DINCLUDE=${PROJECT_SOURCE_DIR}/include -DDEFINE=${_define} "-DEXPECT=${_expect}"
                      "-DONLY=${_only}"
                      -P ${_cf_dir}/run_compile_fail.cmake)
@@ -94,3 +98,34 @@ specdec_add_compile_fail_cases(attention_element_types ${_cf_dir}/attention_elem
   "merge_out_const|MERGE_OUT_CONST|specdec::lse_merge: out's element type must be non-const float, specdec::half or specdec::bfloat16|${_et_only}"
   "merge_lse_out_double|MERGE_LSE_OUT_DOUBLE|specdec::lse_merge: lse_out's element type must be non-const float|${_et_only}"
   "convert_lse_double|CONVERT_LSE_DOUBLE|specdec::convert_lse_\\*: lse's element type must be non-const float|${_et_only}")
+
+# A user's mapping missing a part is rejected where kv_cache<T, Mapping> is instantiated, by
+# check_kv_mapping<M>() with a static_assert message that names the part.
+specdec_add_compile_fail_cases(kv_mapping ${_cf_dir}/kv_mapping_missing_member.cpp
+  "control|"
+  "missing_offset|MISSING_OFFSET|kv_mapping: missing member function 'offset\\(int request, int token, int kv_head\\)'|kv_mapping: "
+  "missing_length|MISSING_LENGTH|kv_mapping: missing member function 'length\\(int request\\)'|kv_mapping: "
+  "not_copyable|NOT_COPYABLE|kv_mapping: the mapping type must be copyable|kv_mapping: ")
+
+# nvcc variant, registered when nvcc is found (with or without the CUDA build): a mapping used from a
+# CUDA kernel must mark its members SPECDEC_HOST_DEVICE. Without it nvcc must refuse to compile the
+# kernel, with its "calling a __host__ function ... from a __device__ function" error (kv_cache routes
+# device-side mapping calls through __device__ functions so that this is an error, not the warning an
+# __host__ __device__ caller gets). Plain nvcc flags: no -Werror, as a user would build.
+if(CMAKE_CUDA_COMPILER)
+  set(SPECDEC_NVCC ${CMAKE_CUDA_COMPILER})
+else()
+  file(GLOB _cf_cuda_bins /usr/local/cuda/bin /usr/local/cuda-*/bin)
+  find_program(SPECDEC_NVCC nvcc HINTS ${_cf_cuda_bins})
+endif()
+if(SPECDEC_NVCC)
+  set(_cf_compiler ${SPECDEC_NVCC})
+  set(_cf_mode nvcc)
+  specdec_add_compile_fail_cases(nvcc_kv_mapping ${_cf_dir}/kv_mapping_host_only.cu
+    "control|"
+    "host_only|HOST_ONLY_MAPPING|calling a __host__ function\\(\"my_mapping::[a-z]+\\(int.*\\) const\"\\) from a __[a-z]+__ function")
+  set(_cf_compiler ${CMAKE_CXX_COMPILER})
+  set(_cf_mode "")
+else()
+  message(STATUS "specdec: nvcc not found; the nvcc compile-fail cases are not registered")
+endif()

@@ -4,7 +4,12 @@
 #   EXPECT    regex the diagnostics must match ("" = the compile must succeed)
 #   ONLY      optional regex every diagnostic line containing "error:" must match, so that the
 #             expected messages are all the user sees (no other error buries them)
-set(_args -std=c++20 -fsyntax-only -I${INCLUDE})
+#   MODE      "" (the C++ compiler, -fsyntax-only) or "nvcc" (CXX is nvcc; compiles SRC, discards the object)
+if(MODE STREQUAL "nvcc")
+  set(_args -std=c++20 -I${INCLUDE} -c -o /dev/null)
+else()
+  set(_args -std=c++20 -fsyntax-only -I${INCLUDE})
+endif()
 if(DEFINE)
   list(APPEND _args -D${DEFINE})
 endif()

@@ -1,13 +1,15 @@
 // hybrid_tree_attention on the cuda backend (cache part unmasked + tree part masked, merged by LSE)
 // against the double reference and the host backend: cache lengths 0/1/non-multiples of tiles,
-// trees 1..1024 nodes, ragged batches, GQA, head dims, contiguous and paged layouts, forced splits,
-// fp16 and bf16. Skipped (exit 77) without a GPU.
+// trees 1..1024 nodes, ragged batches, GQA, head dims, contiguous, paged and block-table layouts,
+// forced splits, fp16 and bf16. Skipped (exit 77) without a GPU.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <vector>
 
 #include "cuda/test_attention_common.cuh"
 #include "attention/nonfinite_util.hpp"
+#include "kv/block_table_util.hpp"
 #include "specdec/attention/hybrid_tree_attention.cuh"
 #include "specdec/attention/tree_attention.cuh"
 
@@ -71,6 +73,55 @@ TEMPLATE_TEST_CASE("cuda hybrid_tree_attention: edge cache lengths, ragged trees
       batch<TestType> b(++seed, 8, 2, 128, {0, 1, 63, 65, 1000, 2049}, {5, 1, 64, 0, 33, 17});
       run_hybrid(b, kind);
     }
+  }
+}
+
+// The host block-table test's device twin (tests/kv/test_block_table_kv.cpp): the same data in a
+// vLLM block table (shuffled blocks, padded rows, NaN in every slot no request owns) and in a contiguous
+// NHD cache give bit-identical outputs on the cuda backend, and both are attention.
+TEMPLATE_TEST_CASE("cuda hybrid_tree_attention: block_table_kv is bit-identical to contiguous NHD on ragged batches",
+                   "[cuda][attention]", specdec::bfloat16, specdec::half) {
+  specdec::philox_stream rng(3500, 0);
+  for (int trial = 0; trial < 8; ++trial) {
+    const int R = 1 + static_cast<int>(rng.below(5));
+    const int dims[3] = {64, 128, 256}, sizes[3] = {1, 16, 32};
+    const int hkv = 1 + static_cast<int>(rng.below(2)), hq = hkv * (1 << rng.below(3)), d = dims[rng.below(3)];
+    const int bs = sizes[rng.below(3)];
+    std::vector<int> lens, trees;
+    for (int r = 0; r < R; ++r) {
+      lens.push_back(rng.below(4) == 0 ? 0 : static_cast<int>(rng.below(1500)));
+      trees.push_back(1 + static_cast<int>(rng.below(64)));
+    }
+    INFO("trial " << trial << ": R " << R << ", hq " << hq << ", hkv " << hkv << ", d " << d << ", block " << bs);
+    batch<TestType> b(3500 + trial, hq, hkv, d, lens, trees);
+    kv_test::block_pool<TestType> pool(rng, b.lens, b.capacity, hkv, d, bs);
+    for (int r = 0; r < R; ++r) pool.fill_from(b.nhd(), b.lens.data(), r, b.lens[static_cast<std::size_t>(r)]);
+
+    batch<TestType> host = b;
+    specdec::hybrid_tree_attention(specdec::host{}, host.q_view(), host.nhd(), host.k_view(), host.v_view(),
+                                   host.indptr_view(), host.mask_view(), host.out_view(), host.lse_view());
+    const auto ref = specdec::reference::hybrid_tree_attention(b.q_view(), b.nhd(), b.k_view(), b.v_view(),
+                                                               b.indptr_view(), b.mask_view());
+    device_batch<TestType> d_nhd(b), d_table(b);
+    dvec<TestType> kp(pool.k), vp(pool.v);
+    dvec<std::int32_t> table(pool.table), allocated(pool.allocated);
+    const specdec::block_table_kv<TestType> cache{
+        kp.data(), vp.data(),
+        {table.data(), d_table.lens.data(), pool.max_blocks, pool.block_size, pool.num_blocks, allocated.data()},
+        R, hkv, d, memory_space::device};
+    specdec::hybrid_tree_attention(specdec::cuda{}, d_nhd.q_view(), d_nhd.nhd(), d_nhd.k_view(), d_nhd.v_view(),
+                                   d_nhd.indptr_view(), d_nhd.mask_view(), d_nhd.out_view(), d_nhd.lse_view());
+    specdec::hybrid_tree_attention(specdec::cuda{}, d_table.q_view(), cache, d_table.k_view(), d_table.v_view(),
+                                   d_table.indptr_view(), d_table.mask_view(), d_table.out_view(), d_table.lse_view());
+    specdec_test::sync_check("hybrid_tree_attention(cuda, block table)");
+    batch<TestType> got_nhd = b;
+    d_nhd.out.download(got_nhd.out);
+    d_nhd.lse.download(got_nhd.lse);
+    d_table.out.download(b.out);
+    d_table.lse.download(b.lse);
+    REQUIRE(std::memcmp(got_nhd.out.data(), b.out.data(), b.out.size() * sizeof(TestType)) == 0);
+    REQUIRE(std::memcmp(got_nhd.lse.data(), b.lse.data(), b.lse.size() * sizeof(float)) == 0);
+    check_cuda(b, host, ref);
   }
 }
 

@@ -63,7 +63,7 @@ TEST_CASE("cuda decode_attention rejects bad inputs before any CUDA call", "[cud
     EXPECT_ARG(run(qh, a.cache, a.ip, a.out, a.lse), fn, "'q'");
     auto ch = a.cache;
     ch.where = memory_space::host;
-    ch.lengths = nullptr;
+    ch.mapping.lengths = nullptr;
     ch.requests = 0;
     EXPECT_ARG(run(a.q, ch, specdec::make_view<1>(fake<std::int32_t>(0x600000), {1}, memory_space::device), a.out, a.lse),
                fn, "'cache'");

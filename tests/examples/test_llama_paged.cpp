@@ -37,9 +37,10 @@ void paged_equals_contiguous() {
   llama_model<T> pm(c, w, 2, 100, {.storage = kv_storage::paged, .page_size = 16, .page_seed = 5});
   REQUIRE(pm.storage() == kv_storage::paged);
   const auto pl = pm.paged_layer_kv(0);
-  REQUIRE(pl.num_pages == 2 * 7);
+  REQUIRE(pl.mapping.num_pages == 2 * 7);
   // The block table is a non-trivial permutation: request 1's pages are not the identity order.
-  std::vector<int> pages(pl.page_indices + pl.page_indptr[1], pl.page_indices + pl.page_indptr[2]);
+  std::vector<int> pages(pl.mapping.page_indices + pl.mapping.page_indptr[1],
+                         pl.mapping.page_indices + pl.mapping.page_indptr[2]);
   CHECK(!std::is_sorted(pages.begin(), pages.end()));
   CHECK(pages != std::vector<int>{7, 8, 9, 10, 11, 12, 13});
   philox_stream rng(3, 1);

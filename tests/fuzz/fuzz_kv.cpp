@@ -124,10 +124,10 @@ template <class L>
 bool layout_valid(const cache_set<L>& c) {
   for (const auto& l : c.layers) {
     for (int r = 0; r < c.requests; ++r)
-      if (l.lengths[r] < 0 || l.lengths[r] > l.capacity(r)) return false;
+      if (l.length(r) < 0 || l.length(r) > l.capacity(r)) return false;
     if constexpr (std::is_same_v<L, specdec::paged_kv<float>>)
       for (auto p : c.page_indices)
-        if (p < 0 || p >= l.num_pages) return false;
+        if (p < 0 || p >= l.mapping.num_pages) return false;
   }
   return true;
 }

@@ -36,13 +36,13 @@ TEST_CASE("contiguous_kv validation") {
   bad.requests = -2;
   CHECK_THROWS_WITH(validate(bad), Contains("num_requests() >= 0") && Contains("got -2"));
   bad = good;
-  bad.max_tokens = -1;
+  bad.mapping.max_tokens = -1;
   CHECK_THROWS_WITH(validate(bad), Contains("max_tokens >= 0"));
   bad = good;
   bad.v = nullptr;
   CHECK_THROWS_WITH(validate(bad), Contains("specdec::my_op") && Contains("non-null k and v buffers"));
   bad = good;
-  bad.lengths = nullptr;
+  bad.mapping.lengths = nullptr;
   CHECK_THROWS_WITH(validate(bad), Contains("non-null lengths"));
   len[1] = 9;
   CHECK_THROWS_WITH(validate(good), Equals("specdec::my_op: argument 'cache': expected every lengths[r] in [0, "
@@ -66,22 +66,22 @@ TEST_CASE("paged_kv validation") {
   CHECK_NOTHROW(validate(good));
 
   auto bad = good;
-  bad.page_size = 0;
+  bad.mapping.page_size = 0;
   CHECK_THROWS_WITH(validate(bad), Equals("specdec::my_op: argument 'cache': expected page_size > 0, got 0"));
   bad = good;
-  bad.num_pages = -1;
+  bad.mapping.num_pages = -1;
   CHECK_THROWS_WITH(validate(bad), Contains("num_pages >= 0"));
   bad = good;
-  bad.k_pages = nullptr;
-  CHECK_THROWS_WITH(validate(bad), Contains("non-null k_pages and v_pages"));
+  bad.k = nullptr;  // the pools are the cache's k and v
+  CHECK_THROWS_WITH(validate(bad), Contains("non-null k and v buffers"));
   bad = good;
-  bad.page_indptr = nullptr;
+  bad.mapping.page_indptr = nullptr;
   CHECK_THROWS_WITH(validate(bad), Contains("non-null page_indptr"));
   bad = good;
-  bad.page_indices = nullptr;
+  bad.mapping.page_indices = nullptr;
   CHECK_THROWS_WITH(validate(bad), Contains("non-null page_indices"));
   bad = good;
-  bad.lengths = nullptr;
+  bad.mapping.lengths = nullptr;
   CHECK_THROWS_WITH(validate(bad), Contains("non-null lengths"));
 
   indptr[0] = 1;

@@ -407,7 +407,7 @@ TEST_CASE("partial_kv: a rejected sync leaves the compact copy bit-identical; sy
   // never dereferenced (the pointer below stands for device memory and would fault on the host).
   auto dev = c.layout();
   dev.where = specdec::memory_space::device;
-  dev.lengths = reinterpret_cast<const std::int32_t*>(std::uintptr_t{64});
+  dev.mapping.lengths = reinterpret_cast<const std::int32_t*>(std::uintptr_t{64});
   CHECK_THROWS_WITH(idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {hkv, d}), dev),
                     Contains("specdec::partial_kv_index::rebuild") && Contains("host-accessible"));
 }

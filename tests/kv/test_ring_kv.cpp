@@ -230,19 +230,19 @@ TEST_CASE("ring: bad inputs are rejected with named arguments") {
   REQUIRE_NOTHROW(specdec::validate_kv_layout(l, "f", "cache"));
   std::int32_t bad_len[2] = {5, 0}, starts[2] = {0, 0}, good_len[2] = {1, 0}, bad_start[2] = {0, 6};
   auto bl = l;
-  bl.lengths = bad_len;
-  bl.starts = starts;
+  bl.mapping.lengths = bad_len;
+  bl.mapping.starts = starts;
   CHECK_THROWS_WITH(specdec::validate_kv_layout(bl, "f", "cache"), Catch::Contains("lengths[0]"));
-  bl.lengths = good_len;
-  bl.starts = bad_start;
+  bl.mapping.lengths = good_len;
+  bl.mapping.starts = bad_start;
   CHECK_THROWS_WITH(specdec::validate_kv_layout(bl, "f", "cache"), Catch::Contains("starts[1]"));
   bl = l;
-  bl.slots = 3;
+  bl.mapping.slots = 3;
   CHECK_THROWS_WITH(specdec::validate_kv_layout(bl, "f", "cache"), Catch::Contains("slots"));
   bl = l;
   bl.k = nullptr;
   CHECK_THROWS_WITH(specdec::validate_kv_layout(bl, "f", "cache"), Catch::Contains("non-null k"));
   bl = l;
-  bl.window = 0;
+  bl.mapping.window = 0;
   CHECK_THROWS_AS(specdec::validate_kv_layout(bl, "f", "cache"), specdec::invalid_argument);
 }

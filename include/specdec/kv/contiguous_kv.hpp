@@ -3,73 +3,74 @@
 //! Contiguous KV cache: every request owns `capacity` token slots in one dense buffer per K and V.
 //!   NHD: [requests, capacity, kv_heads, head_dim]   (token-major; what most engines use for decode)
 //!   HND: [requests, kv_heads, capacity, head_dim]   (head-major)
+//! A mapping (contiguous_mapping) plus the shipped cache type (kv/kv_cache.hpp).
 
 #include <cstdint>
+#include <string>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/error.hpp"
-#include "specdec/kv/kv_layout.hpp"
+#include "specdec/kv/kv_cache.hpp"
 
 namespace specdec {
 
 //! Order of the dimensions inside one request's slab.
 enum class kv_order : std::uint8_t { nhd, hnd };
 
-//! Dense per-request KV slabs; `lengths[r]` tokens of request r are valid.
-template <class T, kv_order Order = kv_order::nhd>
-struct contiguous_kv {
-  using value_type = T;
+//! Dense per-request slabs of `max_tokens` slots; `lengths[r]` tokens of request r are valid.
+template <kv_order Order = kv_order::nhd>
+struct contiguous_mapping {
   static constexpr kv_order order = Order;
 
-  T* k = nullptr;                        //!< K buffer, shape per Order
-  T* v = nullptr;                        //!< V buffer, same shape
-  const std::int32_t* lengths = nullptr; //!< [num_requests] valid tokens per request
-  int requests = 0;
-  int max_tokens = 0;                    //!< slots per request (the capacity)
-  int kv_heads = 0;
-  int dim = 0;
-  memory_space where = memory_space::host;
+  const std::int32_t* lengths = nullptr;  //!< [num_requests] valid tokens per request
+  int max_tokens = 0;                     //!< slots per request (the capacity)
 
-  SPECDEC_HOST_DEVICE int num_requests() const noexcept { return requests; }
-  SPECDEC_HOST_DEVICE int num_kv_heads() const noexcept { return kv_heads; }
-  SPECDEC_HOST_DEVICE int head_dim() const noexcept { return dim; }
   SPECDEC_HOST_DEVICE int length(int r) const noexcept { return lengths[r]; }
   SPECDEC_HOST_DEVICE int capacity(int) const noexcept { return max_tokens; }
-  SPECDEC_HOST_DEVICE memory_space space() const noexcept { return where; }
-
-  //! Element offset of (request, token, head) row.
-  SPECDEC_HOST_DEVICE std::int64_t row_offset(int r, int t, int h) const noexcept {
+  SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const kv_geometry& g) const noexcept {
     if constexpr (Order == kv_order::nhd)
-      return ((static_cast<std::int64_t>(r) * max_tokens + t) * kv_heads + h) * dim;
+      return ((static_cast<std::int64_t>(r) * max_tokens + t) * g.num_kv_heads + h) * g.head_dim;
     else
-      return ((static_cast<std::int64_t>(r) * kv_heads + h) * max_tokens + t) * dim;
+      return ((static_cast<std::int64_t>(r) * g.num_kv_heads + h) * max_tokens + t) * g.head_dim;
   }
-  SPECDEC_HOST_DEVICE T* k_row(int r, int t, int h) const noexcept { return k + row_offset(r, t, h); }
-  SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const noexcept { return v + row_offset(r, t, h); }
   //! Distance in elements between consecutive tokens of one (request, head).
-  SPECDEC_HOST_DEVICE std::int64_t token_stride() const noexcept {
-    return Order == kv_order::nhd ? static_cast<std::int64_t>(kv_heads) * dim : dim;
+  SPECDEC_HOST_DEVICE std::int64_t token_stride(const kv_geometry& g) const noexcept {
+    return Order == kv_order::nhd ? static_cast<std::int64_t>(g.num_kv_heads) * g.head_dim : g.head_dim;
   }
 };
 
-//! Checks pointers, geometry and (for host-accessible memory) every length against the capacity.
+//! Checks max_tokens, the lengths pointer and (host-accessible) every length against max_tokens.
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
-template <class T, kv_order O>
-void validate_layout(const contiguous_kv<T, O>& l, std::string_view function, std::string_view argument) {
-  require(l.requests >= 0, function, argument, "requests >= 0", l.requests);
-  require(l.max_tokens >= 0, function, argument, "max_tokens >= 0", l.max_tokens);
-  require(l.kv_heads > 0, function, argument, "kv_heads > 0", l.kv_heads);
-  require(l.dim > 0, function, argument, "dim > 0", l.dim);
-  const bool empty = static_cast<std::int64_t>(l.requests) * l.max_tokens == 0;
-  require(empty || (l.k != nullptr && l.v != nullptr), function, argument, "non-null k and v buffers", "nullptr");
-  require(l.requests == 0 || l.lengths != nullptr, function, argument, "non-null lengths", "nullptr");
-  if (host_accessible(l.where))
-    for (int r = 0; r < l.requests; ++r)
-      if (!(l.lengths[r] >= 0 && l.lengths[r] <= l.max_tokens))  // message built only on failure (no allocation)
+template <kv_order O>
+void validate_kv_mapping(const contiguous_mapping<O>& m, const kv_geometry& g, memory_space where,
+                         std::string_view function, std::string_view argument) {
+  require(m.max_tokens >= 0, function, argument, "max_tokens >= 0", m.max_tokens);
+  require(g.num_requests == 0 || m.lengths != nullptr, function, argument, "non-null lengths", "nullptr");
+  if (host_accessible(where))
+    for (int r = 0; r < g.num_requests; ++r)
+      if (!(m.lengths[r] >= 0 && m.lengths[r] <= m.max_tokens))  // message built only on failure (no allocation)
         throw_invalid_argument(function, argument,
-                               "every lengths[r] in [0, max_tokens = " + std::to_string(l.max_tokens) + "]", l.lengths[r]);
+                               "every lengths[r] in [0, max_tokens = " + std::to_string(m.max_tokens) + "]",
+                               m.lengths[r]);
 }
 }  // namespace SPECDEC_HOST_ISA
+
+//! Dense per-request KV slabs (kv_cache over contiguous_mapping), constructed as before the mapping
+//! split: `{k, v, lengths, requests, max_tokens, kv_heads, head_dim[, space]}`.
+template <class T, kv_order Order = kv_order::nhd>
+struct contiguous_kv : kv_cache<T, contiguous_mapping<Order>> {
+  static constexpr kv_order order = Order;
+
+  contiguous_kv() = default;
+  SPECDEC_HOST_DEVICE contiguous_kv(T* k, T* v, const std::int32_t* lengths, int requests, int max_tokens,
+                                    int kv_heads, int dim, memory_space where = memory_space::host) noexcept
+      : kv_cache<T, contiguous_mapping<Order>>{k, v, {lengths, max_tokens}, requests, kv_heads, dim, where} {}
+
+  //! Distance in elements between consecutive tokens of one (request, head).
+  SPECDEC_HOST_DEVICE std::int64_t token_stride() const noexcept {
+    return this->mapping.token_stride(this->geometry());
+  }
+};
 
 static_assert(kv_layout<contiguous_kv<float>> && check_kv_layout<contiguous_kv<float>>());
 static_assert(writable_kv_layout<contiguous_kv<float, kv_order::hnd>>);

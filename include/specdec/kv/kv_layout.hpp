@@ -5,6 +5,15 @@
 //! A kv_layout is a small copyable object, callable on host and device, that maps
 //! (request, token, kv_head) to the K and V rows (head_dim contiguous elements each) and gives each
 //! request's current length. Kernels are templated on it, so a user's own cache plugs in unchanged.
+//!
+//! Most users do not write a kv_layout: they write a *mapping* (where row (r, t, h) lives as an element
+//! offset from the K and V base pointers, each request's length, optionally its capacity and a
+//! validation hook) and use the shipped `kv_cache<T, Mapping>` (kv/kv_cache.hpp), which supplies the
+//! geometry, k_row/v_row, the memory space and validation, and is a kv_layout. A mapping used from CUDA
+//! kernels must mark its members SPECDEC_HOST_DEVICE (nvcc rejects the kernel otherwise). The shipped
+//! contiguous (NHD/HND), paged (CSR), block-table (vLLM) and ring layouts are mappings over kv_cache.
+//! A hand-written type with every member below is a kv_layout too.
+//!
 //! The concept is split into named parts so a compile error says which member is missing; call
 //! check_kv_layout<L>() for one static_assert per part with a readable message. Entry points take
 //! the layout type unconstrained and call it first, so those messages are what a wrong type gets.

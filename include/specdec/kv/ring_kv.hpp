@@ -48,81 +48,71 @@
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/tensor.hpp"
-#include "specdec/kv/kv_layout.hpp"
+#include "specdec/kv/kv_cache.hpp"
 
 namespace specdec {
 
 //! Default draft window (LongSpec §3.1).
 inline constexpr int longspec_default_window = 512;
 
-//! Non-owning kv_layout over a ring buffer (see file comment). Usually obtained from
-//! ring_kv_cache::layout(); can also describe a user's own ring memory.
-//!   k, v      [requests, slots, kv_heads, head_dim]
+//! Where the rows of a ring buffer live (see file comment): token t (0 = oldest visible) of request r
+//! is in slot (starts[r] + t) mod slots of request r's [slots, kv_heads, head_dim] slab.
 //!   starts[r] slot of the oldest visible token, in [0, slots)
 //!   lengths[r] visible tokens, in [0, window]
-//! Token t (0 = oldest visible) of request r is in slot (starts[r] + t) mod slots.
-template <class T>
-struct ring_kv {
-  using value_type = T;
-
-  T* k = nullptr;
-  T* v = nullptr;
+struct ring_mapping {
   const std::int32_t* starts = nullptr;   //!< [requests]
   const std::int32_t* lengths = nullptr;  //!< [requests]
-  int requests = 0;
   int slots = 0;   //!< physical slots per request (window + speculative capacity)
   int window = 0;  //!< W: the most tokens visible at once
-  int kv_heads = 0;
-  int dim = 0;
-  memory_space where = memory_space::host;
 
-  SPECDEC_HOST_DEVICE int num_requests() const noexcept { return requests; }
-  SPECDEC_HOST_DEVICE int num_kv_heads() const noexcept { return kv_heads; }
-  SPECDEC_HOST_DEVICE int head_dim() const noexcept { return dim; }
   SPECDEC_HOST_DEVICE int length(int r) const noexcept { return lengths[r]; }
-  SPECDEC_HOST_DEVICE memory_space space() const noexcept { return where; }
-
   //! Slot of visible token t of request r (one add and one conditional subtract; no division).
   SPECDEC_HOST_DEVICE int slot(int r, int t) const noexcept {
     int s = starts[r] + t;
     if (s >= slots) s -= slots;
     return s;
   }
-  SPECDEC_HOST_DEVICE std::int64_t row_offset(int r, int t, int h) const noexcept {
-    return ((static_cast<std::int64_t>(r) * slots + slot(r, t)) * kv_heads + h) * dim;
+  SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const kv_geometry& g) const noexcept {
+    return ((static_cast<std::int64_t>(r) * slots + slot(r, t)) * g.num_kv_heads + h) * g.head_dim;
   }
-  SPECDEC_HOST_DEVICE T* k_row(int r, int t, int h) const noexcept { return k + row_offset(r, t, h); }
-  SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const noexcept { return v + row_offset(r, t, h); }
 };
 
-//! Checks geometry, pointers and (host-accessible) per-request starts/lengths. Found by ADL from
-//! validate_kv_layout, so every attention entry point runs it on a ring_kv argument.
+//! Checks window and slots and (host-accessible) per-request starts/lengths. Found by ADL from the
+//! kv_cache's validation, so every attention entry point runs it on a ring_kv argument.
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
-template <class T>
-void validate_layout(const ring_kv<T>& l, std::string_view function, std::string_view argument) {
-  require(l.requests >= 0, function, argument, "requests >= 0", l.requests);
-  require(l.window >= 1, function, argument, "window >= 1", l.window);
-  if (!(l.slots >= l.window)) [[unlikely]]
-    throw_invalid_argument(function, argument, "slots >= window = " + std::to_string(l.window), l.slots);
-  require(l.kv_heads > 0, function, argument, "kv_heads > 0", l.kv_heads);
-  require(l.dim > 0, function, argument, "dim > 0", l.dim);
-  require(l.requests == 0 || (l.k != nullptr && l.v != nullptr), function, argument, "non-null k and v buffers",
-          "nullptr");
-  require(l.requests == 0 || (l.starts != nullptr && l.lengths != nullptr), function, argument,
+inline void validate_kv_mapping(const ring_mapping& m, const kv_geometry& g, memory_space where,
+                                std::string_view function, std::string_view argument) {
+  require(m.window >= 1, function, argument, "window >= 1", m.window);
+  if (!(m.slots >= m.window)) [[unlikely]]
+    throw_invalid_argument(function, argument, "slots >= window = " + std::to_string(m.window), m.slots);
+  require(g.num_requests == 0 || (m.starts != nullptr && m.lengths != nullptr), function, argument,
           "non-null starts and lengths", "nullptr");
-  if (!host_accessible(l.where)) return;
-  for (int r = 0; r < l.requests; ++r) {
-    if (!(l.lengths[r] >= 0 && l.lengths[r] <= l.window)) [[unlikely]]
+  if (!host_accessible(where)) return;
+  for (int r = 0; r < g.num_requests; ++r) {
+    if (!(m.lengths[r] >= 0 && m.lengths[r] <= m.window)) [[unlikely]]
       throw_invalid_argument(function, argument,
-                             "lengths[" + std::to_string(r) + "] in [0, window = " + std::to_string(l.window) + "]",
-                             l.lengths[r]);
-    if (!(l.starts[r] >= 0 && l.starts[r] < l.slots)) [[unlikely]]
+                             "lengths[" + std::to_string(r) + "] in [0, window = " + std::to_string(m.window) + "]",
+                             m.lengths[r]);
+    if (!(m.starts[r] >= 0 && m.starts[r] < m.slots)) [[unlikely]]
       throw_invalid_argument(function, argument,
-                             "starts[" + std::to_string(r) + "] in [0, slots = " + std::to_string(l.slots) + ")",
-                             l.starts[r]);
+                             "starts[" + std::to_string(r) + "] in [0, slots = " + std::to_string(m.slots) + ")",
+                             m.starts[r]);
   }
 }
 }  // namespace SPECDEC_HOST_ISA
+
+//! Non-owning kv_layout over a ring buffer (kv_cache over ring_mapping; see file comment). Usually
+//! obtained from ring_kv_cache::layout(); can also describe a user's own ring memory:
+//! `{k, v, starts, lengths, requests, slots, window, kv_heads, head_dim[, space]}`, k and v
+//! [requests, slots, kv_heads, head_dim].
+template <class T>
+struct ring_kv : kv_cache<T, ring_mapping> {
+  ring_kv() = default;
+  SPECDEC_HOST_DEVICE ring_kv(T* k, T* v, const std::int32_t* starts, const std::int32_t* lengths, int requests,
+                              int slots, int window, int kv_heads, int dim,
+                              memory_space where = memory_space::host) noexcept
+      : kv_cache<T, ring_mapping>{k, v, {starts, lengths, slots, window}, requests, kv_heads, dim, where} {}
+};
 
 static_assert(kv_layout<ring_kv<float>> && check_kv_layout<ring_kv<float>>());
 static_assert(kv_layout<ring_kv<const float>>);

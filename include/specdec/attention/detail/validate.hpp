@@ -242,9 +242,6 @@ void validate_cache(std::string_view fn, const L& cache, const Q& q) {
     if constexpr (requires { cache.k; cache.v; })
       require(aligned(cache.k) && aligned(cache.v), fn, "cache", "16-byte aligned k and v buffers (cuda backend)",
               "misaligned");
-    if constexpr (requires { cache.k_pages; cache.v_pages; })
-      require(aligned(cache.k_pages) && aligned(cache.v_pages), fn, "cache",
-              "16-byte aligned k_pages and v_pages (cuda backend)", "misaligned");
   }
 }
 

@@ -1,0 +1,197 @@
+#pragma once
+//! \file kv_cache.hpp
+//! KV caches mdspan-style: the *mapping* a user writes (where row (request, token, kv_head) lives and
+//! how many tokens each request holds) and the cache type the library ships over it (`kv_cache<T,
+//! Mapping>`: K and V base pointers, geometry, memory space, k_row/v_row and validation). A kv_cache
+//! is a kv_layout (kv/kv_layout.hpp), so every primitive takes it; the shipped layouts (contiguous NHD
+//! and HND, paged CSR, block table, ring) are mappings plus this type.
+//!
+//! A mapping `M` is a small copyable object with
+//!   - `offset(int r, int t, int h)` or `offset(int r, int t, int h, const kv_geometry& g)`: the
+//!     element offset (std::int64_t) of the head_dim contiguous elements of row (r, t, h) from the K
+//!     base pointer; V rows are at the same offset from the V base pointer. The second form receives
+//!     the cache's geometry (requests, kv heads, head_dim), so the mapping need not repeat it;
+//!   - `length(int r)`: tokens visible for request r;
+//!   - optionally `capacity(int r)`: token slots request r can hold (then the cache is writable and
+//!     validation checks every length against it);
+//!   - optionally an ADL-found `validate_kv_mapping(const M&, const kv_geometry&, memory_space,
+//!     std::string_view function, std::string_view argument)` that checks the mapping's own arrays
+//!     (read them only when host_accessible(space)) and throws specdec::invalid_argument.
+//! A mapping used from CUDA kernels must mark offset/length/capacity `SPECDEC_HOST_DEVICE`
+//! (core/config.hpp): the kernels call them on the device, and nvcc rejects a __host__ function
+//! called from device code (tests/compile_fail: nvcc_kv_mapping_host_only).
+//!
+//! Example (vLLM-style block table, 16-token blocks; 6 lines):
+//! \code
+//!   struct my_blocks {
+//!     const std::int32_t* table; const std::int32_t* lens; int max_blocks;
+//!     SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const specdec::kv_geometry& g) const {
+//!       return ((std::int64_t{table[r * max_blocks + t / 16]} * 16 + t % 16) * g.num_kv_heads + h) * g.head_dim; }
+//!     SPECDEC_HOST_DEVICE int length(int r) const { return lens[r]; }
+//!   };
+//!   specdec::kv_cache<float, my_blocks> cache{k_pool, v_pool, {table, lens, max_blocks}, requests, kv_heads, dim};
+//! \endcode
+
+#include <concepts>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/kv/kv_layout.hpp"
+
+namespace specdec {
+
+//! The geometry a kv_cache supplies; passed to a mapping's four-argument offset().
+struct kv_geometry {
+  int num_requests = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+//! `offset(request, token, kv_head)` returns the element offset of the row.
+template <class M>
+concept kv_mapping_has_plain_offset = requires(const M& m, int r, int t, int h) {
+  { m.offset(r, t, h) } -> std::convertible_to<std::int64_t>;
+};
+//! `offset(request, token, kv_head, geometry)` returns the element offset of the row.
+template <class M>
+concept kv_mapping_has_geometry_offset = requires(const M& m, int r, int t, int h, const kv_geometry& g) {
+  { m.offset(r, t, h, g) } -> std::convertible_to<std::int64_t>;
+};
+//! Either form of offset().
+template <class M>
+concept kv_mapping_has_offset = kv_mapping_has_plain_offset<M> || kv_mapping_has_geometry_offset<M>;
+//! `length(request)` is the number of tokens visible for that request.
+template <class M>
+concept kv_mapping_has_length = requires(const M& m, int r) {
+  { m.length(r) } -> std::convertible_to<int>;
+};
+//! `capacity(request)` is the number of token slots the request can hold (optional).
+template <class M>
+concept kv_mapping_has_capacity = requires(const M& m, int r) {
+  { m.capacity(r) } -> std::convertible_to<int>;
+};
+
+//! Where the rows of a KV cache live: what a user writes to plug their cache into kv_cache.
+template <class M>
+concept kv_mapping = std::copyable<M> && kv_mapping_has_offset<M> && kv_mapping_has_length<M>;
+
+//! Compile-time check with one readable message per missing part (kv_cache runs it on its mapping).
+template <class M>
+consteval bool check_kv_mapping() {
+  static_assert(std::copyable<M>, "kv_mapping: the mapping type must be copyable (it is passed to kernels by value)");
+  static_assert(kv_mapping_has_offset<M>,
+                "kv_mapping: missing member function 'offset(int request, int token, int kv_head)' (or 'offset(int "
+                "request, int token, int kv_head, const specdec::kv_geometry&)') returning std::int64_t");
+  static_assert(kv_mapping_has_length<M>, "kv_mapping: missing member function 'length(int request)' returning int");
+  return true;
+}
+
+namespace detail {
+#if defined(__CUDACC__)
+// Device code reaches a mapping through these __device__ functions rather than directly from
+// kv_cache's __host__ __device__ members: nvcc only warns (#20011-D) when a __host__ __device__
+// function calls a __host__ one, and the call then fails at run time; from a __device__ function it is
+// a compile error ("calling a __host__ function ... from a __device__ function is not allowed"), which
+// is what a mapping without SPECDEC_HOST_DEVICE used in a kernel should get.
+template <class M>
+SPECDEC_DEVICE int device_mapping_length(const M& m, int r) {
+  return m.length(r);
+}
+template <class M>
+SPECDEC_DEVICE int device_mapping_capacity(const M& m, int r) {
+  return m.capacity(r);
+}
+template <class M>
+SPECDEC_DEVICE std::int64_t device_mapping_offset(const M& m, int r, int t, int h, const kv_geometry& g) {
+  if constexpr (kv_mapping_has_geometry_offset<M>)
+    return static_cast<std::int64_t>(m.offset(r, t, h, g));
+  else
+    return static_cast<std::int64_t>(m.offset(r, t, h));
+}
+#endif
+}  // namespace detail
+
+//! The cache type over a mapping: K and V base pointers (same mapping, separate buffers), geometry and
+//! memory space. Satisfies kv_layout, and writable_kv_layout when T is not const and the mapping has
+//! capacity(). Rows: k_row(r, t, h) = k + mapping offset, v_row likewise from v. Aggregate:
+//! `kv_cache<T, M>{k, v, mapping, requests, kv_heads, head_dim[, space]}`. O(1) per row (plus the
+//! mapping's own cost).
+template <class T, class Mapping>
+struct kv_cache {
+  static_assert(check_kv_mapping<Mapping>());
+  using value_type = T;
+  using mapping_type = Mapping;
+
+  T* k = nullptr;          //!< K base pointer
+  T* v = nullptr;          //!< V base pointer (rows at the same offsets as K's)
+  Mapping mapping{};       //!< where each row lives, and each request's length
+  int requests = 0;        //!< requests in the batch
+  int kv_heads = 0;        //!< KV heads
+  int dim = 0;             //!< head_dim: elements per K or V row
+  memory_space where = memory_space::host;  //!< where the rows and the mapping's arrays live
+
+  SPECDEC_HOST_DEVICE int num_requests() const noexcept { return requests; }
+  SPECDEC_HOST_DEVICE int num_kv_heads() const noexcept { return kv_heads; }
+  SPECDEC_HOST_DEVICE int head_dim() const noexcept { return dim; }
+  SPECDEC_HOST_DEVICE memory_space space() const noexcept { return where; }
+  SPECDEC_HOST_DEVICE kv_geometry geometry() const noexcept { return {requests, kv_heads, dim}; }
+  SPECDEC_HOST_DEVICE int length(int r) const {
+#if SPECDEC_IN_DEVICE_CODE
+    return detail::device_mapping_length(mapping, r);
+#else
+    return mapping.length(r);
+#endif
+  }
+  SPECDEC_HOST_DEVICE int capacity(int r) const
+    requires kv_mapping_has_capacity<Mapping>
+  {
+#if SPECDEC_IN_DEVICE_CODE
+    return detail::device_mapping_capacity(mapping, r);
+#else
+    return mapping.capacity(r);
+#endif
+  }
+  //! Element offset of row (r, t, h) from k (and from v).
+  SPECDEC_HOST_DEVICE std::int64_t row_offset(int r, int t, int h) const {
+#if SPECDEC_IN_DEVICE_CODE
+    return detail::device_mapping_offset(mapping, r, t, h, geometry());
+#else
+    if constexpr (kv_mapping_has_geometry_offset<Mapping>)
+      return static_cast<std::int64_t>(mapping.offset(r, t, h, geometry()));
+    else
+      return static_cast<std::int64_t>(mapping.offset(r, t, h));
+#endif
+  }
+  SPECDEC_HOST_DEVICE T* k_row(int r, int t, int h) const { return k + row_offset(r, t, h); }
+  SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const { return v + row_offset(r, t, h); }
+};
+
+//! The kv_cache's own checks, found by ADL from validate_kv_layout (which checks geometry before and
+//! lengths, capacities and row corners after): first the mapping's validate_kv_mapping hook when it
+//! has one, then non-null k and v unless the cache holds no rows. A host-accessible cache holds rows
+//! when some request has a positive length or capacity (read after the hook has checked the mapping's
+//! arrays); a device-resident one is not read, so it needs its bases whenever it has requests.
+//! O(requests) plus the hook.
+inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
+template <class T, class M>
+void validate_layout(const kv_cache<T, M>& c, std::string_view function, std::string_view argument) {
+  if constexpr (requires { validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument); })
+    validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument);
+  if (c.k != nullptr && c.v != nullptr) return;
+  bool holds_rows = c.requests > 0;
+  if (holds_rows && host_accessible(c.where)) {
+    holds_rows = false;
+    for (int r = 0; r < c.requests && !holds_rows; ++r) {
+      holds_rows = c.length(r) > 0;
+      if constexpr (kv_mapping_has_capacity<M>) holds_rows = holds_rows || c.capacity(r) > 0;
+    }
+  }
+  require(!holds_rows, function, argument, "non-null k and v buffers", "nullptr");
+}
+}  // namespace SPECDEC_HOST_ISA
+
+}  // namespace specdec
