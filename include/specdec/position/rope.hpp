@@ -44,7 +44,7 @@
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
-#include "specdec/position/detail/row_convert.hpp"
+#include "specdec/position/detail/rope_host.hpp"
 
 namespace specdec {
 
@@ -154,71 +154,6 @@ inline namespace SPECDEC_HOST_ISA {  // on the host and CUDA entry points' path:
 namespace detail {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
-// Rows of up to this many rotated dims of 16-bit storage are rotated through a float stack buffer.
-inline constexpr int rope_row_buffer = 512;
-
-// Rotates one token's rows (all heads) by the given per-pair cos/sin (float, R/2 each).
-template <class T>
-void rope_rotate_token(T* base, std::int64_t head_stride, std::int64_t heads, int rotary, rope_style style,
-                       const float* cs, const float* sn) {
-  using A = accum_t<T>;
-  const int half_r = rotary / 2;
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    // 16-bit storage: widen the rotated part of each row in bulk, rotate in float (vectorizes),
-    // narrow back. Same float operations as the scalar loop below, so the same results.
-    if (rotary <= rope_row_buffer) {
-      float buf[rope_row_buffer];
-      for (std::int64_t h = 0; h < heads; ++h) {
-        T* x = base + h * head_stride;
-        load_row_as_float(x, buf, rotary);
-        if (style == rope_style::rotate_half) {
-          float* y = buf + half_r;
-          for (int i = 0; i < half_r; ++i) {
-            const float a = buf[i], b = y[i];
-            buf[i] = a * cs[i] - b * sn[i];
-            y[i] = b * cs[i] + a * sn[i];
-          }
-        } else {
-          for (int i = 0; i < half_r; ++i) {
-            const float a = buf[2 * i], b = buf[2 * i + 1];
-            buf[2 * i] = a * cs[i] - b * sn[i];
-            buf[2 * i + 1] = b * cs[i] + a * sn[i];
-          }
-        }
-        store_row_from_float(buf, x, rotary);
-      }
-      return;
-    }
-  }
-  for (std::int64_t h = 0; h < heads; ++h) {
-    T* x = base + h * head_stride;
-    if (style == rope_style::rotate_half) {
-      T* y = x + half_r;
-      for (int i = 0; i < half_r; ++i) {
-        const A a = static_cast<A>(to_float(x[i])), b = static_cast<A>(to_float(y[i]));
-        if constexpr (std::is_same_v<std::remove_cv_t<T>, double>) {
-          x[i] = a * cs[i] - b * sn[i];
-          y[i] = b * cs[i] + a * sn[i];
-        } else {
-          x[i] = from_float<T>(a * cs[i] - b * sn[i]);
-          y[i] = from_float<T>(b * cs[i] + a * sn[i]);
-        }
-      }
-    } else {
-      for (int i = 0; i < half_r; ++i) {
-        const A a = static_cast<A>(to_float(x[2 * i])), b = static_cast<A>(to_float(x[2 * i + 1]));
-        if constexpr (std::is_same_v<std::remove_cv_t<T>, double>) {
-          x[2 * i] = a * cs[i] - b * sn[i];
-          x[2 * i + 1] = b * cs[i] + a * sn[i];
-        } else {
-          x[2 * i] = from_float<T>(a * cs[i] - b * sn[i]);
-          x[2 * i + 1] = from_float<T>(b * cs[i] + a * sn[i]);
-        }
-      }
-    }
-  }
-}
-
 //! The argument checks of every apply_rope call, under Policy's memory-space rules (host: x and
 //! positions host-accessible, positions read and each checked >= 0; cuda: both device-accessible,
 //! positions >= 0 a precondition since device memory is not read on the host).
@@ -246,24 +181,6 @@ void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
       if (!(positions(t) >= 0)) [[unlikely]]
         throw_invalid_argument(fn, "positions", "every position >= 0 (at token " + std::to_string(t) + ")",
                                positions(t));
-}
-
-// Tokens per parallel work item; below min_parallel_elems elements the call stays on one thread
-// (a pool wake-up costs more than rotating a few thousand values).
-inline constexpr std::int64_t rope_tokens_per_task = 16;
-inline constexpr std::int64_t rope_min_parallel_elems = 1 << 16;
-
-template <class F>
-void rope_for_tokens(const host& policy, std::int64_t tokens, std::int64_t elems_per_token, F&& body) {
-  if (tokens * elems_per_token < rope_min_parallel_elems || policy.num_threads == 1) {
-    body(std::int64_t{0}, tokens);
-    return;
-  }
-  const std::int64_t tasks = (tokens + rope_tokens_per_task - 1) / rope_tokens_per_task;
-  parallel_for(policy, tasks, [&](std::int64_t task) {
-    const std::int64_t b = task * rope_tokens_per_task;
-    body(b, std::min(tokens, b + rope_tokens_per_task));
-  });
 }
 
 //! The seam between apply_rope and its backends, like attention's (attention/detail/backend.hpp):
@@ -302,7 +219,8 @@ struct rope_backend<host> {
           cs[i] = static_cast<float>(std::cos(angle));
           sn[i] = static_cast<float>(std::sin(angle));
         }
-        rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), rotary, params.style, cs.data(), sn.data());
+        rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), rotary, params.style == rope_style::rotate_half,
+                          cs.data(), sn.data());
       }
     });
   }
@@ -414,10 +332,10 @@ requires(detail::rope_target_tensor<std::remove_cvref_t<X>>&&
                              "every position < cache.max_positions() = " + std::to_string(cache.max_positions()) +
                                  " (at token " + std::to_string(t) + ")",
                              positions(t));
-  const rope_style style = cache.params().style;
+  const bool rotate_half = cache.params().style == rope_style::rotate_half;
   detail::rope_for_tokens(policy, x.extent(0), x.extent(1) * x.extent(2), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t t = b; t < e; ++t)
-      detail::rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), cache.rotary_dim(), style,
+      detail::rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), cache.rotary_dim(), rotate_half,
                                 cache.cos_row(positions(t)), cache.sin_row(positions(t)));
   });
 }
