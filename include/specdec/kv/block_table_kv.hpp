@@ -38,8 +38,8 @@ struct block_table_mapping {
     return (blocks_allocated != nullptr ? blocks_allocated[r] : max_blocks) * block_size;
   }
   SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const kv_geometry& g) const noexcept {
-    const std::int64_t block = block_table[static_cast<std::int64_t>(r) * max_blocks + t / block_size];
-    return ((block * block_size + t % block_size) * g.num_kv_heads + h) * static_cast<std::int64_t>(g.head_dim);
+    return pooled_row_offset(block_table[static_cast<std::int64_t>(r) * max_blocks + t / block_size], block_size,
+                             t % block_size, h, g);
   }
 };
 

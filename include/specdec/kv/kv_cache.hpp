@@ -51,6 +51,14 @@ struct kv_geometry {
   int head_dim = 0;
 };
 
+//! Element offset of the row of kv head h for token slot `slot` of page (block) `page` in a pool of
+//! pages of `page_size` tokens laid out [page][slot][kv head][head_dim] (FlashInfer's NHD pages,
+//! vLLM's blocks): the row rule the paged and block-table mappings share. 64-bit throughout.
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::int64_t pooled_row_offset(std::int64_t page, int page_size, int slot,
+                                                                          int h, const kv_geometry& g) noexcept {
+  return ((page * page_size + slot) * g.num_kv_heads + h) * static_cast<std::int64_t>(g.head_dim);
+}
+
 //! `offset(request, token, kv_head)` returns the element offset of the row.
 template <class M>
 concept kv_mapping_has_plain_offset = requires(const M& m, int r, int t, int h) {

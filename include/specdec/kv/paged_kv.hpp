@@ -27,8 +27,7 @@ struct paged_mapping {
   //! Tokens the request's pages can hold.
   SPECDEC_HOST_DEVICE int capacity(int r) const noexcept { return (page_indptr[r + 1] - page_indptr[r]) * page_size; }
   SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const kv_geometry& g) const noexcept {
-    const std::int64_t page = page_indices[page_indptr[r] + t / page_size];
-    return ((page * page_size + t % page_size) * g.num_kv_heads + h) * static_cast<std::int64_t>(g.head_dim);
+    return pooled_row_offset(page_indices[page_indptr[r] + t / page_size], page_size, t % page_size, h, g);
   }
 };
 
