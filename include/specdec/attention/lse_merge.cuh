@@ -1,9 +1,10 @@
 #pragma once
 //! \file lse_merge.cuh
 //! The specdec::cuda backend of lse_merge (LongSpec §3.3 "Aggregation", Appendix A, Proposition
-//! A.1): the merge kernel (detail/cuda/merge_kernel.cuh, shared with the attention backend) behind the two-way and n-way entry points of lse_merge.hpp, which hold
-//! their documentation (natural-log LSE, -inf = no keys, out/lse_out may alias an input). Include
-//! this header (compiled with nvcc) to call lse_merge with a specdec::cuda policy.
+//! A.1): the merge kernel (detail/cuda/merge_kernel.cuh, shared with the attention backend) behind
+//! the two-way and n-way entry points of lse_merge.hpp, which hold their documentation (natural-log
+//! LSE, -inf = no keys, out/lse_out may alias an input). Include this header (compiled with nvcc) to
+//! call lse_merge with a specdec::cuda policy.
 
 #include <cuda_runtime_api.h>
 

@@ -92,12 +92,14 @@ struct merge_parts {
   std::int64_t lse_b_stride_token = 0, lse_b_stride_head = 0;
 
   //! Part q's values of row (t, h).
-  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE const T* row(int q, std::int64_t t, std::int64_t h) const noexcept {
+  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE const T* row(int q, std::int64_t t,
+                                                                     std::int64_t h) const noexcept {
     if (o_b != nullptr && q == 1) return o_b + t * o_b_stride_token + h * o_b_stride_head;
     return o + q * o_stride_part + t * o_stride_token + h * o_stride_head;
   }
   //! Part q's LSE of row (t, h).
-  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE float lse_of(int q, std::int64_t t, std::int64_t h) const noexcept {
+  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE float lse_of(int q, std::int64_t t,
+                                                                     std::int64_t h) const noexcept {
     if (lse_b != nullptr && q == 1) return lse_b[t * lse_b_stride_token + h * lse_b_stride_head];
     return lse[q * lse_stride_part + t * lse_stride_token + h * lse_stride_head];
   }

@@ -117,7 +117,8 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
         auto vrow = [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); };
         // Few query rows per kv head (decode steps, small trees): vectorise along head_dim.
         // (attention_options::kernel pins one; the backend checked that rows fit the rows kernel.)
-        const bool use_rows = kernel == attention_kernel::rows || (kernel == attention_kernel::automatic && uses_row_kernel(rows));
+        const bool use_rows =
+            kernel == attention_kernel::rows || (kernel == attention_kernel::automatic && uses_row_kernel(rows));
         if (use_rows && rows <= 4) attend_part_rows<D, T, 4>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
         else if (use_rows) attend_part_rows<D, T, 8>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
         else attend_part<D, T, false>(hpi, qt_of, part_of, rows, G, krow, vrow, k0, k1, nullptr, 0);
