@@ -394,6 +394,23 @@ TEST_CASE("logits processors follow the non-finite policy") {
   const std::vector<std::int32_t> first{0};
   specdec::process_logits(huge, rep, first, ws);
   CHECK(huge == std::vector<float>{ninf, -2e38f, ninf});
+  // the two penalties compound on a token inside the window: -1 * FLT_MAX is finite, * 3 is not, so
+  // the row empties only through both (found by fuzzing: the growth bound was max(r, theta), the row
+  // went through unchecked and came out NaN)
+  specdec::sampling_params twice;
+  twice.temperature = 0.0762118921f;
+  twice.repetition_penalty = std::numeric_limits<float>::max();
+  twice.contextual_penalty = 3.0f;
+  twice.contextual_sign_aware = true;
+  std::vector<float> one{-1.0f, ninf, ninf};
+  const std::vector<std::int32_t> zero{0};
+  REQUIRE_THROWS_WITH(specdec::process_logits(one, twice, zero, ws), Contains("after the penalties"));
+  CHECK(one == std::vector<float>{-1.0f, ninf, ninf});
+  std::vector<float> two{-1.0f, -5.0f, ninf};  // token 1 is outside the context: it survives
+  specdec::process_logits(two, twice, zero, ws);
+  CHECK(two[0] == ninf);
+  CHECK(std::isfinite(two[1]));
+  CHECK(two[2] == ninf);
 }
 
 TEST_CASE("process_tree_logits checks every row before writing any") {

@@ -262,11 +262,12 @@ inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
     if (!ws.keep[i]) row[i] = ninf;
 }
 
-//! The largest factor a penalty multiplies a logit by (l * r for l <= 0), 1 when none does.
+//! The largest factor the penalties together multiply a logit by (l * r for l <= 0; a token in the
+//! context window gets both, l * r * theta with the sign-aware contextual penalty), 1 when none does.
+//! May be +inf (r * theta > FLT_MAX): check_row then takes the exact path.
 inline float penalty_growth(const sampling_params& p) noexcept {
   float g = p.repetition_penalty;
-  if (p.contextual_penalty != 1.0f && p.penalty_window > 0 && p.contextual_sign_aware)
-    g = std::max(g, p.contextual_penalty);
+  if (p.contextual_penalty != 1.0f && p.penalty_window > 0 && p.contextual_sign_aware) g *= p.contextual_penalty;
   return g;
 }
 
