@@ -13,6 +13,8 @@
 #include <span>
 #include <type_traits>
 
+#include "specdec/core/bfloat16.hpp"
+#include "specdec/core/half.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/decoder/draft_candidates.hpp"
@@ -62,25 +64,80 @@ concept target_has_forward = target_has_logit_type<T> &&
 template <class T>
 concept target_has_commit = requires(T& t, int r, std::span<const std::int32_t> accepted) { t.commit(r, accepted); };
 
-//! A target model: runs a speculation tree over its committed KV cache and commits accepted tokens.
+//! One step's batch as a batched target sees it (speculative_batch builds it): entry b of B runs in
+//! request slot slots[b] (distinct slots) with root token roots[b] (its last committed token, not yet
+//! in its cache) and tree b of `trees` (local node indices; trees.committed_length(b) = the request's
+//! committed tokens with the root, so node i sits at position committed_length(b) + depth(i), the root
+//! at committed_length(b) - 1). Entry b's logit rows are [row_indptr[b], row_indptr[b + 1]): n_b + 1
+//! rows, the root's first, then one after each node (the row convention above). row_indptr is
+//! q_indptr of the attention calls with the root counted as a query.
+struct target_batch {
+  std::span<const int> slots;               //!< [B]
+  std::span<const std::int32_t> roots;      //!< [B]
+  const token_tree_batch& trees;            //!< B trees
+  std::span<const std::int32_t> row_indptr; //!< [B + 1], row_indptr[0] = 0
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(slots.size()); }
+  [[nodiscard]] std::int32_t total_rows() const noexcept { return row_indptr.empty() ? 0 : row_indptr.back(); }
+  //! Entry b's tree as (tokens, parents) spans of local node indices.
+  [[nodiscard]] std::span<const std::int32_t> tokens(int b) const noexcept {
+    return trees.tokens().subspan(static_cast<std::size_t>(trees.node_indptr()[static_cast<std::size_t>(b)]),
+                                  static_cast<std::size_t>(trees.num_nodes(b)));
+  }
+  [[nodiscard]] std::span<const std::int32_t> parents(int b) const noexcept {
+    return trees.parents().subspan(static_cast<std::size_t>(trees.node_indptr()[static_cast<std::size_t>(b)]),
+                                   static_cast<std::size_t>(trees.num_nodes(b)));
+  }
+};
+
+//! The logit element types a batched target may return (verification computes in float).
+template <class E>
+concept logit_element = std::is_same_v<std::remove_cv_t<E>, float> || std::is_same_v<std::remove_cv_t<E>, double> ||
+                        std::is_same_v<std::remove_cv_t<E>, half> || std::is_same_v<std::remove_cv_t<E>, bfloat16>;
+
+//! A tensor_like logits view a batched forward may return: rank 2 [rows, vocab] of float, double,
+//! half or bfloat16, in any memory space.
+template <class L>
+concept logits_view = tensor_like<L> && (L::rank == 2) && logit_element<typename L::element_type>;
+
+//! `forward_batch(const target_batch&)` runs every entry's root and tree in ONE call (one batched
+//! forward over batch.total_rows() query rows) and returns the logits as a logits_view
+//! [batch.total_rows(), vocab_size()] in the target's own memory (host or device), valid until the
+//! target's next forward or commit; it keeps each entry's tree K/V for commit(slots[b], ...). The
+//! caller may process the returned rows in place (host float rows are not copied).
 template <class T>
-concept target_model = target_has_logit_type<T> && target_has_geometry<T> && target_has_prefill<T> &&
-                       target_has_forward<T> && target_has_commit<T>;
+concept target_has_forward_batch = requires(T& t, const target_batch& b) {
+  { t.forward_batch(b) } -> logits_view;
+};
+
+//! `release(int request)` (optional): the request in this slot has left the batch; free what it holds
+//! (pages, buffers). speculative_batch calls it when a request finishes or is aborted, when present.
+template <class T>
+concept target_has_release = requires(T& t, int r) { t.release(r); };
+
+//! A target model: runs a speculation tree over its committed KV cache and commits accepted tokens.
+//! It forwards per request (`forward`) or per batch (`forward_batch`), or both; speculative_batch calls
+//! forward_batch once per step when there is one, else `forward` per request through
+//! batched_target_adapter (decoder/speculative_batch.hpp).
+template <class T>
+concept target_model = target_has_geometry<T> && target_has_prefill<T> && target_has_commit<T> &&
+                       (target_has_forward<T> || target_has_forward_batch<T>);
 
 //! One static_assert per part of target_model, each naming the missing member.
 template <class T>
 consteval bool check_target_model() {
-  static_assert(target_has_logit_type<T>,
-                "target_model: missing member type 'logit_type' (float or double: the element type of the logit rows)");
+  static_assert(target_has_logit_type<T> || target_has_forward_batch<T>,
+                "target_model: missing member type 'logit_type' (float or double: the element type of the logit rows "
+                "forward writes)");
   // separate asserts so the message names exactly the member that is missing
   static_assert(target_has_vocab_size<T>, "target_model: missing member function 'vocab_size() const' returning int");
   static_assert(target_has_max_requests<T>,
                 "target_model: missing member function 'max_requests() const' returning int");
   static_assert(target_has_prefill<T>,
                 "target_model: missing member function 'prefill(int request, std::span<const int32_t> prompt)'");
-  static_assert(target_has_forward<T>,
+  static_assert(target_has_forward<T> || target_has_forward_batch<T>,
                 "target_model: missing member function 'forward(int request, int32_t root, const token_tree&, "
-                "std::span<logit_type> logits)' writing tree.size() + 1 rows");
+                "std::span<logit_type> logits)' writing tree.size() + 1 rows, or 'forward_batch(const "
+                "specdec::target_batch&)' returning a rank-2 tensor_like of float/double/half/bfloat16 logits");
   static_assert(target_has_commit<T>,
                 "target_model: missing member function 'commit(int request, std::span<const int32_t> accepted_nodes)'");
   return true;
