@@ -76,6 +76,9 @@ struct target_batch {
   std::span<const std::int32_t> roots;      //!< [B]
   const token_tree_batch& trees;            //!< B trees
   std::span<const std::int32_t> row_indptr; //!< [B + 1], row_indptr[0] = 0
+  //! The same B trees as the token_tree objects the builder produced (what a per-request forward
+  //! takes; batched_target_adapter passes them on).
+  std::span<const token_tree* const> request_trees;
   [[nodiscard]] int size() const noexcept { return static_cast<int>(slots.size()); }
   [[nodiscard]] std::int32_t total_rows() const noexcept { return row_indptr.empty() ? 0 : row_indptr.back(); }
   //! Entry b's tree as (tokens, parents) spans of local node indices.

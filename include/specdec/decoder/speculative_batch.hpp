@@ -1,0 +1,570 @@
+#pragma once
+//! \file speculative_batch.hpp
+//! speculative_batch<Target, Drafter, TreeBuilder, Verifier>: the speculative step an engine drives
+//! (continuous batching). The engine owns the loop:
+//!
+//!   specdec::speculative_batch<Target, Drafter, Builder, Verifier> batch{target, drafter};
+//!   batch.add_request(id, prompt, options);          // joins at the next step
+//!   while (batch.active() > 0)
+//!     for (const auto& out : batch.step()) emit(out.id, out.tokens);   // out.finished: it left
+//!
+//! One step() for the B active requests (request slots r_0 < r_1 < ..., each with committed tokens
+//! x_1..x_L, x_L = the root; Leviathan et al. 2023, LongSpec §3, GLIDE §3):
+//!   1. per request: drafter.propose({r, x, depth, width}) -> draft_candidates, builder.build -> tree;
+//!   2. the trees go into one token_tree_batch (ragged, positions L + depth) and the target runs ONCE
+//!      for the whole batch: target.forward_batch(target_batch) -> logits [sum_b (n_b + 1), V]
+//!      (row_indptr = the attention's q_indptr, the root counted); a target with only the per-request
+//!      forward runs through batched_target_adapter (one forward per request into one buffer);
+//!   3. per request, in parallel on the host thread pool: the rows are processed with the context
+//!      each row would have autoregressively (process_tree_logits), then the verifier picks the
+//!      accepted path and the bonus token, drawing from philox_stream(seed, stream_id(id, step));
+//!   4. target.commit(r, accepted) per request, emitted tokens appended, stop rules applied.
+//! Requests that finished leave (their slot is free for add_request before the next step; the
+//! target's optional release(slot) is called); abort(id) removes a request between steps.
+//!
+//! Logits: the view forward_batch returns carries its memory space. Host rows of float with unit
+//! inner stride are processed and verified in place (no copy; the target's buffer is overwritten with
+//! the processed rows); double, half and bfloat16 host rows are converted to float once. Device rows
+//! are rejected with invalid_argument until the CUDA step exists (issue #23): this header is the
+//! host verification path.
+//!
+//! Randomness is keyed by request id and step, never by slot: step s of request `id` verifies with
+//! philox_stream(seed, stream_id(id, s)) and drafts with philox_stream(seed ^ draft_seed_mix,
+//! stream_id(id, s)), `seed` from that request's options. So a request's output depends on its prompt,
+//! options and id only, not on its slot, on the other requests or on when it joined. Active ids are
+//! distinct (add_request checks).
+//!
+//! Losslessness: with greedy_verifier (temperature 0) each request's output equals the target's
+//! greedy decoding; with sample_and_match_verifier / chain_speculative_verifier /
+//! multi_draft_verifier it is distributed as the target's autoregressive sampling with the same
+//! processors. Drafters and builders only change speed.
+//!
+//! Threading: drafting, tree building, the forward and the commits run on the calling thread, in slot
+//! order (drafters and targets keep per-slot state and need not be thread-safe); logits processing
+//! and verification run one request per pool task, each with its own copy of the verifier (verifiers
+//! are copied from the one given at construction) and its own workspace. Not thread-safe itself.
+//!
+//! Errors: add_request validates everything before touching the target. An exception from a policy
+//! inside step() propagates; the requests keep their committed tokens and step counters (a request's
+//! step only counts once it committed), so the next step() redrafts from the same state.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/core/thread_pool.hpp"
+#include "specdec/decoder/concepts.hpp"
+#include "specdec/decoder/draft_candidates.hpp"
+#include "specdec/decoder/drafters.hpp"
+#include "specdec/decoder/tree_builders.hpp"
+#include "specdec/decoder/verifiers.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/metrics.hpp"
+
+namespace specdec {
+
+//! Mixed into the seed of the draft stream (see the file comment): the golden-ratio constant, so the
+//! draft and verification streams of one (request, step) never coincide.
+inline constexpr std::uint64_t draft_seed_mix = 0x9e3779b97f4a7c15ull;
+
+//! Per-request generation options.
+struct generation_options {
+  int max_new_tokens = 256;
+  sampling_params sampling{.temperature = 0.0f};  //!< temperature 0 = greedy
+  std::uint64_t seed = 0;
+  int draft_depth = 4;   //!< chain length each step drafts
+  int draft_width = 3;   //!< alternatives per depth the drafter keeps
+  std::optional<std::int32_t> eos{};
+  std::vector<std::vector<std::int32_t>> stop_sequences{};
+  //! speculative_decoder only: called with each step's newly emitted tokens of a request (after stop /
+  //! length truncation), `request` = the prompt's index. speculative_batch reports through step().
+  std::function<void(int request, std::span<const std::int32_t> tokens)> on_tokens{};
+};
+
+//! Why a request stopped.
+enum class stop_reason : std::uint8_t { max_tokens, eos, stop_sequence };
+
+//! Per-phase wall time in seconds and acceptance counters. A request's own statistics
+//! (speculative_batch::request_stats, step_output::stats) count its own steps; its target_s is the
+//! wall time of the batched forwards it took part in. A batch's statistics (stats()) count
+//! request-steps (steps = sum over requests) and the wall time of each phase once per step().
+struct decoder_stats {
+  double draft_s = 0, build_s = 0, target_s = 0, verify_s = 0, commit_s = 0, prefill_s = 0;
+  std::int64_t steps = 0;        //!< request-steps (target forwards after prefill, per request)
+  std::int64_t batch_steps = 0;  //!< batched target calls (step() calls that ran the target)
+  std::int64_t emitted = 0;      //!< tokens emitted (accepted + bonus, before truncation)
+  std::int64_t accepted = 0;     //!< draft tokens accepted
+  std::int64_t tree_nodes = 0;   //!< draft tokens verified (tree sizes summed)
+  std::int64_t draft_depth = 0;  //!< deepest-path lengths summed (the most a step could accept)
+  //! tau: mean tokens emitted per request-step (accepted + 1).
+  [[nodiscard]] double tau() const noexcept { return steps ? static_cast<double>(emitted) / steps : 0.0; }
+  //! alpha: accepted draft tokens over the tree depths drafted (per-position acceptance of the deepest
+  //! path). TokenSwift Eq. 4's alpha (per-step acceptances over gamma + 1) is metrics().alpha(gamma).
+  [[nodiscard]] double alpha() const noexcept { return draft_depth ? static_cast<double>(accepted) / draft_depth : 0.0; }
+  [[nodiscard]] double total_s() const noexcept { return draft_s + build_s + target_s + verify_s + commit_s; }
+};
+
+//! What step() reports for one request.
+struct step_output {
+  std::uint32_t id = 0;
+  std::vector<std::int32_t> tokens;  //!< emitted this step (after stop / length truncation; may be empty)
+  bool finished = false;             //!< the request left the batch after this step
+  stop_reason reason = stop_reason::max_tokens;  //!< why, when finished
+  decoder_stats stats;               //!< the request's statistics so far (final when finished)
+};
+
+//! A target with only the per-request forward as a batched one: forward_batch runs forward(slot,
+//! root, tree, rows) per entry into one host buffer [total_rows, V] of logit_type and returns it.
+template <class Target>
+  requires target_has_forward<Target> && target_has_vocab_size<Target>
+class batched_target_adapter {
+ public:
+  using logit_type = typename Target::logit_type;
+  explicit batched_target_adapter(Target& target) noexcept : target_(&target) {}
+
+  strided_view<logit_type, 2> forward_batch(const target_batch& b) {
+    constexpr std::string_view fn = "specdec::batched_target_adapter::forward_batch";
+    require_equal(fn, "request_trees.size()", static_cast<std::size_t>(b.size()), b.request_trees.size());
+    const std::int64_t V = target_->vocab_size();
+    rows_.resize(static_cast<std::size_t>(b.total_rows()) * static_cast<std::size_t>(V));
+    for (int e = 0; e < b.size(); ++e) {
+      const auto first = static_cast<std::size_t>(b.row_indptr[static_cast<std::size_t>(e)]);
+      const auto count = static_cast<std::size_t>(b.row_indptr[static_cast<std::size_t>(e) + 1]) - first;
+      target_->forward(b.slots[static_cast<std::size_t>(e)], b.roots[static_cast<std::size_t>(e)],
+                       *b.request_trees[static_cast<std::size_t>(e)],
+                       std::span<logit_type>(rows_).subspan(first * static_cast<std::size_t>(V),
+                                                            count * static_cast<std::size_t>(V)));
+    }
+    return make_view<2>(rows_.data(), {static_cast<std::int64_t>(b.total_rows()), V});
+  }
+
+ private:
+  Target* target_;
+  std::vector<logit_type> rows_;
+};
+
+//! The engine-driven step (see the file comment). Holds a reference to the target; owns the drafter,
+//! the builder and the verifier. Request slots are [0, target.max_requests()).
+template <class Target, class Drafter = ngram_drafter, class TreeBuilder = trie_tree_builder,
+          class Verifier = sample_and_match_verifier>
+class speculative_batch {
+  static_assert(check_target_model<Target>());
+  static_assert(check_drafter<Drafter>());
+  static_assert(check_tree_builder<TreeBuilder>());
+  static_assert(check_verifier<Verifier>());
+
+ public:
+  //! `policy` sets the thread count of the per-request processing and verification.
+  explicit speculative_batch(Target& target, Drafter drafter = {}, TreeBuilder builder = {}, Verifier verifier = {},
+                             host policy = {})
+      : target_(&target), drafter_(std::move(drafter)), builder_(std::move(builder)),
+        verifier_(std::move(verifier)), policy_(policy), adapter_(target) {
+    const int slots = target.max_requests();
+    require(slots >= 1, "specdec::speculative_batch", "target.max_requests()", ">= 1", slots);
+    req_.resize(static_cast<std::size_t>(slots));
+  }
+
+  speculative_batch(const speculative_batch&) = delete;
+  speculative_batch& operator=(const speculative_batch&) = delete;
+
+  //! Adds a request: validates the id (not active), the prompt (non-empty, tokens in [0, V)) and the
+  //! options, takes the lowest free slot, prefills it (target.prefill) and resets the drafter's state
+  //! of that slot. Returns the slot. Throws invalid_argument (nothing changed) when the id is active,
+  //! an argument is invalid or no slot is free (free_slots() == 0).
+  int add_request(std::uint32_t id, std::span<const std::int32_t> prompt, const generation_options& opt = {}) {
+    constexpr std::string_view fn = "specdec::speculative_batch::add_request";
+    require(find(id) < 0, fn, "id", "an id that is not active", id);
+    validate_request(fn, prompt, opt);
+    int slot = 0;
+    while (slot < max_requests() && req_[static_cast<std::size_t>(slot)].used) ++slot;
+    require(slot < max_requests(), fn, "free slots", "a free slot (max_requests() = " + std::to_string(max_requests()) +
+                                                         " requests active)", 0);
+    auto& s = req_[static_cast<std::size_t>(slot)];
+    const auto t0 = clock::now();
+    target_->prefill(slot, prompt);
+    drafter_.reset(slot);
+    s.stats = {};
+    s.stats.prefill_s = seconds(t0);
+    stats_.prefill_s += s.stats.prefill_s;
+    s.used = true;
+    s.id = id;
+    s.step = 0;
+    s.opt = opt;
+    s.opt.on_tokens = {};
+    s.tokens.assign(prompt.begin(), prompt.end());
+    s.prompt_len = s.tokens.size();
+    s.reason = stop_reason::max_tokens;
+    ++active_;
+    return slot;
+  }
+
+  //! Removes request `id` between steps (its slot becomes free; target.release(slot) when the target
+  //! has it). Returns false when no such request is active. Other requests are untouched.
+  bool abort(std::uint32_t id) {
+    const int slot = find(id);
+    if (slot < 0) return false;
+    leave(slot);
+    return true;
+  }
+
+  //! Runs one speculative step for every active request (see the file comment) and returns one
+  //! step_output per request that was active, in slot order. The span is valid until the next call of
+  //! step, add_request or abort. O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
+  std::span<const step_output> step() {
+    out_count_ = 0;
+    order_.clear();
+    for (int r = 0; r < max_requests(); ++r)
+      if (req_[static_cast<std::size_t>(r)].used) order_.push_back(r);
+    if (order_.empty()) return {};
+    const int V = target_->vocab_size();
+
+    // 1. drafts and trees, per request on this thread (drafters keep per-slot state)
+    auto t0 = clock::now();
+    running_.clear();
+    for (const int r : order_) {
+      auto& s = req_[static_cast<std::size_t>(r)];
+      const int remaining = s.opt.max_new_tokens - static_cast<int>(s.tokens.size() - s.prompt_len);
+      if (remaining <= 0) continue;  // max_new_tokens = 0: finishes below without a forward
+      // Drafting past the remaining budget is wasted work: at most remaining - 1 drafts can be kept.
+      const int depth = std::min(s.opt.draft_depth, std::max(0, remaining - 1));
+      const auto td = clock::now();
+      s.draft_rng = philox_stream(s.opt.seed ^ draft_seed_mix, stream_id(s.id, s.step));
+      draft_request dr{r, s.tokens, depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng};
+      if (depth > 0) drafter_.propose(dr, s.cand);
+      else s.cand.clear();
+      const auto tb = clock::now();
+      if (depth > 0) builder_.build(s.cand, s.tree);
+      else s.tree.clear();
+      s.phase_draft = std::chrono::duration<double>(tb - td).count();
+      s.phase_build = seconds(tb);
+      running_.push_back(r);
+    }
+    const double draft_build = seconds(t0);
+
+    // 2. one batched target forward
+    trees_.clear();
+    slots_.clear();
+    roots_.clear();
+    tree_ptrs_.clear();
+    row_indptr_.assign(1, 0);
+    for (const int r : running_) {
+      auto& s = req_[static_cast<std::size_t>(r)];
+      trees_.push_back(s.tree, static_cast<std::int32_t>(s.tokens.size()));
+      slots_.push_back(r);
+      roots_.push_back(s.tokens.back());
+      tree_ptrs_.push_back(&s.tree);
+      row_indptr_.push_back(row_indptr_.back() + s.tree.size() + 1);
+    }
+    double target_s = 0, verify_s = 0, commit_s = 0;
+    if (!running_.empty()) {
+      const target_batch tb{slots_, roots_, trees_, row_indptr_, tree_ptrs_};
+      t0 = clock::now();
+      float_rows rows = forward(tb, V);
+      target_s = seconds(t0);
+
+      // 3. processing and verification, one request per pool task
+      t0 = clock::now();
+      const auto count = static_cast<std::int64_t>(running_.size());
+      const auto body = [&](std::int64_t b) {
+        auto& s = req_[static_cast<std::size_t>(running_[static_cast<std::size_t>(b)])];
+        const auto tv = clock::now();
+        const std::int32_t first = row_indptr_[static_cast<std::size_t>(b)];
+        const std::int64_t n = s.tree.size();
+        const strided_view<float, 2> view(rows.data + first * rows.row_stride, {n + 1, std::int64_t{V}},
+                                          {rows.row_stride, 1});
+        thread_local sampling_workspace ws;  // one per pool thread, not per slot (V floats each)
+        process_tree_logits(view, s.opt.sampling, s.tokens, s.tree.tokens(), s.tree.parents(), ws);
+        philox_stream rng(s.opt.seed, stream_id(s.id, s.step));
+        verify_input in{s.tree, strided_view<const float, 2>(view), s.cand, rng};
+        verifier_for(s).verify(in, s.result);
+        s.phase_verify = seconds(tv);
+      };
+      if constexpr (std::is_copy_constructible_v<Verifier>) {
+        parallel_for(policy_, count, body);
+      } else {
+        for (std::int64_t b = 0; b < count; ++b) body(b);
+      }
+      verify_s = seconds(t0);
+
+      // 4. commits, on this thread; each request's step counts once its commit returned
+      t0 = clock::now();
+      for (const int r : running_) {
+        auto& s = req_[static_cast<std::size_t>(r)];
+        const auto tc = clock::now();
+        target_->commit(r, s.result.accepted);
+        s.phase_commit = seconds(tc);
+        account(s, target_s);
+        s.emitted_begin = s.tokens.size();
+        for (auto i : s.result.accepted) s.tokens.push_back(s.tree.token(i));
+        s.tokens.push_back(s.result.bonus);
+        s.tokens.resize(apply_stop_rules(s, s.emitted_begin));
+      }
+      commit_s = seconds(t0);
+      ++stats_.batch_steps;
+    }
+    double build_total = 0;  // drafting and building interleave per request: split by their own clocks
+    for (const int r : running_) build_total += req_[static_cast<std::size_t>(r)].phase_build;
+    stats_.draft_s += draft_build - build_total;
+    stats_.build_s += build_total;
+    stats_.target_s += target_s;
+    stats_.verify_s += verify_s;
+    stats_.commit_s += commit_s;
+    metrics_.add_ms(decode_phase::draft, 1e3 * (draft_build - build_total));
+    metrics_.add_ms(decode_phase::target, 1e3 * target_s);
+    metrics_.add_ms(decode_phase::verify, 1e3 * verify_s);
+
+    // 5. outputs; finished requests leave
+    std::size_t k = 0;
+    for (const int r : order_) {
+      auto& s = req_[static_cast<std::size_t>(r)];
+      step_output& out = next_output();
+      out.id = s.id;
+      out.tokens.clear();
+      if (k < running_.size() && running_[k] == r) {
+        ++k;
+        out.tokens.assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(s.emitted_begin), s.tokens.end());
+        out.finished = s.finished_now;
+      } else {
+        out.finished = true;  // nothing left to generate before this step (max_new_tokens = 0)
+        s.reason = stop_reason::max_tokens;
+      }
+      out.reason = s.reason;
+      out.stats = s.stats;
+      if (out.finished) leave(r);
+    }
+    return {outputs_.data(), out_count_};
+  }
+
+  //! Active requests (added, not finished or aborted).
+  [[nodiscard]] int active() const noexcept { return active_; }
+  //! Free request slots (add_request succeeds while > 0).
+  [[nodiscard]] int free_slots() const noexcept { return max_requests() - active_; }
+  [[nodiscard]] int max_requests() const noexcept { return static_cast<int>(req_.size()); }
+  //! True when request `id` is active.
+  [[nodiscard]] bool contains(std::uint32_t id) const noexcept { return find(id) >= 0; }
+  //! The slot of active request `id` (throws invalid_argument when it is not active).
+  [[nodiscard]] int slot_of(std::uint32_t id) const {
+    const int slot = find(id);
+    require(slot >= 0, "specdec::speculative_batch::slot_of", "id", "an active request", id);
+    return slot;
+  }
+  //! Active request `id`'s committed tokens (prompt, then output).
+  [[nodiscard]] std::span<const std::int32_t> tokens(std::uint32_t id) const {
+    return req_[static_cast<std::size_t>(slot_of(id))].tokens;
+  }
+  //! Active request `id`'s statistics so far.
+  [[nodiscard]] const decoder_stats& request_stats(std::uint32_t id) const {
+    return req_[static_cast<std::size_t>(slot_of(id))].stats;
+  }
+  //! The batch's statistics (see decoder_stats) and metrics (verify/metrics.hpp: per request-step
+  //! acceptances; phase times once per step()).
+  [[nodiscard]] const decoder_stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const decode_metrics& metrics() const noexcept { return metrics_; }
+  void reset_stats() noexcept {
+    stats_ = {};
+    metrics_ = {};
+  }
+  [[nodiscard]] Drafter& drafter() noexcept { return drafter_; }
+  [[nodiscard]] TreeBuilder& builder() noexcept { return builder_; }
+  [[nodiscard]] Target& target() noexcept { return *target_; }
+
+  //! The validation add_request applies to a prompt and its options (speculative_decoder checks a
+  //! whole batch with it before adding any request).
+  //! `prompt_arg` names the prompt in messages.
+  void validate_request(std::string_view fn, std::span<const std::int32_t> prompt, const generation_options& opt,
+                        std::string_view prompt_arg = "prompt") const {
+    require(opt.max_new_tokens >= 0, fn, "options.max_new_tokens", ">= 0", opt.max_new_tokens);
+    require(opt.draft_depth >= 0, fn, "options.draft_depth", ">= 0", opt.draft_depth);
+    require(opt.draft_width >= 1, fn, "options.draft_width", ">= 1", opt.draft_width);
+    validate_sampling_params(opt.sampling, fn);
+    require(Verifier::is_lossless_for_sampling || opt.sampling.temperature == 0.0f, fn, "options.sampling.temperature",
+            "0 with a greedy-only verifier", opt.sampling.temperature);
+    for (const auto& seq : opt.stop_sequences)
+      require(!seq.empty(), fn, "options.stop_sequences", "non-empty sequences", "an empty one");
+    require(!prompt.empty(), fn, prompt_arg, "a non-empty prompt", prompt.size());
+    const int V = target_->vocab_size();
+    for (auto t : prompt) require_in_range(fn, std::string(prompt_arg) + "[j]", t, 0, V - 1);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  static double seconds(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
+
+  struct request_state {
+    bool used = false;
+    bool finished_now = false;
+    std::uint32_t id = 0;    //!< request id: keys the random streams
+    std::uint32_t step = 0;  //!< committed steps
+    generation_options opt;
+    std::vector<std::int32_t> tokens;
+    std::size_t prompt_len = 0;
+    stop_reason reason = stop_reason::max_tokens;
+    decoder_stats stats;
+    // per-step scratch, reused
+    draft_candidates cand;
+    token_tree tree;
+    verify_result result;
+    philox_stream draft_rng{0, 0};
+    std::optional<Verifier> verifier;  //!< this slot's copy (parallel verification)
+    std::size_t emitted_begin = 0;  //!< tokens[emitted_begin ..) were emitted by the last step
+    double phase_draft = 0, phase_build = 0, phase_verify = 0, phase_commit = 0;
+  };
+
+  //! Host float rows with unit inner stride: the target's own buffer or rows_.
+  struct float_rows {
+    float* data = nullptr;
+    std::int64_t row_stride = 0;
+  };
+
+  // Runs the target once and returns processable rows, checking the view's shape and memory space.
+  float_rows forward(const target_batch& tb, int V) {
+    constexpr std::string_view fn = "specdec::speculative_batch::step";
+    if constexpr (target_has_forward_batch<Target>) return take_rows(fn, target_->forward_batch(tb), tb, V);
+    else return take_rows(fn, adapter_.forward_batch(tb), tb, V);
+  }
+
+  template <logits_view L>
+  float_rows take_rows(std::string_view fn, const L& logits, const target_batch& tb, int V) {
+    using E = std::remove_cv_t<typename L::element_type>;
+    const auto view = as_view(logits);
+    require(host_accessible(view.space()), fn, "target logits",
+            "host-accessible memory (device logits need the CUDA verification path, issue #23)", name(view.space()));
+    require_shape(fn, "target logits", view, {std::int64_t{tb.total_rows()}, std::int64_t{V}});
+    if constexpr (std::is_same_v<typename L::element_type, float>) {
+      if (view.stride(1) == 1 && view.stride(0) >= V) return {view.data(), view.stride(0)};  // in place
+    }
+    rows_.resize(static_cast<std::size_t>(tb.total_rows()) * static_cast<std::size_t>(V));
+    for (std::int64_t i = 0; i < tb.total_rows(); ++i)
+      for (std::int64_t v = 0; v < V; ++v)
+        rows_[static_cast<std::size_t>(i * V + v)] = static_cast<float>(static_cast<E>(view(i, v)));
+    return {rows_.data(), V};
+  }
+
+  Verifier& verifier_for(request_state& s) {
+    if constexpr (std::is_copy_constructible_v<Verifier>) {
+      if (!s.verifier) s.verifier.emplace(verifier_);
+      return *s.verifier;
+    } else {
+      return verifier_;
+    }
+  }
+
+  // The request's counters after a committed step.
+  void account(request_state& s, double target_s) {
+    ++s.step;
+    auto& rs = s.stats;
+    rs.draft_s += s.phase_draft;
+    rs.build_s += s.phase_build;
+    rs.target_s += target_s;
+    rs.verify_s += s.phase_verify;
+    rs.commit_s += s.phase_commit;
+    const auto acc = static_cast<std::int64_t>(s.result.accepted.size());
+    for (decoder_stats* st : {&rs, &stats_}) {
+      ++st->steps;
+      st->accepted += acc;
+      st->emitted += s.result.num_emitted();
+      st->tree_nodes += s.tree.size();
+      st->draft_depth += s.tree.max_depth() + 1;
+    }
+    ++rs.batch_steps;
+    metrics_.record(s.result);
+  }
+
+  // Stop conditions token by token over what this step appended after `before`; returns the length
+  // to keep and sets finished_now / reason.
+  std::size_t apply_stop_rules(request_state& s, std::size_t before) {
+    s.finished_now = false;
+    std::size_t keep = before;
+    for (std::size_t i = before; i < s.tokens.size(); ++i) {
+      keep = i + 1;
+      if (static_cast<int>(keep - s.prompt_len) >= s.opt.max_new_tokens) {
+        s.finished_now = true;
+        s.reason = stop_reason::max_tokens;
+        break;
+      }
+      if (s.opt.eos && s.tokens[i] == *s.opt.eos) {
+        s.finished_now = true;
+        s.reason = stop_reason::eos;
+        break;
+      }
+      if (ends_with_stop(s, keep)) {
+        s.finished_now = true;
+        s.reason = stop_reason::stop_sequence;
+        break;
+      }
+    }
+    return keep;
+  }
+
+  static bool ends_with_stop(const request_state& s, std::size_t len) {
+    for (const auto& stop : s.opt.stop_sequences) {
+      if (len - s.prompt_len < stop.size()) continue;
+      if (std::equal(stop.begin(), stop.end(), s.tokens.begin() + static_cast<std::ptrdiff_t>(len - stop.size())))
+        return true;
+    }
+    return false;
+  }
+
+  [[nodiscard]] int find(std::uint32_t id) const noexcept {
+    for (int r = 0; r < max_requests(); ++r)
+      if (req_[static_cast<std::size_t>(r)].used && req_[static_cast<std::size_t>(r)].id == id) return r;
+    return -1;
+  }
+
+  void leave(int slot) {
+    auto& s = req_[static_cast<std::size_t>(slot)];
+    s.used = false;
+    s.finished_now = false;
+    --active_;
+    if constexpr (target_has_release<Target>) target_->release(slot);
+  }
+
+  step_output& next_output() {
+    if (out_count_ == outputs_.size()) outputs_.emplace_back();
+    return outputs_[out_count_++];
+  }
+
+  struct no_adapter {
+    explicit no_adapter(Target&) noexcept {}
+  };
+  template <class T, bool = target_has_forward_batch<T> || !target_has_forward<T>>
+  struct adapter_for {
+    using type = batched_target_adapter<T>;
+  };
+  template <class T>
+  struct adapter_for<T, true> {
+    using type = no_adapter;
+  };
+
+  Target* target_;
+  Drafter drafter_;
+  TreeBuilder builder_;
+  Verifier verifier_;
+  host policy_;
+  typename adapter_for<Target>::type adapter_;
+  std::vector<request_state> req_;
+  int active_ = 0;
+  decoder_stats stats_;
+  decode_metrics metrics_;
+  // per-step scratch, reused
+  std::vector<int> order_, running_, slots_;
+  std::vector<std::int32_t> roots_, row_indptr_;
+  std::vector<const token_tree*> tree_ptrs_;
+  token_tree_batch trees_;
+  std::vector<float> rows_;
+  std::vector<step_output> outputs_;
+  std::size_t out_count_ = 0;
+};
+
+}  // namespace specdec
