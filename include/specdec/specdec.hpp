@@ -61,6 +61,7 @@
 #include "specdec/decoder/draft_candidates.hpp"
 #include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/self_drafter.hpp"
+#include "specdec/decoder/speculative_batch.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
