@@ -317,7 +317,8 @@ class llama_model {
 
   //! Forward over the root token and the tree `tree` for request r; writes (tree.size() + 1) rows of
   //! vocab_size logits (row 0 after the root, row i + 1 after node i) and keeps the K/V of the root and
-  //! every node for commit(). O(layers * (m * params + m * (cache + m) * heads * head_dim)), m = nodes + 1.
+  //! every node for commit(). A batch of one: the same transformer pass forward_batch() runs.
+  //! O(layers * (m * params + m * (cache + m) * heads * head_dim)), m = nodes + 1.
   void forward(int r, std::int32_t root, const token_tree& tree, std::span<logit_type> logits) {
     constexpr std::string_view fn = "specdec::examples::llama_model::forward";
     check_r(r, "forward");
@@ -327,17 +328,79 @@ class llama_model {
             "cache_length + tree.size() + 1 <= capacity = " + std::to_string(capacity_), n);
     require_in_range(fn, "root", root, 0, cfg_.vocab_size - 1);
     for (int i = 0; i < n; ++i) require_in_range(fn, "tree.token(i)", tree.token(i), 0, cfg_.vocab_size - 1);
-    // Tree of m tokens: the root becomes token 0, node i becomes token i + 1 with parent shifted by one.
-    auto& s = spec_[static_cast<std::size_t>(r)];
-    s.tokens.assign(1, root);
-    s.positions.assign(1, lengths_[r]);
-    s.parents.assign(1, -1);
-    for (int i = 0; i < n; ++i) {
-      s.tokens.push_back(tree.token(i));
-      s.positions.push_back(lengths_[r] + 1 + tree.depth(i));
-      s.parents.push_back(tree.parent(i) + 1);
+    set_tree(r, root, tree.tokens(), tree.parents(), tree.depths());
+    const int slot[1] = {r};
+    run(slot, logits);
+  }
+
+  //! Batched forward (decoder/concepts.hpp, target_has_forward_batch): ONE transformer pass over the
+  //! rows of every entry of `b` (entry e's root and tree nodes, rows [row_indptr[e], row_indptr[e + 1]),
+  //! concatenated in batch order). Every RMSNorm, projection, RoPE, SwiGLU and the LM head runs once over
+  //! all b.total_rows() rows, so each weight is read once per step, not once per request; attention
+  //! runs per entry over that entry's rows and its own cache (the same call forward() makes). Leaves
+  //! each slot's speculative K/V exactly as forward(slots[e], roots[e], tree e, ...) would, so commit()
+  //! works unchanged, and returns the logits [total_rows, vocab_size] as a view of a buffer this model
+  //! owns, valid until the next forward_batch(). Rows are bit-identical to forward()'s (the dense code
+  //! computes each row alone; model_math.hpp).
+  //!
+  //! Validates everything before doing any work (nothing changes on a throw): trees.num_requests(),
+  //! roots.size() and row_indptr.size() - 1 equal slots.size(); slots in range and distinct; row_indptr[0]
+  //! = 0 and row_indptr[e + 1] - row_indptr[e] = trees.num_nodes(e) + 1; trees.committed_length(e) =
+  //! cache_length(slots[e]) + 1 (node i then sits at cache_length + 1 + depth(i)); every entry fits in
+  //! its slot's capacity; root and node tokens in [0, vocab_size).
+  [[nodiscard]] strided_view<T, 2> forward_batch(const target_batch& b) {
+    constexpr std::string_view fn = "specdec::examples::llama_model::forward_batch";
+    const int B = b.size();
+    require_equal(fn, "batch.roots.size()", b.slots.size(), b.roots.size());
+    require_equal(fn, "batch.trees.num_requests()", B, b.trees.num_requests());
+    require_equal(fn, "batch.row_indptr.size()", static_cast<std::size_t>(B) + 1, b.row_indptr.size());
+    require(b.row_indptr[0] == 0, fn, "batch.row_indptr[0]", "0", b.row_indptr[0]);
+    seen_.assign(static_cast<std::size_t>(max_requests_), 0);
+    for (int e = 0; e < B; ++e) {
+      const auto ue = static_cast<std::size_t>(e);
+      const int r = b.slots[ue];
+      require_in_range(fn, "batch.slots[b]", r, 0, max_requests_ - 1);
+      require(seen_[static_cast<std::size_t>(r)] == 0, fn, "batch.slots", "distinct slots", r);
+      seen_[static_cast<std::size_t>(r)] = 1;
+      const int n = b.trees.num_nodes(e);
+      const std::int64_t rows = static_cast<std::int64_t>(b.row_indptr[ue + 1]) - b.row_indptr[ue];
+      if (rows != n + 1) [[unlikely]]
+        throw_invalid_argument(fn, "batch.row_indptr",
+                               "row_indptr[b + 1] - row_indptr[b] = trees.num_nodes(b) + 1 = " + std::to_string(n + 1) +
+                                   " for b = " + std::to_string(e),
+                               rows);
+      if (static_cast<std::int64_t>(lengths_[static_cast<std::size_t>(r)]) + n + 1 > capacity_) [[unlikely]]
+        throw_invalid_argument(fn, "batch.trees",
+                               "cache_length(slots[b]) + num_nodes(b) + 1 <= capacity = " + std::to_string(capacity_) +
+                                   " for b = " + std::to_string(e) + " (cache_length " +
+                                   std::to_string(lengths_[static_cast<std::size_t>(r)]) + ")",
+                               n);
+      if (b.trees.committed_length(e) != lengths_[static_cast<std::size_t>(r)] + 1) [[unlikely]]
+        throw_invalid_argument(fn, "batch.trees.committed_length(b)",
+                               "cache_length(slots[b]) + 1 = " + std::to_string(lengths_[static_cast<std::size_t>(r)] + 1) +
+                                   " for b = " + std::to_string(e),
+                               b.trees.committed_length(e));
+      require_in_range(fn, "batch.roots[b]", b.roots[ue], 0, cfg_.vocab_size - 1);
+      for (auto t : b.tokens(e)) require_in_range(fn, "batch.trees token", t, 0, cfg_.vocab_size - 1);
     }
-    run(r, logits);
+    for (int e = 0; e < B; ++e) {
+      const auto ue = static_cast<std::size_t>(e);
+      const auto node0 = static_cast<std::size_t>(b.trees.node_indptr()[ue]);
+      set_tree(b.slots[ue], b.roots[ue], b.tokens(e), b.parents(e),
+               b.trees.depths().subspan(node0, static_cast<std::size_t>(b.trees.num_nodes(e))));
+    }
+    const std::int64_t M = b.total_rows();
+    logits_.resize(static_cast<std::size_t>(M) * cfg_.vocab_size);
+    run(b.slots, logits_);
+    return make_view<2>(logits_.data(), {M, static_cast<std::int64_t>(cfg_.vocab_size)});
+  }
+
+  //! The request in slot r left the batch: empties its cache and forgets its last forward (a commit
+  //! before the next forward then throws). O(1).
+  void release(int r) {
+    auto& s = spec_[check_r(r, "release")];
+    lengths_[static_cast<std::size_t>(r)] = 0;
+    s.tokens.clear(), s.positions.clear(), s.parents.clear();
   }
 
   //! Chain forward used for prefill: tokens[i] at position cache_length + i, causal mask. Writes
@@ -356,7 +419,8 @@ class llama_model {
     s.positions.resize(static_cast<std::size_t>(m));
     s.parents.resize(static_cast<std::size_t>(m));
     for (int i = 0; i < m; ++i) s.positions[i] = lengths_[r] + i, s.parents[i] = i - 1;
-    run(r, logits);
+    const int slot[1] = {r};
+    run(slot, logits);
   }
 
   //! Prefills request r with prompt[0 .. size-1) in chunks (the last prompt token becomes the root of
@@ -467,52 +531,91 @@ class llama_model {
     }
   }
 
-  // The transformer itself over spec_[r]'s tokens; writes logits when non-empty.
-  void run(int r, std::span<logit_type> logits) {
+  // Request r's speculative tokens for a tree forward: the root becomes token 0 (position cache_length),
+  // node i token i + 1 (position cache_length + 1 + depth(i), parent shifted by one). Validated by the caller.
+  void set_tree(int r, std::int32_t root, std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                std::span<const std::int32_t> depths) {
     auto& s = spec_[static_cast<std::size_t>(r)];
-    const int m = static_cast<int>(s.tokens.size());
-    const int H = cfg_.hidden, D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads, F = cfg_.ffn_hidden;
-    // Ancestor mask over the m tokens (the root is every node's ancestor).
-    const int wpr = words_per_row(m);
-    s.mask.assign(static_cast<std::size_t>(m) * wpr, 0);
-    for (int i = 0; i < m; ++i) {
-      mask_word* row = s.mask.data() + static_cast<std::size_t>(i) * wpr;
-      if (s.parents[i] >= 0) std::copy_n(s.mask.data() + static_cast<std::size_t>(s.parents[i]) * wpr, wpr, row);
-      set_bit(row, i);
+    const std::int32_t L = lengths_[static_cast<std::size_t>(r)];
+    s.tokens.assign(1, root);
+    s.positions.assign(1, L);
+    s.parents.assign(1, -1);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      s.tokens.push_back(tokens[i]);
+      s.positions.push_back(L + 1 + depths[i]);
+      s.parents.push_back(parents[i] + 1);
     }
-    s.k.resize(static_cast<std::size_t>(cfg_.layers));
-    s.v.resize(static_cast<std::size_t>(cfg_.layers));
-    std::vector<T> x(static_cast<std::size_t>(m) * H), xn(x.size()), q(static_cast<std::size_t>(m) * Hq * D),
-        att(q.size()), g(static_cast<std::size_t>(m) * F), u(g.size());
-    for (int i = 0; i < m; ++i)
-      std::copy_n(w_.embed.begin() + static_cast<std::ptrdiff_t>(s.tokens[i]) * H, H, x.begin() + static_cast<std::ptrdiff_t>(i) * H);
+  }
+
+  // The transformer itself, once over the speculative tokens of every slot in `slots` (spec_[slot], set by
+  // the caller), their rows concatenated in that order: the dense parts (RMSNorm, projections, RoPE,
+  // SwiGLU, LM head) run once over all rows, attention per slot over its rows and its own cache. Each
+  // slot's roped K/V rows go to spec_[slot].k/v for commit(). Writes all rows' logits when non-empty.
+  // forward(), forward_chain() and forward_batch() all come here.
+  void run(std::span<const int> slots, std::span<logit_type> logits) {
+    const int B = static_cast<int>(slots.size());
+    const int H = cfg_.hidden, D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads, F = cfg_.ffn_hidden;
+    const std::size_t kvw = static_cast<std::size_t>(Hkv) * D, qw = static_cast<std::size_t>(Hq) * D;
+    row_off_.assign(1, 0);
+    positions_.clear();
+    for (int e = 0; e < B; ++e) {
+      auto& s = spec_[static_cast<std::size_t>(slots[static_cast<std::size_t>(e)])];
+      const int m = static_cast<int>(s.tokens.size());
+      row_off_.push_back(row_off_.back() + m);
+      positions_.insert(positions_.end(), s.positions.begin(), s.positions.end());
+      // Ancestor mask over the slot's m tokens (the root is every node's ancestor).
+      const int wpr = words_per_row(m);
+      s.mask.assign(static_cast<std::size_t>(m) * wpr, 0);
+      for (int i = 0; i < m; ++i) {
+        mask_word* row = s.mask.data() + static_cast<std::size_t>(i) * wpr;
+        if (s.parents[i] >= 0) std::copy_n(s.mask.data() + static_cast<std::size_t>(s.parents[i]) * wpr, wpr, row);
+        set_bit(row, i);
+      }
+      s.k.resize(static_cast<std::size_t>(cfg_.layers));
+      s.v.resize(static_cast<std::size_t>(cfg_.layers));
+    }
+    const int M = row_off_.back();
+    if (M == 0) return;
+    std::vector<T> x(static_cast<std::size_t>(M) * H), xn(x.size()), q(static_cast<std::size_t>(M) * qw), att(q.size()),
+        kb(static_cast<std::size_t>(M) * kvw), vb(kb.size()), g(static_cast<std::size_t>(M) * F), u(g.size());
+    for (int e = 0, t = 0; e < B; ++e)
+      for (auto tok : spec_[static_cast<std::size_t>(slots[static_cast<std::size_t>(e)])].tokens)
+        std::copy_n(w_.embed.begin() + static_cast<std::ptrdiff_t>(tok) * H, H, x.begin() + static_cast<std::ptrdiff_t>(t++) * H);
+    const std::span<const std::int32_t> pos(positions_);
     for (int l = 0; l < cfg_.layers; ++l) {
       const auto& W = w_.layers[static_cast<std::size_t>(l)];
-      auto& sk = s.k[static_cast<std::size_t>(l)];
-      auto& sv = s.v[static_cast<std::size_t>(l)];
-      sk.resize(static_cast<std::size_t>(m) * Hkv * D);
-      sv.resize(sk.size());
-      rms_norm<T>(x, W.attn_norm, xn, m, H, cfg_.norm_eps);
-      matmul_nt<T>(xn, W.wq, q, m, Hq * D, H);
-      matmul_nt<T>(xn, W.wk, sk, m, Hkv * D, H);
-      matmul_nt<T>(xn, W.wv, sv, m, Hkv * D, H);
+      rms_norm<T>(x, W.attn_norm, xn, M, H, cfg_.norm_eps);
+      matmul_nt<T>(xn, W.wq, q, M, Hq * D, H);
+      matmul_nt<T>(xn, W.wk, kb, M, Hkv * D, H);
+      matmul_nt<T>(xn, W.wv, vb, M, Hkv * D, H);
       const rope_params rp{.theta = cfg_.rope_theta};
-      apply_rope(host{}, rp, make_view<3>(q.data(), {m, Hq, D}), std::span<const std::int32_t>(s.positions));
-      apply_rope(host{}, rp, make_view<3>(sk.data(), {m, Hkv, D}), std::span<const std::int32_t>(s.positions));
-      attention(l, r, m, q, sk, sv, s.mask, att);
-      matmul_nt_add<T>(att, W.wo, x, m, H, Hq * D);
-      rms_norm<T>(x, W.ffn_norm, xn, m, H, cfg_.norm_eps);
-      matmul_nt<T>(xn, W.w_gate, g, m, F, H);
-      matmul_nt<T>(xn, W.w_up, u, m, F, H);
+      apply_rope(host{}, rp, make_view<3>(q.data(), {M, Hq, D}), pos);
+      apply_rope(host{}, rp, make_view<3>(kb.data(), {M, Hkv, D}), pos);
+      for (int e = 0; e < B; ++e) {
+        const int r = slots[static_cast<std::size_t>(e)];
+        auto& s = spec_[static_cast<std::size_t>(r)];
+        const auto o = static_cast<std::size_t>(row_off_[static_cast<std::size_t>(e)]);
+        const int m = row_off_[static_cast<std::size_t>(e) + 1] - row_off_[static_cast<std::size_t>(e)];
+        const auto mk = static_cast<std::size_t>(m) * kvw, mq = static_cast<std::size_t>(m) * qw;
+        auto& sk = s.k[static_cast<std::size_t>(l)];
+        auto& sv = s.v[static_cast<std::size_t>(l)];
+        sk.assign(kb.begin() + static_cast<std::ptrdiff_t>(o * kvw), kb.begin() + static_cast<std::ptrdiff_t>(o * kvw + mk));
+        sv.assign(vb.begin() + static_cast<std::ptrdiff_t>(o * kvw), vb.begin() + static_cast<std::ptrdiff_t>(o * kvw + mk));
+        attention(l, r, m, std::span<const T>(q).subspan(o * qw, mq), sk, sv, s.mask, std::span<T>(att).subspan(o * qw, mq));
+      }
+      matmul_nt_add<T>(att, W.wo, x, M, H, Hq * D);
+      rms_norm<T>(x, W.ffn_norm, xn, M, H, cfg_.norm_eps);
+      matmul_nt<T>(xn, W.w_gate, g, M, F, H);
+      matmul_nt<T>(xn, W.w_up, u, M, F, H);
       for (std::size_t i = 0; i < g.size(); ++i) {
         const accum_t<T> a = g[i];
         g[i] = static_cast<T>(a / (accum_t<T>(1) + std::exp(-a)) * u[i]);
       }
-      matmul_nt_add<T>(g, W.w_down, x, m, H, F);
+      matmul_nt_add<T>(g, W.w_down, x, M, H, F);
     }
     if (logits.empty()) return;
-    rms_norm<T>(x, w_.final_norm, xn, m, H, cfg_.norm_eps);
-    matmul_nt<T>(xn, w_.lm_head, logits, m, cfg_.vocab_size, H);
+    rms_norm<T>(x, w_.final_norm, xn, M, H, cfg_.norm_eps);
+    matmul_nt<T>(xn, w_.lm_head, logits, M, cfg_.vocab_size, H);
   }
 
   // Request r's queries over its committed cache plus the tree (ancestor mask): hybrid tree attention
@@ -563,9 +666,15 @@ class llama_model {
   std::vector<contiguous_kv<T>> contiguous_layers_;
   std::vector<paged_kv<T>> paged_layers_;
   std::vector<spec_state> spec_;
+  // forward_batch's logits (the view it returns) and run()'s per-call scratch.
+  std::vector<T> logits_;
+  std::vector<std::int32_t> row_off_, positions_;
+  std::vector<unsigned char> seen_;
 };
 
 static_assert(check_target_model<llama_model<float>>() && check_target_model<llama_model<double>>());
+static_assert(target_has_forward_batch<llama_model<float>> && target_has_forward_batch<llama_model<double>> &&
+              target_has_release<llama_model<float>> && target_has_release<llama_model<double>>);
 
 //! The model's own autoregressive greedy decoding (the losslessness reference): prefills `prompt`,
 //! then appends argmax tokens one forward step at a time. Ties break to the lowest token id.
