@@ -6,7 +6,8 @@
 //! cache (llama_options::storage).
 //!
 //! Attention: float runs specdec::hybrid_tree_attention, double its double reference
-//! (reference::hybrid_tree_attention), both over the same kv_layout of the model's cache.
+//! (reference::hybrid_tree_attention), both over the same kv_layout of the model's cache, one call per
+//! layer for all the requests of a forward_batch() (forward() is a batch of one).
 //!
 //! Forward pass over a speculation tree: the query tokens are the root (the last committed token,
 //! whose K/V are not cached yet) followed by the tree's nodes; token 0 sits at position
@@ -250,7 +251,6 @@ class llama_model {
       per_layer = static_cast<std::size_t>(num_pages_) * o.page_size * c.kv_heads * c.head_dim;
       page_indptr_.resize(static_cast<std::size_t>(max_requests) + 1);
       for (int r = 0; r <= max_requests; ++r) page_indptr_[static_cast<std::size_t>(r)] = r * per_request;
-      one_indptr_ = {0, per_request};
       page_indices_.resize(static_cast<std::size_t>(num_pages_));  // one block table shared by all layers
       std::iota(page_indices_.begin(), page_indices_.end(), 0);
       philox_stream rng(o.page_seed, 0x9a9e);
@@ -336,8 +336,8 @@ class llama_model {
   //! Batched forward (decoder/concepts.hpp, target_has_forward_batch): ONE transformer pass over the
   //! rows of every entry of `b` (entry e's root and tree nodes, rows [row_indptr[e], row_indptr[e + 1]),
   //! concatenated in batch order). Every RMSNorm, projection, RoPE, SwiGLU and the LM head runs once over
-  //! all b.total_rows() rows, so each weight is read once per step, not once per request; attention
-  //! runs per entry over that entry's rows and its own cache (the same call forward() makes). Leaves
+  //! all b.total_rows() rows, so each weight is read once per step, not once per request, and attention
+  //! is one hybrid tree attention call per layer over every entry's cache and tree. Leaves
   //! each slot's speculative K/V exactly as forward(slots[e], roots[e], tree e, ...) would, so commit()
   //! works unchanged, and returns the logits [total_rows, vocab_size] as a view of a buffer this model
   //! owns, valid until the next forward_batch(). Rows are bit-identical to forward()'s (the dense code
@@ -462,7 +462,6 @@ class llama_model {
   struct spec_state {
     std::vector<std::int32_t> tokens, positions, parents;
     std::vector<std::vector<T>> k, v;  // per layer [m, kv_heads, head_dim]
-    std::vector<mask_word> mask;
   };
 
   std::size_t check_r(int r, const char* what) const {
@@ -484,23 +483,6 @@ class llama_model {
             lengths_.data(), max_requests_, num_pages_, opt_.page_size, cfg_.kv_heads, cfg_.head_dim,
             memory_space::host};
   }
-  // Request r alone as a one-request layout (its rows read in place): what the attention calls take.
-  template <class E>
-  contiguous_kv<E> contiguous_request(int l, int r) const {
-    const auto all = contiguous_layer<E>(l);
-    return {all.k + all.row_offset(r, 0, 0), all.v + all.row_offset(r, 0, 0), lengths_.data() + r, 1, capacity_,
-            cfg_.kv_heads, cfg_.head_dim, memory_space::host};
-  }
-  template <class E>
-  paged_kv<E> paged_request(int l, int r) const {
-    auto one = paged_layer<E>(l);
-    one.mapping.page_indptr = one_indptr_.data();  // {0, pages per request}
-    one.mapping.page_indices = page_indices_.data() + page_indptr_[static_cast<std::size_t>(r)];
-    one.mapping.lengths = lengths_.data() + r;
-    one.requests = 1;
-    return one;
-  }
-
   // Appends rows `rows` (a root path of the last forward's tokens: the root, then accepted nodes) of
   // every layer's speculative K/V to request r's cache through specdec::kv_commit_from_buffer
   // (kv/commit.hpp), which validates everything before writing and reaches the rows through the
@@ -549,7 +531,7 @@ class llama_model {
 
   // The transformer itself, once over the speculative tokens of every slot in `slots` (spec_[slot], set by
   // the caller), their rows concatenated in that order: the dense parts (RMSNorm, projections, RoPE,
-  // SwiGLU, LM head) run once over all rows, attention per slot over its rows and its own cache. Each
+  // SwiGLU, LM head) run once over all rows, attention is one call per layer for the whole batch. Each
   // slot's roped K/V rows go to spec_[slot].k/v for commit(). Writes all rows' logits when non-empty.
   // forward(), forward_chain() and forward_batch() all come here.
   void run(std::span<const int> slots, std::span<logit_type> logits) {
@@ -558,17 +540,21 @@ class llama_model {
     const std::size_t kvw = static_cast<std::size_t>(Hkv) * D, qw = static_cast<std::size_t>(Hq) * D;
     row_off_.assign(1, 0);
     positions_.clear();
+    mask_.clear();
     for (int e = 0; e < B; ++e) {
       auto& s = spec_[static_cast<std::size_t>(slots[static_cast<std::size_t>(e)])];
       const int m = static_cast<int>(s.tokens.size());
       row_off_.push_back(row_off_.back() + m);
       positions_.insert(positions_.end(), s.positions.begin(), s.positions.end());
-      // Ancestor mask over the slot's m tokens (the root is every node's ancestor).
+      // Ancestor mask over the slot's m tokens (the root is every node's ancestor), the entries' masks
+      // back to back (hybrid_tree_attention's mask argument).
       const int wpr = words_per_row(m);
-      s.mask.assign(static_cast<std::size_t>(m) * wpr, 0);
+      const std::size_t base = mask_.size();
+      mask_.resize(base + static_cast<std::size_t>(m) * wpr, 0);
+      mask_word* mk = mask_.data() + base;
       for (int i = 0; i < m; ++i) {
-        mask_word* row = s.mask.data() + static_cast<std::size_t>(i) * wpr;
-        if (s.parents[i] >= 0) std::copy_n(s.mask.data() + static_cast<std::size_t>(s.parents[i]) * wpr, wpr, row);
+        mask_word* row = mk + static_cast<std::size_t>(i) * wpr;
+        if (s.parents[i] >= 0) std::copy_n(mk + static_cast<std::size_t>(s.parents[i]) * wpr, wpr, row);
         set_bit(row, i);
       }
       s.k.resize(static_cast<std::size_t>(cfg_.layers));
@@ -591,17 +577,13 @@ class llama_model {
       const rope_params rp{.theta = cfg_.rope_theta};
       apply_rope(host{}, rp, make_view<3>(q.data(), {M, Hq, D}), pos);
       apply_rope(host{}, rp, make_view<3>(kb.data(), {M, Hkv, D}), pos);
-      for (int e = 0; e < B; ++e) {
-        const int r = slots[static_cast<std::size_t>(e)];
-        auto& s = spec_[static_cast<std::size_t>(r)];
-        const auto o = static_cast<std::size_t>(row_off_[static_cast<std::size_t>(e)]);
-        const int m = row_off_[static_cast<std::size_t>(e) + 1] - row_off_[static_cast<std::size_t>(e)];
-        const auto mk = static_cast<std::size_t>(m) * kvw, mq = static_cast<std::size_t>(m) * qw;
-        auto& sk = s.k[static_cast<std::size_t>(l)];
-        auto& sv = s.v[static_cast<std::size_t>(l)];
-        sk.assign(kb.begin() + static_cast<std::ptrdiff_t>(o * kvw), kb.begin() + static_cast<std::ptrdiff_t>(o * kvw + mk));
-        sv.assign(vb.begin() + static_cast<std::ptrdiff_t>(o * kvw), vb.begin() + static_cast<std::ptrdiff_t>(o * kvw + mk));
-        attention(l, r, m, std::span<const T>(q).subspan(o * qw, mq), sk, sv, s.mask, std::span<T>(att).subspan(o * qw, mq));
+      attention(l, slots, M, q, kb, vb, att);
+      for (int e = 0; e < B; ++e) {  // each slot keeps its rows' K/V for commit()
+        auto& s = spec_[static_cast<std::size_t>(slots[static_cast<std::size_t>(e)])];
+        const auto o = static_cast<std::ptrdiff_t>(row_off_[static_cast<std::size_t>(e)]) * static_cast<std::ptrdiff_t>(kvw);
+        const auto n = static_cast<std::ptrdiff_t>(s.tokens.size() * kvw);
+        s.k[static_cast<std::size_t>(l)].assign(kb.begin() + o, kb.begin() + o + n);
+        s.v[static_cast<std::size_t>(l)].assign(vb.begin() + o, vb.begin() + o + n);
       }
       matmul_nt_add<T>(att, W.wo, x, M, H, Hq * D);
       rms_norm<T>(x, W.ffn_norm, xn, M, H, cfg_.norm_eps);
@@ -618,35 +600,60 @@ class llama_model {
     matmul_nt<T>(xn, w_.lm_head, logits, M, cfg_.vocab_size, H);
   }
 
-  // Request r's queries over its committed cache plus the tree (ancestor mask): hybrid tree attention
-  // (LongSpec §3.3). float goes through the library's specdec::hybrid_tree_attention; double, which the
-  // optimized primitives do not take, through its double reference (reference::hybrid_tree_attention,
-  // same arguments, same cache layout).
-  void attention(int l, int r, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
-                 const std::vector<mask_word>& mask, std::span<T> att) {
-    if (opt_.storage == kv_storage::paged) attention_over(paged_request<const T>(l, r), m, q, sk, sv, mask, att);
-    else attention_over(contiguous_request<const T>(l, r), m, q, sk, sv, mask, att);
+  // Batch entry e's rows read slot slots[e]'s cache in place: the model's own mapping (contiguous or
+  // paged) re-indexed by the batch's slot list, so one attention call covers any distinct slots in any
+  // order without copying the cache (a user-written kv mapping: kv/kv_cache.hpp).
+  template <class Base>
+  struct slot_mapping {
+    Base base;
+    const int* slots = nullptr;
+    [[nodiscard]] int length(int e) const noexcept { return base.length(slots[e]); }
+    [[nodiscard]] int capacity(int e) const noexcept { return base.capacity(slots[e]); }
+    [[nodiscard]] std::int64_t offset(int e, int t, int h, const kv_geometry& g) const noexcept {
+      return base.offset(slots[e], t, h, g);
+    }
+  };
+  template <class Base>
+  kv_cache<const T, slot_mapping<Base>> slot_layer(const kv_cache<const T, Base>& all, std::span<const int> slots) const {
+    return {all.k, all.v, {all.mapping, slots.data()}, static_cast<int>(slots.size()), all.kv_heads, all.dim, all.where};
+  }
+
+  // The batch's queries (rows concatenated as row_off_ says) over their slots' committed caches plus their
+  // own trees (mask_: the ancestor masks back to back): ONE hybrid tree attention call per layer (LongSpec
+  // §3.3). float goes through the library's specdec::hybrid_tree_attention with a fixed KV split
+  // (attention_kv_split), so a request's rows do not depend on which requests share the call (the
+  // automatic split looks at the batch's total cache); double, which the optimized primitives do not
+  // take, through its double reference (reference::hybrid_tree_attention, same arguments, same layout).
+  void attention(int l, std::span<const int> slots, int M, std::span<const T> q, std::span<const T> sk,
+                 std::span<const T> sv, std::span<T> att) {
+    if (opt_.storage == kv_storage::paged) attention_over(slot_layer(paged_layer<const T>(l), slots), M, q, sk, sv, att);
+    else attention_over(slot_layer(contiguous_layer<const T>(l), slots), M, q, sk, sv, att);
   }
   template <class Layout>
-  void attention_over(const Layout& one, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
-                      const std::vector<mask_word>& mask, std::span<T> att) {
+  void attention_over(const Layout& cache, int M, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
+                      std::span<T> att) {
     const int D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads;
-    const std::int32_t indptr[2] = {0, m};
-    const auto qv = make_view<3>(q.data(), {m, Hq, D});
-    const auto kv = make_view<3>(sk.data(), {m, Hkv, D});
-    const auto vv = make_view<3>(sv.data(), {m, Hkv, D});
-    const auto iv = make_view<1>(indptr, {2});
-    const auto mv = make_view<1>(mask.data(), {static_cast<std::int64_t>(mask.size())});
+    const auto qv = make_view<3>(q.data(), {M, Hq, D});
+    const auto kv = make_view<3>(sk.data(), {M, Hkv, D});
+    const auto vv = make_view<3>(sv.data(), {M, Hkv, D});
+    const auto iv = make_view<1>(std::as_const(row_off_).data(), {static_cast<std::int64_t>(row_off_.size())});
+    const auto mv = make_view<1>(std::as_const(mask_).data(), {static_cast<std::int64_t>(mask_.size())});
     if constexpr (std::is_same_v<T, double>) {
-      const auto res = reference::hybrid_tree_attention(qv, one, kv, vv, iv, mv);
+      const auto res = reference::hybrid_tree_attention(qv, cache, kv, vv, iv, mv);
       std::copy(res.out.begin(), res.out.end(), att.begin());
     } else {
-      lse_.resize(static_cast<std::size_t>(m) * Hq);
-      workspace_.reserve(hybrid_tree_attention_workspace_bytes(host{}, qv, one, iv));  // grows, never shrinks
-      hybrid_tree_attention(host{}, qv, one, kv, vv, iv, mv, make_view<3>(att.data(), {m, Hq, D}),
-                            make_view<2>(lse_.data(), {m, Hq}), {.workspace = &workspace_});
+      const attention_options ao{.kv_split_size = attention_kv_split};
+      lse_.resize(static_cast<std::size_t>(M) * Hq);
+      workspace_.reserve(hybrid_tree_attention_workspace_bytes(host{}, qv, cache, iv, ao));  // grows, never shrinks
+      attention_options run = ao;
+      run.workspace = &workspace_;
+      hybrid_tree_attention(host{}, qv, cache, kv, vv, iv, mv, make_view<3>(att.data(), {M, Hq, D}),
+                            make_view<2>(lse_.data(), {M, Hq}), run);
     }
   }
+
+  //! Cached tokens per split-KV part of the float attention (a multiple of the 64-token tile).
+  static constexpr int attention_kv_split = 256;
 
   using spec_view = strided_view<const T, 3>;
   llama_config cfg_;
@@ -661,7 +668,6 @@ class llama_model {
   std::vector<std::int32_t> lengths_;
   int num_pages_ = 0;
   std::vector<std::int32_t> page_indptr_, page_indices_;  // the block table (paged), shared by all layers
-  std::vector<std::int32_t> one_indptr_;                  // {0, pages per request}
   std::vector<spec_view> spec_views_k_, spec_views_v_;
   std::vector<contiguous_kv<T>> contiguous_layers_;
   std::vector<paged_kv<T>> paged_layers_;
@@ -669,6 +675,7 @@ class llama_model {
   // forward_batch's logits (the view it returns) and run()'s per-call scratch.
   std::vector<T> logits_;
   std::vector<std::int32_t> row_off_, positions_;
+  std::vector<mask_word> mask_;
   std::vector<unsigned char> seen_;
 };
 
