@@ -340,8 +340,9 @@ class llama_model {
   //! is one hybrid tree attention call per layer over every entry's cache and tree. Leaves
   //! each slot's speculative K/V exactly as forward(slots[e], roots[e], tree e, ...) would, so commit()
   //! works unchanged, and returns the logits [total_rows, vocab_size] as a view of a buffer this model
-  //! owns, valid until the next forward_batch(). Rows are bit-identical to forward()'s (the dense code
-  //! computes each row alone; model_math.hpp).
+  //! owns, valid until the next forward_batch(). Rows are bit-identical to forward()'s, float included:
+  //! the dense code computes each row alone (model_math.hpp) and the float attention's KV split is
+  //! fixed (attention_kv_split), so no row depends on which other requests share the batch.
   //!
   //! Validates everything before doing any work (nothing changes on a throw): trees.num_requests(),
   //! roots.size() and row_indptr.size() - 1 equal slots.size(); slots in range and distinct; row_indptr[0]
