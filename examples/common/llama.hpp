@@ -6,7 +6,8 @@
 //! cache (llama_options::storage).
 //!
 //! Attention: float runs specdec::hybrid_tree_attention, double its double reference
-//! (reference::hybrid_tree_attention), both over the same kv_layout of the model's cache.
+//! (reference::hybrid_tree_attention), both over the same kv_layout of the model's cache, one call per
+//! layer for all the requests of a forward_batch() (forward() is a batch of one).
 //!
 //! Forward pass over a speculation tree: the query tokens are the root (the last committed token,
 //! whose K/V are not cached yet) followed by the tree's nodes; token 0 sits at position
@@ -250,7 +251,6 @@ class llama_model {
       per_layer = static_cast<std::size_t>(num_pages_) * o.page_size * c.kv_heads * c.head_dim;
       page_indptr_.resize(static_cast<std::size_t>(max_requests) + 1);
       for (int r = 0; r <= max_requests; ++r) page_indptr_[static_cast<std::size_t>(r)] = r * per_request;
-      one_indptr_ = {0, per_request};
       page_indices_.resize(static_cast<std::size_t>(num_pages_));  // one block table shared by all layers
       std::iota(page_indices_.begin(), page_indices_.end(), 0);
       philox_stream rng(o.page_seed, 0x9a9e);
@@ -317,7 +317,8 @@ class llama_model {
 
   //! Forward over the root token and the tree `tree` for request r; writes (tree.size() + 1) rows of
   //! vocab_size logits (row 0 after the root, row i + 1 after node i) and keeps the K/V of the root and
-  //! every node for commit(). O(layers * (m * params + m * (cache + m) * heads * head_dim)), m = nodes + 1.
+  //! every node for commit(). A batch of one: the same transformer pass forward_batch() runs.
+  //! O(layers * (m * params + m * (cache + m) * heads * head_dim)), m = nodes + 1.
   void forward(int r, std::int32_t root, const token_tree& tree, std::span<logit_type> logits) {
     constexpr std::string_view fn = "specdec::examples::llama_model::forward";
     check_r(r, "forward");
@@ -327,17 +328,80 @@ class llama_model {
             "cache_length + tree.size() + 1 <= capacity = " + std::to_string(capacity_), n);
     require_in_range(fn, "root", root, 0, cfg_.vocab_size - 1);
     for (int i = 0; i < n; ++i) require_in_range(fn, "tree.token(i)", tree.token(i), 0, cfg_.vocab_size - 1);
-    // Tree of m tokens: the root becomes token 0, node i becomes token i + 1 with parent shifted by one.
-    auto& s = spec_[static_cast<std::size_t>(r)];
-    s.tokens.assign(1, root);
-    s.positions.assign(1, lengths_[r]);
-    s.parents.assign(1, -1);
-    for (int i = 0; i < n; ++i) {
-      s.tokens.push_back(tree.token(i));
-      s.positions.push_back(lengths_[r] + 1 + tree.depth(i));
-      s.parents.push_back(tree.parent(i) + 1);
+    set_tree(r, root, tree.tokens(), tree.parents(), tree.depths());
+    const int slot[1] = {r};
+    run(slot, logits);
+  }
+
+  //! Batched forward (decoder/concepts.hpp, target_has_forward_batch): ONE transformer pass over the
+  //! rows of every entry of `b` (entry e's root and tree nodes, rows [row_indptr[e], row_indptr[e + 1]),
+  //! concatenated in batch order). Every RMSNorm, projection, RoPE, SwiGLU and the LM head runs once over
+  //! all b.total_rows() rows, so each weight is read once per step, not once per request, and attention
+  //! is one hybrid tree attention call per layer over every entry's cache and tree. Leaves
+  //! each slot's speculative K/V exactly as forward(slots[e], roots[e], tree e, ...) would, so commit()
+  //! works unchanged, and returns the logits [total_rows, vocab_size] as a view of a buffer this model
+  //! owns, valid until the next forward_batch(). Rows are bit-identical to forward()'s, float included:
+  //! the dense code computes each row alone (model_math.hpp) and the float attention's KV split is
+  //! fixed (attention_kv_split), so no row depends on which other requests share the batch.
+  //!
+  //! Validates everything before doing any work (nothing changes on a throw): trees.num_requests(),
+  //! roots.size() and row_indptr.size() - 1 equal slots.size(); slots in range and distinct; row_indptr[0]
+  //! = 0 and row_indptr[e + 1] - row_indptr[e] = trees.num_nodes(e) + 1; trees.committed_length(e) =
+  //! cache_length(slots[e]) + 1 (node i then sits at cache_length + 1 + depth(i)); every entry fits in
+  //! its slot's capacity; root and node tokens in [0, vocab_size).
+  [[nodiscard]] strided_view<T, 2> forward_batch(const target_batch& b) {
+    constexpr std::string_view fn = "specdec::examples::llama_model::forward_batch";
+    const int B = b.size();
+    require_equal(fn, "batch.roots.size()", b.slots.size(), b.roots.size());
+    require_equal(fn, "batch.trees.num_requests()", B, b.trees.num_requests());
+    require_equal(fn, "batch.row_indptr.size()", static_cast<std::size_t>(B) + 1, b.row_indptr.size());
+    require(b.row_indptr[0] == 0, fn, "batch.row_indptr[0]", "0", b.row_indptr[0]);
+    seen_.assign(static_cast<std::size_t>(max_requests_), 0);
+    for (int e = 0; e < B; ++e) {
+      const auto ue = static_cast<std::size_t>(e);
+      const int r = b.slots[ue];
+      require_in_range(fn, "batch.slots[b]", r, 0, max_requests_ - 1);
+      require(seen_[static_cast<std::size_t>(r)] == 0, fn, "batch.slots", "distinct slots", r);
+      seen_[static_cast<std::size_t>(r)] = 1;
+      const int n = b.trees.num_nodes(e);
+      const std::int64_t rows = static_cast<std::int64_t>(b.row_indptr[ue + 1]) - b.row_indptr[ue];
+      if (rows != n + 1) [[unlikely]]
+        throw_invalid_argument(fn, "batch.row_indptr",
+                               "row_indptr[b + 1] - row_indptr[b] = trees.num_nodes(b) + 1 = " + std::to_string(n + 1) +
+                                   " for b = " + std::to_string(e),
+                               rows);
+      if (static_cast<std::int64_t>(lengths_[static_cast<std::size_t>(r)]) + n + 1 > capacity_) [[unlikely]]
+        throw_invalid_argument(fn, "batch.trees",
+                               "cache_length(slots[b]) + num_nodes(b) + 1 <= capacity = " + std::to_string(capacity_) +
+                                   " for b = " + std::to_string(e) + " (cache_length " +
+                                   std::to_string(lengths_[static_cast<std::size_t>(r)]) + ")",
+                               n);
+      if (b.trees.committed_length(e) != lengths_[static_cast<std::size_t>(r)] + 1) [[unlikely]]
+        throw_invalid_argument(fn, "batch.trees.committed_length(b)",
+                               "cache_length(slots[b]) + 1 = " + std::to_string(lengths_[static_cast<std::size_t>(r)] + 1) +
+                                   " for b = " + std::to_string(e),
+                               b.trees.committed_length(e));
+      require_in_range(fn, "batch.roots[b]", b.roots[ue], 0, cfg_.vocab_size - 1);
+      for (auto t : b.tokens(e)) require_in_range(fn, "batch.trees token", t, 0, cfg_.vocab_size - 1);
     }
-    run(r, logits);
+    for (int e = 0; e < B; ++e) {
+      const auto ue = static_cast<std::size_t>(e);
+      const auto node0 = static_cast<std::size_t>(b.trees.node_indptr()[ue]);
+      set_tree(b.slots[ue], b.roots[ue], b.tokens(e), b.parents(e),
+               b.trees.depths().subspan(node0, static_cast<std::size_t>(b.trees.num_nodes(e))));
+    }
+    const std::int64_t M = b.total_rows();
+    logits_.resize(static_cast<std::size_t>(M) * cfg_.vocab_size);
+    run(b.slots, logits_);
+    return make_view<2>(logits_.data(), {M, static_cast<std::int64_t>(cfg_.vocab_size)});
+  }
+
+  //! The request in slot r left the batch: empties its cache and forgets its last forward (a commit
+  //! before the next forward then throws). O(1).
+  void release(int r) {
+    auto& s = spec_[check_r(r, "release")];
+    lengths_[static_cast<std::size_t>(r)] = 0;
+    s.tokens.clear(), s.positions.clear(), s.parents.clear();
   }
 
   //! Chain forward used for prefill: tokens[i] at position cache_length + i, causal mask. Writes
@@ -356,7 +420,8 @@ class llama_model {
     s.positions.resize(static_cast<std::size_t>(m));
     s.parents.resize(static_cast<std::size_t>(m));
     for (int i = 0; i < m; ++i) s.positions[i] = lengths_[r] + i, s.parents[i] = i - 1;
-    run(r, logits);
+    const int slot[1] = {r};
+    run(slot, logits);
   }
 
   //! Prefills request r with prompt[0 .. size-1) in chunks (the last prompt token becomes the root of
@@ -398,7 +463,6 @@ class llama_model {
   struct spec_state {
     std::vector<std::int32_t> tokens, positions, parents;
     std::vector<std::vector<T>> k, v;  // per layer [m, kv_heads, head_dim]
-    std::vector<mask_word> mask;
   };
 
   std::size_t check_r(int r, const char* what) const {
@@ -420,23 +484,6 @@ class llama_model {
             lengths_.data(), max_requests_, num_pages_, opt_.page_size, cfg_.kv_heads, cfg_.head_dim,
             memory_space::host};
   }
-  // Request r alone as a one-request layout (its rows read in place): what the attention calls take.
-  template <class E>
-  contiguous_kv<E> contiguous_request(int l, int r) const {
-    const auto all = contiguous_layer<E>(l);
-    return {all.k + all.row_offset(r, 0, 0), all.v + all.row_offset(r, 0, 0), lengths_.data() + r, 1, capacity_,
-            cfg_.kv_heads, cfg_.head_dim, memory_space::host};
-  }
-  template <class E>
-  paged_kv<E> paged_request(int l, int r) const {
-    auto one = paged_layer<E>(l);
-    one.mapping.page_indptr = one_indptr_.data();  // {0, pages per request}
-    one.mapping.page_indices = page_indices_.data() + page_indptr_[static_cast<std::size_t>(r)];
-    one.mapping.lengths = lengths_.data() + r;
-    one.requests = 1;
-    return one;
-  }
-
   // Appends rows `rows` (a root path of the last forward's tokens: the root, then accepted nodes) of
   // every layer's speculative K/V to request r's cache through specdec::kv_commit_from_buffer
   // (kv/commit.hpp), which validates everything before writing and reaches the rows through the
@@ -467,83 +514,147 @@ class llama_model {
     }
   }
 
-  // The transformer itself over spec_[r]'s tokens; writes logits when non-empty.
-  void run(int r, std::span<logit_type> logits) {
+  // Request r's speculative tokens for a tree forward: the root becomes token 0 (position cache_length),
+  // node i token i + 1 (position cache_length + 1 + depth(i), parent shifted by one). Validated by the caller.
+  void set_tree(int r, std::int32_t root, std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                std::span<const std::int32_t> depths) {
     auto& s = spec_[static_cast<std::size_t>(r)];
-    const int m = static_cast<int>(s.tokens.size());
-    const int H = cfg_.hidden, D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads, F = cfg_.ffn_hidden;
-    // Ancestor mask over the m tokens (the root is every node's ancestor).
-    const int wpr = words_per_row(m);
-    s.mask.assign(static_cast<std::size_t>(m) * wpr, 0);
-    for (int i = 0; i < m; ++i) {
-      mask_word* row = s.mask.data() + static_cast<std::size_t>(i) * wpr;
-      if (s.parents[i] >= 0) std::copy_n(s.mask.data() + static_cast<std::size_t>(s.parents[i]) * wpr, wpr, row);
-      set_bit(row, i);
+    const std::int32_t L = lengths_[static_cast<std::size_t>(r)];
+    s.tokens.assign(1, root);
+    s.positions.assign(1, L);
+    s.parents.assign(1, -1);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      s.tokens.push_back(tokens[i]);
+      s.positions.push_back(L + 1 + depths[i]);
+      s.parents.push_back(parents[i] + 1);
     }
-    s.k.resize(static_cast<std::size_t>(cfg_.layers));
-    s.v.resize(static_cast<std::size_t>(cfg_.layers));
-    std::vector<T> x(static_cast<std::size_t>(m) * H), xn(x.size()), q(static_cast<std::size_t>(m) * Hq * D),
-        att(q.size()), g(static_cast<std::size_t>(m) * F), u(g.size());
-    for (int i = 0; i < m; ++i)
-      std::copy_n(w_.embed.begin() + static_cast<std::ptrdiff_t>(s.tokens[i]) * H, H, x.begin() + static_cast<std::ptrdiff_t>(i) * H);
+  }
+
+  // The transformer itself, once over the speculative tokens of every slot in `slots` (spec_[slot], set by
+  // the caller), their rows concatenated in that order: the dense parts (RMSNorm, projections, RoPE,
+  // SwiGLU, LM head) run once over all rows, attention is one call per layer for the whole batch. Each
+  // slot's roped K/V rows go to spec_[slot].k/v for commit(). Writes all rows' logits when non-empty.
+  // forward(), forward_chain() and forward_batch() all come here.
+  void run(std::span<const int> slots, std::span<logit_type> logits) {
+    const int B = static_cast<int>(slots.size());
+    const int H = cfg_.hidden, D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads, F = cfg_.ffn_hidden;
+    const std::size_t kvw = static_cast<std::size_t>(Hkv) * D, qw = static_cast<std::size_t>(Hq) * D;
+    row_off_.assign(1, 0);
+    positions_.clear();
+    mask_.clear();
+    for (int e = 0; e < B; ++e) {
+      auto& s = spec_[static_cast<std::size_t>(slots[static_cast<std::size_t>(e)])];
+      const int m = static_cast<int>(s.tokens.size());
+      row_off_.push_back(row_off_.back() + m);
+      positions_.insert(positions_.end(), s.positions.begin(), s.positions.end());
+      // Ancestor mask over the slot's m tokens (the root is every node's ancestor), the entries' masks
+      // back to back (hybrid_tree_attention's mask argument).
+      const int wpr = words_per_row(m);
+      const std::size_t base = mask_.size();
+      mask_.resize(base + static_cast<std::size_t>(m) * wpr, 0);
+      mask_word* mk = mask_.data() + base;
+      for (int i = 0; i < m; ++i) {
+        mask_word* row = mk + static_cast<std::size_t>(i) * wpr;
+        if (s.parents[i] >= 0) std::copy_n(mk + static_cast<std::size_t>(s.parents[i]) * wpr, wpr, row);
+        set_bit(row, i);
+      }
+      s.k.resize(static_cast<std::size_t>(cfg_.layers));
+      s.v.resize(static_cast<std::size_t>(cfg_.layers));
+    }
+    const int M = row_off_.back();
+    if (M == 0) return;
+    std::vector<T> x(static_cast<std::size_t>(M) * H), xn(x.size()), q(static_cast<std::size_t>(M) * qw), att(q.size()),
+        kb(static_cast<std::size_t>(M) * kvw), vb(kb.size()), g(static_cast<std::size_t>(M) * F), u(g.size());
+    for (int e = 0, t = 0; e < B; ++e)
+      for (auto tok : spec_[static_cast<std::size_t>(slots[static_cast<std::size_t>(e)])].tokens)
+        std::copy_n(w_.embed.begin() + static_cast<std::ptrdiff_t>(tok) * H, H, x.begin() + static_cast<std::ptrdiff_t>(t++) * H);
+    const std::span<const std::int32_t> pos(positions_);
     for (int l = 0; l < cfg_.layers; ++l) {
       const auto& W = w_.layers[static_cast<std::size_t>(l)];
-      auto& sk = s.k[static_cast<std::size_t>(l)];
-      auto& sv = s.v[static_cast<std::size_t>(l)];
-      sk.resize(static_cast<std::size_t>(m) * Hkv * D);
-      sv.resize(sk.size());
-      rms_norm<T>(x, W.attn_norm, xn, m, H, cfg_.norm_eps);
-      matmul_nt<T>(xn, W.wq, q, m, Hq * D, H);
-      matmul_nt<T>(xn, W.wk, sk, m, Hkv * D, H);
-      matmul_nt<T>(xn, W.wv, sv, m, Hkv * D, H);
+      rms_norm<T>(x, W.attn_norm, xn, M, H, cfg_.norm_eps);
+      matmul_nt<T>(xn, W.wq, q, M, Hq * D, H);
+      matmul_nt<T>(xn, W.wk, kb, M, Hkv * D, H);
+      matmul_nt<T>(xn, W.wv, vb, M, Hkv * D, H);
       const rope_params rp{.theta = cfg_.rope_theta};
-      apply_rope(host{}, rp, make_view<3>(q.data(), {m, Hq, D}), std::span<const std::int32_t>(s.positions));
-      apply_rope(host{}, rp, make_view<3>(sk.data(), {m, Hkv, D}), std::span<const std::int32_t>(s.positions));
-      attention(l, r, m, q, sk, sv, s.mask, att);
-      matmul_nt_add<T>(att, W.wo, x, m, H, Hq * D);
-      rms_norm<T>(x, W.ffn_norm, xn, m, H, cfg_.norm_eps);
-      matmul_nt<T>(xn, W.w_gate, g, m, F, H);
-      matmul_nt<T>(xn, W.w_up, u, m, F, H);
+      apply_rope(host{}, rp, make_view<3>(q.data(), {M, Hq, D}), pos);
+      apply_rope(host{}, rp, make_view<3>(kb.data(), {M, Hkv, D}), pos);
+      attention(l, slots, M, q, kb, vb, att);
+      for (int e = 0; e < B; ++e) {  // each slot keeps its rows' K/V for commit()
+        auto& s = spec_[static_cast<std::size_t>(slots[static_cast<std::size_t>(e)])];
+        const auto o = static_cast<std::ptrdiff_t>(row_off_[static_cast<std::size_t>(e)]) * static_cast<std::ptrdiff_t>(kvw);
+        const auto n = static_cast<std::ptrdiff_t>(s.tokens.size() * kvw);
+        s.k[static_cast<std::size_t>(l)].assign(kb.begin() + o, kb.begin() + o + n);
+        s.v[static_cast<std::size_t>(l)].assign(vb.begin() + o, vb.begin() + o + n);
+      }
+      matmul_nt_add<T>(att, W.wo, x, M, H, Hq * D);
+      rms_norm<T>(x, W.ffn_norm, xn, M, H, cfg_.norm_eps);
+      matmul_nt<T>(xn, W.w_gate, g, M, F, H);
+      matmul_nt<T>(xn, W.w_up, u, M, F, H);
       for (std::size_t i = 0; i < g.size(); ++i) {
         const accum_t<T> a = g[i];
         g[i] = static_cast<T>(a / (accum_t<T>(1) + std::exp(-a)) * u[i]);
       }
-      matmul_nt_add<T>(g, W.w_down, x, m, H, F);
+      matmul_nt_add<T>(g, W.w_down, x, M, H, F);
     }
     if (logits.empty()) return;
-    rms_norm<T>(x, w_.final_norm, xn, m, H, cfg_.norm_eps);
-    matmul_nt<T>(xn, w_.lm_head, logits, m, cfg_.vocab_size, H);
+    rms_norm<T>(x, w_.final_norm, xn, M, H, cfg_.norm_eps);
+    matmul_nt<T>(xn, w_.lm_head, logits, M, cfg_.vocab_size, H);
   }
 
-  // Request r's queries over its committed cache plus the tree (ancestor mask): hybrid tree attention
-  // (LongSpec §3.3). float goes through the library's specdec::hybrid_tree_attention; double, which the
-  // optimized primitives do not take, through its double reference (reference::hybrid_tree_attention,
-  // same arguments, same cache layout).
-  void attention(int l, int r, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
-                 const std::vector<mask_word>& mask, std::span<T> att) {
-    if (opt_.storage == kv_storage::paged) attention_over(paged_request<const T>(l, r), m, q, sk, sv, mask, att);
-    else attention_over(contiguous_request<const T>(l, r), m, q, sk, sv, mask, att);
+  // Batch entry e's rows read slot slots[e]'s cache in place: the model's own mapping (contiguous or
+  // paged) re-indexed by the batch's slot list, so one attention call covers any distinct slots in any
+  // order without copying the cache (a user-written kv mapping: kv/kv_cache.hpp).
+  template <class Base>
+  struct slot_mapping {
+    Base base;
+    const int* slots = nullptr;
+    [[nodiscard]] int length(int e) const noexcept { return base.length(slots[e]); }
+    [[nodiscard]] int capacity(int e) const noexcept { return base.capacity(slots[e]); }
+    [[nodiscard]] std::int64_t offset(int e, int t, int h, const kv_geometry& g) const noexcept {
+      return base.offset(slots[e], t, h, g);
+    }
+  };
+  template <class Base>
+  kv_cache<const T, slot_mapping<Base>> slot_layer(const kv_cache<const T, Base>& all, std::span<const int> slots) const {
+    return {all.k, all.v, {all.mapping, slots.data()}, static_cast<int>(slots.size()), all.kv_heads, all.dim, all.where};
+  }
+
+  // The batch's queries (rows concatenated as row_off_ says) over their slots' committed caches plus their
+  // own trees (mask_: the ancestor masks back to back): ONE hybrid tree attention call per layer (LongSpec
+  // §3.3). float goes through the library's specdec::hybrid_tree_attention with a fixed KV split
+  // (attention_kv_split), so a request's rows do not depend on which requests share the call (the
+  // automatic split looks at the batch's total cache); double, which the optimized primitives do not
+  // take, through its double reference (reference::hybrid_tree_attention, same arguments, same layout).
+  void attention(int l, std::span<const int> slots, int M, std::span<const T> q, std::span<const T> sk,
+                 std::span<const T> sv, std::span<T> att) {
+    if (opt_.storage == kv_storage::paged) attention_over(slot_layer(paged_layer<const T>(l), slots), M, q, sk, sv, att);
+    else attention_over(slot_layer(contiguous_layer<const T>(l), slots), M, q, sk, sv, att);
   }
   template <class Layout>
-  void attention_over(const Layout& one, int m, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
-                      const std::vector<mask_word>& mask, std::span<T> att) {
+  void attention_over(const Layout& cache, int M, std::span<const T> q, std::span<const T> sk, std::span<const T> sv,
+                      std::span<T> att) {
     const int D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads;
-    const std::int32_t indptr[2] = {0, m};
-    const auto qv = make_view<3>(q.data(), {m, Hq, D});
-    const auto kv = make_view<3>(sk.data(), {m, Hkv, D});
-    const auto vv = make_view<3>(sv.data(), {m, Hkv, D});
-    const auto iv = make_view<1>(indptr, {2});
-    const auto mv = make_view<1>(mask.data(), {static_cast<std::int64_t>(mask.size())});
+    const auto qv = make_view<3>(q.data(), {M, Hq, D});
+    const auto kv = make_view<3>(sk.data(), {M, Hkv, D});
+    const auto vv = make_view<3>(sv.data(), {M, Hkv, D});
+    const auto iv = make_view<1>(std::as_const(row_off_).data(), {static_cast<std::int64_t>(row_off_.size())});
+    const auto mv = make_view<1>(std::as_const(mask_).data(), {static_cast<std::int64_t>(mask_.size())});
     if constexpr (std::is_same_v<T, double>) {
-      const auto res = reference::hybrid_tree_attention(qv, one, kv, vv, iv, mv);
+      const auto res = reference::hybrid_tree_attention(qv, cache, kv, vv, iv, mv);
       std::copy(res.out.begin(), res.out.end(), att.begin());
     } else {
-      lse_.resize(static_cast<std::size_t>(m) * Hq);
-      workspace_.reserve(hybrid_tree_attention_workspace_bytes(host{}, qv, one, iv));  // grows, never shrinks
-      hybrid_tree_attention(host{}, qv, one, kv, vv, iv, mv, make_view<3>(att.data(), {m, Hq, D}),
-                            make_view<2>(lse_.data(), {m, Hq}), {.workspace = &workspace_});
+      const attention_options ao{.kv_split_size = attention_kv_split};
+      lse_.resize(static_cast<std::size_t>(M) * Hq);
+      workspace_.reserve(hybrid_tree_attention_workspace_bytes(host{}, qv, cache, iv, ao));  // grows, never shrinks
+      attention_options run = ao;
+      run.workspace = &workspace_;
+      hybrid_tree_attention(host{}, qv, cache, kv, vv, iv, mv, make_view<3>(att.data(), {M, Hq, D}),
+                            make_view<2>(lse_.data(), {M, Hq}), run);
     }
   }
+
+  //! Cached tokens per split-KV part of the float attention (a multiple of the 64-token tile).
+  static constexpr int attention_kv_split = 256;
 
   using spec_view = strided_view<const T, 3>;
   llama_config cfg_;
@@ -558,14 +669,20 @@ class llama_model {
   std::vector<std::int32_t> lengths_;
   int num_pages_ = 0;
   std::vector<std::int32_t> page_indptr_, page_indices_;  // the block table (paged), shared by all layers
-  std::vector<std::int32_t> one_indptr_;                  // {0, pages per request}
   std::vector<spec_view> spec_views_k_, spec_views_v_;
   std::vector<contiguous_kv<T>> contiguous_layers_;
   std::vector<paged_kv<T>> paged_layers_;
   std::vector<spec_state> spec_;
+  // forward_batch's logits (the view it returns) and run()'s per-call scratch.
+  std::vector<T> logits_;
+  std::vector<std::int32_t> row_off_, positions_;
+  std::vector<mask_word> mask_;
+  std::vector<unsigned char> seen_;
 };
 
 static_assert(check_target_model<llama_model<float>>() && check_target_model<llama_model<double>>());
+static_assert(target_has_forward_batch<llama_model<float>> && target_has_forward_batch<llama_model<double>> &&
+              target_has_release<llama_model<float>> && target_has_release<llama_model<double>>);
 
 //! The model's own autoregressive greedy decoding (the losslessness reference): prefills `prompt`,
 //! then appends argmax tokens one forward step at a time. Ties break to the lowest token id.
