@@ -101,6 +101,7 @@ class speculative_decoder {
   static_assert(check_drafter<Drafter>());
   static_assert(check_tree_builder<TreeBuilder>());
   static_assert(check_verifier<Verifier>());
+  static_assert(check_policy_pairing<Drafter, TreeBuilder, Verifier>());
 
  public:
   speculative_decoder(Target& target, Drafter drafter = {}, TreeBuilder builder = {}, Verifier verifier = {})
