@@ -13,11 +13,13 @@
 //!    the draft's q rows (draft_candidates::q / sequence_q);
 //!  - drafter: `static constexpr draft_output provides` [draft_output::none]: what it can put into
 //!    draft_candidates besides tokens (q rows, i.i.d. drafts), in some mode.
-//! So a user policy without traits keeps compiling wherever a shipped policy did not rely on what it
-//! provides: a verifier without traits accepts any tree and needs no q; a builder without traits counts
-//! as building branching trees, and a drafter without traits as providing neither q rows nor i.i.d.
-//! drafts, so pairing either with chain_speculative_verifier / multi_draft_verifier beyond a chain asks
-//! it to declare what it produces (the static_assert says which trait).
+//! So user policies without traits keep compiling with each other and wherever the verifier accepts
+//! any tree (greedy_verifier, sample_and_match_verifier). Under a verifier that restricts the tree they
+//! count as guaranteeing the least: a builder without `produces` is refused by chain_speculative_verifier
+//! and multi_draft_verifier, and a drafter without `provides` by multi_draft_verifier over
+//! multi_draft_tree_builder, until they declare it (the static_assert names the trait). This is the one
+//! break for existing user code: such pairs used to compile, and worked when the policy did what the
+//! verifier needs (a builder that only builds chains, a drafter that draws i.i.d. drafts with q rows).
 //!
 //! What stays a run-time check, and why: traits describe types, and some of what a verifier needs is
 //! chosen at run time. A drafter "can" provide q rows or i.i.d. drafts when some mode of it does:
