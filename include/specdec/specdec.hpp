@@ -60,6 +60,7 @@
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/decoder/draft_candidates.hpp"
 #include "specdec/decoder/drafters.hpp"
+#include "specdec/decoder/pairing.hpp"
 #include "specdec/decoder/self_drafter.hpp"
 #include "specdec/decoder/speculative_batch.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"

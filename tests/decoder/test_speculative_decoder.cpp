@@ -106,24 +106,44 @@ TEST_CASE("decoder rejects bad arguments", "[decoder][errors]") {
   REQUIRE_THROWS_AS(d.generate(prompt, {.sampling = {.temperature = -1.0f}}), specdec::invalid_argument);
 }
 
-TEST_CASE("verifiers that need a chain or multi-draft tree reject other trees with a clear error", "[decoder][errors]") {
-  // The matrix's excluded combinations: chain speculative sampling verifies chains only, and
-  // multi-draft sampling needs children drawn from the draft's q (a Cartesian tree's runner-up
-  // siblings were not), so both must fail loudly rather than emit from a wrong distribution.
-  llama_model<double> target(cfg, weights(), 1, 512);
-  auto c1 = cfg;
-  c1.layers = 1;
-  auto w1 = weights();
-  w1.layers.resize(1);
-  llama_model<double> small(c1, w1, 1, 512);
+namespace {
+// Policies whose declared traits (decoder/pairing.hpp) promise more than they deliver in a run: a
+// builder that declares chains but branches, and a drafter able to draw i.i.d. drafts that gives two
+// deterministic sequences without q rows this time (as longspec_drafter does in beam mode).
+struct branching_chain_builder {
+  static constexpr tree_shape produces = tree_shape::chain;
+  cartesian_tree_builder cartesian{{2, 2, 1}};
+  void build(const draft_candidates& c, token_tree& out) { cartesian.build(c, out); }
+};
+struct sequences_as_iid_drafter {
+  static constexpr draft_output provides = draft_output::q_rows | draft_output::iid_drafts;
+  void reset(int) {}
+  void propose(const draft_request&, draft_candidates& out) {
+    out.clear();
+    out.chain = {{1, 0.0f}, {2, 0.0f}};
+    out.sequences = {{{3, 0.0f}, {4, 0.0f}}};
+  }
+};
+}  // namespace
+
+TEST_CASE("verifiers that need a chain or multi-draft tree reject other trees: by type, else at run time", "[decoder][errors]") {
+  // Chain speculative sampling verifies chains only, and multi-draft sampling needs children drawn from
+  // the draft's q (a Cartesian tree's runner-up siblings were not). Where the policy types say so,
+  // speculative_decoder does not compile (check_policy_pairing; its messages are checked by
+  // tests/decoder/compile_fail/policy_pairing.cpp) ...
   using cd = chain_drafter<llama_model<double>>;
+  static_assert(!policy_pairing<cd, cartesian_tree_builder, chain_speculative_verifier>);
+  static_assert(!policy_pairing<cd, cartesian_tree_builder, multi_draft_verifier>);
+  static_assert(policy_pairing<cd, multi_draft_tree_builder, multi_draft_verifier>);
+  // ... and what the types cannot say still fails loudly at run time rather than emitting from a wrong
+  // distribution.
+  llama_model<double> target(cfg, weights(), 1, 512);
   const generation_options opts{.max_new_tokens = 8, .sampling = {.temperature = 0.8f}, .seed = 3, .draft_depth = 3, .draft_width = 3};
-  speculative_decoder<llama_model<double>, cd, cartesian_tree_builder, chain_speculative_verifier> chain_on_tree(
-      target, cd(small), cartesian_tree_builder({2, 2, 1}));
-  REQUIRE_THROWS_WITH(chain_on_tree.generate(prompt, opts), Catch::Contains("verify_chain_speculative") && Catch::Contains("a chain"));
-  speculative_decoder<llama_model<double>, cd, cartesian_tree_builder, multi_draft_verifier> multi_on_tree(
-      target, cd(small), cartesian_tree_builder({2, 2, 1}));
-  REQUIRE_THROWS_WITH(multi_on_tree.generate(prompt, opts), Catch::Contains("verify_multi_draft"));
+  speculative_decoder<llama_model<double>, ngram_drafter, branching_chain_builder, chain_speculative_verifier> chain_on_tree(target);
+  const std::vector<std::int32_t> repetitive{1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2};  // n-gram matches give alternatives
+  REQUIRE_THROWS_WITH(chain_on_tree.generate(repetitive, opts), Catch::Contains("verify_chain_speculative") && Catch::Contains("a chain"));
+  speculative_decoder<llama_model<double>, sequences_as_iid_drafter, multi_draft_tree_builder, multi_draft_verifier> multi_on_topk(target);
+  REQUIRE_THROWS_WITH(multi_on_topk.generate(prompt, opts), Catch::Contains("verify_multi_draft") && Catch::Contains("q > 0"));
 }
 
 TEST_CASE("tree builders and the n-gram drafter shape their output as documented", "[decoder]") {

@@ -3,7 +3,9 @@
 //! The four policies a speculative_decoder is composed of, each a concept split into named
 //! sub-requirements, and check_*<T>() functions that static_assert each part with a message naming
 //! the missing member (modeled on kv/kv_layout.hpp). The decoder calls all four where it is
-//! instantiated; each shipped policy is checked right after its definition.
+//! instantiated; each shipped policy is checked right after its definition. Which drafters, builders
+//! and verifiers may be composed is declared by static traits and checked by check_policy_pairing()
+//! (decoder/pairing.hpp).
 //!
 //! Row convention (shared with verify/): for a tree of n nodes the target writes n + 1 logit rows:
 //! row 0 at the root (the last committed token), row i + 1 after node i.
@@ -18,6 +20,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/decoder/draft_candidates.hpp"
+#include "specdec/decoder/pairing.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_result.hpp"

@@ -12,6 +12,10 @@
 //!                         beam tree (Appendix B) through tree/beam_tree_builder.hpp, returned as sequences.
 //! Both model drafters also have a multi-draft mode (multi_draft_params): k independent sampled drafts
 //! with their q rows, for multi_draft_verifier.
+//! Each declares what it can provide besides tokens (`provides`: q rows, i.i.d. drafts; see
+//! decoder/pairing.hpp). For the model drafters that is what some mode provides: q rows only when
+//! sampling at temperature > 0, i.i.d. drafts only when constructed with multi_draft_params; both are
+//! run-time choices the types cannot express.
 //! TokenSwift self-drafting (the target itself on a partial KV cache, with residual heads and n-gram
 //! reutilization) is a drafter too: decoder/self_drafter.hpp.
 
@@ -232,6 +236,7 @@ struct multi_draft_sampler {
 //! recent match becomes the chain, up to width - 1 further distinct matches become sequences, and
 //! alternatives[d] lists the distinct tokens the matches put at depth d. O(search_window * n) per call.
 struct ngram_drafter {
+  static constexpr draft_output provides = draft_output::none;  // deterministic: no q, no i.i.d. drafts
   int max_ngram = 3;
   int min_ngram = 1;
   int search_window = 0;  //!< tokens searched back from the end (0 = whole context)
@@ -286,6 +291,8 @@ concept truncatable_model = target_model<M> && requires(M& m, const M& cm, int r
 template <truncatable_model Model>
 class chain_drafter {
  public:
+  //! q rows when sampling; i.i.d. drafts in multi-draft mode (both run-time choices).
+  static constexpr draft_output provides = draft_output::q_rows | draft_output::iid_drafts;
   explicit chain_drafter(Model& model) : model_(&model) {}
   //! Multi-draft mode (see multi_draft_params): k = width independent sampled drafts.
   chain_drafter(Model& model, multi_draft_params multi) : model_(&model), multi_(multi) {}
@@ -371,6 +378,8 @@ concept incremental_draft_model = requires(M& m, const M& cm, int r, std::int32_
 template <incremental_draft_model Model>
 class longspec_drafter {
  public:
+  //! q rows when sampling its chain; i.i.d. drafts in multi-draft mode (the beam mode gives neither).
+  static constexpr draft_output provides = draft_output::q_rows | draft_output::iid_drafts;
   explicit longspec_drafter(Model& model, std::vector<int> beam_widths = {})
       : model_(&model), beam_(beam_widths.empty() ? beam_tree_params{} : beam_tree_params{beam_widths, 0}),
         use_beam_(!beam_widths.empty()) {}

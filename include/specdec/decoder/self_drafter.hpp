@@ -106,6 +106,8 @@ class self_drafter {
   static_assert(check_self_draft_model<Model>());
 
  public:
+  //! Ranked (top-k) rows and n-gram sequences: no q rows, no i.i.d. drafts (decoder/pairing.hpp).
+  static constexpr draft_output provides = draft_output::none;
   explicit self_drafter(Model& model, self_drafter_params params = {}) : model_(&model), p_(params) {
     constexpr std::string_view fn = "specdec::self_drafter";
     require(p_.ngram_candidates >= 0, fn, "params.ngram_candidates", ">= 0", p_.ngram_candidates);

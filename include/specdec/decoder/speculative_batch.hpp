@@ -163,6 +163,7 @@ class speculative_batch {
   static_assert(check_drafter<Drafter>());
   static_assert(check_tree_builder<TreeBuilder>());
   static_assert(check_verifier<Verifier>());
+  static_assert(check_policy_pairing<Drafter, TreeBuilder, Verifier>());
 
  public:
   //! `policy` sets the thread count of the per-request processing and verification.

@@ -13,6 +13,8 @@
 //!                            the root, unmerged, in draw order (what multi_draft_verifier requires);
 //!  - cape_tree_builder:      GLIDE's CAPE (§4.2): the chain plus, at each depth, an expansion set of
 //!                            S(p) runner-up siblings sized by the draft's confidence p in the chain token.
+//! Each declares the shape it builds (`produces`, decoder/pairing.hpp), so a verifier that needs a chain
+//! or i.i.d. drafts refuses the others at compile time.
 //! LongSpec's dynamic beam tree is built by the drafter itself (longspec_drafter with beam widths, via
 //! tree/beam_tree_builder.hpp) and arrives as sequences, so trie_tree_builder rebuilds it exactly.
 //! Duplicate siblings: every builder here except multi_draft_tree_builder merges equal tokens under
@@ -36,6 +38,7 @@ namespace specdec {
 
 //! A path of the drafted chain's first max_depth tokens (0 = all). O(depth).
 struct chain_tree_builder {
+  static constexpr tree_shape produces = tree_shape::chain;
   int max_depth = 0;
   void build(const draft_candidates& c, token_tree& out) const {
     require(max_depth >= 0, "specdec::chain_tree_builder::build", "max_depth", ">= 0", max_depth);
@@ -58,6 +61,7 @@ static_assert(check_tree_builder<chain_tree_builder>());
 //! the draft's mode matches the target's draw more often than the draft's own draw does.
 //! O(nodes + sum_k |alternatives[k]| s_k).
 struct cartesian_tree_builder {
+  static constexpr tree_shape produces = tree_shape::tree;  // a chain only when every width is 1
   std::vector<int> widths = tokenswift_tree_widths();
   cartesian_tree_builder() = default;
   explicit cartesian_tree_builder(std::vector<int> w) : widths(std::move(w)) {}
@@ -102,6 +106,7 @@ static_assert(check_tree_builder<cartesian_tree_builder>());
 //! max_nodes = 0: no budget. O(nodes) expected.
 class tokenswift_tree_builder {
  public:
+  static constexpr tree_shape produces = tree_shape::tree;
   tokenswift_tree_builder() : tokenswift_tree_builder(tokenswift_tree_widths()) {}
   explicit tokenswift_tree_builder(std::vector<int> widths, int max_nodes = 0)
       : cartesian_(std::move(widths)), merger_(max_nodes) {}
@@ -135,6 +140,7 @@ static_assert(check_tree_builder<tokenswift_tree_builder>());
 //! truncated); max_depth > 0 truncates every sequence to that many tokens. O(total tokens) expected.
 class trie_tree_builder {
  public:
+  static constexpr tree_shape produces = tree_shape::tree;
   trie_tree_builder() : trie_tree_builder(0, 0) {}
   //! max_nodes = 0 / max_depth = 0: no limit.
   explicit trie_tree_builder(int max_nodes, int max_depth = 0) : merger_(max_nodes), max_depth_(max_depth) {
@@ -169,6 +175,9 @@ static_assert(check_tree_builder<trie_tree_builder>());
 //! set of distinct ones and change their law. Sibling tokens may therefore repeat (drafts drawn with
 //! replacement). max_depth > 0 truncates each draft. Nodes = total draft tokens; O(nodes).
 struct multi_draft_tree_builder {
+  //! i.i.d. drafts when the drafter draws them (check_policy_pairing asks multi_draft_verifier's drafter
+  //! to be able to); any other drafter's sequences give a tree with repeated siblings.
+  static constexpr tree_shape produces = tree_shape::iid_drafts;
   int max_depth = 0;  //!< 0 = no limit
   void build(const draft_candidates& c, token_tree& out) const {
     require(max_depth >= 0, "specdec::multi_draft_tree_builder::build", "max_depth", ">= 0 (0 = no limit)", max_depth);
@@ -193,6 +202,7 @@ static_assert(check_tree_builder<multi_draft_tree_builder>());
 //! dropping the deepest expansions first. O(nodes); no allocation in steady state.
 class cape_tree_builder {
  public:
+  static constexpr tree_shape produces = tree_shape::tree;
   cape_tree_builder() = default;
   //! max_tokens: cap on tree nodes (0 = none); schedule: S(p) (GLIDE §4.2 bins by default).
   explicit cape_tree_builder(int max_tokens, cape_schedule schedule = cape_schedule::glide_bins())

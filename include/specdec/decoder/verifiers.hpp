@@ -11,6 +11,9 @@
 //!                              al. 2024 without replacement) on k independent sampled drafts
 //!                              (multi-draft drafters + multi_draft_tree_builder), with their q rows.
 //! All take the processed target logits (verify_input::logits) and convert them to probabilities.
+//! Each declares the tree shapes it verifies (`accepts`) and whether it needs draft q rows
+//! (`needs_draft_q`), so speculative_decoder refuses an illegal builder / drafter at compile time
+//! (decoder/pairing.hpp); the verify/ functions keep their run-time checks for what types cannot say.
 //!
 //! Non-finite numbers (the policy of every token-producing entry point, sampling/sampler.hpp): a
 //! logit row with NaN or +inf, or with no logit above -inf, throws specdec::invalid_argument naming the
@@ -72,6 +75,8 @@ inline void softmax_rows(const strided_view<const float, 2>& logits, std::vector
 //! O(n + (accepted + 1) V).
 struct greedy_verifier {
   static constexpr bool is_lossless_for_sampling = false;
+  static constexpr tree_shape accepts = tree_shape::tree;
+  static constexpr bool needs_draft_q = false;
   void verify(const verify_input& in, verify_result& out) const { out = verify_greedy(in.tree, in.logits); }
 };
 static_assert(check_verifier<greedy_verifier>());
@@ -80,6 +85,8 @@ static_assert(check_verifier<greedy_verifier>());
 //! the processed rows are one-hot, so it reduces to greedy verification. O(n + rows V).
 struct sample_and_match_verifier {
   static constexpr bool is_lossless_for_sampling = true;
+  static constexpr tree_shape accepts = tree_shape::tree;
+  static constexpr bool needs_draft_q = false;
   void verify(const verify_input& in, verify_result& out) {
     detail::softmax_rows(in.logits, probs_, "specdec::sample_and_match_verifier");
     const auto p = make_view<2>(static_cast<const float*>(probs_.data()), {in.logits.extent(0), in.logits.extent(1)});
@@ -91,11 +98,15 @@ struct sample_and_match_verifier {
 };
 static_assert(check_verifier<sample_and_match_verifier>());
 
-//! Chain speculative sampling. Precondition: the tree is a chain (use chain_tree_builder). Uses the
-//! draft's q rows when the drafter sampled its chain (draft.q non-empty), else one-hot q at the drafted
-//! tokens. O(rows V).
+//! Chain speculative sampling. Precondition: the tree is a chain (use chain_tree_builder; any other
+//! builder is refused at compile time by `accepts`, and verify_chain_speculative checks the tree at
+//! run time). Uses the draft's q rows when the drafter sampled its chain (draft.q non-empty), else
+//! one-hot q at the drafted tokens, which is exact for any drafted token (accept x with probability
+//! p(x), else draw from p without x), so q is not required: needs_draft_q = false. O(rows V).
 struct chain_speculative_verifier {
   static constexpr bool is_lossless_for_sampling = true;
+  static constexpr tree_shape accepts = tree_shape::chain;
+  static constexpr bool needs_draft_q = false;
   void verify(const verify_input& in, verify_result& out) {
     const auto rows = in.logits.extent(0), V = in.logits.extent(1);
     detail::softmax_rows(in.logits, probs_, "specdec::chain_speculative_verifier");
@@ -127,9 +138,14 @@ static_assert(check_verifier<chain_speculative_verifier>());
 //! drafter) gives one-hot rows at its own next token, which is exact for a chain tree.
 //! Preconditions: every node's children were drawn from its q row in index order (multi-draft
 //! drafters + multi_draft_tree_builder, or a chain); violations that show as q = 0 at a child's token
-//! throw specdec::invalid_argument from verify_multi_draft. O(n k depth + rows V).
+//! throw specdec::invalid_argument from verify_multi_draft. At compile time (decoder/pairing.hpp) the
+//! builder must build a chain or i.i.d. drafts (`accepts`) and, for i.i.d. drafts, the drafter must be
+//! able to draw them with q rows (`needs_draft_q`); whether it does in this run (multi_draft_params
+//! given, temperature) is a run-time choice, left to verify_multi_draft's checks. O(n k depth + rows V).
 struct multi_draft_verifier {
   static constexpr bool is_lossless_for_sampling = true;
+  static constexpr tree_shape accepts = tree_shape::iid_drafts;
+  static constexpr bool needs_draft_q = true;
   void verify(const verify_input& in, verify_result& out) {
     const auto rows = in.logits.extent(0), V = in.logits.extent(1);
     detail::softmax_rows(in.logits, probs_, "specdec::multi_draft_verifier");
