@@ -68,3 +68,36 @@ TEST_CASE("prompt_lookup: an n-gram length that could not be indexed is rejected
   longest.extend(V{4, 5, 6, 4, 5});
   CHECK(longest.propose() == V{6, 4, 5});
 }
+
+TEST_CASE("prompt_lookup: latest_match / previous_match walk every earlier occurrence, newest first", "[draft][pld]") {
+  for (std::uint64_t seed = 0; seed < 6; ++seed) {
+    specdec::philox_stream rng(seed, 13);
+    const specdec::prompt_lookup_params p{.min_ngram = 1 + static_cast<int>(seed % 3), .max_ngram = 3 + static_cast<int>(seed % 3)};
+    prompt_lookup pl(p);
+    V ctx;
+    for (int i = 0; i < 300; ++i) {
+      const auto t = static_cast<std::int32_t>(rng.below(2 + static_cast<std::uint32_t>(seed)));
+      ctx.push_back(t);
+      pl.push(t);
+      const auto L = static_cast<std::int64_t>(ctx.size());
+      for (int m = p.min_ngram; m <= p.max_ngram; ++m) {
+        V want;  // starts s < L - m with ctx[s, s+m) == the last m tokens, descending
+        for (std::int64_t s = L - m - 1; s >= 0; --s)
+          if (std::equal(ctx.begin() + s, ctx.begin() + s + m, ctx.end() - m)) want.push_back(static_cast<std::int32_t>(s));
+        V got;
+        for (auto s = pl.latest_match(m); s >= 0; s = pl.previous_match(m, s)) got.push_back(s);
+        REQUIRE(got == want);
+      }
+    }
+    pl.clear();
+    CHECK(pl.latest_match(p.min_ngram) == -1);
+  }
+  using Catch::Contains;
+  prompt_lookup pl({.min_ngram = 2, .max_ngram = 3});
+  pl.extend(V{1, 2, 1, 2});
+  CHECK(pl.latest_match(2) == 0);
+  CHECK(pl.previous_match(2, 0) == -1);
+  REQUIRE_THROWS_WITH(pl.latest_match(1), Contains("prompt_lookup::latest_match") && Contains("'m'"));
+  REQUIRE_THROWS_WITH(pl.previous_match(4, 0), Contains("prompt_lookup::previous_match") && Contains("'m'"));
+  REQUIRE_THROWS_WITH(pl.previous_match(3, 2), Contains("prompt_lookup::previous_match") && Contains("'s'"));
+}

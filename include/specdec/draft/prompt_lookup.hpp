@@ -4,12 +4,14 @@
 //! context's last m tokens, longest match first (m = max_ngram down to min_ngram), and propose the
 //! up to num_tokens tokens that followed it. The reference scan is O(L * max_ngram); the incremental
 //! prompt_lookup index answers in O(max_ngram - min_ngram + 1) expected after an amortized
-//! O(max_ngram - min_ngram + 1) update per appended token.
+//! O(max_ngram - min_ngram + 1) update per appended token, and also lists every earlier occurrence,
+//! most recent first, in O(1) per occurrence (decoder/drafters.hpp's ngram_drafter drafts from them).
 
 #include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -61,14 +63,17 @@ inline std::vector<std::int32_t> prompt_lookup_reference(std::span<const std::in
 }
 
 //! Incremental prompt-lookup index over a growing context (prompt + generated tokens): for every m in
-//! [min_ngram, max_ngram] it keeps, per distinct m-gram, the end of its latest occurrence that has at
-//! least one token after it, so the current suffix never matches itself. Same proposals as
-//! prompt_lookup_reference. Memory O(L * (max_ngram - min_ngram + 1)). Not thread-safe.
+//! [min_ngram, max_ngram] it keeps, per distinct m-gram, the start of its latest occurrence that has at
+//! least one token after it, so the current suffix never matches itself, and per occurrence the start
+//! of the previous occurrence of the same m-gram, so all matches can be walked newest first
+//! (latest_match / previous_match) without a scan. Same proposals as prompt_lookup_reference.
+//! Memory O(L * (max_ngram - min_ngram + 1)). Not thread-safe.
 class prompt_lookup {
  public:
   explicit prompt_lookup(prompt_lookup_params params = {}) : p_(params) {
     detail::validate_pld("specdec::prompt_lookup", p_);
     maps_.resize(static_cast<std::size_t>(p_.max_ngram - p_.min_ngram + 1));
+    prev_.resize(maps_.size());
   }
 
   [[nodiscard]] const prompt_lookup_params& params() const noexcept { return p_; }
@@ -86,25 +91,52 @@ class prompt_lookup {
     for (int m = p_.min_ngram; m <= p_.max_ngram && end - m + 1 >= 0; ++m) {
       const auto start = static_cast<std::int32_t>(end - m + 1);
       // distinct grams sharing a hash stay separate (the predicate compares tokens); an equal gram
-      // gets its latest start
-      maps_[static_cast<std::size_t>(m - p_.min_ngram)].upsert(hash(start, m), start,
-                                                                  [&](std::int32_t s) { return same(s, start, m); });
+      // gets its latest start, and the start it replaces becomes this occurrence's predecessor
+      // (starts of one length arrive in order 0, 1, 2, ..., so prev_[.][start] is a push_back)
+      const auto mi = static_cast<std::size_t>(m - p_.min_ngram);
+      prev_[mi].push_back(maps_[mi].upsert(hash(start, m), start, [&](std::int32_t s) { return same(s, start, m); }));
     }
   }
 
   //! Appends tokens in order.
   void extend(std::span<const std::int32_t> tokens) {
-    ctx_.reserve(ctx_.size() + tokens.size());
+    // Grow geometrically: an exact reserve per call re-copied the whole context on every few-token
+    // extend (the decoder's per-step pattern), ~7 us a step at 90K tokens.
+    if (const std::size_t need = ctx_.size() + tokens.size(); need > ctx_.capacity())
+      ctx_.reserve(std::max(need, 2 * ctx_.capacity()));
     for (auto t : tokens) push(t);
+  }
+
+  //! The start s of the latest earlier occurrence of the context's last m tokens (s < L - m and
+  //! context[s, s + m) equals them), or -1 if there is none (always when m >= L). O(m) expected.
+  //! Precondition (checked): min_ngram <= m <= max_ngram.
+  [[nodiscard]] std::int32_t latest_match(int m) const {
+    require_in_range("specdec::prompt_lookup::latest_match", "m", m, p_.min_ngram, p_.max_ngram);
+    const auto L = static_cast<std::int64_t>(ctx_.size());
+    if (m >= L) return -1;
+    const std::int64_t start = L - m;
+    return maps_[static_cast<std::size_t>(m - p_.min_ngram)].find(hash(start, m),
+                                                                  [&](std::int32_t c) { return same(c, start, m); });
+  }
+
+  //! The start of the occurrence of the same m-gram before the one starting at s, or -1: the earlier
+  //! occurrences of the last m tokens, most recent first, are latest_match(m), previous_match(m, that),
+  //! ..., -1. O(1). Precondition (checked): min_ngram <= m <= max_ngram and an m-gram starting at s
+  //! is indexed (s from latest_match / previous_match of the same m).
+  [[nodiscard]] std::int32_t previous_match(int m, std::int32_t s) const {
+    constexpr std::string_view fn = "specdec::prompt_lookup::previous_match";
+    require_in_range(fn, "m", m, p_.min_ngram, p_.max_ngram);
+    const auto& prev = prev_[static_cast<std::size_t>(m - p_.min_ngram)];
+    if (!(s >= 0 && static_cast<std::size_t>(s) < prev.size())) [[unlikely]]
+      throw_invalid_argument(fn, "s", "the start of an indexed m-gram, in [0, " + std::to_string(prev.size()) + ")", s);
+    return prev[static_cast<std::size_t>(s)];
   }
 
   //! The proposal for the current context (see prompt_lookup_reference); empty if no match.
   [[nodiscard]] std::vector<std::int32_t> propose() const {
     const auto L = static_cast<std::int64_t>(ctx_.size());
     for (int m = std::min<std::int64_t>(p_.max_ngram, L - 1); m >= p_.min_ngram; --m) {
-      const std::int64_t start = L - m;
-      const std::int32_t s = maps_[static_cast<std::size_t>(m - p_.min_ngram)].find(
-          hash(start, m), [&](std::int32_t c) { return same(c, start, m); });
+      const std::int32_t s = latest_match(m);
       if (s < 0) continue;
       const auto b = static_cast<std::size_t>(s + m);
       const auto e = static_cast<std::size_t>(std::min<std::int64_t>(std::int64_t{s} + m + p_.num_tokens, L));
@@ -116,6 +148,7 @@ class prompt_lookup {
   void clear() {
     ctx_.clear();
     for (auto& m : maps_) m.clear();
+    for (auto& v : prev_) v.clear();
   }
 
  private:
@@ -135,6 +168,7 @@ class prompt_lookup {
   prompt_lookup_params p_;
   std::vector<std::int32_t> ctx_;
   std::vector<detail::hash_slots> maps_;
+  std::vector<std::vector<std::int32_t>> prev_;  // [m - min_ngram][start]: previous start of that m-gram, or -1
 };
 
 }  // namespace specdec
