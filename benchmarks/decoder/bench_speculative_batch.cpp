@@ -1,16 +1,19 @@
 // speculative_batch's step on the reference LLaMA (examples/common/llama.hpp, float, vocab 32000,
-// hidden 256, 2 layers, GQA 4/2, head_dim 64), greedy verification over trie trees of n-gram drafts,
+// hidden 256, 2 layers, GQA 4/2, head_dim 64), greedy verification of a 4-token chain per request,
 // B = 1, 8, 32 requests kept active (a request that nears its capacity is replaced between
 // iterations, untimed). Each iteration is one step(). Two targets:
 //   batched:     llama_model's forward_batch, one transformer pass over all rows of the step;
 //   round_robin: the same model seen through its per-request forward only (batched_target_adapter
 //                runs one forward per request), what speculative_decoder did before the step API.
+// The drafter proposes the last `depth` committed tokens again as a chain (a fixed-size tree every step,
+// so each request contributes depth + 1 = 5 query rows; the random model accepts almost none).
 // Counters: "tok/s" = emitted tokens per second; "overhead_%" = the batch's own work per step
 // (drafting + tree building + logits processing and verification) over the target's forward time;
 // "commit_%" = the target's KV commit over its forward (model work, reported apart); "rows" = mean
 // query rows per forward.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "../../examples/common/llama.hpp"
@@ -40,6 +43,17 @@ struct per_request_only {
   void commit(int r, std::span<const std::int32_t> a) { m->commit(r, a); }
 };
 
+// Proposes the last req.depth committed tokens as the chain: a 4-node tree every step, no model cost.
+struct repeat_drafter {
+  static constexpr draft_output provides = draft_output::none;
+  void reset(int) {}
+  void propose(const draft_request& req, draft_candidates& out) const {
+    out.clear();
+    const auto n = std::min(req.tokens.size(), static_cast<std::size_t>(req.depth));
+    for (auto t : req.tokens.last(n)) out.chain.push_back({t, 0.0f});
+  }
+};
+
 std::vector<std::int32_t> prompt_for(std::uint32_t id) {
   philox_stream rng(5, id);
   std::vector<std::int32_t> phrase(8), p;
@@ -51,8 +65,8 @@ std::vector<std::int32_t> prompt_for(std::uint32_t id) {
 template <class Target>
 void run(benchmark::State& state, llama_model<float>& model, Target& target) {
   const int B = static_cast<int>(state.range(0));
-  speculative_batch<Target, ngram_drafter, trie_tree_builder, greedy_verifier> batch(target);
-  const generation_options opt{.max_new_tokens = 1 << 30, .draft_depth = 4, .draft_width = 2};
+  speculative_batch<Target, repeat_drafter, chain_tree_builder, greedy_verifier> batch(target);
+  const generation_options opt{.max_new_tokens = 1 << 30, .draft_depth = 4, .draft_width = 1};
   std::uint32_t next_id = 0;
   std::vector<std::uint32_t> live;
   for (int b = 0; b < B; ++b) batch.add_request(next_id, prompt_for(next_id), opt), live.push_back(next_id++);
