@@ -9,6 +9,7 @@
 #include <random>
 
 #include "../../examples/common/llama.hpp"
+#include "distribution_util.hpp"
 #include "specdec/decoder/speculative_batch.hpp"
 
 using namespace specdec;
@@ -236,4 +237,35 @@ TEST_CASE("speculative_batch rejects bad requests before touching the target, an
   on_device.add_request(1, p);
   REQUIRE_THROWS_WITH(on_device.step(), Contains("host-accessible") && Contains("device"));
   CHECK(on_device.tokens(1).size() == 3);  // nothing committed
+}
+
+TEST_CASE("continuous batching at T > 0 is distributed as the target's sampling (chi-square)", "[decoder][batch]") {
+  // 3000 requests of 3 tokens, 4 slots, each joining as soon as a slot frees: the joint law of the first
+  // two tokens against the exact autoregressive law (distribution_util.hpp). One seed for all: the
+  // requests differ only by id, so this also checks that id-keyed streams are independent.
+  using namespace distribution;
+  llama_model<double> target(distribution::cfg, distribution::weights(), 4, 64);
+  speculative_batch<llama_model<double>, ngram_drafter, trie_tree_builder, sample_and_match_verifier> batch(target);
+  const generation_options opt{.max_new_tokens = 3, .sampling = distribution::params, .seed = 77, .draft_depth = 3,
+                               .draft_width = 2};
+  std::vector<int> counts(V * V, 0);
+  std::map<std::uint32_t, std::vector<std::int32_t>> got;
+  std::uint32_t next = 0;
+  while (next < static_cast<std::uint32_t>(runs) || batch.active() > 0) {
+    while (next < static_cast<std::uint32_t>(runs) && batch.free_slots() > 0) batch.add_request(next++, distribution::prompt, opt);
+    for (const auto& out : batch.step()) {
+      auto& g = got[out.id];
+      g.insert(g.end(), out.tokens.begin(), out.tokens.end());
+      if (out.finished) {
+        REQUIRE(g.size() == 3);
+        ++counts[g[0] * V + g[1]];
+        got.erase(out.id);
+      }
+    }
+  }
+  const auto [stat, crit] = chi_square(counts, exact_joint(), runs);
+  INFO("chi2 " << stat << " critical " << crit << " tau " << batch.stats().tau());
+  CHECK(stat < crit);
+  CHECK(batch.stats().accepted > 0);
+  CHECK(batch.stats().steps > batch.stats().batch_steps);  // several requests per target call
 }
