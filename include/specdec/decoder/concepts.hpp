@@ -19,8 +19,9 @@
 #include "specdec/core/half.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
-#include "specdec/decoder/draft_candidates.hpp"
 #include "specdec/decoder/pairing.hpp"
+#include "specdec/draft/draft_candidates.hpp"
+#include "specdec/draft/drafter.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_result.hpp"
@@ -149,29 +150,7 @@ consteval bool check_target_model() {
   return true;
 }
 
-// ---- drafter ---------------------------------------------------------------------------------------
-
-//! `reset(int request)` forgets a request's draft state (a new prompt starts in that slot).
-template <class D>
-concept drafter_has_reset = requires(D& d, int r) { d.reset(r); };
-
-//! `propose(const draft_request&, draft_candidates&)` fills candidates for the tokens after the root.
-//! A self-drafter (TokenSwift: the target itself on a partial KV cache) fits here too: it holds a
-//! reference to the target and runs it inside propose(); nothing in the decoder assumes a separate model.
-template <class D>
-concept drafter_has_propose = requires(D& d, const draft_request& req, draft_candidates& out) { d.propose(req, out); };
-
-//! A drafter policy.
-template <class D>
-concept drafter = drafter_has_reset<D> && drafter_has_propose<D>;
-
-template <class D>
-consteval bool check_drafter() {
-  static_assert(drafter_has_reset<D>, "drafter: missing member function 'reset(int request)'");
-  static_assert(drafter_has_propose<D>,
-                "drafter: missing member function 'propose(const specdec::draft_request&, specdec::draft_candidates&)'");
-  return true;
-}
+// ---- drafter: draft/drafter.hpp (drafter_has_reset, drafter_has_propose, drafter, check_drafter) -----
 
 // ---- tree_builder ----------------------------------------------------------------------------------
 
