@@ -5,7 +5,9 @@
 //! the missing member (modeled on kv/kv_layout.hpp). The decoder calls all four where it is
 //! instantiated; each shipped policy is checked right after its definition. Which drafters, builders
 //! and verifiers may be composed is declared by static traits and checked by check_policy_pairing()
-//! (decoder/pairing.hpp).
+//! (decoder/pairing.hpp). The drafter concept and check_drafter() are defined in draft/drafter.hpp
+//! (so the shipped drafters in draft/ check themselves without including decoder/); this header
+//! includes it, so it still offers all four.
 //!
 //! Row convention (shared with verify/): for a tree of n nodes the target writes n + 1 logit rows:
 //! row 0 at the root (the last committed token), row i + 1 after node i.
