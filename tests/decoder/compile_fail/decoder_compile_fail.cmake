@@ -1,6 +1,7 @@
 # Compile-fail tests of the decoder's policy concepts (decoder/concepts.hpp; the drafter's is in
 # draft/drafter.hpp): a policy missing one member must be rejected where speculative_decoder is
-# instantiated, with a static_assert message that names the member. Uses specdec_add_compile_fail_cases of tests/compile_fail/compile_fail.cmake (included first).
+# instantiated, with a static_assert message that names the member. Uses specdec_add_compile_fail_cases
+# of tests/compile_fail/compile_fail.cmake (included first).
 # Registered by including this file from tests/CMakeLists.txt.
 specdec_add_compile_fail_cases(decoder ${CMAKE_CURRENT_LIST_DIR}/decoder_policies.cpp
   "control|"
