@@ -1,7 +1,7 @@
 // TokenSwift's residual heads (§3.2, Eq. 1; draft/residual_heads.hpp) at Llama-3.1-8B's hidden size
 // H = 4096 with gamma = 3 (footnote 1), for n = 1, 4 and 16 draft positions (a decode batch), fp32 /
 // fp16 / bf16 weights, one thread and the pool; and the self-drafter's per-step host work
-// (decoder/self_drafter.hpp: gamma + 1 = 4 rows of a 128256-token vocabulary -> top-3 alternatives
+// (draft/self_drafter.hpp: gamma + 1 = 4 rows of a 128256-token vocabulary -> top-3 alternatives
 // per depth, plus a 4-gram query) with a model that only copies prepared rows.
 // Counters: GB/s over the weights read (gamma H^2 elements) plus h0 and out; GFLOP/s = 2 gamma n H^2.
 // For the drafter: GB/s over the logit rows read.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "specdec/core/philox.hpp"
-#include "specdec/decoder/self_drafter.hpp"
+#include "specdec/draft/self_drafter.hpp"
 #include "specdec/draft/residual_heads.hpp"
 
 namespace {

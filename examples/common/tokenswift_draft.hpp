@@ -26,7 +26,7 @@
 #include "llama.hpp"
 #include "model_math.hpp"
 #include "specdec/attention/hybrid_tree_attention.hpp"
-#include "specdec/decoder/self_drafter.hpp"
+#include "specdec/draft/self_drafter.hpp"
 #include "specdec/draft/residual_heads.hpp"
 #include "specdec/kv/partial_kv.hpp"
 #include "specdec/reference/attention.hpp"

@@ -1,4 +1,4 @@
-// Lossless end to end, drafter = TokenSwift self-drafting (decoder/self_drafter.hpp over
+// Lossless end to end, drafter = TokenSwift self-drafting (draft/self_drafter.hpp over
 // examples/common/tokenswift_draft.hpp: partial KV cache of 64 tokens, 3 fitted residual heads,
 // 4-gram reutilization): at temperature 0 the decoder's output equals the double-precision reference
 // LLaMA's own greedy output token for token over 1000 new tokens, for each of 3 seeds, with tau > 1

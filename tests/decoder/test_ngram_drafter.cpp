@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "specdec/core/philox.hpp"
-#include "specdec/decoder/drafters.hpp"
+#include "specdec/draft/ngram_drafter.hpp"
 
 using namespace specdec;
 using V = std::vector<std::int32_t>;

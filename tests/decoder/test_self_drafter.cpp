@@ -1,4 +1,4 @@
-// TokenSwift's self-drafter policy (decoder/self_drafter.hpp) and tree builder
+// TokenSwift's self-drafter policy (draft/self_drafter.hpp) and tree builder
 // (tokenswift_tree_builder) over a scripted self_draft_model: rows -> per-depth alternatives and
 // chain (raw for greedy requests, after the request's logits processors when sampling), depth capped
 // at gamma + 1, token reutilization from the generated text only (not the prompt, unless asked),
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../../examples/common/tokenswift_draft.hpp"
-#include "specdec/decoder/self_drafter.hpp"
+#include "specdec/draft/self_drafter.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 
 namespace {

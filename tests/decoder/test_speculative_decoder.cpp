@@ -5,6 +5,7 @@
 
 #include "../../examples/common/llama.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/draft/chain_drafter.hpp"
 
 using namespace specdec;
 using namespace specdec::examples;

@@ -5,7 +5,9 @@
 //! the missing member (modeled on kv/kv_layout.hpp). The decoder calls all four where it is
 //! instantiated; each shipped policy is checked right after its definition. Which drafters, builders
 //! and verifiers may be composed is declared by static traits and checked by check_policy_pairing()
-//! (decoder/pairing.hpp).
+//! (decoder/pairing.hpp). The drafter concept and check_drafter() are defined in draft/drafter.hpp
+//! (so the shipped drafters in draft/ check themselves without including decoder/); this header
+//! includes it, so it still offers all four.
 //!
 //! Row convention (shared with verify/): for a tree of n nodes the target writes n + 1 logit rows:
 //! row 0 at the root (the last committed token), row i + 1 after node i.
@@ -19,8 +21,9 @@
 #include "specdec/core/half.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
-#include "specdec/decoder/draft_candidates.hpp"
 #include "specdec/decoder/pairing.hpp"
+#include "specdec/draft/draft_candidates.hpp"
+#include "specdec/draft/drafter.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_result.hpp"
@@ -149,29 +152,7 @@ consteval bool check_target_model() {
   return true;
 }
 
-// ---- drafter ---------------------------------------------------------------------------------------
-
-//! `reset(int request)` forgets a request's draft state (a new prompt starts in that slot).
-template <class D>
-concept drafter_has_reset = requires(D& d, int r) { d.reset(r); };
-
-//! `propose(const draft_request&, draft_candidates&)` fills candidates for the tokens after the root.
-//! A self-drafter (TokenSwift: the target itself on a partial KV cache) fits here too: it holds a
-//! reference to the target and runs it inside propose(); nothing in the decoder assumes a separate model.
-template <class D>
-concept drafter_has_propose = requires(D& d, const draft_request& req, draft_candidates& out) { d.propose(req, out); };
-
-//! A drafter policy.
-template <class D>
-concept drafter = drafter_has_reset<D> && drafter_has_propose<D>;
-
-template <class D>
-consteval bool check_drafter() {
-  static_assert(drafter_has_reset<D>, "drafter: missing member function 'reset(int request)'");
-  static_assert(drafter_has_propose<D>,
-                "drafter: missing member function 'propose(const specdec::draft_request&, specdec::draft_candidates&)'");
-  return true;
-}
+// ---- drafter: draft/drafter.hpp (drafter_has_reset, drafter_has_propose, drafter, check_drafter) -----
 
 // ---- tree_builder ----------------------------------------------------------------------------------
 

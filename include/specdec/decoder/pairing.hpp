@@ -13,6 +13,8 @@
 //!    the draft's q rows (draft_candidates::q / sequence_q);
 //!  - drafter: `static constexpr draft_output provides` [draft_output::none]: what it can put into
 //!    draft_candidates besides tokens (q rows, i.i.d. drafts), in some mode.
+//!    (draft_output and its detection, draft_output_v, live in draft/drafter.hpp, so that drafters need
+//!    not include decoder/.)
 //! So user policies without traits keep compiling with each other and wherever the verifier accepts
 //! any tree (greedy_verifier, sample_and_match_verifier). Under a verifier that restricts the tree they
 //! count as guaranteeing the least: a builder without `produces` is refused by chain_speculative_verifier
@@ -34,6 +36,8 @@
 #include <concepts>
 #include <cstdint>
 
+#include "specdec/draft/drafter.hpp"  // draft_output and its detection (the drafter side of the vocabulary)
+
 namespace specdec {
 
 //! The shape of a speculation tree, ordered from the most to the least constrained; each includes
@@ -44,21 +48,6 @@ enum class tree_shape : std::uint8_t {
                //!< (multi_draft_tree_builder over a multi-draft drafter); k = 1 is a chain
   tree,        //!< any tree: merged prefixes, ranked (top-k) siblings (trie, Cartesian, CAPE, TokenSwift)
 };
-
-//! What a drafter can provide besides the draft tokens (flags; "can": in at least one of its modes,
-//! which may be chosen at run time, see the file comment).
-enum class draft_output : std::uint8_t {
-  none = 0,
-  q_rows = 1,      //!< the draft distribution's rows q for the drafted tokens (when it samples)
-  iid_drafts = 2,  //!< k independent drafts sampled from q, each with its q rows (multi-draft mode)
-};
-[[nodiscard]] constexpr draft_output operator|(draft_output a, draft_output b) noexcept {
-  return static_cast<draft_output>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
-}
-//! True if `have` includes every flag of `want`.
-[[nodiscard]] constexpr bool provides_all(draft_output have, draft_output want) noexcept {
-  return (static_cast<std::uint8_t>(have) & static_cast<std::uint8_t>(want)) == static_cast<std::uint8_t>(want);
-}
 
 // ---- trait detection (a missing trait takes its default, see the file comment) ----------------------
 
@@ -73,10 +62,6 @@ concept verifier_declares_shape = requires {
 template <class V>
 concept verifier_declares_q_need = requires {
   { V::needs_draft_q } -> std::convertible_to<bool>;
-};
-template <class D>
-concept drafter_declares_output = requires {
-  { D::provides } -> std::convertible_to<draft_output>;
 };
 
 namespace detail {
@@ -95,11 +80,6 @@ consteval bool verifier_needs_q() {
   if constexpr (verifier_declares_q_need<V>) return V::needs_draft_q;
   else return false;
 }
-template <class D>
-consteval draft_output drafter_output() {
-  if constexpr (drafter_declares_output<D>) return D::provides;
-  else return draft_output::none;
-}
 }  // namespace detail
 
 //! The tree shape a tree builder declares (tree_shape::tree without a `produces` trait).
@@ -111,9 +91,6 @@ inline constexpr tree_shape accepted_shape_v = detail::verifier_shape<V>();
 //! Whether a verifier needs draft q rows on branching trees (false without `needs_draft_q`).
 template <class V>
 inline constexpr bool needs_draft_q_v = detail::verifier_needs_q<V>();
-//! What a drafter can provide (draft_output::none without `provides`).
-template <class D>
-inline constexpr draft_output draft_output_v = detail::drafter_output<D>();
 
 namespace detail {
 //! The pairing rules of check_policy_pairing (see there), each true when it holds.

@@ -64,10 +64,10 @@
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 #include "specdec/decoder/concepts.hpp"
-#include "specdec/decoder/draft_candidates.hpp"
-#include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
+#include "specdec/draft/draft_candidates.hpp"
+#include "specdec/draft/ngram_drafter.hpp"  // the default drafter
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/metrics.hpp"

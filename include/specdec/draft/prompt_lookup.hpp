@@ -5,7 +5,7 @@
 //! up to num_tokens tokens that followed it. The reference scan is O(L * max_ngram); the incremental
 //! prompt_lookup index answers in O(max_ngram - min_ngram + 1) expected after an amortized
 //! O(max_ngram - min_ngram + 1) update per appended token, and also lists every earlier occurrence,
-//! most recent first, in O(1) per occurrence (decoder/drafters.hpp's ngram_drafter drafts from them).
+//! most recent first, in O(1) per occurrence (draft/ngram_drafter.hpp's ngram_drafter drafts from them).
 
 #include <algorithm>
 #include <cstdint>

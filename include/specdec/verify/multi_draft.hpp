@@ -51,6 +51,7 @@
 
 #include "specdec/core/execution.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/draft_sampling.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
@@ -58,12 +59,6 @@
 #include "specdec/verify/verify_result.hpp"
 
 namespace specdec {
-
-//! How each node's children were drawn from the draft distribution.
-enum class draft_sampling : std::uint8_t {
-  with_replacement,    //!< i.i.d. draws (siblings may repeat a token)
-  without_replacement  //!< sequential draws excluding earlier siblings' tokens (siblings distinct)
-};
 
 namespace detail {
 

@@ -1,6 +1,7 @@
-# Compile-fail tests of the decoder's policy concepts (decoder/concepts.hpp): a policy missing one
-# member must be rejected where speculative_decoder is instantiated, with a static_assert message that
-# names the member. Uses specdec_add_compile_fail_cases of tests/compile_fail/compile_fail.cmake (included first).
+# Compile-fail tests of the decoder's policy concepts (decoder/concepts.hpp; the drafter's is in
+# draft/drafter.hpp): a policy missing one member must be rejected where speculative_decoder is
+# instantiated, with a static_assert message that names the member. Uses specdec_add_compile_fail_cases
+# of tests/compile_fail/compile_fail.cmake (included first).
 # Registered by including this file from tests/CMakeLists.txt.
 specdec_add_compile_fail_cases(decoder ${CMAKE_CURRENT_LIST_DIR}/decoder_policies.cpp
   "control|"
@@ -16,7 +17,7 @@ specdec_add_compile_fail_cases(decoder ${CMAKE_CURRENT_LIST_DIR}/decoder_policie
   "missing_verify|MISSING_VERIFY|verifier: missing member function 'verify\\("
   "missing_trait|MISSING_TRAIT|verifier: missing 'static constexpr bool is_lossless_for_sampling'")
 
-# The same for TokenSwift's self-drafting model (decoder/self_drafter.hpp): instantiating self_drafter
+# The same for TokenSwift's self-drafting model (draft/self_drafter.hpp): instantiating self_drafter
 # over a model missing one member fails with check_self_draft_model's message naming it.
 specdec_add_compile_fail_cases(self_draft_model ${CMAKE_CURRENT_LIST_DIR}/self_draft_model.cpp
   "control|"

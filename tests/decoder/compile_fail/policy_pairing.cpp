@@ -7,6 +7,7 @@
 #include <span>
 
 #include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/draft/chain_drafter.hpp"
 
 using namespace specdec;
 

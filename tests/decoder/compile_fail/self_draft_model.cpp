@@ -1,9 +1,9 @@
-// Compile-fail cases for decoder/self_drafter.hpp's self_draft_model concept. Each -D macro removes one
+// Compile-fail cases for draft/self_drafter.hpp's self_draft_model concept. Each -D macro removes one
 // member from an otherwise valid self-drafting model; instantiating self_drafter must then fail with
 // check_self_draft_model's static_assert naming that member. Without a macro the file compiles.
 #include <span>
 
-#include "specdec/decoder/self_drafter.hpp"
+#include "specdec/draft/self_drafter.hpp"
 
 struct model {
 #ifndef MISSING_LOGIT_TYPE

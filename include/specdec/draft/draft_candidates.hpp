@@ -27,9 +27,9 @@
 //! within noise.
 //! Drafters that sample their chain from a distribution q (chain speculative sampling) also store
 //! q's rows: row d = q at depth d (row 0 at the root), matching the verifiers' row convention.
-//! Multi-draft drafters (multi_draft_params in decoder/drafters.hpp) draw chain and sequences as k
-//! independent samples from q (SpecInfer; Jeon et al. 2024), store every draft's q rows and say how
-//! the first tokens were drawn (`sampled_as`); multi_draft_verifier reads both.
+//! Multi-draft drafters (multi_draft_params in draft/multi_draft_sampler.hpp) draw chain and
+//! sequences as k independent samples from q (SpecInfer; Jeon et al. 2024), store every draft's q
+//! rows and say how the first tokens were drawn (`sampled_as`); multi_draft_verifier reads both.
 
 #include <cstdint>
 #include <optional>
@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/draft_sampling.hpp"
 #include "specdec/sampling/logits_processor.hpp"
-#include "specdec/verify/multi_draft.hpp"
 
 namespace specdec {
 

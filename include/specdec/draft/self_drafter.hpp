@@ -26,15 +26,17 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
-#include "specdec/decoder/concepts.hpp"
-#include "specdec/decoder/drafters.hpp"
+#include "specdec/draft/detail/draft_rows.hpp"
+#include "specdec/draft/draft_candidates.hpp"
+#include "specdec/draft/drafter.hpp"
 #include "specdec/draft/ngram_pool.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 
 namespace specdec {
 
 // ---- self_draft_model: a target that drafts for itself (TokenSwift) ---------------------------------
-// Split into named sub-requirements like decoder/concepts.hpp, so a compile error names the member.
+// Split into named sub-requirements like the policy concepts (decoder/concepts.hpp), so a compile
+// error names the member.
 
 //! `M::logit_type` is float or double (the element type of the rows self_draft writes).
 template <class M>

@@ -1,0 +1,76 @@
+#pragma once
+//! \file drafter.hpp
+//! The drafter policy of speculative_decoder: the `drafter` concept split into named sub-requirements
+//! and check_drafter<D>(), which static_asserts each part with a message naming the missing member
+//! (the other three policy concepts are in decoder/concepts.hpp), and the drafter side of the pairing
+//! vocabulary of decoder/pairing.hpp: `draft_output`, what a drafter declares it can provide besides
+//! tokens (`static constexpr draft_output provides`), and its detection (draft_output_v, draft_output::none
+//! without the trait). They live in draft/ so that each shipped drafter checks itself right after its
+//! definition without including decoder/.
+
+#include <concepts>
+#include <cstdint>
+
+#include "specdec/draft/draft_candidates.hpp"
+
+namespace specdec {
+
+//! What a drafter can provide besides the draft tokens (flags; "can": in at least one of its modes,
+//! which may be chosen at run time, see decoder/pairing.hpp's file comment).
+enum class draft_output : std::uint8_t {
+  none = 0,
+  q_rows = 1,      //!< the draft distribution's rows q for the drafted tokens (when it samples)
+  iid_drafts = 2,  //!< k independent drafts sampled from q, each with its q rows (multi-draft mode)
+};
+[[nodiscard]] constexpr draft_output operator|(draft_output a, draft_output b) noexcept {
+  return static_cast<draft_output>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
+}
+//! True if `have` includes every flag of `want`.
+[[nodiscard]] constexpr bool provides_all(draft_output have, draft_output want) noexcept {
+  return (static_cast<std::uint8_t>(have) & static_cast<std::uint8_t>(want)) == static_cast<std::uint8_t>(want);
+}
+
+// ---- trait detection (a missing trait takes its default: see decoder/pairing.hpp) ----------------------
+
+template <class D>
+concept drafter_declares_output = requires {
+  { D::provides } -> std::convertible_to<draft_output>;
+};
+
+namespace detail {
+template <class D>
+consteval draft_output drafter_output() {
+  if constexpr (drafter_declares_output<D>) return D::provides;
+  else return draft_output::none;
+}
+}  // namespace detail
+
+//! What a drafter can provide (draft_output::none without `provides`).
+template <class D>
+inline constexpr draft_output draft_output_v = detail::drafter_output<D>();
+
+// ---- drafter ---------------------------------------------------------------------------------------
+
+//! `reset(int request)` forgets a request's draft state (a new prompt starts in that slot).
+template <class D>
+concept drafter_has_reset = requires(D& d, int r) { d.reset(r); };
+
+//! `propose(const draft_request&, draft_candidates&)` fills candidates for the tokens after the root.
+//! A self-drafter (TokenSwift: the target itself on a partial KV cache) fits here too: it holds a
+//! reference to the target and runs it inside propose(); nothing in the decoder assumes a separate model.
+template <class D>
+concept drafter_has_propose = requires(D& d, const draft_request& req, draft_candidates& out) { d.propose(req, out); };
+
+//! A drafter policy.
+template <class D>
+concept drafter = drafter_has_reset<D> && drafter_has_propose<D>;
+
+template <class D>
+consteval bool check_drafter() {
+  static_assert(drafter_has_reset<D>, "drafter: missing member function 'reset(int request)'");
+  static_assert(drafter_has_propose<D>,
+                "drafter: missing member function 'propose(const specdec::draft_request&, specdec::draft_candidates&)'");
+  return true;
+}
+
+}  // namespace specdec

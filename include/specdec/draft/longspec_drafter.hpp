@@ -1,0 +1,155 @@
+#pragma once
+//! \file longspec_drafter.hpp
+//! longspec_drafter<M>: LongSpec's draft (§3.1: sliding-window self-attention + cache-free cross-
+//! attention into the target's KV, shared embedding/head), driven token by token through the
+//! incremental_draft_model interface; chain mode, or LongSpec's dynamic beam tree (Appendix B) through
+//! tree/beam_tree_builder.hpp, returned as sequences; or, constructed with multi_draft_params
+//! (draft/multi_draft_sampler.hpp), k independent sampled drafts with their q rows, for
+//! multi_draft_verifier.
+//! It declares what it can provide besides tokens (`provides`: q rows, i.i.d. drafts; see
+//! decoder/pairing.hpp): what some mode provides, q rows only when sampling at temperature > 0, i.i.d.
+//! drafts only when constructed with multi_draft_params; both are run-time choices the types cannot express.
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/draft/detail/draft_rows.hpp"
+#include "specdec/draft/draft_candidates.hpp"
+#include "specdec/draft/drafter.hpp"
+#include "specdec/draft/multi_draft_sampler.hpp"
+#include "specdec/tree/beam_tree_builder.hpp"
+#include "specdec/tree/token_tree.hpp"
+
+namespace specdec {
+
+//! A draft model driven one token at a time (examples::longspec_draft_model): step(r, token, position,
+//! commit, logits) runs one token, storing its K/V as committed (ring) or speculative;
+//! discard_speculation(r) drops the speculative ones; absorbed(r) = committed tokens seen.
+template <class M>
+concept incremental_draft_model = requires(M& m, const M& cm, int r, std::int32_t tok, int pos, bool commit,
+                                           std::span<typename M::logit_type> logits) {
+  typename M::logit_type;
+  { cm.vocab_size() } -> std::convertible_to<int>;
+  { cm.absorbed(r) } -> std::convertible_to<int>;
+  m.reset(r);
+  m.step(r, tok, pos, commit, logits);
+  m.discard_speculation(r);
+};
+
+//! LongSpec drafting (§3.1, Appendix B). With empty beam_widths: a chain of req.depth tokens (greedy or
+//! sampled) with top-width alternatives per depth. With beam widths (LongSpec uses [4, 16, 16, 16, 16]):
+//! the dynamic beam tree, each frontier node scored by re-running the draft along its path (the
+//! draft has no tree attention here, so a step costs O(frontier x depth) draft tokens), returned as
+//! the tree's root-to-leaf sequences for trie_tree_builder.
+template <incremental_draft_model Model>
+class longspec_drafter {
+ public:
+  //! q rows when sampling its chain; i.i.d. drafts in multi-draft mode (the beam mode gives neither).
+  static constexpr draft_output provides = draft_output::q_rows | draft_output::iid_drafts;
+  explicit longspec_drafter(Model& model, std::vector<int> beam_widths = {})
+      : model_(&model), beam_(beam_widths.empty() ? beam_tree_params{} : beam_tree_params{beam_widths, 0}),
+        use_beam_(!beam_widths.empty()) {}
+  //! Multi-draft mode (see multi_draft_params): k = width independent sampled drafts.
+  longspec_drafter(Model& model, multi_draft_params multi) : model_(&model), use_beam_(false), multi_(multi) {}
+
+  void reset(int r) { model_->reset(r); }
+
+  void propose(const draft_request& req, draft_candidates& out) {
+    out.clear();
+    const int r = req.request;
+    const auto& t = req.tokens;
+    const int L = static_cast<int>(t.size());
+    const int V = model_->vocab_size();
+    require(L >= 1 && model_->absorbed(r) <= L, "specdec::longspec_drafter::propose", "req.tokens.size()",
+            "at least the tokens already absorbed", L);
+    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::longspec_drafter::propose");
+    root_.resize(static_cast<std::size_t>(V));
+    logits_.resize(static_cast<std::size_t>(V));
+    model_->discard_speculation(r);
+    if (model_->absorbed(r) == L) {  // nothing new (only possible when re-proposing): recompute the root row
+      model_->reset(r);
+    }
+    int first = model_->absorbed(r);
+    if constexpr (requires { model_->receptive_field(); })  // skip history no future prediction can see
+      first = std::max(first, L - 1 - static_cast<int>(model_->receptive_field()));
+    for (int p = first; p < L; ++p)
+      model_->step(r, t[static_cast<std::size_t>(p)], p, true,
+                   p == L - 1 ? std::span<typename Model::logit_type>(root_) : std::span<typename Model::logit_type>{});
+    if (req.depth <= 0) return;
+    if (multi_) {
+      multi_sampler_.run(std::span<const typename Model::logit_type>(root_), req, *multi_,
+                         [&](std::int32_t tok, int depth, bool new_draft) {
+                           if (new_draft) model_->discard_speculation(r);
+                           model_->step(r, tok, L + depth, false, logits_);
+                           return std::span<const typename Model::logit_type>(logits_);
+                         },
+                         out);
+      model_->discard_speculation(r);
+      return;
+    }
+    if (!use_beam_) {
+      context_.assign(t.begin(), t.end());
+      std::int32_t cur = picker_.pick(std::span<const typename Model::logit_type>(root_), req, context_, out);
+      for (int d = 1; d < req.depth; ++d) {
+        context_.push_back(cur);
+        model_->step(r, cur, L + d - 1, false, logits_);
+        cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out);
+      }
+      model_->discard_speculation(r);
+      return;
+    }
+    beam_tree_builder builder(beam_);
+    const token_tree tree = builder.build_from_logprobs(V, [&](const token_tree& cur, std::span<const std::int32_t> frontier,
+                                                               std::span<float> rows) {
+      for (std::size_t f = 0; f < frontier.size(); ++f) {
+        std::span<float> row = rows.subspan(f * static_cast<std::size_t>(V), static_cast<std::size_t>(V));
+        if (frontier[f] < 0) {
+          detail::log_softmax(std::span<const typename Model::logit_type>(root_), row);
+          continue;
+        }
+        model_->discard_speculation(r);
+        const auto path = cur.path_tokens(frontier[f]);
+        for (std::size_t d = 0; d < path.size(); ++d)
+          model_->step(r, path[d], L + static_cast<int>(d), false, logits_);
+        detail::log_softmax(std::span<const typename Model::logit_type>(logits_), row);
+      }
+    });
+    model_->discard_speculation(r);
+    // chain = the best continuation: the deepest leaf with the highest path log-probability (so a chain
+    // builder verifies the beam's best full-depth path, not whichever leaf comes first in index order).
+    const auto leaves = tree.leaves();
+    std::size_t best = 0;
+    double best_score = -std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < leaves.size(); ++i) {
+      double score = 0;
+      for (auto node : tree.path(leaves[i])) score += tree.logprob(node);
+      const int d = tree.depth(leaves[i]), bd = tree.depth(leaves[best]);
+      if (i == 0 || d > bd || (d == bd && score > best_score)) best = i, best_score = score;
+    }
+    for (std::size_t i = 0; i < leaves.size(); ++i) {
+      std::vector<draft_token> seq;
+      for (auto node : tree.path(leaves[i])) seq.push_back({tree.token(node), tree.logprob(node)});
+      if (i == best) out.chain = std::move(seq);
+      else out.sequences.push_back(std::move(seq));
+    }
+  }
+
+ private:
+  Model* model_;
+  beam_tree_params beam_;
+  bool use_beam_;
+  std::optional<multi_draft_params> multi_;
+  std::vector<typename Model::logit_type> root_, logits_;
+  std::vector<std::int32_t> context_;
+  detail::chain_picker picker_;
+  detail::multi_draft_sampler multi_sampler_;
+};
+
+}  // namespace specdec
