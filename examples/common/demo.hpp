@@ -115,7 +115,9 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   for (std::size_t i = 0; i < std::min(spec.size(), ar.size()) && rep.first_mismatch < 0; ++i)
     if (spec[i] != ar[i]) rep.first_mismatch = static_cast<int>(i);
   rep.draft_bytes = draft.state_bytes();
-  rep.target_kv_bytes = target.kv_bytes(0);
+  // the target caches every committed token but the last (the next root); the decoder released the
+  // request's slot when it finished, so this is computed, not read back
+  rep.target_kv_bytes = (prompt.size() + spec.size() - 1) * target.kv_bytes_per_token();
   return rep;
 }
 

@@ -273,10 +273,12 @@ class llama_model {
   [[nodiscard]] kv_storage storage() const noexcept { return opt_.storage; }
   //! Tokens whose K/V are cached for request r (the committed tokens except the root).
   [[nodiscard]] int cache_length(int r) const { return lengths_[check_r(r, "cache_length")]; }
-  //! Bytes of KV cache in use by request r (all layers).
-  [[nodiscard]] std::size_t kv_bytes(int r) const {
-    return static_cast<std::size_t>(cache_length(r)) * cfg_.layers * cfg_.kv_heads * cfg_.head_dim * 2 * sizeof(T);
+  //! Bytes of KV cache one cached token takes (all layers, K and V).
+  [[nodiscard]] std::size_t kv_bytes_per_token() const noexcept {
+    return static_cast<std::size_t>(cfg_.layers) * cfg_.kv_heads * cfg_.head_dim * 2 * sizeof(T);
   }
+  //! Bytes of KV cache in use by request r (all layers).
+  [[nodiscard]] std::size_t kv_bytes(int r) const { return static_cast<std::size_t>(cache_length(r)) * kv_bytes_per_token(); }
 
   //! Empties request r's cache.
   void reset(int r) { lengths_[check_r(r, "reset")] = 0; }

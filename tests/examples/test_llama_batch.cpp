@@ -83,7 +83,7 @@ struct batch_input {
       row_indptr.push_back(row_indptr.back() + trees[e].size() + 1);
     }
   }
-  [[nodiscard]] target_batch view() const { return {slots, roots, tb, row_indptr}; }
+  [[nodiscard]] target_batch view() const { return {slots, roots, tb, row_indptr, {}}; }
 };
 
 template <class T>
