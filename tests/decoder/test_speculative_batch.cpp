@@ -269,3 +269,55 @@ TEST_CASE("continuous batching at T > 0 is distributed as the target's sampling 
   CHECK(batch.stats().accepted > 0);
   CHECK(batch.stats().steps > batch.stats().batch_steps);  // several requests per target call
 }
+
+namespace {
+// A sampling drafter with a fixed q per depth: q_d(v) proportional to 1 + ((v + d) mod 3). It copies
+// its q rows into draft_candidates::q (q_mode::copy), hands over a view of its own buffer
+// (draft_candidates::q_rows, in `space`; q_mode::view) or gives none (q_mode::none: the verifier
+// then uses one-hot rows at the drafted tokens, also exact but with other draws).
+enum class q_mode { copy, view, none };
+struct fixed_q_drafter {
+  static constexpr draft_output provides = draft_output::q_rows;
+  q_mode mode = q_mode::copy;
+  memory_space space = memory_space::host;
+  std::vector<float> own{};
+  void reset(int) {}
+  void propose(const draft_request& req, draft_candidates& out) {
+    out.clear();
+    const int V = distribution::V;
+    own.assign(static_cast<std::size_t>(req.depth) * V, 0.0f);
+    for (int d = 0; d < req.depth; ++d) {
+      float* q = own.data() + static_cast<std::size_t>(d) * V;
+      float s = 0;
+      for (int v = 0; v < V; ++v) s += q[v] = 1.0f + static_cast<float>((v + d) % 3);
+      for (int v = 0; v < V; ++v) q[v] /= s;
+      out.chain.push_back({sample_from_probs(std::span<const float>(q, static_cast<std::size_t>(V)), *req.rng), 0.0f});
+    }
+    out.vocab = V;
+    if (mode == q_mode::copy) out.q = own;
+    else if (mode == q_mode::view) out.q_rows = strided_view<const float, 2>(own.data(), {req.depth, V}, {V, 1}, space);
+  }
+};
+}  // namespace
+
+TEST_CASE("draft q rows handed over as a view verify exactly as copied rows; device rows are refused", "[decoder][batch]") {
+  using Catch::Contains;
+  using batch_t = speculative_batch<llama_model<double>, fixed_q_drafter, chain_tree_builder, chain_speculative_verifier>;
+  const generation_options opt{.max_new_tokens = 12, .sampling = distribution::params, .draft_depth = 3};
+  auto run = [&](q_mode mode, std::uint32_t id) {
+    llama_model<double> target(distribution::cfg, distribution::weights(), 1, 64);
+    batch_t batch(target, fixed_q_drafter{mode, memory_space::host, {}});
+    return drive(batch, {arrival{id, 0, distribution::prompt, opt}}).at(id).first;
+  };
+  int differs_from_one_hot = 0;
+  for (std::uint32_t id = 0; id < 40; ++id) {
+    const auto copied = run(q_mode::copy, id);
+    CHECK(copied == run(q_mode::view, id));
+    differs_from_one_hot += copied != run(q_mode::none, id);
+  }
+  CHECK(differs_from_one_hot > 0);  // the rows are read, not ignored
+  llama_model<double> target(distribution::cfg, distribution::weights(), 1, 64);
+  batch_t on_device(target, fixed_q_drafter{q_mode::view, memory_space::device, {}});
+  on_device.add_request(1, distribution::prompt, opt);
+  REQUIRE_THROWS_WITH(on_device.step(), Contains("draft.q_rows") && Contains("host-accessible"));
+}

@@ -119,11 +119,16 @@ struct chain_speculative_verifier {
     detail::softmax_rows(in.logits, probs_, "specdec::chain_speculative_verifier");
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
     const int n = in.tree.size();
-    const bool have_q = !in.draft.q.empty() && in.draft.vocab == V &&
-                        in.draft.q.size() >= static_cast<std::size_t>(n) * static_cast<std::size_t>(V);
+    const auto dq = in.draft.chain_q();  // the drafter's q rows, in its buffer or in draft.q
+    const bool have_q = n > 0 && dq.extent(1) == V && dq.extent(0) >= n;
+    if (have_q) {
+      require(host_accessible(dq.space()), "specdec::chain_speculative_verifier", "draft.q_rows",
+              "host-accessible memory (this is the host verifier)", name(dq.space()));
+      require_unit_inner_stride("specdec::chain_speculative_verifier", "draft.q_rows", dq);
+    }
     for (int i = 0; i < n; ++i) {
       float* row = q_.data() + static_cast<std::ptrdiff_t>(i) * V;
-      if (have_q) std::copy_n(in.draft.q.begin() + static_cast<std::ptrdiff_t>(i) * V, V, row);
+      if (have_q) std::copy_n(dq.data() + i * dq.stride(0), V, row);
       else row[in.tree.token(i)] = 1.0f;
     }
     q_[static_cast<std::size_t>(n * V)] = 1.0f;  // row n is not read; keep it a distribution
@@ -161,10 +166,21 @@ struct multi_draft_verifier {
     const int n = in.tree.size();
     const int k = 1 + static_cast<int>(d.sequences.size());
     auto seq = [&](int s) -> const std::vector<draft_token>& { return s == 0 ? d.chain : d.sequences[static_cast<std::size_t>(s - 1)]; };
-    auto qrows = [&](int s) -> const std::vector<float>* {
-      const auto j = static_cast<std::size_t>(s - 1);
-      const std::vector<float>* q = s == 0 ? &d.q : (j < d.sequence_q.size() ? &d.sequence_q[j] : nullptr);
-      if (q == nullptr || d.vocab != V || q->size() != seq(s).size() * static_cast<std::size_t>(V)) return nullptr;
+    // Draft s's q rows as a host view (the chain's through chain_q(): the drafter's buffer or d.q);
+    // an empty view when it has none of the right shape.
+    auto qrows = [&](int s) -> strided_view<const float, 2> {
+      const auto rows = static_cast<std::int64_t>(seq(s).size());
+      strided_view<const float, 2> q;
+      if (s == 0) {
+        q = d.chain_q();
+      } else if (const auto j = static_cast<std::size_t>(s - 1);
+                 j < d.sequence_q.size() && d.vocab == V && d.sequence_q[j].size() == static_cast<std::size_t>(rows * V)) {
+        q = strided_view<const float, 2>(d.sequence_q[j].data(), {rows, V}, {V, 1});
+      }
+      if (q.data() == nullptr || q.extent(1) != V || q.extent(0) != rows || rows == 0) return {};
+      require(host_accessible(q.space()), "specdec::multi_draft_verifier", "draft.q_rows",
+              "host-accessible memory (this is the host verifier)", name(q.space()));
+      require_unit_inner_stride("specdec::multi_draft_verifier", "draft.q_rows", q);
       return q;
     };
     // Row `row` := q of draft s at depth `depth` (one-hot at its token there when it has no q rows).
@@ -172,7 +188,8 @@ struct multi_draft_verifier {
       const auto& sq = seq(s);
       if (depth >= sq.size()) return;  // the draft ends here: the row is never read (no children)
       float* dst = q_.data() + row * V;
-      if (const auto* q = qrows(s)) std::copy_n(q->begin() + static_cast<std::ptrdiff_t>(depth) * V, V, dst);
+      if (const auto q = qrows(s); q.data() != nullptr)
+        std::copy_n(q.data() + static_cast<std::int64_t>(depth) * q.stride(0), V, dst);
       else dst[sq[depth].token] = 1.0f;
     };
     owner_.assign(static_cast<std::size_t>(n), -1);

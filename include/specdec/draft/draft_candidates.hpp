@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/core/tensor.hpp"
 #include "specdec/sampling/draft_sampling.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 
@@ -63,6 +64,20 @@ struct draft_candidates {
   //! Set when chain and sequences are k independent drafts sampled from q (chain first = first draw):
   //! how the drafts' first tokens were drawn (with or without replacement). Empty otherwise.
   std::optional<draft_sampling> sampled_as;
+  //! The chain's q rows in the drafter's own memory, [chain.size(), vocab] float with unit inner
+  //! stride, in any memory space: a drafter that keeps its q rows in its own buffer (a model on the
+  //! device) sets this instead of copying them into `q`. When its data() is non-null it is what
+  //! verifiers read (chain_q()); host verifiers require host-accessible memory. Valid until the
+  //! drafter's next propose().
+  strided_view<const float, 2> q_rows{};
+
+  //! The chain's q rows: q_rows when set, else a host view of `q` ([0, vocab] when q is empty).
+  [[nodiscard]] strided_view<const float, 2> chain_q() const noexcept {
+    if (q_rows.data() != nullptr) return q_rows;
+    const std::int64_t v = vocab > 0 ? vocab : 0;
+    const std::int64_t rows = v > 0 ? static_cast<std::int64_t>(q.size()) / v : 0;
+    return strided_view<const float, 2>(q.data(), {rows, v}, {v, 1});
+  }
 
   void clear() noexcept {
     chain.clear();
@@ -72,6 +87,7 @@ struct draft_candidates {
     q.clear();
     sequence_q.clear();
     sampled_as.reset();
+    q_rows = {};
   }
   [[nodiscard]] bool empty() const noexcept { return chain.empty() && sequences.empty(); }
 };
