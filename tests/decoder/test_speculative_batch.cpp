@@ -9,6 +9,7 @@
 #include <random>
 
 #include "../../examples/common/llama.hpp"
+#include "small_model.hpp"
 #include "distribution_util.hpp"
 #include "specdec/decoder/speculative_batch.hpp"
 
@@ -16,15 +17,9 @@ using namespace specdec;
 using namespace specdec::examples;
 
 namespace {
-const llama_config cfg{.vocab_size = 32, .hidden = 16, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 16};
-const auto& weights() {
-  static const auto w = random_llama_weights<double>(cfg, 9);
-  return w;
-}
-std::vector<std::int32_t> greedy_of(const std::vector<std::int32_t>& prompt, int n) {
-  llama_model<double> m(cfg, weights(), 1, 1024);
-  return greedy_reference(m, 0, prompt, n);
-}
+using small_model::cfg;
+using small_model::greedy_of;
+using small_model::weights;
 
 // A target with only the batched forward: the per-request model run entry by entry into a buffer of
 // element type E (half / bfloat16 / float), in the memory space it reports. Counts its calls.

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "../../examples/common/llama.hpp"
+#include "small_model.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/draft/chain_drafter.hpp"
 
@@ -11,15 +12,9 @@ using namespace specdec;
 using namespace specdec::examples;
 
 namespace {
-const llama_config cfg{.vocab_size = 32, .hidden = 16, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 16};
-const auto& weights() {
-  static const auto w = random_llama_weights<double>(cfg, 9);
-  return w;
-}
-std::vector<std::int32_t> greedy_of(const std::vector<std::int32_t>& prompt, int n) {
-  llama_model<double> m(cfg, weights(), 1, 512);
-  return greedy_reference(m, 0, prompt, n);
-}
+using small_model::cfg;
+using small_model::greedy_of;
+using small_model::weights;
 using decoder = speculative_decoder<llama_model<double>, ngram_drafter, trie_tree_builder, greedy_verifier>;
 const std::vector<std::int32_t> prompt{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
 }  // namespace
