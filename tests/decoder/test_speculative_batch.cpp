@@ -51,6 +51,18 @@ struct batched_only {
 };
 static_assert(target_model<batched_only<half>> && !target_has_forward<batched_only<half>>);
 
+// The same with a batched commit (one call per step; validates every entry, then commits).
+template <class E>
+struct batched_commit : batched_only<E> {
+  int commit_calls = 0;
+  void commit_batch(const target_batch& b, const verify_batch_result& res) {
+    ++commit_calls;
+    REQUIRE(res.num_requests() == b.size());
+    for (int e = 0; e < b.size(); ++e) this->model->commit(b.slots[static_cast<std::size_t>(e)], res.accepted_nodes(e));
+  }
+};
+static_assert(target_has_commit_batch<batched_commit<float>> && !target_has_commit_batch<batched_only<float>>);
+
 struct arrival {
   std::uint32_t id;
   int at_step;  // joins before this step
@@ -315,4 +327,17 @@ TEST_CASE("draft q rows handed over as a view verify exactly as copied rows; dev
   batch_t on_device(target, fixed_q_drafter{q_mode::view, memory_space::device, {}});
   on_device.add_request(1, distribution::prompt, opt);
   REQUIRE_THROWS_WITH(on_device.step(), Contains("draft.q_rows") && Contains("host-accessible"));
+}
+
+TEST_CASE("a target with commit_batch is committed once per step, with the same outputs", "[decoder][batch]") {
+  const auto arrivals = random_arrivals(21, 8);
+  llama_model<double> m1(cfg, weights(), 3, 1024), m2(cfg, weights(), 3, 1024);
+  batched_only<float> per_entry{&m1, memory_space::host, 0, 0, {}, {}};
+  batched_commit<float> once{{&m2, memory_space::host, 0, 0, {}, {}}, 0};
+  speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, greedy_verifier> a(per_entry);
+  speculative_batch<batched_commit<float>, ngram_drafter, trie_tree_builder, greedy_verifier> b(once);
+  const auto ga = drive(a, arrivals), gb = drive(b, arrivals);
+  CHECK(ga == gb);
+  CHECK(once.commit_calls == b.stats().batch_steps);
+  CHECK(b.stats().steps > b.stats().batch_steps);
 }

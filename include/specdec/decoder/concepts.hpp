@@ -118,6 +118,15 @@ concept target_has_forward_batch = requires(T& t, const target_batch& b) {
   { t.forward_batch(b) } -> logits_view;
 };
 
+//! `commit_batch(const target_batch&, const verify_batch_result&)` (optional): commits every entry of
+//! the last forward_batch at once (entry b's accepted nodes are result.accepted_nodes(b)), validating
+//! all entries before writing any, so a rejected call changes no cache. speculative_batch calls it
+//! once per step when present, else commit(slots[b], ...) per entry.
+template <class T>
+concept target_has_commit_batch = requires(T& t, const target_batch& b, const verify_batch_result& res) {
+  t.commit_batch(b, res);
+};
+
 //! `release(int request)` (optional): the request in this slot has left the batch; free what it holds
 //! (pages, buffers). speculative_batch calls it when a request finishes or is aborted, when present.
 template <class T>

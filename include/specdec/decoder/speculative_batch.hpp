@@ -18,7 +18,8 @@
 //!   3. per request, in parallel on the host thread pool: the rows are processed with the context
 //!      each row would have autoregressively (process_tree_logits), then the verifier picks the
 //!      accepted path and the bonus token, drawing from philox_stream(seed, stream_id(id, step));
-//!   4. target.commit(r, accepted) per request, emitted tokens appended, stop rules applied.
+//!   4. target.commit_batch(target_batch, verify_batch_result) once when the target has it, else
+//!      target.commit(r, accepted) per request; emitted tokens appended, stop rules applied.
 //! Requests that finished leave (their slot is free for add_request before the next step; the
 //! target's optional release(slot) is called); abort(id) removes a request between steps.
 //!
@@ -298,13 +299,26 @@ class speculative_batch {
       }
       verify_s = seconds(t0);
 
-      // 4. commits, on this thread; each request's step counts once its commit returned
+      // 4. commits, on this thread (one commit_batch when the target has it); each request's step
+      //    counts once its commit returned
       t0 = clock::now();
+      if constexpr (target_has_commit_batch<Target>) {
+        committed_.accepted_indptr.assign(1, 0);
+        committed_.accepted.clear();
+        committed_.bonus.clear();
+        for (const int r : running_) committed_.push_back(req_[static_cast<std::size_t>(r)].result);
+        target_->commit_batch(tb, committed_);
+      }
+      [[maybe_unused]] const double batch_commit_s = seconds(t0);
       for (const int r : running_) {
         auto& s = req_[static_cast<std::size_t>(r)];
-        const auto tc = clock::now();
-        target_->commit(r, s.result.accepted);
-        s.phase_commit = seconds(tc);
+        if constexpr (target_has_commit_batch<Target>) {
+          s.phase_commit = batch_commit_s;  // the whole batch's commit, as target_s is the whole forward
+        } else {
+          const auto tc = clock::now();
+          target_->commit(r, s.result.accepted);
+          s.phase_commit = seconds(tc);
+        }
         account(s, target_s);
         s.emitted_begin = s.tokens.size();
         for (auto i : s.result.accepted) s.tokens.push_back(s.tree.token(i));
@@ -563,6 +577,7 @@ class speculative_batch {
   std::vector<std::int32_t> roots_, row_indptr_;
   std::vector<const token_tree*> tree_ptrs_;
   token_tree_batch trees_;
+  verify_batch_result committed_;  //!< the step's results in batch order (commit_batch)
   std::vector<float> rows_;
   std::vector<step_output> outputs_;
   std::size_t out_count_ = 0;
