@@ -174,7 +174,8 @@ class longspec_drafter {
   void tree_level(int r, int L, const token_tree& cur, std::span<const std::int32_t> frontier, std::span<float> rows) {
     const std::size_t V = static_cast<std::size_t>(model_->vocab_size());
     spec_id_.resize(static_cast<std::size_t>(cur.size()), -1);
-    level_tokens_.clear(), level_parents_.clear(), level_positions_.clear(), level_nodes_.clear();
+    level_tokens_.clear(), level_parents_.clear(), level_positions_.clear();
+    const int base = next_spec_id_;  // this call's node i is the model's speculative node base + i
     for (const std::int32_t f : frontier) {
       if (f < 0) continue;
       path_.clear();
@@ -182,7 +183,6 @@ class longspec_drafter {
       for (auto it = path_.rbegin(); it != path_.rend(); ++it) {
         const std::int32_t node = *it, parent = cur.parent(node);
         spec_id_[static_cast<std::size_t>(node)] = next_spec_id_++;
-        level_nodes_.push_back(node);
         level_tokens_.push_back(cur.token(node));
         level_parents_.push_back(parent < 0 ? -1 : spec_id_[static_cast<std::size_t>(parent)]);
         level_positions_.push_back(L + cur.depth(node));
@@ -198,10 +198,10 @@ class longspec_drafter {
         detail::log_softmax(std::span<const typename Model::logit_type>(root_), row);
         continue;
       }
-      const auto at = std::find(level_nodes_.begin(), level_nodes_.end(), frontier[f]);
-      require(at != level_nodes_.end(), "specdec::longspec_drafter::propose", "beam frontier",
-              "nodes not scored before (each level's new nodes)", frontier[f]);
-      const std::size_t i = static_cast<std::size_t>(at - level_nodes_.begin());
+      const int id = spec_id_[static_cast<std::size_t>(frontier[f])];
+      require(id >= base, "specdec::longspec_drafter::propose", "beam frontier",
+              "nodes not scored at an earlier level (each level's frontier is the previous level's new nodes)", frontier[f]);
+      const std::size_t i = static_cast<std::size_t>(id - base);
       detail::log_softmax(std::span<const typename Model::logit_type>(tree_logits_).subspan(i * V, V), row);
     }
   }
@@ -213,7 +213,7 @@ class longspec_drafter {
   std::vector<typename Model::logit_type> root_, logits_;
   std::vector<std::int32_t> context_;
   // beam levels through step_tree: tree node -> speculative node number (-1 = not run yet), and one level's call
-  std::vector<std::int32_t> spec_id_, level_tokens_, level_parents_, level_positions_, level_nodes_, path_;
+  std::vector<std::int32_t> spec_id_, level_tokens_, level_parents_, level_positions_, path_;
   std::vector<typename Model::logit_type> tree_logits_;
   int next_spec_id_ = 0;
   detail::chain_picker picker_;
