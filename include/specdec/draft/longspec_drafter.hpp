@@ -2,7 +2,8 @@
 //! \file longspec_drafter.hpp
 //! longspec_drafter<M>: LongSpec's draft (§3.1: sliding-window self-attention + cache-free cross-
 //! attention into the target's KV, shared embedding/head), driven token by token through the
-//! incremental_draft_model interface; chain mode, or LongSpec's dynamic beam tree (Appendix B) through
+//! incremental_draft_model interface (and a beam level at a time through the optional tree forward of
+//! tree_draft_model); chain mode, or LongSpec's dynamic beam tree (Appendix B) through
 //! tree/beam_tree_builder.hpp, returned as sequences; or, constructed with multi_draft_params
 //! (draft/multi_draft_sampler.hpp), k independent sampled drafts with their q rows, for
 //! multi_draft_verifier.
