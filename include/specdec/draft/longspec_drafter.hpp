@@ -2,7 +2,8 @@
 //! \file longspec_drafter.hpp
 //! longspec_drafter<M>: LongSpec's draft (§3.1: sliding-window self-attention + cache-free cross-
 //! attention into the target's KV, shared embedding/head), driven token by token through the
-//! incremental_draft_model interface; chain mode, or LongSpec's dynamic beam tree (Appendix B) through
+//! incremental_draft_model interface (and a beam level at a time through the optional tree forward of
+//! tree_draft_model); chain mode, or LongSpec's dynamic beam tree (Appendix B) through
 //! tree/beam_tree_builder.hpp, returned as sequences; or, constructed with multi_draft_params
 //! (draft/multi_draft_sampler.hpp), k independent sampled drafts with their q rows, for
 //! multi_draft_verifier.
@@ -43,11 +44,30 @@ concept incremental_draft_model = requires(M& m, const M& cm, int r, std::int32_
   m.discard_speculation(r);
 };
 
+//! An incremental_draft_model that can also run several speculative nodes of a draft tree in one
+//! forward (examples::longspec_draft_model::step_tree): step_tree(r, tokens, parents, positions, logits)
+//! runs m = tokens.size() new speculative nodes. Speculative nodes are numbered 0, 1, ... in the order
+//! they are run after discard_speculation(r) (so this call's node i is number "nodes so far" + i);
+//! parents[i] is an earlier node's number or -1 (a child of the committed context); positions[i] =
+//! absorbed(r) + depth (0 for a child of the context). Each node attends to the committed context and
+//! its own speculative ancestors (the tree's ancestor mask), its K/V stay for later nodes until
+//! discard_speculation(r); logits is m x vocab_size (row i = node i) or empty. A node's logits must
+//! equal those step(..., commit = false, ...) gives along its root path (up to rounding).
+//! longspec_drafter's beam mode uses it when present (one call per beam level); it is optional.
+template <class M>
+concept tree_draft_model =
+    incremental_draft_model<M> && requires(M& m, int r, std::span<const std::int32_t> ids,
+                                           std::span<typename M::logit_type> logits) {
+      m.step_tree(r, ids, ids, ids, logits);
+    };
+
 //! LongSpec drafting (§3.1, Appendix B). With empty beam_widths: a chain of req.depth tokens (greedy or
 //! sampled) with top-width alternatives per depth. With beam widths (LongSpec uses [4, 16, 16, 16, 16]):
-//! the dynamic beam tree, each frontier node scored by re-running the draft along its path (the
-//! draft has no tree attention here, so a step costs O(frontier x depth) draft tokens), returned as
-//! the tree's root-to-leaf sequences for trie_tree_builder.
+//! the dynamic beam tree, returned as the tree's root-to-leaf sequences for trie_tree_builder. With a
+//! tree_draft_model each beam level is ONE step_tree forward over the level's new frontier nodes (the
+//! cost LongSpec assumes: sum of the widths but the last draft tokens per proposal, 52 for the
+//! defaults); any other model re-runs the draft token by token along each frontier node's root path
+//! (O(frontier x depth) draft tokens per level, 148 for the defaults). Both give the same tree.
 template <incremental_draft_model Model>
 class longspec_drafter {
  public:
@@ -106,8 +126,15 @@ class longspec_drafter {
       return;
     }
     beam_tree_builder builder(beam_);
+    spec_id_.clear();
+    model_->discard_speculation(r);  // (already empty) the model numbers the beam's nodes from 0
+    next_spec_id_ = 0;
     const token_tree tree = builder.build_from_logprobs(V, [&](const token_tree& cur, std::span<const std::int32_t> frontier,
                                                                std::span<float> rows) {
+      if constexpr (tree_draft_model<Model>) {
+        tree_level(r, L, cur, frontier, rows);
+        return;
+      }
       for (std::size_t f = 0; f < frontier.size(); ++f) {
         std::span<float> row = rows.subspan(f * static_cast<std::size_t>(V), static_cast<std::size_t>(V));
         if (frontier[f] < 0) {
@@ -142,12 +169,54 @@ class longspec_drafter {
   }
 
  private:
+  // One beam level through step_tree: the frontier nodes not yet run (with any ancestor not yet run,
+  // which the beam builder never produces: each level's frontier is the previous level's new nodes)
+  // go through the model in one call, tree order; each frontier row is the log-softmax of its logits.
+  void tree_level(int r, int L, const token_tree& cur, std::span<const std::int32_t> frontier, std::span<float> rows) {
+    const std::size_t V = static_cast<std::size_t>(model_->vocab_size());
+    spec_id_.resize(static_cast<std::size_t>(cur.size()), -1);
+    level_tokens_.clear(), level_parents_.clear(), level_positions_.clear();
+    const int base = next_spec_id_;  // this call's node i is the model's speculative node base + i
+    for (const std::int32_t f : frontier) {
+      if (f < 0) continue;
+      path_.clear();
+      for (std::int32_t a = f; a >= 0 && spec_id_[static_cast<std::size_t>(a)] < 0; a = cur.parent(a)) path_.push_back(a);
+      for (auto it = path_.rbegin(); it != path_.rend(); ++it) {
+        const std::int32_t node = *it, parent = cur.parent(node);
+        spec_id_[static_cast<std::size_t>(node)] = next_spec_id_++;
+        level_tokens_.push_back(cur.token(node));
+        level_parents_.push_back(parent < 0 ? -1 : spec_id_[static_cast<std::size_t>(parent)]);
+        level_positions_.push_back(L + cur.depth(node));
+      }
+    }
+    tree_logits_.resize(level_tokens_.size() * V);
+    if (!level_tokens_.empty())
+      model_->step_tree(r, std::span<const std::int32_t>(level_tokens_), std::span<const std::int32_t>(level_parents_),
+                        std::span<const std::int32_t>(level_positions_), std::span<typename Model::logit_type>(tree_logits_));
+    for (std::size_t f = 0; f < frontier.size(); ++f) {
+      std::span<float> row = rows.subspan(f * V, V);
+      if (frontier[f] < 0) {
+        detail::log_softmax(std::span<const typename Model::logit_type>(root_), row);
+        continue;
+      }
+      const int id = spec_id_[static_cast<std::size_t>(frontier[f])];
+      require(id >= base, "specdec::longspec_drafter::propose", "beam frontier",
+              "nodes not scored at an earlier level (each level's frontier is the previous level's new nodes)", frontier[f]);
+      const std::size_t i = static_cast<std::size_t>(id - base);
+      detail::log_softmax(std::span<const typename Model::logit_type>(tree_logits_).subspan(i * V, V), row);
+    }
+  }
+
   Model* model_;
   beam_tree_params beam_;
   bool use_beam_;
   std::optional<multi_draft_params> multi_;
   std::vector<typename Model::logit_type> root_, logits_;
   std::vector<std::int32_t> context_;
+  // beam levels through step_tree: tree node -> speculative node number (-1 = not run yet), and one level's call
+  std::vector<std::int32_t> spec_id_, level_tokens_, level_parents_, level_positions_, path_;
+  std::vector<typename Model::logit_type> tree_logits_;
+  int next_spec_id_ = 0;
   detail::chain_picker picker_;
   detail::multi_draft_sampler multi_sampler_;
 };
