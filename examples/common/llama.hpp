@@ -148,6 +148,21 @@ template <class T>
   return w;
 }
 
+//! The same weights in another element type (e.g. a double model's weights for its float twin).
+template <class T, class U>
+[[nodiscard]] llama_weights<T> convert_weights(const llama_weights<U>& w) {
+  auto c = [](const std::vector<U>& v) {
+    std::vector<T> o(v.size());
+    std::transform(v.begin(), v.end(), o.begin(), [](U x) { return static_cast<T>(x); });
+    return o;
+  };
+  llama_weights<T> o;
+  o.embed = c(w.embed), o.lm_head = c(w.lm_head), o.final_norm = c(w.final_norm);
+  for (const auto& L : w.layers)
+    o.layers.push_back({c(L.attn_norm), c(L.wq), c(L.wk), c(L.wv), c(L.wo), c(L.ffn_norm), c(L.w_gate), c(L.w_up), c(L.w_down)});
+  return o;
+}
+
 //! Loads Hugging Face LLaMA-named weights; dims are inferred from shapes and checked against `c`
 //! (head_dim and rope_theta come from `c`). Throws naming the missing or mis-shaped tensor.
 template <class T>

@@ -14,12 +14,7 @@ namespace {
 llama_config cfg() { return {.vocab_size = 40, .hidden = 24, .layers = 3, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 32}; }
 template <class T>
 llama_weights<T> convert(const llama_weights<double>& w) {
-  auto c = [](const std::vector<double>& v) { return std::vector<T>(v.begin(), v.end()); };
-  llama_weights<T> o;
-  o.embed = c(w.embed), o.lm_head = c(w.lm_head), o.final_norm = c(w.final_norm);
-  for (const auto& L : w.layers)
-    o.layers.push_back({c(L.attn_norm), c(L.wq), c(L.wk), c(L.wv), c(L.wo), c(L.ffn_norm), c(L.w_gate), c(L.w_up), c(L.w_down)});
-  return o;
+  return convert_weights<T>(w);
 }
 }  // namespace
 
