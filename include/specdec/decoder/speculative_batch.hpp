@@ -42,8 +42,9 @@
 //!
 //! Threading: drafting, tree building, the forward and the commits run on the calling thread, in slot
 //! order (drafters and targets keep per-slot state and need not be thread-safe); logits processing
-//! and verification run one request per pool task, each with its own copy of the verifier (verifiers
-//! are copied from the one given at construction) and its own workspace. Not thread-safe itself.
+//! and verification run one request per pool task, each with its own copy of the verifier (copied
+//! from the one given at construction when the request takes its first step) and a per-thread
+//! workspace. Not thread-safe itself.
 //!
 //! Errors: add_request validates everything before touching the target. An exception from a policy
 //! inside step() propagates; the requests keep their committed tokens and step counters (a request's
@@ -207,6 +208,7 @@ class speculative_batch {
     s.tokens.assign(prompt.begin(), prompt.end());
     s.prompt_len = s.tokens.size();
     s.reason = stop_reason::max_tokens;
+    s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
     ++active_;
     return slot;
   }
