@@ -1,10 +1,15 @@
-// specdec_demo: long-context speculative decoding end to end on the embedded reference model.
-//   specdec_demo [--prompt N] [--new N] [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv]
-//                [--ffn F] [--window W] [--depth D] [--cartesian] [--paged] [--seed S] [--weights file.safetensors]
-//                [--quiet]
-// Runs the model autoregressively and speculatively (LongSpec draft, greedy verification), shows live
-// progress on stderr and prints the report (lossless yes/no, tau, alpha, tokens/s, speedup, per-phase
-// ms, draft memory) on stdout.
+// specdec_demo: long-context speculative decoding end to end on the reference model.
+//   specdec_demo [--prompt N] [--new N] [--depth D] [--cartesian] [--paged] [--quiet]
+//                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--show N]
+//                [--random [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv] [--ffn F]
+//                          [--window W] [--seed S]]
+// Default: the trained byte-level pair of examples/weights (target.safetensors, longspec_draft.safetensors;
+// --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
+// on the first N (default 16384) bytes of a header file held out of training; --random: the seeded
+// random model with a draft derived from it. Runs the target autoregressively and speculatively (LongSpec
+// draft, greedy verification), shows live progress on stderr and prints the report (the prompt's end
+// and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
+// stdout.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -33,12 +38,14 @@ int main(int argc, char** argv) {
     else if (a == "--window") o.window = static_cast<int>(next());
     else if (a == "--depth") o.draft_depth = static_cast<int>(next());
     else if (a == "--seed") o.seed = static_cast<std::uint64_t>(next());
+    else if (a == "--show") o.show_bytes = static_cast<int>(next());
+    else if (a == "--random") o.random_model = true;
     else if (a == "--cartesian") o.cartesian = true;
     else if (a == "--paged") o.paged = true;
     else if (a == "--quiet") o.progress = false;
-    else if (a == "--weights") {
-      if (i + 1 >= argc) return std::cerr << "specdec_demo: --weights needs a path\n", 2;
-      o.weights = argv[++i];
+    else if (a == "--weights-dir" || a == "--draft-weights" || a == "--prompt-file") {
+      if (i + 1 >= argc) return std::cerr << "specdec_demo: " << a << " needs a path\n", 2;
+      (a == "--weights-dir" ? o.weights_dir : a == "--draft-weights" ? o.draft_file : o.prompt_file) = argv[++i];
     } else {
       std::cerr << "specdec_demo: unknown argument " << a << " (see the comment at the top of specdec_demo.cpp)\n";
       return 2;

@@ -4,9 +4,18 @@
 //! sizes): long-context generation with the reference LLaMA (float), once autoregressively and once
 //! with speculative_decoder<llama, longspec_drafter, chain/Cartesian tree, greedy verifier>, then a
 //! token-for-token comparison and a report.
+//!
+//! By default the models are the trained byte-level pair of examples/weights (examples/training/
+//! train.py: a LLaMA-style target and a LongSpec draft trained on this machine's C/C++ headers) and the
+//! prompt is the first prompt_tokens bytes of a file the training held out, read from /usr/include at
+//! run time; the report then shows the end of the prompt and the generated continuation.
+//! demo_options::random_model selects the seeded random model and a draft derived from it instead.
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -16,19 +25,72 @@
 
 namespace specdec::examples {
 
+//! Where the trained weights live: $SPECDEC_WEIGHTS_DIR when set, else the source tree's
+//! examples/weights (the build passes its path as SPECDEC_EXAMPLES_WEIGHTS_DIR).
+[[nodiscard]] inline std::string default_weights_dir() {
+  if (const char* env = std::getenv("SPECDEC_WEIGHTS_DIR"); env != nullptr && *env != 0) return env;
+#ifdef SPECDEC_EXAMPLES_WEIGHTS_DIR
+  return SPECDEC_EXAMPLES_WEIGHTS_DIR;
+#else
+  return "examples/weights";
+#endif
+}
+
+//! The demo's default prompt: bits/stl_list.h of the newest /usr/include/c++/<version>, one of the
+//! files examples/training/train.py holds out of training (HELD_OUT there). Empty when not found.
+[[nodiscard]] inline std::string default_prompt_file() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int best = -1;
+  std::string path;
+  for (const auto& d : fs::directory_iterator("/usr/include/c++", ec)) {
+    const std::string v = d.path().filename().string();
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 6) continue;
+    const fs::path f = d.path() / "bits" / "stl_list.h";
+    if (std::stoi(v) > best && fs::is_regular_file(f, ec)) best = std::stoi(v), path = f.string();
+  }
+  return path;
+}
+
+//! The first max_bytes bytes of a file as byte tokens (0..255). Throws naming the path when it cannot
+//! be read or is shorter than min_bytes.
+[[nodiscard]] inline std::vector<std::int32_t> read_byte_tokens(const std::string& path, int min_bytes, int max_bytes) {
+  constexpr std::string_view fn = "specdec::examples::read_byte_tokens";
+  std::ifstream in(path, std::ios::binary);
+  require(static_cast<bool>(in), fn, "path", "a readable file", path.empty() ? std::string("(none found)") : path);
+  std::vector<std::int32_t> out;
+  for (char ch; static_cast<int>(out.size()) < max_bytes && in.get(ch);)
+    out.push_back(static_cast<std::int32_t>(static_cast<unsigned char>(ch)));
+  require(static_cast<int>(out.size()) >= min_bytes, fn, path, "at least " + std::to_string(min_bytes) + " bytes",
+          out.size());
+  return out;
+}
+
+//! Byte tokens as printable text: newlines and tabs kept, other control bytes and bytes >= 127 shown as '?'.
+[[nodiscard]] inline std::string bytes_as_text(std::span<const std::int32_t> tokens) {
+  std::string s;
+  for (const auto t : tokens) s += (t == '\n' || t == '\t' || (t >= 32 && t < 127)) ? static_cast<char>(t) : '?';
+  return s;
+}
+
 struct demo_options {
+  //! The random model's geometry (random_model only; the trained pair's comes from its file).
   llama_config model{.vocab_size = 1024, .hidden = 256, .layers = 6, .heads = 4, .kv_heads = 1, .head_dim = 64,
                      .ffn_hidden = 512};
-  int prompt_tokens = 8192;
+  bool random_model = false;  //!< seeded random model + derived draft instead of the trained pair
+  std::string weights_dir = default_weights_dir();
+  std::string draft_file = "longspec_draft.safetensors";  //!< in weights_dir (the ablation: longspec_draft_vanilla)
+  std::string prompt_file;    //!< trained pair: the prompt's file; empty = default_prompt_file()
+  int prompt_tokens = 16384;  //!< trained pair: the first this many bytes of the prompt file
   int new_tokens = 2048;
   int draft_depth = 4;
-  int window = 512;           //!< LongSpec draft sliding window
+  int window = 512;           //!< LongSpec draft sliding window (random model; the trained draft's is in its file)
   bool cartesian = false;     //!< Cartesian [1, 2, 2, 1] tree instead of a chain
   bool paged = false;         //!< target KV in a paged_kv pool (16-token pages) instead of contiguous
   std::uint64_t seed = 1;
-  std::string weights;        //!< safetensors path; empty = seeded random init
   bool progress = true;
   int progress_every = 128;   //!< a live progress line (tok/s, tau) each time this many more tokens are done
+  int show_bytes = 600;       //!< trained pair: bytes of the prompt's end and of the continuation printed
 };
 
 struct demo_report {
@@ -39,6 +101,8 @@ struct demo_report {
   decoder_stats stats;  //!< of the speculative run (tau(), alpha(), per-phase seconds, prefill_s)
   std::size_t draft_bytes = 0, target_kv_bytes = 0;
   int generated = 0;
+  int prompt_tokens = 0;
+  std::vector<std::int32_t> prompt_tail, continuation;  //!< trained pair: what print_report shows
 };
 
 //! Runs both decodings. O(prompt prefill + new_tokens target steps) twice.
@@ -47,22 +111,42 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   demo_report rep;
-  llama_weights<float> w = o.weights.empty() ? random_llama_weights<float>(o.model, o.seed)
-                                             : load_llama_weights<float>(safetensors_file::load(o.weights), o.model);
-  rep.model = o.weights.empty() ? "seeded random LLaMA-style model (NOT trained; seed " + std::to_string(o.seed) + ")"
-                                : "weights from " + o.weights;
-  const auto& c = o.model;
+  llama_config c = o.model;
+  llama_weights<float> w;
+  longspec_draft_config dc;
+  longspec_draft_weights<float> dw;
+  std::vector<std::int32_t> prompt;
+  if (o.random_model) {
+    w = random_llama_weights<float>(c, o.seed);
+    rep.model = "seeded random LLaMA-style model (NOT trained; seed " + std::to_string(o.seed) + ")";
+  } else {
+    const auto tf = safetensors_file::load(o.weights_dir + "/target.safetensors");
+    c = llama_config_from_metadata(tf);
+    w = load_llama_weights<float>(tf, c);
+    dw = load_longspec_draft<float>(safetensors_file::load(o.weights_dir + "/" + o.draft_file), c, dc);
+    const std::string file = o.prompt_file.empty() ? default_prompt_file() : o.prompt_file;
+    prompt = read_byte_tokens(file, std::min(o.prompt_tokens, 4096), o.prompt_tokens);
+    rep.model = "trained byte-level pair from " + o.weights_dir + " (target.safetensors, " + o.draft_file +
+                "); prompt: the first " + std::to_string(prompt.size()) + " bytes of " + file + " (held out of training)";
+  }
   rep.model += ": vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden) + ", layers " +
                std::to_string(c.layers) + ", heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
-               " (q/kv), head_dim " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.ffn_hidden) +
-               "; draft: 1-layer LongSpec (window " + std::to_string(o.window) + ") derived from the target; target KV " +
+               " (q/kv), head_dim " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.ffn_hidden) + "; draft: " +
+               std::to_string(o.random_model ? 1 : dc.layers) + "-layer LongSpec (window " +
+               std::to_string(o.random_model ? o.window : dc.window) + ") " +
+               (o.random_model ? "derived from the target" : "trained") + "; target KV " +
                (o.paged ? "paged (16-token pages)" : "contiguous");
-  const int capacity = o.prompt_tokens + o.new_tokens + 64;
+  if (o.random_model) {
+    philox_stream rng(o.seed, 0xde70);
+    prompt.resize(static_cast<std::size_t>(o.prompt_tokens));
+    for (auto& t : prompt) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(c.vocab_size)));
+    dc.window = o.window;
+    dw = derive_longspec_draft(w, dc);
+  }
+  rep.prompt_tokens = static_cast<int>(prompt.size());
+  const int capacity = static_cast<int>(prompt.size()) + o.new_tokens + 64;
   llama_model<float> target(c, std::move(w), 1, capacity,
                             {.storage = o.paged ? kv_storage::paged : kv_storage::contiguous, .page_size = 16});
-  philox_stream rng(o.seed, 0xde70);
-  std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt_tokens));
-  for (auto& t : prompt) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(c.vocab_size)));
 
   // 1. Autoregressive greedy decoding (the reference the speculative output must equal).
   auto t0 = clock::now();
@@ -84,9 +168,6 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   if (o.progress) log << "\n";
 
   // 2. Speculative decoding with the LongSpec draft.
-  longspec_draft_config dc;
-  dc.window = o.window;
-  auto dw = derive_longspec_draft(target.weights(), dc);
   longspec_draft_model<float> draft(target, dc, std::move(dw));
   using drafter_t = longspec_drafter<longspec_draft_model<float>>;
   // The chain and Cartesian decoders differ only in their tree builder's type: one code path for both.
@@ -118,13 +199,22 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   // the target caches every committed token but the last (the next root); the decoder released the
   // request's slot when it finished, so this is computed, not read back
   rep.target_kv_bytes = (prompt.size() + spec.size() - 1) * target.kv_bytes_per_token();
+  if (!o.random_model) {
+    const std::size_t show = static_cast<std::size_t>(std::max(o.show_bytes, 0));
+    rep.prompt_tail.assign(prompt.end() - static_cast<std::ptrdiff_t>(std::min(show, prompt.size())), prompt.end());
+    rep.continuation.assign(spec.begin(), spec.begin() + static_cast<std::ptrdiff_t>(std::min(show, spec.size())));
+  }
   return rep;
 }
 
 //! The human-readable report.
 inline void print_report(const demo_options& o, const demo_report& r, std::ostream& os) {
   const auto& s = r.stats;
-  os << "specdec demo: " << o.prompt_tokens << "-token prompt, " << o.new_tokens << " new tokens, greedy\n"
+  if (!r.prompt_tail.empty() || !r.continuation.empty())
+    os << "----- end of the prompt -----\n" << bytes_as_text(r.prompt_tail) << "\n----- generated (first "
+       << r.continuation.size() << " of " << r.generated << " bytes) -----\n" << bytes_as_text(r.continuation)
+       << "\n-----------------------------\n";
+  os << "specdec demo: " << (r.prompt_tokens > 0 ? r.prompt_tokens : o.prompt_tokens) << "-token prompt, " << o.new_tokens << " new tokens, greedy\n"
      << "model:        " << r.model << "\n"
      << "lossless:     " << (r.lossless ? "yes" : "NO") << " (speculative output == autoregressive output, "
      << r.generated << " tokens" << (r.first_mismatch >= 0 ? ", first mismatch at " + std::to_string(r.first_mismatch) : "")

@@ -82,6 +82,61 @@ template <class T>
   return w;
 }
 
+//! Loads trained draft weights (examples/training/train.py's names: "draft.layers.{j}." followed by
+//! input_layernorm, self_attn.{q,k,v,o}_proj, cross_attn_layernorm, cross_attn.{q,o}_proj,
+//! post_attention_layernorm, mlp.{gate,up,down}_proj, each ".weight") for a target of geometry `t`.
+//! The metadata gives draft_layers, window and layer_map (comma-separated target layers), which are
+//! written to `c`. Throws naming the missing or mis-shaped tensor or metadata entry. O(draft parameters).
+template <class T>
+[[nodiscard]] longspec_draft_weights<T> load_longspec_draft(const safetensors_file& f, const llama_config& t,
+                                                           longspec_draft_config& c) {
+  constexpr std::string_view fn = "specdec::examples::load_longspec_draft";
+  const auto& m = f.metadata();
+  auto entry = [&](const std::string& key) -> const std::string& {
+    const auto it = m.find(key);
+    require(it != m.end(), fn, "metadata", "a \"" + key + "\" entry", "none");
+    return it->second;
+  };
+  auto integer = [&](const std::string& text, const std::string& what) {
+    std::size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == text.size() && used > 0 && v >= 0 && v < (1L << 30), fn, "metadata " + what,
+            "a non-negative integer", text);
+    return static_cast<int>(v);
+  };
+  c.layers = integer(entry("draft_layers"), "draft_layers");
+  c.window = integer(entry("window"), "window");
+  require(c.layers >= 1, fn, "metadata draft_layers", ">= 1", c.layers);
+  require(c.window >= 1, fn, "metadata window", ">= 1", c.window);
+  c.layer_map.clear();
+  const std::string& map = entry("layer_map");
+  for (std::size_t at = 0; at <= map.size();) {
+    const std::size_t comma = std::min(map.find(',', at), map.size());
+    const int l = integer(map.substr(at, comma - at), "layer_map");
+    require_in_range(fn, "metadata layer_map entry", l, 0, t.layers - 1);
+    c.layer_map.push_back(l);
+    at = comma + 1;
+  }
+  require_equal(fn, "metadata layer_map entries", static_cast<std::size_t>(c.layers), c.layer_map.size());
+  const std::int64_t H = t.hidden, Dq = t.heads * t.head_dim, Dk = t.kv_heads * t.head_dim, F = t.ffn_hidden;
+  longspec_draft_weights<T> w;
+  for (int j = 0; j < c.layers; ++j) {
+    const std::string p = "draft.layers." + std::to_string(j) + ".";
+    w.layers.push_back({f.read<T>(p + "input_layernorm.weight", {H}), f.read<T>(p + "self_attn.q_proj.weight", {Dq, H}),
+                        f.read<T>(p + "self_attn.k_proj.weight", {Dk, H}), f.read<T>(p + "self_attn.v_proj.weight", {Dk, H}),
+                        f.read<T>(p + "self_attn.o_proj.weight", {H, Dq}), f.read<T>(p + "cross_attn_layernorm.weight", {H}),
+                        f.read<T>(p + "cross_attn.q_proj.weight", {Dq, H}), f.read<T>(p + "cross_attn.o_proj.weight", {H, Dq}),
+                        f.read<T>(p + "post_attention_layernorm.weight", {H}), f.read<T>(p + "mlp.gate_proj.weight", {F, H}),
+                        f.read<T>(p + "mlp.up_proj.weight", {F, H}), f.read<T>(p + "mlp.down_proj.weight", {H, F})});
+  }
+  return w;
+}
+
 //! The draft model. Per draft layer it owns a specdec::ring_kv_cache (kv/ring_kv.hpp) of the last
 //! `window` committed tokens' self-attention K/V for every request (constant size, allocated once),
 //! and per request the speculative tree of the current step (the nodes step() with commit = false and

@@ -222,6 +222,23 @@ static_assert(self_draft_model<tokenswift_self_draft<double>> && self_draft_mode
 //! h_{i-1}(t) from the heads before it (h_0(t) = z_t), minimises
 //! sum_t |W_i h_{i-1}(t) + b_i + h_{i-1}(t) - z_{t+i}|^2 + ridge |W_i|^2, so that h_i(t) ~ z_{t+i},
 //! whose LM-head logits predict the token i + 1 positions after t. O(gamma N H^2 + gamma H^3).
+//! Loads trained residual heads (examples/training/train.py: "tokenswift.heads.weight" [gamma, H, H]
+//! and "tokenswift.heads.bias" [gamma, H], identity activation) for hidden size `hidden`. O(gamma H^2).
+template <class T>
+[[nodiscard]] residual_head_weights<T> load_residual_heads(const safetensors_file& f, int hidden) {
+  constexpr std::string_view fn = "specdec::examples::load_residual_heads";
+  require(f.contains("tokenswift.heads.weight"), fn, "file", "a tokenswift.heads.weight tensor", "none");
+  const auto& e = f.entry("tokenswift.heads.weight");
+  require(e.shape.size() == 3 && e.shape[0] >= 0 && e.shape[0] < 1024, fn, "tokenswift.heads.weight",
+          "shape [gamma, hidden, hidden], gamma < 1024", e.shape.size());
+  const std::int64_t g = e.shape[0], H = hidden;
+  residual_head_weights<T> w;
+  w.gamma = static_cast<int>(g);
+  w.w = f.read<T>("tokenswift.heads.weight", {g, H, H});
+  w.b = f.read<T>("tokenswift.heads.bias", {g, H});
+  return w;
+}
+
 template <class T>
 [[nodiscard]] residual_head_weights<T> fit_residual_heads(const std::vector<std::vector<T>>& z, int gamma, double ridge = 1e-3) {
   constexpr std::string_view fn = "specdec::examples::fit_residual_heads";

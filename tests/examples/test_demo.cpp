@@ -18,6 +18,7 @@ namespace {
 //! The demo at test size: a tiny model, 64 new tokens, a 16-token draft window.
 demo_options tiny_options(int prompt_tokens) {
   demo_options o;
+  o.random_model = true;
   o.model = {.vocab_size = 128, .hidden = 32, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 48};
   o.prompt_tokens = prompt_tokens;
   o.new_tokens = 64;
@@ -98,11 +99,17 @@ TEST_CASE("demo live progress: rewritten lines with growing token counts, tok/s 
 }
 
 TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
-  const char* ok[] = {"specdec_demo", "--prompt", "40", "--new", "16", "--vocab", "64", "--hidden", "16", "--layers", "2",
+  const char* ok[] = {"specdec_demo", "--random", "--prompt", "40", "--new", "16", "--vocab", "64", "--hidden", "16", "--layers", "2",
                       "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--window", "8", "--depth", "3", "--paged", "--quiet"};
   CHECK(specdec_demo_main(static_cast<int>(std::size(ok)), const_cast<char**>(ok)) == 0);
   const char* bad[] = {"specdec_demo", "--bogus"};
   CHECK(specdec_demo_main(2, const_cast<char**>(bad)) == 2);
-  const char* bad_dim[] = {"specdec_demo", "--prompt", "8", "--new", "4", "--heads", "3", "--kv-heads", "2", "--quiet"};
+  const char* bad_dim[] = {"specdec_demo", "--random", "--prompt", "8", "--new", "4", "--heads", "3", "--kv-heads", "2", "--quiet"};
   CHECK(specdec_demo_main(static_cast<int>(std::size(bad_dim)), const_cast<char**>(bad_dim)) == 2);  // 3 % 2 != 0... rejected
+  const char* no_weights[] = {"specdec_demo", "--weights-dir", "/nonexistent", "--quiet"};
+  CHECK(specdec_demo_main(static_cast<int>(std::size(no_weights)), const_cast<char**>(no_weights)) == 2);
+  const char* no_prompt[] = {"specdec_demo", "--prompt-file", "/nonexistent", "--quiet"};
+  CHECK(specdec_demo_main(static_cast<int>(std::size(no_prompt)), const_cast<char**>(no_prompt)) == 2);
+  const char* no_path[] = {"specdec_demo", "--draft-weights"};
+  CHECK(specdec_demo_main(2, const_cast<char**>(no_path)) == 2);
 }
