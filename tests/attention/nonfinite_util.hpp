@@ -86,7 +86,9 @@ std::vector<char> poison_tree_tokens(batch<T>& b, std::uint64_t seed, float x, p
 //! poisoning every invisible cache slot plus some tree tokens, and checks: rows that see no
 //! poisoned token are bit-identical to the clean run; rows that do have a non-finite output (NaN
 //! where the poison is NaN), and, when only V was poisoned, the clean LSE (scores are unchanged).
-//! The host backend as a runner for check_poisoned_tree (the CUDA tests pass a device runner).
+//! The host backend as a runner for check_poisoned_tree and check_visible_cache_poison (the CUDA
+//! tests pass a device runner with the same two calls): operator() runs hybrid (or tree-only)
+//! attention, decode() decode_attention, both writing b.out and b.lse.
 struct host_runner {
   template <class T>
   void operator()(batch<T>& b, layout_kind kind, bool with_cache, const specdec::attention_options& opt) const {
@@ -100,6 +102,13 @@ struct host_runner {
       specdec::tree_attention(specdec::host{}, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
                               b.out_view(), b.lse_view(), opt);
     }
+  }
+  template <class T>
+  void decode(batch<T>& b, layout_kind kind, const specdec::attention_options& opt) const {
+    b.reset_outputs();
+    b.with_layout(kind, [&](auto layout) {
+      specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(), opt);
+    });
   }
 };
 
@@ -166,15 +175,16 @@ void check_poisoned_grid(int d, Runner runner = {}) {
 //! A NaN / infinity in a *visible* cached key or value reaches every row of that request that
 //! reads that kv head: decode over a 1-token cache with K[0] = NaN is NaN (not out = 0, LSE = -inf
 //! as if the cache were empty), and hybrid attention with one poisoned cached token is non-finite
-//! in every row of the request, for every cache part (split) the token may fall in.
-template <class T>
-void check_visible_cache_poison(int d) {
+//! in every row of the request, for every cache part (split) the token may fall in. `runner` picks
+//! the backend (host_runner; the CUDA tests pass their device runner).
+template <class T, class Runner = host_runner>
+void check_visible_cache_poison(int d, Runner runner = {}) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (float x : {nan, inf}) {
     for (bool k_side : {true, false}) {
       batch<T> b(8100, 4, 1, d, {1}, {1});
       (k_side ? b.k_nhd : b.v_nhd)[0] = specdec::from_float<T>(x);
-      specdec::decode_attention(specdec::host{}, b.q_view(), b.nhd(), b.indptr_view(), b.out_view(), b.lse_view());
+      runner.decode(b, layout_kind::nhd, {});
       for (int h = 0; h < 4; ++h) {
         INFO("decode, 1-token cache, " << (k_side ? "K" : "V") << "[0][0] = " << x << ", head " << h);
         const float o0 = specdec::to_float(b.out[static_cast<std::size_t>(h) * d]);
@@ -188,8 +198,7 @@ void check_visible_cache_poison(int d) {
     batch<T> b(8200, 8, 2, d, {700, 40}, {5, 3});
     const int t = 517, head = 1;
     b.k_nhd[((static_cast<std::size_t>(0) * b.capacity + t) * b.hkv + head) * b.d + 3] = specdec::from_float<T>(nan);
-    specdec::hybrid_tree_attention(specdec::host{}, b.q_view(), b.nhd(), b.k_view(), b.v_view(), b.indptr_view(),
-                                   b.mask_view(), b.out_view(), b.lse_view(), {.kv_split_size = split});
+    runner(b, layout_kind::nhd, true, {.kv_split_size = split});
     for (int tok = 0; tok < b.tokens(); ++tok)
       for (int h = 0; h < b.hq; ++h) {
         const bool reads = tok < 5 && h / 4 == head;  // request 0, query heads of kv head 1

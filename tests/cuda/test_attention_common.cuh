@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "attention/attention_fixture.hpp"
@@ -91,15 +92,17 @@ struct device_workspace {
 };
 
 //! Compares the cuda result (in `got`) with the double reference and with the host backend's result
-//! (in `host`): both within the storage type's tolerance; -inf LSEs must match exactly.
+//! (in `host`): both within the storage type's tolerance; -inf LSEs must match exactly. Output errors
+//! are relative to max(out_scale, |expected|): the denormal tests pass the scale of their tiny values.
 template <class T>
-void check_cuda(const batch<T>& got, const batch<T>& host, const specdec::reference::attention_result& ref) {
-  attn_test::check_against(got, ref, attn_test::out_tol<T>(), 1e-4);
+void check_cuda(const batch<T>& got, const batch<T>& host, const specdec::reference::attention_result& ref,
+                double out_scale = 1.0) {
+  attn_test::check_against(got, ref, attn_test::out_tol<T>(), 1e-4, out_scale);
   double worst = 0;
   int bad = 0;
   for (std::size_t i = 0; i < got.out.size(); ++i) {
     const double a = specdec::to_float(got.out[i]), h = specdec::to_float(host.out[i]);
-    const double e = std::abs(a - h) / std::max(1.0, std::abs(h));
+    const double e = std::abs(a - h) / std::max(out_scale, std::abs(h));
     worst = std::max(worst, e);
     if (!(e <= 2 * attn_test::out_tol<T>())) ++bad;
   }
@@ -113,6 +116,57 @@ void check_cuda(const batch<T>& got, const batch<T>& host, const specdec::refere
   }
   INFO("cuda vs host backend: worst out difference " << worst);
   CHECK(bad == 0);
+}
+
+//! Denormal inputs (README "Conventions": denormals are ordinary numbers). denormal_tiny<T>() maps
+//! values of magnitude below 1 into T's subnormal range (bfloat16: fp32's, below 2^-126 ~ 1.18e-38,
+//! so the fp32 accumulation sees subnormals too; half: below 2^-14 ~ 6.1e-5), and denormal_big<T>()
+//! scales q so that q . k over tiny keys gives ordinary scores again (tiny * big ~ 1): a kernel that
+//! flushed the keys to zero would see uniform weights instead.
+template <class T>
+constexpr float denormal_tiny() {
+  return std::is_same_v<T, specdec::half> ? 6e-5f : 1e-38f;
+}
+template <class T>
+constexpr float denormal_big() {
+  return std::is_same_v<T, specdec::half> ? 6e4f : 1e38f;
+}
+enum class denormal_target { q, k, v };
+inline const char* name(denormal_target t) {
+  return t == denormal_target::q ? "q tiny" : t == denormal_target::k ? "k tiny, q big" : "v tiny";
+}
+
+//! Multiplies every element of v by s (rounded to T once).
+template <class T>
+void scale_values(std::vector<T>& v, float s) {
+  for (auto& x : v) x = specdec::from_float<T>(specdec::to_float(x) * s);
+}
+
+//! Scales a batch's queries, keys or values (tree tokens and every cache layout alike, so the layouts
+//! still hold the same cache) for the denormal tests; returns the output scale to compare at (the
+//! tiny scale when V is tiny, else 1).
+template <class T>
+double make_denormal(batch<T>& b, denormal_target what) {
+  const float tiny = denormal_tiny<T>();
+  if (what == denormal_target::q) {
+    scale_values(b.q, tiny);
+    return 1.0;
+  }
+  if (what == denormal_target::k) {
+    scale_values(b.q, denormal_big<T>());
+    for (auto* v : {&b.spec_k, &b.k_nhd, &b.k_hnd, &b.k_pages}) scale_values(*v, tiny);
+    return 1.0;
+  }
+  for (auto* v : {&b.spec_v, &b.v_nhd, &b.v_hnd, &b.v_pages}) scale_values(*v, tiny);
+  return tiny;
+}
+
+//! How many outputs are nonzero (a flush to zero of tiny values leaves zeros).
+template <class T>
+int nonzero_outputs(const batch<T>& b) {
+  int n = 0;
+  for (const T& x : b.out) n += specdec::to_float(x) != 0.0f;
+  return n;
 }
 
 }  // namespace cuda_attn_test

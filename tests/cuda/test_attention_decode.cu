@@ -1,11 +1,16 @@
 // decode_attention on the cuda backend against the double reference and the host backend: ragged
 // batches (some requests without query tokens), cache lengths 0, 1 and non-multiples of the 64-key
 // tile and of the split, GQA ratios 1/4/8, head dims 64/128/256, contiguous NHD/HND and paged
-// layouts, automatic and forced split sizes, fp16 and bf16. Skipped (exit 77) without a GPU.
+// layouts, automatic and forced split sizes, fp16 and bf16; NaN/Inf in cache slots a row cannot
+// see (past `length`, unused pages) never reach it while visible ones do (README "Conventions");
+// denormal Q/K/V are ordinary numbers. Skipped (exit 77) without a GPU.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
+#include "attention/nonfinite_util.hpp"
 #include "cuda/test_attention_common.cuh"
 #include "specdec/attention/decode_attention.cuh"
 
@@ -14,7 +19,7 @@ using namespace cuda_attn_test;
 namespace {
 
 template <class T>
-void run_decode(batch<T>& b, layout_kind kind, specdec::attention_options opt = {}) {
+void run_decode(batch<T>& b, layout_kind kind, specdec::attention_options opt = {}, double out_scale = 1.0) {
   batch<T> host = b;
   host.with_layout(kind, [&](auto layout) {
     specdec::decode_attention(specdec::host{}, host.q_view(), layout, host.indptr_view(), host.out_view(),
@@ -31,7 +36,97 @@ void run_decode(batch<T>& b, layout_kind kind, specdec::attention_options opt = 
   });
   d.out.download(b.out);
   d.lse.download(b.lse);
-  check_cuda(b, host, ref);
+  check_cuda(b, host, ref, out_scale);
+}
+
+//! decode_attention(cuda) on a host batch: uploads it (possibly poisoned), runs, downloads out and lse.
+template <class T>
+void cuda_decode(batch<T>& b, layout_kind kind, const specdec::attention_options& opt) {
+  b.reset_outputs();
+  device_batch<T> d(b);
+  d.with_layout(kind, [&](auto layout) {
+    specdec::decode_attention(specdec::cuda{}, d.q_view(), layout, d.indptr_view(), d.out_view(), d.lse_view(), opt);
+  });
+  specdec_test::sync_check("poisoned decode_attention(cuda)");
+  d.out.download(b.out);
+  d.lse.download(b.lse);
+}
+
+//! Sets K and/or V (the whole head row) of cached token t, kv head h of request r to x, in every
+//! layout of the batch (contiguous NHD and HND, and the request's page slot).
+template <class T>
+void poison_cache_token(batch<T>& b, int r, int t, int h, float x, attn_test::poison_target what) {
+  const T bad = specdec::from_float<T>(x);
+  const auto set = [&](std::vector<T>& k, std::vector<T>& v, std::size_t at) {
+    const auto first = static_cast<std::ptrdiff_t>(at);
+    if (what != attn_test::poison_target::v) std::fill_n(k.begin() + first, b.d, bad);
+    if (what != attn_test::poison_target::k) std::fill_n(v.begin() + first, b.d, bad);
+  };
+  set(b.k_nhd, b.v_nhd, ((static_cast<std::size_t>(r) * b.capacity + t) * b.hkv + h) * b.d);
+  set(b.k_hnd, b.v_hnd, ((static_cast<std::size_t>(r) * b.hkv + h) * b.capacity + t) * b.d);
+  const std::size_t page = static_cast<std::size_t>(b.page_indices[b.page_indptr[r] + t / b.page_size]);
+  set(b.k_pages, b.v_pages, ((page * b.page_size + t % b.page_size) * b.hkv + h) * b.d);
+}
+
+//! The decode twin of attn_test::check_poisoned_tree: runs decode_attention(cuda) clean, then after
+//! poisoning every cache slot no request can see (attn_test::poison_invisible_cache) and one kv head
+//! of one or two visible cached tokens (a random one and the last, `length - 1`) in every other
+//! non-empty request. Rows (query token, query head) that read a poisoned visible token must be
+//! non-finite in every output element (NaN where the poison is NaN) with, when only V was poisoned,
+//! the clean LSE, else a non-finite LSE for NaN poison; every other row -- the other heads of a
+//! poisoned request, the other requests, empty caches -- must be bit-identical to the clean run.
+template <class T>
+void check_poisoned_decode(std::uint64_t seed, int hq, int hkv, int d, std::vector<int> cache_lens,
+                           std::vector<int> q_counts, layout_kind kind, float x, attn_test::poison_target what,
+                           specdec::attention_options opt = {}) {
+  using attn_test::bits_equal;
+  batch<T> b(seed, hq, hkv, d, cache_lens, q_counts);
+  cuda_decode(b, kind, opt);
+  const std::vector<T> clean_out = b.out;
+  const std::vector<float> clean_lse = b.lse;
+  attn_test::poison_invisible_cache(b, x);
+  specdec::philox_stream rng(seed, 98);
+  const int group = hq / hkv;
+  std::vector<char> affected(static_cast<std::size_t>(b.tokens()) * hq, 0);
+  int poisoned_requests = 0;
+  for (int r = 0; r < b.requests; ++r) {
+    const int len = b.lens[static_cast<std::size_t>(r)];
+    if (len == 0 || poisoned_requests++ % 2 == 1) continue;
+    const int head = static_cast<int>(rng.below(static_cast<std::uint32_t>(hkv)));
+    poison_cache_token(b, r, static_cast<int>(rng.below(static_cast<std::uint32_t>(len))), head, x, what);
+    poison_cache_token(b, r, len - 1, head, x, what);
+    for (int t = b.q_indptr[static_cast<std::size_t>(r)]; t < b.q_indptr[static_cast<std::size_t>(r) + 1]; ++t)
+      for (int g = 0; g < group; ++g) affected[static_cast<std::size_t>(t) * hq + head * group + g] = 1;
+  }
+  cuda_decode(b, kind, opt);
+  int mismatched = 0, finite_affected = 0, wrong_lse = 0, n_affected = 0;
+  for (int t = 0; t < b.tokens(); ++t)
+    for (int h = 0; h < hq; ++h) {
+      const std::size_t row = static_cast<std::size_t>(t) * hq + h;
+      const T* o = b.out.data() + row * d;
+      const T* oc = clean_out.data() + row * d;
+      if (!affected[row]) {
+        bool same = bits_equal(b.lse[row], clean_lse[row]);
+        for (int c = 0; c < d; ++c) same = same && bits_equal(o[c], oc[c]);
+        mismatched += !same;
+        continue;
+      }
+      ++n_affected;
+      bool all_bad = true;
+      for (int c = 0; c < d; ++c) {
+        const float v = specdec::to_float(o[c]);
+        all_bad = all_bad && (std::isnan(x) ? std::isnan(v) : !std::isfinite(v));
+      }
+      finite_affected += !all_bad;
+      if (what == attn_test::poison_target::v) wrong_lse += !bits_equal(b.lse[row], clean_lse[row]);
+      else wrong_lse += std::isfinite(b.lse[row]) && std::isnan(x);
+    }
+  INFO("seed " << seed << " layout " << attn_test::name(kind) << " split " << opt.kv_split_size << " poison " << x
+               << " target " << static_cast<int>(what) << ": " << n_affected << " affected rows");
+  CHECK(n_affected > 0);
+  CHECK(mismatched == 0);
+  CHECK(finite_affected == 0);
+  CHECK(wrong_lse == 0);
 }
 
 }  // namespace
@@ -129,4 +224,43 @@ TEST_CASE("cuda decode_attention can be captured in a CUDA graph and replayed", 
   d.out.download(b.out);
   d.lse.download(b.lse);
   check_cuda(b, host, ref);
+}
+
+TEMPLATE_TEST_CASE("cuda decode_attention: NaN/Inf past `length` or in unused pages never reaches a row; visible does",
+                   "[cuda][attention][nonfinite]", specdec::bfloat16, specdec::half) {
+  // Requests with an empty cache, a 1-token cache, lengths off the 64-key tile, and one with no query
+  // token; automatic splits and forced small ones (a poisoned token in a later part than the first).
+  using attn_test::poison_target;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::uint64_t seed = 1600;
+  for (int d : {64, 128, 256}) {
+    DYNAMIC_SECTION("head_dim " << d) {
+      for (float x : {nan, inf, -inf})
+        for (poison_target what : {poison_target::k, poison_target::v, poison_target::kv})
+          for (auto kind : {layout_kind::nhd, layout_kind::hnd, layout_kind::paged})
+            check_poisoned_decode<TestType>(++seed, 8, 2, d, {0, 1, 33, 65, 300, 700, 7}, {1, 2, 1, 3, 1, 2, 0},
+                                            kind, x, what);
+      for (int split : {17, 64})
+        for (auto kind : {layout_kind::nhd, layout_kind::paged})
+          check_poisoned_decode<TestType>(++seed, 4, 4, d, {200, 5, 1000}, {1, 2, 1}, kind, nan, poison_target::kv,
+                                          {.kv_split_size = split});
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda decode_attention: denormal Q, K and V are ordinary numbers", "[cuda][attention][nonfinite]",
+                   specdec::bfloat16, specdec::half) {
+  // Against the double reference and the host backend at the existing tolerances, relative to the
+  // tiny scale where V is tiny (then also: not flushed to zero); K tiny with q scaled up gives
+  // ordinary scores, so flushed keys would show as uniform weights.
+  std::uint64_t seed = 1700;
+  for (auto what : {denormal_target::q, denormal_target::k, denormal_target::v})
+    for (auto kind : {layout_kind::nhd, layout_kind::paged}) {
+      DYNAMIC_SECTION(name(what) << ", " << attn_test::name(kind)) {
+        batch<TestType> b(++seed, 8, 2, 128, {40, 3, 300, 0}, {1, 2, 1, 1});
+        const double scale = make_denormal(b, what);
+        run_decode(b, kind, {}, scale);
+        if (what == denormal_target::v) CHECK(nonzero_outputs(b) > static_cast<int>(b.out.size()) / 2);
+      }
+    }
 }

@@ -1,7 +1,9 @@
 // hybrid_tree_attention on the cuda backend (cache part unmasked + tree part masked, merged by LSE)
 // against the double reference and the host backend: cache lengths 0/1/non-multiples of tiles,
 // trees 1..1024 nodes, ragged batches, GQA, head dims, contiguous, paged and block-table layouts,
-// forced splits, fp16 and bf16. Skipped (exit 77) without a GPU.
+// forced splits, fp16 and bf16; NaN/Inf masked or past `length` never reaches a row, visible NaN/Inf
+// (tree tokens and cached tokens) does; denormal Q/K/V are ordinary numbers. Skipped (exit 77)
+// without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "cuda/test_attention_common.cuh"
 #include "attention/nonfinite_util.hpp"
 #include "kv/block_table_util.hpp"
+#include "specdec/attention/decode_attention.cuh"
 #include "specdec/attention/hybrid_tree_attention.cuh"
 #include "specdec/attention/tree_attention.cuh"
 
@@ -18,7 +21,7 @@ using namespace cuda_attn_test;
 namespace {
 
 template <class T>
-void run_hybrid(batch<T>& b, layout_kind kind, specdec::attention_options opt = {}) {
+void run_hybrid(batch<T>& b, layout_kind kind, specdec::attention_options opt = {}, double out_scale = 1.0) {
   batch<T> host = b;
   host.with_layout(kind, [&](auto layout) {
     specdec::hybrid_tree_attention(specdec::host{}, host.q_view(), layout, host.k_view(), host.v_view(),
@@ -38,11 +41,12 @@ void run_hybrid(batch<T>& b, layout_kind kind, specdec::attention_options opt = 
   });
   d.out.download(b.out);
   d.lse.download(b.lse);
-  check_cuda(b, host, ref);
+  check_cuda(b, host, ref, out_scale);
 }
 
-//! check_poisoned_tree's runner for the cuda backend: uploads the (possibly poisoned) batch, runs,
-//! downloads out and lse.
+//! The cuda backend as a runner for check_poisoned_tree and check_visible_cache_poison (the twin of
+//! attn_test::host_runner): uploads the (possibly poisoned) batch, runs hybrid or tree-only attention
+//! (operator()) or decode_attention (decode()), downloads out and lse.
 struct cuda_runner {
   template <class T>
   void operator()(batch<T>& b, layout_kind kind, bool with_cache, const specdec::attention_options& opt) const {
@@ -58,6 +62,17 @@ struct cuda_runner {
                               d.out_view(), d.lse_view(), opt);
     }
     specdec_test::sync_check("poisoned attention(cuda)");
+    d.out.download(b.out);
+    d.lse.download(b.lse);
+  }
+  template <class T>
+  void decode(batch<T>& b, layout_kind kind, const specdec::attention_options& opt) const {
+    b.reset_outputs();
+    device_batch<T> d(b);
+    d.with_layout(kind, [&](auto layout) {
+      specdec::decode_attention(specdec::cuda{}, d.q_view(), layout, d.indptr_view(), d.out_view(), d.lse_view(), opt);
+    });
+    specdec_test::sync_check("poisoned decode_attention(cuda)");
     d.out.download(b.out);
     d.lse.download(b.lse);
   }
@@ -163,6 +178,34 @@ TEMPLATE_TEST_CASE("cuda tree and hybrid attention: NaN/Inf a row cannot see nev
   for (int d : {64, 128, 256}) {
     DYNAMIC_SECTION("head_dim " << d) { attn_test::check_poisoned_grid<TestType>(d, cuda_runner{}); }
   }
+}
+
+TEMPLATE_TEST_CASE("cuda decode and hybrid attention: NaN/Inf in a visible cached token reaches every row reading it",
+                   "[cuda][attention][nonfinite]", specdec::bfloat16, specdec::half) {
+  // The host kernel tests' check on the cuda backend: decode over a 1-token cache with K[0] or V[0]
+  // NaN/+inf is non-finite (not out 0, LSE -inf as if the cache were empty; the LSE stays finite
+  // when only V is bad), and one NaN key element of cached token 517 makes exactly the rows of its
+  // request and kv head NaN (out and LSE), with automatic and 64-token splits.
+  for (int d : {64, 128, 256}) {
+    DYNAMIC_SECTION("head_dim " << d) { attn_test::check_visible_cache_poison<TestType>(d, cuda_runner{}); }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda tree and hybrid attention: denormal Q, K and V are ordinary numbers",
+                   "[cuda][attention][nonfinite]", specdec::bfloat16, specdec::half) {
+  // Tree tokens and cache alike: against the double reference and the host backend at the existing
+  // tolerances, relative to the tiny scale where V is tiny (then also: not flushed to zero); K tiny
+  // with q scaled up gives ordinary scores, so flushed keys would show as uniform weights.
+  std::uint64_t seed = 3600;
+  for (auto what : {denormal_target::q, denormal_target::k, denormal_target::v})
+    for (auto kind : {layout_kind::nhd, layout_kind::paged}) {
+      DYNAMIC_SECTION(name(what) << ", " << attn_test::name(kind)) {
+        batch<TestType> b(++seed, 8, 2, 128, {40, 3, 300, 0}, {6, 2, 17, 5});
+        const double scale = make_denormal(b, what);
+        run_hybrid(b, kind, {}, scale);
+        if (what == denormal_target::v) CHECK(nonzero_outputs(b) > static_cast<int>(b.out.size()) / 2);
+      }
+    }
 }
 
 TEST_CASE("nonfinite_bits finds exactly the NaN/Inf patterns of half and bfloat16 (the device test's host twin)",

@@ -1,6 +1,7 @@
 // lse_merge on the cuda backend against the host backend on the same inputs: n-way (S = 1, 2, 5,
 // 130), two-way with -inf parts (never NaN, NaN in a zero-weight part does not leak), in-place
-// (out aliasing o_a), fp16/bf16/fp32. Skipped (exit 77) without a GPU.
+// (out aliasing o_a), fp16/bf16/fp32; NaN/+inf in a part that has keys propagates (n-way and
+// two-way, as on the host). Skipped (exit 77) without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -121,6 +122,114 @@ TEMPLATE_TEST_CASE("cuda lse_merge two-way in place, -inf parts, no NaN leak", "
   }
   REQUIRE(gl[0] == ninf);
   expect_close(go, ho, gl, hl);
+}
+
+TEMPLATE_TEST_CASE("cuda lse_merge: NaN in a part that has keys propagates, never a finite answer",
+                   "[cuda][attention][nonfinite]", specdec::bfloat16, specdec::half, float) {
+  // The host test's cases (tests/attention/test_lse_merge.cpp) on the cuda n-way merge, S = 70 parts,
+  // with a second token row that stays clean (0.25 everywhere, finite LSEs): it must come out finite
+  // and as the host computes it, so nothing leaks across rows.
+  const int d = 64, S = 70, n = 2;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<TestType> parts(static_cast<std::size_t>(S) * n * d, specdec::from_float<TestType>(0.25f));
+  std::vector<float> lse(static_cast<std::size_t>(S) * n, ninf);
+  for (int p = 0; p < S; ++p) lse[static_cast<std::size_t>(p) * n + 1] = 0.1f * static_cast<float>(p % 9) - 0.3f;
+  auto part = [&](int p, int c) -> TestType& { return parts[(static_cast<std::size_t>(p) * n) * d + c]; };
+  auto l0 = [&](int p) -> float& { return lse[static_cast<std::size_t>(p) * n]; };
+  std::vector<TestType> o;
+  std::vector<float> lo;
+  auto run = [&] {
+    dvec<TestType> dp(parts), dout(static_cast<std::size_t>(n) * d);
+    dvec<float> dl(lse), dlo(static_cast<std::size_t>(n));
+    specdec::lse_merge(specdec::cuda{}, specdec::make_view<4>(dp.data(), {S, n, 1, d}, memory_space::device),
+                       specdec::make_view<3>(dl.data(), {S, n, 1}, memory_space::device),
+                       specdec::make_view<3>(dout.data(), {n, 1, d}, memory_space::device),
+                       specdec::make_view<2>(dlo.data(), {n, 1}, memory_space::device));
+    specdec_test::sync_check("lse_merge(cuda) non-finite");
+    dout.download(o);
+    dlo.download(lo);
+    std::vector<TestType> ho(static_cast<std::size_t>(n) * d);
+    std::vector<float> hl(n);
+    specdec::lse_merge(specdec::host{}, specdec::make_view<4>(parts.data(), {S, n, 1, d}),
+                       specdec::make_view<3>(lse.data(), {S, n, 1}), specdec::make_view<3>(ho.data(), {n, 1, d}),
+                       specdec::make_view<2>(hl.data(), {n, 1}));
+    // the clean row: finite, and the host's result
+    std::vector<TestType> go1(o.begin() + d, o.end()), ho1(ho.begin() + d, ho.end());
+    for (int c = 0; c < d; ++c) REQUIRE(std::isfinite(specdec::to_float(go1[c])));
+    expect_close(go1, ho1, {lo[1]}, {hl[1]});
+  };
+  SECTION("the only non-empty part has LSE NaN (std::max / fmaxf would drop it as if the row were empty)") {
+    l0(66) = nan;
+    run();
+    CHECK(std::isnan(lo[0]));
+    for (int c = 0; c < d; ++c) CHECK(std::isnan(specdec::to_float(o[c])));
+  }
+  SECTION("a NaN LSE beside finite ones") {
+    l0(0) = 2.0f;
+    l0(3) = nan;
+    run();
+    CHECK(std::isnan(lo[0]));
+    CHECK(std::isnan(specdec::to_float(o[0])));
+  }
+  SECTION("a finite LSE whose O holds NaN (a NaN value the part could see), however small its weight") {
+    l0(0) = 50.0f;
+    l0(65) = -80.0f;  // weight exp(-130) underflows to 0 in fp32, yet the NaN must reach the row
+    part(65, 5) = specdec::from_float<TestType>(nan);
+    run();
+    CHECK(lo[0] == Approx(50.0f));
+    CHECK(std::isnan(specdec::to_float(o[5])));
+    CHECK(specdec::to_float(o[4]) == Approx(0.25f).margin(1e-2));
+  }
+  SECTION("+inf LSE (an infinite score) is not finite either") {
+    l0(1) = 1.0f;
+    l0(2) = inf;
+    run();
+    CHECK(!std::isfinite(lo[0]));
+    CHECK(!std::isfinite(specdec::to_float(o[0])));
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda lse_merge two-way: NaN in a part that has keys propagates", "[cuda][attention][nonfinite]",
+                   specdec::bfloat16, specdec::half) {
+  // Row 0: part a has a finite LSE and one NaN value (however small its weight) -> that element NaN,
+  // the others and the LSE finite. Row 1: part a's LSE is NaN -> LSE and every element NaN. Row 2:
+  // part b's LSE is +inf -> not finite. Row 3: clean, the host's result.
+  const int n = 4, d = 64;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto a = random_rows<TestType>(static_cast<std::size_t>(n) * d, 5);
+  auto b = random_rows<TestType>(static_cast<std::size_t>(n) * d, 6);
+  std::vector<float> la{-60.0f, nan, 0.5f, 1.0f}, lb{40.0f, 2.0f, inf, -1.0f};
+  a[7] = specdec::from_float<TestType>(nan);
+  dvec<TestType> da(a), db(b), dout(a.size());
+  dvec<float> dla(la), dlb(lb), dlo(la.size());
+  specdec::lse_merge(specdec::cuda{}, specdec::make_view<3>(da.data(), {n, 1, d}, memory_space::device),
+                     specdec::make_view<2>(dla.data(), {n, 1}, memory_space::device),
+                     specdec::make_view<3>(db.data(), {n, 1, d}, memory_space::device),
+                     specdec::make_view<2>(dlb.data(), {n, 1}, memory_space::device),
+                     specdec::make_view<3>(dout.data(), {n, 1, d}, memory_space::device),
+                     specdec::make_view<2>(dlo.data(), {n, 1}, memory_space::device));
+  specdec_test::sync_check("lse_merge(cuda) two-way non-finite");
+  std::vector<TestType> go;
+  std::vector<float> gl;
+  dout.download(go);
+  dlo.download(gl);
+  std::vector<TestType> ho(a.size());
+  std::vector<float> hl(la.size());
+  specdec::lse_merge(specdec::host{}, specdec::make_view<3>(a.data(), {n, 1, d}),
+                     specdec::make_view<2>(la.data(), {n, 1}), specdec::make_view<3>(b.data(), {n, 1, d}),
+                     specdec::make_view<2>(lb.data(), {n, 1}), specdec::make_view<3>(ho.data(), {n, 1, d}),
+                     specdec::make_view<2>(hl.data(), {n, 1}));
+  CHECK(gl[0] == Approx(40.0f));
+  for (int c = 0; c < d; ++c) {
+    INFO("element " << c);
+    CHECK(std::isnan(specdec::to_float(go[c])) == (c == 7));
+    CHECK(std::isnan(specdec::to_float(go[d + c])));
+    CHECK(!std::isfinite(specdec::to_float(go[2 * d + c])));
+  }
+  CHECK(std::isnan(gl[1]));
+  CHECK(!std::isfinite(gl[2]));
+  expect_close(std::vector<TestType>(go.begin() + 3 * d, go.end()), std::vector<TestType>(ho.begin() + 3 * d, ho.end()),
+               {gl[3]}, {hl[3]});
 }
 
 TEST_CASE("cuda merge params: one host -> device conversion keeps every field; float2 loads only when aligned",

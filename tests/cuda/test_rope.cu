@@ -1,16 +1,19 @@
 // apply_rope on the cuda backend against apply_rope(host) on the same inputs: rotate-half and
 // interleaved, partial rotary, Llama-3.1 scaling, large and tree-like (repeated) positions, strided
-// heads, fp32/fp16/bf16; plus validation errors. Skipped (exit 77) without a GPU.
+// heads, fp32/fp16/bf16; NaN/Inf propagate within their rotated pair only and denormals rotate (the
+// host test's cases); plus validation errors. Skipped (exit 77) without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/position/rope.cuh"
+#include "specdec/reference/rope.hpp"
 
 namespace {
 
@@ -45,7 +48,102 @@ void compare_with_host(const specdec::rope_params& params, int tokens, int heads
   CHECK(bad == 0);
 }
 
+//! Rotates x in place on the device: x [tokens, heads, dim] of type T, one position per token.
+template <class T>
+void rope_on_device(const specdec::rope_params& p, std::vector<T>& x, const std::vector<std::int32_t>& pos,
+                    int heads, int dim) {
+  const int tokens = static_cast<int>(pos.size());
+  specdec_test::device_buffer<T> dx(x);
+  specdec_test::device_buffer<std::int32_t> dpos(pos);
+  specdec::apply_rope(specdec::cuda{}, p, specdec::make_view<3>(dx.data(), {tokens, heads, dim}, memory_space::device),
+                      specdec::make_view<1>(dpos.data(), {tokens}, memory_space::device));
+  specdec_test::sync_check("apply_rope(cuda)");
+  x = dx.download();
+}
+
+//! The device twin of the host test's rope_run (tests/position/test_rope.cpp): x [2 tokens, 2 heads,
+//! 8 dims] of type T, rotary dim 4, positions {0, 7}; `dim` >= 0 sets element (token 1, head 0, dim)
+//! to `value` (as T) before rotating.
+template <class T>
+std::vector<float> rope_run(specdec::rope_style style, int dim, float value) {
+  std::vector<T> x(2 * 2 * 8);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::from_float<T>(0.25f * static_cast<float>(i % 7) - 0.5f);
+  if (dim >= 0) x[8 * 2 + static_cast<std::size_t>(dim)] = specdec::from_float<T>(value);
+  rope_on_device<T>({.style = style, .rotary_dim = 4}, x, {0, 7}, 2, 8);
+  std::vector<float> out;
+  for (const T& e : x) out.push_back(specdec::to_float(e));
+  return out;
+}
+
+template <class T>
+void check_rope_nonfinite() {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (auto style : {specdec::rope_style::rotate_half, specdec::rope_style::interleaved}) {
+    const auto clean = rope_run<T>(style, -1, 0.0f);
+    const int partner = style == specdec::rope_style::rotate_half ? 2 : 1;  // dim 0's pair
+    for (float bad : {nan, inf, -inf}) {
+      INFO("style " << static_cast<int>(style) << " value " << bad);
+      // a rotated dim: its pair's two outputs are non-finite, every other value is the clean run's
+      const auto got = rope_run<T>(style, 0, bad);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (i == 16 || i == 16 + static_cast<std::size_t>(partner)) {
+          CHECK_FALSE(std::isfinite(got[i]));
+        } else {
+          CHECK(got[i] == clean[i]);
+        }
+      }
+      // a pass-through dim (>= rotary dim) keeps the value and touches nothing else
+      const auto pass = rope_run<T>(style, 6, bad);
+      for (std::size_t i = 0; i < pass.size(); ++i) {
+        if (i == 16 + 6) {
+          CHECK((std::isnan(bad) ? std::isnan(pass[i]) : pass[i] == bad));
+        } else {
+          CHECK(pass[i] == clean[i]);
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+std::vector<T> convert(const std::vector<double>& v) {
+  std::vector<T> out;
+  for (double x : v) out.push_back(specdec::from_float<T>(static_cast<float>(x)));
+  return out;
+}
+
 }  // namespace
+
+TEMPLATE_TEST_CASE("cuda apply_rope: NaN and infinities propagate within their rotated pair only",
+                   "[cuda][rope][nonfinite]", float, specdec::half, specdec::bfloat16) {
+  // The non-finite policy of the float-producing entry points (README "Conventions"): IEEE
+  // propagation to the outputs a value reaches, never a finite wrong value; nothing else changes.
+  check_rope_nonfinite<TestType>();
+}
+
+TEST_CASE("cuda apply_rope: denormals rotate (no flush to zero)", "[cuda][rope][nonfinite]") {
+  // The host test's denormal case on the device: the rotation of a denormal pair matches the double
+  // reference to the denormal grid, for float, and for half's own subnormals.
+  const std::vector<std::int32_t> pos{7};
+  for (auto style : {specdec::rope_style::rotate_half, specdec::rope_style::interleaved}) {
+    INFO("style " << static_cast<int>(style));
+    const specdec::rope_params p{.style = style};
+    const std::vector<double> xd{3e-40, -1e-40, 2e-40, 5e-41};
+    std::vector<double> ref(4);
+    specdec::reference::rope(p, 1, 1, 4, xd.data(), pos.data(), ref.data());
+    auto xf = convert<float>(xd);
+    rope_on_device(p, xf, pos, 1, 4);
+    for (int i = 0; i < 4; ++i) {
+      CHECK(xf[i] != 0.0f);
+      CHECK(std::abs(xf[i] - ref[i]) <= 4 * std::numeric_limits<float>::denorm_min());
+    }
+    const std::vector<double> xh{3 * 0x1p-24, -0x1p-22, 0x1p-20, 5 * 0x1p-24};  // half subnormals
+    specdec::reference::rope(p, 1, 1, 4, xh.data(), pos.data(), ref.data());
+    auto hx = convert<specdec::half>(xh);
+    rope_on_device(p, hx, pos, 1, 4);
+    for (int i = 0; i < 4; ++i) CHECK(std::abs(specdec::to_float(hx[i]) - ref[i]) <= 0x1p-24);
+  }
+}
 
 TEMPLATE_TEST_CASE("cuda apply_rope matches the host", "[cuda][rope]", float, specdec::half, specdec::bfloat16) {
   SECTION("rotate-half, full rotary") { compare_with_host<TestType>({}, 37, 8, 128, 0, 1); }

@@ -1,8 +1,9 @@
 // TokenSwift's dynamic partial KV cache (§3.3): Eq. 2 importance against a double reference and a
 // hand example; rebuild's selection against brute force (sinks, top-(|B|-|S|) by importance,
-// decreasing order, ties by index); the append/replace policy and Algorithm 3's rebuild trigger;
-// attention over indexed_kv equal to attention over a compacted copy (contiguous and paged bases);
-// no allocation and a fixed index buffer over 20K appends; bad inputs named.
+// decreasing order, ties by index); the append/replace policy and the rebuild trigger (TokenSwift
+// Algorithm 1, line 5); attention over indexed_kv equal to attention over a compacted copy
+// (contiguous and paged bases); no allocation and a fixed index buffer over 20K appends; bad inputs
+// named.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -218,7 +219,7 @@ TEST_CASE("partial_kv: shared selection keeps one set for all kv heads, ranked b
                     Contains("'selection'") && Contains("got 7"));
 }
 
-TEST_CASE("partial_kv: new tokens fill, then replace the newest-filled, then the least important; Algorithm 3's trigger") {
+TEST_CASE("partial_kv: new tokens fill, then replace the newest-filled, then the least important; Algorithm 1's trigger (line 5)") {
   const int budget = 6, sink = 2;
   std::vector<float> q = {1, 0};
   // 4 tokens, scores 0.1, 0.4, 0.3, 0.2: all fit (size 4 < budget 6).
