@@ -5,7 +5,7 @@
 //                          [--window W] [--seed S]]
 // Default: the trained byte-level pair of examples/weights (target.safetensors, longspec_draft.safetensors;
 // --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
-// on the first N (default 16384) bytes of a header file held out of training; --random: the seeded
+// on the first N (default 1024) bytes of a header file held out of training; --random: the seeded
 // random model with a draft derived from it. Runs the target autoregressively and speculatively (LongSpec
 // draft, greedy verification), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on

@@ -113,7 +113,7 @@ TEST_CASE("trained pair on a held-out file: lossless, and the draft is accepted"
 #ifdef SPECDEC_TEST_SANITIZED  // the -O0 sanitizer build of CI: a shorter run
   o.prompt_tokens = 512;
 #else
-  o.prompt_tokens = 4096;
+  o.prompt_tokens = 1024;  // the demo's default
 #endif
   o.new_tokens = 96;
   o.progress = false;
@@ -126,7 +126,7 @@ TEST_CASE("trained pair on a held-out file: lossless, and the draft is accepted"
   CHECK(rep.prompt_tail.size() == 40);
   // a trained draft on code: several tokens per target forward (the derived random draft gives ~1.x
   // on real text); the measured figures are in benchmarks/RESULTS.md
-  CHECK(rep.stats.tau() >= 2.0);
+  CHECK(rep.stats.tau() >= 1.8);
   std::ostringstream out;
   print_report(o, rep, out);
   CHECK(out.str().find("trained byte-level pair") != std::string::npos);
