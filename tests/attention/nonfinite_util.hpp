@@ -82,6 +82,45 @@ std::vector<char> poison_tree_tokens(batch<T>& b, std::uint64_t seed, float x, p
   return affected;
 }
 
+//! What a poisoned run (b.out, b.lse) did to its rows (token, query head), against the clean run's
+//! `clean_out` / `clean_lse` and the per-row `affected` mask (the row can see a poisoned value x in
+//! target `what`): `affected` counts the affected rows; `mismatched` the unaffected rows that are not
+//! bit-identical to the clean run (out and LSE); `finite_affected` the affected rows with an output
+//! element that is finite (or, for NaN poison, not NaN); `wrong_lse` the affected rows whose LSE is
+//! not the clean one when only V was poisoned, else is finite for NaN poison.
+struct poisoned_rows {
+  int affected = 0, mismatched = 0, finite_affected = 0, wrong_lse = 0;
+};
+
+template <class T>
+poisoned_rows count_poisoned_rows(const batch<T>& b, const std::vector<T>& clean_out,
+                                  const std::vector<float>& clean_lse, const std::vector<char>& affected, float x,
+                                  poison_target what) {
+  poisoned_rows n;
+  for (int t = 0; t < b.tokens(); ++t)
+    for (int h = 0; h < b.hq; ++h) {
+      const std::size_t row = static_cast<std::size_t>(t) * b.hq + h;
+      const T* o = b.out.data() + row * b.d;
+      const T* oc = clean_out.data() + row * b.d;
+      if (!affected[row]) {
+        bool same = bits_equal(b.lse[row], clean_lse[row]);
+        for (int c = 0; c < b.d; ++c) same = same && bits_equal(o[c], oc[c]);
+        n.mismatched += !same;
+        continue;
+      }
+      ++n.affected;
+      bool all_bad = true;
+      for (int c = 0; c < b.d; ++c) {
+        const float v = specdec::to_float(o[c]);
+        all_bad = all_bad && (std::isnan(x) ? std::isnan(v) : !std::isfinite(v));
+      }
+      n.finite_affected += !all_bad;
+      if (what == poison_target::v) n.wrong_lse += !bits_equal(b.lse[row], clean_lse[row]);
+      else n.wrong_lse += std::isfinite(b.lse[row]) && std::isnan(x);
+    }
+  return n;
+}
+
 //! Runs hybrid (or tree-only when `with_cache` is false) attention twice, clean and after
 //! poisoning every invisible cache slot plus some tree tokens, and checks: rows that see no
 //! poisoned token are bit-identical to the clean run; rows that do have a non-finite output (NaN
@@ -124,34 +163,13 @@ void check_poisoned_tree(std::uint64_t seed, int hq, int hkv, int d, std::vector
   poison_invisible_cache(b, x);
   const auto affected = poison_tree_tokens(b, seed, x, what);
   run();
-  int mismatched = 0, finite_affected = 0, wrong_lse = 0, n_affected = 0;
-  for (int t = 0; t < b.tokens(); ++t)
-    for (int h = 0; h < hq; ++h) {
-      const std::size_t row = static_cast<std::size_t>(t) * hq + h;
-      const T* o = b.out.data() + row * d;
-      const T* oc = clean_out.data() + row * d;
-      if (!affected[row]) {
-        bool same = bits_equal(b.lse[row], clean_lse[row]);
-        for (int c = 0; c < d; ++c) same = same && bits_equal(o[c], oc[c]);
-        mismatched += !same;
-        continue;
-      }
-      ++n_affected;
-      bool all_bad = true;
-      for (int c = 0; c < d; ++c) {
-        const float v = specdec::to_float(o[c]);
-        all_bad = all_bad && (std::isnan(x) ? std::isnan(v) : !std::isfinite(v));
-      }
-      finite_affected += !all_bad;
-      if (what == poison_target::v) wrong_lse += !bits_equal(b.lse[row], clean_lse[row]);
-      else wrong_lse += std::isfinite(b.lse[row]) && std::isnan(x);
-    }
+  const poisoned_rows n = count_poisoned_rows(b, clean_out, clean_lse, affected, x, what);
   INFO("seed " << seed << " layout " << name(kind) << (with_cache ? " hybrid" : " tree") << " poison " << x
-               << " target " << static_cast<int>(what) << ": " << n_affected << " affected rows");
-  CHECK(n_affected > 0);
-  CHECK(mismatched == 0);
-  CHECK(finite_affected == 0);
-  CHECK(wrong_lse == 0);
+               << " target " << static_cast<int>(what) << ": " << n.affected << " affected rows");
+  CHECK(n.affected > 0);
+  CHECK(n.mismatched == 0);
+  CHECK(n.finite_affected == 0);
+  CHECK(n.wrong_lse == 0);
 }
 
 //! The grid the kernel tests run: NaN, +inf and -inf into K, V or both, trees of 10 / 70 / 130

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention/nonfinite_util.hpp"
+#include "cuda/attention_runner.cuh"
 #include "cuda/test_attention_common.cuh"
 #include "specdec/attention/decode_attention.cuh"
 
@@ -37,19 +38,6 @@ void run_decode(batch<T>& b, layout_kind kind, specdec::attention_options opt = 
   d.out.download(b.out);
   d.lse.download(b.lse);
   check_cuda(b, host, ref, out_scale);
-}
-
-//! decode_attention(cuda) on a host batch: uploads it (possibly poisoned), runs, downloads out and lse.
-template <class T>
-void cuda_decode(batch<T>& b, layout_kind kind, const specdec::attention_options& opt) {
-  b.reset_outputs();
-  device_batch<T> d(b);
-  d.with_layout(kind, [&](auto layout) {
-    specdec::decode_attention(specdec::cuda{}, d.q_view(), layout, d.indptr_view(), d.out_view(), d.lse_view(), opt);
-  });
-  specdec_test::sync_check("poisoned decode_attention(cuda)");
-  d.out.download(b.out);
-  d.lse.download(b.lse);
 }
 
 //! Sets K and/or V (the whole head row) of cached token t, kv head h of request r to x, in every
@@ -79,9 +67,8 @@ template <class T>
 void check_poisoned_decode(std::uint64_t seed, int hq, int hkv, int d, std::vector<int> cache_lens,
                            std::vector<int> q_counts, layout_kind kind, float x, attn_test::poison_target what,
                            specdec::attention_options opt = {}) {
-  using attn_test::bits_equal;
   batch<T> b(seed, hq, hkv, d, cache_lens, q_counts);
-  cuda_decode(b, kind, opt);
+  cuda_runner{}.decode(b, kind, opt);
   const std::vector<T> clean_out = b.out;
   const std::vector<float> clean_lse = b.lse;
   attn_test::poison_invisible_cache(b, x);
@@ -98,35 +85,14 @@ void check_poisoned_decode(std::uint64_t seed, int hq, int hkv, int d, std::vect
     for (int t = b.q_indptr[static_cast<std::size_t>(r)]; t < b.q_indptr[static_cast<std::size_t>(r) + 1]; ++t)
       for (int g = 0; g < group; ++g) affected[static_cast<std::size_t>(t) * hq + head * group + g] = 1;
   }
-  cuda_decode(b, kind, opt);
-  int mismatched = 0, finite_affected = 0, wrong_lse = 0, n_affected = 0;
-  for (int t = 0; t < b.tokens(); ++t)
-    for (int h = 0; h < hq; ++h) {
-      const std::size_t row = static_cast<std::size_t>(t) * hq + h;
-      const T* o = b.out.data() + row * d;
-      const T* oc = clean_out.data() + row * d;
-      if (!affected[row]) {
-        bool same = bits_equal(b.lse[row], clean_lse[row]);
-        for (int c = 0; c < d; ++c) same = same && bits_equal(o[c], oc[c]);
-        mismatched += !same;
-        continue;
-      }
-      ++n_affected;
-      bool all_bad = true;
-      for (int c = 0; c < d; ++c) {
-        const float v = specdec::to_float(o[c]);
-        all_bad = all_bad && (std::isnan(x) ? std::isnan(v) : !std::isfinite(v));
-      }
-      finite_affected += !all_bad;
-      if (what == attn_test::poison_target::v) wrong_lse += !bits_equal(b.lse[row], clean_lse[row]);
-      else wrong_lse += std::isfinite(b.lse[row]) && std::isnan(x);
-    }
+  cuda_runner{}.decode(b, kind, opt);
+  const attn_test::poisoned_rows n = attn_test::count_poisoned_rows(b, clean_out, clean_lse, affected, x, what);
   INFO("seed " << seed << " layout " << attn_test::name(kind) << " split " << opt.kv_split_size << " poison " << x
-               << " target " << static_cast<int>(what) << ": " << n_affected << " affected rows");
-  CHECK(n_affected > 0);
-  CHECK(mismatched == 0);
-  CHECK(finite_affected == 0);
-  CHECK(wrong_lse == 0);
+               << " target " << static_cast<int>(what) << ": " << n.affected << " affected rows");
+  CHECK(n.affected > 0);
+  CHECK(n.mismatched == 0);
+  CHECK(n.finite_affected == 0);
+  CHECK(n.wrong_lse == 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/attention_runner.cuh"
 #include "cuda/test_attention_common.cuh"
 #include "attention/nonfinite_util.hpp"
 #include "kv/block_table_util.hpp"
@@ -43,40 +44,6 @@ void run_hybrid(batch<T>& b, layout_kind kind, specdec::attention_options opt = 
   d.lse.download(b.lse);
   check_cuda(b, host, ref, out_scale);
 }
-
-//! The cuda backend as a runner for check_poisoned_tree and check_visible_cache_poison (the twin of
-//! attn_test::host_runner): uploads the (possibly poisoned) batch, runs hybrid or tree-only attention
-//! (operator()) or decode_attention (decode()), downloads out and lse.
-struct cuda_runner {
-  template <class T>
-  void operator()(batch<T>& b, layout_kind kind, bool with_cache, const specdec::attention_options& opt) const {
-    b.reset_outputs();
-    device_batch<T> d(b);
-    if (with_cache) {
-      d.with_layout(kind, [&](auto layout) {
-        specdec::hybrid_tree_attention(specdec::cuda{}, d.q_view(), layout, d.k_view(), d.v_view(), d.indptr_view(),
-                                       d.mask_view(), d.out_view(), d.lse_view(), opt);
-      });
-    } else {
-      specdec::tree_attention(specdec::cuda{}, d.q_view(), d.k_view(), d.v_view(), d.indptr_view(), d.mask_view(),
-                              d.out_view(), d.lse_view(), opt);
-    }
-    specdec_test::sync_check("poisoned attention(cuda)");
-    d.out.download(b.out);
-    d.lse.download(b.lse);
-  }
-  template <class T>
-  void decode(batch<T>& b, layout_kind kind, const specdec::attention_options& opt) const {
-    b.reset_outputs();
-    device_batch<T> d(b);
-    d.with_layout(kind, [&](auto layout) {
-      specdec::decode_attention(specdec::cuda{}, d.q_view(), layout, d.indptr_view(), d.out_view(), d.lse_view(), opt);
-    });
-    specdec_test::sync_check("poisoned decode_attention(cuda)");
-    d.out.download(b.out);
-    d.lse.download(b.lse);
-  }
-};
 
 }  // namespace
 
