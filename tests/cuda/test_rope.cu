@@ -6,14 +6,14 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
+#include "position/rope_nonfinite_util.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/position/rope.cuh"
-#include "specdec/reference/rope.hpp"
 
 namespace {
 
@@ -61,55 +61,20 @@ void rope_on_device(const specdec::rope_params& p, std::vector<T>& x, const std:
   x = dx.download();
 }
 
-//! The device twin of the host test's rope_run (tests/position/test_rope.cpp): x [2 tokens, 2 heads,
-//! 8 dims] of type T, rotary dim 4, positions {0, 7}; `dim` >= 0 sets element (token 1, head 0, dim)
-//! to `value` (as T) before rotating.
+//! One run of the non-finite test (rope_test::check_nonfinite_pairs) on the device: the twin of the
+//! host test's rope_run (tests/position/test_rope.cpp).
 template <class T>
 std::vector<float> rope_run(specdec::rope_style style, int dim, float value) {
-  std::vector<T> x(2 * 2 * 8);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::from_float<T>(0.25f * static_cast<float>(i % 7) - 0.5f);
-  if (dim >= 0) x[8 * 2 + static_cast<std::size_t>(dim)] = specdec::from_float<T>(value);
+  std::vector<T> x = rope_test::nonfinite_input<T>(dim, value);
   rope_on_device<T>({.style = style, .rotary_dim = 4}, x, {0, 7}, 2, 8);
-  std::vector<float> out;
-  for (const T& e : x) out.push_back(specdec::to_float(e));
-  return out;
+  return rope_test::to_floats(x);
 }
 
 template <class T>
 void check_rope_nonfinite() {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (auto style : {specdec::rope_style::rotate_half, specdec::rope_style::interleaved}) {
-    const auto clean = rope_run<T>(style, -1, 0.0f);
-    const int partner = style == specdec::rope_style::rotate_half ? 2 : 1;  // dim 0's pair
-    for (float bad : {nan, inf, -inf}) {
-      INFO("style " << static_cast<int>(style) << " value " << bad);
-      // a rotated dim: its pair's two outputs are non-finite, every other value is the clean run's
-      const auto got = rope_run<T>(style, 0, bad);
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        if (i == 16 || i == 16 + static_cast<std::size_t>(partner)) {
-          CHECK_FALSE(std::isfinite(got[i]));
-        } else {
-          CHECK(got[i] == clean[i]);
-        }
-      }
-      // a pass-through dim (>= rotary dim) keeps the value and touches nothing else
-      const auto pass = rope_run<T>(style, 6, bad);
-      for (std::size_t i = 0; i < pass.size(); ++i) {
-        if (i == 16 + 6) {
-          CHECK((std::isnan(bad) ? std::isnan(pass[i]) : pass[i] == bad));
-        } else {
-          CHECK(pass[i] == clean[i]);
-        }
-      }
-    }
-  }
-}
-
-template <class T>
-std::vector<T> convert(const std::vector<double>& v) {
-  std::vector<T> out;
-  for (double x : v) out.push_back(specdec::from_float<T>(static_cast<float>(x)));
-  return out;
+  for (auto style : {specdec::rope_style::rotate_half, specdec::rope_style::interleaved})
+    rope_test::check_nonfinite_pairs(style, "style " + std::to_string(static_cast<int>(style)),
+                                     [&](int dim, float value) { return rope_run<T>(style, dim, value); });
 }
 
 }  // namespace
@@ -124,24 +89,12 @@ TEMPLATE_TEST_CASE("cuda apply_rope: NaN and infinities propagate within their r
 TEST_CASE("cuda apply_rope: denormals rotate (no flush to zero)", "[cuda][rope][nonfinite]") {
   // The host test's denormal case on the device: the rotation of a denormal pair matches the double
   // reference to the denormal grid, for float, and for half's own subnormals.
-  const std::vector<std::int32_t> pos{7};
   for (auto style : {specdec::rope_style::rotate_half, specdec::rope_style::interleaved}) {
     INFO("style " << static_cast<int>(style));
-    const specdec::rope_params p{.style = style};
-    const std::vector<double> xd{3e-40, -1e-40, 2e-40, 5e-41};
-    std::vector<double> ref(4);
-    specdec::reference::rope(p, 1, 1, 4, xd.data(), pos.data(), ref.data());
-    auto xf = convert<float>(xd);
-    rope_on_device(p, xf, pos, 1, 4);
-    for (int i = 0; i < 4; ++i) {
-      CHECK(xf[i] != 0.0f);
-      CHECK(std::abs(xf[i] - ref[i]) <= 4 * std::numeric_limits<float>::denorm_min());
-    }
-    const std::vector<double> xh{3 * 0x1p-24, -0x1p-22, 0x1p-20, 5 * 0x1p-24};  // half subnormals
-    specdec::reference::rope(p, 1, 1, 4, xh.data(), pos.data(), ref.data());
-    auto hx = convert<specdec::half>(xh);
-    rope_on_device(p, hx, pos, 1, 4);
-    for (int i = 0; i < 4; ++i) CHECK(std::abs(specdec::to_float(hx[i]) - ref[i]) <= 0x1p-24);
+    rope_test::check_denormal_pairs(
+        style, [](const specdec::rope_params& p, auto& x, const std::vector<std::int32_t>& pos) {
+          rope_on_device(p, x, pos, 1, 4);
+        });
   }
 }
 

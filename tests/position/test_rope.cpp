@@ -4,11 +4,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <numbers>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "position/rope_nonfinite_util.hpp"
 #include "specdec/position/rope.hpp"
 #include "specdec/reference/rope.hpp"
 
@@ -283,52 +284,26 @@ TEST_CASE("apply_rope rejects bad inputs with named arguments") {
 }
 
 namespace {
-// One run of the non-finite test: x [2 tokens, 2 heads, 8 dims] of type T, rotary dim 4, positions
-// {0, 7}; `poke` sets one element (token 1, head 0, dim `dim`) to `value` (as T) before rotating.
+// One run of the non-finite test (rope_test::check_nonfinite_pairs) on the host backend, through
+// the parameters or through a rope_cache.
 template <class T>
 std::vector<float> rope_run(rope_style style, bool use_cache, int dim, float value) {
-  std::vector<T> x(2 * 2 * 8);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::from_float<T>(0.25f * static_cast<float>(i % 7) - 0.5f);
-  if (dim >= 0) x[8 * 2 + static_cast<std::size_t>(dim)] = specdec::from_float<T>(value);
+  std::vector<T> x = rope_test::nonfinite_input<T>(dim, value);
   const std::vector<std::int32_t> pos{0, 7};
   const rope_params p{.style = style, .rotary_dim = 4};
   const auto v = specdec::make_view<3>(x.data(), {2, 2, 8});
   if (use_cache) specdec::apply_rope(specdec::host{1}, specdec::rope_cache(p, 8, 8), v, std::span<const std::int32_t>(pos));
   else specdec::apply_rope(specdec::host{1}, p, v, std::span<const std::int32_t>(pos));
-  std::vector<float> out;
-  for (const T& e : x) out.push_back(specdec::to_float(e));
-  return out;
+  return rope_test::to_floats(x);
 }
 
 template <class T>
 void check_rope_nonfinite() {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (auto style : {rope_style::rotate_half, rope_style::interleaved})
-    for (bool cache : {false, true}) {
-      const auto clean = rope_run<T>(style, cache, -1, 0.0f);
-      const int partner = style == rope_style::rotate_half ? 2 : 1;  // dim 0's pair
-      for (float bad : {nan, inf, -inf}) {
-        INFO("style " << static_cast<int>(style) << " cache " << cache << " value " << bad);
-        // a rotated dim: its pair's two outputs are non-finite, every other value is the clean run's
-        const auto got = rope_run<T>(style, cache, 0, bad);
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          if (i == 16 || i == 16 + static_cast<std::size_t>(partner)) {
-            CHECK_FALSE(std::isfinite(got[i]));
-          } else {
-            CHECK(got[i] == clean[i]);
-          }
-        }
-        // a pass-through dim (>= rotary dim) keeps the value and touches nothing else
-        const auto pass = rope_run<T>(style, cache, 6, bad);
-        for (std::size_t i = 0; i < pass.size(); ++i) {
-          if (i == 16 + 6) {
-            CHECK((std::isnan(bad) ? std::isnan(pass[i]) : pass[i] == bad));
-          } else {
-            CHECK(pass[i] == clean[i]);
-          }
-        }
-      }
-    }
+    for (bool cache : {false, true})
+      rope_test::check_nonfinite_pairs(
+          style, "style " + std::to_string(static_cast<int>(style)) + " cache " + std::to_string(cache),
+          [&](int dim, float value) { return rope_run<T>(style, cache, dim, value); });
 }
 }  // namespace
 
@@ -340,22 +315,9 @@ TEST_CASE("apply_rope: NaN and infinities propagate within their rotated pair on
   check_rope_nonfinite<specdec::bfloat16>();
   // Denormal inputs are ordinary numbers: the rotation of a denormal pair matches the double reference
   // to the denormal grid (no flush to zero), for float, and for half's own subnormals.
-  const std::vector<std::int32_t> pos{7};
-  for (auto style : {rope_style::rotate_half, rope_style::interleaved}) {
-    const rope_params p{.style = style};
-    const std::vector<double> xd{3e-40, -1e-40, 2e-40, 5e-41};
-    std::vector<double> ref(4);
-    specdec::reference::rope(p, 1, 1, 4, xd.data(), pos.data(), ref.data());
-    auto xf = convert<float>(xd);
-    specdec::apply_rope(specdec::host{1}, p, specdec::make_view<3>(xf.data(), {1, 1, 4}), std::span<const std::int32_t>(pos));
-    for (int i = 0; i < 4; ++i) {
-      CHECK(xf[i] != 0.0f);
-      CHECK(std::abs(xf[i] - ref[i]) <= 4 * std::numeric_limits<float>::denorm_min());
-    }
-    const std::vector<double> xh{3 * 0x1p-24, -0x1p-22, 0x1p-20, 5 * 0x1p-24};  // half subnormals
-    specdec::reference::rope(p, 1, 1, 4, xh.data(), pos.data(), ref.data());
-    auto hx = convert<specdec::half>(xh);
-    specdec::apply_rope(specdec::host{1}, p, specdec::make_view<3>(hx.data(), {1, 1, 4}), std::span<const std::int32_t>(pos));
-    for (int i = 0; i < 4; ++i) CHECK(std::abs(specdec::to_float(hx[i]) - ref[i]) <= 0x1p-24);
-  }
+  for (auto style : {rope_style::rotate_half, rope_style::interleaved})
+    rope_test::check_denormal_pairs(style, [](const rope_params& p, auto& x, const std::vector<std::int32_t>& pos) {
+      specdec::apply_rope(specdec::host{1}, p, specdec::make_view<3>(x.data(), {1, 1, 4}),
+                          std::span<const std::int32_t>(pos));
+    });
 }
