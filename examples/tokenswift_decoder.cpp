@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
               static_cast<long>(st.steps), st.tau(), st.alpha(), lossless ? "yes" : "NO");
   std::printf("  partial-cache rebuilds: %ld (all layers); draft state (indices + 256-token K/V copies) %.1f KB, "
               "fixed, vs the full KV cache %.1f KB\n",
-              draft.rebuilds(), draft_kb, static_cast<double>(target.kv_bytes(0)) / 1024.0);
+              draft.rebuilds(), draft_kb,
+              // the decoder released the request's slot when it finished: computed, not read back
+              static_cast<double>((prompt.size() + out.tokens.size() - 1) * target.kv_bytes_per_token()) / 1024.0);
   return lossless ? 0 : 1;
 }
