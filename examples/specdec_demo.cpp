@@ -1,11 +1,11 @@
 // specdec_demo: long-context speculative decoding end to end on the reference model.
 //   specdec_demo [--prompt N] [--new N] [--depth D] [--cartesian] [--paged] [--quiet]
-//                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--show N]
+//                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--prompt-offset N] [--show N]
 //                [--random [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv] [--ffn F]
 //                          [--window W] [--seed S]]
 // Default: the trained byte-level pair of examples/weights (target.safetensors, longspec_draft.safetensors;
 // --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
-// on the first N (default 1024) bytes of a header file held out of training; --random: the seeded
+// on N (default 1024) bytes of a header file held out of training, from byte --prompt-offset (8192); --random: the seeded
 // random model with a draft derived from it. Runs the target autoregressively and speculatively (LongSpec
 // draft, greedy verification), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
     else if (a == "--depth") o.draft_depth = static_cast<int>(next());
     else if (a == "--seed") o.seed = static_cast<std::uint64_t>(next());
     else if (a == "--show") o.show_bytes = static_cast<int>(next());
+    else if (a == "--prompt-offset") o.prompt_offset = next();
     else if (a == "--random") o.random_model = true;
     else if (a == "--cartesian") o.cartesian = true;
     else if (a == "--paged") o.paged = true;

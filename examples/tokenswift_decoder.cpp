@@ -9,8 +9,8 @@
 //   tokenswift_decoder [--random]
 //
 // The model is the trained byte-level target of examples/weights with its trained residual heads
-// (examples/training/train.py); the prompt is the first 3072 bytes of a header file the training held
-// out. --random: the seeded random model with heads fitted by ridge regression on its own greedy text
+// (examples/training/train.py); the prompt is 3072 bytes of a header file the training held out (from
+// byte 8192, in its code). --random: the seeded random model with heads fitted by ridge regression on its own greedy text
 // (examples/common/tokenswift_draft.hpp), the example's original setting.
 #include <cstdio>
 #include <string_view>
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     cfg = llama_config_from_metadata(file);
     weights = load_llama_weights<float>(file, cfg);
     heads = load_residual_heads<float>(file, cfg.hidden);
-    prompt = read_byte_tokens(default_prompt_file(), 3072, 3072);
+    prompt = read_byte_tokens(default_prompt_file(), 3072, 3072, 8192);
   }
   const int new_tokens = random ? 1000 : 400, capacity = static_cast<int>(prompt.size()) + new_tokens + 200;
 
