@@ -11,7 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "../../examples/common/demo.hpp"
 #include "../../examples/common/tokenswift_draft.hpp"
@@ -134,4 +136,47 @@ TEST_CASE("trained pair on a held-out file: lossless, and the draft is accepted"
   print_report(o, rep, out);
   CHECK(out.str().find("trained byte-level pair") != std::string::npos);
   CHECK(out.str().find("----- generated") != std::string::npos);
+}
+
+TEST_CASE("trained-pair loaders reject bad metadata and tensors by name", "[examples][trained]") {
+  const auto tf = load("target.safetensors");
+  const auto c = llama_config_from_metadata(tf);
+  auto with_meta = [](const std::map<std::string, std::string>& meta) {
+    safetensors_writer w;
+    for (const auto& [k, v] : meta) w.add_metadata(k, v);
+    w.add("x", {1}, std::vector<float>{0.f});
+    return safetensors_file::parse(w.bytes());
+  };
+  std::map<std::string, std::string> meta = tf.metadata();
+  CHECK(llama_config_from_metadata(with_meta(meta)).hidden == c.hidden);
+  auto bad = meta;
+  bad.erase("kv_heads");
+  REQUIRE_THROWS_WITH(llama_config_from_metadata(with_meta(bad)), Catch::Contains("kv_heads"));
+  bad = meta;
+  bad["hidden"] = "25x6";
+  REQUIRE_THROWS_WITH(llama_config_from_metadata(with_meta(bad)), Catch::Contains("hidden"));
+  bad = meta;
+  bad["layers"] = "2.5";
+  REQUIRE_THROWS_WITH(llama_config_from_metadata(with_meta(bad)), Catch::Contains("integer"));
+  bad = meta;
+  bad["head_dim"] = "32";  // not a head dim the attention takes
+  REQUIRE_THROWS_AS(llama_config_from_metadata(with_meta(bad)), specdec::invalid_argument);
+
+  const auto df = load("longspec_draft.safetensors");
+  longspec_draft_config dc;
+  auto draft_meta = df.metadata();
+  for (const auto& [key, value, what] : {std::tuple<std::string, std::string, std::string>{"layer_map", "7", "layer_map"},
+                                         {"layer_map", "1,x", "layer_map"}, {"window", "-4", "window"},
+                                         {"draft_layers", "", "draft_layers"}, {"draft_layers", "2", "layer_map"}}) {
+    auto m = draft_meta;
+    m[key] = value;
+    INFO(key << " = '" << value << "'");
+    REQUIRE_THROWS_WITH(load_longspec_draft<float>(with_meta(m), c, dc), Catch::Contains(what));
+  }
+  // right metadata, no tensors: the first missing tensor is named
+  REQUIRE_THROWS_WITH(load_longspec_draft<float>(with_meta(draft_meta), c, dc), Catch::Contains("draft.layers.0."));
+  REQUIRE_THROWS_WITH(load_residual_heads<float>(with_meta(meta), c.hidden), Catch::Contains("tokenswift.heads.weight"));
+  REQUIRE_THROWS_WITH(read_byte_tokens("/nonexistent", 1, 8), Catch::Contains("/nonexistent"));
+  REQUIRE_THROWS_WITH(read_byte_tokens(default_weights_dir() + "/train_log.json", 1, 8, -1), Catch::Contains("offset"));
+  REQUIRE_THROWS_WITH(read_byte_tokens(default_weights_dir() + "/train_log.json", 1 << 30, 1 << 30), Catch::Contains("at least"));
 }
