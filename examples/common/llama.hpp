@@ -21,6 +21,7 @@
 //! The random init is NOT a trained model: see random_llama_weights() for what it is.
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -168,29 +169,11 @@ template <class T, class U>
 //! validated. Throws naming the missing or malformed key. O(1).
 [[nodiscard]] inline llama_config llama_config_from_metadata(const safetensors_file& f) {
   constexpr std::string_view fn = "specdec::examples::llama_config_from_metadata";
-  const auto& m = f.metadata();
-  auto number = [&](const std::string& key) {
-    const auto it = m.find(key);
-    require(it != m.end(), fn, "metadata", "a \"" + key + "\" entry", "none");
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(it->second, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == it->second.size() && std::isfinite(v), fn, "metadata " + key, "a number", it->second);
-    return v;
-  };
-  auto integer = [&](const std::string& key) {
-    const double v = number(key);
-    require(v == std::floor(v) && std::abs(v) < 1e9, fn, "metadata " + key, "an integer", v);
-    return static_cast<int>(v);
-  };
+  auto integer = [&](const std::string& key) { return f.metadata_int(key, 0, INT_MAX); };
   llama_config c{.vocab_size = integer("vocab_size"), .hidden = integer("hidden"), .layers = integer("layers"),
                  .heads = integer("heads"), .kv_heads = integer("kv_heads"), .head_dim = integer("head_dim"),
-                 .ffn_hidden = integer("ffn_hidden"), .rope_theta = number("rope_theta"),
-                 .norm_eps = number("norm_eps")};
+                 .ffn_hidden = integer("ffn_hidden"), .rope_theta = f.metadata_number("rope_theta"),
+                 .norm_eps = f.metadata_number("norm_eps")};
   c.validate(fn);
   require(c.hidden == c.heads * c.head_dim, fn, "metadata hidden", "heads * head_dim", c.hidden);
   return c;

@@ -17,6 +17,7 @@
 //! scratch of the step.
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -91,35 +92,13 @@ template <class T>
 [[nodiscard]] longspec_draft_weights<T> load_longspec_draft(const safetensors_file& f, const llama_config& t,
                                                            longspec_draft_config& c) {
   constexpr std::string_view fn = "specdec::examples::load_longspec_draft";
-  const auto& m = f.metadata();
-  auto entry = [&](const std::string& key) -> const std::string& {
-    const auto it = m.find(key);
-    require(it != m.end(), fn, "metadata", "a \"" + key + "\" entry", "none");
-    return it->second;
-  };
-  auto integer = [&](const std::string& text, const std::string& what) {
-    std::size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == text.size() && used > 0 && v >= 0 && v < (1L << 30), fn, "metadata " + what,
-            "a non-negative integer", text);
-    return static_cast<int>(v);
-  };
-  c.layers = integer(entry("draft_layers"), "draft_layers");
-  c.window = integer(entry("window"), "window");
-  require(c.layers >= 1, fn, "metadata draft_layers", ">= 1", c.layers);
-  require(c.window >= 1, fn, "metadata window", ">= 1", c.window);
+  c.layers = f.metadata_int("draft_layers", 1, t.layers);
+  c.window = f.metadata_int("window", 1, INT_MAX);
   c.layer_map.clear();
-  const std::string& map = entry("layer_map");
-  for (std::size_t at = 0; at <= map.size();) {
+  const std::string& map = f.metadata_entry("layer_map");
+  for (std::size_t at = 0; at <= map.size();) {  // comma-separated target layers
     const std::size_t comma = std::min(map.find(',', at), map.size());
-    const int l = integer(map.substr(at, comma - at), "layer_map");
-    require_in_range(fn, "metadata layer_map entry", l, 0, t.layers - 1);
-    c.layer_map.push_back(l);
+    c.layer_map.push_back(safetensors_file::parse_metadata_int(map.substr(at, comma - at), "layer_map", 0, t.layers - 1));
     at = comma + 1;
   }
   require_equal(fn, "metadata layer_map entries", static_cast<std::size_t>(c.layers), c.layer_map.size());

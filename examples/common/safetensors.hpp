@@ -9,6 +9,8 @@
 //! offsets out of range, overlapping or not matching shape x dtype size, holes in the buffer). It converts F64/F32/F16/BF16 to float or double.
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -404,6 +406,46 @@ class safetensors_file {
   [[nodiscard]] const std::vector<safetensors_entry>& entries() const noexcept { return entries_; }
   [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
   [[nodiscard]] bool contains(std::string_view name) const noexcept { return find(name) != nullptr; }
+
+  //! The metadata entry `key` ("__metadata__" of the header); throws naming the key when absent.
+  [[nodiscard]] const std::string& metadata_entry(const std::string& key) const {
+    const auto it = metadata_.find(key);
+    require(it != metadata_.end(), "specdec::examples::safetensors_file::metadata_entry", "metadata",
+            "a \"" + key + "\" entry", "none");
+    return it->second;
+  }
+  //! The metadata entry `key` as a finite number (the whole text must parse); throws naming the key.
+  [[nodiscard]] double metadata_number(const std::string& key) const {
+    const std::string& text = metadata_entry(key);
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == text.size() && std::isfinite(v), "specdec::examples::safetensors_file::metadata_number",
+            "metadata " + key, "a number", text);
+    return v;
+  }
+  //! The metadata entry `key` as an integer in [lo, hi] (parse_metadata_int); throws naming the key.
+  [[nodiscard]] int metadata_int(const std::string& key, int lo, int hi) const {
+    return parse_metadata_int(metadata_entry(key), key, lo, hi);
+  }
+  //! `text` (all of it) as a decimal integer in [lo, hi]; throws naming `what` otherwise. For metadata
+  //! values and the parts of list-valued ones.
+  [[nodiscard]] static int parse_metadata_int(const std::string& text, const std::string& what, int lo, int hi) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used > 0 && used == text.size() && v >= lo && v <= hi, "specdec::examples::safetensors_file::metadata_int",
+            "metadata " + what, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", text);
+    return static_cast<int>(v);
+  }
 
   //! The entry named `name`; throws naming the tensor when absent.
   [[nodiscard]] const safetensors_entry& entry(std::string_view name) const {
