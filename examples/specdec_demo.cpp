@@ -1,5 +1,5 @@
 // specdec_demo: long-context speculative decoding end to end on the reference model.
-//   specdec_demo [--prompt N] [--new N] [--depth D] [--cartesian] [--paged] [--quiet]
+//   specdec_demo [--prompt N] [--new N] [--depth D] [--fixed-depth] [--cartesian] [--paged] [--quiet]
 //                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--prompt-offset N] [--show N]
 //                [--random [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv] [--ffn F]
 //                          [--window W] [--seed S]]
@@ -7,7 +7,8 @@
 // --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
 // on N (default 1024) bytes of a header file held out of training, from byte --prompt-offset (8192); --random: the seeded
 // random model with a draft derived from it. Runs the target autoregressively and speculatively (LongSpec
-// draft, greedy verification), shows live progress on stderr and prints the report (the prompt's end
+// draft, greedy verification; each step's depth in [0, D] chosen from the verification cost measured on
+// this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
 // stdout.
 #include <cstdlib>
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     else if (a == "--prompt-offset") o.prompt_offset = next();
     else if (a == "--random") o.random_model = true;
     else if (a == "--cartesian") o.cartesian = true;
+    else if (a == "--fixed-depth") o.adaptive = false;
     else if (a == "--paged") o.paged = true;
     else if (a == "--quiet") o.progress = false;
     else if (a == "--weights-dir" || a == "--draft-weights" || a == "--prompt-file") {

@@ -92,7 +92,11 @@ struct demo_options {
   //! inside its code).
   std::int64_t prompt_offset = 8192;
   int new_tokens = 512;  // context then ends near 1.5K bytes (see prompt_tokens)
-  int draft_depth = 4;
+  int draft_depth = 4;        //!< the draft depth, or with `adaptive` the largest one
+  //! Hardware-aware depth (generation_options::adaptive_depth): each step drafts the depth in
+  //! [0, draft_depth] that maximises the expected tokens per second measured on this machine, plain
+  //! decoding when speculation does not pay. false: always draft_depth.
+  bool adaptive = true;
   int window = 512;           //!< LongSpec draft sliding window (random model; the trained draft's is in its file)
   bool cartesian = false;     //!< Cartesian [1, 2, 2, 1] tree instead of a chain
   bool paged = false;         //!< target KV in a paged_kv pool (16-token pages) instead of contiguous
@@ -181,7 +185,8 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto run = [&](auto builder) {
     speculative_decoder<llama_model<float>, drafter_t, decltype(builder), greedy_verifier> dec(target, drafter_t(draft),
                                                                                                std::move(builder));
-    generation_options g{.max_new_tokens = o.new_tokens, .draft_depth = o.draft_depth, .draft_width = 2};
+    generation_options g{.max_new_tokens = o.new_tokens, .draft_depth = o.draft_depth, .draft_width = 2,
+                         .adaptive_depth = o.adaptive};
     const auto t1 = clock::now();
     int done = 0;
     g.on_tokens = [&](int, std::span<const std::int32_t> toks) {
@@ -226,9 +231,16 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
      << "lossless:     " << (r.lossless ? "yes" : "NO") << " (speculative output == autoregressive output, "
      << r.generated << " tokens" << (r.first_mismatch >= 0 ? ", first mismatch at " + std::to_string(r.first_mismatch) : "")
      << ")\n"
-     << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << "\n"
+     << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << ";  depth: "
+     << (o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
+                    : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")
+     << (s.steps ? static_cast<double>(s.draft_depth) / static_cast<double>(s.steps) : 0.0) << "\n"
      << "tokens/s:     autoregressive " << r.ar_tokens_per_s << ", speculative " << r.spec_tokens_per_s
-     << "  (speedup " << r.spec_tokens_per_s / r.ar_tokens_per_s << "x; prefill excluded: " << r.ar_prefill_s << " s)\n"
+     << "  (speedup " << r.spec_tokens_per_s / r.ar_tokens_per_s << "x; prefill excluded: " << r.ar_prefill_s << " s"
+     << (s.calibrate_s > 0 ? "; step-cost calibration excluded: " + std::to_string(s.calibrate_s) +
+                                 " s once, with it " + std::to_string(r.generated / (s.total_s() + s.calibrate_s) / r.ar_tokens_per_s) + "x"
+                           : std::string())
+     << ")\n"
      << "phases (ms):  draft " << 1e3 * s.draft_s << ", tree " << 1e3 * s.build_s << ", target " << 1e3 * s.target_s
      << ", verify " << 1e3 * s.verify_s << ", commit " << 1e3 * s.commit_s << "  over " << s.steps << " steps\n"
      << "memory:       draft state " << r.draft_bytes << " bytes (constant in the context length), target KV "

@@ -71,11 +71,13 @@ inline std::pair<double, double> chi_square(const std::vector<int>& counts, cons
 }
 
 //! width: alternatives per depth the model drafters keep (cartesian and CAPE trees use them).
+//! adaptive: generation_options::adaptive_depth (the caller sets the batch's cost curve and options).
 template <class Decoder>
-std::vector<int> sample_counts(Decoder& dec, int width = 2) {
+std::vector<int> sample_counts(Decoder& dec, int width = 2, bool adaptive = false) {
   std::vector<int> counts(V * V, 0);
   for (int i = 0; i < runs; ++i) {
-    const auto out = dec.generate(prompt, {.max_new_tokens = 3, .sampling = params, .seed = 1000u + i, .draft_depth = 3, .draft_width = width});
+    const auto out = dec.generate(prompt, {.max_new_tokens = 3, .sampling = params, .seed = 1000u + i, .draft_depth = 3,
+                                           .draft_width = width, .adaptive_depth = adaptive});
     REQUIRE(out.tokens.size() == 3);
     ++counts[out.tokens[0] * V + out.tokens[1]];
   }
@@ -108,9 +110,9 @@ struct drafters {
 };
 
 template <class Decoder>
-void check(Decoder& dec, const char* name, int width = 2) {
+void check(Decoder& dec, const char* name, int width = 2, bool adaptive = false) {
   static const auto joint = exact_joint();
-  const auto counts = sample_counts(dec, width);
+  const auto counts = sample_counts(dec, width, adaptive);
   const auto [stat, crit] = chi_square(counts, joint, runs);
   INFO(name << ": chi2 " << stat << " critical " << crit << " tau " << dec.stats().tau());
   CHECK(stat < crit);

@@ -40,6 +40,36 @@ TEST_CASE("sampling distribution: chain drafter", "[decoder][distribution]") {
   check_with<cape_tree_builder, sample_and_match_verifier>(target, cd(d.small), {}, "chain/cape/sample_and_match", 4);
 }
 
+TEST_CASE("sampling distribution: adaptive depth (each step's depth follows the request's acceptance so far)",
+          "[decoder][distribution][adaptive]") {
+  // A given cost curve (each extra row costs a share of a plain step, learn_costs off) and a weak prior:
+  // after an accepted draft the next step drafts, after a rejection it may not, so the depth of step
+  // 2 depends on the draws of step 1. The law of the output must not.
+  llama_model<double> target(cfg, weights(), 1, 64);
+  drafters d(target);
+  using ls = longspec_drafter<longspec_draft_model<double>>;
+  for (const bool chain : {true, false}) {
+    speculative_decoder<llama_model<double>, ls, chain_tree_builder, chain_speculative_verifier> a(target, ls(d.longspec));
+    speculative_decoder<llama_model<double>, ls, cartesian_tree_builder, sample_and_match_verifier> b(target, ls(d.longspec));
+    auto run = [&](auto& dec, const char* name, double per_row) {
+      adaptive_depth_options o;
+      o.learn_costs = false;
+      o.prior_weight = 0.5;
+      dec.batch().set_adaptive_options(o);
+      step_cost_curve c;
+      c.record(1, 1.0), c.record(2, 1.0 + per_row), c.record(3, 1.0 + 2 * per_row);
+      dec.batch().set_cost_curve(c);
+      check(dec, name, 2, true);
+      const auto& st = dec.stats();
+      INFO(name << ": steps " << st.steps << ", depth drafted " << st.draft_depth << ", nodes " << st.tree_nodes);
+      CHECK(st.draft_depth > st.steps / 10);  // drafting steps ...
+      CHECK(st.draft_depth < 2 * st.steps);   // ... and plain or shallow ones
+    };
+    if (chain) run(a, "longspec/chain/chain_speculative, adaptive depth", 0.45);
+    else run(b, "longspec/cartesian/sample_and_match, adaptive depth", 0.03);
+  }
+}
+
 TEST_CASE("sampling distribution: TokenSwift self-drafter", "[decoder][distribution][tokenswift]") {
   // Partial view of 6 of the prompt's 8 cached tokens (2 sinks), so drafts come from an approximate
   // model; heads fitted on the target's greedy text from another prompt; penalized (top-k) rows.

@@ -51,6 +51,7 @@
 //! step only counts once it committed), so the next step() redrafts from the same state.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -65,6 +66,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
+#include "specdec/decoder/adaptive_depth.hpp"
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
@@ -85,10 +87,15 @@ struct generation_options {
   int max_new_tokens = 256;
   sampling_params sampling{.temperature = 0.0f};  //!< temperature 0 = greedy
   std::uint64_t seed = 0;
-  int draft_depth = 4;   //!< chain length each step drafts
+  int draft_depth = 4;   //!< chain length each step drafts (with adaptive_depth: the largest)
   int draft_width = 3;   //!< alternatives per depth the drafter keeps
   std::optional<std::int32_t> eos{};
   std::vector<std::vector<std::int32_t>> stop_sequences{};
+  //! Choose each step's depth in [0, draft_depth] from the measured cost of verifying n tokens on this
+  //! machine and this request's running acceptance (decoder/adaptive_depth.hpp); depth 0 is plain
+  //! decoding, so speculation that does not pay falls back to it. Greedy outputs are unchanged; sampled
+  //! outputs keep their distribution but follow timing-dependent depths (not bit-reproducible).
+  bool adaptive_depth = false;
   //! speculative_decoder only: called with each step's newly emitted tokens of a request (after stop /
   //! length truncation), `request` = the prompt's index. speculative_batch reports through step().
   std::function<void(int request, std::span<const std::int32_t> tokens)> on_tokens{};
@@ -103,6 +110,7 @@ enum class stop_reason : std::uint8_t { max_tokens, eos, stop_sequence };
 //! request-steps (steps = sum over requests) and the wall time of each phase once per step().
 struct decoder_stats {
   double draft_s = 0, build_s = 0, target_s = 0, verify_s = 0, commit_s = 0, prefill_s = 0;
+  double calibrate_s = 0;        //!< the batch's one-time step cost calibration (adaptive_depth), not in total_s
   std::int64_t steps = 0;        //!< request-steps (target forwards after prefill, per request)
   std::int64_t batch_steps = 0;  //!< batched target calls (step() calls that ran the target)
   std::int64_t emitted = 0;      //!< tokens emitted (accepted + bonus, before truncation)
@@ -209,6 +217,12 @@ class speculative_batch {
     s.prompt_len = s.tokens.size();
     s.reason = stop_reason::max_tokens;
     s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
+    s.acceptance = {};
+    s.nodes = per_depth_median(adaptive_.cost_window);
+    s.draft_time = per_depth_median(adaptive_.cost_window);
+    s.explore_saved = s.catch_up_rate = 0;
+    s.drafted_len = 0;
+    s.drafted_last = s.explore_down = false;
     ++active_;
     return slot;
   }
@@ -233,15 +247,15 @@ class speculative_batch {
     if (order_.empty()) return {};
     const int V = target_->vocab_size();
 
-    // 1. drafts and trees, per request on this thread (drafters keep per-slot state)
+    // 1. depths (adaptive_depth: planned over the batch), drafts and trees, per request on this thread
+    //    (drafters keep per-slot state)
+    plan_depths();
     auto t0 = clock::now();
     running_.clear();
     for (const int r : order_) {
       auto& s = req_[static_cast<std::size_t>(r)];
-      const int remaining = s.opt.max_new_tokens - static_cast<int>(s.tokens.size() - s.prompt_len);
-      if (remaining <= 0) continue;  // max_new_tokens = 0: finishes below without a forward
-      // Drafting past the remaining budget is wasted work: at most remaining - 1 drafts can be kept.
-      const int depth = std::min(s.opt.draft_depth, std::max(0, remaining - 1));
+      if (s.depth < 0) continue;  // max_new_tokens = 0: finishes below without a forward
+      const int depth = s.depth;
       const auto td = clock::now();
       s.draft_rng = philox_stream(s.opt.seed ^ draft_seed_mix, stream_id(s.id, s.step));
       draft_request dr{r, s.tokens, depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng};
@@ -329,6 +343,7 @@ class speculative_batch {
       }
       commit_s = seconds(t0);
       ++stats_.batch_steps;
+      learn(target_s + verify_s + commit_s);
     }
     double build_total = 0;  // drafting and building interleave per request: split by their own clocks
     for (const int r : running_) build_total += req_[static_cast<std::size_t>(r)].phase_build;
@@ -394,6 +409,27 @@ class speculative_batch {
   }
   [[nodiscard]] Drafter& drafter() noexcept { return drafter_; }
   [[nodiscard]] TreeBuilder& builder() noexcept { return builder_; }
+
+  //! Parameters of the adaptive depth control (requests with generation_options::adaptive_depth).
+  void set_adaptive_options(const adaptive_depth_options& o) {
+    o.validate("specdec::speculative_batch::set_adaptive_options");
+    adaptive_ = o;
+    if (cost_.empty()) cost_ = step_cost_curve(o.cost_window);
+    nodes_ = draft_time_ = per_depth_median(o.cost_window);
+  }
+  [[nodiscard]] const adaptive_depth_options& adaptive_options() const noexcept { return adaptive_; }
+  //! The measured cost of a step by target rows. Empty until the first step with an adaptive request
+  //! calibrates it (or calibrate_costs / set_cost_curve); refined by every step while
+  //! adaptive_options().learn_costs. Keep it (to_text) and give it to the next batch on this machine
+  //! (set_cost_curve) to skip the calibration.
+  [[nodiscard]] const step_cost_curve& cost_curve() const noexcept { return cost_; }
+  void set_cost_curve(step_cost_curve c) { cost_ = std::move(c); }
+  //! Times target forwards of 1, 2, 3, 5, 9, 17, ... rows (up to adaptive_options().calibration_rows,
+  //! the minimum of calibration_reps runs each) on active request `id`'s slot and records them in
+  //! cost_curve() (replacing the points it times). The request's state is unchanged (the forwards are
+  //! not committed; their trees are depth 1, so they need one position past the committed tokens).
+  //! Adds its time to stats().calibrate_s.
+  void calibrate_costs(std::uint32_t id) { calibrate(slot_of(id)); }
   [[nodiscard]] Target& target() noexcept { return *target_; }
 
   //! The validation add_request applies to a prompt and its options (speculative_decoder checks a
@@ -436,6 +472,17 @@ class speculative_batch {
     std::optional<Verifier> verifier;  //!< this slot's copy (parallel verification)
     std::size_t emitted_begin = 0;  //!< tokens[emitted_begin ..) were emitted by the last step
     double phase_draft = 0, phase_build = 0, phase_verify = 0, phase_commit = 0;
+    int depth = -1;  //!< this step's draft depth (-1: nothing left to generate)
+    // adaptive depth (decoder/adaptive_depth.hpp); the running estimates are kept for every request
+    acceptance_estimate acceptance;
+    per_depth_median nodes, draft_time;  //!< tree size / drafting seconds by requested depth
+    double explore_saved = 0;  //!< explore budget set aside (seconds)
+    double catch_up_rate = 0;  //!< drafting seconds per skipped token a resumed step took beyond the steady time
+    std::size_t drafted_len = 0;  //!< tokens.size() when this request last drafted (0: never)
+    bool drafted_last = false; //!< the previous step drafted (drafting times of resumed steps differ)
+    bool probing = false;      //!< this step explores a depth other than the planned one
+    bool explore_down = false; //!< the next exploration goes shallower
+    int planned = 0;           //!< the planned depth (before exploring)
   };
 
   //! Host float rows with unit inner stride: the target's own buffer or rows_.
@@ -475,6 +522,160 @@ class speculative_batch {
     } else {
       return verifier_;
     }
+  }
+
+  // Each running request's depth this step: the fixed rule (draft_depth, capped so no draft is
+  // wasted past max_new_tokens), or, when some request asks for adaptive_depth, choose_depths over
+  // the batch, then exploration (adaptive_depth.hpp's file comment).
+  void plan_depths() {
+    bool adaptive = false;
+    for (const int r : order_) {
+      auto& s = req_[static_cast<std::size_t>(r)];
+      const int remaining = s.opt.max_new_tokens - static_cast<int>(s.tokens.size() - s.prompt_len);
+      s.depth = remaining <= 0 ? -1 : std::min(s.opt.draft_depth, std::max(0, remaining - 1));
+      s.probing = false;
+      s.planned = s.depth;
+      adaptive = adaptive || (s.depth > 0 && s.opt.adaptive_depth);
+    }
+    if (!adaptive) return;
+    if (cost_.empty())
+      for (const int r : order_)
+        if (req_[static_cast<std::size_t>(r)].depth > 0 && req_[static_cast<std::size_t>(r)].opt.adaptive_depth) {
+          calibrate(r);
+          break;
+        }
+    // candidates: depths 0..depth of adaptive requests, the fixed depth of the others
+    plan_in_.clear();
+    plan_vals_.clear();
+    plan_req_.clear();
+    for (const int r : order_) {
+      auto& s = req_[static_cast<std::size_t>(r)];
+      if (s.depth < 0) continue;
+      const int lo = s.opt.adaptive_depth ? 0 : s.depth;
+      s.acceptance.conditional(s.depth, &acceptance_, adaptive_, q_);
+      expected_tokens(q_, tok_);
+      for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(tok_[static_cast<std::size_t>(d)]);
+      // what the batch measured stands in for what this request has not measured yet
+      for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(d == 0 ? 0.0 : s.nodes.at(d, nodes_.at(d, d)));
+      // a request that did not draft last step pays its drafter's catch-up on the tokens since
+      const double catch_up = s.drafted_last ? 0.0
+                                             : (s.catch_up_rate > 0 ? s.catch_up_rate : catch_up_rate_) *
+                                                   static_cast<double>(s.tokens.size() - s.drafted_len);
+      for (int d = lo; d <= s.depth; ++d)
+        plan_vals_.push_back(d == 0 ? 0.0 : s.draft_time.at(d, draft_time_.at(d, 0.0)) + catch_up);
+      plan_req_.push_back(r);
+    }
+    std::size_t off = 0;
+    for (const int r : plan_req_) {
+      const auto& s = req_[static_cast<std::size_t>(r)];
+      const auto n = static_cast<std::size_t>(s.depth - (s.opt.adaptive_depth ? 0 : s.depth) + 1);
+      const std::span<const double> v(plan_vals_);
+      plan_in_.push_back({v.subspan(off, n), v.subspan(off + n, n), v.subspan(off + 2 * n, n)});
+      off += 3 * n;
+    }
+    const double rate = choose_depths(plan_in_, cost_, plan_out_);  // expected tokens per second
+    double rows = 0;  // the planned step's rows
+    for (std::size_t i = 0; i < plan_req_.size(); ++i)
+      rows += 1.0 + plan_in_[i].nodes[static_cast<std::size_t>(plan_out_[i])];
+    for (std::size_t i = 0; i < plan_req_.size(); ++i) {
+      auto& s = req_[static_cast<std::size_t>(plan_req_[i])];
+      if (!s.opt.adaptive_depth) continue;
+      const int d = plan_out_[i];
+      s.planned = d;
+      s.depth = d;
+      // Exploring: one level deeper or shallower (alternately where both exist), when the saved budget
+      // covers the expected regret of that step: the seconds it adds (or saves; a drafter's catch-up
+      // included) less the worth of the tokens it adds (or loses) at the plan's rate. A probe spends
+      // all the savings, so probes never come in bursts.
+      const auto& c = plan_in_[i];
+      const auto u = static_cast<std::size_t>(d);
+      auto regret = [&](std::size_t to) {
+        const double dt = cost_.seconds(std::max(1.0, rows + c.nodes[to] - c.nodes[u])) - cost_.seconds(rows) +
+                          c.draft_s[to] - c.draft_s[u];
+        return std::max(0.0, dt - (c.tokens[to] - c.tokens[u]) / rate);
+      };
+      const bool up = u + 1 < c.tokens.size(), down = d > 0;
+      if (!up && !down) continue;
+      const std::size_t to = up && (!down || !s.explore_down) ? u + 1 : u - 1;
+      const double cost = regret(to);
+      if (s.explore_saved >= cost) {
+        s.explore_saved = 0;
+        s.explore_down = to < u ? false : down;  // alternate when both exist
+        s.probing = true;
+        s.depth = static_cast<int>(to);
+      }
+    }
+  }
+
+  // After a committed step that cost step_s (forward + verification + commit, without drafting):
+  // the running estimates of adaptive_depth.hpp.
+  void learn(double step_s) {
+    const auto B = static_cast<double>(running_.size());
+    std::int64_t rows = 0;
+    bool adaptive = false;
+    for (const int r : running_) {
+      auto& s = req_[static_cast<std::size_t>(r)];
+      rows += s.tree.size() + 1;
+      adaptive = adaptive || s.opt.adaptive_depth;
+      const int depth = s.tree.max_depth() + 1;
+      const auto acc = static_cast<int>(s.result.accepted.size());
+      s.acceptance.record(depth, acc, adaptive_.decay);
+      acceptance_.record(depth, acc, adaptive_.decay);
+      const double drafting = s.phase_draft + s.phase_build;
+      if (s.depth > 0) {
+        s.nodes.record(s.depth, static_cast<double>(s.tree.size()));
+        nodes_.record(s.depth, static_cast<double>(s.tree.size()));
+        if (s.drafted_last) {
+          s.draft_time.record(s.depth, drafting);
+          draft_time_.record(s.depth, drafting);
+        } else {  // resumed drafting: the time beyond a steady step's is the catch-up
+          s.catch_up_rate = std::max(0.0, drafting - s.draft_time.at(s.depth, draft_time_.at(s.depth, 0.0))) /
+                            static_cast<double>(std::max<std::size_t>(1, s.emitted_begin - s.drafted_len));
+          catch_up_rate_ = s.catch_up_rate;
+        }
+      }
+      s.drafted_last = s.depth > 0;
+      if (s.depth > 0) s.drafted_len = s.emitted_begin;  // the tokens the drafter has now seen
+      if (s.opt.adaptive_depth && !s.probing)
+        s.explore_saved += adaptive_.explore_budget * (step_s / B + drafting);
+    }
+    if (adaptive && adaptive_.learn_costs && !cost_.empty() && rows >= 1)
+      cost_.record(static_cast<int>(std::min<std::int64_t>(rows, 1 << 24)), step_s);
+  }
+
+  // calibrate_costs on a slot (see there): one untimed forward (caches, clocks), then
+  // calibration_reps passes over the row counts (interleaved, so a slow moment does not bias one row
+  // count), keeping each count's fastest.
+  void calibrate(int slot) {
+    const auto t0 = clock::now();
+    auto& s = req_[static_cast<std::size_t>(slot)];
+    const int V = target_->vocab_size();
+    const std::array<int, 1> slots{slot};
+    const std::array<std::int32_t, 1> roots{s.tokens.back()};
+    std::vector<int> counts;
+    for (int rows = 1; rows <= adaptive_.calibration_rows; rows = rows <= 2 ? rows + 1 : 2 * rows - 1)
+      counts.push_back(rows);
+    std::vector<double> best(counts.size(), std::numeric_limits<double>::infinity());
+    token_tree star;
+    token_tree_batch trees;
+    for (int pass = -1; pass < adaptive_.calibration_reps; ++pass) {
+      for (std::size_t i = 0; i < counts.size(); ++i) {
+        const int rows = pass < 0 ? 1 : counts[i];
+        star.clear();
+        for (int k = 0; k + 1 < rows; ++k) star.add(static_cast<std::int32_t>(k % V), -1);
+        trees.clear();
+        trees.push_back(star, static_cast<std::int32_t>(s.tokens.size()));
+        const std::array<std::int32_t, 2> indptr{0, rows};
+        const std::array<const token_tree*, 1> ptrs{&star};
+        const target_batch tb{slots, roots, trees, indptr, ptrs};
+        const auto tf = clock::now();
+        (void)forward(tb, V);
+        if (pass >= 0) best[i] = std::min(best[i], seconds(tf));
+        if (pass < 0) break;  // the warm-up: one forward
+      }
+    }
+    for (std::size_t i = 0; i < counts.size(); ++i) cost_.record(counts[i], best[i]);
+    stats_.calibrate_s += seconds(t0);
   }
 
   // The request's counters after a committed step.
@@ -580,6 +781,16 @@ class speculative_batch {
   std::vector<const token_tree*> tree_ptrs_;
   token_tree_batch trees_;
   verify_batch_result committed_;  //!< the step's results in batch order (commit_batch)
+  // adaptive depth
+  adaptive_depth_options adaptive_;
+  step_cost_curve cost_;
+  // the whole batch's estimates: the priors of each request's
+  acceptance_estimate acceptance_;
+  per_depth_median nodes_, draft_time_;
+  double catch_up_rate_ = 0;
+  std::vector<depth_choice_input> plan_in_;
+  std::vector<double> plan_vals_, q_, tok_;
+  std::vector<int> plan_req_, plan_out_;
   std::vector<float> rows_;
   std::vector<step_output> outputs_;
   std::size_t out_count_ = 0;

@@ -1,0 +1,264 @@
+// Adaptive draft depth (decoder/adaptive_depth.hpp, issue #26 item 4): the step cost curve
+// (interpolation, extrapolation, its text form and bad input), the acceptance estimates, the depth
+// choice (the exhaustive optimum for one request, a local optimum for a batch), and the batch
+// driving it: a perfect drafter under a flat cost goes to full depth, under a cost linear in the rows
+// it never drafts, calibration times the target without changing it, and outputs stay the target's
+// greedy decoding whatever the depths.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "../../examples/common/llama.hpp"
+#include "small_model.hpp"
+#include "specdec/decoder/adaptive_depth.hpp"
+#include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/draft/chain_drafter.hpp"
+
+using namespace specdec;
+using namespace specdec::examples;
+using Catch::Matchers::Contains;
+
+namespace {
+using small_model::cfg;
+using small_model::greedy_of;
+using small_model::weights;
+
+step_cost_curve curve_of(std::initializer_list<std::pair<int, double>> points) {
+  step_cost_curve c;
+  for (auto [r, s] : points) c.record(r, s);
+  return c;
+}
+
+// tokens / (cost(rows) + draft) for given depths (the objective choose_depths maximises).
+double ratio(std::span<const depth_choice_input> in, const step_cost_curve& cost, const std::vector<int>& d) {
+  double t = 0, rows = 0, s = 0;
+  for (std::size_t r = 0; r < in.size(); ++r) {
+    const auto i = static_cast<std::size_t>(d[r]);
+    t += in[r].tokens[i], rows += 1 + in[r].nodes[i], s += in[r].draft_s[i];
+  }
+  return t / (cost.seconds(rows) + s);
+}
+}  // namespace
+
+TEST_CASE("step_cost_curve: measured points, linear between, last slope beyond, first below", "[decoder][adaptive]") {
+  step_cost_curve c;
+  CHECK(c.empty());
+  CHECK_THROWS_WITH(c.seconds(1), Contains("at least one measured point"));
+  c.record(2, 1.0);
+  CHECK(c.seconds(1) == 1.0);  // below the first point: its cost
+  CHECK(c.seconds(7) == 1.0);  // one point: flat
+  c.record(4, 2.0);
+  c.record(8, 3.0);
+  CHECK(c.points() == 3);
+  CHECK(c.seconds(3) == Approx(1.5));
+  CHECK(c.seconds(6) == Approx(2.5));
+  CHECK(c.seconds(16) == Approx(3.0 + 8 * 0.25));  // the 4 -> 8 slope
+  CHECK(c.seconds(8) == 3.0);
+  c.record(8, 5.0);  // the median of the latest window (9) measurements: {3, 5}
+  CHECK(c.seconds(8) == Approx(4.0));
+  c.record(8, 100.0);  // one outlier moves the median to 5, not towards 100
+  CHECK(c.seconds(8) == Approx(5.0));
+  for (int i = 0; i < 9; ++i) c.record(8, 2.0);  // the window forgets the old ones
+  CHECK(c.seconds(8) == Approx(2.0));
+  c.record(10, 1.0);  // a falling last segment extends flat, never below
+  CHECK(c.seconds(50) == Approx(1.0));
+
+  CHECK_THROWS_WITH(c.record(0, 1.0), Contains("rows"));
+  CHECK_THROWS_WITH(c.record(3, std::nan("")), Contains("finite"));
+  CHECK_THROWS_WITH(c.record(3, -1.0), Contains("finite value >= 0"));
+  CHECK_THROWS_WITH(step_cost_curve(0), Contains("window"));
+  CHECK_THROWS_WITH(c.seconds(0.5), Contains("rows"));
+  CHECK_THROWS_WITH(c.seconds(std::numeric_limits<double>::infinity()), Contains("rows"));
+}
+
+TEST_CASE("step_cost_curve: the text form round-trips and bad text is named", "[decoder][adaptive]") {
+  const auto c = curve_of({{1, 0.0125}, {2, 0.013}, {5, 0.02}, {33, 0.1}});
+  const auto d = step_cost_curve::from_text(c.to_text());
+  CHECK(d.to_text() == c.to_text());
+  for (double r : {1.0, 1.5, 3.0, 17.0, 40.0}) CHECK(d.seconds(r) == c.seconds(r));
+  CHECK(step_cost_curve::from_text("\n 3 0.5\r\n\n").seconds(3) == 0.5);
+  CHECK(step_cost_curve::from_text("").empty());
+  CHECK_THROWS_WITH(step_cost_curve::from_text("1 0.1\n2\n"), Contains("line 2"));
+  CHECK_THROWS_WITH(step_cost_curve::from_text("1 0.1 x\n"), Contains("line 1"));
+  CHECK_THROWS_WITH(step_cost_curve::from_text("0 0.1\n"), Contains("line 1 rows"));
+  CHECK_THROWS_WITH(step_cost_curve::from_text("2 -1\n"), Contains("line 1 seconds"));
+  CHECK_THROWS_WITH(step_cost_curve::from_text("2 nan\n"), Contains("line 1 seconds"));
+  CHECK_THROWS_WITH(step_cost_curve::from_text("2 1\n2 1\n"), Contains("each row count once"));
+}
+
+TEST_CASE("acceptance_estimate: conditional counts, decay, and priors", "[decoder][adaptive]") {
+  adaptive_depth_options o;
+  o.prior_weight = 1.0;
+  o.prior_acceptance = 0.5;
+  acceptance_estimate a;
+  std::vector<double> q;
+  a.conditional(3, nullptr, o, q);  // nothing seen: the prior at every depth
+  CHECK(q[1] == 0.5);
+  CHECK(q[3] == 0.5);
+  a.record(3, 1, 1.0);  // depth 1 accepted, depth 2 rejected, depth 3 untested
+  a.record(3, 3, 1.0);  // all three accepted
+  CHECK(a.trials(1) == 2);
+  CHECK(a.successes(1) == 2);
+  CHECK(a.trials(2) == 2);
+  CHECK(a.successes(2) == 1);
+  CHECK(a.trials(3) == 1);
+  a.conditional(4, nullptr, o, q);
+  CHECK(q[1] == Approx((2 + 0.5) / 3));
+  CHECK(q[2] == Approx((1 + q[1]) / 3));
+  CHECK(q[3] == Approx((1 + q[2]) / 2));
+  CHECK(q[4] == Approx(q[3]));  // unseen: inherits the depth above
+  a.record(1, 0, 0.5);          // decay halves depth 1's earlier counts only
+  CHECK(a.trials(1) == 2);
+  CHECK(a.successes(1) == 1);
+  CHECK(a.trials(2) == 2);
+  // a prior that has seen depth 4 pulls an unseen depth towards its own estimate
+  acceptance_estimate prior;
+  for (int i = 0; i < 50; ++i) prior.record(4, 4, 1.0);
+  a.conditional(4, &prior, o, q);
+  std::vector<double> pq;
+  prior.conditional(4, nullptr, o, pq);
+  CHECK(q[4] == Approx(pq[4]));
+  CHECK_THROWS_WITH(a.record(2, 3, 1.0), Contains("accepted"));
+
+  std::vector<double> tok;
+  expected_tokens(std::vector<double>{1.0, 0.5, 0.5, 1.0}, tok);
+  CHECK(tok == std::vector<double>{1.0, 1.5, 1.75, 2.0});
+}
+
+TEST_CASE("choose_depths: the exact optimum for one request, a local optimum for a batch", "[decoder][adaptive]") {
+  std::mt19937 g(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int B = 1 + trial % 4;
+    const int D = 1 + static_cast<int>(g() % 6);
+    std::vector<std::vector<double>> tok(B), nodes(B), draft(B);
+    std::vector<depth_choice_input> in;
+    for (int r = 0; r < B; ++r) {
+      std::vector<double> q(D + 1);
+      for (auto& x : q) x = u(g);
+      expected_tokens(q, tok[r]);
+      nodes[r].push_back(0), draft[r].push_back(0);
+      for (int d = 1; d <= D; ++d) nodes[r].push_back(nodes[r].back() + 1 + (g() % 3)), draft[r].push_back(draft[r].back() + 0.01 * u(g));
+      in.push_back({tok[r], nodes[r], draft[r]});
+    }
+    step_cost_curve cost;  // a concave-then-linear machine: flat to 8 rows, then 0.05 s per row
+    cost.record(1, 0.1);
+    cost.record(8, 0.1 + 0.2 * u(g));
+    cost.record(9, cost.seconds(8) + 0.05);
+    std::vector<int> got;
+    choose_depths(in, cost, got);
+    const double best = ratio(in, cost, got);
+    if (B == 1) {
+      for (int d = 0; d <= D; ++d) CHECK(ratio(in, cost, {d}) <= best * (1 + 1e-9));
+    } else {  // no single change improves it, and it beats plain decoding
+      CHECK(best >= ratio(in, cost, std::vector<int>(B, 0)) * (1 - 1e-12));
+      for (int r = 0; r < B; ++r)
+        for (int d = 0; d <= D; ++d) {
+          auto alt = got;
+          alt[r] = d;
+          CHECK(ratio(in, cost, alt) <= best * (1 + 1e-9));
+        }
+    }
+  }
+  // a fixed request (one candidate) keeps it; mismatched sizes are refused
+  const std::vector<double> one{3.0}, n4{4.0}, z{0.0};
+  std::vector<int> got;
+  choose_depths(std::vector<depth_choice_input>{{one, n4, z}}, curve_of({{1, 1.0}}), got);
+  CHECK(got == std::vector<int>{0});
+  const std::vector<double> two{1.0, 2.0};
+  CHECK_THROWS_WITH(choose_depths(std::vector<depth_choice_input>{{two, n4, z}}, curve_of({{1, 1.0}}), got),
+                    Contains("one non-zero size"));
+}
+
+TEST_CASE("choose_depths: Leviathan et al.'s expected speedup (GLIDE §5.1) where its assumptions hold",
+          "[decoder][adaptive]") {
+  // constant acceptance alpha, a target that costs T whatever the rows, a draft costing c T per token:
+  // the best proposal length maximises (1 - alpha^(g+1)) / ((1 - alpha)(g c + 1))
+  const double T = 0.01;
+  const auto cost = curve_of({{1, T}, {64, T}});
+  for (double alpha : {0.3, 0.6, 0.8, 0.9, 0.95})
+    for (double c : {0.02, 0.1, 0.3, 0.7, 1.5}) {
+      const int G = 12;
+      std::vector<double> q(G + 1, alpha), tok, nodes, draft;
+      expected_tokens(q, tok);
+      int want = 0;
+      double best = 0;
+      for (int g = 0; g <= G; ++g) {
+        nodes.push_back(g), draft.push_back(g * c * T);
+        const double spd = (1 - std::pow(alpha, g + 1)) / ((1 - alpha) * (g * c + 1));
+        CHECK(tok[static_cast<std::size_t>(g)] / (T + draft.back()) == Approx(spd / T));
+        if (spd > best * (1 + 1e-9)) best = spd, want = g;
+      }
+      std::vector<int> got;
+      const double rate = choose_depths(std::vector<depth_choice_input>{{tok, nodes, draft}}, cost, got);
+      INFO("alpha " << alpha << ", c " << c);
+      CHECK(got[0] == want);
+      CHECK(rate * T == Approx(best));
+    }
+}
+
+namespace {
+using target_t = llama_model<double>;
+using drafter_t = chain_drafter<llama_model<double>>;
+using decoder_t = speculative_decoder<target_t, drafter_t, chain_tree_builder, greedy_verifier>;
+const std::vector<std::int32_t> prompt{3, 1, 4, 1, 5, 9, 2, 6};
+}  // namespace
+
+TEST_CASE("adaptive depth: a perfect drafter goes to full depth when verifying is free, never drafts when it is linear",
+          "[decoder][adaptive]") {
+  const int n = 60;
+  const auto want = greedy_of(prompt, n);
+  for (const bool flat : {true, false}) {
+    target_t target(cfg, weights(), 1, 256);
+    target_t same(cfg, weights(), 1, 256);  // the target itself as the draft: every draft token is accepted
+    decoder_t dec(target, drafter_t(same));
+    adaptive_depth_options o;
+    o.learn_costs = false;  // the given curve stays: decisions depend on it, not on this machine's timing
+    dec.batch().set_adaptive_options(o);
+    dec.batch().set_cost_curve(flat ? curve_of({{1, 1.0}, {64, 1.0}}) : curve_of({{1, 1.0}, {2, 2.0}}));
+    const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
+    CHECK(out.tokens == want);
+    const auto& st = dec.stats();
+    CHECK(st.calibrate_s == 0.0);  // a curve was given
+    INFO("flat " << flat << ": steps " << st.steps << ", nodes " << st.tree_nodes << ", tau " << st.tau());
+    if (flat) {
+      CHECK(st.tau() > 5.0);  // 6 tokens a step but the first and the last
+      CHECK(st.steps <= n / 6 + 2);
+    } else {
+      CHECK(st.tree_nodes == 0);  // a prior tau of at most 2 never pays for rows that cost 1 s each
+      CHECK(st.steps == n);
+    }
+  }
+}
+
+TEST_CASE("adaptive depth: calibration times the target without changing it; mixed batches stay lossless",
+          "[decoder][adaptive]") {
+  const int n = 40;
+  target_t target(cfg, weights(), 4, 512);
+  target_t same(cfg, weights(), 4, 512);
+  speculative_batch<target_t, drafter_t, chain_tree_builder, greedy_verifier> batch(target, drafter_t(same));
+  adaptive_depth_options o;
+  o.calibration_rows = 9;
+  o.calibration_reps = 1;
+  batch.set_adaptive_options(o);
+  const std::vector<std::vector<std::int32_t>> prompts{prompt, {7, 7, 2}, {1, 2, 3, 4, 5}, {30, 0, 30}};
+  for (std::uint32_t i = 0; i < 4; ++i)
+    batch.add_request(i, prompts[i], {.max_new_tokens = n, .draft_depth = 3 + static_cast<int>(i), .adaptive_depth = i % 2 == 0});
+  batch.calibrate_costs(1);
+  CHECK(batch.cost_curve().points() == 5);  // rows 1, 2, 3, 5, 9
+  CHECK(batch.stats().calibrate_s > 0.0);
+  for (int rows : {1, 2, 3, 5, 9}) CHECK(batch.cost_curve().seconds(rows) > 0.0);
+  const auto before = batch.cost_curve().to_text();
+  std::vector<std::vector<std::int32_t>> out(4);
+  while (batch.active() > 0)
+    for (const auto& s : batch.step()) out[s.id].insert(out[s.id].end(), s.tokens.begin(), s.tokens.end());
+  for (std::size_t i = 0; i < 4; ++i) CHECK(out[i] == greedy_of(prompts[i], n));
+  CHECK(batch.cost_curve().to_text() != before);  // learn_costs: refined by the steps
+  CHECK_THROWS_WITH(batch.calibrate_costs(9), Contains("active request"));
+  adaptive_depth_options bad;
+  bad.decay = 0.0;
+  CHECK_THROWS_WITH(batch.set_adaptive_options(bad), Contains("decay"));
+  bad = {};
+  bad.calibration_rows = 1;
+  CHECK_THROWS_WITH(batch.set_adaptive_options(bad), Contains("calibration_rows"));
+}
