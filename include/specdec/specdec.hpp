@@ -65,6 +65,7 @@
 #include "specdec/verify/sample_and_match.hpp"
 #include "specdec/verify/speculative_sampling.hpp"
 #include "specdec/verify/verify_result.hpp"
+#include "specdec/decoder/adaptive_depth.hpp"
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/decoder/pairing.hpp"
 #include "specdec/decoder/speculative_batch.hpp"

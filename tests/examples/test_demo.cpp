@@ -41,7 +41,10 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   print_report(o, small, out);
   CHECK(out.str().find("lossless:     yes") != std::string::npos);
   CHECK(out.str().find("NOT trained") != std::string::npos);
+  CHECK(out.str().find("depth: adaptive in [0, 4]") != std::string::npos);  // the default
+  CHECK(small.stats.calibrate_s > 0.0);  // the step cost curve was measured once
   o.prompt_tokens = 300;
+  o.adaptive = false;
   o.cartesian = true;
   o.paged = true;  // and the target's KV in a paged pool: still lossless, same draft memory
   const auto longer = run_demo(o, log);
@@ -49,6 +52,10 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   CHECK(longer.model.find("paged") != std::string::npos);
   CHECK(longer.draft_bytes == small.draft_bytes);
   CHECK(longer.target_kv_bytes > small.target_kv_bytes);
+  std::ostringstream fixed;
+  print_report(o, longer, fixed);
+  CHECK(fixed.str().find("depth: fixed 4") != std::string::npos);
+  CHECK(longer.stats.calibrate_s == 0.0);
 }
 
 TEST_CASE("demo live progress: rewritten lines with growing token counts, tok/s and tau", "[examples][demo]") {
