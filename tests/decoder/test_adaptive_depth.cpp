@@ -67,6 +67,13 @@ TEST_CASE("step_cost_curve: measured points, linear between, last slope beyond, 
   CHECK_THROWS_WITH(c.record(3, std::nan("")), Contains("finite"));
   CHECK_THROWS_WITH(c.record(3, -1.0), Contains("finite value >= 0"));
   CHECK_THROWS_WITH(step_cost_curve(0), Contains("window"));
+  CHECK_THROWS_WITH(c.record(step_cost_curve::max_rows + 1, 1.0), Contains("rows"));
+  CHECK_THROWS_WITH(c.seconds(step_cost_curve::max_rows + 1.0), Contains("rows"));
+  // points are kept sparsely: a curve with a huge row count is as small and fast as any other
+  const auto far = step_cost_curve::from_text("1 0.001\n16777216 0.5\n");
+  CHECK(far.points() == 2);
+  CHECK(far.seconds(8388608.5) == Approx(0.001 + 0.499 * (8388608.5 - 1) / (16777216 - 1)));
+  CHECK(step_cost_curve::from_text("1 0.5\n", 3).seconds(1) == 0.5);
   CHECK_THROWS_WITH(c.seconds(0.5), Contains("rows"));
   CHECK_THROWS_WITH(c.seconds(std::numeric_limits<double>::infinity()), Contains("rows"));
 }
@@ -119,6 +126,11 @@ TEST_CASE("acceptance_estimate: conditional counts, decay, and priors", "[decode
   prior.conditional(4, nullptr, o, pq);
   CHECK(q[4] == Approx(pq[4]));
   CHECK_THROWS_WITH(a.record(2, 3, 1.0), Contains("accepted"));
+  CHECK_THROWS_WITH(a.record(-1, 0, 1.0), Contains("'depth'"));
+  CHECK_THROWS_WITH(a.record(2, 1, 0.0), Contains("decay"));
+  per_depth_median m;
+  CHECK_THROWS_WITH(m.record(1, std::nan("")), Contains("finite"));
+  CHECK_THROWS_WITH(m.record(-1, 1.0), Contains("depth"));
 
   std::vector<double> tok;
   expected_tokens(std::vector<double>{1.0, 0.5, 0.5, 1.0}, tok);
@@ -168,6 +180,24 @@ TEST_CASE("choose_depths: the exact optimum for one request, a local optimum for
   const std::vector<double> two{1.0, 2.0};
   CHECK_THROWS_WITH(choose_depths(std::vector<depth_choice_input>{{two, n4, z}}, curve_of({{1, 1.0}}), got),
                     Contains("one non-zero size"));
+  const std::vector<double> nan2{1.0, std::nan("")}, neg2{0.0, -1.0}, z2{0.0, 0.0};
+  CHECK_THROWS_WITH(choose_depths(std::vector<depth_choice_input>{{two, z2, z2}, {nan2, z2, z2}}, curve_of({{1, 1.0}}), got),
+                    Contains("input[1]"));
+  CHECK_THROWS_WITH(choose_depths(std::vector<depth_choice_input>{{two, neg2, z2}}, curve_of({{1, 1.0}}), got),
+                    Contains("input[0]"));
+  CHECK_THROWS_WITH(choose_depths(std::vector<depth_choice_input>{{two, z2, z2}}, curve_of({{1, 1.0}}), got, -1.0),
+                    Contains("per_row"));
+  // a curve of zeros (a free target): still a choice, the one with more tokens
+  const std::vector<double> n01{0.0, 1.0};
+  CHECK(std::isfinite(choose_depths(std::vector<depth_choice_input>{{two, n01, z2}}, curve_of({{1, 0.0}}), got)));
+  CHECK(got == std::vector<int>{1});
+  // verification time per row (per_row) makes rows dearer: a flat curve then pays for depth 1 only
+  // while the token it adds is worth more than the row
+  const std::vector<double> tok{1.0, 1.5};
+  choose_depths(std::vector<depth_choice_input>{{tok, n01, z2}}, curve_of({{1, 1.0}}), got, 0.1);
+  CHECK(got == std::vector<int>{1});  // 1.5 / 1.2 > 1 / 1.1
+  choose_depths(std::vector<depth_choice_input>{{tok, n01, z2}}, curve_of({{1, 1.0}}), got, 1.0);
+  CHECK(got == std::vector<int>{0});  // 1.5 / 3 < 1 / 2
 }
 
 TEST_CASE("choose_depths: Leviathan et al.'s expected speedup (GLIDE §5.1) where its assumptions hold",
@@ -255,10 +285,29 @@ TEST_CASE("adaptive depth: calibration times the target without changing it; mix
   for (std::size_t i = 0; i < 4; ++i) CHECK(out[i] == greedy_of(prompts[i], n));
   CHECK(batch.cost_curve().to_text() != before);  // learn_costs: refined by the steps
   CHECK_THROWS_WITH(batch.calibrate_costs(9), Contains("active request"));
+  batch.add_request(20, prompt, {.max_new_tokens = 0, .adaptive_depth = true});
+  CHECK_THROWS_WITH(batch.calibrate_costs(20), Contains("tokens left to generate"));
+  CHECK_THROWS_WITH(batch.add_request(21, prompt, {.draft_depth = 65, .adaptive_depth = true}), Contains("draft_depth"));
   adaptive_depth_options bad;
   bad.decay = 0.0;
   CHECK_THROWS_WITH(batch.set_adaptive_options(bad), Contains("decay"));
   bad = {};
   bad.calibration_rows = 1;
   CHECK_THROWS_WITH(batch.set_adaptive_options(bad), Contains("calibration_rows"));
+}
+
+TEST_CASE("adaptive depth: a target sized for prompt + max_new_tokens has room for the calibration", "[decoder][adaptive]") {
+  // calibration times star trees of up to calibration_rows rows; it stops at the rows of the longest
+  // chain the request may still draft, which a target sized like this always holds
+  for (const int n : {1, 2, 5, 40}) {
+    target_t target(cfg, weights(), 1, static_cast<int>(prompt.size()) + n);
+    target_t same(cfg, weights(), 1, static_cast<int>(prompt.size()) + n);
+    decoder_t dec(target, drafter_t(same));
+    const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 4, .adaptive_depth = true});
+    CHECK(out.tokens == greedy_of(prompt, n));
+    // calibrated rows 1, 2, 3, 5, 9, 17 up to n (one new token: nothing to draft, no calibration),
+    // then the row counts the steps ran
+    CHECK(dec.batch().cost_curve().points() >= (n == 1 ? 0 : n == 2 ? 2 : n == 5 ? 4 : 6));
+    CHECK((dec.stats().calibrate_s > 0.0) == (n > 1));
+  }
 }

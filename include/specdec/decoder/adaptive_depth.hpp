@@ -64,6 +64,8 @@ struct adaptive_depth_options {
   double explore_budget = 0.02;
   //! The running costs (step cost per row count, drafting time and tree size per depth) are the
   //! median of this many latest measurements (one slow step on a busy machine moves no decision).
+  //! speculative_batch applies it to its own estimates and to requests added afterwards (set the
+  //! options before adding requests); a given curve keeps the window it was made with.
   int cost_window = 9;
   //! Calibration: largest target row count timed (rows 1, 2, 3, 5, 9, 17, ... up to this; larger
   //! steps extrapolate until measured online) and timed forwards per row count (the fastest is kept).
@@ -126,52 +128,54 @@ class step_cost_curve {
   explicit step_cost_curve(int window = 9) : window_(window) {
     require(window >= 1 && window <= 1024, "specdec::step_cost_curve", "window", "in [1, 1024]", window);
   }
-  [[nodiscard]] bool empty() const noexcept { return points_ == 0; }
+  [[nodiscard]] bool empty() const noexcept { return rows_.empty(); }
   //! Measured row counts.
-  [[nodiscard]] int points() const noexcept { return points_; }
+  [[nodiscard]] int points() const noexcept { return static_cast<int>(rows_.size()); }
+  //! The largest row count a curve holds or is asked about.
+  static constexpr int max_rows = 1 << 24;
 
   //! Records a measured cost at `rows` (the point becomes the median of its latest `window`).
+  //! O(points) for a new row count, O(log points + window) otherwise.
   void record(int rows, double seconds) {
     constexpr std::string_view fn = "specdec::step_cost_curve::record";
-    require(rows >= 1 && rows <= (1 << 24), fn, "rows", "in [1, 2^24]", rows);
+    require(rows >= 1 && rows <= max_rows, fn, "rows", "in [1, 2^24]", rows);
     require(std::isfinite(seconds) && seconds >= 0.0, fn, "seconds", "a finite value >= 0", seconds);
-    const auto i = static_cast<std::size_t>(rows);
-    if (cost_.size() <= i) cost_.resize(i + 1, unmeasured), samples_.resize(i + 1, running_median(window_));
-    if (samples_[i].empty()) ++points_;
+    const auto it = std::lower_bound(rows_.begin(), rows_.end(), rows);
+    const auto i = static_cast<std::size_t>(it - rows_.begin());
+    if (it == rows_.end() || *it != rows) {
+      rows_.insert(it, rows);
+      samples_.insert(samples_.begin() + static_cast<std::ptrdiff_t>(i), running_median(window_));
+      cost_.insert(cost_.begin() + static_cast<std::ptrdiff_t>(i), 0.0);
+    }
     samples_[i].add(seconds);
     cost_[i] = samples_[i].median();
   }
 
   //! The estimated cost of `rows` rows (see the class comment). Throws when empty or rows < 1.
+  //! O(log points).
   [[nodiscard]] double seconds(double rows) const {
     constexpr std::string_view fn = "specdec::step_cost_curve::seconds";
     require(!empty(), fn, "the curve", "at least one measured point (calibrate or set a curve)", "none");
-    require(rows >= 1.0 && std::isfinite(rows), fn, "rows", "a finite value >= 1", rows);
-    int lo = -1, hi = -1;  // nearest measured points at or below / at or above rows
-    const auto r = static_cast<int>(std::min(rows, static_cast<double>(cost_.size() - 1)));
-    for (int i = r; i >= 1 && lo < 0; --i)
-      if (!std::isnan(cost_[static_cast<std::size_t>(i)])) lo = i;
-    for (int i = std::max(r, 1); i < static_cast<int>(cost_.size()) && hi < 0; ++i)
-      if (!std::isnan(cost_[static_cast<std::size_t>(i)]) && i >= rows) hi = i;
-    if (lo < 0) return at(hi);
-    if (hi < 0) {  // beyond the largest point: extend the last segment
-      int prev = -1;
-      for (int i = lo - 1; i >= 1 && prev < 0; --i)
-        if (!std::isnan(cost_[static_cast<std::size_t>(i)])) prev = i;
-      const double slope = prev < 0 ? 0.0 : std::max(0.0, (at(lo) - at(prev)) / (lo - prev));
-      return at(lo) + slope * (rows - lo);
+    require(rows >= 1.0 && rows <= max_rows, fn, "rows", "in [1, 2^24]", rows);
+    // the first measured row count >= rows
+    const auto hi = static_cast<std::size_t>(
+        std::lower_bound(rows_.begin(), rows_.end(), rows, [](int r, double x) { return r < x; }) - rows_.begin());
+    if (hi == 0) return cost_[0];  // at or below the smallest point
+    if (hi == rows_.size()) {      // beyond the largest point: extend the last segment
+      const std::size_t lo = hi - 1;
+      const double slope = lo == 0 ? 0.0 : std::max(0.0, (cost_[lo] - cost_[lo - 1]) / (rows_[lo] - rows_[lo - 1]));
+      return cost_[lo] + slope * (rows - rows_[lo]);
     }
-    if (hi == lo) return at(lo);
-    return at(lo) + (at(hi) - at(lo)) * (rows - lo) / (hi - lo);
+    const std::size_t lo = hi - 1;
+    return cost_[lo] + (cost_[hi] - cost_[lo]) * (rows - rows_[lo]) / (rows_[hi] - rows_[lo]);
   }
 
   //! "rows seconds" per line, in increasing rows.
   [[nodiscard]] std::string to_text() const {
     std::string s;
-    for (std::size_t i = 1; i < cost_.size(); ++i) {
-      if (std::isnan(cost_[i])) continue;
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
       char buf[64];
-      const auto a = std::to_chars(buf, buf + sizeof buf, i);
+      const auto a = std::to_chars(buf, buf + sizeof buf, rows_[i]);
       *a.ptr = ' ';
       const auto b = std::to_chars(a.ptr + 1, buf + sizeof buf, cost_[i]);
       s.append(buf, b.ptr);
@@ -180,10 +184,11 @@ class step_cost_curve {
     return s;
   }
 
-  //! Parses to_text's form (blank lines ignored). Throws invalid_argument naming the bad line.
-  [[nodiscard]] static step_cost_curve from_text(std::string_view text) {
+  //! Parses to_text's form (blank lines ignored) into a curve of the given window. Throws
+  //! invalid_argument naming the bad line.
+  [[nodiscard]] static step_cost_curve from_text(std::string_view text, int window = 9) {
     constexpr std::string_view fn = "specdec::step_cost_curve::from_text";
-    step_cost_curve c;
+    step_cost_curve c(window);
     int line_no = 0;
     while (!text.empty()) {
       const auto nl = text.find('\n');
@@ -208,20 +213,18 @@ class step_cost_curve {
               fn, where, "\"rows seconds\"", std::string(line));
       require(rows >= 1 && rows <= (1 << 24), fn, where + " rows", "in [1, 2^24]", rows);
       require(std::isfinite(sec) && sec >= 0.0, fn, where + " seconds", "a finite value >= 0", sec);
-      require(static_cast<std::size_t>(rows) >= c.cost_.size() || std::isnan(c.cost_[static_cast<std::size_t>(rows)]),
-              fn, where + " rows", "each row count once", rows);
+      require(!std::binary_search(c.rows_.begin(), c.rows_.end(), rows), fn, where + " rows", "each row count once",
+              rows);
       c.record(rows, sec);
     }
     return c;
   }
 
  private:
-  static constexpr double unmeasured = std::numeric_limits<double>::quiet_NaN();
-  [[nodiscard]] double at(int rows) const noexcept { return cost_[static_cast<std::size_t>(rows)]; }
   int window_;
-  std::vector<double> cost_;  //!< [rows], the medians; NaN = not measured
-  std::vector<running_median> samples_;
-  int points_ = 0;
+  std::vector<int> rows_;                //!< measured row counts, increasing
+  std::vector<running_median> samples_;  //!< per measured row count
+  std::vector<double> cost_;             //!< their medians
 };
 
 //! Decayed counts of conditional acceptance per depth: at depth i, trials = steps whose tree reached
@@ -230,8 +233,10 @@ class acceptance_estimate {
  public:
   //! One verified step: the tree reached `depth` (its deepest path), `accepted` tokens were accepted.
   void record(int depth, int accepted, double decay) {
-    require(depth >= 0 && accepted >= 0 && accepted <= depth, "specdec::acceptance_estimate::record", "accepted",
-            "in [0, depth = " + std::to_string(depth) + "]", accepted);
+    constexpr std::string_view fn = "specdec::acceptance_estimate::record";
+    require(depth >= 0, fn, "depth", ">= 0", depth);
+    require(accepted >= 0 && accepted <= depth, fn, "accepted", "in [0, depth = " + std::to_string(depth) + "]", accepted);
+    require(decay > 0.0 && decay <= 1.0, fn, "decay", "in (0, 1]", decay);
     if (trials_.size() < static_cast<std::size_t>(depth) + 1) {
       trials_.resize(static_cast<std::size_t>(depth) + 1, 0.0);
       successes_.resize(static_cast<std::size_t>(depth) + 1, 0.0);
@@ -275,6 +280,7 @@ class per_depth_median {
   explicit per_depth_median(int window = 9) : window_(window) {}
   void record(int depth, double value) {
     require(depth >= 0, "specdec::per_depth_median::record", "depth", ">= 0", depth);
+    require(std::isfinite(value), "specdec::per_depth_median::record", "value", "a finite value", value);
     const auto i = static_cast<std::size_t>(depth);
     if (value_.size() <= i) value_.resize(i + 1, running_median(window_));
     value_[i].add(value);
@@ -306,22 +312,36 @@ struct depth_choice_input {
   std::span<const double> draft_s; //!< same size
 };
 
-//! The depths maximising sum_r tokens_r(d_r) / (cost(sum_r (1 + nodes_r(d_r))) + sum_r draft_r(d_r)):
-//! from all zeros, repeatedly the single change of one request's depth that raises the ratio most,
-//! until none does (exact for one request; for a batch a coordinate ascent). out[r] = chosen index;
-//! returns the chosen ratio (expected tokens per second; 0 for no request).
-//! O(iterations x sum_r candidates_r).
-inline double choose_depths(std::span<const depth_choice_input> in, const step_cost_curve& cost, std::vector<int>& out) {
+//! The depths maximising sum_r tokens_r(d_r) / (step(sum_r (1 + nodes_r(d_r))) + sum_r draft_r(d_r)),
+//! step(rows) = cost.seconds(rows) + per_row * rows (per_row: the verification and commit time per
+//! row, when the curve holds the target's forward only): from all zeros, repeatedly the single change
+//! of one request's depth that raises the ratio most, until none does (exact for one request; for a
+//! batch a coordinate ascent). out[r] = the chosen index; returns the chosen ratio (expected tokens
+//! per second; 0 for no request). Inputs must be finite and >= 0. O(iterations x sum_r candidates_r).
+inline double choose_depths(std::span<const depth_choice_input> in, const step_cost_curve& cost, std::vector<int>& out,
+                            double per_row = 0.0) {
   constexpr std::string_view fn = "specdec::choose_depths";
+  require(std::isfinite(per_row) && per_row >= 0.0, fn, "per_row", "a finite value >= 0", per_row);
   out.assign(in.size(), 0);
   double tokens = 0, rows = 0, draft = 0;
-  for (const auto& r : in) {
-    require(!r.tokens.empty() && r.nodes.size() == r.tokens.size() && r.draft_s.size() == r.tokens.size(), fn,
-            "input", "tokens, nodes and draft_s of one non-zero size per request", r.tokens.size());
-    tokens += r.tokens[0], rows += 1.0 + r.nodes[0], draft += r.draft_s[0];
+  for (std::size_t r = 0; r < in.size(); ++r) {
+    const auto& c = in[r];
+    const std::string arg = "input[" + std::to_string(r) + "]";
+    require(!c.tokens.empty() && c.nodes.size() == c.tokens.size() && c.draft_s.size() == c.tokens.size(), fn, arg,
+            "tokens, nodes and draft_s of one non-zero size", c.tokens.size());
+    for (std::size_t d = 0; d < c.tokens.size(); ++d)
+      require(std::isfinite(c.tokens[d]) && c.tokens[d] >= 0 && std::isfinite(c.nodes[d]) && c.nodes[d] >= 0 &&
+                  std::isfinite(c.draft_s[d]) && c.draft_s[d] >= 0,
+              fn, arg, "finite tokens, nodes and draft_s >= 0", "a bad value at depth " + std::to_string(d));
+    tokens += c.tokens[0], rows += 1.0 + c.nodes[0], draft += c.draft_s[0];
   }
   if (in.empty()) return 0.0;
-  double best = tokens / (cost.seconds(rows) + draft);
+  // a step takes at least a nanosecond, so a curve of zeros cannot make every ratio infinite
+  const auto ratio = [&](double t, double n, double s) {
+    const double r = std::clamp(n, 1.0, static_cast<double>(step_cost_curve::max_rows));
+    return t / std::max(cost.seconds(r) + per_row * r + s, 1e-9);
+  };
+  double best = ratio(tokens, rows, draft);
   for (std::size_t iter = 0; iter < 64 * in.size(); ++iter) {
     std::size_t br = in.size();
     int bd = 0;
@@ -331,11 +351,9 @@ inline double choose_depths(std::span<const depth_choice_input> in, const step_c
       const auto cur = static_cast<std::size_t>(out[r]);
       for (std::size_t d = 0; d < c.tokens.size(); ++d) {
         if (d == cur) continue;
-        const double t = tokens + c.tokens[d] - c.tokens[cur];
-        const double n = rows + c.nodes[d] - c.nodes[cur];
-        const double s = draft + c.draft_s[d] - c.draft_s[cur];
-        const double ratio = t / (cost.seconds(std::max(1.0, n)) + s);
-        if (ratio > bratio * (1.0 + 1e-9)) bratio = ratio, br = r, bd = static_cast<int>(d);
+        const double q = ratio(tokens + c.tokens[d] - c.tokens[cur], rows + c.nodes[d] - c.nodes[cur],
+                               draft + c.draft_s[d] - c.draft_s[cur]);
+        if (q > bratio * (1.0 + 1e-9)) bratio = q, br = r, bd = static_cast<int>(d);
       }
     }
     if (br == in.size()) break;

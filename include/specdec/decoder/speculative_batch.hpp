@@ -33,7 +33,9 @@
 //! philox_stream(seed, stream_id(id, s)) and drafts with philox_stream(seed ^ draft_seed_mix,
 //! stream_id(id, s)), `seed` from that request's options. So a request's output depends on its prompt,
 //! options and id only, not on its slot, on the other requests or on when it joined. Active ids are
-//! distinct (add_request checks).
+//! distinct (add_request checks). Exception: a sampled request with generation_options::adaptive_depth
+//! drafts to depths chosen from measured times and the batch's shared estimates, so its output keeps
+//! its distribution but not its bits (decoder/adaptive_depth.hpp); greedy outputs are unaffected.
 //!
 //! Losslessness: with greedy_verifier (temperature 0) each request's output equals the target's
 //! greedy decoding; with sample_and_match_verifier / chain_speculative_verifier /
@@ -220,7 +222,7 @@ class speculative_batch {
     s.acceptance = {};
     s.nodes = per_depth_median(adaptive_.cost_window);
     s.draft_time = per_depth_median(adaptive_.cost_window);
-    s.explore_saved = s.catch_up_rate = 0;
+    s.explore_saved = s.catch_up_rate = s.catch_up_max = 0;
     s.drafted_len = 0;
     s.drafted_last = s.explore_down = false;
     ++active_;
@@ -343,7 +345,7 @@ class speculative_batch {
       }
       commit_s = seconds(t0);
       ++stats_.batch_steps;
-      learn(target_s + verify_s + commit_s);
+      learn(target_s, verify_s + commit_s);
     }
     double build_total = 0;  // drafting and building interleave per request: split by their own clocks
     for (const int r : running_) build_total += req_[static_cast<std::size_t>(r)].phase_build;
@@ -416,6 +418,7 @@ class speculative_batch {
     adaptive_ = o;
     if (cost_.empty()) cost_ = step_cost_curve(o.cost_window);
     nodes_ = draft_time_ = per_depth_median(o.cost_window);
+    verify_per_row_ = running_median(o.cost_window);
   }
   [[nodiscard]] const adaptive_depth_options& adaptive_options() const noexcept { return adaptive_; }
   //! The measured cost of a step by target rows. Empty until the first step with an adaptive request
@@ -424,12 +427,19 @@ class speculative_batch {
   //! (set_cost_curve) to skip the calibration.
   [[nodiscard]] const step_cost_curve& cost_curve() const noexcept { return cost_; }
   void set_cost_curve(step_cost_curve c) { cost_ = std::move(c); }
-  //! Times target forwards of 1, 2, 3, 5, 9, 17, ... rows (up to adaptive_options().calibration_rows,
-  //! the minimum of calibration_reps runs each) on active request `id`'s slot and records them in
-  //! cost_curve() (replacing the points it times). The request's state is unchanged (the forwards are
-  //! not committed; their trees are depth 1, so they need one position past the committed tokens).
-  //! Adds its time to stats().calibrate_s.
-  void calibrate_costs(std::uint32_t id) { calibrate(slot_of(id)); }
+  //! Times target forwards of 1, 2, 3, 5, 9, 17, ... rows on active request `id`'s slot, up to
+  //! adaptive_options().calibration_rows and to the rows of the longest chain the request may still
+  //! draft (its tokens left to generate: the room a target sized for max_new_tokens has), and adds
+  //! the fastest of calibration_reps runs of each as one measurement of that row count to
+  //! cost_curve(). The request's state is unchanged (the forwards are not committed). Adds its time to
+  //! stats().calibrate_s. Throws invalid_argument when `id` is not active or has nothing left to
+  //! generate.
+  void calibrate_costs(std::uint32_t id) {
+    const int slot = slot_of(id);
+    require(remaining(req_[static_cast<std::size_t>(slot)]) >= 1, "specdec::speculative_batch::calibrate_costs", "id",
+            "a request with tokens left to generate", id);
+    calibrate(slot);
+  }
   [[nodiscard]] Target& target() noexcept { return *target_; }
 
   //! The validation add_request applies to a prompt and its options (speculative_decoder checks a
@@ -440,6 +450,8 @@ class speculative_batch {
     require(opt.max_new_tokens >= 0, fn, "options.max_new_tokens", ">= 0", opt.max_new_tokens);
     require(opt.draft_depth >= 0, fn, "options.draft_depth", ">= 0", opt.draft_depth);
     require(opt.draft_width >= 1, fn, "options.draft_width", ">= 1", opt.draft_width);
+    require(!opt.adaptive_depth || opt.draft_depth <= 64, fn, "options.draft_depth",
+            "<= 64 with adaptive_depth (the depths it plans over)", opt.draft_depth);
     validate_sampling_params(opt.sampling, fn);
     require(Verifier::is_lossless_for_sampling || opt.sampling.temperature == 0.0f, fn, "options.sampling.temperature",
             "0 with a greedy-only verifier", opt.sampling.temperature);
@@ -477,11 +489,15 @@ class speculative_batch {
     acceptance_estimate acceptance;
     per_depth_median nodes, draft_time;  //!< tree size / drafting seconds by requested depth
     double explore_saved = 0;  //!< explore budget set aside (seconds)
-    double catch_up_rate = 0;  //!< drafting seconds per skipped token a resumed step took beyond the steady time
+    //! A resumed drafter's catch-up: extra drafting seconds per skipped token, and the most a catch-up
+    //! took, the first draft's pass over the prompt included (LongSpec's draft re-reads at most its
+    //! window, so the cost stops growing); 0 = not measured.
+    double catch_up_rate = 0, catch_up_max = 0;
     std::size_t drafted_len = 0;  //!< tokens.size() when this request last drafted (0: never)
     bool drafted_last = false; //!< the previous step drafted (drafting times of resumed steps differ)
     bool probing = false;      //!< this step explores a depth other than the planned one
     bool explore_down = false; //!< the next exploration goes shallower
+    bool probe_down = false;   //!< this step's probe goes shallower
     int planned = 0;           //!< the planned depth (before exploring)
   };
 
@@ -524,6 +540,10 @@ class speculative_batch {
     }
   }
 
+  [[nodiscard]] static int remaining(const request_state& s) noexcept {
+    return s.opt.max_new_tokens - static_cast<int>(s.tokens.size() - s.prompt_len);
+  }
+
   // Each running request's depth this step: the fixed rule (draft_depth, capped so no draft is
   // wasted past max_new_tokens), or, when some request asks for adaptive_depth, choose_depths over
   // the batch, then exploration (adaptive_depth.hpp's file comment).
@@ -531,8 +551,8 @@ class speculative_batch {
     bool adaptive = false;
     for (const int r : order_) {
       auto& s = req_[static_cast<std::size_t>(r)];
-      const int remaining = s.opt.max_new_tokens - static_cast<int>(s.tokens.size() - s.prompt_len);
-      s.depth = remaining <= 0 ? -1 : std::min(s.opt.draft_depth, std::max(0, remaining - 1));
+      const int left = remaining(s);
+      s.depth = left <= 0 ? -1 : std::min(s.opt.draft_depth, std::max(0, left - 1));
       s.probing = false;
       s.planned = s.depth;
       adaptive = adaptive || (s.depth > 0 && s.opt.adaptive_depth);
@@ -557,10 +577,14 @@ class speculative_batch {
       for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(tok_[static_cast<std::size_t>(d)]);
       // what the batch measured stands in for what this request has not measured yet
       for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(d == 0 ? 0.0 : s.nodes.at(d, nodes_.at(d, d)));
-      // a request that did not draft last step pays its drafter's catch-up on the tokens since
-      const double catch_up = s.drafted_last ? 0.0
-                                             : (s.catch_up_rate > 0 ? s.catch_up_rate : catch_up_rate_) *
-                                                   static_cast<double>(s.tokens.size() - s.drafted_len);
+      // a request that drafted before, but not last step, pays its drafter's catch-up on the tokens
+      // since (its first draft's pass over the prompt is a one-time cost, like prefill: not charged)
+      const bool own = s.catch_up_max > 0;
+      const double catch_up =
+          s.drafted_last || s.drafted_len == 0
+              ? 0.0
+              : std::min((own ? s.catch_up_rate : catch_up_rate_) * static_cast<double>(s.tokens.size() - s.drafted_len),
+                         own ? s.catch_up_max : catch_up_max_);
       for (int d = lo; d <= s.depth; ++d)
         plan_vals_.push_back(d == 0 ? 0.0 : s.draft_time.at(d, draft_time_.at(d, 0.0)) + catch_up);
       plan_req_.push_back(r);
@@ -573,7 +597,12 @@ class speculative_batch {
       plan_in_.push_back({v.subspan(off, n), v.subspan(off + n, n), v.subspan(off + 2 * n, n)});
       off += 3 * n;
     }
-    const double rate = choose_depths(plan_in_, cost_, plan_out_);  // expected tokens per second
+    const double per_row = verify_per_row_.empty() ? 0.0 : verify_per_row_.median();
+    const double rate = choose_depths(plan_in_, cost_, plan_out_, per_row);  // expected tokens per second
+    const auto step_cost = [&](double n) {
+      const double r = std::clamp(n, 1.0, static_cast<double>(step_cost_curve::max_rows));
+      return cost_.seconds(r) + per_row * r;
+    };
     double rows = 0;  // the planned step's rows
     for (std::size_t i = 0; i < plan_req_.size(); ++i)
       rows += 1.0 + plan_in_[i].nodes[static_cast<std::size_t>(plan_out_[i])];
@@ -590,26 +619,25 @@ class speculative_batch {
       const auto& c = plan_in_[i];
       const auto u = static_cast<std::size_t>(d);
       auto regret = [&](std::size_t to) {
-        const double dt = cost_.seconds(std::max(1.0, rows + c.nodes[to] - c.nodes[u])) - cost_.seconds(rows) +
-                          c.draft_s[to] - c.draft_s[u];
+        const double dt = step_cost(rows + c.nodes[to] - c.nodes[u]) - step_cost(rows) + c.draft_s[to] - c.draft_s[u];
         return std::max(0.0, dt - (c.tokens[to] - c.tokens[u]) / rate);
       };
       const bool up = u + 1 < c.tokens.size(), down = d > 0;
       if (!up && !down) continue;
       const std::size_t to = up && (!down || !s.explore_down) ? u + 1 : u - 1;
       const double cost = regret(to);
-      if (s.explore_saved >= cost) {
-        s.explore_saved = 0;
-        s.explore_down = to < u ? false : down;  // alternate when both exist
+      if (s.explore_saved >= cost) {  // the savings are spent in learn(), once the probe ran
         s.probing = true;
+        s.probe_down = to < u;
         s.depth = static_cast<int>(to);
       }
     }
   }
 
-  // After a committed step that cost step_s (forward + verification + commit, without drafting):
-  // the running estimates of adaptive_depth.hpp.
-  void learn(double step_s) {
+  // After a committed step: the running estimates of adaptive_depth.hpp. The cost curve gets the
+  // target's forward (what calibration times too); verification and commit go in per row.
+  void learn(double target_s, double verify_commit_s) {
+    const double step_s = target_s + verify_commit_s;
     const auto B = static_cast<double>(running_.size());
     std::int64_t rows = 0;
     bool adaptive = false;
@@ -628,19 +656,38 @@ class speculative_batch {
         if (s.drafted_last) {
           s.draft_time.record(s.depth, drafting);
           draft_time_.record(s.depth, drafting);
+        } else if (s.drafted_len == 0) {
+          // the first draft read the whole prompt (as far as the drafter looks back): a catch-up on
+          // tokens.size() tokens, and a bound for later ones (a LongSpec draft re-reads at most its
+          // window however long it skipped, so the cost per skipped token alone would overcharge)
+          s.catch_up_max = std::max(s.catch_up_max, drafting);
+          s.catch_up_rate = drafting / static_cast<double>(std::max<std::size_t>(1, s.emitted_begin));
+          catch_up_max_ = std::max(catch_up_max_, drafting);
+          if (catch_up_rate_ == 0) catch_up_rate_ = s.catch_up_rate;
         } else {  // resumed drafting: the time beyond a steady step's is the catch-up
-          s.catch_up_rate = std::max(0.0, drafting - s.draft_time.at(s.depth, draft_time_.at(s.depth, 0.0))) /
-                            static_cast<double>(std::max<std::size_t>(1, s.emitted_begin - s.drafted_len));
-          catch_up_rate_ = s.catch_up_rate;
+          const double steady = s.draft_time.at(s.depth, draft_time_.at(s.depth, -1.0));
+          if (steady >= 0.0) {  // (unknown before a first steady step)
+            const double catch_up = std::max(drafting - steady, 1e-9);
+            s.catch_up_rate = catch_up / static_cast<double>(std::max<std::size_t>(1, s.emitted_begin - s.drafted_len));
+            s.catch_up_max = std::max(s.catch_up_max, catch_up);
+            catch_up_rate_ = s.catch_up_rate;
+            catch_up_max_ = std::max(catch_up_max_, catch_up);
+          }
         }
       }
       s.drafted_last = s.depth > 0;
       if (s.depth > 0) s.drafted_len = s.emitted_begin;  // the tokens the drafter has now seen
-      if (s.opt.adaptive_depth && !s.probing)
+      if (s.probing) {  // the probe ran: its savings are spent; the next one goes the other way
+        s.explore_saved = 0;
+        s.explore_down = !s.probe_down && s.planned > 0;
+      } else if (s.opt.adaptive_depth) {
         s.explore_saved += adaptive_.explore_budget * (step_s / B + drafting);
+      }
     }
-    if (adaptive && adaptive_.learn_costs && !cost_.empty() && rows >= 1)
-      cost_.record(static_cast<int>(std::min<std::int64_t>(rows, 1 << 24)), step_s);
+    if (adaptive && adaptive_.learn_costs && !cost_.empty()) {
+      cost_.record(static_cast<int>(std::min<std::int64_t>(rows, step_cost_curve::max_rows)), target_s);
+      verify_per_row_.add(verify_commit_s / static_cast<double>(rows));
+    }
   }
 
   // calibrate_costs on a slot (see there): one untimed forward (caches, clocks), then
@@ -652,9 +699,9 @@ class speculative_batch {
     const int V = target_->vocab_size();
     const std::array<int, 1> slots{slot};
     const std::array<std::int32_t, 1> roots{s.tokens.back()};
-    std::vector<int> counts;
-    for (int rows = 1; rows <= adaptive_.calibration_rows; rows = rows <= 2 ? rows + 1 : 2 * rows - 1)
-      counts.push_back(rows);
+    std::vector<int> counts;  // no more rows than the longest chain this request may draft (its room)
+    const int most = std::min(adaptive_.calibration_rows, std::max(1, remaining(s)));
+    for (int rows = 1; rows <= most; rows = rows <= 2 ? rows + 1 : 2 * rows - 1) counts.push_back(rows);
     std::vector<double> best(counts.size(), std::numeric_limits<double>::infinity());
     token_tree star;
     token_tree_batch trees;
@@ -787,7 +834,8 @@ class speculative_batch {
   // the whole batch's estimates: the priors of each request's
   acceptance_estimate acceptance_;
   per_depth_median nodes_, draft_time_;
-  double catch_up_rate_ = 0;
+  double catch_up_rate_ = 0, catch_up_max_ = 0;
+  running_median verify_per_row_;  //!< verification + commit seconds per target row
   std::vector<depth_choice_input> plan_in_;
   std::vector<double> plan_vals_, q_, tok_;
   std::vector<int> plan_req_, plan_out_;
