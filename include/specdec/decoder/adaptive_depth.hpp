@@ -60,8 +60,8 @@ struct adaptive_depth_options {
   //! Prior conditional acceptance at depth 1 before anything was observed (deeper depths inherit the
   //! estimate of the depth above).
   double prior_acceptance = 0.5;
-  //! Share of a request's step time set aside for probing deeper than the chosen depth.
-  double explore_budget = 0.02;
+  //! Share of a request's step time set aside for probing a depth other than the chosen one.
+  double explore_budget = 0.01;
   //! The running costs (step cost per row count, drafting time and tree size per depth) are the
   //! median of this many latest measurements (one slow step on a busy machine moves no decision).
   //! speculative_batch applies it to its own estimates and to requests added afterwards (set the
