@@ -12,12 +12,13 @@
 //!   tokens_r(d) = 1 + sum_{i=1..d} prod_{j=1..i} q_r(j)   (expected tokens emitted: accepted + bonus),
 //! q_r(j) the running conditional acceptance at depth j (acceptance_estimate: decayed counts of "depth j
 //! accepted, given depth j-1 was", shrunk towards the batch's estimate); the step's cost is
-//!   c(rows) + sum_r draft_r(d_r),   rows = sum_r (1 + nodes_r(d_r)),
-//! c the measured cost of a step of that many target rows (step_cost_curve: forward + verification +
-//! commit, calibrated once by timed forwards, then the median of the latest steps at each row count),
-//! nodes_r(d) and draft_r(d) the medians of the tree size and the drafting time request r (else the
-//! batch) had at depth d, plus, for a request that did not draft last step, its drafter's catch-up on
-//! the tokens since (a LongSpec draft re-reads up to its window; measured per skipped token).
+//!   c(rows) + v rows + sum_r draft_r(d_r),   rows = sum_r (1 + nodes_r(d_r)),
+//! c the measured cost of the target's forward on that many rows (step_cost_curve: calibrated once by
+//! timed forwards, then the median of the latest steps at each row count), v the measured
+//! verification and commit time per row, nodes_r(d) and draft_r(d) the medians of the tree size and
+//! the drafting time request r (else the batch) had at depth d, plus, for a request that drafted
+//! before but not last step, its drafter's catch-up on the tokens since (measured per skipped token,
+//! bounded by the draft's first pass over the prompt: a LongSpec draft re-reads at most its window).
 //! choose_depths picks the depths that maximise sum_r tokens_r(d_r) / cost; d = 0 is plain decoding
 //! (no draft, one row), so a request falls back to autoregressive decoding whenever speculation does
 //! not pay on this machine.
@@ -117,10 +118,10 @@ class running_median {
   double median_ = 0.0;
 };
 
-//! The cost in seconds of a speculative step that runs the target on `rows` rows (all requests' roots
-//! and tree nodes): at each measured row count the median of its latest `window` measurements,
-//! linear in between, the last segment's slope (at least 0) beyond
-//! the largest measured row count, the smallest point's cost below it. Empty until calibrated or given.
+//! The cost in seconds of running the target on `rows` rows (all requests' roots and tree nodes;
+//! speculative_batch records its forward): at each measured row count the median of its latest
+//! `window` measurements, linear in between, the last segment's slope (at least 0) beyond the largest
+//! measured row count, the smallest point's cost below it. Empty until calibrated or given.
 //! Text form (to_text / from_text): one "rows seconds" pair per line, so a curve measured once can be
 //! kept in a file and handed to the next run (speculative_batch::set_cost_curve) without calibrating.
 class step_cost_curve {
