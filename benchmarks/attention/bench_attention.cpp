@@ -102,16 +102,28 @@ void BM_hybrid_tree_attention(benchmark::State& st) {
 }
 
 template <class T>
-void BM_decode_attention(benchmark::State& st) {
+void run_decode_attention(benchmark::State& st, specdec::attention_kernel kernel) {
   problem<T> p(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
   const specdec::host pol{.num_threads = static_cast<int>(st.range(2))};
   const auto cache = p.layout();
   specdec::attention_workspace ws(specdec::decode_attention_workspace_bytes(pol, p.qv(), cache, p.iv()));
   for (auto _ : st) {
-    specdec::decode_attention(pol, p.qv(), cache, p.iv(), p.ov(), p.lv(), {.workspace = &ws});
+    specdec::decode_attention(pol, p.qv(), cache, p.iv(), p.ov(), p.lv(), {.workspace = &ws, .kernel = kernel});
     benchmark::DoNotOptimize(p.out.data());
   }
   set_counters(st, p.cache_bytes() + p.qo_bytes(), p.cache_flops());
+}
+
+// args {cache, tree, threads}: the automatic kernel choice
+template <class T>
+void BM_decode_attention(benchmark::State& st) {
+  run_decode_attention<T>(st, specdec::attention_kernel::automatic);
+}
+
+// args {cache, tree, threads, kernel}: kernel 1 = rows, 2 = tiles (attention_kernel's values)
+template <class T>
+void BM_decode_attention_pinned(benchmark::State& st) {
+  run_decode_attention<T>(st, static_cast<specdec::attention_kernel>(st.range(3)));
 }
 
 template <class T>
@@ -311,6 +323,17 @@ void small_tree_args(benchmark::internal::Benchmark* b) {
   if (Threads != 1) b->UseRealTime();
 }
 
+// Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
+// tree of 2 (8 query rows per kv head at GQA 4, the rows kernel's limit), 4K and 32K, one thread. The
+// automatic choice is the rows kernel in all four; these cells show what the tile kernel would cost.
+template <int Threads>
+void pinned_kernel_args(benchmark::internal::Benchmark* b) {
+  for (int kernel : {1, 2})
+    for (int cache : {4096, 32768})
+      for (int tree : {1, 2}) b->Args({cache, tree, Threads, kernel});
+  b->ArgNames({"cache", "tree", "threads", "kernel"})->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 
 BENCHMARK(BM_roofline_read_bandwidth)->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond);
@@ -330,5 +353,7 @@ SPECDEC_ATTN_BENCH(BM_decode_attention, hybrid_args);
 SPECDEC_ATTN_BENCH(BM_tree_attention, tree_args);
 SPECDEC_ATTN_BENCH(BM_lse_merge, tree_args);
 SPECDEC_ATTN_BENCH(BM_decode_attention, small_tree_args);
+BENCHMARK_TEMPLATE(BM_decode_attention_pinned, float)->Apply(pinned_kernel_args<1>);
+BENCHMARK_TEMPLATE(BM_decode_attention_pinned, specdec::half)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);
 BENCHMARK_TEMPLATE(BM_decode_attention, specdec::half)->Apply(ceiling_args);
