@@ -60,6 +60,9 @@ TEST_CASE("step_cost_curve: measured points, linear between, last slope beyond, 
   CHECK(c.seconds(8) == Approx(5.0));
   for (int i = 0; i < 9; ++i) c.record(8, 2.0);  // the window forgets the old ones
   CHECK(c.seconds(8) == Approx(2.0));
+  // a measured row count costs exactly its value, also after a steep segment (found by fuzz cost_curve)
+  const auto steep = step_cost_curve::from_text("9 4.0031\n17 0.0055\n");
+  CHECK(steep.seconds(17) == 0.0055);
   c.record(10, 1.0);  // a falling last segment extends flat, never below
   CHECK(c.seconds(50) == Approx(1.0));
 

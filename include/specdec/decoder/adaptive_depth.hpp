@@ -161,7 +161,8 @@ class step_cost_curve {
     // the first measured row count >= rows
     const auto hi = static_cast<std::size_t>(
         std::lower_bound(rows_.begin(), rows_.end(), rows, [](int r, double x) { return r < x; }) - rows_.begin());
-    if (hi == 0) return cost_[0];  // at or below the smallest point
+    if (hi < rows_.size() && rows_[hi] == rows) return cost_[hi];  // a measured row count: its own value
+    if (hi == 0) return cost_[0];  // below the smallest point
     if (hi == rows_.size()) {      // beyond the largest point: extend the last segment
       const std::size_t lo = hi - 1;
       const double slope = lo == 0 ? 0.0 : std::max(0.0, (cost_[lo] - cost_[lo - 1]) / (rows_[lo] - rows_[lo - 1]));
