@@ -261,12 +261,20 @@ class acceptance_estimate {
   //! (q(0) = prior_acceptance).
   void conditional(int depth, const acceptance_estimate* prior, const adaptive_depth_options& o,
                    std::vector<double>& q) const {
-    q.assign(static_cast<std::size_t>(depth) + 1, 1.0);
     std::vector<double> pq;
     if (prior != nullptr) prior->conditional(depth, nullptr, o, pq);
+    conditional(depth, prior, pq, o, q);
+  }
+  //! The same with the prior's own q (its conditional(>= depth, nullptr, ...)) computed once by the
+  //! caller, for many estimates against one prior.
+  void conditional(int depth, const acceptance_estimate* prior, std::span<const double> prior_q,
+                   const adaptive_depth_options& o, std::vector<double>& q) const {
+    require(prior == nullptr || prior_q.size() > static_cast<std::size_t>(depth),
+            "specdec::acceptance_estimate::conditional", "prior_q", "the prior's q up to depth", prior_q.size());
+    q.assign(static_cast<std::size_t>(depth) + 1, 1.0);
     double above = o.prior_acceptance;
     for (int i = 1; i <= depth; ++i) {
-      const double toward = prior != nullptr && prior->trials(i) > 0.0 ? pq[static_cast<std::size_t>(i)] : above;
+      const double toward = prior != nullptr && prior->trials(i) > 0.0 ? prior_q[static_cast<std::size_t>(i)] : above;
       q[static_cast<std::size_t>(i)] = (successes(i) + o.prior_weight * toward) / (trials(i) + o.prior_weight);
       above = q[static_cast<std::size_t>(i)];
     }

@@ -564,7 +564,11 @@ class speculative_batch {
           calibrate(r);
           break;
         }
-    // candidates: depths 0..depth of adaptive requests, the fixed depth of the others
+    // candidates: depths 0..depth of adaptive requests, the fixed depth of the others; the batch's
+    // acceptance (every request's prior) once for the deepest of them
+    int deepest = 0;
+    for (const int r : order_) deepest = std::max(deepest, req_[static_cast<std::size_t>(r)].depth);
+    acceptance_.conditional(deepest, nullptr, adaptive_, prior_q_);
     plan_in_.clear();
     plan_vals_.clear();
     plan_req_.clear();
@@ -572,7 +576,7 @@ class speculative_batch {
       auto& s = req_[static_cast<std::size_t>(r)];
       if (s.depth < 0) continue;
       const int lo = s.opt.adaptive_depth ? 0 : s.depth;
-      s.acceptance.conditional(s.depth, &acceptance_, adaptive_, q_);
+      s.acceptance.conditional(s.depth, &acceptance_, prior_q_, adaptive_, q_);
       expected_tokens(q_, tok_);
       for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(tok_[static_cast<std::size_t>(d)]);
       // what the batch measured stands in for what this request has not measured yet
@@ -837,7 +841,7 @@ class speculative_batch {
   double catch_up_rate_ = 0, catch_up_max_ = 0;
   running_median verify_per_row_;  //!< verification + commit seconds per target row
   std::vector<depth_choice_input> plan_in_;
-  std::vector<double> plan_vals_, q_, tok_;
+  std::vector<double> plan_vals_, prior_q_, q_, tok_;
   std::vector<int> plan_req_, plan_out_;
   std::vector<float> rows_;
   std::vector<step_output> outputs_;
