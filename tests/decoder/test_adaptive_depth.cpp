@@ -128,6 +128,10 @@ TEST_CASE("acceptance_estimate: conditional counts, decay, and priors", "[decode
   std::vector<double> pq;
   prior.conditional(4, nullptr, o, pq);
   CHECK(q[4] == Approx(pq[4]));
+  std::vector<double> q2;  // the same from a precomputed prior q; a too-short one is refused
+  a.conditional(4, &prior, pq, o, q2);
+  CHECK(q2 == q);
+  CHECK_THROWS_WITH(a.conditional(4, &prior, std::span<const double>(pq).first(3), o, q2), Contains("prior_q"));
   CHECK_THROWS_WITH(a.record(2, 3, 1.0), Contains("accepted"));
   CHECK_THROWS_WITH(a.record(-1, 0, 1.0), Contains("'depth'"));
   CHECK_THROWS_WITH(a.record(2, 1, 0.0), Contains("decay"));
