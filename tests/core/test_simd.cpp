@@ -1,7 +1,8 @@
 // The 16-lane vector layer under the host attention kernels (core/detail/simd.hpp), checked
-// lane by lane against scalar code. This file is built three times (baseline x86-64: four xmm per
-// vector; x86-64-v3: two ymm and F16C; -march=native: one zmm on AVX-512 machines), so each form
-// of vf16 and each conversion path is held to the same results.
+// lane by lane against scalar code (the cases are in simd_cases.inl), at this file's own flags.
+// This file is built three times (baseline x86-64: four xmm per vector; x86-64-v3: two ymm and
+// F16C; -march=native: one zmm on AVX-512 machines); test_simd_level.cpp runs the same cases at
+// every run-time dispatch level in one binary.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -12,122 +13,11 @@
 
 #include "specdec/core/detail/simd.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/core/simd_level.hpp"
 
 using namespace specdec;
 using namespace specdec::detail;
 
-namespace {
+#include "simd_cases.inl"
 
-std::uint32_t float_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-// Bit-exact, except that any NaN matches any NaN of the same sign (F16C quiets a signalling NaN,
-// the scalar conversion keeps its payload).
-bool same_value(float got, float want) {
-  if (std::isnan(want)) return std::isnan(got) && std::signbit(got) == std::signbit(want);
-  return float_bits(got) == float_bits(want);
-}
-
-std::vector<float> random_floats(std::uint64_t seed, int n, float scale) {
-  philox_stream rng(seed, 0);
-  std::vector<float> v(n);
-  for (auto& x : v) x = scale * (2.0f * rng.uniform() - 1.0f);
-  return v;
-}
-
-}  // namespace
-
-TEST_CASE("simd: fp16 widening is exact for all 65536 bit patterns") {
-  std::vector<half> h(65536);
-  for (int i = 0; i < 65536; ++i) h[i] = half::from_bits(static_cast<std::uint16_t>(i));
-  int bad = 0, first_bad = -1;
-  for (int i = 0; i < 65536; i += vlanes) {
-    const vf16 v = vload_as_float(h.data() + i);
-    for (int l = 0; l < vlanes; ++l)
-      if (!same_value(v[l], half::to_float(h[i + l].bits))) {
-        if (bad++ == 0) first_bad = i + l;
-      }
-  }
-  INFO("first mismatching half bits: " << first_bad);
-  CHECK(bad == 0);
-}
-
-TEST_CASE("simd: bf16 widening is exact for all 65536 bit patterns") {
-  std::vector<bfloat16> b(65536);
-  for (int i = 0; i < 65536; ++i) b[i] = bfloat16::from_bits(static_cast<std::uint16_t>(i));
-  int bad = 0;
-  for (int i = 0; i < 65536; i += vlanes) {
-    const vf16 v = vload_as_float(b.data() + i);
-    for (int l = 0; l < vlanes; ++l) bad += !same_value(v[l], bfloat16::to_float(b[i + l].bits));
-  }
-  CHECK(bad == 0);
-}
-
-TEST_CASE("simd: narrowing to fp16 and bf16 rounds like the scalar conversions") {
-  // Random values over many binades, plus ties, overflow, subnormal results, zeros, inf and NaN.
-  std::vector<float> x = random_floats(11, 4096, 1.0f);
-  for (int i = 0; i < 1024; ++i) x[i] = std::ldexp(x[i], i % 60 - 30);
-  const float inf = std::numeric_limits<float>::infinity();
-  for (float s : {1.0f, 65504.0f, 65520.0f, 1e6f, 6e-8f, 3e-8f, 1e-40f, 0.0f, -0.0f, inf, -inf,
-                  std::numeric_limits<float>::quiet_NaN(), 1.0009765625f + 0.00048828125f})
-    x.push_back(s);
-  while (x.size() % vlanes) x.push_back(0.5f);
-  std::vector<half> h(x.size());
-  std::vector<bfloat16> b(x.size());
-  for (std::size_t i = 0; i < x.size(); i += vlanes) {
-    const vf16 v = vload(x.data() + i);
-    vstore_as(h.data() + i, v);
-    vstore_as(b.data() + i, v);
-  }
-  int bad_h = 0, bad_b = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    bad_h += !same_value(half::to_float(h[i].bits), half::to_float(half(x[i]).bits));
-    bad_b += !same_value(bfloat16::to_float(b[i].bits), bfloat16::to_float(bfloat16(x[i]).bits));
-  }
-  CHECK(bad_h == 0);
-  CHECK(bad_b == 0);
-}
-
-TEST_CASE("simd: arithmetic, select, reductions and exp2 lane by lane") {
-  const std::vector<float> a = random_floats(21, 64, 3.0f), b = random_floats(22, 64, 3.0f);
-  for (int i = 0; i < 64; i += vlanes) {
-    const vf16 va = vload(a.data() + i), vb = vload(b.data() + i);
-    const vf16 fma_like = va * vb + 0.5f, diff = 2.0f - va, mx = vmax(va, vb);
-    const vf16 sel = vselect(va < vb, va, vbroadcast(-1.0f));
-    alignas(64) float out[vlanes];
-    vstore(out, fma_like);
-    for (int l = 0; l < vlanes; ++l) {
-      // Fused or not (compiler's choice): within a few ulps of the terms' magnitude.
-      const double ab = static_cast<double>(a[i + l]) * b[i + l];
-      CHECK(std::fabs(out[l] - (ab + 0.5)) <= 1e-6 * (std::fabs(ab) + 0.5));
-      CHECK(diff[l] == 2.0f - a[i + l]);
-      CHECK(mx[l] == std::max(a[i + l], b[i + l]));
-      CHECK(sel[l] == (a[i + l] < b[i + l] ? a[i + l] : -1.0f));
-    }
-    // Reductions: the halving order of simd.hpp (lane i with i + 8, then i + 4, then the last 4).
-    float s4[4];
-    for (int l = 0; l < 4; ++l)
-      s4[l] = (a[i + l] + a[i + l + 8]) + (a[i + l + 4] + a[i + l + 12]);
-    CHECK(vhsum(va) == (s4[0] + s4[2]) + (s4[1] + s4[3]));
-    float m = a[i];
-    for (int l = 1; l < vlanes; ++l) m = std::max(m, a[i + l]);
-    CHECK(vhmax(va) == m);
-  }
-  // exp2 on x <= 0, including the underflow clamp and -inf.
-  std::vector<float> x = random_floats(23, 256, 40.0f);
-  for (auto& v : x) v = -std::fabs(v);
-  x[0] = 0.0f;
-  x[1] = -126.0f;
-  x[2] = -127.0f;
-  x[3] = -std::numeric_limits<float>::infinity();
-  for (int i = 0; i < 256; i += vlanes) {
-    const vf16 e = vexp2(vload(x.data() + i));
-    for (int l = 0; l < vlanes; ++l) {
-      const float want = x[i + l] < -126.0f ? 0.0f : std::exp2(x[i + l]);
-      CHECK(e[l] == Approx(want).epsilon(2e-7).margin(0.0));
-    }
-  }
-}
+TEST_CASE("simd: lane by lane at this file's flags") { simd_cases(); }

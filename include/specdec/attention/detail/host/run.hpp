@@ -43,6 +43,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/isa.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/core/thread_pool.hpp"
 
 namespace specdec::detail {
@@ -50,114 +51,45 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 struct no_cache {};
 
-//! The three passes of a host attention call (see the file comment). `cache` is a kv_layout or
-//! no_cache; `tree` may be null when HasTree is false.
+// The three passes at this file's own flags (the path without run-time dispatch).
+namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
+#include "specdec/attention/detail/host/passes.inl"
+}  // namespace lvl_native
+using namespace lvl_native;
+
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace specdec::detail
+
+// With run-time dispatch (core/simd_level.hpp): the whole backend -- simd.inl, the microkernels,
+// the rows/tiles/merge passes and the three passes of a call -- once per level, in
+// detail::SPECDEC_HOST_ISA::lvl_{portable,avx2,avx512}.
+#define SPECDEC_ISA_BODIES "specdec/attention/detail/host/kernels.inl"
+#include "specdec/core/detail/isa_levels.inl"
+#undef SPECDEC_ISA_BODIES
+
+namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+
+//! The three passes for one head_dim, at the level this call dispatches to (one relaxed atomic
+//! load and a switch per call; see core/simd_level.hpp), or at this file's flags without dispatch.
 template <int D, bool HasCache, bool HasTree, class T, class Layout>
-void run_host_attention_d(const host& policy, const attention_io_params<T>& io, const Layout& cache,
-                          const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws) {
-  host_plan p;
-  p.num_requests = io.num_requests;
-  p.hkv = io.num_kv_heads;
-  p.group = io.num_qo_heads / io.num_kv_heads;
-  p.head_dim = D;
-  p.split = split;
-  p.has_cache = HasCache;
-  p.has_tree = HasTree;
-  p.heads_per_item = heads_per_item(io);
-  plan_host_attention(p, io.q_indptr, [&](int r) {
-    if constexpr (HasCache) return static_cast<int>(cache.length(r));
-    else return 0 * r;
-  }, ws);
-  const int R = io.num_requests, hkv = p.hkv, G = p.group;
-  const float qscale = io.scale * log2e_f;
-
-  // Pass 1: transposed, scaled query blocks per (request, kv head).
-  parallel_for(policy, static_cast<std::int64_t>(R) * hkv, [&](std::int64_t idx) {
-    const int r = static_cast<int>(idx / hkv), g = static_cast<int>(idx % hkv);
-    const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
-    if (n == 0) return;
-    float* qt = p.floats + p.qt_off[r] + static_cast<std::int64_t>(g) * D * mp;
-    // Panels of 32 rows: row i lives at qt[(i / 32) * D * 32 + d * 32 + i % 32].
-    for (int i = 0; i < mp; ++i) {
-      float* dst = qt + static_cast<std::int64_t>(i / (2 * vlanes)) * D * (2 * vlanes) + i % (2 * vlanes);
-      if (i >= rows) {
-        for (int d = 0; d < D; ++d) dst[d * (2 * vlanes)] = 0.0f;
-        continue;
-      }
-      const int t = io.q_indptr[r] + i / G, h = g * G + i % G;
-      const T* qrow = io.q + t * io.q_stride_token + h * io.q_stride_head;
-      for (int d0 = 0; d0 < D; d0 += vlanes) {
-        const vf16 x = vload_as_float(qrow + d0) * qscale;
-        for (int d = 0; d < vlanes; ++d) dst[(d0 + d) * (2 * vlanes)] = x[d];
-      }
-    }
-  });
-
-  // Pass 2: items over (request, head group, part); parts = cache chunks, then the tree. A head group
-  // is all Hkv heads when every request has at most one 32-row panel of queries (decode-like,
-  // memory-bound: read each token's rows of all heads together), else a single head (compute-bound:
-  // keep one head's accumulators cache-resident).
-  const int hpi = p.heads_per_item;
-  const int groups = hkv / hpi;
-  parallel_for(policy, p.total_items, [&](std::int64_t item) {
-    const int r = static_cast<int>(std::upper_bound(p.item_begin, p.item_begin + R + 1, item) - p.item_begin) - 1;
-    const int parts = plan_parts(p, r);
-    const std::int64_t local = item - p.item_begin[r];
-    const int g0 = static_cast<int>(local / parts) * hpi, part = static_cast<int>(local % parts);
-    const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
-    auto qt_of = [&](int hh) { return p.floats + p.qt_off[r] + static_cast<std::int64_t>(g0 + hh) * D * mp; };
-    auto part_of = [&](int hh) {
-      return p.floats + p.part_off[r] + (static_cast<std::int64_t>(g0 + hh) * parts + part) * mp * (D + 2);
-    };
-    const int cache_parts = HasTree ? parts - 1 : parts;
-    if constexpr (HasCache) {
-      if (part < cache_parts) {
-        const int k0 = part * split, k1 = std::min<int>(cache.length(r), k0 + split);
-        auto krow = [&](int t, int hh) { return static_cast<const T*>(cache.k_row(r, t, g0 + hh)); };
-        auto vrow = [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); };
-        // Few query rows per kv head (decode steps, small trees): vectorise along head_dim.
-        // (attention_options::kernel pins one; the backend checked that rows fit the rows kernel.)
-        const bool use_rows =
-            kernel == attention_kernel::rows || (kernel == attention_kernel::automatic && uses_row_kernel(rows));
-        if (use_rows && rows <= 4) attend_part_rows<D, T, 4>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
-        else if (use_rows) attend_part_rows<D, T, 8>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
-        else attend_part<D, T, false>(hpi, qt_of, part_of, rows, G, krow, vrow, k0, k1, nullptr, 0);
-        return;
-      }
-    }
-    if constexpr (HasTree) {
-      const int t0 = io.q_indptr[r];
-      attend_part<D, T, true>(
-          hpi, qt_of, part_of, rows, G,
-          [&](int t, int hh) { return tree->k + (t0 + t) * tree->k_stride_token + (g0 + hh) * tree->k_stride_head; },
-          [&](int t, int hh) { return tree->v + (t0 + t) * tree->v_stride_token + (g0 + hh) * tree->v_stride_head; },
-          0, n, tree->mask + p.mask_off[r], words_per_row(n));
-    }
-    (void)cache_parts;
-    (void)groups;
-  });
-
-  // Pass 3: merge the parts of each query row into O and LSE.
-  parallel_for(policy, static_cast<std::int64_t>(R) * hkv, [&](std::int64_t idx) {
-    const int r = static_cast<int>(idx / hkv), g = static_cast<int>(idx % hkv);
-    const int n = p.tokens(io.q_indptr, r), rows = n * G, mp = host_plan::mpad(rows);
-    const int parts = n > 0 ? plan_parts(p, r) : 0;
-    // The row's parts in the workspace: part q of row i at base + q * mp * (D + 2) + i * D, their
-    // LSEs after the part's mp x D values.
-    merge_parts<float> in;
-    in.o = p.floats + p.part_off[r] + static_cast<std::int64_t>(g) * parts * mp * (D + 2);
-    in.o_stride_part = static_cast<std::int64_t>(mp) * (D + 2);
-    in.o_stride_token = D;
-    in.lse = in.o + static_cast<std::int64_t>(mp) * D;
-    in.lse_stride_part = in.o_stride_part;
-    in.lse_stride_token = 1;
-    in.count = parts;
-    for (int i = 0; i < rows; ++i) {
-      const int t = io.q_indptr[r] + i / G, h = g * G + i % G;
-      merge_parts_row(in, i, 0, D, io.o + t * io.o_stride_token + h * io.o_stride_head,
-                      io.lse + t * io.lse_stride_token + h * io.lse_stride_head);
-    }
-  });
+void run_host_attention_at_level(const host& policy, const attention_io_params<T>& io, const Layout& cache,
+                                 const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws) {
+#if SPECDEC_ISA_DISPATCH
+  switch (dispatch_simd_level()) {
+    case 2: lvl_avx512::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); return;
+#if SPECDEC_NATIVE_SIMD_LEVEL <= 1
+    case 1: lvl_avx2::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); return;
+#endif
+#if SPECDEC_NATIVE_SIMD_LEVEL == 0
+    default: lvl_portable::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); return;
+#else
+    default: return;  // unreachable: dispatch_simd_level() >= SPECDEC_NATIVE_SIMD_LEVEL
+#endif
+  }
+#else
+  lvl_native::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws);
+#endif
 }
 
 //! Dispatch on head_dim (validated to be 64, 128 or 256).
@@ -165,9 +97,9 @@ template <bool HasCache, bool HasTree, class T, class Layout>
 void run_host_attention(const host& policy, const attention_io_params<T>& io, const Layout& cache,
                         const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws) {
   switch (io.head_dim) {
-    case 64: run_host_attention_d<64, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
-    case 128: run_host_attention_d<128, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
-    default: run_host_attention_d<256, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
+    case 64: run_host_attention_at_level<64, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
+    case 128: run_host_attention_at_level<128, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
+    default: run_host_attention_at_level<256, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
   }
 }
 

@@ -1,0 +1,140 @@
+// tile.inl: the body of tile.hpp (see there); no include guard, no #include, no namespace: compiled at
+// the including file's flags by tile.hpp and once per dispatch level by kernels.hpp
+// (core/detail/isa_levels.inl).
+
+inline constexpr int kv_tile = 64;        //!< KV tokens per staged tile (one mask word per tree tile)
+inline constexpr float log2e_f = 1.4426950408889634f;
+[[nodiscard]] constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) noexcept { return (x + m - 1) / m * m; }
+
+//! Query rows rounded up to whole 32-row panels (the score microkernel's widest block): the row
+//! count of a query panel set and of a part's partial O.
+[[nodiscard]] constexpr int padded_rows(int rows) noexcept { return static_cast<int>(round_up(rows, 2 * vlanes)); }
+
+//! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, 8), RV row vectors.
+//! The panel is [D][32] contiguous floats (GEMM-style packing), so its 16 KB stream through L1 without
+//! the set conflicts a [D][Mpad] layout with a power-of-two row stride would cause. Keys per
+//! register block: 8 with AVX-512 (8 x RV accumulators), fewer where the register file is smaller.
+template <int D, int RV>
+SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __restrict kf, int nb,
+                                    float* __restrict s) noexcept {
+  constexpr int KB = fit_block(RV, RV + 1, 8);  // keys per block; divides the 8-row staging pad
+  for (int j0 = 0; j0 < nb; j0 += KB) {
+    vf16 acc[KB][RV];
+    for (int jj = 0; jj < KB; ++jj)
+      for (int r = 0; r < RV; ++r) acc[jj][r] = vf16{};
+    const float* kb = kf + j0 * D;
+    for (int d = 0; d < D; ++d) {
+      vf16 qv[RV];
+      for (int r = 0; r < RV; ++r) qv[r] = vload(qt + d * (2 * vlanes) + r * vlanes);
+      for (int jj = 0; jj < KB; ++jj) {
+        const vf16 kk = vbroadcast(kb[jj * D + d]);
+        for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
+      }
+    }
+    for (int jj = 0; jj < KB; ++jj)
+      for (int r = 0; r < RV; ++r) vstore(s + (j0 + jj) * (2 * vlanes) + r * vlanes, acc[jj][r]);
+  }
+}
+
+//! O[row0 + i][:] = alpha[i] * O[row0 + i][:] + sum_j P[j][i] * Vf[j][:] for i < rows (multiple of 4).
+template <int D>
+SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
+                                 const float* __restrict vf, int nb, int rows) noexcept {
+  // Column slices outer: one CW-vector (64 columns with AVX-512) slice of the V tile stays in L1
+  // while every 4-row group of the block consumes it. CW: 4 with AVX-512 (4 x 4 accumulators),
+  // fewer where the register file is smaller.
+  constexpr int CW = fit_block(4 + 1, 1, 4);
+  for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
+    for (int i0 = 0; i0 < rows; i0 += 4) {
+      vf16 acc[4][CW];
+      for (int ii = 0; ii < 4; ++ii) {
+        const vf16 a = vbroadcast(alpha[i0 + ii]);
+        for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
+      }
+      for (int j = 0; j < nb; ++j) {
+        vf16 vv[CW];
+        for (int c = 0; c < CW; ++c) vv[c] = vload(vf + j * D + c0 + c * vlanes);
+        for (int ii = 0; ii < 4; ++ii) {
+          const vf16 p = vbroadcast(pt[j * (2 * vlanes) + i0 + ii]);
+          for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
+        }
+      }
+      for (int ii = 0; ii < 4; ++ii)
+        for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
+    }
+  }
+}
+
+//! Software-prefetches one K or V row (D elements), a 64-byte line at a time, with
+//! __builtin_prefetch locality `Locality`: 2 = prefetcht1 (into L2), the hint every kernel here
+//! uses for rows it reads a tile or a block later (see stage_rows and kpf_dist for why not L1).
+template <int D, int Locality = 2, class T>
+SPECDEC_FORCEINLINE void prefetch_row(const T* row) noexcept {
+  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
+  for (int c = 0; c < D; c += line_elems) __builtin_prefetch(row + c, 0, Locality);
+}
+
+//! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
+//! so the 8-key score microkernel never reads garbage. While staging row j it prefetches row j of
+//! the next tile (`pf_nb` rows starting at k + kv_tile) into L2: cache rows of one kv head are
+//! usually a page apart (NHD, paged), which the hardware streamer does not follow across 4 KB pages.
+//! L2, not L1: the tile is consumed only after a whole tile of compute, and 64 KB of prefetched
+//! fp32 K/V would evict the staged tile and the query panel from the 48 KB L1 (measured +2-5
+//! points of FMA peak over prefetcht0 on the compute-bound cells).
+template <int D, class T, class RowFn>
+SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float* __restrict dst) noexcept {
+  for (int j = 0; j < nb; ++j) {
+    if (j < pf_nb) prefetch_row<D>(row(k + kv_tile + j));
+    const T* src = row(k + j);
+    if constexpr (std::is_same_v<T, float>) std::memcpy(dst + j * D, src, sizeof(float) * D);
+    else widen_row(src, dst + j * D, D);
+  }
+  const int pad = static_cast<int>(round_up(nb, 8));
+  if (pad > nb) std::memset(dst + nb * D, 0, sizeof(float) * D * (pad - nb));
+}
+
+//! Masked tiles only: zeroes the NaN/Inf entries of the staged value rows [0, nb) and returns a
+//! bitmap of the rows that had any (bit j = row j). The PV microkernel multiplies every staged row
+//! by each query row's weight, and a masked key's weight is 0, but 0 x NaN = NaN: a value a row
+//! cannot see must not reach it. add_visible_nonfinite then adds those entries back for exactly
+//! the (row, key) pairs the mask shows. One vector compare per 16 values and a rare slow path, so
+//! the clean case costs about 1% of the tile's FMAs.
+template <int D>
+SPECDEC_FORCEINLINE std::uint64_t zero_nonfinite_rows(float* __restrict vf, int nb) noexcept {
+  std::uint64_t bad = 0;
+  for (int j = 0; j < nb; ++j) {
+    vi16 any{};
+    for (int c = 0; c < D; c += vlanes)
+      any = any | ((vbitcast<vu16>(vload(vf + j * D + c)) & 0x7f800000u) == 0x7f800000u);
+    if (vhsum(vcvt_f32(any)) != 0.0f) bad |= std::uint64_t{1} << j;
+  }
+  for (std::uint64_t b = bad; b != 0; b &= b - 1) {
+    float* row = vf + std::countr_zero(b) * D;
+    for (int c = 0; c < D; ++c)
+      if (!std::isfinite(row[c])) row[c] = 0.0f;
+  }
+  return bad;
+}
+
+//! The other half of zero_nonfinite_rows: for each value row of the tile at key k + j (bit j of
+//! `bad`) and each query row `row0 + i` (i < rows) whose mask row shows that key, adds
+//! P[j][i] x V for the row's NaN/Inf entries (read again from the cache, in storage type), so a
+//! row that sees such a value gets the IEEE result (NaN or +-inf) and a row that cannot see it is
+//! bit-identical to a run with clean values. `o` is the block's first O row.
+template <int D, class VRowFn>
+void add_visible_nonfinite(float* __restrict o, const float* __restrict pt, int row0, int rows, int group,
+                           std::uint64_t bad, int k, VRowFn&& vrow, const mask_word* mask, int wpr) noexcept {
+  for (; bad != 0; bad &= bad - 1) {
+    const int j = std::countr_zero(bad), key = k + j;
+    const auto* src = vrow(key);
+    for (int i = 0; i < rows; ++i) {
+      const mask_word w = mask[static_cast<std::int64_t>((row0 + i) / group) * wpr + (key >> 6)];
+      if (((w >> (key & 63)) & 1u) == 0) continue;
+      const float p = pt[j * (2 * vlanes) + i];
+      for (int c = 0; c < D; ++c) {
+        const float v = to_float(src[c]);
+        if (!std::isfinite(v)) o[static_cast<std::int64_t>(i) * D + c] += p * v;
+      }
+    }
+  }
+}

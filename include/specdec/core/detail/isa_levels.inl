@@ -1,0 +1,90 @@
+// isa_levels.inl: includes the kernel bodies named by SPECDEC_ISA_BODIES once per dispatch level
+// (core/simd_level.hpp), each in its own namespace specdec::detail::SPECDEC_HOST_ISA::lvl_<level>
+// and, above the file's own level, inside a target region. No include guard: a dispatching header
+// includes it once per kernel family, e.g.
+//
+//   #define SPECDEC_ISA_BODIES "specdec/attention/detail/host/kernels.inl"
+//   #include "specdec/core/detail/isa_levels.inl"
+//   #undef SPECDEC_ISA_BODIES
+//
+// Rule for the bodies: no #include, no include guard, no namespace. Every header they need is
+// included (at the file's own flags) before this file; a header first included inside a target
+// region would compile its inline functions, under their ordinary names, with that region's
+// instructions: the one-definition-rule hazard core/isa.hpp describes. Types stay outside the
+// bodies (a type defined in a body would be a different type per level).
+//
+// Without dispatch (SPECDEC_ISA_DISPATCH == 0) this file does nothing: the dispatching header calls
+// the copy its ordinary headers compiled at the file's own flags.
+//
+// That copy lives in the non-inline namespace detail::SPECDEC_HOST_ISA::lvl_native, made visible to
+// ordinary lookup by a using-directive, never as a direct member of detail::SPECDEC_HOST_ISA:
+// argument-dependent lookup searches detail (and its inline namespaces) for any argument whose type
+// has a base or template argument there (half and bfloat16 derive from detail::storage16; the
+// merge and plan structs live there), and would then find the file's own copy next to a level's,
+// an ambiguous call. A using-directive is invisible to argument-dependent lookup.
+
+#if !defined(SPECDEC_ISA_BODIES)
+#error "isa_levels.inl: define SPECDEC_ISA_BODIES (the kernel bodies to include per level) first"
+#endif
+
+#if SPECDEC_ISA_DISPATCH
+#undef SPECDEC_SIMD_AVX512
+#undef SPECDEC_SIMD_AVX
+#undef SPECDEC_SIMD_F16C
+
+#if SPECDEC_NATIVE_SIMD_LEVEL == 0
+// portable: the file's own flags and features, no region.
+#define SPECDEC_SIMD_AVX512 SPECDEC_NATIVE_SIMD_AVX512
+#define SPECDEC_SIMD_AVX SPECDEC_NATIVE_SIMD_AVX
+#define SPECDEC_SIMD_F16C SPECDEC_NATIVE_SIMD_F16C
+namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {
+namespace lvl_portable {
+#include SPECDEC_ISA_BODIES
+}  // namespace lvl_portable
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace specdec::detail
+#undef SPECDEC_SIMD_AVX512
+#undef SPECDEC_SIMD_AVX
+#undef SPECDEC_SIMD_F16C
+#endif
+
+#if SPECDEC_NATIVE_SIMD_LEVEL <= 1
+#define SPECDEC_SIMD_AVX512 0
+#define SPECDEC_SIMD_AVX 1
+#define SPECDEC_SIMD_F16C 1
+SPECDEC_ISA_REGION_BEGIN_AVX2
+namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {
+namespace lvl_avx2 {
+#include SPECDEC_ISA_BODIES
+}  // namespace lvl_avx2
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace specdec::detail
+SPECDEC_ISA_REGION_END
+#undef SPECDEC_SIMD_AVX512
+#undef SPECDEC_SIMD_AVX
+#undef SPECDEC_SIMD_F16C
+#endif
+
+#define SPECDEC_SIMD_AVX512 1
+#define SPECDEC_SIMD_AVX 1
+#define SPECDEC_SIMD_F16C 1
+SPECDEC_ISA_REGION_BEGIN_AVX512
+namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {
+namespace lvl_avx512 {
+#include SPECDEC_ISA_BODIES
+}  // namespace lvl_avx512
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace specdec::detail
+SPECDEC_ISA_REGION_END
+#undef SPECDEC_SIMD_AVX512
+#undef SPECDEC_SIMD_AVX
+#undef SPECDEC_SIMD_F16C
+
+// Back to the file's own features for whatever follows.
+#define SPECDEC_SIMD_AVX512 SPECDEC_NATIVE_SIMD_AVX512
+#define SPECDEC_SIMD_AVX SPECDEC_NATIVE_SIMD_AVX
+#define SPECDEC_SIMD_F16C SPECDEC_NATIVE_SIMD_F16C
+#endif  // SPECDEC_ISA_DISPATCH

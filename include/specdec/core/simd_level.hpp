@@ -1,0 +1,211 @@
+#pragma once
+//! \file simd_level.hpp
+//! Runtime ISA dispatch of the host SIMD kernels: which vector instruction set they run at, chosen
+//! once from the CPU (CPUID), overridable by `set_simd_level` and the `SPECDEC_ISA` environment
+//! variable.
+//!
+//! A translation unit built with default flags (baseline x86-64, as most distributions and wheels
+//! are) compiles each dispatched kernel family once per level -- `portable` at the file's own flags,
+//! `avx2` (AVX2 + FMA + F16C, x86-64-v3) and `avx512` (AVX-512 F/BW/DQ/VL, x86-64-v4) under GCC/Clang
+//! target pragmas -- into the namespaces `detail::SPECDEC_HOST_ISA::lvl_{portable,avx2,avx512}`
+//! (core/detail/isa_levels.inl), and each public call picks one at its entry. A file whose own
+//! flags already reach AVX-512 (-march=native on such a machine, -march=x86-64-v4) compiles one copy
+//! at those flags and calls it directly: no dispatch, no table, today's code. So do CUDA translation
+//! units (nvcc), other architectures (aarch64: the portable NEON path), other compilers, and any
+//! file built with -DSPECDEC_ISA_DISPATCH=0.
+//!
+//! Which kernels are dispatched today: the host attention backend (decode_attention,
+//! tree_attention, hybrid_tree_attention and the attention inside the cross/sliding-window
+//! helpers: tile, rows and merge passes). LSE merge, RoPE, residual heads, partial-KV scores and the
+//! samplers still run at the including file's flags.
+//!
+//! Results may differ between levels in the last bits (FMA contraction and the register blocking
+//! change the summation order), never in anything the tests' tolerances or the greedy decoders'
+//! argmax could see except exact ties.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "specdec/core/isa.hpp"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
+// ---- What this translation unit's own flags give ------------------------------------------------
+// SPECDEC_NATIVE_SIMD_{AVX512,AVX,F16C}: the vector features simd.inl may use at the file's flags
+// (the choices simd.hpp always made from the compiler's macros); SPECDEC_NATIVE_SIMD_LEVEL: the
+// dispatch level those flags already reach.
+#if defined(__AVX512F__)
+#define SPECDEC_NATIVE_SIMD_AVX512 1
+#else
+#define SPECDEC_NATIVE_SIMD_AVX512 0
+#endif
+#if defined(__AVX__)
+#define SPECDEC_NATIVE_SIMD_AVX 1
+#else
+#define SPECDEC_NATIVE_SIMD_AVX 0
+#endif
+#if defined(__F16C__) || defined(__AVX512F__)
+#define SPECDEC_NATIVE_SIMD_F16C 1
+#else
+#define SPECDEC_NATIVE_SIMD_F16C 0
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
+    defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SPECDEC_NATIVE_SIMD_LEVEL 2
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SPECDEC_NATIVE_SIMD_LEVEL 1
+#else
+#define SPECDEC_NATIVE_SIMD_LEVEL 0
+#endif
+
+//! 1 when this file compiles the dispatched kernels once per level and chooses at run time; 0 when
+//! it compiles them once at its own flags. Define it to 0 before including specdec to opt out (one
+//! copy, the file's flags, faster builds).
+#if !defined(SPECDEC_ISA_DISPATCH)
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__CUDACC__) && !defined(__NVCOMPILER) && SPECDEC_NATIVE_SIMD_LEVEL < 2
+#define SPECDEC_ISA_DISPATCH 1
+#else
+#define SPECDEC_ISA_DISPATCH 0
+#endif
+#endif
+
+// The vector features the kernel bodies (*.inl) are written against. Outside a level region they
+// are the file's own; core/detail/isa_levels.inl sets them per level while it includes the bodies.
+#define SPECDEC_SIMD_AVX512 SPECDEC_NATIVE_SIMD_AVX512
+#define SPECDEC_SIMD_AVX SPECDEC_NATIVE_SIMD_AVX
+#define SPECDEC_SIMD_F16C SPECDEC_NATIVE_SIMD_F16C
+
+// Level regions: every function defined between BEGIN and END (lambdas and templates included)
+// gets the level's target features. The target strings are what the CPU check below requires.
+#if defined(__clang__)
+#define SPECDEC_ISA_REGION_BEGIN_AVX2 \
+  _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
+// (_Pragma takes one string literal, so the long one is not split.)
+#define SPECDEC_ISA_REGION_BEGIN_AVX512 \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c\"))), apply_to = function)")
+#define SPECDEC_ISA_REGION_END _Pragma("clang attribute pop")
+#elif defined(__GNUC__)
+#define SPECDEC_ISA_REGION_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
+#define SPECDEC_ISA_REGION_BEGIN_AVX512 \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c\")")
+#define SPECDEC_ISA_REGION_END _Pragma("GCC pop_options")
+#endif
+
+namespace specdec {
+
+//! The vector instruction-set levels the dispatched host kernels are compiled for.
+enum class simd_level : int {
+  portable = 0,  //!< the including file's own flags (SSE2 on baseline x86-64; NEON on aarch64)
+  avx2 = 1,      //!< AVX2, FMA and F16C (x86-64-v3): 16-lane vectors as two ymm registers
+  avx512 = 2,    //!< AVX-512 F/BW/DQ/VL (x86-64-v4): 16-lane vectors as one zmm register
+};
+
+//! "portable", "avx2" or "avx512".
+[[nodiscard]] constexpr std::string_view to_string(simd_level l) noexcept {
+  switch (l) {
+    case simd_level::avx2: return "avx2";
+    case simd_level::avx512: return "avx512";
+    default: return "portable";
+  }
+}
+
+namespace detail {
+
+//! The highest level this CPU and OS run (CPUID; AVX/AVX-512 register state enabled by the OS,
+//! which the compilers' __builtin_cpu_supports checks). Computed once.
+[[nodiscard]] inline int detect_cpu_simd_level() noexcept {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  // F16C: CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c").
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return v4 ? 2 : v3 ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
+[[nodiscard]] inline int cpu_simd_level_cached() noexcept {
+  static const int level = detect_cpu_simd_level();
+  return level;
+}
+
+//! The level SPECDEC_ISA names: portable (alias baseline), avx2, avx512, best (or unset: the CPU's).
+//! Anything else is an error, not a silent fallback.
+[[nodiscard]] inline int simd_level_from_env() {
+  const char* v = std::getenv("SPECDEC_ISA");
+  const std::string_view s = v == nullptr ? std::string_view{} : std::string_view{v};
+  if (s.empty() || s == "best") return 2;
+  if (s == "portable" || s == "baseline") return 0;
+  if (s == "avx2") return 1;
+  if (s == "avx512") return 2;
+  throw std::invalid_argument("specdec: environment variable SPECDEC_ISA: expected portable, baseline, avx2, "
+                              "avx512 or best, got \"" + std::string(s) + "\"");
+}
+
+//! The process-wide requested ceiling (-1: not read yet). Outside the ISA namespace on purpose:
+//! every file of the program shares this one object, so one set_simd_level reaches all of them.
+inline std::atomic<int> simd_request{-1};
+
+[[nodiscard]] inline int requested_simd_level() {
+  int r = simd_request.load(std::memory_order_relaxed);
+  if (r < 0) [[unlikely]] {
+    r = simd_level_from_env();
+    int expected = -1;
+    if (!simd_request.compare_exchange_strong(expected, r, std::memory_order_relaxed)) r = expected;
+  }
+  return r;
+}
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp: each file answers for its own flags
+//! The level this file's dispatched kernels run at now: the request capped by the CPU, but never
+//! below what the file's own flags already assume.
+[[nodiscard]] inline int dispatch_simd_level() {
+  return std::max(std::min(requested_simd_level(), cpu_simd_level_cached()), SPECDEC_NATIVE_SIMD_LEVEL);
+}
+}  // namespace SPECDEC_HOST_ISA
+
+}  // namespace detail
+
+//! The highest level this machine runs.
+[[nodiscard]] inline simd_level cpu_simd_level() noexcept {
+  return static_cast<simd_level>(detail::cpu_simd_level_cached());
+}
+
+//! Caps the level of every dispatched host kernel in the process at `l` (tests and benchmarks run
+//! each level this way; SPECDEC_ISA does the same from the environment). Returns false, and
+//! changes nothing, when this CPU cannot run `l`. Not to be called while kernels run on other
+//! threads. A file whose own flags are above `l` keeps running at its flags (see active_simd_level).
+inline bool set_simd_level(simd_level l) noexcept {
+  if (static_cast<int>(l) > detail::cpu_simd_level_cached() || static_cast<int>(l) < 0) return false;
+  detail::simd_request.store(static_cast<int>(l), std::memory_order_relaxed);
+  return true;
+}
+
+//! Back to the default: SPECDEC_ISA if set, else the best level the CPU runs. Throws
+//! std::invalid_argument (naming the variable) when SPECDEC_ISA holds an unknown value.
+inline void reset_simd_level() { detail::simd_request.store(detail::simd_level_from_env(), std::memory_order_relaxed); }
+
+inline namespace SPECDEC_HOST_ISA {
+//! The level the dispatched kernels called from this file run at now (an engine's startup log
+//! should print it). Without dispatch (see SPECDEC_ISA_DISPATCH): the level the file's flags give.
+[[nodiscard]] inline simd_level active_simd_level() {
+#if SPECDEC_ISA_DISPATCH
+  return static_cast<simd_level>(detail::dispatch_simd_level());
+#else
+  return static_cast<simd_level>(SPECDEC_NATIVE_SIMD_LEVEL);
+#endif
+}
+}  // namespace SPECDEC_HOST_ISA
+
+}  // namespace specdec
