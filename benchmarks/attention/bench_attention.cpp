@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "specdec/attention/decode_attention.hpp"
@@ -21,9 +22,17 @@
 #include "specdec/attention/lse_merge.hpp"
 #include "specdec/attention/tree_attention.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/kv/paged_kv.hpp"
 
 namespace {
+
+// Which kernels ran: the level the attention calls of this binary dispatch to (or its flags' level).
+[[maybe_unused]] const int record_simd_level = [] {
+  benchmark::AddCustomContext("specdec_simd_level", std::string(specdec::to_string(specdec::active_simd_level())));
+  benchmark::AddCustomContext("specdec_isa_dispatch", SPECDEC_ISA_DISPATCH ? "yes" : "no (compiled for this level)");
+  return 0;
+}();
 
 constexpr int kHq = 32, kHkv = 8, kD = 128, kPage = 16;
 

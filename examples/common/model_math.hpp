@@ -11,55 +11,45 @@
 #include <vector>
 
 #include "specdec/core/execution.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/core/thread_pool.hpp"
 
+// The kernels at this file's own flags, where the library keeps its own (detail::...::lvl_native).
+namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {
+namespace lvl_native {
+#include "model_math.inl"
+}  // namespace lvl_native
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace specdec::detail
+
+// The same kernels once per dispatch level (detail::SPECDEC_HOST_ISA::lvl_<level>), so a build with
+// the compiler's default flags runs them with AVX2/AVX-512 where the CPU has it (core/simd_level.hpp).
+#define SPECDEC_ISA_BODIES "common/model_math.inl"  // found through the examples' include directory
+#include "specdec/core/detail/isa_levels.inl"
+#undef SPECDEC_ISA_BODIES
+
 namespace specdec::examples {
+// Entry points whose code depends on the file's flags and on its dispatch: in the ISA namespace
+// (core/isa.hpp), like the library's, so files built differently keep separate copies.
+inline namespace SPECDEC_HOST_ISA {
 
-//! Dot product of n elements with 8 independent accumulators (lets the compiler vectorize without
-//! -ffast-math); accumulates in accum_t<T>.
-template <class T>
-[[nodiscard]] inline accum_t<T> dot(const T* a, const T* b, int n) noexcept {
-  using A = accum_t<T>;
-  A s[8] = {};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) s[k] += static_cast<A>(a[i + k]) * static_cast<A>(b[i + k]);
-  for (; i < n; ++i) s[0] += static_cast<A>(a[i]) * static_cast<A>(b[i]);
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
+using ::specdec::detail::lvl_native::dot;
 
-//! y[t, o] (= or +=) sum_i x[t, i] W[o, i] for t < m, o < out, i < in. Streams each weight row once
-//! for all m tokens (what makes verifying a tree cheap when the model is memory-bound). O(m out in).
+//! matmul_impl at the level the library's dispatch chooses (the file's own flags without dispatch).
 template <class T, bool Add>
-void matmul_impl(std::span<const T> x, std::span<const T> W, std::span<T> y, int m, int out, int in) {
-  constexpr int block = 32;
-  const int blocks = (out + block - 1) / block;
-  auto body = [&](std::int64_t b) {
-    const int o0 = static_cast<int>(b) * block, o1 = std::min(out, o0 + block);
-    for (int o = o0; o < o1; ++o) {
-      const T* w = W.data() + static_cast<std::ptrdiff_t>(o) * in;
-      for (int t = 0; t < m; ++t) {
-        T& dst = y[static_cast<std::size_t>(t) * out + o];
-        const auto d = dot(x.data() + static_cast<std::ptrdiff_t>(t) * in, w, in);
-        if constexpr (Add) dst = static_cast<T>(static_cast<accum_t<T>>(dst) + d);
-        else dst = static_cast<T>(d);
-      }
-    }
-  };
-  if (static_cast<std::int64_t>(m) * out * in < (1 << 16)) {
-    for (int b = 0; b < blocks; ++b) body(b);
-  } else {
-    parallel_for(host{}, blocks, body);
-  }
+void matmul_dispatch(std::span<const T> x, std::span<const T> W, std::span<T> y, int m, int out, int in) {
+  SPECDEC_ISA_DISPATCH_CALL(matmul_impl<T, Add>(x, W, y, m, out, in));
 }
 template <class T>
 void matmul_nt(std::span<const T> x, std::span<const T> W, std::span<T> y, int m, int out, int in) {
-  matmul_impl<T, false>(x, W, y, m, out, in);
+  matmul_dispatch<T, false>(x, W, y, m, out, in);
 }
 template <class T>
 void matmul_nt_add(std::span<const T> x, std::span<const T> W, std::span<T> y, int m, int out, int in) {
-  matmul_impl<T, true>(x, W, y, m, out, in);
+  matmul_dispatch<T, true>(x, W, y, m, out, in);
 }
 
 //! RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w, per token. O(m H).
@@ -75,4 +65,5 @@ void rms_norm(std::span<const T> x, std::span<const T> w, std::span<T> y, int m,
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::examples

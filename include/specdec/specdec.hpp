@@ -18,6 +18,7 @@
 #include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 #include "specdec/core/topk.hpp"

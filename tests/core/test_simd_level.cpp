@@ -3,7 +3,8 @@
 //    refused above the CPU, an unknown value an error that names the variable);
 //  - the vector layer (simd_cases.inl) at every level this CPU runs, each level's own copy;
 //  - the dispatched host attention (decode: rows kernel; hybrid: tiles kernel under a tree mask;
-//    fp32 and fp16) at every level against the double reference, switching levels in-process.
+//    tree: masked tiles alone; fp32 and fp16) at every level against the double reference,
+//    switching levels in-process.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "attention/test_decode_rows_util.hpp"
+#include "specdec/attention/tree_attention.hpp"
 #include "specdec/core/detail/simd.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/simd_level.hpp"
@@ -47,7 +49,7 @@ std::vector<int> runnable_levels() {
 
 TEST_CASE("simd_level: set, active, reset; refused above the CPU") {
   level_guard g;
-  const int cpu = static_cast<int>(cpu_simd_level());
+  [[maybe_unused]] const int cpu = static_cast<int>(cpu_simd_level());
   REQUIRE(cpu >= 0);
   REQUIRE(cpu <= 2);
   CHECK(to_string(simd_level::portable) == "portable");
@@ -145,6 +147,13 @@ TEST_CASE("simd_level: host attention at every level agrees with the reference (
       attn_test::row_kernel_sweep<specdec::half>(++seed, 2, 64, {attn_test::layout_kind::nhd}, {}, true);
       // Larger trees: the tile kernel over the cache and the masked tree tiles.
       attn_test::batch<float> b(++seed, 8, 2, 128, {300, 0, 77}, {40, 9, 70});
+      // Tree attention alone (no cache part): the masked tile kernel.
+      b.reset_outputs();
+      specdec::tree_attention(specdec::host{}, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                              b.out_view(), b.lse_view());
+      attn_test::check_against(b, specdec::reference::tree_attention(b.q_view(), b.k_view(), b.v_view(),
+                                                                     b.indptr_view(), b.mask_view(),
+                                                                     specdec::attention_options{}.scale));
       b.with_layout(attn_test::layout_kind::paged, [&](auto layout) {
         b.reset_outputs();
         specdec::hybrid_tree_attention(specdec::host{}, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(),

@@ -1,7 +1,9 @@
 #pragma once
 //! \file isa.hpp
 //! SPECDEC_HOST_ISA: the name of an inline namespace spelled from the instruction-set features the
-//! including translation unit is compiled for (28 feature macros, e.g.
+//! including translation unit is compiled for, plus `_dispatch` when it compiles the host kernels
+//! once per level and chooses at run time (core/simd_level.hpp; the macros that decide it are
+//! below: SPECDEC_NATIVE_SIMD_*, SPECDEC_ISA_DISPATCH) (28 feature macros, e.g.
 //! `isa_x86_sse41_popcnt_avx_avx2_fma_f16c_bmi_bmi2_lzcnt_movbe` under -march=x86-64-v3; x86-64-v4
 //! adds `_avx512f_avx512bw_avx512dq_avx512vl`, Sapphire Rapids also its FP16/BF16/VNNI/VBMI sets).
 //!
@@ -34,6 +36,50 @@
 //! with nvcc 13.0 and -Xcompiler -mavx2.)
 
 #include <string_view>
+
+// ---- What this translation unit's own flags give ------------------------------------------------
+// SPECDEC_NATIVE_SIMD_{AVX512,AVX,F16C}: the vector features simd.inl may use at the file's flags
+// (the choices simd.hpp always made from the compiler's macros); SPECDEC_NATIVE_SIMD_LEVEL: the
+// dispatch level those flags already reach.
+#if defined(__AVX512F__)
+#define SPECDEC_NATIVE_SIMD_AVX512 1
+#else
+#define SPECDEC_NATIVE_SIMD_AVX512 0
+#endif
+#if defined(__AVX__)
+#define SPECDEC_NATIVE_SIMD_AVX 1
+#else
+#define SPECDEC_NATIVE_SIMD_AVX 0
+#endif
+#if defined(__F16C__) || defined(__AVX512F__)
+#define SPECDEC_NATIVE_SIMD_F16C 1
+#else
+#define SPECDEC_NATIVE_SIMD_F16C 0
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
+    defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SPECDEC_NATIVE_SIMD_LEVEL 2
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SPECDEC_NATIVE_SIMD_LEVEL 1
+#else
+#define SPECDEC_NATIVE_SIMD_LEVEL 0
+#endif
+
+//! 1 when this file compiles the dispatched kernels once per level and chooses at run time; 0 when
+//! it compiles them once at its own flags. Define it to 0 before including specdec to opt out (one
+//! copy, the file's flags, faster builds).
+#if !defined(SPECDEC_ISA_DISPATCH)
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__CUDACC__) && !defined(__NVCOMPILER) && SPECDEC_NATIVE_SIMD_LEVEL < 2
+#define SPECDEC_ISA_DISPATCH 1
+#else
+#define SPECDEC_ISA_DISPATCH 0
+#endif
+#endif
+#if SPECDEC_ISA_DISPATCH && (SPECDEC_NATIVE_SIMD_LEVEL >= 2 || !(defined(__x86_64__) || defined(__i386__)) || \
+                             !(defined(__GNUC__) || defined(__clang__)) || defined(__CUDACC__))
+#error "SPECDEC_ISA_DISPATCH=1 needs x86 with GCC or Clang (not nvcc) and flags below the AVX-512 level"
+#endif
 
 // One token per feature, pasted after the platform: an empty macro pastes as nothing.
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
@@ -183,14 +229,21 @@
 #else
 #define SPECDEC_ISA_F27_
 #endif
+// Files that dispatch at run time and files that do not, at the same flags, compile different
+// bodies for the entry points (which copy they call): they must not share names either.
+#if SPECDEC_ISA_DISPATCH
+#define SPECDEC_ISA_F28_ _dispatch
+#else
+#define SPECDEC_ISA_F28_
+#endif
 
 #define SPECDEC_ISA_PASTE_(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, \
-                           f19, f20, f21, f22, f23, f24, f25, f26, f27)                                            \
-  a##f0##f1##f2##f3##f4##f5##f6##f7##f8##f9##f10##f11##f12##f13##f14##f15##f16##f17##f18##f19##f20##f21##f22##f23##f24##f25##f26##f27
+                           f19, f20, f21, f22, f23, f24, f25, f26, f27, f28)                                       \
+  a##f0##f1##f2##f3##f4##f5##f6##f7##f8##f9##f10##f11##f12##f13##f14##f15##f16##f17##f18##f19##f20##f21##f22##f23##f24##f25##f26##f27##f28
 #define SPECDEC_ISA_PASTE(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, f19, \
-                          f20, f21, f22, f23, f24, f25, f26, f27)                                                      \
+                          f20, f21, f22, f23, f24, f25, f26, f27, f28)                                                 \
   SPECDEC_ISA_PASTE_(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, f19, f20, \
-                     f21, f22, f23, f24, f25, f26, f27)
+                     f21, f22, f23, f24, f25, f26, f27, f28)
 #define SPECDEC_ISA_STR_(x) #x
 #define SPECDEC_ISA_STR(x) SPECDEC_ISA_STR_(x)
 
@@ -202,7 +255,7 @@
                     SPECDEC_ISA_F9_, SPECDEC_ISA_F10_, SPECDEC_ISA_F11_, SPECDEC_ISA_F12_, SPECDEC_ISA_F13_,  \
                     SPECDEC_ISA_F14_, SPECDEC_ISA_F15_, SPECDEC_ISA_F16_, SPECDEC_ISA_F17_, SPECDEC_ISA_F18_, \
                     SPECDEC_ISA_F19_, SPECDEC_ISA_F20_, SPECDEC_ISA_F21_, SPECDEC_ISA_F22_, SPECDEC_ISA_F23_, \
-                    SPECDEC_ISA_F24_, SPECDEC_ISA_F25_, SPECDEC_ISA_F26_, SPECDEC_ISA_F27_)
+                    SPECDEC_ISA_F24_, SPECDEC_ISA_F25_, SPECDEC_ISA_F26_, SPECDEC_ISA_F27_, SPECDEC_ISA_F28_)
 
 namespace specdec {
 inline namespace SPECDEC_HOST_ISA {

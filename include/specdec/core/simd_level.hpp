@@ -36,46 +36,6 @@
 #include <cpuid.h>
 #endif
 
-// ---- What this translation unit's own flags give ------------------------------------------------
-// SPECDEC_NATIVE_SIMD_{AVX512,AVX,F16C}: the vector features simd.inl may use at the file's flags
-// (the choices simd.hpp always made from the compiler's macros); SPECDEC_NATIVE_SIMD_LEVEL: the
-// dispatch level those flags already reach.
-#if defined(__AVX512F__)
-#define SPECDEC_NATIVE_SIMD_AVX512 1
-#else
-#define SPECDEC_NATIVE_SIMD_AVX512 0
-#endif
-#if defined(__AVX__)
-#define SPECDEC_NATIVE_SIMD_AVX 1
-#else
-#define SPECDEC_NATIVE_SIMD_AVX 0
-#endif
-#if defined(__F16C__) || defined(__AVX512F__)
-#define SPECDEC_NATIVE_SIMD_F16C 1
-#else
-#define SPECDEC_NATIVE_SIMD_F16C 0
-#endif
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
-    defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define SPECDEC_NATIVE_SIMD_LEVEL 2
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define SPECDEC_NATIVE_SIMD_LEVEL 1
-#else
-#define SPECDEC_NATIVE_SIMD_LEVEL 0
-#endif
-
-//! 1 when this file compiles the dispatched kernels once per level and chooses at run time; 0 when
-//! it compiles them once at its own flags. Define it to 0 before including specdec to opt out (one
-//! copy, the file's flags, faster builds).
-#if !defined(SPECDEC_ISA_DISPATCH)
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__CUDACC__) && !defined(__NVCOMPILER) && SPECDEC_NATIVE_SIMD_LEVEL < 2
-#define SPECDEC_ISA_DISPATCH 1
-#else
-#define SPECDEC_ISA_DISPATCH 0
-#endif
-#endif
-
 // The vector features the kernel bodies (*.inl) are written against. Outside a level region they
 // are the file's own; core/detail/isa_levels.inl sets them per level while it includes the bodies.
 #define SPECDEC_SIMD_AVX512 SPECDEC_NATIVE_SIMD_AVX512
@@ -96,6 +56,27 @@
 #define SPECDEC_ISA_REGION_BEGIN_AVX512 \
   _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c\")")
 #define SPECDEC_ISA_REGION_END _Pragma("GCC pop_options")
+#endif
+
+//! SPECDEC_ISA_DISPATCH_CALL(fn<targs>(args...)): the statement that calls the kernel `fn` of a
+//! family compiled per level (core/detail/isa_levels.inl) at the level this call dispatches to --
+//! detail::SPECDEC_HOST_ISA::lvl_<level>::fn -- or, without dispatch, the copy compiled at the file's
+//! own flags, detail::SPECDEC_HOST_ISA::lvl_native::fn. One relaxed atomic load and a switch.
+#if SPECDEC_ISA_DISPATCH && SPECDEC_NATIVE_SIMD_LEVEL == 0
+#define SPECDEC_ISA_DISPATCH_CALL(...)                                          \
+  switch (::specdec::detail::dispatch_simd_level()) {                           \
+    case 2: ::specdec::detail::lvl_avx512::__VA_ARGS__; break;                  \
+    case 1: ::specdec::detail::lvl_avx2::__VA_ARGS__; break;                    \
+    default: ::specdec::detail::lvl_portable::__VA_ARGS__; break;               \
+  }
+#elif SPECDEC_ISA_DISPATCH  // the file's own flags are at the avx2 level: no portable copy
+#define SPECDEC_ISA_DISPATCH_CALL(...)                                          \
+  switch (::specdec::detail::dispatch_simd_level()) {                           \
+    case 2: ::specdec::detail::lvl_avx512::__VA_ARGS__; break;                  \
+    default: ::specdec::detail::lvl_avx2::__VA_ARGS__; break;                   \
+  }
+#else
+#define SPECDEC_ISA_DISPATCH_CALL(...) ::specdec::detail::lvl_native::__VA_ARGS__
 #endif
 
 namespace specdec {

@@ -14,9 +14,9 @@
 #include "specdec/core/isa.hpp"
 #include "specdec/core/simd_level.hpp"
 
-// Every intrinsic is declared whatever the flags (GCC and Clang), so the level regions can use
-// the AVX2/AVX-512 ones; a file's own code reaches them only under its own feature macros.
-#if defined(__x86_64__) || defined(__i386__)
+// With dispatch every intrinsic is needed whatever the file's flags (GCC and Clang declare them
+// all, so the level regions can use the AVX2/AVX-512 ones); otherwise only the file's own.
+#if SPECDEC_ISA_DISPATCH || defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 

@@ -12,9 +12,17 @@
 #include <cstdint>
 #include <limits>
 
+#include "specdec/core/isa.hpp"
+
 namespace specdec::detail {
 
 inline constexpr int lanes = 16;
+
+// The kernels' code depends on the target flags (vector width, FMA), and first_index_of,
+// scan_logits, any_inadmissible_prob and exp_sum are out of line: in the ISA namespace (core/isa.hpp)
+// so a file built for AVX-512 and one built for baseline x86-64 keep separate copies, rather than
+// the linker keeping one (possibly the AVX-512 one) for both.
+inline namespace SPECDEC_HOST_ISA {
 
 //! exp(x) for x <= 0 (x = logit - max); returns exactly 0 for x < -87.3 (including -inf), so masked
 //! tokens get exactly zero weight. Rounds x*log2(e) to the nearest integer n with the 1.5*2^23
@@ -59,11 +67,13 @@ inline float fast_exp(float x) noexcept {
 //! largest value, the smallest value above -inf (+inf when there is none) and whether any entry is
 //! NaN or +inf (those are rejected; see the non-finite policy in sampling/sampler.hpp). NaN entries
 //! take no part in max and min.
+}  // namespace SPECDEC_HOST_ISA
 struct logit_scan {
   float max;
   float min;
   bool bad;
 };
+inline namespace SPECDEC_HOST_ISA {
 
 //! True if v is an admissible probability / weight: finite and >= 0 (NaN, +-inf and negatives are not).
 inline bool admissible_prob(float v) noexcept { return v >= 0.0f && v <= std::numeric_limits<float>::max(); }
@@ -180,4 +190,5 @@ inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float
   return s;
 }
 
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail

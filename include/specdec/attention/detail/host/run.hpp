@@ -75,21 +75,7 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 template <int D, bool HasCache, bool HasTree, class T, class Layout>
 void run_host_attention_at_level(const host& policy, const attention_io_params<T>& io, const Layout& cache,
                                  const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws) {
-#if SPECDEC_ISA_DISPATCH
-  switch (dispatch_simd_level()) {
-    case 2: lvl_avx512::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); return;
-#if SPECDEC_NATIVE_SIMD_LEVEL <= 1
-    case 1: lvl_avx2::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); return;
-#endif
-#if SPECDEC_NATIVE_SIMD_LEVEL == 0
-    default: lvl_portable::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); return;
-#else
-    default: return;  // unreachable: dispatch_simd_level() >= SPECDEC_NATIVE_SIMD_LEVEL
-#endif
-  }
-#else
-  lvl_native::run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws);
-#endif
+  SPECDEC_ISA_DISPATCH_CALL(run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws));
 }
 
 //! Dispatch on head_dim (validated to be 64, 128 or 256).
