@@ -31,6 +31,10 @@
 //! file that includes specdec, or each ISA-specific part linked into its own shared object with
 //! hidden visibility (-fvisibility=hidden, so its copies bind locally).
 //!
+//! Within one file, run-time dispatch (core/simd_level.hpp) adds nested namespaces
+//! SPECDEC_HOST_ISA::lvl_{portable,avx2,avx512} for the kernels compiled under target pragmas, and
+//! keeps the file's own copy in SPECDEC_HOST_ISA::lvl_native: every copy has its own name.
+//!
 //! CUDA kernels stay outside it: they gain nothing from it. (Were one inside, its name would still
 //! agree between nvcc's passes: the device pass sees the host compiler's target macros too; checked
 //! with nvcc 13.0 and -Xcompiler -mavx2.)
