@@ -27,7 +27,9 @@ namespace lvl_native {
 
 // The same kernels once per dispatch level (detail::SPECDEC_HOST_ISA::lvl_<level>), so a build with
 // the compiler's default flags runs them with AVX2/AVX-512 where the CPU has it (core/simd_level.hpp).
-#define SPECDEC_ISA_BODIES "common/model_math.inl"  // found through the examples' include directory
+// (A quoted include is looked up next to the file that includes it, core/detail/isa_levels.inl,
+// first: this path works whatever include directories the including program has.)
+#define SPECDEC_ISA_BODIES "../../../../examples/common/model_math.inl"
 #include "specdec/core/detail/isa_levels.inl"
 #undef SPECDEC_ISA_BODIES
 
