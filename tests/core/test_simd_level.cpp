@@ -86,7 +86,7 @@ TEST_CASE("simd_level: SPECDEC_ISA is read by reset_simd_level; an unknown value
     if (saved != nullptr) ::setenv("SPECDEC_ISA", saved_value.c_str(), 1);
     else ::unsetenv("SPECDEC_ISA");
   };
-  const int cpu = static_cast<int>(cpu_simd_level());
+  [[maybe_unused]] const int cpu = static_cast<int>(cpu_simd_level());
   struct want {
     const char* value;
     int level;
