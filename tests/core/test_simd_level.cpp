@@ -39,9 +39,14 @@ struct level_guard {
 };
 
 // The levels this binary has code for (at or above its own flags' level) and this CPU runs.
+// Without dispatch only the file's own copy exists.
 std::vector<int> runnable_levels() {
   std::vector<int> out;
+#if SPECDEC_ISA_DISPATCH
   for (int l = SPECDEC_NATIVE_SIMD_LEVEL; l <= static_cast<int>(cpu_simd_level()); ++l) out.push_back(l);
+#else
+  out.push_back(SPECDEC_NATIVE_SIMD_LEVEL);
+#endif
   return out;
 }
 
