@@ -23,6 +23,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/isa.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 
@@ -90,12 +91,11 @@ struct lse_merge_params {
 
 inline namespace SPECDEC_HOST_ISA {
 
-//! The host backend: one merge_parts_row per (token, head), parallel over tokens.
+//! The host backend: one merge_parts_row per (token, head), parallel over tokens, at the level the
+//! call dispatches to (core/simd_level.hpp).
 template <class T>
 void lse_merge_host(const host& policy, const lse_merge_params<T>& p) {
-  parallel_for(policy, p.tokens, [&](std::int64_t t) {
-    for (int h = 0; h < p.heads; ++h) merge_parts_row(p.in, t, h, p.head_dim, p.out.row(t, h), p.out.lse_at(t, h));
-  });
+  parallel_for(policy, p.tokens, [&](std::int64_t t) { SPECDEC_ISA_DISPATCH_CALL(merge_parts_heads(p, t)); });
 }
 
 //! The element-type check of both lse_merge overloads, written once: one static_assert per argument,

@@ -14,10 +14,15 @@
 //! units (nvcc), other architectures (aarch64: the portable NEON path), other compilers, and any
 //! file built with -DSPECDEC_ISA_DISPATCH=0.
 //!
-//! Which kernels are dispatched today: the host attention backend (decode_attention,
-//! tree_attention, hybrid_tree_attention and the attention inside the cross/sliding-window
-//! helpers: tile, rows and merge passes). LSE merge, RoPE, residual heads, partial-KV scores and the
-//! samplers still run at the including file's flags.
+//! Which kernels are dispatched (each family: a body .inl compiled per level, an entry point that
+//! picks the level): the host attention backend (decode_attention, tree_attention,
+//! hybrid_tree_attention and the attention inside the cross/sliding-window helpers: tile, rows and
+//! merge passes); the public lse_merge (attention/detail/host/merge.inl); apply_rope
+//! (position/detail/rope_kernels.inl); residual_heads (draft/detail/residual_kernels.inl);
+//! kv_importance (kv/detail/partial_kv_kernels.inl); topk's block scan (core/detail/topk.inl); the
+//! drafters' log-softmax (draft/detail/draft_rows.inl); and the row kernels of logits processing,
+//! sampling and verification (sampling/detail/vec.inl). Every level namespace starts with the
+//! vector layer (core/detail/simd.inl), included once per level and file.
 //!
 //! Results may differ between levels in the last bits (FMA contraction and the register blocking
 //! change the summation order), never in anything the tests' tolerances or the greedy decoders'
@@ -62,21 +67,24 @@
 //! family compiled per level (core/detail/isa_levels.inl) at the level this call dispatches to --
 //! detail::SPECDEC_HOST_ISA::lvl_<level>::fn -- or, without dispatch, the copy compiled at the file's
 //! own flags, detail::SPECDEC_HOST_ISA::lvl_native::fn. One relaxed atomic load and a switch.
+//! SPECDEC_ISA_DISPATCH_RETURN(fn(args...)): the same call as `return fn(args...);`.
+#define SPECDEC_ISA_DISPATCH_CALL(...) SPECDEC_ISA_DISPATCH_SWITCH_(, break, __VA_ARGS__)
+#define SPECDEC_ISA_DISPATCH_RETURN(...) SPECDEC_ISA_DISPATCH_SWITCH_(return, , __VA_ARGS__)
 #if SPECDEC_ISA_DISPATCH && SPECDEC_NATIVE_SIMD_LEVEL == 0
-#define SPECDEC_ISA_DISPATCH_CALL(...)                                          \
+#define SPECDEC_ISA_DISPATCH_SWITCH_(pre, post, ...)                            \
   switch (::specdec::detail::dispatch_simd_level()) {                           \
-    case 2: ::specdec::detail::lvl_avx512::__VA_ARGS__; break;                  \
-    case 1: ::specdec::detail::lvl_avx2::__VA_ARGS__; break;                    \
-    default: ::specdec::detail::lvl_portable::__VA_ARGS__; break;               \
+    case 2: pre ::specdec::detail::lvl_avx512::__VA_ARGS__; post;               \
+    case 1: pre ::specdec::detail::lvl_avx2::__VA_ARGS__; post;                 \
+    default: pre ::specdec::detail::lvl_portable::__VA_ARGS__; post;            \
   }
 #elif SPECDEC_ISA_DISPATCH  // the file's own flags are at the avx2 level: no portable copy
-#define SPECDEC_ISA_DISPATCH_CALL(...)                                          \
+#define SPECDEC_ISA_DISPATCH_SWITCH_(pre, post, ...)                            \
   switch (::specdec::detail::dispatch_simd_level()) {                           \
-    case 2: ::specdec::detail::lvl_avx512::__VA_ARGS__; break;                  \
-    default: ::specdec::detail::lvl_avx2::__VA_ARGS__; break;                   \
+    case 2: pre ::specdec::detail::lvl_avx512::__VA_ARGS__; post;               \
+    default: pre ::specdec::detail::lvl_avx2::__VA_ARGS__; post;                \
   }
 #else
-#define SPECDEC_ISA_DISPATCH_CALL(...) ::specdec::detail::lvl_native::__VA_ARGS__
+#define SPECDEC_ISA_DISPATCH_SWITCH_(pre, post, ...) pre ::specdec::detail::lvl_native::__VA_ARGS__
 #endif
 
 namespace specdec {

@@ -17,6 +17,8 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/isa.hpp"
+#include "specdec/core/simd_level.hpp"
 
 namespace specdec {
 
@@ -46,6 +48,29 @@ struct topk_entry {
   std::int32_t index;
 };
 
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
+#include "specdec/core/detail/topk.inl"
+}  // namespace lvl_native
+using namespace lvl_native;
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace detail
+}  // namespace specdec
+
+// With run-time dispatch (core/simd_level.hpp): the scan once per level.
+#define SPECDEC_ISA_BODIES "specdec/core/detail/topk.inl"
+#include "specdec/core/detail/isa_levels.inl"
+#undef SPECDEC_ISA_BODIES
+
+namespace specdec {
+namespace detail {
+inline namespace SPECDEC_HOST_ISA {
+//! topk_skip_kernel (topk.inl) at the level the call dispatches to.
+template <class T>
+std::int32_t topk_skip(const T* v, std::int32_t i, std::int32_t n, T thr) noexcept {
+  SPECDEC_ISA_DISPATCH_RETURN(topk_skip_kernel(v, i, n, thr));
+}
+}  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
 
 //! Reusable scratch for topk (holds the size-k heap), so repeated calls do not allocate.
@@ -53,6 +78,9 @@ template <class T>
 struct topk_workspace {
   std::vector<detail::topk_entry<T>> heap;
 };
+
+// topk's code depends on the file's flags and dispatch (the scan above): in the ISA namespace.
+inline namespace SPECDEC_HOST_ISA {
 
 //! Writes the indices (and, if `out_values` is non-empty, the values) of the k best entries of
 //! `values` into the first k slots of `out_indices`, best first (order above).
@@ -100,14 +128,10 @@ void topk(std::span<const T> values, int k, std::span<std::int32_t> out_indices,
     }
     const T thr = worst.value;
     if (i + block <= n) {
-      // An integer count of the candidates vectorizes (compare + mask add) without -ffast-math,
-      // unlike a float max or a bool reduction.
-      int hits = 0;
-      for (std::int32_t j = 0; j < block; ++j) hits += v[i + j] > thr ? 1 : 0;
-      if (hits == 0) {
-        i += block;
-        continue;
-      }
+      // Skip the blocks nothing of which can enter (vectorized, dispatched: topk.inl), then admit
+      // from the first block that has a candidate.
+      i = detail::topk_skip(v, i, n, thr);
+      if (i + block > n) continue;  // only the tail is left
       for (std::int32_t j = i; j < i + block; ++j)
         if (v[j] > heap.front().value) admit(j);
       i += block;
@@ -131,6 +155,8 @@ template <class T>
   topk<T>(values, k, idx, {}, ws);
   return idx;
 }
+
+}  // namespace SPECDEC_HOST_ISA
 
 //! Reference: full stable sort by the same order. O(V log V); tests compare topk against it.
 template <class T>

@@ -49,6 +49,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/numeric.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
@@ -80,6 +81,23 @@ struct indexed_kv {
   SPECDEC_HOST_DEVICE auto k_row(int r, int t, int h) const noexcept { return base.k_row(r, source(r, t, h), h); }
   SPECDEC_HOST_DEVICE auto v_row(int r, int t, int h) const noexcept { return base.v_row(r, source(r, t, h), h); }
 };
+
+namespace detail {
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
+#include "specdec/kv/detail/partial_kv_kernels.inl"
+}  // namespace lvl_native
+using namespace lvl_native;
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace detail
+}  // namespace specdec
+
+// With run-time dispatch: the scoring loop once per level.
+#define SPECDEC_ISA_BODIES "specdec/kv/detail/partial_kv_kernels.inl"
+#include "specdec/core/detail/isa_levels.inl"
+#undef SPECDEC_ISA_BODIES
+
+namespace specdec {
 
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
@@ -163,31 +181,9 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
     // layouts, so the rows stream), parallel over chunks of 256 tokens.
     constexpr int chunk = 256;
     parallel_for(policy, (len + chunk - 1) / chunk, [&](std::int64_t ci) {
-      // 16 lane-wise partial sums, then their sum (a plain scalar reduction ran at 0.8-2.5 GB/s on
-      // one core). float / half / bfloat16 rows go through core/detail/simd.hpp's 16-lane vectors
-      // (half widened by F16C / AVX-512 where the target has it: element-wise widening kept fp16 at
-      // 1.9 GB/s); other element types (double) take the scalar lanes.
-      constexpr int lanes = detail::vlanes;
-      const int dv = d / lanes * lanes;
-      const int i1 = std::min<int>(len, static_cast<int>(ci + 1) * chunk);
-      for (int i = static_cast<int>(ci) * chunk; i < i1; ++i)
-        for (int h = 0; h < hkv; ++h) {
-          const auto* k = cache.k_row(request, i, h);
-          const float* qs = qsum.data() + static_cast<std::size_t>(h) * d;
-          float acc = 0.0f;
-          if constexpr (std::is_same_v<KT, float> || std::is_same_v<KT, half> || std::is_same_v<KT, bfloat16>) {
-            detail::vf16 part{};
-            for (int c = 0; c < dv; c += lanes) part += detail::vload(qs + c) * detail::vload_as_float(k + c);
-            acc = detail::vhsum(part);
-          } else {
-            float part[lanes] = {};
-            for (int c = 0; c < dv; c += lanes)
-              for (int l = 0; l < lanes; ++l) part[l] += qs[c + l] * to_float(k[c + l]);
-            for (int l = 0; l < lanes; ++l) acc += part[l];
-          }
-          for (int c = dv; c < d; ++c) acc += qs[c] * to_float(k[c]);
-          sd[h * scores.stride(0) + i] = acc;
-        }
+      const int i0 = static_cast<int>(ci) * chunk, i1 = std::min<int>(len, static_cast<int>(ci + 1) * chunk);
+      SPECDEC_ISA_DISPATCH_CALL(
+          kv_importance_tokens<KT>(cache, request, i0, i1, hkv, d, qsum.data(), sd, scores.stride(0)));
     });
   }
 }

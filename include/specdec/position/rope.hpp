@@ -219,7 +219,7 @@ struct rope_backend<host> {
           cs[i] = static_cast<float>(std::cos(angle));
           sn[i] = static_cast<float>(std::sin(angle));
         }
-        rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), rotary, params.style == rope_style::rotate_half,
+        rope_rotate_token_at_level(&x(t, 0, 0), x.stride(1), x.extent(1), rotary, params.style == rope_style::rotate_half,
                           cs.data(), sn.data());
       }
     });
@@ -335,7 +335,7 @@ requires(detail::rope_target_tensor<std::remove_cvref_t<X>>&&
   const bool rotate_half = cache.params().style == rope_style::rotate_half;
   detail::rope_for_tokens(policy, x.extent(0), x.extent(1) * x.extent(2), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t t = b; t < e; ++t)
-      detail::rope_rotate_token(&x(t, 0, 0), x.stride(1), x.extent(1), cache.rotary_dim(), rotate_half,
+      detail::rope_rotate_token_at_level(&x(t, 0, 0), x.stride(1), x.extent(1), cache.rotary_dim(), rotate_half,
                                 cache.cos_row(positions(t)), cache.sin_row(positions(t)));
   });
 }

@@ -187,10 +187,10 @@ inline float apply_temperature(std::span<float> row, float t, const logit_scan& 
   const float inv = 1.0f / t;
   const float hi = s.max * inv, lo = s.min * inv;
   if (std::isfinite(hi) && std::isfinite(lo)) [[likely]] {
-    for (float& x : row) x *= inv;
+    scale_row(row.data(), row.size(), inv);
     return hi;
   }
-  for (float& x : row) x = (x - s.max) / t;
+  shift_divide_row(row.data(), row.size(), s.max, t);
   return 0.0f;
 }
 
@@ -320,26 +320,18 @@ inline void process_row(std::span<float> row, const sampling_params& p, std::spa
   if (p.min_p > 0.0f) {
     // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base): compared on logits, no exp needed
     const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
-    for (float& x : row) x = x >= cut ? x : ninf;
+    mask_below(row.data(), row.size(), cut);
   }
   if (p.eta_epsilon > 0.0f) {
     const double sum = softmax_weights(row, m, ws);
     // H = -sum P log P with P = w / sum, log P = (l - max) - log sum  =>  H = log sum - sum w (l - max) / sum
-    double acc[lanes] = {};
-    std::size_t i = 0;
     const float* w = ws.weights.data();
-    for (; i + lanes <= row.size(); i += lanes)
-      for (int j = 0; j < lanes; ++j) acc[j] += w[i + j] > 0.0f ? static_cast<double>(w[i + j]) * (row[i + j] - m) : 0.0;
-    double t = 0.0;
-    for (; i < row.size(); ++i) t += w[i] > 0.0f ? static_cast<double>(w[i]) * (row[i] - m) : 0.0;
-    for (int j = 0; j < lanes; ++j) t += acc[j];
+    const double t = weighted_shift_sum(w, row.data(), row.size(), m);
     const double h = std::log(sum) - t / sum;
     const double alpha = p.eta_alpha < 0.0f ? std::sqrt(static_cast<double>(p.eta_epsilon)) : p.eta_alpha;
     const double eta = std::min(static_cast<double>(p.eta_epsilon), alpha * std::exp(-h));
     const std::int64_t best = first_index_of(row.data(), row.size(), m);
-    const double cut = eta * sum;
-    for (std::size_t k = 0; k < row.size(); ++k)
-      if (static_cast<double>(w[k]) < cut && static_cast<std::int64_t>(k) != best) row[k] = ninf;
+    mask_weight_below(row.data(), w, row.size(), eta * sum, best);
   }
 }
 

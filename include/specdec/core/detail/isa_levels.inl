@@ -7,6 +7,9 @@
 //   #include "specdec/core/detail/isa_levels.inl"
 //   #undef SPECDEC_ISA_BODIES
 //
+// Every level namespace starts with the vector layer (core/detail/simd.inl), included once per level
+// however many kernel families a file dispatches, so bodies use vf16, vload, ... without including it.
+//
 // Rule for the bodies: no #include, no include guard, no namespace. Every header they need is
 // included (at the file's own flags) before this file; a header first included inside a target
 // region would compile its inline functions, under their ordinary names, with that region's
@@ -27,6 +30,9 @@
 #error "isa_levels.inl: define SPECDEC_ISA_BODIES (the kernel bodies to include per level) first"
 #endif
 
+// The vector layer's header (its includes and macros), at the file's own flags, outside any region.
+#include "specdec/core/detail/simd.hpp"
+
 #if SPECDEC_ISA_DISPATCH
 #undef SPECDEC_SIMD_AVX512
 #undef SPECDEC_SIMD_AVX
@@ -40,6 +46,10 @@
 namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {
 namespace lvl_portable {
+#if !defined(SPECDEC_ISA_SIMD_DONE_PORTABLE)  // the vector layer, once per level and file
+#define SPECDEC_ISA_SIMD_DONE_PORTABLE
+#include "specdec/core/detail/simd.inl"
+#endif
 #include SPECDEC_ISA_BODIES
 }  // namespace lvl_portable
 }  // namespace SPECDEC_HOST_ISA
@@ -57,6 +67,10 @@ SPECDEC_ISA_REGION_BEGIN_AVX2
 namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {
 namespace lvl_avx2 {
+#if !defined(SPECDEC_ISA_SIMD_DONE_AVX2)  // the vector layer, once per level and file
+#define SPECDEC_ISA_SIMD_DONE_AVX2
+#include "specdec/core/detail/simd.inl"
+#endif
 #include SPECDEC_ISA_BODIES
 }  // namespace lvl_avx2
 }  // namespace SPECDEC_HOST_ISA
@@ -74,6 +88,10 @@ SPECDEC_ISA_REGION_BEGIN_AVX512
 namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {
 namespace lvl_avx512 {
+#if !defined(SPECDEC_ISA_SIMD_DONE_AVX512)  // the vector layer, once per level and file
+#define SPECDEC_ISA_SIMD_DONE_AVX512
+#include "specdec/core/detail/simd.inl"
+#endif
 #include SPECDEC_ISA_BODIES
 }  // namespace lvl_avx512
 }  // namespace SPECDEC_HOST_ISA

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "specdec/core/detail/simd.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/topk.hpp"
 #include "specdec/draft/draft_candidates.hpp"
@@ -22,35 +23,34 @@
 namespace specdec {
 
 namespace detail {
-inline namespace SPECDEC_HOST_ISA {  // the float path uses core/detail/simd.hpp: see core/isa.hpp
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
+#include "specdec/draft/detail/draft_rows.inl"
+}  // namespace lvl_native
+using namespace lvl_native;
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace detail
+}  // namespace specdec
+
+// With run-time dispatch (core/simd_level.hpp): the float log-softmax once per level.
+#define SPECDEC_ISA_BODIES "specdec/draft/detail/draft_rows.inl"
+#include "specdec/core/detail/isa_levels.inl"
+#undef SPECDEC_ISA_BODIES
+
+namespace specdec {
+namespace detail {
+inline namespace SPECDEC_HOST_ISA {  // the float path dispatches: see core/isa.hpp
 //! Log-softmax of one row into out: out[i] = row[i] - (max + log sum_j exp(row[j] - max)). O(V).
 //! double rows: double arithmetic throughout. float rows: the max and the exponentials run on
-//! 16-lane vectors (vexp2, relative error < 1e-7), each 16-lane block summed into a double; at a
-//! 128K-token vocabulary the scalar double `exp` per element took ~0.5 ms a row (the self-drafter
-//! runs gamma + 1 = 4 rows a step). -inf entries (masked tokens) stay -inf.
+//! 16-lane vectors (vexp2, relative error < 1e-7), each 16-lane block summed into a double, at the
+//! level the call dispatches to (draft_rows.inl); at a 128K-token vocabulary the scalar double `exp`
+//! per element took ~0.5 ms a row (the self-drafter runs gamma + 1 = 4 rows a step). -inf entries
+//! (masked tokens) stay -inf.
 template <class T>
 void log_softmax(std::span<const T> row, std::span<float> out) {
   const std::size_t n = row.size();
   if constexpr (std::is_same_v<T, float>) {
-    constexpr float ninf = -std::numeric_limits<float>::infinity();
-    const std::size_t nv = n / vlanes * vlanes;
-    vf16 vm = vbroadcast(ninf);
-    for (std::size_t i = 0; i < nv; i += vlanes) vm = vmax(vm, vload(row.data() + i));
-    float mx = vhmax(vm);
-    for (std::size_t i = nv; i < n; ++i) mx = std::max(mx, row[i]);
-    if (mx == ninf || std::isnan(mx)) {  // nothing finite to normalise by: keep the row as it is
-      for (std::size_t i = 0; i < n; ++i) out[i] = row[i];
-      return;
-    }
-    constexpr float log2e = 1.4426950408889634f;
-    const vf16 vmx = vbroadcast(mx);
-    double sum = 0;
-    for (std::size_t i = 0; i < nv; i += vlanes) sum += vhsum(vexp2((vload(row.data() + i) - vmx) * log2e));
-    for (std::size_t i = nv; i < n; ++i) sum += std::exp(static_cast<double>(row[i]) - mx);
-    const float lse = static_cast<float>(static_cast<double>(mx) + std::log(sum));
-    const vf16 vl = vbroadcast(lse);
-    for (std::size_t i = 0; i < nv; i += vlanes) vstore(out.data() + i, vload(row.data() + i) - vl);
-    for (std::size_t i = nv; i < n; ++i) out[i] = row[i] - lse;
+    SPECDEC_ISA_DISPATCH_CALL(log_softmax_kernel(row.data(), out.data(), n));
   } else {
     double mx = -std::numeric_limits<double>::infinity();
     for (auto x : row) mx = std::max(mx, static_cast<double>(x));

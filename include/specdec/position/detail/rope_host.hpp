@@ -1,8 +1,9 @@
 #pragma once
 //! \file rope_host.hpp
 //! The host RoPE kernel behind rope_backend<host> (position/rope.hpp): the rotation of one token's
-//! rows by precomputed cos/sin (16-bit storage widened in bulk through row_convert.hpp, rotated in
-//! fp32) and the split of a call into token blocks over the thread pool. The entry point, its
+//! rows by precomputed cos/sin (rope_kernels.inl: 16-bit storage widened in bulk through the vector
+//! layer, rotated in fp32; compiled once per run-time dispatch level, core/simd_level.hpp), and the
+//! split of a call into token blocks over the thread pool. The entry point, its
 //! validation and the backend seam stay in rope.hpp.
 
 #include <algorithm>
@@ -14,8 +15,9 @@
 #include "specdec/core/half.hpp"
 #include "specdec/core/isa.hpp"
 #include "specdec/core/numeric.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/core/thread_pool.hpp"
-#include "specdec/position/detail/row_convert.hpp"
+#include "specdec/core/detail/simd.hpp"
 
 namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
@@ -23,68 +25,10 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 // Rows of up to this many rotated dims of 16-bit storage are rotated through a float stack buffer.
 inline constexpr int rope_row_buffer = 512;
 
-// Rotates one token's rows (all heads) by the given per-pair cos/sin (float, R/2 each); pairs
-// (i, i + R/2) when rotate_half (rope_style::rotate_half), else (2i, 2i + 1) (interleaved).
-template <class T>
-void rope_rotate_token(T* base, std::int64_t head_stride, std::int64_t heads, int rotary, bool rotate_half,
-                       const float* cs, const float* sn) {
-  using A = accum_t<T>;
-  const int half_r = rotary / 2;
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    // 16-bit storage: widen the rotated part of each row in bulk, rotate in float (vectorizes),
-    // narrow back. Same float operations as the scalar loop below, so the same results.
-    if (rotary <= rope_row_buffer) {
-      float buf[rope_row_buffer];
-      for (std::int64_t h = 0; h < heads; ++h) {
-        T* x = base + h * head_stride;
-        load_row_as_float(x, buf, rotary);
-        if (rotate_half) {
-          float* y = buf + half_r;
-          for (int i = 0; i < half_r; ++i) {
-            const float a = buf[i], b = y[i];
-            buf[i] = a * cs[i] - b * sn[i];
-            y[i] = b * cs[i] + a * sn[i];
-          }
-        } else {
-          for (int i = 0; i < half_r; ++i) {
-            const float a = buf[2 * i], b = buf[2 * i + 1];
-            buf[2 * i] = a * cs[i] - b * sn[i];
-            buf[2 * i + 1] = b * cs[i] + a * sn[i];
-          }
-        }
-        store_row_from_float(buf, x, rotary);
-      }
-      return;
-    }
-  }
-  for (std::int64_t h = 0; h < heads; ++h) {
-    T* x = base + h * head_stride;
-    if (rotate_half) {
-      T* y = x + half_r;
-      for (int i = 0; i < half_r; ++i) {
-        const A a = static_cast<A>(to_float(x[i])), b = static_cast<A>(to_float(y[i]));
-        if constexpr (std::is_same_v<std::remove_cv_t<T>, double>) {
-          x[i] = a * cs[i] - b * sn[i];
-          y[i] = b * cs[i] + a * sn[i];
-        } else {
-          x[i] = from_float<T>(a * cs[i] - b * sn[i]);
-          y[i] = from_float<T>(b * cs[i] + a * sn[i]);
-        }
-      }
-    } else {
-      for (int i = 0; i < half_r; ++i) {
-        const A a = static_cast<A>(to_float(x[2 * i])), b = static_cast<A>(to_float(x[2 * i + 1]));
-        if constexpr (std::is_same_v<std::remove_cv_t<T>, double>) {
-          x[2 * i] = a * cs[i] - b * sn[i];
-          x[2 * i + 1] = b * cs[i] + a * sn[i];
-        } else {
-          x[2 * i] = from_float<T>(a * cs[i] - b * sn[i]);
-          x[2 * i + 1] = from_float<T>(b * cs[i] + a * sn[i]);
-        }
-      }
-    }
-  }
-}
+namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
+#include "specdec/position/detail/rope_kernels.inl"
+}  // namespace lvl_native
+using namespace lvl_native;
 
 // Tokens per parallel work item; below min_parallel_elems elements the call stays on one thread
 // (a pool wake-up costs more than rotating a few thousand values).
@@ -104,5 +48,21 @@ void rope_for_tokens(const host& policy, std::int64_t tokens, std::int64_t elems
   });
 }
 
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace specdec::detail
+
+// With run-time dispatch: the rotation once per level.
+#define SPECDEC_ISA_BODIES "specdec/position/detail/rope_kernels.inl"
+#include "specdec/core/detail/isa_levels.inl"
+#undef SPECDEC_ISA_BODIES
+
+namespace specdec::detail {
+inline namespace SPECDEC_HOST_ISA {
+//! rope_rotate_token (rope_kernels.inl) at the level the call dispatches to.
+template <class T>
+void rope_rotate_token_at_level(T* base, std::int64_t head_stride, std::int64_t heads, int rotary, bool rotate_half,
+                                const float* cs, const float* sn) {
+  SPECDEC_ISA_DISPATCH_CALL(rope_rotate_token(base, head_stride, heads, rotary, rotate_half, cs, sn));
+}
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail

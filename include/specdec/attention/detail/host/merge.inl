@@ -62,3 +62,10 @@ void merge_parts_row(const merge_parts<InT>& parts, std::int64_t t, std::int64_t
   for (int c = 0; c < d; c += vlanes) vstore_as(out + c, vload(acc + c));
   *lse_out = acc_lse;
 }
+
+//! Every head of token t of the public lse_merge (attention/lse_merge.hpp): P is its
+//! lse_merge_params (in: merge_parts; out: merge_out; heads, head_dim).
+template <class P>
+void merge_parts_heads(const P& p, std::int64_t t) noexcept {
+  for (int h = 0; h < p.heads; ++h) merge_parts_row(p.in, t, h, p.head_dim, p.out.row(t, h), p.out.lse_at(t, h));
+}

@@ -1,0 +1,178 @@
+// vec.inl: the row kernels of sampling/detail/vec.hpp (see there), compiled at the including file's
+// flags and once per run-time dispatch level (core/detail/isa_levels.inl). Plain loops that the
+// compiler vectorizes for each level's instruction set. No include guard, no #include, no namespace.
+// The *_kernel functions are reached through vec.hpp's dispatching entry points of the same name
+// without the suffix.
+
+//! exp(x) for x <= 0 (x = logit - max); returns exactly 0 for x < -87.3 (including -inf), so masked
+//! tokens get exactly zero weight. Rounds x*log2(e) to the nearest integer n with the 1.5*2^23
+//! magic-number trick (valid for |x log2 e| < 2^22 and vectorizable, unlike floor), reduces
+//! r = x - n ln 2 in two parts (Cody-Waite), evaluates Cephes' degree-5 polynomial and scales by 2^n
+//! through the exponent bits. Not valid for x > 0 or NaN (callers guarantee x <= 0).
+inline float fast_exp(float x) noexcept {
+  const float xc = x < -87.3f ? -87.3f : x;
+  const float t = xc * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23: t's low mantissa bits = round(.)
+  const float n = t - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  const float r2 = r * r;
+  const float y = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+                     1.6666665459e-1f) *
+                        r +
+                    5.0000001201e-1f) *
+                       r2 +
+                   r) +
+                  1.0f;
+  const std::int32_t e = (std::bit_cast<std::int32_t>(t) - 0x4B400000) + 127;  // n + bias, in [1, 127]
+  const float scale = std::bit_cast<float>(e << 23);
+  return x < -87.3f ? 0.0f : y * scale;
+}
+
+//! True if v is an admissible probability / weight: finite and >= 0 (NaN, +-inf and negatives are not).
+inline bool admissible_prob(float v) noexcept { return v >= 0.0f && v <= std::numeric_limits<float>::max(); }
+
+// The policy checks below are out of line: inlined into a large caller, GCC sometimes left their lane
+// loops scalar (sample_from_probs took 150 us for 128K tokens where the sum alone takes 7). Out of line
+// they vectorize at -O2 and -O3 alike, and their flags are int lanes ORed with & (a bool flag or a
+// short-circuit && kept them scalar). Measured at V = 128K, scan_logits: 6 us with AVX-512, 9 us
+// with AVX2, 26-35 us on baseline x86-64 (the max pass and the NaN scan it replaces took 60-70 us).
+
+//! first_index_of's body: index of the first element equal to v, or -1. Blocks of 64 are tested
+//! with an int flag (vectorizes; a bool flag did not: 45-75 us at V = 128K against 5-12 us), then
+//! the hit block is scanned.
+[[gnu::noinline]] inline std::int64_t first_index_of_kernel(const float* x, std::size_t n, float v) noexcept {
+  constexpr std::size_t block = 64;
+  std::size_t i = 0;
+  for (; i + block <= n; i += block) {
+    int any = 0;
+    for (std::size_t j = 0; j < block; ++j) any |= x[i + j] == v;
+    if (any) break;
+  }
+  for (; i < n; ++i)
+    if (x[i] == v) return static_cast<std::int64_t>(i);
+  return -1;
+}
+
+//! scan_logits' body: `lanes` independent max / min / flag chains, then the tail.
+[[gnu::noinline]] inline logit_scan scan_logits_kernel(const float* x, std::size_t n) noexcept {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  float mx[lanes], mn[lanes];
+  int bad[lanes];
+  for (int j = 0; j < lanes; ++j) mx[j] = -inf, mn[j] = inf, bad[j] = 0;
+  const std::size_t body = n - n % lanes;
+  for (std::size_t i = 0; i < body; i += lanes)
+    for (int j = 0; j < lanes; ++j) {
+      const float v = x[i + j];
+      mx[j] = v > mx[j] ? v : mx[j];
+      const float finite_or_inf = v > -inf ? v : inf;  // -inf takes no part in the minimum
+      mn[j] = finite_or_inf < mn[j] ? finite_or_inf : mn[j];
+      bad[j] |= !(v < inf);  // NaN or +inf
+    }
+  logit_scan r{-inf, inf, false};
+  for (int j = 0; j < lanes; ++j) {
+    r.max = mx[j] > r.max ? mx[j] : r.max;
+    r.min = mn[j] < r.min ? mn[j] : r.min;
+    r.bad |= bad[j] != 0;
+  }
+  for (std::size_t i = body; i < n; ++i) {
+    const float v = x[i];
+    r.max = v > r.max ? v : r.max;
+    r.min = v > -inf && v < r.min ? v : r.min;
+    r.bad |= !(v < inf);
+  }
+  return r;
+}
+
+//! any_inadmissible_prob's body: true if some x[i], i in [0, n), is not an admissible probability
+//! (`lanes` int flags, then the tail).
+[[gnu::noinline]] inline bool any_inadmissible_prob_kernel(const float* x, std::size_t n) noexcept {
+  int bad[lanes] = {};
+  const std::size_t body = n - n % lanes;
+  for (std::size_t i = 0; i < body; i += lanes)
+    for (int j = 0; j < lanes; ++j) {
+      const float v = x[i + j];
+      bad[j] |= ((v >= 0.0f) & (v <= std::numeric_limits<float>::max())) ? 0 : 1;
+    }
+  bool r = false;
+  for (int j = 0; j < lanes; ++j) r |= bad[j] != 0;
+  for (std::size_t i = body; i < n; ++i) r |= !admissible_prob(x[i]);
+  return r;
+}
+
+//! lane_sum's body: `lanes` fixed partial sums, then added in lane order (deterministic).
+template <class T>
+inline double lane_sum_kernel(const T* x, std::size_t n) noexcept {
+  double acc[lanes] = {};
+  const std::size_t body = n - n % lanes;
+  for (std::size_t i = 0; i < body; i += lanes)
+    for (int j = 0; j < lanes; ++j) acc[j] += x[i + j];
+  double s = 0.0;
+  for (std::size_t i = body; i < n; ++i) s += x[i];
+  for (int j = 0; j < lanes; ++j) s += acc[j];
+  return s;
+}
+
+//! out[i] = fast_exp(x[i] - m) for i in [0, n) (pure elementwise: vectorizes).
+inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float* __restrict out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = fast_exp(x[i] - m);
+}
+
+//! exp_sum's body: out[i] = fast_exp(x[i] - m) (out may be null: sum only); returns the sum in
+//! double, computed chunk by chunk (256 tokens, lane_sum each, chunk sums added in order): fixed
+//! order for a given n.
+//! Precondition: m >= every x[i]. Out of line for the reason given at scan_logits: inlined into a
+//! caller that also inlines the samplers, its exp loop stayed scalar (logits_to_probs at 360 us for
+//! 128K tokens instead of 45-80 with AVX-512).
+[[gnu::noinline]] inline double exp_sum_kernel(const float* x, std::size_t n, float m, float* out) noexcept {
+  constexpr std::size_t chunk = 256;
+  float local[chunk];
+  double s = 0.0;
+  for (std::size_t lo = 0; lo < n; lo += chunk) {
+    const std::size_t len = n - lo < chunk ? n - lo : chunk;
+    float* dst = out ? out + lo : local;
+    exp_shifted(x + lo, len, m, dst);
+    s += lane_sum_kernel(dst, len);
+  }
+  return s;
+}
+
+// The elementwise steps of logits processing (sampling/logits_processor.hpp), out of line so they
+// vectorize for the dispatched level rather than the caller's flags.
+
+//! x[i] *= s for i in [0, n) (temperature: l * (1/t)).
+[[gnu::noinline]] inline void scale_kernel(float* x, std::size_t n, float s) noexcept {
+  for (std::size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+//! x[i] = (x[i] - m) / t for i in [0, n) (temperature on the shifted row).
+[[gnu::noinline]] inline void shift_divide_kernel(float* x, std::size_t n, float m, float t) noexcept {
+  for (std::size_t i = 0; i < n; ++i) x[i] = (x[i] - m) / t;
+}
+
+//! x[i] = x[i] >= cut ? x[i] : -inf for i in [0, n) (min-p on logits).
+[[gnu::noinline]] inline void mask_below_kernel(float* x, std::size_t n, float cut) noexcept {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < n; ++i) x[i] = x[i] >= cut ? x[i] : ninf;
+}
+
+//! sum over i with w[i] > 0 of w[i] * (x[i] - m), in double: `lanes` partial sums, the tail, then
+//! the lanes in order (eta sampling's entropy term; deterministic for a given n).
+[[gnu::noinline]] inline double weighted_shift_sum_kernel(const float* w, const float* x, std::size_t n,
+                                                          float m) noexcept {
+  double acc[lanes] = {};
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    for (int j = 0; j < lanes; ++j) acc[j] += w[i + j] > 0.0f ? static_cast<double>(w[i + j]) * (x[i + j] - m) : 0.0;
+  double t = 0.0;
+  for (; i < n; ++i) t += w[i] > 0.0f ? static_cast<double>(w[i]) * (x[i] - m) : 0.0;
+  for (int j = 0; j < lanes; ++j) t += acc[j];
+  return t;
+}
+
+//! x[k] = -inf where w[k] < cut (in double) and k != keep, for k in [0, n) (eta's cut).
+[[gnu::noinline]] inline void mask_weight_below_kernel(float* x, const float* w, std::size_t n, double cut,
+                                                       std::int64_t keep) noexcept {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  for (std::size_t k = 0; k < n; ++k)
+    x[k] = static_cast<double>(w[k]) < cut && static_cast<std::int64_t>(k) != keep ? ninf : x[k];
+}
