@@ -221,7 +221,7 @@ TEST_CASE("simd_level: the sampling row kernels (sampling/detail/vec.hpp) at eve
   }
 }
 
-TEST_CASE("simd_level: topk (its dispatched block scan) at every level against a full sort") {
+TEST_CASE("simd_level: topk (its dispatched block scan) and any_nan at every level against a full sort") {
   level_guard g;
   philox_stream rng(777, 1);
   for (int l : runnable_levels()) {
@@ -243,6 +243,12 @@ TEST_CASE("simd_level: topk (its dispatched block scan) at every level against a
             const std::span<const float> v(*row);
             CHECK(topk_indices<float>(v, k) == topk_indices_by_sort<float>(v, k));
           }
+        // any_nan, the NaN check callers of topk make first (dispatched alongside its scan).
+        const bool has_nan = std::any_of(nans.begin(), nans.end(), [](float x) { return std::isnan(x); });
+        CHECK(any_nan(nans.data(), nans.size()) == has_nan);
+        CHECK_FALSE(any_nan(rising.data(), rising.size()));
+        rising.back() = -std::numeric_limits<float>::quiet_NaN();  // a sign-bit NaN in the tail
+        CHECK(any_nan(rising.data(), rising.size()));
       }
     }
   }

@@ -8,6 +8,7 @@
 //! values exist.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -57,7 +58,7 @@ using namespace lvl_native;
 }  // namespace detail
 }  // namespace specdec
 
-// With run-time dispatch (core/simd_level.hpp): the scan once per level.
+// With run-time dispatch (core/simd_level.hpp): the selection once per level.
 #define SPECDEC_ISA_BODIES "specdec/core/detail/topk.inl"
 #include "specdec/core/detail/isa_levels.inl"
 #undef SPECDEC_ISA_BODIES
@@ -65,11 +66,8 @@ using namespace lvl_native;
 namespace specdec {
 namespace detail {
 inline namespace SPECDEC_HOST_ISA {
-//! topk_skip_kernel (topk.inl) at the level the call dispatches to.
-template <class T>
-std::int32_t topk_skip(const T* v, std::int32_t i, std::int32_t n, T thr) noexcept {
-  SPECDEC_ISA_DISPATCH_RETURN(topk_skip_kernel(v, i, n, thr));
-}
+//! True if some x[i], i < n, is NaN (topk ranks NaN last; callers that must reject NaN ask first).
+inline bool any_nan(const float* x, std::size_t n) noexcept { SPECDEC_ISA_DISPATCH_RETURN(any_nan_kernel(x, n)); }
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
 
@@ -79,7 +77,7 @@ struct topk_workspace {
   std::vector<detail::topk_entry<T>> heap;
 };
 
-// topk's code depends on the file's flags and dispatch (the scan above): in the ISA namespace.
+// topk's code depends on the file's flags and dispatch (topk.inl): in the ISA namespace.
 inline namespace SPECDEC_HOST_ISA {
 
 //! Writes the indices (and, if `out_values` is non-empty, the values) of the k best entries of
@@ -101,46 +99,9 @@ void topk(std::span<const T> values, int k, std::span<std::int32_t> out_indices,
   if (!out_values.empty() && out_values.size() < static_cast<std::size_t>(k)) [[unlikely]]
     throw_invalid_argument(fn, "out_values.size()", "0 or >= k = " + std::to_string(k), out_values.size());
   if (k == 0) return;
-  using entry = detail::topk_entry<T>;
   auto& heap = ws.heap;
-  heap.clear();
-  heap.reserve(static_cast<std::size_t>(k));
-  // Heap ordered so the WORST kept entry is at the front.
-  const auto cmp = [](const entry& a, const entry& b) { return detail::topk_before(a.value, a.index, b.value, b.index); };
-  const T* v = values.data();
-  for (std::int32_t i = 0; i < k; ++i) heap.push_back({v[i], i});
-  std::make_heap(heap.begin(), heap.end(), cmp);
-  // Scanning in ascending index order, an element equal to the current worst kept value has a larger
-  // index, so it loses the tie: the entry test is a strict `>`, which also rejects NaN.
-  auto admit = [&](std::int32_t i) {
-    std::pop_heap(heap.begin(), heap.end(), cmp);
-    heap.back() = {v[i], i};
-    std::push_heap(heap.begin(), heap.end(), cmp);
-  };
-  std::int32_t i = k;
-  constexpr std::int32_t block = 32;
-  while (i < n) {
-    const entry& worst = heap.front();
-    if (detail::topk_isnan(worst.value)) {  // rare: any number beats a kept NaN
-      if (!detail::topk_isnan(v[i])) admit(i);
-      ++i;
-      continue;
-    }
-    const T thr = worst.value;
-    if (i + block <= n) {
-      // Skip the blocks nothing of which can enter (vectorized, dispatched: topk.inl), then admit
-      // from the first block that has a candidate.
-      i = detail::topk_skip(v, i, n, thr);
-      if (i + block > n) continue;  // only the tail is left
-      for (std::int32_t j = i; j < i + block; ++j)
-        if (v[j] > heap.front().value) admit(j);
-      i += block;
-    } else {
-      if (v[i] > thr) admit(i);
-      ++i;
-    }
-  }
-  std::sort_heap(heap.begin(), heap.end(), cmp);  // ascending in cmp = best first
+  heap.resize(static_cast<std::size_t>(k));
+  SPECDEC_ISA_DISPATCH_CALL(topk_select_kernel(values.data(), n, k, heap.data()));
   for (int j = 0; j < k; ++j) {
     out_indices[static_cast<std::size_t>(j)] = heap[static_cast<std::size_t>(j)].index;
     if (!out_values.empty()) out_values[static_cast<std::size_t>(j)] = heap[static_cast<std::size_t>(j)].value;

@@ -194,25 +194,12 @@ inline float apply_temperature(std::span<float> row, float t, const logit_scan& 
   return 0.0f;
 }
 
-//! Number of top-p histogram bins: float exponent and top 3 mantissa bits of a weight, an eighth of a
-//! binade each (weights exp(l - max) lie in [0, 1], keys <= 1016).
-inline constexpr std::uint32_t top_p_bins = 1024;
-
-//! Top-p histogram bin of a weight: monotone non-decreasing in w >= 0, and always in [0, top_p_bins)
-//! whatever the bits (an out-of-range weight -- NaN, negative, > 2 -- lands in the top bin instead of
-//! indexing past the histogram).
-inline std::uint32_t top_p_bin(float w) noexcept {
-  const std::uint32_t key = std::bit_cast<std::uint32_t>(w) >> 20;
-  return key < top_p_bins - 1 ? key : top_p_bins - 1;
-}
-
 //! Top-p keep set (TokenSwift Appendix D.1): the smallest prefix, in (weight desc, logit desc, id asc) order, whose
 //! weight reaches p * total. One pass bins tokens by top_p_bin of their weight, with per-bin mass;
 //! bins above the one where the running mass crosses p * total are kept whole, and only the tokens of
 //! that boundary bin go through the mass-aware quickselect. O(V) plus a selection over one bin,
 //! instead of a sort of V. `m` is the row's maximum (finite).
 inline void apply_top_p(std::span<float> row, float top_p, float m, sampling_workspace& ws) {
-  constexpr float ninf = -std::numeric_limits<float>::infinity();
   const double total = softmax_weights(row, m, ws);
   const double need = static_cast<double>(top_p) * total;
   const float* w = ws.weights.data();
@@ -238,11 +225,7 @@ inline void apply_top_p(std::span<float> row, float top_p, float m, sampling_wor
   const std::size_t kept = select_top_p(wd.data(), row.data(), 1.0, need - above, ws.idx);
   if (ws.mark.size() != v) ws.mark.assign(v, 0);
   for (std::size_t j = 0; j < kept; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 1;
-  for (std::size_t i = 0; i < v; ++i) {
-    const std::uint32_t bin = top_p_bin(w[i]);
-    const bool keep = bin > boundary || (bin == boundary && ws.mark[i]);
-    row[i] = keep ? row[i] : ninf;
-  }
+  top_p_mask(row.data(), w, ws.mark.data(), v, boundary);
   for (std::size_t j = 0; j < kept; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 0;
 }
 
@@ -253,7 +236,7 @@ inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
     ws.topk_idx.resize(static_cast<std::size_t>(k));
     ws.values.resize(static_cast<std::size_t>(k));
     topk(std::span<const float>(row.data(), v), k, std::span(ws.topk_idx), std::span(ws.values), ws.topk_ws);
-    std::fill(row.begin(), row.end(), ninf);
+    fill_row(row.data(), v, ninf);
     for (int j = 0; j < k; ++j) row[static_cast<std::size_t>(ws.topk_idx[static_cast<std::size_t>(j)])] = ws.values[static_cast<std::size_t>(j)];
     return;
   }
@@ -308,7 +291,7 @@ inline void process_row(std::span<float> row, const sampling_params& p, std::spa
   }
   if (p.temperature == 0.0f) {
     const auto top = static_cast<std::size_t>(first_index_of(row.data(), row.size(), s.max));
-    std::fill(row.begin(), row.end(), ninf);
+    fill_row(row.data(), row.size(), ninf);
     row[top] = 0.0f;
     return;
   }
@@ -431,8 +414,7 @@ inline void logits_to_probs(std::span<const float> logits, std::span<float> prob
   require(!logits.empty(), fn, "logits", "a non-empty row", logits.size());
   const float m = detail::checked_logit_scan(logits, {fn, "logits"}).max;
   const double s = detail::exp_sum(logits.data(), logits.size(), m, probs.data());
-  const auto inv = static_cast<float>(1.0 / s);
-  for (float& x : probs) x *= inv;
+  detail::scale_row(probs.data(), probs.size(), static_cast<float>(1.0 / s));
 }
 
 }  // namespace specdec

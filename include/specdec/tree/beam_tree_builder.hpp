@@ -32,7 +32,6 @@
 //! sum w_k <= max_builder_nodes.
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -118,11 +117,8 @@ class beam_tree_builder {
       cand_logprobs_.assign(frontier.size() * static_cast<std::size_t>(k), -std::numeric_limits<float>::infinity());
       for (std::size_t r = 0; r < frontier.size(); ++r) {
         const std::span<const float> row(rows_.data() + r * v, v);
-        // top-k ranks NaN last, so look for it explicitly: NaN iff |bits| > bits(inf); an unsigned
-        // max reduction vectorizes.
-        std::uint32_t mx = 0;
-        for (const float x : row) mx = std::max(mx, std::bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu);
-        if (mx > 0x7F800000u) [[unlikely]]
+        // top-k ranks NaN last, so look for it explicitly (core/topk.hpp; dispatched, vectorized).
+        if (detail::any_nan(row.data(), row.size())) [[unlikely]]
           throw_invalid_argument(name, "rows (row " + std::to_string(r) + ")", "log-probabilities, no NaN", "NaN");
         const std::size_t o = r * static_cast<std::size_t>(k);
         topk<float>(row, kk, std::span<std::int32_t>(cand_tokens_).subspan(o, static_cast<std::size_t>(kk)),

@@ -108,30 +108,7 @@ inline double residual_update(std::span<const float> prow, std::span<const float
   double* bs = s.blocks.reset(v);
   for (std::size_t b = 0; b < s.blocks.count(); ++b) {
     const std::size_t lo = b * cdf_block, hi = std::min(v, lo + cdf_block);
-    double acc[lanes] = {};
-    std::size_t i = lo;
-    if (from_p) {
-      for (; i + lanes <= hi; i += lanes)
-        for (int j = 0; j < lanes; ++j) {
-          const double d = static_cast<double>(pr[i + j]) - c * static_cast<double>(qr[i + j]);
-          w[i + j] = d > 0.0 ? d : 0.0;
-          acc[j] += w[i + j];
-        }
-    } else {
-      for (; i + lanes <= hi; i += lanes)
-        for (int j = 0; j < lanes; ++j) {
-          const double d = w[i + j] - c * static_cast<double>(qr[i + j]);
-          w[i + j] = d > 0.0 ? d : 0.0;
-          acc[j] += w[i + j];
-        }
-    }
-    double sum = 0.0;
-    for (; i < hi; ++i) {
-      const double d = (from_p ? static_cast<double>(pr[i]) : w[i]) - c * static_cast<double>(qr[i]);
-      w[i] = d > 0.0 ? d : 0.0;
-      sum += w[i];
-    }
-    for (int j = 0; j < lanes; ++j) sum += acc[j];
+    const double sum = residual_block(from_p ? pr : nullptr, w, qr, lo, hi, c);
     if (from_p && (any_inadmissible_prob(pr + lo, hi - lo) || any_inadmissible_prob(qr + lo, hi - lo))) [[unlikely]] {
       const std::size_t ip = lo + first_inadmissible_prob(pr + lo, hi - lo);
       if (ip < hi) throw_bad_entry(at_p, bad_prob_text, static_cast<std::int64_t>(ip), pr[ip]);

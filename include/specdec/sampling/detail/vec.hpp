@@ -20,6 +20,10 @@ namespace specdec::detail {
 
 inline constexpr int lanes = 16;
 
+//! Number of top-p histogram bins (sampling/logits_processor.hpp): float exponent and top 3 mantissa
+//! bits of a weight, an eighth of a binade each (weights exp(l - max) lie in [0, 1], keys <= 1016).
+inline constexpr std::uint32_t top_p_bins = 1024;
+
 //! What the token-producing entry points need to know about a row of logits, from one pass: the
 //! largest value, the smallest value above -inf (+inf when there is none) and whether any entry is
 //! NaN or +inf (those are rejected; see the non-finite policy in sampling/sampler.hpp). NaN entries
@@ -125,6 +129,22 @@ inline double weighted_shift_sum(const float* w, const float* x, std::size_t n, 
 //! x[k] = -inf where w[k] < cut (compared in double) and k != keep, for k in [0, n).
 inline void mask_weight_below(float* x, const float* w, std::size_t n, double cut, std::int64_t keep) noexcept {
   SPECDEC_ISA_DISPATCH_CALL(mask_weight_below_kernel(x, w, n, cut, keep));
+}
+
+//! x[i] = v for i in [0, n).
+inline void fill_row(float* x, std::size_t n, float v) noexcept { SPECDEC_ISA_DISPATCH_CALL(fill_kernel(x, n, v)); }
+
+//! Top-p's final pass: x[i] kept where top_p_bin(w[i]) > boundary, or == boundary with mark[i] set;
+//! -inf elsewhere.
+inline void top_p_mask(float* x, const float* w, const std::uint8_t* mark, std::size_t n,
+                       std::uint32_t boundary) noexcept {
+  SPECDEC_ISA_DISPATCH_CALL(top_p_mask_kernel(x, w, mark, n, boundary));
+}
+
+//! w[i] = max(0, base[i] - c q[i]) over [lo, hi), base = p or (p null) w; returns the block's sum.
+inline double residual_block(const float* p, double* w, const float* q, std::size_t lo, std::size_t hi,
+                             double c) noexcept {
+  SPECDEC_ISA_DISPATCH_RETURN(residual_block_kernel(p, w, q, lo, hi, c));
 }
 
 }  // namespace SPECDEC_HOST_ISA

@@ -176,3 +176,61 @@ inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float
   for (std::size_t k = 0; k < n; ++k)
     x[k] = static_cast<double>(w[k]) < cut && static_cast<std::int64_t>(k) != keep ? ninf : x[k];
 }
+
+//! x[i] = v for i in [0, n) (a row set to -inf before top-k writes its k survivors back).
+[[gnu::noinline]] inline void fill_kernel(float* x, std::size_t n, float v) noexcept {
+  for (std::size_t i = 0; i < n; ++i) x[i] = v;
+}
+
+//! Top-p histogram bin of a weight: monotone non-decreasing in w >= 0, and always in [0, top_p_bins)
+//! whatever the bits (an out-of-range weight -- NaN, negative, > 2 -- lands in the top bin instead of
+//! indexing past the histogram).
+inline std::uint32_t top_p_bin(float w) noexcept {
+  const std::uint32_t key = std::bit_cast<std::uint32_t>(w) >> 20;
+  return key < top_p_bins - 1 ? key : top_p_bins - 1;
+}
+
+//! Top-p's final pass over [0, n): x[i] stays where its weight's bin is above `boundary`, or is
+//! `boundary` with mark[i] set (the boundary bin's selected tokens); -inf elsewhere.
+[[gnu::noinline]] inline void top_p_mask_kernel(float* x, const float* w, const std::uint8_t* mark, std::size_t n,
+                                                std::uint32_t boundary) noexcept {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t bin = top_p_bin(w[i]);
+    const bool keep = bin > boundary || (bin == boundary && mark[i] != 0);
+    x[i] = keep ? x[i] : ninf;
+  }
+}
+
+//! Multi-draft verification's residual update (verify/multi_draft.hpp) over one block [lo, hi):
+//! w[i] = max(0, base[i] - c q[i]) in double, base = p when p is not null, else w itself; returns
+//! the block's sum (`lanes` partial sums over the whole lanes, the tail first, then the lanes in
+//! order: deterministic for a given block).
+[[gnu::noinline]] inline double residual_block_kernel(const float* p, double* w, const float* q, std::size_t lo,
+                                                      std::size_t hi, double c) noexcept {
+  double acc[lanes] = {};
+  std::size_t i = lo;
+  if (p != nullptr) {
+    for (; i + lanes <= hi; i += lanes)
+      for (int j = 0; j < lanes; ++j) {
+        const double d = static_cast<double>(p[i + j]) - c * static_cast<double>(q[i + j]);
+        w[i + j] = d > 0.0 ? d : 0.0;
+        acc[j] += w[i + j];
+      }
+  } else {
+    for (; i + lanes <= hi; i += lanes)
+      for (int j = 0; j < lanes; ++j) {
+        const double d = w[i + j] - c * static_cast<double>(q[i + j]);
+        w[i + j] = d > 0.0 ? d : 0.0;
+        acc[j] += w[i + j];
+      }
+  }
+  double sum = 0.0;
+  for (; i < hi; ++i) {
+    const double d = (p != nullptr ? static_cast<double>(p[i]) : w[i]) - c * static_cast<double>(q[i]);
+    w[i] = d > 0.0 ? d : 0.0;
+    sum += w[i];
+  }
+  for (int j = 0; j < lanes; ++j) sum += acc[j];
+  return sum;
+}
