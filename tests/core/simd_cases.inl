@@ -53,6 +53,27 @@ inline void simd_cases() {
     CHECK(bad == 0);
   }
 
+  SECTION("narrowing to fp16 gives float_to_half_bits' bits over a sweep of float bit patterns") {
+    // Every 4093rd pattern of all 2^32 (both signs, every exponent: subnormal and normal results,
+    // ties, overflow to Inf, NaN payloads), plus the boundaries of each case.
+    std::vector<std::uint32_t> pats;
+    for (std::uint64_t u = 0; u < (1ull << 32); u += 4093) pats.push_back(static_cast<std::uint32_t>(u));
+    for (std::uint32_t b : {0x38800000u, 0x387fffffu, 0x477fefffu, 0x477ff000u, 0x7f800000u, 0x7f800001u,
+                            0x7fc00000u, 0x33000000u, 0x33000001u, 0x32ffffffu, 0x38000fffu, 0x38001000u})
+      for (std::uint32_t sgn : {0u, 0x80000000u}) pats.push_back(b | sgn);
+    while (pats.size() % vlanes) pats.push_back(0);
+    std::vector<float> x(pats.size());
+    std::memcpy(x.data(), pats.data(), pats.size() * sizeof(float));
+    std::vector<half> h(x.size());
+    for (std::size_t i = 0; i < x.size(); i += vlanes) vstore_as(h.data() + i, vload(x.data() + i));
+    int bad = 0;
+    std::size_t first_bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (h[i].bits != specdec::detail::float_to_half_bits(x[i]) && bad++ == 0) first_bad = i;
+    INFO("first mismatching float bits: " << pats[first_bad]);
+    CHECK(bad == 0);
+  }
+
   SECTION("narrowing to fp16 and bf16 rounds like the scalar conversions") {
     // Random values over many binades, plus ties, overflow, subnormal results, zeros, inf and NaN.
     std::vector<float> x = random_floats(11, 4096, 1.0f);

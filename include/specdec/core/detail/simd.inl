@@ -414,7 +414,19 @@ SPECDEC_FORCEINLINE void vstore_as(T* p, const vf16& v) noexcept {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
 #else
-    for (int i = 0; i < vlanes; ++i) p[i] = half(v[i]);
+    // No F16C (baseline x86-64, NEON without this path): float_to_half_bits' cases, lane-parallel,
+    // bit-identical. Normal results: rebias, round to nearest even by adding 0xfff plus the kept
+    // LSB (a carry into the exponent is correct, up to Inf at 65520). Below 2^-14: |f| + 0.5 rounds
+    // |f| to the 2^-24 grid (ties to even; 1024 units is the smallest normal), and the units are
+    // the half's bits. NaN stays quiet with its top payload bits.
+    const vu16 x = vbitcast<vu16>(v);
+    const vu16 sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    const vu16 normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    const vu16 sub = vbitcast<vu16>(vbitcast<vf16>(a) + 0.5f) - 0x3f000000u;
+    vu16 r = vselect(a < 0x38800000u, sub, normal);
+    r = vselect(a > 0x477fefffu, (a & 0u) | 0x7c00u, r);
+    r = vselect(a > 0x7f800000u, ((a >> 13) & 0x3ffu) | 0x7e00u, r);
+    vstore_u16(p, r | sign);
 #endif
   }
 }
