@@ -16,21 +16,13 @@
 #include "specdec/core/simd_level.hpp"
 #include "specdec/core/thread_pool.hpp"
 
-// The kernels at this file's own flags, where the library keeps its own (detail::...::lvl_native).
-namespace specdec::detail {
-inline namespace SPECDEC_HOST_ISA {
-namespace lvl_native {
-#include "model_math.inl"
-}  // namespace lvl_native
-}  // namespace SPECDEC_HOST_ISA
-}  // namespace specdec::detail
-
-// The same kernels once per dispatch level (detail::SPECDEC_HOST_ISA::lvl_<level>), so a build with
-// the compiler's default flags runs them with AVX2/AVX-512 where the CPU has it (core/simd_level.hpp).
-// (A quoted include is looked up next to the file that includes it, core/detail/isa_levels.inl,
-// first: this path works whatever include directories the including program has.)
+// The kernels at this file's own flags, where the library keeps its own (detail::...::lvl_native),
+// and once per dispatch level (detail::SPECDEC_HOST_ISA::lvl_<level>), so a build with the
+// compiler's default flags runs them with AVX2/AVX-512 where the CPU has it (core/simd_level.hpp).
+// (A quoted include is looked up next to the file that includes it, core/detail/isa_family.inl and
+// isa_levels.inl, first: this path works whatever include directories the including program has.)
 #define SPECDEC_ISA_BODIES "../../../../examples/common/model_math.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
 
 namespace specdec::examples {

@@ -49,18 +49,12 @@ struct topk_entry {
   std::int32_t index;
 };
 
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/core/detail/topk.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
 }  // namespace specdec
 
-// With run-time dispatch (core/simd_level.hpp): the selection once per level.
+// The kernels at this file's flags and, with run-time dispatch (core/simd_level.hpp), once per level.
 #define SPECDEC_ISA_BODIES "specdec/core/detail/topk.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
 
 namespace specdec {

@@ -90,18 +90,12 @@ template <class A, class B>
 //! decode step's gamma * H / 64 = 192 tasks balance over any small pool).
 inline constexpr int residual_cols_per_task = 64;
 
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/draft/detail/residual_kernels.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
 }  // namespace specdec
 
-// With run-time dispatch (core/simd_level.hpp): the kernels once per level.
+// The kernels at this file's flags and, with run-time dispatch (core/simd_level.hpp), once per level.
 #define SPECDEC_ISA_BODIES "specdec/draft/detail/residual_kernels.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
 
 namespace specdec {

@@ -82,19 +82,11 @@ struct indexed_kv {
   SPECDEC_HOST_DEVICE auto v_row(int r, int t, int h) const noexcept { return base.v_row(r, source(r, t, h), h); }
 };
 
-namespace detail {
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/kv/detail/partial_kv_kernels.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
-}  // namespace detail
 }  // namespace specdec
 
-// With run-time dispatch: the scoring loop once per level.
+// The kernels at this file's flags and, with run-time dispatch (core/simd_level.hpp), once per level.
 #define SPECDEC_ISA_BODIES "specdec/kv/detail/partial_kv_kernels.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
 
 namespace specdec {

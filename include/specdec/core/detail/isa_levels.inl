@@ -1,12 +1,15 @@
 // isa_levels.inl: includes the kernel bodies named by SPECDEC_ISA_BODIES once per dispatch level
 // (core/simd_level.hpp), each in its own namespace specdec::detail::SPECDEC_HOST_ISA::lvl_<level>
 // and, above the file's own level, inside a target region. No include guard: a dispatching header
-// includes it once per kernel family, e.g.
+// includes it once per kernel family, usually through isa_family.inl (which first compiles the same
+// bodies at the file's own flags, in lvl_native), e.g.
 //
-//   #define SPECDEC_ISA_BODIES "specdec/attention/detail/host/kernels.inl"
-//   #include "specdec/core/detail/isa_levels.inl"
+//   #define SPECDEC_ISA_BODIES "specdec/kv/detail/partial_kv_kernels.inl"
+//   #include "specdec/core/detail/isa_family.inl"
 //   #undef SPECDEC_ISA_BODIES
 //
+// The attention backend includes it directly (run.hpp): its headers compile their bodies in
+// lvl_native one by one, and kernels.inl lists them for the levels.
 // Every level namespace starts with the vector layer (core/detail/simd.inl), included once per level
 // however many kernel families a file dispatches, so bodies use vf16, vload, ... without including it.
 //

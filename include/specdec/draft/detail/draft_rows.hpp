@@ -20,21 +20,9 @@
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/sampler.hpp"
 
-namespace specdec {
-
-namespace detail {
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/draft/detail/draft_rows.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
-}  // namespace detail
-}  // namespace specdec
-
-// With run-time dispatch (core/simd_level.hpp): the float log-softmax once per level.
+// The kernels at this file's flags and, with run-time dispatch (core/simd_level.hpp), once per level.
 #define SPECDEC_ISA_BODIES "specdec/draft/detail/draft_rows.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
 
 namespace specdec {

@@ -25,11 +25,6 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 // Rows of up to this many rotated dims of 16-bit storage are rotated through a float stack buffer.
 inline constexpr int rope_row_buffer = 512;
 
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/position/detail/rope_kernels.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-
 // Tokens per parallel work item; below min_parallel_elems elements the call stays on one thread
 // (a pool wake-up costs more than rotating a few thousand values).
 inline constexpr std::int64_t rope_tokens_per_task = 16;
@@ -51,9 +46,9 @@ void rope_for_tokens(const host& policy, std::int64_t tokens, std::int64_t elems
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail
 
-// With run-time dispatch: the rotation once per level.
+// The rotation at this file's flags and, with run-time dispatch (core/simd_level.hpp), once per level.
 #define SPECDEC_ISA_BODIES "specdec/position/detail/rope_kernels.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
 
 namespace specdec::detail {

@@ -34,20 +34,14 @@ struct logit_scan {
   bool bad;
 };
 
-// The kernels' code depends on the target flags (vector width, FMA), and several are out of line:
-// in the ISA namespace (core/isa.hpp) so a file built for AVX-512 and one built for baseline x86-64
-// keep separate copies, rather than the linker keeping one (possibly the AVX-512 one) for both.
-inline namespace SPECDEC_HOST_ISA {
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/sampling/detail/vec.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail
 
-// With run-time dispatch: the kernels once per level.
+// The kernels at this file's flags and, with run-time dispatch (core/simd_level.hpp), once per level.
+// Their code depends on the target flags (vector width, FMA), and several are out of line: in the ISA
+// namespace (core/isa.hpp), so a file built for AVX-512 and one built for baseline x86-64 keep
+// separate copies, rather than the linker keeping one (possibly the AVX-512 one) for both.
 #define SPECDEC_ISA_BODIES "specdec/sampling/detail/vec.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
 
 namespace specdec::detail {

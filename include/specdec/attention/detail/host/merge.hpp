@@ -14,18 +14,9 @@
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/simd_level.hpp"
 
-namespace specdec::detail {
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/attention/detail/host/merge.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
-}  // namespace specdec::detail
-
-// With run-time dispatch (core/simd_level.hpp): the merge once per level, here rather than in the
-// attention backend's kernels.inl, so the public lse_merge (which does not include the backend)
-// and the backend's merge pass share one copy per level.
+// The merge at this file's flags and, with run-time dispatch (core/simd_level.hpp), once per level:
+// here rather than in the attention backend's kernels.inl, so the public lse_merge (which does not
+// include the backend) and the backend's merge pass share one copy per level.
 #define SPECDEC_ISA_BODIES "specdec/attention/detail/host/merge.inl"
-#include "specdec/core/detail/isa_levels.inl"
+#include "specdec/core/detail/isa_family.inl"
 #undef SPECDEC_ISA_BODIES
