@@ -12,6 +12,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/half.hpp"
 #include "specdec/core/isa.hpp"
+#include "specdec/core/numeric.hpp"
 #include "specdec/core/simd_level.hpp"
 
 // With dispatch every intrinsic is needed whatever the file's flags (GCC and Clang declare them

@@ -436,3 +436,19 @@ template <class T>
 SPECDEC_FORCEINLINE void widen_row(const T* src, float* dst, int n) noexcept {
   for (int i = 0; i < n; i += vlanes) vstore(dst + i, vload_as_float(src + i));
 }
+
+//! dst[i] = float(src[i]) for i < n, any n: 16 at a time, then one by one (exact).
+template <class T, class N>
+SPECDEC_FORCEINLINE void widen_row_any(const T* src, float* dst, N n) noexcept {
+  N i = 0;
+  for (; i + vlanes <= n; i += vlanes) vstore(dst + i, vload_as_float(src + i));
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+//! dst[i] = T(src[i]) for i < n, any n, round to nearest even (bit-identical to from_float<T>).
+template <class T, class N>
+SPECDEC_FORCEINLINE void narrow_row(const float* src, T* dst, N n) noexcept {
+  N i = 0;
+  for (; i + vlanes <= n; i += vlanes) vstore_as(dst + i, vload(src + i));
+  for (; i < n; ++i) dst[i] = from_float<T>(src[i]);
+}

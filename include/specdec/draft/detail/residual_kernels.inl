@@ -60,11 +60,5 @@ void residual_head_cols(const TW* w, std::int64_t ws, const TB* b, const TX* x, 
 template <class TO>
 void residual_store_rows(const float* y, std::int64_t ys, TO* o, std::int64_t os, std::int64_t n,
                          std::int64_t H) noexcept {
-  for (std::int64_t r = 0; r < n; ++r) {
-    TO* dst = o + r * os;
-    const float* src = y + r * ys;
-    std::int64_t c = 0;
-    for (; c + vlanes <= H; c += vlanes) vstore_as(dst + c, vload(src + c));
-    for (; c < H; ++c) dst[c] = from_float<TO>(src[c]);
-  }
+  for (std::int64_t r = 0; r < n; ++r) narrow_row(y + r * ys, o + r * os, H);
 }

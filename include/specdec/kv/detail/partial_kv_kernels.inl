@@ -3,8 +3,8 @@
 // vector layer). No include guard, no #include, no namespace.
 
 //! TokenSwift Eq. 2 for tokens [i0, i1) of `request` and every kv head h: sd[h * sstride + i] =
-//! qsum[h] . K_i, in fp32. Lane-wise partial sums, then their sum (a plain scalar reduction ran at
-//! 0.8-2.5 GB/s on one core). float / half / bfloat16 rows go through the vector layer's 16-lane
+//! qsum[h] . K_i, in fp32. 16 lane-wise partial sums, then their sum (a plain scalar reduction ran
+//! at 0.8-2.5 GB/s on one core). float / half / bfloat16 rows go through the vector layer's 16-lane
 //! vectors (half widened by F16C / AVX-512 where the level has it: element-wise widening kept fp16
 //! at 1.9 GB/s); other element types (double) take scalar lanes.
 template <class KT, class L>
@@ -17,18 +17,9 @@ void kv_importance_tokens(const L& cache, int request, int i0, int i1, int hkv, 
       const float* qs = qsum + static_cast<std::size_t>(h) * d;
       float acc = 0.0f;
       if constexpr (std::is_same_v<KT, float> || std::is_same_v<KT, half> || std::is_same_v<KT, bfloat16>) {
-        // Four independent accumulators: one FMA chain per row left a 16-lane FMA's latency exposed
-        // (D = 128 is 8 dependent FMAs per row; one zmm chain ran fp32 at 1.4x the time of two ymm).
-        vf16 p0{}, p1{}, p2{}, p3{};
-        int c = 0;
-        for (; c + 4 * vlanes <= dv; c += 4 * vlanes) {
-          p0 += vload(qs + c) * vload_as_float(k + c);
-          p1 += vload(qs + c + vlanes) * vload_as_float(k + c + vlanes);
-          p2 += vload(qs + c + 2 * vlanes) * vload_as_float(k + c + 2 * vlanes);
-          p3 += vload(qs + c + 3 * vlanes) * vload_as_float(k + c + 3 * vlanes);
-        }
-        for (; c < dv; c += vlanes) p0 += vload(qs + c) * vload_as_float(k + c);
-        acc = vhsum((p0 + p1) + (p2 + p3));
+        vf16 part{};
+        for (int c = 0; c < dv; c += vlanes) part += vload(qs + c) * vload_as_float(k + c);
+        acc = vhsum(part);
       } else {
         float part[vlanes] = {};
         for (int c = 0; c < dv; c += vlanes)

@@ -1,23 +1,7 @@
 // rope_kernels.inl: the host RoPE rotation of position/detail/rope_host.hpp, compiled at the including
 // file's flags and once per run-time dispatch level (core/detail/isa_levels.inl, after the vector
-// layer, whose conversions widen and narrow 16-bit rows). No include guard, no #include, no namespace.
-
-//! dst[i] = float(src[i]) for i < n: 16 at a time through the vector layer (F16C / AVX-512
-//! conversions where the level has them, exact integer widening otherwise), then one by one.
-template <class T>
-SPECDEC_FORCEINLINE void rope_widen(const T* src, float* dst, int n) noexcept {
-  int i = 0;
-  for (; i + vlanes <= n; i += vlanes) vstore(dst + i, vload_as_float(src + i));
-  for (; i < n; ++i) dst[i] = to_float(src[i]);
-}
-
-//! dst[i] = T(src[i]) for i < n, round to nearest even (bit-identical to from_float<T>).
-template <class T>
-SPECDEC_FORCEINLINE void rope_narrow(const float* src, T* dst, int n) noexcept {
-  int i = 0;
-  for (; i + vlanes <= n; i += vlanes) vstore_as(dst + i, vload(src + i));
-  for (; i < n; ++i) dst[i] = from_float<T>(src[i]);
-}
+// layer, whose widen_row_any / narrow_row convert 16-bit rows). No include guard, no #include, no
+// namespace.
 
 // Rotates one token's rows (all heads) by the given per-pair cos/sin (float, R/2 each); pairs
 // (i, i + R/2) when rotate_half (rope_style::rotate_half), else (2i, 2i + 1) (interleaved).
@@ -33,7 +17,7 @@ void rope_rotate_token(T* base, std::int64_t head_stride, std::int64_t heads, in
       float buf[rope_row_buffer];
       for (std::int64_t h = 0; h < heads; ++h) {
         T* x = base + h * head_stride;
-        rope_widen(x, buf, rotary);
+        widen_row_any(x, buf, rotary);
         if (rotate_half) {
           float* y = buf + half_r;
           for (int i = 0; i < half_r; ++i) {
@@ -48,7 +32,7 @@ void rope_rotate_token(T* base, std::int64_t head_stride, std::int64_t heads, in
             buf[2 * i + 1] = b * cs[i] + a * sn[i];
           }
         }
-        rope_narrow(buf, x, rotary);
+        narrow_row(buf, x, rotary);
       }
       return;
     }
