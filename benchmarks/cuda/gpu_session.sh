@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # What a session with a lent H100/H200 runs for the CUDA backend (issue #7), in one command:
-#   benchmarks/cuda/gpu_session.sh BUILD_DIR OUT_DIR [tests|sanitize|bench|all]
+#   benchmarks/cuda/gpu_session.sh BUILD_DIR OUT_DIR [tests|sanitize|bench|sdpa|all]
 # BUILD_DIR holds the CUDA test and benchmark binaries (configure with -DSPECDEC_CUDA=ON
 # -DSPECDEC_BUILD_BENCHMARKS=ON and build the cuda_test_* and bench_cuda_attention targets; they can
 # be built on a machine without a GPU and carried over). Every step has its own time limit so that
 # one hung step cannot eat the lease; logs go to OUT_DIR, a summary to stdout.
 #   tests     every tests/cuda binary (compares each kernel with the host backend and the reference)
 #   sanitize  compute-sanitizer memcheck and racecheck on each test binary (run side by side)
-#   bench     bench_cuda_attention (JSON to OUT_DIR/bench.json), then sdpa_compare.py on the same shapes
+#   bench     bench_cuda_attention (JSON to OUT_DIR/bench.json). If BUILD_DIR/benchmarks holds
+#             bench_cuda_attention_base (the same benchmark built from an earlier commit), the two run
+#             interleaved, base then ours, ROUNDS times (default 2), and a per-cell before/after table
+#             of median graph times goes to OUT_DIR/before_after.md
+#   sdpa      sdpa_compare.py: PyTorch SDPA on the same shapes, one table with OUT_DIR/bench.json
+# 'all' runs tests, bench, sanitize, sdpa in that order: timings before the sanitizers load the GPU,
+# and the most important results first should the lease run out.
 set -u
 build=${1:?build dir}
 out=${2:?out dir}
@@ -30,11 +36,48 @@ if [[ $what == tests || $what == all ]]; then
   done
 fi
 
+if [[ $what == bench || $what == all ]]; then
+  base="$build/benchmarks/bench_cuda_attention_base"
+  bench_run() {  # bench_run <binary> <json>
+    timeout 300 "$1" --benchmark_min_time=0.2 --benchmark_counters_tabular=true \
+      --benchmark_out="$2" --benchmark_out_format=json >"${2%.json}.txt" 2>&1 || status=1
+  }
+  if [[ -x $base ]]; then
+    for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
+      bench_run "$base" "$out/base$r.json"
+      bench_run "$build/benchmarks/bench_cuda_attention" "$out/ours$r.json"
+    done
+    cp "$out/ours0.json" "$out/bench.json"
+    python3 - "$out" "${ROUNDS:-2}" >"$out/before_after.md" <<'PY' || status=1
+import json, statistics, sys, collections
+out, rounds = sys.argv[1], int(sys.argv[2])
+t = collections.defaultdict(lambda: collections.defaultdict(list))
+for tag in ("base", "ours"):
+    for r in range(rounds):
+        try:
+            for b in json.load(open(f"{out}/{tag}{r}.json"))["benchmarks"]:
+                t[b["name"]][tag].append(b["real_time"])
+        except (OSError, ValueError, KeyError):
+            pass
+print("| cell | base (median) | ours (median) | ours / base | runs |")
+print("|---|---:|---:|---:|---:|")
+for name, d in t.items():
+    if d["base"] and d["ours"]:
+        b, o = statistics.median(d["base"]), statistics.median(d["ours"])
+        print(f"| {name} | {b:.1f} | {o:.1f} | {o / b:.3f} | {len(d['base'])}+{len(d['ours'])} |")
+PY
+    cat "$out/before_after.md"
+  else
+    bench_run "$build/benchmarks/bench_cuda_attention" "$out/bench.json"
+    cat "$out/bench.txt"
+  fi
+fi
+
 if [[ $what == sanitize || $what == all ]]; then
   pids=()
   for t in $tests; do
     for tool in memcheck racecheck; do
-      timeout 420 compute-sanitizer --tool $tool --error-exitcode 99 "$build/tests/$t" \
+      timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 "$build/tests/$t" \
         >"$out/$t.$tool.log" 2>&1 &
       pids+=("$!:$t:$tool")
     done
@@ -48,11 +91,7 @@ if [[ $what == sanitize || $what == all ]]; then
   done
 fi
 
-if [[ $what == bench || $what == all ]]; then
-  timeout 300 "$build/benchmarks/bench_cuda_attention" --benchmark_min_time=0.2 \
-    --benchmark_counters_tabular=true --benchmark_out="$out/bench.json" --benchmark_out_format=json \
-    >"$out/bench.txt" 2>&1 || status=1
-  cat "$out/bench.txt"
+if [[ $what == sdpa || $what == all ]]; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$here/sdpa_compare.py" --ours "$out/bench.json" \
     --out "$out/sdpa_table.md" >"$out/sdpa.log" 2>&1 || status=1
   tail -25 "$out/sdpa.log"

@@ -39,6 +39,7 @@
 #include "specdec/tree/cartesian_tree.hpp"
 #include "specdec/tree/prune.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/tree/tree_batch.hpp"
 #include "specdec/tree/trie_merge.hpp"
 #include "specdec/draft/chain_drafter.hpp"
 #include "specdec/draft/draft_candidates.hpp"

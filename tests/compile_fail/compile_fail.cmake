@@ -73,6 +73,11 @@ specdec_add_compile_fail_cases(rope_backend ${_cf_dir}/rope_backend_missing.cpp
   "control|"
   "cuda_without_cuh|USE_CUDA_POLICY|no apply_rope backend for this execution policy in this translation unit\\. For specdec::cuda include <specdec/position/rope\\.cuh>|no apply_rope backend for this execution policy")
 
+# build_tree_batch has the same seam (tree_batch_backend in tree/tree_batch.hpp).
+specdec_add_compile_fail_cases(tree_batch_backend ${_cf_dir}/tree_batch_backend_missing.cpp
+  "control|"
+  "cuda_without_cuh|USE_CUDA_POLICY|no build_tree_batch backend for this execution policy in this translation unit\\. For specdec::cuda include <specdec/tree/tree_batch\\.cuh>|no build_tree_batch backend for this execution policy")
+
 # Element types are checked at compile time: one static_assert sentence per argument
 # (detail::check_attention_types, detail::check_merge_types), and no other error (the bodies are
 # instantiated only when every type is right). One case per wrong argument; the control compiles.

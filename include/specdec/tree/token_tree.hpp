@@ -56,6 +56,54 @@ inline void check_committed_length(std::string_view function, std::string_view a
                            committed_length);
 }
 
+//! Depth of node i (0 = child of the root) by walking its parents. A parent outside [-1, v) ends
+//! the walk (the caller reports it), so the loop always terminates: O(depth(i)).
+SPECDEC_HOST_DEVICE inline std::int32_t tree_node_depth(const std::int32_t* parents, std::int32_t i) noexcept {
+  std::int32_t d = 0;
+  for (std::int32_t v = i;;) {
+    const std::int32_t p = parents[v];
+    if (p < 0 || p >= v) return d;
+    v = p;
+    ++d;
+  }
+}
+
+//! Word w of node i's ancestor-mask row: bit (v - 64 w) for i and each ancestor v of i with
+//! 64 w <= v < 64 (w + 1). Walks from i while v >= 64 w (ancestors have smaller indices), so the
+//! cost is the number of ancestors at or above column 64 w; a parent outside [-1, v) ends the walk.
+//! The device kernel computes each (i, w) independently with this; the host writes whole rows by
+//! copying the parent's row (write_ancestor_rows), and a test checks the two agree.
+SPECDEC_HOST_DEVICE inline mask_word ancestor_mask_word(const std::int32_t* parents, std::int32_t i,
+                                                        std::int32_t w) noexcept {
+  const std::int32_t lo = 64 * w;
+  mask_word acc = 0;
+  for (std::int32_t v = i; v >= lo;) {
+    if (v < lo + 64) acc |= mask_word{1} << (v - lo);
+    const std::int32_t p = parents[v];
+    if (p >= v) break;
+    v = p;  // -1 (root) or below: the loop ends
+  }
+  return acc;
+}
+
+//! Writes the ancestor mask of the n-node tree `parents` (validated: parents[i] in [-1, i)) into
+//! `rows` (n rows of `row_stride` >= words_per_row(n) words; the first words_per_row(n) words of
+//! each row are overwritten). Row i = row(parent(i)) | bit i: O(n^2 / 64).
+inline void write_ancestor_rows(const std::int32_t* parents, int n, mask_word* rows, std::int64_t row_stride) noexcept {
+  const int w = words_per_row(n);
+  for (int i = 0; i < n; ++i) {
+    mask_word* r = rows + i * row_stride;
+    const std::int32_t p = parents[i];
+    if (p >= 0) {
+      const mask_word* pr = rows + p * row_stride;
+      for (int k = 0; k < w; ++k) r[k] = pr[k];  // ancestors of i = ancestors of parent (bits >= i are zero there)
+    } else {
+      for (int k = 0; k < w; ++k) r[k] = 0;
+    }
+    set_bit(r, i);
+  }
+}
+
 //! The score rule of the file comment: throws unless logprob is a number or -inf and the cumulative
 //! score (parent score + logprob) is below +inf. `argument` names the node for the message.
 [[noreturn]] inline void throw_bad_score(std::string_view function, std::string_view argument, float logprob, float score) {
@@ -254,17 +302,7 @@ class token_tree {
     if (row_stride < w) [[unlikely]]
       throw_invalid_argument("specdec::token_tree::write_ancestor_mask", "row_stride",
                              ">= words_per_row(size()) = " + std::to_string(w), row_stride);
-    for (int i = 0; i < n; ++i) {
-      mask_word* r = rows + static_cast<std::ptrdiff_t>(i) * row_stride;
-      const std::int32_t p = parents_[static_cast<std::size_t>(i)];
-      if (p >= 0) {
-        const mask_word* pr = rows + static_cast<std::ptrdiff_t>(p) * row_stride;
-        std::copy(pr, pr + w, r);  // ancestors of i = ancestors of parent (bits >= i are zero there)
-      } else {
-        std::fill(r, r + w, mask_word{0});
-      }
-      set_bit(r, i);
-    }
+    detail::write_ancestor_rows(parents_.data(), n, rows, row_stride);
   }
 
   //! The n x n ancestor mask: row i has bit j iff j == i or j is an ancestor of i. O(n^2 / 64).

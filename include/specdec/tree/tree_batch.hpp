@@ -1,0 +1,244 @@
+#pragma once
+//! \file tree_batch.hpp
+//! build_tree_batch: the derived arrays of a ragged batch of token trees -- depths, positions, the
+//! word offsets of the per-request masks and the ancestor masks themselves -- computed from the
+//! batch's parents arrays, on the host or (with tree/tree_batch.cuh and nvcc) on a CUDA device
+//! (issue #23 item 1: a GPU engine's drafter leaves its trees in device memory, and the masks the
+//! attention kernels read must be built there, without a round trip through the host).
+//!
+//! The layout is token_tree_batch's (tree/token_tree.hpp), which hybrid_tree_attention consumes:
+//! request r owns nodes [node_indptr[r], node_indptr[r+1]); parents are local (-1 = child of the
+//! root, otherwise an earlier node of the same request); depth(i) = 0 for a child of the root, else
+//! depth(parent) + 1; position(i) = committed_lengths[r] + depth(i); request r's n_r x n_r ancestor
+//! mask (row i has bit j iff j == i or j is an ancestor of i) starts at word mask_indptr[r], with
+//! words_per_row(n_r) words per row, the requests' masks back to back. So build_tree_batch's outputs
+//! equal token_tree_batch's arrays for the same trees, bit for bit (tested).
+//!
+//! Validation. Shapes, memory spaces and strides are checked on the host before anything runs, for
+//! both policies. The VALUES of node_indptr, parents and committed_lengths live in device memory
+//! under specdec::cuda and are not read on the host (no synchronisation inside a primitive): the
+//! kernels check them and report the first problem they meet in `status`, three int32 values
+//! [error, request, index] (tree_batch_status decodes them; error 0 = none). The host backend checks
+//! the same rules and throws specdec::invalid_argument instead, writing {0, -1, -1} to `status` on
+//! success. On a device error the outputs are unspecified but every access stayed in bounds: a bad
+//! node_indptr stops the per-request pass before it reads anything, a parent outside [-1, i) ends
+//! every ancestor walk that meets it, and the masks are written only when they fit `mask`.
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "specdec/core/bitmask.hpp"
+#include "specdec/core/config.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/tree/token_tree.hpp"
+
+namespace specdec {
+
+//! What build_tree_batch found wrong in values it could only read on the device.
+enum class tree_batch_error : std::int32_t {
+  none = 0,
+  node_indptr = 1,        //!< node_indptr[0] != 0, a decreasing step, or node_indptr[R] != parents.extent(0)
+  committed_length = 2,   //!< committed_lengths[r] < 1 (the root is a committed token)
+  parent = 3,             //!< parents[node_indptr[r] + i] outside [-1, i) (topological order)
+  position_overflow = 4,  //!< committed_lengths[r] + depth(i) > INT32_MAX
+  mask_capacity = 5,      //!< the masks need more words than mask.extent(0)
+};
+
+//! Host-side reading of the three int32 status values build_tree_batch writes ([error, request,
+//! index]; `request` and `index` are -1 where they do not apply, and index is the request-local
+//! node for parent and position_overflow errors).
+struct tree_batch_status {
+  tree_batch_error error = tree_batch_error::none;
+  std::int32_t request = -1;
+  std::int32_t index = -1;
+
+  //! Decodes the three values (e.g. after copying them to the host).
+  [[nodiscard]] static tree_batch_status from(std::span<const std::int32_t, 3> v) noexcept {
+    return {static_cast<tree_batch_error>(v[0]), v[1], v[2]};
+  }
+  [[nodiscard]] bool ok() const noexcept { return error == tree_batch_error::none; }
+
+  //! One sentence naming the problem, e.g. "parents[3] of request 1 is outside [-1, 3)".
+  [[nodiscard]] std::string message() const {
+    const std::string r = std::to_string(request), i = std::to_string(index);
+    switch (error) {
+      case tree_batch_error::none: return "no error";
+      case tree_batch_error::node_indptr:
+        return "node_indptr is not a valid offsets array (must start at 0, never decrease and end at "
+               "parents.extent(0)); first bad entry at request " + r;
+      case tree_batch_error::committed_length: return "committed_lengths[" + r + "] is below 1";
+      case tree_batch_error::parent:
+        return "parents[" + i + "] of request " + r + " is outside [-1, " + i + ") (parent before node)";
+      case tree_batch_error::position_overflow:
+        return "committed_lengths[" + r + "] + depth of node " + i + " exceeds INT32_MAX";
+      case tree_batch_error::mask_capacity:
+        return "the ancestor masks need more words than mask.extent(0) holds";
+    }
+    return "unknown tree_batch_error " + std::to_string(static_cast<std::int32_t>(error));
+  }
+
+  //! Throws specdec::invalid_argument naming `function` unless ok().
+  void throw_if_error(std::string_view function) const {
+    if (!ok()) [[unlikely]]
+      throw_invalid_argument(function, "tree batch", "valid node_indptr, parents and committed_lengths", message());
+  }
+};
+
+namespace detail {
+
+template <class V, class T>
+concept tree_batch_array = tensor_like<V> && (V::rank == 1) && std::is_same_v<std::remove_cv_t<typename V::element_type>, T>;
+template <class V, class T>
+concept tree_batch_output = tree_batch_array<V, T> && !std::is_const_v<typename V::element_type>;
+
+inline namespace SPECDEC_HOST_ISA {
+
+//! The host-side checks of every build_tree_batch call: each array in memory the policy can
+//! dereference, unit stride, non-null when non-empty, and the extents that follow from the number
+//! of requests R = committed_lengths.extent(0) and nodes N = parents.extent(0).
+template <class Policy, class V>
+void check_tree_batch_array(std::string_view fn, std::string_view name, const V& v, std::int64_t extent) {
+  if constexpr (std::is_same_v<Policy, cuda>) {
+    require(device_accessible(v.space()), fn, name, "device-accessible memory (device or managed)", v.space());
+  } else {
+    require_host_accessible(fn, name, v);
+  }
+  if (extent >= 0 && v.extent(0) != extent) [[unlikely]]
+    throw_invalid_argument(fn, name, "extent(0) == " + std::to_string(extent), v.extent(0));
+  require(v.extent(0) <= 1 || v.stride(0) == 1, fn, name, "unit stride", v.stride(0));
+  require(v.extent(0) == 0 || v.data() != nullptr, fn, name, "a non-null data pointer", "nullptr");
+}
+
+}  // namespace SPECDEC_HOST_ISA
+
+//! The seam between build_tree_batch and its backends (like rope_backend, position/rope.hpp):
+//!   static void run(const Policy&, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
+//!                   const std::int32_t* parents, const std::int32_t* committed, std::int32_t* depths,
+//!                   std::int32_t* positions, std::int64_t* mask_indptr, mask_word* mask,
+//!                   std::int64_t mask_capacity, std::int32_t* status);
+//! The host backend is below, the cuda one in tree/tree_batch.cuh.
+template <class Policy>
+struct tree_batch_backend {
+  static_assert(dependent_false_v<Policy>,
+                "specdec: no build_tree_batch backend for this execution policy in this translation unit. For "
+                "specdec::cuda include <specdec/tree/tree_batch.cuh> (or <specdec/specdec.cuh>) and compile the "
+                "file with nvcc.");
+  template <class... A>
+  static void run(const A&...) {}
+};
+
+template <>
+struct tree_batch_backend<host> {
+  static void run(const host&, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
+                  const std::int32_t* parents, const std::int32_t* committed, std::int32_t* depths,
+                  std::int32_t* positions, std::int64_t* mask_indptr, mask_word* mask, std::int64_t mask_capacity,
+                  std::int32_t* status) {
+    constexpr std::string_view fn = "specdec::build_tree_batch";
+    validate_indptr(fn, "node_indptr", "node_indptr", node_indptr, R, N, "parents.extent(0)");
+    // Every check before the first write: a rejected call leaves the outputs untouched.
+    std::int64_t words = 0;
+    for (std::int32_t r = 0; r < R; ++r) {
+      const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
+      const std::int32_t c = committed[r];
+      if (c < 1) [[unlikely]]
+        throw_invalid_argument(fn, "committed_lengths[" + std::to_string(r) + "]",
+                               ">= 1 (the root is the last committed token)", c);
+      for (std::int32_t i = 0; i < n; ++i) {
+        const std::int32_t p = parents[b + i];
+        if (p < -1 || p >= i) [[unlikely]]
+          throw_invalid_argument(fn, "parents[" + std::to_string(b + i) + "] (request " + std::to_string(r) + ")",
+                                 "a local parent in [-1, " + std::to_string(i) + ") (topological order: parent before node)",
+                                 p);
+      }
+      words += static_cast<std::int64_t>(n) * words_per_row(n);
+    }
+    if (words > mask_capacity) [[unlikely]]
+      throw_invalid_argument(fn, "mask", "extent(0) >= " + std::to_string(words) + " (the ancestor masks' words)",
+                             mask_capacity);
+    // Depths in one forward pass (parents come first); the overflow check needs them, so it runs
+    // before positions and masks are written.
+    for (std::int32_t r = 0; r < R; ++r) {
+      const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
+      for (std::int32_t i = 0; i < n; ++i) {
+        const std::int32_t p = parents[b + i];
+        const std::int32_t d = p < 0 ? 0 : depths[b + p] + 1;
+        if (committed[r] > std::numeric_limits<std::int32_t>::max() - d) [[unlikely]]
+          throw_invalid_argument(fn, "committed_lengths[" + std::to_string(r) + "]",
+                                 "<= INT32_MAX - " + std::to_string(d) + " (the depth of its node " +
+                                     std::to_string(i) + "; positions are int32)",
+                                 committed[r]);
+        depths[b + i] = d;
+      }
+    }
+    mask_indptr[0] = 0;
+    for (std::int32_t r = 0; r < R; ++r) {
+      const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
+      for (std::int32_t i = 0; i < n; ++i) positions[b + i] = committed[r] + depths[b + i];
+      const int w = words_per_row(n);
+      write_ancestor_rows(parents + b, n, mask + mask_indptr[r], w);
+      mask_indptr[r + 1] = mask_indptr[r] + static_cast<std::int64_t>(n) * w;
+    }
+    status[0] = 0, status[1] = -1, status[2] = -1;
+  }
+};
+
+}  // namespace detail
+
+//! Builds the arrays of a ragged batch of R token trees with N nodes in all from their parents:
+//!   node_indptr       int32 [R + 1]  request r owns nodes [node_indptr[r], node_indptr[r+1])
+//!   parents           int32 [N]      local parent of each node, -1 for a child of the root
+//!   committed_lengths int32 [R]      >= 1; positions are committed_lengths[r] + depth
+//!   depths            int32 [N]      out
+//!   positions         int32 [N]      out
+//!   mask_indptr       int64 [R + 1]  out: word offset of request r's mask in `mask`
+//!   mask              mask_word [>= sum_r n_r * words_per_row(n_r)]  out: the ancestor masks
+//!   status            int32 [3]      out: [error, request, index] (tree_batch_status)
+//! (the file comment gives the layout). Every array 1-D with unit stride.
+//!   specdec::host: host-accessible memory; every value checked first, specdec::invalid_argument on
+//!     a bad one (outputs then untouched), status {0, -1, -1} on success. O(N + mask words).
+//!   specdec::cuda (needs tree/tree_batch.cuh and nvcc): device-accessible memory; shapes checked on
+//!     the host, values on the device into `status` (file comment); two kernels enqueued on
+//!     policy.stream without synchronisation, graph-capturable. O(R) + O(sum over nodes and mask
+//!     words of the ancestors walked).
+template <execution_policy Policy, class NI, class PA, class CL, class DE, class PO, class MI, class MA, class ST>
+  requires(detail::tree_batch_array<NI, std::int32_t> && detail::tree_batch_array<PA, std::int32_t> &&
+           detail::tree_batch_array<CL, std::int32_t> && detail::tree_batch_output<DE, std::int32_t> &&
+           detail::tree_batch_output<PO, std::int32_t> && detail::tree_batch_output<MI, std::int64_t> &&
+           detail::tree_batch_output<MA, mask_word> && detail::tree_batch_output<ST, std::int32_t>)
+void build_tree_batch(const Policy& policy, const NI& node_indptr_in, const PA& parents_in,
+                      const CL& committed_lengths_in, const DE& depths_in, const PO& positions_in,
+                      const MI& mask_indptr_in, const MA& mask_in, const ST& status_in) {
+  constexpr std::string_view fn = "specdec::build_tree_batch";
+  const auto node_indptr = as_view(node_indptr_in);
+  const auto parents = as_view(parents_in);
+  const auto committed_lengths = as_view(committed_lengths_in);
+  const auto depths = as_view(depths_in);
+  const auto positions = as_view(positions_in);
+  const auto mask_indptr = as_view(mask_indptr_in);
+  const auto mask = as_view(mask_in);
+  const auto status = as_view(status_in);
+  const std::int64_t R = committed_lengths.extent(0), N = parents.extent(0);
+  require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
+          "extent(0) in [0, INT32_MAX) (one per request)", R);
+  require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "parents", "extent(0) in [0, INT32_MAX]", N);
+  detail::check_tree_batch_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
+  detail::check_tree_batch_array<Policy>(fn, "parents", parents, N);
+  detail::check_tree_batch_array<Policy>(fn, "committed_lengths", committed_lengths, R);
+  detail::check_tree_batch_array<Policy>(fn, "depths", depths, N);
+  detail::check_tree_batch_array<Policy>(fn, "positions", positions, N);
+  detail::check_tree_batch_array<Policy>(fn, "mask_indptr", mask_indptr, R + 1);
+  detail::check_tree_batch_array<Policy>(fn, "mask", mask, -1);
+  detail::check_tree_batch_array<Policy>(fn, "status", status, 3);
+  detail::tree_batch_backend<Policy>::run(
+      policy, static_cast<std::int32_t>(R), static_cast<std::int32_t>(N), node_indptr.data(), parents.data(),
+      committed_lengths.data(), depths.data(), positions.data(), mask_indptr.data(), mask.data(), mask.extent(0),
+      status.data());
+}
+
+}  // namespace specdec

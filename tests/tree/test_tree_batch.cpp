@@ -1,0 +1,180 @@
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/tree/tree_batch.hpp"
+#include "tree/tree_batch_util.hpp"
+
+using specdec::mask_word;
+using specdec::memory_space;
+using specdec_test::tree_batch_case;
+
+namespace {
+
+template <class T>
+specdec::strided_view<T, 1> v1(std::vector<T>& x, memory_space s = memory_space::host) {
+  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, s);
+}
+
+// Outputs of one host build, poisoned beforehand so that an element the build misses shows.
+struct host_out {
+  std::vector<std::int32_t> depths, positions;
+  std::vector<std::int64_t> mask_indptr;
+  std::vector<mask_word> mask;
+  std::vector<std::int32_t> status{77, 77, 77};
+  host_out(const tree_batch_case& c, std::size_t extra_words = 0)
+      : depths(c.parents.size(), -7), positions(c.parents.size(), -7), mask_indptr(c.committed.size() + 1, -7),
+        mask(c.mask.size() + extra_words, 0xDEADBEEFDEADBEEFull) {}
+};
+
+void build(tree_batch_case& c, host_out& o) {
+  specdec::build_tree_batch(specdec::host{}, v1(c.node_indptr), v1(c.parents), v1(c.committed), v1(o.depths),
+                            v1(o.positions), v1(o.mask_indptr), v1(o.mask), v1(o.status));
+}
+
+}  // namespace
+
+TEST_CASE("tree_batch: ancestor_mask_word and tree_node_depth (the device kernel's per-element functions) "
+          "match the row-copy construction", "[tree][tree_batch]") {
+  specdec::philox_stream rng(11, 0);
+  for (int n : {1, 2, 63, 64, 65, 130, 300}) {
+    for (int shape = 0; shape < 4; ++shape) {
+      const auto par = specdec_test::random_parents(n, shape, rng);
+      const int w = specdec::words_per_row(n);
+      std::vector<mask_word> rows(static_cast<std::size_t>(n) * w, ~mask_word{0});
+      specdec::detail::write_ancestor_rows(par.data(), n, rows.data(), w);
+      const auto tree = specdec::token_tree::from_parents(std::vector<std::int32_t>(par.size(), 1), par);
+      for (int i = 0; i < n; ++i) {
+        CHECK(specdec::detail::tree_node_depth(par.data(), i) == tree.depth(i));
+        for (int k = 0; k < w; ++k) CHECK(specdec::detail::ancestor_mask_word(par.data(), i, k) == rows[i * w + k]);
+      }
+      // The host rows are the token_tree's mask.
+      const auto m = tree.ancestor_mask();
+      for (int i = 0; i < n; ++i)
+        for (int k = 0; k < w; ++k) CHECK(m.row(i)[k] == rows[i * w + k]);
+    }
+  }
+}
+
+TEST_CASE("tree_batch: the per-element walks end on a parent outside [-1, i)", "[tree][tree_batch]") {
+  // The device kernel walks parents it has not validated yet (it reports them separately): a
+  // self-parent, a forward parent and a parent below -1 must end the walk, not loop or read outside.
+  const std::vector<std::int32_t> par{-1, 1, 5, -9, 0};
+  CHECK(specdec::detail::tree_node_depth(par.data(), 1) == 0);
+  CHECK(specdec::detail::tree_node_depth(par.data(), 2) == 0);
+  CHECK(specdec::detail::tree_node_depth(par.data(), 3) == 0);
+  CHECK(specdec::detail::tree_node_depth(par.data(), 4) == 1);
+  CHECK(specdec::detail::ancestor_mask_word(par.data(), 1, 0) == 0b10u);
+  CHECK(specdec::detail::ancestor_mask_word(par.data(), 2, 0) == 0b100u);
+  CHECK(specdec::detail::ancestor_mask_word(par.data(), 3, 0) == 0b1000u);
+  CHECK(specdec::detail::ancestor_mask_word(par.data(), 4, 0) == 0b10001u);
+}
+
+TEST_CASE("tree_batch: host build_tree_batch equals token_tree_batch on random ragged batches", "[tree][tree_batch]") {
+  for (int R : {0, 1, 3, 17, 64}) {
+    for (int max_nodes : {1, 16, 70, 300}) {
+      auto c = specdec_test::random_tree_batch(R, max_nodes, 100 + R * 7 + max_nodes);
+      host_out o(c, 5);
+      build(c, o);
+      CHECK(o.depths == c.depths);
+      CHECK(o.positions == c.positions);
+      CHECK(o.mask_indptr == c.mask_indptr);
+      CHECK(std::equal(c.mask.begin(), c.mask.end(), o.mask.begin()));
+      for (std::size_t k = c.mask.size(); k < o.mask.size(); ++k) CHECK(o.mask[k] == 0xDEADBEEFDEADBEEFull);
+      CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+    }
+  }
+}
+
+TEST_CASE("tree_batch: host build_tree_batch rejects bad values naming them, outputs untouched", "[tree][tree_batch]") {
+  auto c = specdec_test::random_tree_batch(4, 20, 5);
+  while (c.node_indptr[2] - c.node_indptr[1] < 3) c = specdec_test::random_tree_batch(4, 20, c.parents.size() + 9);
+  auto expect_reject = [&](tree_batch_case bad, const std::string& what) {
+    host_out o(bad);
+    const host_out fresh(bad);
+    CHECK_THROWS_WITH(build(bad, o), Catch::Contains(what));
+    CHECK(o.depths == fresh.depths);
+    CHECK(o.positions == fresh.positions);
+    CHECK(o.mask == fresh.mask);
+    CHECK(o.status == fresh.status);
+  };
+  {
+    auto bad = c;
+    bad.parents[c.node_indptr[1] + 2] = 2;  // its own index
+    expect_reject(bad, "parents[" + std::to_string(c.node_indptr[1] + 2) + "] (request 1)");
+  }
+  {
+    auto bad = c;
+    bad.parents[c.node_indptr[1] + 1] = -2;
+    expect_reject(bad, "a local parent in [-1, 1)");
+  }
+  {
+    auto bad = c;
+    bad.committed[3] = 0;
+    expect_reject(bad, "committed_lengths[3]");
+  }
+  {
+    auto bad = c;
+    bad.committed[1] = std::numeric_limits<std::int32_t>::max();  // depth >= 1 somewhere in request 1?
+    bool deep = false;
+    for (int i = c.node_indptr[1]; i < c.node_indptr[2]; ++i) deep |= c.parents[i] >= 0;
+    if (deep) expect_reject(bad, "positions are int32");
+  }
+  {
+    auto bad = c;
+    bad.node_indptr[2] = bad.node_indptr[1] - 1;
+    expect_reject(bad, "non-decreasing node_indptr");
+  }
+  {
+    auto bad = c;
+    bad.node_indptr.back() += 1;
+    expect_reject(bad, "parents.extent(0)");
+  }
+  {  // a mask one word short
+    host_out o(c);
+    o.mask.pop_back();
+    CHECK_THROWS_WITH(build(c, o), Catch::Contains("the ancestor masks' words"));
+  }
+}
+
+TEST_CASE("tree_batch: shapes, strides and memory spaces are checked before anything runs", "[tree][tree_batch]") {
+  auto c = specdec_test::random_tree_batch(3, 10, 8);
+  host_out o(c);
+  auto call = [&](auto ni, auto pa, auto cl, auto de, auto po, auto mi, auto ma, auto st) {
+    specdec::build_tree_batch(specdec::host{}, ni, pa, cl, de, po, mi, ma, st);
+  };
+  CHECK_THROWS_WITH(call(v1(c.node_indptr), v1(c.parents), v1(c.committed), v1(o.depths), v1(o.positions),
+                         v1(o.mask_indptr), v1(o.mask), v1(o.status, memory_space::device)),
+                    Catch::Contains("status") && Catch::Contains("host-accessible"));
+  std::vector<std::int32_t> short_depths(o.depths.size() - 1);
+  if (!o.depths.empty())
+    CHECK_THROWS_WITH(call(v1(c.node_indptr), v1(c.parents), v1(c.committed), v1(short_depths), v1(o.positions),
+                           v1(o.mask_indptr), v1(o.mask), v1(o.status)),
+                      Catch::Contains("depths") && Catch::Contains("extent(0) =="));
+  std::vector<std::int32_t> st4(4);
+  CHECK_THROWS_WITH(call(v1(c.node_indptr), v1(c.parents), v1(c.committed), v1(o.depths), v1(o.positions),
+                         v1(o.mask_indptr), v1(o.mask), v1(st4)),
+                    Catch::Contains("status"));
+  std::vector<std::int32_t> strided(2 * c.parents.size() + 2);
+  auto sv = specdec::strided_view<std::int32_t, 1>(strided.data(), {static_cast<std::int64_t>(c.parents.size())}, {2});
+  if (c.parents.size() > 1)
+    CHECK_THROWS_WITH(call(v1(c.node_indptr), sv, v1(c.committed), v1(o.depths), v1(o.positions), v1(o.mask_indptr),
+                           v1(o.mask), v1(o.status)),
+                      Catch::Contains("parents") && Catch::Contains("unit stride"));
+}
+
+TEST_CASE("tree_batch_status decodes the device report and names the problem", "[tree][tree_batch]") {
+  const std::array<std::int32_t, 3> ok{0, -1, -1}, par{3, 1, 4};
+  CHECK(specdec::tree_batch_status::from(ok).ok());
+  CHECK_NOTHROW(specdec::tree_batch_status::from(ok).throw_if_error("f"));
+  const auto s = specdec::tree_batch_status::from(par);
+  CHECK_FALSE(s.ok());
+  CHECK(s.error == specdec::tree_batch_error::parent);
+  CHECK(s.message() == "parents[4] of request 1 is outside [-1, 4) (parent before node)");
+  CHECK_THROWS_WITH(s.throw_if_error("specdec::my_step"), Catch::Contains("specdec::my_step") &&
+                                                               Catch::Contains("parents[4] of request 1"));
+}
