@@ -12,3 +12,4 @@
 #include "specdec/attention/hybrid_tree_attention.cuh"
 #include "specdec/attention/lse_merge.cuh"
 #include "specdec/attention/tree_attention.cuh"
+#include "specdec/verify/greedy.cuh"

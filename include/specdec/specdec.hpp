@@ -8,6 +8,7 @@
 #include "specdec/core/bfloat16.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/config.hpp"
+#include "specdec/core/device_status.hpp"
 #if __has_include(<dlpack/dlpack.h>)
 #include "specdec/core/dlpack.hpp"
 #endif

@@ -44,9 +44,9 @@ struct device_run {
     specdec::build_tree_batch(specdec::cuda{.stream = s}, dv(ni), dv(pa), dv(cl), dv(de), dv(po), dv(mi), dv(ma),
                               dv(st));
   }
-  specdec::tree_batch_status status() const {
+  specdec::device_status status() const {
     const auto v = st.download();
-    return specdec::tree_batch_status::from(std::span<const std::int32_t, 3>(v.data(), 3));
+    return specdec::device_status::from(std::span<const std::int32_t, 3>(v.data(), 3));
   }
 };
 
@@ -96,7 +96,7 @@ TEST_CASE("cuda build_tree_batch equals the host and token_tree_batch on random 
 TEST_CASE("cuda build_tree_batch reports bad values in status and stays in bounds", "[cuda][tree]") {
   auto c = specdec_test::random_tree_batch(6, 40, 77);
   while (c.node_indptr[3] - c.node_indptr[2] < 4) c = specdec_test::random_tree_batch(6, 40, c.parents.size() + 1);
-  auto expect = [](tree_batch_case bad, specdec::tree_batch_error e, std::int32_t request, std::int32_t index,
+  auto expect = [](tree_batch_case bad, specdec::device_error e, std::int32_t request, std::int32_t index,
                    std::int64_t extra = 3) {
     device_run d(bad, extra);
     d.launch();
@@ -112,31 +112,31 @@ TEST_CASE("cuda build_tree_batch reports bad values in status and stays in bound
   {
     auto bad = c;
     bad.parents[b2 + 3] = 3;
-    expect(bad, specdec::tree_batch_error::parent, 2, 3);
+    expect(bad, specdec::device_error::parent, 2, 3);
   }
   {
     auto bad = c;
     bad.parents[b2 + 2] = -5;
-    expect(bad, specdec::tree_batch_error::parent, 2, 2);
+    expect(bad, specdec::device_error::parent, 2, 2);
   }
   {
     auto bad = c;
     bad.committed[4] = 0;
-    const auto m = expect(bad, specdec::tree_batch_error::committed_length, 4, -1);
+    const auto m = expect(bad, specdec::device_error::committed_length, 4, -1);
     for (auto w : m) CHECK(w == poison);  // the build pass never ran
   }
   {
     auto bad = c;
     bad.node_indptr[3] = bad.node_indptr[2] - 1;
-    expect(bad, specdec::tree_batch_error::node_indptr, 2, -1);
+    expect(bad, specdec::device_error::node_indptr, 2, -1);
   }
   {
     auto bad = c;
     bad.node_indptr[0] = 1;
-    expect(bad, specdec::tree_batch_error::node_indptr, 0, -1);
+    expect(bad, specdec::device_error::node_indptr, 0, -1);
   }
   {  // one word short: nothing written
-    const auto m = expect(c, specdec::tree_batch_error::mask_capacity, -1, -1, -1);
+    const auto m = expect(c, specdec::device_error::mask_capacity, -1, -1, -1);
     for (auto w : m) CHECK(w == poison);
   }
   {  // a chain in request 0 deep enough to overflow committed + depth
@@ -146,7 +146,7 @@ TEST_CASE("cuda build_tree_batch reports bad values in status and stays in bound
     d.launch();
     specdec_test::sync_check("build_tree_batch (overflow)");
     const auto s = d.status();
-    CHECK(s.error == specdec::tree_batch_error::position_overflow);
+    CHECK(s.error == specdec::device_error::position_overflow);
     CHECK(s.request == 0);
     CHECK(s.index == 2);
   }

@@ -167,13 +167,13 @@ TEST_CASE("tree_batch: shapes, strides and memory spaces are checked before anyt
                       Catch::Contains("parents") && Catch::Contains("unit stride"));
 }
 
-TEST_CASE("tree_batch_status decodes the device report and names the problem", "[tree][tree_batch]") {
+TEST_CASE("device_status decodes the device report and names the problem", "[tree][tree_batch]") {
   const std::array<std::int32_t, 3> ok{0, -1, -1}, par{3, 1, 4};
-  CHECK(specdec::tree_batch_status::from(ok).ok());
-  CHECK_NOTHROW(specdec::tree_batch_status::from(ok).throw_if_error("f"));
-  const auto s = specdec::tree_batch_status::from(par);
+  CHECK(specdec::device_status::from(ok).ok());
+  CHECK_NOTHROW(specdec::device_status::from(ok).throw_if_error("f"));
+  const auto s = specdec::device_status::from(par);
   CHECK_FALSE(s.ok());
-  CHECK(s.error == specdec::tree_batch_error::parent);
+  CHECK(s.error == specdec::device_error::parent);
   CHECK(s.message() == "parents[4] of request 1 is outside [-1, 4) (parent before node)");
   CHECK_THROWS_WITH(s.throw_if_error("specdec::my_step"), Catch::Contains("specdec::my_step") &&
                                                                Catch::Contains("parents[4] of request 1"));

@@ -7,11 +7,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
 #include "specdec/core/bfloat16.hpp"
+#include "specdec/core/device_status.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/half.hpp"
 
@@ -59,6 +61,16 @@ inline void cuda_check(cudaError_t status, std::string_view what) {
     msg += cudaGetErrorString(status);
     msg += ")";
     throw cuda_error(static_cast<int>(status), msg);
+  }
+}
+
+//! Records a device-side check's finding in a status array [error, request, index]
+//! (core/device_status.hpp) unless one is already recorded: the first writer wins the error word by
+//! atomicCAS and then writes where. Status arrays start at {0, ...} (the primitive clears them).
+__device__ inline void device_report(std::int32_t* status, device_error e, std::int32_t request, std::int32_t index) {
+  if (atomicCAS(reinterpret_cast<int*>(status), 0, static_cast<int>(e)) == 0) {
+    status[1] = request;
+    status[2] = index;
   }
 }
 

@@ -18,6 +18,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
 
 namespace specdec {
 
@@ -156,6 +157,16 @@ template <tensor_like V>
   return strided_view<T, R>(const_cast<T*>(static_cast<const T*>(v.data())), e, s, v.space());
 }
 
+namespace detail {
+//! A 1-D tensor of int32 (const or not), and one the primitive may write: the offsets, parents,
+//! tokens and outputs of the array-form primitives (build_tree_batch, verify_greedy_batch, ...).
+template <class V>
+concept int32_array =
+    tensor_like<V> && (V::rank == 1) && std::is_same_v<std::remove_cv_t<typename V::element_type>, std::int32_t>;
+template <class V>
+concept int32_output = int32_array<V> && !std::is_const_v<typename V::element_type>;
+}  // namespace detail
+
 // Validation helpers on every entry point's path: inside the ISA namespace (core/isa.hpp).
 inline namespace SPECDEC_HOST_ISA {
 
@@ -203,6 +214,23 @@ void require_unit_inner_stride(std::string_view function, std::string_view argum
 template <class V>
 void require_host_accessible(std::string_view function, std::string_view argument, const V& v) {
   require(host_accessible(v.space()), function, argument, "host-accessible memory (host or managed)", v.space());
+}
+
+//! The checks of a 1-D array argument of a primitive that runs under Policy (host or cuda): memory
+//! the policy can dereference, extent(0) == extent (-1: any), unit stride, and a non-null pointer
+//! when non-empty. Throws invalid_argument naming function and argument.
+template <class Policy, class V>
+void require_policy_array(std::string_view function, std::string_view argument, const V& v, std::int64_t extent) {
+  static_assert(V::rank == 1, "require_policy_array: 1-D arrays only");
+  if constexpr (std::is_same_v<Policy, cuda>) {
+    require(device_accessible(v.space()), function, argument, "device-accessible memory (device or managed)", v.space());
+  } else {
+    require_host_accessible(function, argument, v);
+  }
+  if (extent >= 0 && v.extent(0) != extent) [[unlikely]]
+    throw_invalid_argument(function, argument, "extent(0) == " + std::to_string(extent), v.extent(0));
+  require(v.extent(0) <= 1 || v.stride(0) == 1, function, argument, "unit stride", v.stride(0));
+  require(v.extent(0) == 0 || v.data() != nullptr, function, argument, "a non-null data pointer", "nullptr");
 }
 
 }  // namespace SPECDEC_HOST_ISA

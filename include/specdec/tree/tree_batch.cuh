@@ -31,15 +31,6 @@ inline constexpr int tree_batch_threads = 256;
 //! Requests whose parents fit here (16 KiB) are walked from shared memory, larger ones from global.
 inline constexpr int tree_batch_smem_nodes = 4096;
 
-//! Records an error unless one is already recorded (first writer wins; the others leave it).
-__device__ inline void tree_batch_report(std::int32_t* status, tree_batch_error e, std::int32_t request,
-                                         std::int32_t index) {
-  if (atomicCAS(reinterpret_cast<int*>(status), 0, static_cast<int>(e)) == 0) {
-    status[1] = request;
-    status[2] = index;
-  }
-}
-
 __global__ void __launch_bounds__(tree_batch_threads)
     tree_batch_plan_kernel(std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
                            const std::int32_t* committed, std::int64_t* mask_indptr, std::int64_t mask_capacity,
@@ -49,8 +40,8 @@ __global__ void __launch_bounds__(tree_batch_threads)
   __shared__ long long carry_s;
   if (threadIdx.x == 0) {
     carry_s = 0;
-    if (node_indptr[0] != 0) tree_batch_report(status, tree_batch_error::node_indptr, 0, -1);
-    if (node_indptr[R] != N) tree_batch_report(status, tree_batch_error::node_indptr, R, -1);
+    if (node_indptr[0] != 0) device_report(status, device_error::node_indptr, 0, -1);
+    if (node_indptr[R] != N) device_report(status, device_error::node_indptr, R, -1);
   }
   __syncthreads();
   for (std::int32_t base = 0; base < R; base += tree_batch_threads) {
@@ -58,8 +49,8 @@ __global__ void __launch_bounds__(tree_batch_threads)
     long long words = 0;
     if (r < R) {
       const std::int32_t n = node_indptr[r + 1] - node_indptr[r];
-      if (n < 0) tree_batch_report(status, tree_batch_error::node_indptr, r, -1);
-      if (committed[r] < 1) tree_batch_report(status, tree_batch_error::committed_length, r, -1);
+      if (n < 0) device_report(status, device_error::node_indptr, r, -1);
+      if (committed[r] < 1) device_report(status, device_error::committed_length, r, -1);
       if (n > 0) words = static_cast<long long>(n) * words_per_row(n);
     }
     long long offset, chunk_total;
@@ -72,7 +63,7 @@ __global__ void __launch_bounds__(tree_batch_threads)
   }
   if (threadIdx.x == 0) {
     mask_indptr[R] = carry_s;
-    if (carry_s > mask_capacity) tree_batch_report(status, tree_batch_error::mask_capacity, -1, -1);
+    if (carry_s > mask_capacity) device_report(status, device_error::mask_capacity, -1, -1);
   }
   __syncthreads();  // every report of this kernel is in
   if (threadIdx.x == 0 && status[0] == 0) status[1] = status[2] = -1;  // the host backend's "no error"
@@ -98,10 +89,10 @@ __global__ void __launch_bounds__(tree_batch_threads)
     const std::int32_t c = committed[r];
     for (std::int32_t i = t; i < n; i += tree_batch_threads) {
       const std::int32_t p = par[i];
-      if (p < -1 || p >= i) tree_batch_report(status, tree_batch_error::parent, r, i);
+      if (p < -1 || p >= i) device_report(status, device_error::parent, r, i);
       const std::int32_t d = tree_node_depth(par, i);
       if (c > std::numeric_limits<std::int32_t>::max() - d)
-        tree_batch_report(status, tree_batch_error::position_overflow, r, i);
+        device_report(status, device_error::position_overflow, r, i);
       depths[b + i] = d;
       positions[b + i] = c + d;  // wraps only when the overflow was just reported
     }

@@ -18,7 +18,7 @@
 //! both policies. The VALUES of node_indptr, parents and committed_lengths live in device memory
 //! under specdec::cuda and are not read on the host (no synchronisation inside a primitive): the
 //! kernels check them and report the first problem they meet in `status`, three int32 values
-//! [error, request, index] (tree_batch_status decodes them; error 0 = none). The host backend checks
+//! [error, request, index] (core/device_status.hpp; device_status decodes them). The host backend checks
 //! the same rules and throws specdec::invalid_argument instead, writing {0, -1, -1} to `status` on
 //! success. On a device error the outputs are unspecified but every access stayed in bounds: a bad
 //! node_indptr stops the per-request pass before it reads anything, a parent outside [-1, i) ends
@@ -33,6 +33,7 @@
 
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/config.hpp"
+#include "specdec/core/device_status.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
@@ -40,82 +41,12 @@
 
 namespace specdec {
 
-//! What build_tree_batch found wrong in values it could only read on the device.
-enum class tree_batch_error : std::int32_t {
-  none = 0,
-  node_indptr = 1,        //!< node_indptr[0] != 0, a decreasing step, or node_indptr[R] != parents.extent(0)
-  committed_length = 2,   //!< committed_lengths[r] < 1 (the root is a committed token)
-  parent = 3,             //!< parents[node_indptr[r] + i] outside [-1, i) (topological order)
-  position_overflow = 4,  //!< committed_lengths[r] + depth(i) > INT32_MAX
-  mask_capacity = 5,      //!< the masks need more words than mask.extent(0)
-};
-
-//! Host-side reading of the three int32 status values build_tree_batch writes ([error, request,
-//! index]; `request` and `index` are -1 where they do not apply, and index is the request-local
-//! node for parent and position_overflow errors).
-struct tree_batch_status {
-  tree_batch_error error = tree_batch_error::none;
-  std::int32_t request = -1;
-  std::int32_t index = -1;
-
-  //! Decodes the three values (e.g. after copying them to the host).
-  [[nodiscard]] static tree_batch_status from(std::span<const std::int32_t, 3> v) noexcept {
-    return {static_cast<tree_batch_error>(v[0]), v[1], v[2]};
-  }
-  [[nodiscard]] bool ok() const noexcept { return error == tree_batch_error::none; }
-
-  //! One sentence naming the problem, e.g. "parents[3] of request 1 is outside [-1, 3)".
-  [[nodiscard]] std::string message() const {
-    const std::string r = std::to_string(request), i = std::to_string(index);
-    switch (error) {
-      case tree_batch_error::none: return "no error";
-      case tree_batch_error::node_indptr:
-        return "node_indptr is not a valid offsets array (must start at 0, never decrease and end at "
-               "parents.extent(0)); first bad entry at request " + r;
-      case tree_batch_error::committed_length: return "committed_lengths[" + r + "] is below 1";
-      case tree_batch_error::parent:
-        return "parents[" + i + "] of request " + r + " is outside [-1, " + i + ") (parent before node)";
-      case tree_batch_error::position_overflow:
-        return "committed_lengths[" + r + "] + depth of node " + i + " exceeds INT32_MAX";
-      case tree_batch_error::mask_capacity:
-        return "the ancestor masks need more words than mask.extent(0) holds";
-    }
-    return "unknown tree_batch_error " + std::to_string(static_cast<std::int32_t>(error));
-  }
-
-  //! Throws specdec::invalid_argument naming `function` unless ok().
-  void throw_if_error(std::string_view function) const {
-    if (!ok()) [[unlikely]]
-      throw_invalid_argument(function, "tree batch", "valid node_indptr, parents and committed_lengths", message());
-  }
-};
-
 namespace detail {
 
 template <class V, class T>
 concept tree_batch_array = tensor_like<V> && (V::rank == 1) && std::is_same_v<std::remove_cv_t<typename V::element_type>, T>;
 template <class V, class T>
 concept tree_batch_output = tree_batch_array<V, T> && !std::is_const_v<typename V::element_type>;
-
-inline namespace SPECDEC_HOST_ISA {
-
-//! The host-side checks of every build_tree_batch call: each array in memory the policy can
-//! dereference, unit stride, non-null when non-empty, and the extents that follow from the number
-//! of requests R = committed_lengths.extent(0) and nodes N = parents.extent(0).
-template <class Policy, class V>
-void check_tree_batch_array(std::string_view fn, std::string_view name, const V& v, std::int64_t extent) {
-  if constexpr (std::is_same_v<Policy, cuda>) {
-    require(device_accessible(v.space()), fn, name, "device-accessible memory (device or managed)", v.space());
-  } else {
-    require_host_accessible(fn, name, v);
-  }
-  if (extent >= 0 && v.extent(0) != extent) [[unlikely]]
-    throw_invalid_argument(fn, name, "extent(0) == " + std::to_string(extent), v.extent(0));
-  require(v.extent(0) <= 1 || v.stride(0) == 1, fn, name, "unit stride", v.stride(0));
-  require(v.extent(0) == 0 || v.data() != nullptr, fn, name, "a non-null data pointer", "nullptr");
-}
-
-}  // namespace SPECDEC_HOST_ISA
 
 //! The seam between build_tree_batch and its backends (like rope_backend, position/rope.hpp):
 //!   static void run(const Policy&, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
@@ -198,7 +129,7 @@ struct tree_batch_backend<host> {
 //!   positions         int32 [N]      out
 //!   mask_indptr       int64 [R + 1]  out: word offset of request r's mask in `mask`
 //!   mask              mask_word [>= sum_r n_r * words_per_row(n_r)]  out: the ancestor masks
-//!   status            int32 [3]      out: [error, request, index] (tree_batch_status)
+//!   status            int32 [3]      out: [error, request, index] (device_status)
 //! (the file comment gives the layout). Every array 1-D with unit stride.
 //!   specdec::host: host-accessible memory; every value checked first, specdec::invalid_argument on
 //!     a bad one (outputs then untouched), status {0, -1, -1} on success. O(N + mask words).
@@ -227,14 +158,14 @@ void build_tree_batch(const Policy& policy, const NI& node_indptr_in, const PA& 
   require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
           "extent(0) in [0, INT32_MAX) (one per request)", R);
   require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "parents", "extent(0) in [0, INT32_MAX]", N);
-  detail::check_tree_batch_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
-  detail::check_tree_batch_array<Policy>(fn, "parents", parents, N);
-  detail::check_tree_batch_array<Policy>(fn, "committed_lengths", committed_lengths, R);
-  detail::check_tree_batch_array<Policy>(fn, "depths", depths, N);
-  detail::check_tree_batch_array<Policy>(fn, "positions", positions, N);
-  detail::check_tree_batch_array<Policy>(fn, "mask_indptr", mask_indptr, R + 1);
-  detail::check_tree_batch_array<Policy>(fn, "mask", mask, -1);
-  detail::check_tree_batch_array<Policy>(fn, "status", status, 3);
+  require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
+  require_policy_array<Policy>(fn, "parents", parents, N);
+  require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
+  require_policy_array<Policy>(fn, "depths", depths, N);
+  require_policy_array<Policy>(fn, "positions", positions, N);
+  require_policy_array<Policy>(fn, "mask_indptr", mask_indptr, R + 1);
+  require_policy_array<Policy>(fn, "mask", mask, -1);
+  require_policy_array<Policy>(fn, "status", status, 3);
   detail::tree_batch_backend<Policy>::run(
       policy, static_cast<std::int32_t>(R), static_cast<std::int32_t>(N), node_indptr.data(), parents.data(),
       committed_lengths.data(), depths.data(), positions.data(), mask_indptr.data(), mask.data(), mask.extent(0),

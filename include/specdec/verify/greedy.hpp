@@ -106,4 +106,145 @@ template <tensor_like Logits>
   });
 }
 
+namespace detail {
+
+//! The seam between the array form of verify_greedy_batch and its backends (like rope_backend):
+//!   static void run(const Policy&, const greedy_batch_args&);
+//! The host backend is below, the cuda one in verify/greedy.cuh.
+struct greedy_batch_args {
+  std::int32_t requests = 0, nodes = 0;
+  std::int64_t vocab = 0, row_stride = 0;
+  const std::int32_t* node_indptr = nullptr;
+  const std::int32_t* tokens = nullptr;
+  const std::int32_t* parents = nullptr;
+  const float* logits = nullptr;
+  std::int32_t* accepted = nullptr;
+  std::int32_t* num_accepted = nullptr;
+  std::int32_t* bonus = nullptr;
+  std::int32_t* emitted = nullptr;
+  std::int32_t* status = nullptr;
+};
+
+template <class Policy>
+struct greedy_batch_backend {
+  static_assert(dependent_false_v<Policy>,
+                "specdec: no verify_greedy_batch backend for this execution policy in this translation unit. For "
+                "specdec::cuda include <specdec/verify/greedy.cuh> (or <specdec/specdec.cuh>) and compile the file "
+                "with nvcc.");
+  template <class... A>
+  static void run(const A&...) {}
+};
+
+template <>
+struct greedy_batch_backend<host> {
+  static void run(const host& policy, const greedy_batch_args& a) {
+    constexpr std::string_view fn = "specdec::verify_greedy_batch";
+    validate_indptr(fn, "node_indptr", "node_indptr", a.node_indptr, a.requests, a.nodes, "tokens.extent(0)");
+    for (std::int32_t r = 0; r < a.requests; ++r) {
+      const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b;
+      validate_tree_arrays(fn, {a.tokens + b, static_cast<std::size_t>(n)}, {a.parents + b, static_cast<std::size_t>(n)});
+    }
+    check_tokens_in_vocab({a.tokens, static_cast<std::size_t>(a.nodes)}, a.vocab, fn);
+    // Every request's walk first, then the writes: a call that throws leaves the outputs untouched.
+    const verify_batch_result res = run_batch(policy, a.requests, [&](int r) {
+      const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b;
+      const prob_rows rows{a.logits + (static_cast<std::int64_t>(b) + r) * a.row_stride, a.row_stride, n + 1, a.vocab,
+                           r, static_cast<std::int64_t>(b) + r};
+      return greedy_walk({a.tokens + b, static_cast<std::size_t>(n)}, {a.parents + b, static_cast<std::size_t>(n)}, rows,
+                         fn, r);
+    });
+    for (std::int32_t r = 0; r < a.requests; ++r) {
+      const std::int32_t b = a.node_indptr[r];
+      const auto acc = res.accepted_nodes(r);
+      const auto k = static_cast<std::int32_t>(acc.size());
+      a.num_accepted[r] = k;
+      a.bonus[r] = res.bonus[static_cast<std::size_t>(r)];
+      for (std::int32_t j = 0; j < k; ++j) {
+        a.accepted[b + j] = acc[static_cast<std::size_t>(j)];
+        a.emitted[b + r + j] = a.tokens[b + acc[static_cast<std::size_t>(j)]];
+      }
+      a.emitted[b + r + k] = a.bonus[r];
+    }
+    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+  }
+};
+
+}  // namespace detail
+
+//! Greedy verification of a ragged batch given as arrays, the form a GPU engine holds (its drafter
+//! and target leave trees and logits in device memory), with the same walk as verify_greedy:
+//!   node_indptr   int32 [R + 1]      request r owns nodes [node_indptr[r], node_indptr[r+1])
+//!   tokens        int32 [N]          each in [0, V)
+//!   parents       int32 [N]          local, -1 = child of the root, otherwise in [-1, i)
+//!   target_logits float [N + R, V]   request r's n_r + 1 rows from row node_indptr[r] + r (row 0 =
+//!                                    the root; verify_result.hpp's convention); unit inner stride
+//!   accepted      int32 [N]      out request r's accepted local nodes, root child first, at
+//!                                    accepted[node_indptr[r] .. + num_accepted[r]); the rest of its
+//!                                    slots are unspecified (the device backend uses them as scratch)
+//!   num_accepted  int32 [R]      out
+//!   bonus         int32 [R]      out the target's argmax after the last accepted node
+//!   emitted       int32 [N + R]  out request r's emitted tokens (accepted tokens, then bonus) at
+//!                                    emitted[node_indptr[r] + r .. + num_accepted[r] + 1): the
+//!                                    only array an engine must copy back to continue
+//!   status        int32 [3]      out [error, request, index] (core/device_status.hpp)
+//! Results equal verify_greedy on each request's tree, bit for bit (argmax ties: lowest token id).
+//!   specdec::host: host-accessible memory; values checked as verify_greedy_batch checks them (a bad
+//!     offset, parent, token or read row throws invalid_argument and leaves the outputs untouched);
+//!     status {0, -1, -1} on success. Requests in parallel on the policy's threads. O(N + rows read * V).
+//!   specdec::cuda (needs verify/greedy.cuh and nvcc): device-accessible memory; shapes checked on the
+//!     host, values on the device into `status` (a request with a bad value gets unspecified
+//!     outputs); the argmax of every row is computed (one read of the logits), then one walk per
+//!     request. Enqueued on policy.stream without synchronisation, graph-capturable.
+template <execution_policy Policy, class NI, class TO, class PA, class LG, class AC, class NA, class BO, class EM,
+          class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           detail::int32_output<AC> && detail::int32_output<NA> && detail::int32_output<BO> &&
+           detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const TO& tokens_in, const PA& parents_in,
+                         const LG& target_logits_in, const AC& accepted_in, const NA& num_accepted_in,
+                         const BO& bonus_in, const EM& emitted_in, const ST& status_in) {
+  constexpr std::string_view fn = "specdec::verify_greedy_batch";
+  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
+                "specdec::verify_greedy_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
+  const auto node_indptr = as_view(node_indptr_in);
+  const auto tokens = as_view(tokens_in);
+  const auto parents = as_view(parents_in);
+  const auto logits = as_view(target_logits_in);
+  const auto accepted = as_view(accepted_in);
+  const auto num_accepted = as_view(num_accepted_in);
+  const auto bonus = as_view(bonus_in);
+  const auto emitted = as_view(emitted_in);
+  const auto status = as_view(status_in);
+  const std::int64_t R = bonus.extent(0), N = tokens.extent(0);
+  require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "bonus", "extent(0) in [0, INT32_MAX) (one per request)", R);
+  require(N >= 0 && N + R <= std::numeric_limits<std::int32_t>::max(), fn, "tokens", "extent(0) + requests <= INT32_MAX", N);
+  require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
+  require_policy_array<Policy>(fn, "tokens", tokens, N);
+  require_policy_array<Policy>(fn, "parents", parents, N);
+  require_policy_array<Policy>(fn, "accepted", accepted, N);
+  require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
+  require_policy_array<Policy>(fn, "emitted", emitted, N + R);
+  require_policy_array<Policy>(fn, "status", status, 3);
+  if constexpr (std::is_same_v<Policy, cuda>) {
+    require(device_accessible(logits.space()), fn, "target_logits", "device-accessible memory (device or managed)",
+            logits.space());
+  } else {
+    require_host_accessible(fn, "target_logits", logits);
+  }
+  require_shape(fn, "target_logits", logits, {N + R, -1});
+  require(logits.extent(1) >= 1 && logits.extent(1) <= std::numeric_limits<std::int32_t>::max(), fn, "target_logits",
+          "vocab (extent 1) in [1, INT32_MAX]", logits.extent(1));
+  require_unit_inner_stride(fn, "target_logits", logits);
+  require(logits.stride(0) >= logits.extent(1) || logits.extent(0) <= 1, fn, "target_logits",
+          "row stride >= vocab (rows do not overlap)", logits.stride(0));
+  require(logits.extent(0) == 0 || logits.data() != nullptr, fn, "target_logits", "a non-null data pointer", "nullptr");
+  detail::greedy_batch_args a;
+  a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
+  a.vocab = logits.extent(1), a.row_stride = logits.stride(0);
+  a.node_indptr = node_indptr.data(), a.tokens = tokens.data(), a.parents = parents.data(), a.logits = logits.data();
+  a.accepted = accepted.data(), a.num_accepted = num_accepted.data(), a.bonus = bonus.data();
+  a.emitted = emitted.data(), a.status = status.data();
+  detail::greedy_batch_backend<Policy>::run(policy, a);
+}
+
 }  // namespace specdec

@@ -1,0 +1,74 @@
+#pragma once
+//! \file device_status.hpp
+//! The report of value checks that run on a CUDA device. A primitive under specdec::cuda checks
+//! shapes and memory spaces on the host, but the VALUES of its device arrays (offsets, parents,
+//! tokens, logits) are not read on the host: that would need a synchronisation inside the primitive.
+//! Its kernels check them instead and record the first problem found in a status array of three
+//! int32 values, [error, request, index], which the caller reads whenever it next synchronises
+//! (an engine: with the step's emitted tokens). device_status decodes them on the host; error 0
+//! means none, and request / index are -1 where they do not apply. The host backends of the same
+//! primitives check the same rules and throw specdec::invalid_argument instead. Writers: the
+//! device function device_report (core/device_types.cuh); first writer wins.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "specdec/core/error.hpp"
+
+namespace specdec {
+
+//! What a device-side check found (the codes of device_status::error).
+enum class device_error : std::int32_t {
+  none = 0,
+  node_indptr = 1,        //!< node_indptr[0] != 0, a decreasing step, or a last value other than the node count
+  committed_length = 2,   //!< committed_lengths[request] < 1 (the root is a committed token)
+  parent = 3,             //!< parents of node `index` of `request` outside [-1, index) (topological order)
+  position_overflow = 4,  //!< committed_lengths[request] + depth of node `index` > INT32_MAX
+  mask_capacity = 5,      //!< the ancestor masks need more words than the mask array holds
+  token = 6,              //!< the token of node `index` of `request` outside [0, vocabulary)
+  row = 7,                //!< row `index` (local) of `request`, which the step reads, holds NaN or +inf or no value above -inf
+};
+
+//! Host-side reading of a device status array [error, request, index].
+struct device_status {
+  device_error error = device_error::none;
+  std::int32_t request = -1;
+  std::int32_t index = -1;
+
+  //! Decodes the three values (e.g. after copying them to the host).
+  [[nodiscard]] static device_status from(std::span<const std::int32_t, 3> v) noexcept {
+    return {static_cast<device_error>(v[0]), v[1], v[2]};
+  }
+  [[nodiscard]] bool ok() const noexcept { return error == device_error::none; }
+
+  //! One sentence naming the problem, e.g. "parents[3] of request 1 is outside [-1, 3)".
+  [[nodiscard]] std::string message() const {
+    const std::string r = std::to_string(request), i = std::to_string(index);
+    switch (error) {
+      case device_error::none: return "no error";
+      case device_error::node_indptr:
+        return "node_indptr is not a valid offsets array (it must start at 0, never decrease and end at the node "
+               "count); first bad entry at request " + r;
+      case device_error::committed_length: return "committed_lengths[" + r + "] is below 1";
+      case device_error::parent:
+        return "parents[" + i + "] of request " + r + " is outside [-1, " + i + ") (parent before node)";
+      case device_error::position_overflow:
+        return "committed_lengths[" + r + "] + the depth of node " + i + " exceeds INT32_MAX";
+      case device_error::mask_capacity: return "the ancestor masks need more words than the mask array holds";
+      case device_error::token: return "the token of node " + i + " of request " + r + " is outside [0, vocabulary)";
+      case device_error::row:
+        return "row " + i + " of request " + r + " holds NaN or +inf, or no value above -inf";
+    }
+    return "unknown device_error " + std::to_string(static_cast<std::int32_t>(error));
+  }
+
+  //! Throws specdec::invalid_argument naming `function` unless ok().
+  void throw_if_error(std::string_view function) const {
+    if (!ok()) [[unlikely]]
+      throw_invalid_argument(function, "device arrays", "values that pass the device-side checks", message());
+  }
+};
+
+}  // namespace specdec

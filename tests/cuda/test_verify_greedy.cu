@@ -1,0 +1,215 @@
+// verify_greedy_batch(cuda{}) (array form) against verify_greedy per request and the host backend
+// (tests/verify/greedy_batch_util.hpp): ragged batches up to 64 requests, vocabularies from 1 to
+// 256K (aligned and unaligned rows, a padded row stride), a request beyond the shared-memory walk;
+// device-side value errors in status; NaN in an unread row is no error; graph capture.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "specdec/verify/greedy.cuh"
+#include "verify/greedy_batch_util.hpp"
+
+using specdec::memory_space;
+using specdec_test::device_buffer;
+using specdec_test::greedy_batch_case;
+
+namespace {
+
+template <class T>
+specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
+  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
+}
+
+struct device_case {
+  device_buffer<std::int32_t> ni, tok, par, acc, nacc, bon, emi, st;
+  device_buffer<float> lg;
+  std::int64_t rows, vocab, stride;
+  // Logits copied with a row stride of vocab + pad floats (pad > 0: rows not back to back).
+  device_case(const greedy_batch_case& c, std::int64_t pad = 0)
+      : ni(c.node_indptr), tok(c.tokens), par(c.parents), acc(std::vector<std::int32_t>(c.tokens.size(), -9)),
+        nacc(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
+        bon(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
+        emi(std::vector<std::int32_t>(c.tokens.size() + c.node_indptr.size() - 1, -9)),
+        st(std::vector<std::int32_t>{5, 5, 5}), lg(static_cast<std::size_t>((c.nodes() + c.requests()) * (c.vocab + pad))),
+        rows(c.nodes() + c.requests()), vocab(c.vocab), stride(c.vocab + pad) {
+    std::vector<float> h(lg.size(), std::numeric_limits<float>::quiet_NaN());  // the padding holds NaN: never read
+    for (std::int64_t r = 0; r < rows; ++r)
+      std::copy_n(c.logits.begin() + r * vocab, vocab, h.begin() + r * stride);
+    lg.upload(h);
+  }
+  void launch(cudaStream_t s = nullptr) {
+    const specdec::strided_view<const float, 2> l(lg.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    specdec::verify_greedy_batch(specdec::cuda{.stream = s}, dv(ni), dv(tok), dv(par), l, dv(acc), dv(nacc), dv(bon),
+                                 dv(emi), dv(st));
+  }
+  specdec::device_status status() const {
+    const auto v = st.download();
+    return specdec::device_status::from(std::span<const std::int32_t, 3>(v.data(), 3));
+  }
+};
+
+void check_against_reference(const greedy_batch_case& c, device_case& d) {
+  CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
+  const auto acc = d.acc.download(), nacc = d.nacc.download(), bon = d.bon.download(), emi = d.emi.download();
+  for (int r = 0; r < c.requests(); ++r) {
+    const auto want = c.expected.request(r);
+    const auto k = static_cast<int>(want.accepted.size());
+    REQUIRE(nacc[r] == k);
+    CHECK(bon[r] == want.bonus);
+    const int b = c.node_indptr[r];
+    for (int j = 0; j < k; ++j) {
+      CHECK(acc[b + j] == want.accepted[j]);
+      CHECK(emi[b + r + j] == c.tokens[b + want.accepted[j]]);
+    }
+    CHECK(emi[b + r + k] == want.bonus);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda verify_greedy_batch equals verify_greedy per request on random ragged batches", "[cuda][verify]") {
+  struct shape {
+    int R, max_nodes;
+    std::int64_t V;
+    int alphabet;
+  };
+  for (const shape s : {shape{1, 1, 1, 1}, shape{5, 8, 5, 3}, shape{64, 70, 300, 4}, shape{17, 30, 1001, 3},
+                        shape{8, 16, 131072, 4}, shape{2, 64, 262144, 2}}) {
+    DYNAMIC_SECTION("R " << s.R << " nodes <= " << s.max_nodes << " V " << s.V) {
+      const auto c = specdec_test::random_greedy_batch(s.R, s.max_nodes, s.V, s.alphabet, s.R * 7 + s.V);
+      for (std::int64_t pad : {0, 3}) {
+        device_case d(c, pad);
+        d.launch();
+        specdec_test::sync_check("verify_greedy_batch");
+        check_against_reference(c, d);
+      }
+    }
+  }
+  SECTION("a request beyond the shared-memory walk (3000 nodes) between small ones") {
+    auto c = specdec_test::random_greedy_batch(1, 4, 3, 2, 99);
+    const auto big = specdec_test::random_greedy_batch(1, 3000, 3, 2, 100);
+    // Append big's request (nodes and rows) and then c's again.
+    greedy_batch_case m = c;
+    const int base = m.nodes();
+    for (int i = 0; i < big.nodes(); ++i) m.tokens.push_back(big.tokens[i]), m.parents.push_back(big.parents[i]);
+    m.node_indptr.push_back(base + big.nodes());
+    m.logits.insert(m.logits.end(), big.logits.begin(), big.logits.end());
+    m.finish();
+    REQUIRE(big.nodes() > 2048);
+    device_case d(m);
+    d.launch();
+    specdec_test::sync_check("verify_greedy_batch (large request)");
+    check_against_reference(m, d);
+  }
+}
+
+TEST_CASE("cuda verify_greedy_batch reports bad values in status", "[cuda][verify]") {
+  auto c = specdec_test::random_greedy_batch(4, 12, 7, 3, 31337);
+  while (c.node_indptr[3] - c.node_indptr[2] < 2) c = specdec_test::random_greedy_batch(4, 12, 7, 3, c.tokens.size() + 5);
+  auto expect = [](const greedy_batch_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+    device_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_greedy_batch (bad values)");
+    const auto s = d.status();
+    CHECK(s.error == e);
+    CHECK(s.request == request);
+    CHECK(s.index == index);
+  };
+  const int b2 = c.node_indptr[2];
+  {
+    auto bad = c;
+    bad.tokens[b2 + 1] = 7;
+    expect(bad, specdec::device_error::token, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.parents[b2 + 1] = 5;
+    expect(bad, specdec::device_error::parent, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.node_indptr[2] = bad.node_indptr[1] - 1;
+    device_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_greedy_batch (bad offsets)");
+    CHECK(d.status().error == specdec::device_error::node_indptr);
+  }
+  {  // +inf in request 3's root row (always read): row 0 of request 3
+    auto bad = c;
+    bad.logits[(c.node_indptr[3] + 3) * c.vocab + 2] = std::numeric_limits<float>::infinity();
+    expect(bad, specdec::device_error::row, 3, 0);
+  }
+  {  // an all -inf root row: nothing above -inf
+    auto bad = c;
+    for (std::int64_t t = 0; t < c.vocab; ++t)
+      bad.logits[(c.node_indptr[1] + 1) * c.vocab + t] = -std::numeric_limits<float>::infinity();
+    expect(bad, specdec::device_error::row, 1, 0);
+  }
+  {  // the hand-built case of the host test: NaN in an unread row is no error, in a read row it is
+    greedy_batch_case h;
+    h.vocab = 5;
+    h.node_indptr = {0, 2};
+    h.tokens = {1, 2};
+    h.parents = {-1, -1};
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 7, /**/ nan, 0, 0, 0, 0};
+    device_case d(h);
+    d.launch();
+    specdec_test::sync_check("verify_greedy_batch (unread NaN)");
+    CHECK(d.status().ok());
+    const auto emi = d.emi.download();  // slot 2 is the argmax pass's scratch (unspecified)
+    CHECK(emi[0] == 1);
+    CHECK(emi[1] == 3);
+    h.logits[1] = -1;
+    h.logits[2] = 20;
+    device_case d2(h);
+    d2.launch();
+    specdec_test::sync_check("verify_greedy_batch (read NaN)");
+    const auto s = d2.status();
+    CHECK(s.error == specdec::device_error::row);
+    CHECK(s.request == 0);
+    CHECK(s.index == 2);
+  }
+}
+
+TEST_CASE("cuda verify_greedy_batch is captured in a CUDA graph and replays", "[cuda][verify]") {
+  const auto c = specdec_test::random_greedy_batch(8, 64, 4096, 4, 77);
+  device_case d(c);
+  cudaStream_t s;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  d.launch(s);
+  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  for (int rep = 0; rep < 3; ++rep) {
+    d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
+    d.st.upload({4, 4, 4});
+    SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
+    check_against_reference(c, d);
+  }
+  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(e));
+  SPECDEC_CUDA_CHECK(cudaGraphDestroy(g));
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("cuda verify_greedy_batch rejects host memory and bad shapes before any CUDA call", "[cuda][verify][nogpu]") {
+  auto c = specdec_test::random_greedy_batch(2, 5, 4, 2, 3);
+  std::vector<std::int32_t> acc(c.tokens.size()), nacc(2), bon(2), emi(c.tokens.size() + 2), st(3);
+  auto dev = [](std::vector<std::int32_t>& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const auto lg_host = specdec::make_view<2>(c.logits.data(), {c.nodes() + 2, c.vocab});
+  const auto lg_dev = specdec::make_view<2>(c.logits.data(), {c.nodes() + 2, c.vocab}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens), dev(c.parents),
+                                                 lg_host, dev(acc), dev(nacc), dev(bon), dev(emi), dev(st)),
+                    Catch::Contains("target_logits") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens), dev(c.parents),
+                                                 lg_dev, dev(acc), dev(nacc), dev(bon), dev(acc), dev(st)),
+                    Catch::Contains("emitted"));
+}

@@ -1,0 +1,72 @@
+#pragma once
+// Random ragged batches for the array form of verify_greedy_batch (host: tests/verify/
+// test_greedy_arrays.cpp, CUDA: tests/cuda/test_verify_greedy.cu). Trees from tree_batch_util's
+// shapes with tokens from a small alphabet, and logits whose row argmax is often one of the row's
+// children's tokens, so that paths of every length get accepted; the expected result is
+// verify_greedy on each request's token_tree.
+#include <cstdint>
+#include <vector>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/verify/greedy.hpp"
+#include "tree/tree_batch_util.hpp"
+
+namespace specdec_test {
+
+struct greedy_batch_case {
+  std::vector<std::int32_t> node_indptr{0}, tokens, parents;
+  std::vector<float> logits;  // [N + R, V]
+  std::int64_t vocab = 0;
+  specdec::verify_batch_result expected;
+
+  [[nodiscard]] int requests() const { return static_cast<int>(node_indptr.size()) - 1; }
+  [[nodiscard]] int nodes() const { return static_cast<int>(tokens.size()); }
+
+  //! verify_greedy per request (the reference for both backends).
+  void finish() {
+    expected = {};
+    for (int r = 0; r < requests(); ++r) {
+      const auto b = node_indptr[r], e = node_indptr[r + 1];
+      const std::vector<std::int32_t> tok(tokens.begin() + b, tokens.begin() + e), par(parents.begin() + b, parents.begin() + e);
+      const auto tree = specdec::token_tree::from_parents(tok, par);
+      const auto view = specdec::make_view<2>(logits.data() + (b + r) * vocab, {e - b + 1, vocab});
+      expected.push_back(specdec::verify_greedy(tree, view));
+    }
+  }
+};
+
+//! R requests of up to max_nodes nodes over a vocabulary of V; tokens drawn from the first
+//! `alphabet` ids; each row's maximum is placed on a child's token (or a random id) with
+//! probability 3/4, and about one row in 16 has a tie for the maximum (lowest id must win).
+inline greedy_batch_case random_greedy_batch(int R, int max_nodes, std::int64_t V, int alphabet, std::uint64_t seed) {
+  specdec::philox_stream rng(seed, 2);
+  greedy_batch_case c;
+  c.vocab = V;
+  for (int r = 0; r < R; ++r) {
+    const int n = rng.below(8) == 0 ? 0 : 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(max_nodes)));
+    const auto par = random_parents(n, static_cast<int>(rng.below(4)), rng);
+    const auto b = static_cast<std::int32_t>(c.tokens.size());
+    for (int i = 0; i < n; ++i) {
+      c.parents.push_back(par[i]);
+      c.tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(alphabet))));
+    }
+    c.node_indptr.push_back(b + n);
+    for (int s = 0; s <= n; ++s) {  // row s = after node s - 1 (s = 0: the root)
+      std::vector<float> row(static_cast<std::size_t>(V));
+      for (auto& x : row) x = rng.uniform() * 4.0f - 2.0f;
+      std::vector<std::int32_t> kids;
+      for (int i = s; i < n; ++i)
+        if (par[i] == s - 1) kids.push_back(c.tokens[b + i]);
+      const std::uint32_t pick = rng.below(4);
+      std::int64_t top = static_cast<std::int64_t>(rng.below(static_cast<std::uint32_t>(V)));
+      if (pick != 0 && !kids.empty()) top = kids[rng.below(static_cast<std::uint32_t>(kids.size()))];
+      row[static_cast<std::size_t>(top)] = 3.0f;
+      if (rng.below(16) == 0) row[static_cast<std::size_t>(rng.below(static_cast<std::uint32_t>(V)))] = 3.0f;
+      c.logits.insert(c.logits.end(), row.begin(), row.end());
+    }
+  }
+  c.finish();
+  return c;
+}
+
+}  // namespace specdec_test

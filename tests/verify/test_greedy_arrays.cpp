@@ -1,0 +1,147 @@
+// The array form of verify_greedy_batch (the one a GPU engine calls; its cuda twin is tested in
+// tests/cuda/test_verify_greedy.cu against this host backend): equal to verify_greedy per request,
+// emitted tokens laid out at node_indptr[r] + r, bad values throw and leave the outputs untouched.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "specdec/verify/greedy.hpp"
+#include "verify/greedy_batch_util.hpp"
+
+using specdec::memory_space;
+using specdec_test::greedy_batch_case;
+
+namespace {
+
+template <class T>
+specdec::strided_view<T, 1> v1(std::vector<T>& x) {
+  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
+}
+
+struct outputs {
+  std::vector<std::int32_t> accepted, num_accepted, bonus, emitted, status{7, 7, 7};
+  explicit outputs(const greedy_batch_case& c)
+      : accepted(c.tokens.size(), -9), num_accepted(c.node_indptr.size() - 1, -9), bonus(c.node_indptr.size() - 1, -9),
+        emitted(c.tokens.size() + c.node_indptr.size() - 1, -9) {}
+  bool operator==(const outputs&) const = default;
+};
+
+void run(greedy_batch_case& c, outputs& o) {
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.nodes() + c.requests(), c.vocab});
+  specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, v1(o.accepted),
+                               v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+}
+
+}  // namespace
+
+TEST_CASE("verify_greedy_batch (arrays, host) equals verify_greedy per request", "[verify][greedy]") {
+  int accepted_total = 0;
+  for (int R : {0, 1, 4, 33}) {
+    for (int max_nodes : {1, 8, 70}) {
+      for (std::int64_t V : {1, 5, 300}) {
+        auto c = specdec_test::random_greedy_batch(R, max_nodes, V, static_cast<int>(std::min<std::int64_t>(V, 4)),
+                                                   R * 1000 + max_nodes * 10 + V);
+        outputs o(c);
+        run(c, o);
+        CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+        for (int r = 0; r < c.requests(); ++r) {
+          const auto want = c.expected.request(r);
+          const auto k = static_cast<int>(want.accepted.size());
+          REQUIRE(o.num_accepted[r] == k);
+          CHECK(o.bonus[r] == want.bonus);
+          const int b = c.node_indptr[r];
+          for (int j = 0; j < k; ++j) {
+            CHECK(o.accepted[b + j] == want.accepted[j]);
+            CHECK(o.emitted[b + r + j] == c.tokens[b + want.accepted[j]]);
+          }
+          CHECK(o.emitted[b + r + k] == want.bonus);
+          accepted_total += k;
+        }
+      }
+    }
+  }
+  CHECK(accepted_total > 100);  // the generator makes long accepted paths, not only bonus tokens
+}
+
+TEST_CASE("verify_greedy_batch (arrays, host) rejects bad values and leaves the outputs untouched",
+          "[verify][greedy][validation]") {
+  auto c = specdec_test::random_greedy_batch(3, 10, 6, 3, 4242);
+  while (c.node_indptr[2] - c.node_indptr[1] < 2) c = specdec_test::random_greedy_batch(3, 10, 6, 3, c.tokens.size() + 1);
+  auto reject = [](greedy_batch_case bad, const std::string& what) {
+    outputs o(bad);
+    const outputs fresh(bad);
+    CHECK_THROWS_WITH(run(bad, o), Catch::Contains(what));
+    CHECK(o == fresh);
+  };
+  const int b1 = c.node_indptr[1];
+  {
+    auto bad = c;
+    bad.tokens[b1 + 1] = 6;
+    reject(bad, "tree.tokens[" + std::to_string(b1 + 1) + "]");
+  }
+  {
+    auto bad = c;
+    bad.parents[b1 + 1] = 1;
+    reject(bad, "parents[1]");
+  }
+  {
+    auto bad = c;
+    bad.node_indptr[1] = bad.node_indptr[2] + 1;
+    reject(bad, "non-decreasing node_indptr");
+  }
+  {  // NaN in the root row of request 2: always read
+    auto bad = c;
+    bad.logits[(c.node_indptr[2] + 2) * c.vocab + 1] = std::numeric_limits<float>::quiet_NaN();
+    reject(bad, "request 2");
+  }
+  {  // a NaN in a row the walk never reads is never looked at (verify_greedy's rule): root -> {0: token
+     // 1, 1: token 2}; the root row's argmax is 1, so node 0 is accepted and the row after node 1 is
+     // not read, NaN or not; the row after node 0 gives the bonus (argmax 3, tied with id 4: 3 wins).
+    greedy_batch_case h;
+    h.vocab = 5;
+    h.node_indptr = {0, 2};
+    h.tokens = {1, 2};
+    h.parents = {-1, -1};
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    h.logits = {0, 9, 1, 2, 3,  /**/ 0, 1, 2, 7, 7,  /**/ nan, 0, 0, 0, 0};
+    outputs o(h);
+    run(h, o);
+    CHECK(o.num_accepted[0] == 1);
+    CHECK(o.accepted[0] == 0);
+    CHECK(o.bonus[0] == 3);
+    CHECK(o.emitted[0] == 1);
+    CHECK(o.emitted[1] == 3);
+    CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+    h.logits[1] = -1;  // now the root's argmax is 4: nothing accepted, bonus 4, the NaN row still unread
+    outputs o2(h);
+    run(h, o2);
+    CHECK(o2.num_accepted[0] == 0);
+    CHECK(o2.bonus[0] == 4);
+    h.logits[2] = 20;  // now node 1 (token 2) is accepted and the NaN row after it is read: rejected
+    outputs o3(h);
+    CHECK_THROWS_WITH(run(h, o3), Catch::Contains("NaN"));
+  }
+}
+
+TEST_CASE("verify_greedy_batch (arrays) checks shapes and memory spaces first", "[verify][greedy][validation]") {
+  auto c = specdec_test::random_greedy_batch(2, 5, 4, 2, 5);
+  outputs o(c);
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.nodes() + c.requests(), c.vocab});
+  auto dev = specdec::make_view<1>(o.status.data(), {3}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
+                                                 v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted), dev),
+                    Catch::Contains("status") && Catch::Contains("host-accessible"));
+  std::vector<std::int32_t> short_emitted(o.emitted.size() - 1);
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
+                                                 v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(short_emitted),
+                                                 v1(o.status)),
+                    Catch::Contains("emitted"));
+  const auto lg_short = specdec::make_view<2>(c.logits.data(), {c.nodes() + c.requests() - 1, c.vocab});
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents),
+                                                 lg_short, v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
+                                                 v1(o.emitted), v1(o.status)),
+                    Catch::Contains("target_logits"));
+}
