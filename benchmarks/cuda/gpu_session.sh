@@ -7,7 +7,8 @@
 # one hung step cannot eat the lease; logs go to OUT_DIR, a summary to stdout.
 #   tests     every tests/cuda binary (compares each kernel with the host backend and the reference)
 #   sanitize  compute-sanitizer memcheck and racecheck on each test binary (run side by side)
-#   bench     bench_cuda_attention (JSON to OUT_DIR/bench.json). If BUILD_DIR/benchmarks holds
+#   bench     bench_cuda_attention (JSON to OUT_DIR/bench.json), then every other bench_cuda_* binary
+#             (JSON and text to OUT_DIR/<name>.{json,txt}). If BUILD_DIR/benchmarks holds
 #             bench_cuda_attention_base (the same benchmark built from an earlier commit), the two run
 #             interleaved, base then ours, ROUNDS times (default 2), and a per-cell before/after table
 #             of median graph times goes to OUT_DIR/before_after.md
@@ -71,6 +72,13 @@ PY
     bench_run "$build/benchmarks/bench_cuda_attention" "$out/bench.json"
     cat "$out/bench.txt"
   fi
+  # Every other CUDA benchmark binary (the step's kernels: bench_cuda_step, ...), once each.
+  for b in "$build"/benchmarks/bench_cuda_*; do
+    name=$(basename "$b")
+    [[ $name == bench_cuda_attention || $name == bench_cuda_attention_base ]] && continue
+    bench_run "$b" "$out/$name.json"
+    cat "$out/$name.txt"
+  done
 fi
 
 if [[ $what == sanitize || $what == all ]]; then

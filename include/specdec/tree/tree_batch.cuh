@@ -74,9 +74,14 @@ __global__ void __launch_bounds__(tree_batch_threads)
                             const std::int32_t* committed, std::int32_t* depths, std::int32_t* positions,
                             const std::int64_t* mask_indptr, mask_word* mask, std::int32_t* status) {
   __shared__ std::int32_t par_s[tree_batch_smem_nodes];
-  // The plan kernel ran before this one on the stream: its verdict is final and visible.
-  if (*static_cast<volatile std::int32_t*>(status) != 0) return;
+  // The plan kernel ran before this one on the stream: its verdict is final and visible. One thread
+  // reads it for the block (other blocks of this kernel may report meanwhile, and the block must
+  // decide as one because of the barriers below).
+  __shared__ int plan_failed;
   const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) plan_failed = status[0] != 0;
+  __syncthreads();
+  if (plan_failed) return;
   for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < R; r += static_cast<std::int32_t>(gridDim.x)) {
     const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
     const std::int32_t* par = parents + b;

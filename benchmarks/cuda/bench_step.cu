@@ -1,0 +1,166 @@
+// CUDA benchmarks of the speculative step's non-attention kernels (issue #23), timed like
+// bench_attention.cu: one call's device time from replays of a CUDA graph of 10 calls, rotating
+// over enough input copies to read 3x the L2 size, with the memory roof (device-to-device copy,
+// read + write bytes / s) measured in the same process.
+//   BM_verify_greedy_batch  verify_greedy_batch(cuda) on float logits [batch * (tree + 1), V]:
+//                           bytes = the logits read once (the floor: every row's argmax) + the
+//                           trees and outputs; read_us = logits bytes / copy bandwidth (reading
+//                           them once); #23's target is time <= 2 read_us at tree 64, V = 128K, batch 8
+//   BM_build_tree_batch     build_tree_batch(cuda): depths, positions and ancestor masks of random
+//                           trees; bytes = parents read + masks and arrays written
+// The binary exits 77 without a GPU (shared main).
+#include <benchmark/benchmark.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda/bench_util.cuh"
+#include "specdec/core/philox.hpp"
+#include "specdec/tree/tree_batch.cuh"
+#include "specdec/verify/greedy.cuh"
+
+namespace {
+
+using specdec::memory_space;
+using specdec_bench::dmem;
+using specdec_bench::time_on_stream;
+
+constexpr int graph_calls = 10;
+
+double copy_bw() {
+  static const double bw = specdec_bench::measure_copy_bw(5);
+  return bw;
+}
+
+__global__ void fill_logits(float* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = static_cast<float>(h & 0xffffff) / 1048576.0f - 8.0f;
+  }
+}
+
+//! Random local parents of `batch` trees of `tree` nodes (parent uniform in [-1, i)), as node_indptr + parents.
+void random_trees(int batch, int tree, std::vector<std::int32_t>& indptr, std::vector<std::int32_t>& parents) {
+  specdec::philox_stream rng(7, 0);
+  indptr.assign(1, 0);
+  parents.clear();
+  for (int r = 0; r < batch; ++r) {
+    for (int i = 0; i < tree; ++i) parents.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1);
+    indptr.push_back(indptr.back() + tree);
+  }
+}
+
+template <class F>
+void graph_time(benchmark::State& state, cudaStream_t stream, F&& call) {
+  call(0);  // warm-up (module load)
+  SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < graph_calls; ++i) call(i);
+  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  SPECDEC_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (auto _ : state)
+    state.SetIterationTime(time_on_stream(stream, [&] { SPECDEC_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) /
+                           graph_calls);
+  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  SPECDEC_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+void BM_verify_greedy_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
+  const std::int64_t V = state.range(2);
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
+  const std::size_t logit_bytes = static_cast<std::size_t>(rows * V) * sizeof(float);
+  cudaDeviceProp prop{};
+  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sets = static_cast<int>(std::min<std::size_t>(
+      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + logit_bytes - 1) / logit_bytes)));
+  std::vector<std::unique_ptr<dmem>> logits;
+  for (int i = 0; i < sets; ++i) {
+    logits.push_back(std::make_unique<dmem>(logit_bytes));
+    fill_logits<<<1024, 256>>>(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 11u + i);
+    SPECDEC_CUDA_CHECK(cudaGetLastError());
+  }
+  std::vector<std::int32_t> indptr, parents;
+  random_trees(batch, tree, indptr, parents);
+  std::vector<std::int32_t> tokens(parents.size());
+  specdec::philox_stream rng(5, 0);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V)));
+  const std::int64_t N = static_cast<std::int64_t>(parents.size());
+  dmem dind(indptr.size() * 4), dtok(tokens.size() * 4), dpar(parents.size() * 4), acc(tokens.size() * 4),
+      nacc(batch * 4), bon(batch * 4), emi((tokens.size() + batch) * 4), st(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dtok.p, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dpar.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
+  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int i) {
+    const auto lg = specdec::make_view<2>(logits[i % sets]->as<const float>(), {rows, V}, memory_space::device);
+    specdec::verify_greedy_batch(specdec::cuda{.stream = stream}, v1(dind, batch + 1), v1(dtok, N), v1(dpar, N), lg,
+                                 v1(acc, N), v1(nacc, batch), v1(bon, batch), v1(emi, N + batch), v1(st, 3));
+  });
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError("verify_greedy_batch reported a device error");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = static_cast<double>(logit_bytes) + 4.0 * (3.0 * N + 2.0 * batch + 1) + 4.0 * (2.0 * N + 3.0 * batch);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  // The time to read the logits once at the copy's DRAM rate (copy_bw counts read + written bytes).
+  state.counters["read_us"] = static_cast<double>(logit_bytes) / copy_bw() * 1e6;
+  state.counters["logits_MiB"] = static_cast<double>(logit_bytes) / (1 << 20);
+}
+BENCHMARK(BM_verify_greedy_batch)
+    ->ArgNames({"batch", "tree", "vocab"})
+    ->ArgsProduct({{1, 8}, {16, 64}, {32768, 131072}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_build_tree_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
+  std::vector<std::int32_t> indptr, parents;
+  random_trees(batch, tree, indptr, parents);
+  const std::vector<std::int32_t> committed(static_cast<std::size_t>(batch), 1000);
+  const std::int64_t N = static_cast<std::int64_t>(parents.size());
+  const std::int64_t words = static_cast<std::int64_t>(batch) * tree * specdec::words_per_row(tree);
+  dmem dind(indptr.size() * 4), dpar(parents.size() * 4), dcom(committed.size() * 4), dep(N * 4), pos(N * 4),
+      mind((batch + 1) * 8), mask(words * 8), st(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dpar.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dcom.p, committed.data(), committed.size() * 4, cudaMemcpyHostToDevice));
+  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int) {
+    specdec::build_tree_batch(specdec::cuda{.stream = stream}, v1(dind, batch + 1), v1(dpar, N), v1(dcom, batch),
+                              v1(dep, N), v1(pos, N),
+                              specdec::make_view<1>(mind.as<std::int64_t>(), {batch + 1}, memory_space::device),
+                              specdec::make_view<1>(mask.as<specdec::mask_word>(), {words}, memory_space::device),
+                              v1(st, 3));
+  });
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError("build_tree_batch reported a device error");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = 4.0 * (N + 2 * batch + 1) + 8.0 * words + 4.0 * 2 * N + 8.0 * (batch + 1);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["mask_KiB"] = 8.0 * static_cast<double>(words) / 1024;
+}
+BENCHMARK(BM_build_tree_batch)
+    ->ArgNames({"batch", "tree"})
+    ->ArgsProduct({{1, 8, 64}, {16, 64, 1024}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace

@@ -1,0 +1,59 @@
+#pragma once
+// Helpers shared by the CUDA benchmarks (bench_attention.cu, bench_step.cu): an owning device
+// allocation, event timing of one enqueue, and the memory roof (device-to-device copy bandwidth,
+// bytes read + written per second) measured in the same process as the cells it normalises.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "specdec/core/device_types.cuh"
+
+namespace specdec_bench {
+
+//! Owning device allocation (bytes).
+struct dmem {
+  void* p = nullptr;
+  explicit dmem(std::size_t bytes) { SPECDEC_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 16))); }
+  dmem(const dmem&) = delete;
+  dmem& operator=(const dmem&) = delete;
+  ~dmem() { cudaFree(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+//! Event pair timing one enqueue; returns seconds.
+template <class F>
+double time_on_stream(cudaStream_t s, F&& f) {
+  cudaEvent_t a, b;
+  SPECDEC_CUDA_CHECK(cudaEventCreate(&a));
+  SPECDEC_CUDA_CHECK(cudaEventCreate(&b));
+  SPECDEC_CUDA_CHECK(cudaEventRecord(a, s));
+  f();
+  SPECDEC_CUDA_CHECK(cudaEventRecord(b, s));
+  SPECDEC_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  SPECDEC_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  SPECDEC_CUDA_CHECK(cudaEventDestroy(a));
+  SPECDEC_CUDA_CHECK(cudaEventDestroy(b));
+  return ms * 1e-3;
+}
+
+constexpr std::size_t copy_bytes = std::size_t{1} << 30;
+
+inline double measure_copy_bw(int reps) {  // bytes moved (read + write) per second
+  dmem a(copy_bytes), b(copy_bytes);
+  SPECDEC_CUDA_CHECK(cudaMemset(a.p, 0, copy_bytes));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(b.p, a.p, copy_bytes, cudaMemcpyDeviceToDevice));  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i)
+    best = std::min(best, time_on_stream(nullptr, [&] {
+                      SPECDEC_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
+                    }));
+  return 2.0 * static_cast<double>(copy_bytes) / best;
+}
+
+
+}  // namespace specdec_bench
