@@ -166,6 +166,10 @@ TEST_CASE("cuda build_tree_batch is captured in a CUDA graph and replays", "[cud
   for (int rep = 0; rep < 3; ++rep) {
     d.ma.upload(std::vector<mask_word>(d.ma.size(), poison));
     d.st.upload({9, 9, 9});
+    // The uploads are cudaMemcpy from pageable memory on the legacy stream, which may return before
+    // the DMA lands and does not order a non-blocking stream: wait for them (seen under
+    // compute-sanitizer on the H100, where the replay ran first and the poison survived).
+    SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());
     SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
     SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
     CHECK(d.ma.download() == c.mask);

@@ -189,6 +189,10 @@ TEST_CASE("cuda verify_greedy_batch is captured in a CUDA graph and replays", "[
   for (int rep = 0; rep < 3; ++rep) {
     d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
     d.st.upload({4, 4, 4});
+    // The uploads are cudaMemcpy from pageable memory on the legacy stream, which may return before
+    // the DMA lands and does not order a non-blocking stream: wait for them (seen under
+    // compute-sanitizer on the H100, where the replay ran first and the poison survived).
+    SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());
     SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
     SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
     check_against_reference(c, d);
