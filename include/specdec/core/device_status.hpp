@@ -23,12 +23,14 @@ namespace specdec {
 enum class device_error : std::int32_t {
   none = 0,
   node_indptr = 1,        //!< node_indptr[0] != 0, a decreasing step, or a last value other than the node count
-  committed_length = 2,   //!< committed_lengths[request] < 1 (the root is a committed token)
+  committed_length = 2,   //!< committed_lengths[request] below the primitive's minimum (trees: 1; KV commit: 0)
   parent = 3,             //!< parents of node `index` of `request` outside [-1, index) (topological order)
   position_overflow = 4,  //!< committed_lengths[request] + depth of node `index` > INT32_MAX
   mask_capacity = 5,      //!< the ancestor masks need more words than the mask array holds
   token = 6,              //!< the token of node `index` of `request` outside [0, vocabulary)
   row = 7,                //!< row `index` (local) of `request`, which the step reads, holds NaN or +inf or no value above -inf
+  accepted = 8,           //!< accepted node `index` (position on the path) of `request` not strictly increasing in [0, tree size), or num_accepted outside [0, tree size]
+  capacity = 9,           //!< committed_lengths[request] + tree size exceeds capacity(request) of layer `index`
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -51,7 +53,8 @@ struct device_status {
       case device_error::node_indptr:
         return "node_indptr is not a valid offsets array (it must start at 0, never decrease and end at the node "
                "count); first bad entry at request " + r;
-      case device_error::committed_length: return "committed_lengths[" + r + "] is below 1";
+      case device_error::committed_length:
+        return "committed_lengths[" + r + "] is below the minimum (1 for trees: the root is committed; 0 for a KV commit)";
       case device_error::parent:
         return "parents[" + i + "] of request " + r + " is outside [-1, " + i + ") (parent before node)";
       case device_error::position_overflow:
@@ -60,6 +63,12 @@ struct device_status {
       case device_error::token: return "the token of node " + i + " of request " + r + " is outside [0, vocabulary)";
       case device_error::row:
         return "row " + i + " of request " + r + " holds NaN or +inf, or no value above -inf";
+      case device_error::accepted:
+        return index < 0 ? "num_accepted[" + r + "] is outside [0, tree size]"
+                         : "accepted node " + i + " of request " + r +
+                               " breaks the path (indices must increase strictly within [0, tree size))";
+      case device_error::capacity:
+        return "committed_lengths[" + r + "] + the tree size exceeds capacity(" + r + ") of layer " + i;
     }
     return "unknown device_error " + std::to_string(static_cast<std::int32_t>(error));
   }

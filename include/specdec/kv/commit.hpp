@@ -31,12 +31,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "specdec/core/device_status.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/kv/kv_layout.hpp"
 #include "specdec/kv/ring_kv.hpp"
@@ -69,13 +72,18 @@ inline void validate_accepted_path(std::span<const std::int32_t> accepted, int t
 
 //! Every layer valid, host-accessible, same geometry, and holding requests [0, requests). `requests`
 //! is 64-bit so that a caller's request + 1 cannot overflow.
-template <class L>
+template <class L, class Policy = host>
 void validate_commit_layers(std::span<const L> layers, std::int64_t requests, std::string_view fn) {
   require(!layers.empty(), fn, "layers", "at least one layer", layers.size());
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const std::string name = "layers[" + std::to_string(l) + "]";
     validate_kv_layout(layers[l], fn, name);
-    require(host_accessible(layers[l].space()), fn, name, "host-accessible memory (host or managed)", layers[l].space());
+    if constexpr (std::is_same_v<Policy, cuda>)
+      require(device_accessible(layers[l].space()), fn, name, "device-accessible memory (device or managed)",
+              layers[l].space());
+    else
+      require(host_accessible(layers[l].space()), fn, name, "host-accessible memory (host or managed)",
+              layers[l].space());
     require(layers[l].num_requests() >= requests, fn, name + ".num_requests()",
             ">= " + std::to_string(requests), layers[l].num_requests());
     require_equal(fn, name + ".num_kv_heads()", layers[0].num_kv_heads(), layers[l].num_kv_heads());
@@ -303,6 +311,115 @@ void kv_commit_ring_pending(ring_kv_cache<T>& cache, int request, int accepted) 
   require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
   require_in_range(fn, "accepted", accepted, 0, cache.pending(request));
   cache.commit(request, accepted);
+}
+
+namespace detail {
+
+//! The arrays of the array-form batched commit (verify_greedy_batch's output layout), as raw pointers.
+struct commit_batch_args {
+  std::int32_t requests = 0, nodes = 0;
+  const std::int32_t* committed = nullptr;     //!< [R]
+  const std::int32_t* node_indptr = nullptr;   //!< [R + 1]
+  const std::int32_t* accepted = nullptr;      //!< [N]: request r's at node_indptr[r] + j
+  const std::int32_t* num_accepted = nullptr;  //!< [R]
+  std::int32_t* new_lengths = nullptr;         //!< [R] out
+  std::int32_t* status = nullptr;              //!< [3] out
+};
+
+//! The seam between the array form of kv_commit_in_place_batch and its backends:
+//!   template <class L> static void run(const Policy&, std::span<const L> layers, const commit_batch_args&);
+//! The host backend is below, the cuda one in kv/commit.cuh.
+template <class Policy>
+struct commit_batch_backend {
+  static_assert(dependent_false_v<Policy>,
+                "specdec: no kv_commit_in_place_batch backend for this execution policy in this translation unit. "
+                "For specdec::cuda include <specdec/kv/commit.cuh> (or <specdec/specdec.cuh>) and compile the file "
+                "with nvcc.");
+  template <class... A>
+  static void run(const A&...) {}
+};
+
+template <>
+struct commit_batch_backend<host> {
+  template <class L>
+  static void run(const host&, std::span<const L> layers, const commit_batch_args& a) {
+    constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
+    validate_indptr(fn, "node_indptr", "node_indptr", a.node_indptr, a.requests, a.nodes, "accepted.extent(0)");
+    for (std::int32_t r = 0; r < a.requests; ++r) {  // everything before the first write
+      const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b, c = a.committed[r], k = a.num_accepted[r];
+      require(c >= 0, fn, "committed_lengths[" + std::to_string(r) + "]", ">= 0", c);
+      require(k >= 0 && k <= n, fn, "num_accepted[" + std::to_string(r) + "]",
+              "in [0, " + std::to_string(n) + "] (the request's tree size)", k);
+      for (std::size_t l = 0; l < layers.size(); ++l)
+        require(static_cast<std::int64_t>(c) + n <= layers[l].capacity(r), fn,
+                "committed_lengths[" + std::to_string(r) + "] + tree size",
+                "<= capacity = " + std::to_string(layers[l].capacity(r)) + " (layer " + std::to_string(l) + ")",
+                static_cast<std::int64_t>(c) + n);
+      validate_accepted_path({a.accepted + b, static_cast<std::size_t>(k)}, n, {}, fn);
+    }
+    for (std::int32_t r = 0; r < a.requests; ++r) {
+      const std::int32_t b = a.node_indptr[r], k = a.num_accepted[r];
+      move_accepted(layers, r, a.committed[r], {a.accepted + b, static_cast<std::size_t>(k)});
+      a.new_lengths[r] = a.committed[r] + k;
+    }
+    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+  }
+};
+
+}  // namespace detail
+
+//! In-place commit of a ragged batch given as arrays in verify_greedy_batch's output layout (the form
+//! a GPU engine holds after verifying on the device): request r's tree of n_r = node_indptr[r+1] -
+//! node_indptr[r] tokens sits at positions [committed_lengths[r], + n_r) of every layer; its
+//! num_accepted[r] accepted nodes are accepted[node_indptr[r] .. + num_accepted[r]) (strictly
+//! increasing local indices, a root path); each accepted node a_j moves to committed_lengths[r] + j
+//! in every layer and KV head, as kv_commit_in_place does. new_lengths[r] = committed_lengths[r] +
+//! num_accepted[r] (the layouts' own lengths are the caller's to update). Arrays 1-D int32, unit
+//! stride: committed_lengths, num_accepted, new_lengths [R], node_indptr [R + 1], accepted [N],
+//! status [3] (core/device_status.hpp).
+//! Everything is checked before the first write, so a rejected commit leaves every cache untouched:
+//!   specdec::host: host-accessible layouts and arrays; invalid_argument on a bad value; status
+//!     {0, -1, -1} on success. O(layers * sum accepted * Hkv * D).
+//!   specdec::cuda (needs kv/commit.cuh and nvcc): device-accessible layouts (mappings callable on the
+//!     device) and arrays; shapes and geometry checked on the host, values (offsets, committed
+//!     lengths, accepted paths, capacities) by a check kernel per layer, all enqueued before the
+//!     first copy kernel, into `status`; the copies run only when status is clear. Enqueued on
+//!     policy.stream without synchronisation, graph-capturable.
+template <execution_policy Policy, class LayerT, std::size_t E, class CL, class NI, class AC, class NA, class NL,
+          class ST>
+  requires(detail::int32_array<CL> && detail::int32_array<NI> && detail::int32_array<AC> && detail::int32_array<NA> &&
+           detail::int32_output<NL> && detail::int32_output<ST>)
+void kv_commit_in_place_batch(const Policy& policy, std::span<LayerT, E> layer_span, const CL& committed_lengths_in,
+                              const NI& node_indptr_in, const AC& accepted_in, const NA& num_accepted_in,
+                              const NL& new_lengths_in, const ST& status_in) {
+  using L = std::remove_const_t<LayerT>;
+  static_assert(check_writable_kv_layout<L>());
+  if constexpr (writable_kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
+    const std::span<const L> layers(layer_span.data(), layer_span.size());
+    const auto committed_lengths = as_view(committed_lengths_in);
+    const auto node_indptr = as_view(node_indptr_in);
+    const auto accepted = as_view(accepted_in);
+    const auto num_accepted = as_view(num_accepted_in);
+    const auto new_lengths = as_view(new_lengths_in);
+    const auto status = as_view(status_in);
+    const std::int64_t R = committed_lengths.extent(0), N = accepted.extent(0);
+    require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
+            "extent(0) in [0, INT32_MAX) (one per request)", R);
+    require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "accepted", "extent(0) in [0, INT32_MAX]", N);
+    require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
+    require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
+    require_policy_array<Policy>(fn, "accepted", accepted, N);
+    require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
+    require_policy_array<Policy>(fn, "new_lengths", new_lengths, R);
+    require_policy_array<Policy>(fn, "status", status, 3);
+    detail::validate_commit_layers<L, Policy>(layers, R, fn);
+    detail::commit_batch_args a;
+    a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
+    a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();
+    a.num_accepted = num_accepted.data(), a.new_lengths = new_lengths.data(), a.status = status.data();
+    detail::commit_batch_backend<Policy>::run(policy, layers, a);
+  }
 }
 
 }  // namespace specdec

@@ -1,0 +1,239 @@
+// kv_commit_in_place_batch(cuda{}) (array form) against the host backend (tests/kv/commit_batch_util.hpp):
+// contiguous NHD / HND and block-table caches in device memory, several layers; device-side value
+// errors reported in status with every cache untouched; graph capture.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "kv/block_table_util.hpp"
+#include "kv/commit_batch_util.hpp"
+#include "specdec/core/bfloat16.hpp"
+#include "specdec/core/half.hpp"
+#include "specdec/kv/block_table_kv.hpp"
+#include "specdec/kv/commit.cuh"
+#include "specdec/kv/contiguous_kv.hpp"
+
+using kv_test::commit_batch_case;
+using specdec::memory_space;
+using specdec_test::device_buffer;
+
+namespace {
+
+constexpr int H = 2, CAP = 24, LAYERS = 2;
+
+template <class T>
+specdec::strided_view<T, 1> hv(std::vector<T>& x) {
+  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
+}
+template <class T>
+specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
+  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
+}
+
+struct device_arrays {
+  device_buffer<std::int32_t> cl, ni, ac, na, nl, st;
+  explicit device_arrays(const commit_batch_case& c)
+      : cl(c.committed), ni(c.node_indptr), ac(c.accepted), na(c.num_accepted),
+        nl(std::vector<std::int32_t>(c.committed.size(), -5)), st(std::vector<std::int32_t>{6, 6, 6}) {}
+  template <class L>
+  void launch(std::span<const L> layers, cudaStream_t s = nullptr) {
+    specdec::kv_commit_in_place_batch(specdec::cuda{.stream = s}, layers, dv(cl), dv(ni), dv(ac), dv(na), dv(nl), dv(st));
+  }
+};
+
+template <class T>
+std::vector<T> random_rows(std::size_t n, specdec::philox_stream& rng) {
+  std::vector<T> x(n);
+  for (auto& e : x) e = T(rng.uniform() * 4.0f - 2.0f);
+  return x;
+}
+
+// Contiguous caches of order O, head_dim D: device commit vs host commit on copies of the same data.
+template <class T, specdec::kv_order O>
+void check_contiguous(int D, std::uint64_t seed) {
+  specdec::philox_stream rng(seed, 0);
+  const int R = 1 + static_cast<int>(rng.below(12));
+  auto c = kv_test::random_commit_batch(R, 10, CAP, seed);
+  const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
+  std::vector<std::vector<T>> k, v;
+  for (int l = 0; l < LAYERS; ++l) k.push_back(random_rows<T>(elems, rng)), v.push_back(random_rows<T>(elems, rng));
+  std::vector<std::int32_t> lens(static_cast<std::size_t>(R), 0);
+  device_buffer<std::int32_t> dlens(lens);
+  std::vector<std::unique_ptr<device_buffer<T>>> dk, dv_;
+  std::vector<specdec::contiguous_kv<T, O>> dlayers, hlayers;
+  for (int l = 0; l < LAYERS; ++l) {
+    dk.push_back(std::make_unique<device_buffer<T>>(k[l]));
+    dv_.push_back(std::make_unique<device_buffer<T>>(v[l]));
+    dlayers.push_back({dk[l]->data(), dv_[l]->data(), dlens.data(), R, CAP, H, D, memory_space::device});
+    hlayers.push_back({k[l].data(), v[l].data(), lens.data(), R, CAP, H, D});
+  }
+  device_arrays d(c);
+  d.launch(std::span<const specdec::contiguous_kv<T, O>>(dlayers));
+  specdec_test::sync_check("kv_commit_in_place_batch");
+  std::vector<std::int32_t> nl(static_cast<std::size_t>(R)), st(3);
+  specdec::kv_commit_in_place_batch(specdec::host{}, std::span(hlayers), hv(c.committed), hv(c.node_indptr),
+                                    hv(c.accepted), hv(c.num_accepted), hv(nl), hv(st));
+  CHECK(d.st.download() == st);
+  CHECK(d.nl.download() == nl);
+  for (int l = 0; l < LAYERS; ++l) {
+    const auto gk = dk[l]->download(), gv = dv_[l]->download();
+    CHECK(std::memcmp(gk.data(), k[l].data(), elems * sizeof(T)) == 0);
+    CHECK(std::memcmp(gv.data(), v[l].data(), elems * sizeof(T)) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda kv_commit_in_place_batch equals the host on contiguous caches", "[cuda][kv]") {
+  for (std::uint64_t s = 1; s <= 6; ++s) {
+    check_contiguous<float, specdec::kv_order::nhd>(64, s);
+    check_contiguous<specdec::half, specdec::kv_order::hnd>(128, 100 + s);
+    check_contiguous<specdec::bfloat16, specdec::kv_order::nhd>(200, 200 + s);  // not a multiple of the block
+  }
+}
+
+TEST_CASE("cuda kv_commit_in_place_batch equals the host on a block-table cache", "[cuda][kv]") {
+  for (std::uint64_t s = 1; s <= 4; ++s) {
+    specdec::philox_stream rng(s, 9);
+    const int R = 1 + static_cast<int>(rng.below(6)), D = 128;
+    auto c = kv_test::random_commit_batch(R, 8, CAP, 50 + s);
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(R), CAP);
+    kv_test::block_pool<specdec::bfloat16> a(rng, lens, CAP, H, D, 16);
+    for (auto& x : a.k) x = specdec::bfloat16(rng.uniform());
+    for (auto& x : a.v) x = specdec::bfloat16(rng.uniform());
+    device_buffer<specdec::bfloat16> dk(a.k), dvv(a.v);
+    device_buffer<std::int32_t> dtable(a.table), dlens(lens), dalloc(a.allocated);
+    specdec::block_table_kv<specdec::bfloat16> dl{dk.data(), dvv.data(),
+                                                  {dtable.data(), dlens.data(), a.max_blocks, a.block_size,
+                                                   a.num_blocks, dalloc.data()},
+                                                  R, H, D, memory_space::device};
+    device_arrays d(c);
+    d.launch(std::span<const specdec::block_table_kv<specdec::bfloat16>>(&dl, 1));
+    specdec_test::sync_check("kv_commit_in_place_batch (block table)");
+    const std::vector<specdec::block_table_kv<specdec::bfloat16>> hl{a.layout(lens.data())};
+    std::vector<std::int32_t> nl(static_cast<std::size_t>(R)), st(3);
+    specdec::kv_commit_in_place_batch(specdec::host{}, std::span(hl), hv(c.committed), hv(c.node_indptr),
+                                      hv(c.accepted), hv(c.num_accepted), hv(nl), hv(st));
+    CHECK(d.nl.download() == nl);
+    const auto gk = dk.download(), gv = dvv.download();
+    CHECK(std::memcmp(gk.data(), a.k.data(), a.k.size() * 2) == 0);
+    CHECK(std::memcmp(gv.data(), a.v.data(), a.v.size() * 2) == 0);
+  }
+}
+
+TEST_CASE("cuda kv_commit_in_place_batch reports bad values and leaves every cache untouched", "[cuda][kv]") {
+  specdec::philox_stream rng(4, 4);
+  // Trees fit CAP - 1 slots, so only the case that means to exceed layer 1's capacity does.
+  commit_batch_case c = kv_test::random_commit_batch(4, 6, CAP - 1, 21);
+  while (c.num_accepted[1] < 2 || c.node_indptr[4] == c.node_indptr[3])
+    c = kv_test::random_commit_batch(4, 6, CAP - 1, c.accepted.size() + 100);
+  const int R = 4, D = 64;
+  const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
+  const auto k = random_rows<float>(elems, rng), v = random_rows<float>(elems, rng);
+  device_buffer<float> dk(k), dvv(v);
+  device_buffer<std::int32_t> dlens(std::vector<std::int32_t>(R, 0));
+  const std::vector<specdec::contiguous_kv<float>> layers{
+      {dk.data(), dvv.data(), dlens.data(), R, CAP, H, D, memory_space::device},
+      {dk.data(), dvv.data(), dlens.data(), R, CAP - 1, H, D, memory_space::device}};  // layer 1: one slot less
+  auto expect = [&](const commit_batch_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+    device_arrays d(bad);
+    d.launch(std::span<const specdec::contiguous_kv<float>>(layers));
+    specdec_test::sync_check("kv_commit_in_place_batch (bad values)");
+    const auto s = d.st.download();
+    CHECK(s[0] == static_cast<std::int32_t>(e));
+    CHECK(s[1] == request);
+    CHECK(s[2] == index);
+    CHECK(dk.download() == k);
+    CHECK(dvv.download() == v);
+    CHECK(d.nl.download() == std::vector<std::int32_t>(R, -5));
+  };
+  const int b1 = c.node_indptr[1];
+  {
+    auto bad = c;
+    std::swap(bad.accepted[b1], bad.accepted[b1 + 1]);
+    expect(bad, specdec::device_error::accepted, 1, 1);
+  }
+  {
+    auto bad = c;
+    bad.num_accepted[2] = c.node_indptr[3] - c.node_indptr[2] + 1;
+    expect(bad, specdec::device_error::accepted, 2, -1);
+  }
+  {
+    auto bad = c;
+    bad.committed[3] = CAP - (c.node_indptr[4] - c.node_indptr[3]);  // fits layer 0 (CAP), not layer 1
+    expect(bad, specdec::device_error::capacity, 3, 1);
+  }
+  {
+    auto bad = c;
+    bad.committed[0] = -1;
+    expect(bad, specdec::device_error::committed_length, 0, -1);
+  }
+}
+
+TEST_CASE("cuda kv_commit_in_place_batch is captured in a CUDA graph", "[cuda][kv]") {
+  specdec::philox_stream rng(8, 8);
+  auto c = kv_test::random_commit_batch(6, 8, CAP, 77);
+  const int R = 6, D = 128;
+  const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
+  const auto k = random_rows<specdec::half>(elems, rng), v = random_rows<specdec::half>(elems, rng);
+  device_buffer<specdec::half> dk(k), dvv(v);
+  device_buffer<std::int32_t> dlens(std::vector<std::int32_t>(R, 0));
+  const std::vector<specdec::contiguous_kv<specdec::half>> layers{
+      {dk.data(), dvv.data(), dlens.data(), R, CAP, H, D, memory_space::device}};
+  device_arrays d(c);
+  cudaStream_t s;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  d.launch(std::span<const specdec::contiguous_kv<specdec::half>>(layers), s);
+  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  auto hk = k, hvv = v;
+  std::vector<std::int32_t> lens(R, 0), nl(R), st(3);
+  const std::vector<specdec::contiguous_kv<specdec::half>> hl{{hk.data(), hvv.data(), lens.data(), R, CAP, H, D}};
+  specdec::kv_commit_in_place_batch(specdec::host{}, std::span(hl), hv(c.committed), hv(c.node_indptr), hv(c.accepted),
+                                    hv(c.num_accepted), hv(nl), hv(st));
+  for (int rep = 0; rep < 2; ++rep) {
+    dk.upload(k), dvv.upload(v), d.st.upload({3, 3, 3});
+    SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());  // pageable uploads do not order a non-blocking stream
+    SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
+    CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
+    CHECK(d.nl.download() == nl);
+    const auto gk = dk.download();
+    CHECK(std::memcmp(gk.data(), hk.data(), elems * 2) == 0);
+  }
+  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(e));
+  SPECDEC_CUDA_CHECK(cudaGraphDestroy(g));
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("cuda kv_commit_in_place_batch rejects host layouts and bad shapes before any CUDA call", "[cuda][kv][nogpu]") {
+  auto c = kv_test::random_commit_batch(2, 4, CAP, 5);
+  std::vector<float> k(2 * CAP * H * 64), v(k.size());
+  std::vector<std::int32_t> lens(2, 0), nl(2), st(3);
+  auto dev = [](std::vector<std::int32_t>& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const std::vector<specdec::contiguous_kv<float>> host_layers{{k.data(), v.data(), lens.data(), 2, CAP, H, 64}};
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(host_layers), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      dev(st)),
+                    Catch::Contains("layers[0]") && Catch::Contains("device-accessible"));
+  const std::vector<specdec::contiguous_kv<float>> dev_layers{
+      {k.data(), v.data(), lens.data(), 2, CAP, H, 64, memory_space::device}};
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(dev_layers), dev(c.committed),
+                                                      hv(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      dev(st)),
+                    Catch::Contains("node_indptr") && Catch::Contains("device-accessible"));
+  std::vector<std::int32_t> st2(2);
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(dev_layers), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      dev(st2)),
+                    Catch::Contains("status"));
+}

@@ -1,0 +1,150 @@
+// The array form of kv_commit_in_place_batch (verify_greedy_batch's output layout, the form the cuda
+// backend takes; its device twin is tests/cuda/test_kv_commit.cu): equal to the span form bit for
+// bit on random batches over contiguous NHD/HND, paged and block-table caches; bad values throw and
+// leave every cache and output untouched.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kv/block_table_util.hpp"
+#include "kv/commit_batch_util.hpp"
+#include "specdec/core/half.hpp"
+#include "specdec/kv/block_table_kv.hpp"
+#include "specdec/kv/commit.hpp"
+#include "specdec/kv/contiguous_kv.hpp"
+
+using kv_test::commit_batch_case;
+
+namespace {
+
+constexpr int H = 3, D = 7, CAP = 20, LAYERS = 3;
+
+template <class T>
+specdec::strided_view<T, 1> v1(std::vector<T>& x) {
+  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
+}
+
+template <class T>
+std::vector<T> random_rows(std::size_t n, specdec::philox_stream& rng) {
+  std::vector<T> x(n);
+  for (auto& e : x) e = T(rng.uniform() * 4.0f - 2.0f);
+  return x;
+}
+
+template <class T, specdec::kv_order O>
+void check_contiguous(std::uint64_t seed) {
+  specdec::philox_stream rng(seed, 0);
+  const int R = 1 + static_cast<int>(rng.below(9));
+  auto c = kv_test::random_commit_batch(R, 8, CAP, seed);
+  const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
+  std::vector<std::vector<T>> k, v;
+  for (int l = 0; l < LAYERS; ++l) k.push_back(random_rows<T>(elems, rng)), v.push_back(random_rows<T>(elems, rng));
+  auto k_ref = k, v_ref = v;
+  std::vector<std::int32_t> lens(static_cast<std::size_t>(R), 0);
+  auto layouts = [&](std::vector<std::vector<T>>& kk, std::vector<std::vector<T>>& vv) {
+    std::vector<specdec::contiguous_kv<T, O>> out;
+    for (int l = 0; l < LAYERS; ++l) out.push_back({kk[l].data(), vv[l].data(), lens.data(), R, CAP, H, D});
+    return out;
+  };
+  auto ref_layers = layouts(k_ref, v_ref);
+  const auto want = specdec::kv_commit_in_place_batch(std::span(ref_layers), std::span<const std::int32_t>(c.committed),
+                                                      std::span<const std::int32_t>(c.tree_sizes),
+                                                      std::span<const std::int32_t>(c.accepted_indptr),
+                                                      std::span<const std::int32_t>(c.accepted_packed),
+                                                      std::span<const std::int32_t>(c.node_indptr),
+                                                      std::span<const std::int32_t>(c.parents));
+  auto my_layers = layouts(k, v);
+  std::vector<std::int32_t> new_lengths(static_cast<std::size_t>(R), -5), status{8, 8, 8};
+  specdec::kv_commit_in_place_batch(specdec::host{}, std::span(my_layers), v1(c.committed), v1(c.node_indptr),
+                                    v1(c.accepted), v1(c.num_accepted), v1(new_lengths), v1(status));
+  CHECK(new_lengths == want);
+  CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+  for (int l = 0; l < LAYERS; ++l) {
+    CHECK(std::memcmp(k[l].data(), k_ref[l].data(), elems * sizeof(T)) == 0);
+    CHECK(std::memcmp(v[l].data(), v_ref[l].data(), elems * sizeof(T)) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("kv_commit_in_place_batch (arrays, host) equals the span form on contiguous caches", "[kv][commit]") {
+  for (std::uint64_t s = 1; s <= 12; ++s) {
+    check_contiguous<float, specdec::kv_order::nhd>(s);
+    check_contiguous<specdec::half, specdec::kv_order::hnd>(100 + s);
+  }
+}
+
+TEST_CASE("kv_commit_in_place_batch (arrays, host) equals the span form on a block-table cache", "[kv][commit]") {
+  for (std::uint64_t s = 1; s <= 6; ++s) {
+    specdec::philox_stream rng(s, 9);
+    const int R = 1 + static_cast<int>(rng.below(6));
+    auto c = kv_test::random_commit_batch(R, 8, CAP, 50 + s);
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(R), CAP);
+    kv_test::block_pool<float> a(rng, lens, CAP, H, D, 4);
+    for (auto& x : a.k) x = rng.uniform();
+    for (auto& x : a.v) x = rng.uniform();
+    auto b = a;  // same table, same values: the reference
+    const std::vector<specdec::block_table_kv<float>> la{a.layout(lens.data())}, lb{b.layout(lens.data())};
+    const auto want = specdec::kv_commit_in_place_batch(std::span(lb), std::span<const std::int32_t>(c.committed),
+                                                        std::span<const std::int32_t>(c.tree_sizes),
+                                                        std::span<const std::int32_t>(c.accepted_indptr),
+                                                        std::span<const std::int32_t>(c.accepted_packed));
+    std::vector<std::int32_t> nl(static_cast<std::size_t>(R)), st(3);
+    specdec::kv_commit_in_place_batch(specdec::host{}, std::span(la), v1(c.committed), v1(c.node_indptr),
+                                      v1(c.accepted), v1(c.num_accepted), v1(nl), v1(st));
+    CHECK(nl == want);
+    CHECK(std::memcmp(a.k.data(), b.k.data(), a.k.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("kv_commit_in_place_batch (arrays, host) rejects bad values before writing anything", "[kv][commit]") {
+  specdec::philox_stream rng(3, 3);
+  commit_batch_case c = kv_test::random_commit_batch(4, 6, CAP, 21);
+  while (c.num_accepted[1] < 2) c = kv_test::random_commit_batch(4, 6, CAP, c.accepted.size() + 100);
+  const int R = 4;
+  const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
+  std::vector<float> k = random_rows<float>(elems, rng), v = random_rows<float>(elems, rng);
+  const auto k0 = k, v0 = v;
+  std::vector<std::int32_t> lens(R, 0);
+  const std::vector<specdec::contiguous_kv<float>> layers{{k.data(), v.data(), lens.data(), R, CAP, H, D}};
+  auto reject = [&](commit_batch_case bad, const std::string& what) {
+    std::vector<std::int32_t> nl(R, -5), st{8, 8, 8};
+    CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::host{}, std::span(layers), v1(bad.committed),
+                                                        v1(bad.node_indptr), v1(bad.accepted), v1(bad.num_accepted),
+                                                        v1(nl), v1(st)),
+                      Catch::Contains(what));
+    CHECK(k == k0);
+    CHECK(v == v0);
+    CHECK(nl == std::vector<std::int32_t>(R, -5));
+    CHECK(st == std::vector<std::int32_t>{8, 8, 8});
+  };
+  const int b1 = c.node_indptr[1];
+  {
+    auto bad = c;
+    std::swap(bad.accepted[b1], bad.accepted[b1 + 1]);
+    reject(bad, "strictly increasing");
+  }
+  {
+    auto bad = c;
+    bad.num_accepted[2] = c.node_indptr[3] - c.node_indptr[2] + 1;
+    reject(bad, "num_accepted[2]");
+  }
+  {
+    auto bad = c;
+    bad.committed[3] = CAP;
+    if (c.node_indptr[4] > c.node_indptr[3]) reject(bad, "capacity");
+  }
+  {
+    auto bad = c;
+    bad.committed[0] = -1;
+    reject(bad, "committed_lengths[0]");
+  }
+  {
+    auto bad = c;
+    bad.node_indptr[4] += 1;
+    reject(bad, "accepted.extent(0)");
+  }
+}
