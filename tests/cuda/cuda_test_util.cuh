@@ -43,4 +43,31 @@ inline void sync_check(const char* what) {
   specdec::cuda_check(cudaDeviceSynchronize(), what);
 }
 
+//! Captures launch(stream) in a CUDA graph on a new non-blocking stream and replays it `reps` times:
+//! before each replay reset() re-uploads inputs, then the device is synchronised (a pageable
+//! cudaMemcpy on the legacy stream may return before its DMA lands, and it does not order a
+//! non-blocking stream: seen under compute-sanitizer, where the replay ran first); after each
+//! replay, check().
+template <class Launch, class Reset, class Check>
+void replay_in_graph(int reps, Launch&& launch, Reset&& reset, Check&& check) {
+  cudaStream_t s;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch(s);
+  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  for (int rep = 0; rep < reps; ++rep) {
+    reset();
+    SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());
+    SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
+    check();
+  }
+  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(e));
+  SPECDEC_CUDA_CHECK(cudaGraphDestroy(g));
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 }  // namespace specdec_test

@@ -185,32 +185,20 @@ TEST_CASE("cuda kv_commit_in_place_batch is captured in a CUDA graph", "[cuda][k
   const std::vector<specdec::contiguous_kv<specdec::half>> layers{
       {dk.data(), dvv.data(), dlens.data(), R, CAP, H, D, memory_space::device}};
   device_arrays d(c);
-  cudaStream_t s;
-  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t e;
-  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  d.launch(std::span<const specdec::contiguous_kv<specdec::half>>(layers), s);
-  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
   auto hk = k, hvv = v;
   std::vector<std::int32_t> lens(R, 0), nl(R), st(3);
   const std::vector<specdec::contiguous_kv<specdec::half>> hl{{hk.data(), hvv.data(), lens.data(), R, CAP, H, D}};
   specdec::kv_commit_in_place_batch(specdec::host{}, std::span(hl), hv(c.committed), hv(c.node_indptr), hv(c.accepted),
                                     hv(c.num_accepted), hv(nl), hv(st));
-  for (int rep = 0; rep < 2; ++rep) {
-    dk.upload(k), dvv.upload(v), d.st.upload({3, 3, 3});
-    SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());  // pageable uploads do not order a non-blocking stream
-    SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
-    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
-    CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
-    CHECK(d.nl.download() == nl);
-    const auto gk = dk.download();
-    CHECK(std::memcmp(gk.data(), hk.data(), elems * 2) == 0);
-  }
-  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(e));
-  SPECDEC_CUDA_CHECK(cudaGraphDestroy(g));
-  SPECDEC_CUDA_CHECK(cudaStreamDestroy(s));
+  specdec_test::replay_in_graph(
+      2, [&](cudaStream_t s) { d.launch(std::span<const specdec::contiguous_kv<specdec::half>>(layers), s); },
+      [&] { dk.upload(k), dvv.upload(v), d.st.upload({3, 3, 3}); },
+      [&] {
+        CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
+        CHECK(d.nl.download() == nl);
+        const auto gk = dk.download();
+        CHECK(std::memcmp(gk.data(), hk.data(), elems * 2) == 0);
+      });
 }
 
 TEST_CASE("cuda kv_commit_in_place_batch rejects host layouts and bad shapes before any CUDA call", "[cuda][kv][nogpu]") {

@@ -155,30 +155,17 @@ TEST_CASE("cuda build_tree_batch reports bad values in status and stays in bound
 TEST_CASE("cuda build_tree_batch is captured in a CUDA graph and replays", "[cuda][tree]") {
   auto c = specdec_test::random_tree_batch(8, 100, 9);
   device_run d(c, 0);
-  cudaStream_t s;
-  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t e;
-  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  d.launch(s);
-  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-  for (int rep = 0; rep < 3; ++rep) {
-    d.ma.upload(std::vector<mask_word>(d.ma.size(), poison));
-    d.st.upload({9, 9, 9});
-    // The uploads are cudaMemcpy from pageable memory on the legacy stream, which may return before
-    // the DMA lands and does not order a non-blocking stream: wait for them (seen under
-    // compute-sanitizer on the H100, where the replay ran first and the poison survived).
-    SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());
-    SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
-    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
-    CHECK(d.ma.download() == c.mask);
-    CHECK(d.po.download() == c.positions);
-    CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
-  }
-  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(e));
-  SPECDEC_CUDA_CHECK(cudaGraphDestroy(g));
-  SPECDEC_CUDA_CHECK(cudaStreamDestroy(s));
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        d.ma.upload(std::vector<mask_word>(d.ma.size(), poison));
+        d.st.upload({9, 9, 9});
+      },
+      [&] {
+        CHECK(d.ma.download() == c.mask);
+        CHECK(d.po.download() == c.positions);
+        CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
+      });
 }
 
 TEST_CASE("cuda build_tree_batch rejects host memory and bad shapes before any CUDA call", "[cuda][tree][nogpu]") {

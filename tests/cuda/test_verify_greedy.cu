@@ -178,28 +178,13 @@ TEST_CASE("cuda verify_greedy_batch reports bad values in status", "[cuda][verif
 TEST_CASE("cuda verify_greedy_batch is captured in a CUDA graph and replays", "[cuda][verify]") {
   const auto c = specdec_test::random_greedy_batch(8, 64, 4096, 4, 77);
   device_case d(c);
-  cudaStream_t s;
-  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t e;
-  SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  d.launch(s);
-  SPECDEC_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-  for (int rep = 0; rep < 3; ++rep) {
-    d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
-    d.st.upload({4, 4, 4});
-    // The uploads are cudaMemcpy from pageable memory on the legacy stream, which may return before
-    // the DMA lands and does not order a non-blocking stream: wait for them (seen under
-    // compute-sanitizer on the H100, where the replay ran first and the poison survived).
-    SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());
-    SPECDEC_CUDA_CHECK(cudaGraphLaunch(e, s));
-    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(s));
-    check_against_reference(c, d);
-  }
-  SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(e));
-  SPECDEC_CUDA_CHECK(cudaGraphDestroy(g));
-  SPECDEC_CUDA_CHECK(cudaStreamDestroy(s));
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
+        d.st.upload({4, 4, 4});
+      },
+      [&] { check_against_reference(c, d); });
 }
 
 TEST_CASE("cuda verify_greedy_batch rejects host memory and bad shapes before any CUDA call", "[cuda][verify][nogpu]") {

@@ -35,3 +35,23 @@ inline constexpr bool dependent_false_v = false;
 }  // namespace detail
 
 }  // namespace specdec
+
+//! Declares the primary template of a backend seam: `template <class Policy> struct NAME` whose use
+//! with a policy that has no specialisation in the translation unit stops the build with one
+//! sentence naming the primitive and the .cuh header that holds its cuda backend (and no cascade:
+//! its `run` accepts anything). Specialisations for host and cuda follow it. PRIMITIVE and HEADER
+//! are string literals, e.g. SPECDEC_BACKEND_SEAM(rope_backend, "apply_rope", "specdec/position/rope.cuh").
+#define SPECDEC_BACKEND_SEAM(NAME, PRIMITIVE, HEADER)                                                          \
+  template <class Policy>                                                                                     \
+  struct NAME {                                                                                               \
+    static_assert(::specdec::detail::dependent_false_v<Policy>,                                               \
+                  "specdec: no " PRIMITIVE " backend for this execution policy in this translation unit. For " \
+                  "specdec::cuda include <" HEADER "> (or <specdec/specdec.cuh>) and compile the file with "  \
+                  "nvcc.");                                                                                   \
+    template <class... A>                                                                                     \
+    static void run(const A&...) {}                                                                           \
+  }
+
+namespace specdec {
+
+}  // namespace specdec

@@ -329,15 +329,7 @@ struct commit_batch_args {
 //! The seam between the array form of kv_commit_in_place_batch and its backends:
 //!   template <class L> static void run(const Policy&, std::span<const L> layers, const commit_batch_args&);
 //! The host backend is below, the cuda one in kv/commit.cuh.
-template <class Policy>
-struct commit_batch_backend {
-  static_assert(dependent_false_v<Policy>,
-                "specdec: no kv_commit_in_place_batch backend for this execution policy in this translation unit. "
-                "For specdec::cuda include <specdec/kv/commit.cuh> (or <specdec/specdec.cuh>) and compile the file "
-                "with nvcc.");
-  template <class... A>
-  static void run(const A&...) {}
-};
+SPECDEC_BACKEND_SEAM(commit_batch_backend, "kv_commit_in_place_batch", "specdec/kv/commit.cuh");
 
 template <>
 struct commit_batch_backend<host> {

@@ -191,16 +191,7 @@ void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
 //!                   const strided_view<T, 3>& x, const PV& positions);
 //! The host backend is specialised below; the cuda one in rope.cuh. The primary lives in the ISA
 //! inline namespace (core/isa.hpp), so each specialisation's members get per-feature-set symbols.
-template <class Policy>
-struct rope_backend {
-  static_assert(dependent_false_v<Policy>,
-                "specdec: no apply_rope backend for this execution policy in this translation unit. For "
-                "specdec::cuda include <specdec/position/rope.cuh> (or <specdec/specdec.cuh>) and compile the "
-                "file with nvcc.");
-  //! Never runs (the static_assert stops the build); declared so that the assertion is the only error.
-  template <class... A>
-  static void run(const A&...) {}
-};
+SPECDEC_BACKEND_SEAM(rope_backend, "apply_rope", "specdec/position/rope.cuh");
 
 template <>
 struct rope_backend<host> {

@@ -54,15 +54,7 @@ concept tree_batch_output = tree_batch_array<V, T> && !std::is_const_v<typename 
 //!                   std::int32_t* positions, std::int64_t* mask_indptr, mask_word* mask,
 //!                   std::int64_t mask_capacity, std::int32_t* status);
 //! The host backend is below, the cuda one in tree/tree_batch.cuh.
-template <class Policy>
-struct tree_batch_backend {
-  static_assert(dependent_false_v<Policy>,
-                "specdec: no build_tree_batch backend for this execution policy in this translation unit. For "
-                "specdec::cuda include <specdec/tree/tree_batch.cuh> (or <specdec/specdec.cuh>) and compile the "
-                "file with nvcc.");
-  template <class... A>
-  static void run(const A&...) {}
-};
+SPECDEC_BACKEND_SEAM(tree_batch_backend, "build_tree_batch", "specdec/tree/tree_batch.cuh");
 
 template <>
 struct tree_batch_backend<host> {

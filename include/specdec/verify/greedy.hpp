@@ -125,15 +125,7 @@ struct greedy_batch_args {
   std::int32_t* status = nullptr;
 };
 
-template <class Policy>
-struct greedy_batch_backend {
-  static_assert(dependent_false_v<Policy>,
-                "specdec: no verify_greedy_batch backend for this execution policy in this translation unit. For "
-                "specdec::cuda include <specdec/verify/greedy.cuh> (or <specdec/specdec.cuh>) and compile the file "
-                "with nvcc.");
-  template <class... A>
-  static void run(const A&...) {}
-};
+SPECDEC_BACKEND_SEAM(greedy_batch_backend, "verify_greedy_batch", "specdec/verify/greedy.cuh");
 
 template <>
 struct greedy_batch_backend<host> {
