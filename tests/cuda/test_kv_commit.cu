@@ -125,6 +125,52 @@ TEST_CASE("cuda kv_commit_in_place_batch equals the host on a block-table cache"
   }
 }
 
+TEST_CASE("cuda kv_commit_from_buffer_batch equals the host (contiguous bf16 caches, two layers)", "[cuda][kv]") {
+  for (std::uint64_t s = 1; s <= 4; ++s) {
+    specdec::philox_stream rng(s, 13);
+    const int R = 1 + static_cast<int>(rng.below(8)), D = 128;
+    auto c = kv_test::random_commit_batch(R, 10, CAP, 400 + s);
+    const int N = c.node_indptr.back();
+    const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D, spec_elems = static_cast<std::size_t>(N) * H * D;
+    // contiguous bf16, two layers
+    std::vector<std::vector<specdec::bfloat16>> k, v, sk, sv;
+    for (int l = 0; l < LAYERS; ++l) {
+      k.push_back(random_rows<specdec::bfloat16>(elems, rng)), v.push_back(random_rows<specdec::bfloat16>(elems, rng));
+      sk.push_back(random_rows<specdec::bfloat16>(spec_elems, rng)), sv.push_back(random_rows<specdec::bfloat16>(spec_elems, rng));
+    }
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(R), 0);
+    device_buffer<std::int32_t> dlens(lens);
+    std::vector<std::unique_ptr<device_buffer<specdec::bfloat16>>> bufs;
+    std::vector<specdec::contiguous_kv<specdec::bfloat16>> dl, hl;
+    std::vector<specdec::strided_view<const specdec::bfloat16, 3>> dsk, dsv, hsk, hsv;
+    for (int l = 0; l < LAYERS; ++l) {
+      for (auto* h : {&k[l], &v[l], &sk[l], &sv[l]}) bufs.push_back(std::make_unique<device_buffer<specdec::bfloat16>>(*h));
+      const auto* b4 = &bufs[bufs.size() - 4];
+      dl.push_back({b4[0]->data(), b4[1]->data(), dlens.data(), R, CAP, H, D, memory_space::device});
+      dsk.push_back(specdec::make_view<3>(static_cast<const specdec::bfloat16*>(b4[2]->data()), {N, H, D}, memory_space::device));
+      dsv.push_back(specdec::make_view<3>(static_cast<const specdec::bfloat16*>(b4[3]->data()), {N, H, D}, memory_space::device));
+      hl.push_back({k[l].data(), v[l].data(), lens.data(), R, CAP, H, D});
+      hsk.push_back(specdec::make_view<3>(static_cast<const specdec::bfloat16*>(sk[l].data()), {N, H, D}));
+      hsv.push_back(specdec::make_view<3>(static_cast<const specdec::bfloat16*>(sv[l].data()), {N, H, D}));
+    }
+    device_arrays d(c);
+    specdec::kv_commit_from_buffer_batch(specdec::cuda{}, std::span<const specdec::contiguous_kv<specdec::bfloat16>>(dl),
+                                         std::span(dsk), std::span(dsv), dv(d.cl), dv(d.ni), dv(d.ac), dv(d.na),
+                                         dv(d.nl), dv(d.st));
+    specdec_test::sync_check("kv_commit_from_buffer_batch");
+    std::vector<std::int32_t> nl(static_cast<std::size_t>(R)), st(3);
+    specdec::kv_commit_from_buffer_batch(specdec::host{}, std::span(hl), std::span(hsk), std::span(hsv), hv(c.committed),
+                                         hv(c.node_indptr), hv(c.accepted), hv(c.num_accepted), hv(nl), hv(st));
+    CHECK(d.st.download() == st);
+    CHECK(d.nl.download() == nl);
+    for (int l = 0; l < LAYERS; ++l) {
+      const auto gk = bufs[4 * l]->download(), gv = bufs[4 * l + 1]->download();
+      CHECK(std::memcmp(gk.data(), k[l].data(), elems * 2) == 0);
+      CHECK(std::memcmp(gv.data(), v[l].data(), elems * 2) == 0);
+    }
+  }
+}
+
 TEST_CASE("cuda kv_commit_in_place_batch reports bad values and leaves every cache untouched", "[cuda][kv]") {
   specdec::philox_stream rng(4, 4);
   // Trees fit CAP - 1 slots, so only the case that means to exceed layer 1's capacity does.
@@ -219,6 +265,14 @@ TEST_CASE("cuda kv_commit_in_place_batch rejects host layouts and bad shapes bef
                                                       hv(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
                                                       dev(st)),
                     Catch::Contains("node_indptr") && Catch::Contains("device-accessible"));
+  const int N = c.node_indptr.back();
+  std::vector<float> spec(static_cast<std::size_t>(N) * H * 64 + 1);
+  const std::vector<specdec::strided_view<const float, 3>> host_spec{
+      specdec::make_view<3>(static_cast<const float*>(spec.data()), {N, H, 64})};
+  CHECK_THROWS_WITH(specdec::kv_commit_from_buffer_batch(specdec::cuda{}, std::span(dev_layers), std::span(host_spec),
+                                                         std::span(host_spec), dev(c.committed), dev(c.node_indptr),
+                                                         dev(c.accepted), dev(c.num_accepted), dev(nl), dev(st)),
+                    Catch::Contains("spec_k[0]") && Catch::Contains("device-accessible"));
   std::vector<std::int32_t> st2(2);
   CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(dev_layers), dev(c.committed),
                                                       dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),

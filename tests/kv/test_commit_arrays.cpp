@@ -148,3 +148,63 @@ TEST_CASE("kv_commit_in_place_batch (arrays, host) rejects bad values before wri
     reject(bad, "accepted.extent(0)");
   }
 }
+
+TEST_CASE("kv_commit_from_buffer_batch (arrays, host) equals kv_commit_from_buffer per request", "[kv][commit]") {
+  for (std::uint64_t s = 1; s <= 10; ++s) {
+    specdec::philox_stream rng(s, 7);
+    const int R = 1 + static_cast<int>(rng.below(7));
+    auto c = kv_test::random_commit_batch(R, 8, CAP, 300 + s);
+    const int N = c.node_indptr.back();
+    const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
+    std::vector<std::vector<float>> k, v, sk, sv;
+    for (int l = 0; l < LAYERS; ++l) {
+      k.push_back(random_rows<float>(elems, rng)), v.push_back(random_rows<float>(elems, rng));
+      sk.push_back(random_rows<float>(static_cast<std::size_t>(N) * H * D, rng));
+      sv.push_back(random_rows<float>(static_cast<std::size_t>(N) * H * D, rng));
+    }
+    auto k_ref = k, v_ref = v;
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(R), 0);
+    std::vector<specdec::contiguous_kv<float>> mine, ref;
+    std::vector<specdec::strided_view<const float, 3>> skv, svv;
+    for (int l = 0; l < LAYERS; ++l) {
+      mine.push_back({k[l].data(), v[l].data(), lens.data(), R, CAP, H, D});
+      ref.push_back({k_ref[l].data(), v_ref[l].data(), lens.data(), R, CAP, H, D});
+      skv.push_back(specdec::make_view<3>(static_cast<const float*>(sk[l].data()), {N, H, D}));
+      svv.push_back(specdec::make_view<3>(static_cast<const float*>(sv[l].data()), {N, H, D}));
+    }
+    std::vector<std::int32_t> want(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) {  // the single-request form over each request's rows of the buffers
+      const int b = c.node_indptr[r], n = c.node_indptr[r + 1] - b;
+      std::vector<specdec::strided_view<const float, 3>> rk, rv;
+      for (int l = 0; l < LAYERS; ++l) {
+        rk.push_back(specdec::make_view<3>(static_cast<const float*>(sk[l].data()) + static_cast<std::size_t>(b) * H * D, {n, H, D}));
+        rv.push_back(specdec::make_view<3>(static_cast<const float*>(sv[l].data()) + static_cast<std::size_t>(b) * H * D, {n, H, D}));
+      }
+      const std::vector<std::int32_t> acc(c.accepted.begin() + b, c.accepted.begin() + b + c.num_accepted[r]);
+      want[r] = specdec::kv_commit_from_buffer(std::span(ref), r, c.committed[r], std::span(rk), std::span(rv),
+                                               std::span<const std::int32_t>(acc));
+    }
+    std::vector<std::int32_t> nl(static_cast<std::size_t>(R), -5), st{8, 8, 8};
+    specdec::kv_commit_from_buffer_batch(specdec::host{}, std::span(mine), std::span(skv), std::span(svv),
+                                         v1(c.committed), v1(c.node_indptr), v1(c.accepted), v1(c.num_accepted), v1(nl),
+                                         v1(st));
+    CHECK(nl == want);
+    CHECK(st == std::vector<std::int32_t>{0, -1, -1});
+    for (int l = 0; l < LAYERS; ++l) {
+      CHECK(k[l] == k_ref[l]);
+      CHECK(v[l] == v_ref[l]);
+    }
+    // Room for the path is enough: a committed length that leaves fewer slots than the tree but
+    // enough for the path is accepted; one slot fewer than the path is rejected, nothing written.
+    if (c.num_accepted[0] > 0) {
+      auto tight = c;
+      tight.committed[0] = CAP - c.num_accepted[0] + 1;
+      const auto k0 = k;
+      CHECK_THROWS_WITH(specdec::kv_commit_from_buffer_batch(specdec::host{}, std::span(mine), std::span(skv),
+                                                             std::span(svv), v1(tight.committed), v1(tight.node_indptr),
+                                                             v1(tight.accepted), v1(tight.num_accepted), v1(nl), v1(st)),
+                        Catch::Contains("committed_lengths[0] + num_accepted") && Catch::Contains("capacity"));
+      CHECK(k == k0);
+    }
+  }
+}

@@ -1,14 +1,16 @@
 #pragma once
 //! \file commit.cuh
-//! CUDA backend of the array form of kv_commit_in_place_batch (kv/commit.hpp): commit_batch_backend<cuda>.
+//! CUDA backend of the array forms of kv_commit_in_place_batch and kv_commit_from_buffer_batch
+//! (kv/commit.hpp): commit_batch_backend<cuda>.
 //! On policy.stream, after a memset that clears `status`:
 //!  1. one check kernel per layer (a thread per request): layer 0 checks node_indptr, committed
-//!     lengths, num_accepted and the accepted paths; every layer checks committed + tree size against
-//!     its own capacity(r) (the mapping's, called on the device). All check kernels are enqueued
+//!     lengths, num_accepted and the accepted paths; every layer checks committed + tree size (in
+//!     place) or + num_accepted (from a buffer) against its own capacity(r) (the mapping's, called on the device). All check kernels are enqueued
 //!     before any copy, so a value error leaves every cache untouched.
 //!  2. one copy kernel per layer (a block per (request, KV head), threads over the head_dim columns):
-//!     returns at once unless status is clear; moves accepted node a_j from committed + a_j to
-//!     committed + j for j = 0, 1, ... in order, each thread copying its own columns of K and V. The
+//!     returns at once unless status is clear; copies accepted node a_j to committed + j for j = 0,
+//!     1, ... in order, each thread its own columns of K and V, from the spec buffers' row
+//!     node_indptr[r] + a_j (from-buffer commit) or from cache position committed + a_j (in place). The
 //!     order is the host's (detail::move_accepted): a destination committed + j is only ever a source
 //!     a_i for some i < j (paths increase strictly, so a_i >= i), so a thread has read every element
 //!     it overwrites, and no two threads touch the same element. Layer 0's copy writes new_lengths.
@@ -60,14 +62,18 @@ __global__ void __launch_bounds__(commit_check_threads)
         prev = v;
       }
     }
-    if (c >= 0 && b >= 0 && e >= b && static_cast<long long>(c) + (e - b) > layer.capacity(r))
+    // Slots written: the whole tree's in place, the accepted path's from a buffer (num_accepted is
+    // checked by layer 0; a bad one only makes this bound meaningless, never an access).
+    const long long need = a.from_buffer ? static_cast<long long>(a.num_accepted[r]) : static_cast<long long>(e) - b;
+    if (c >= 0 && b >= 0 && e >= b && static_cast<long long>(c) + need > layer.capacity(r))
       device_report(a.status, device_error::capacity, r, layer_index);
   }
 }
 
 template <class L>
 __global__ void __launch_bounds__(commit_copy_threads)
-    commit_copy_kernel(const L layer, bool write_lengths, const commit_batch_args a) {
+    commit_copy_kernel(const L layer, const commit_spec<typename L::value_type> spec, bool write_lengths,
+                       const commit_batch_args a) {
   __shared__ int failed;
   const int t = static_cast<int>(threadIdx.x);
   if (t == 0) failed = a.status[0] != 0;  // the check kernels ran before this one on the stream
@@ -78,10 +84,10 @@ __global__ void __launch_bounds__(commit_copy_threads)
   for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
     const std::int32_t b = a.node_indptr[r], c = a.committed[r], k = a.num_accepted[r];
     for (std::int32_t j = 0; j < k; ++j) {
-      const std::int32_t src = c + a.accepted[b + j], dst = c + j;
-      if (src == dst) continue;  // already in place: not even rewritten (the host's rule)
-      const auto* ks = layer.k_row(r, src, h);
-      const auto* vs = layer.v_row(r, src, h);
+      const std::int32_t node = a.accepted[b + j], dst = c + j;
+      if (!a.from_buffer && node == j) continue;  // already in place: not even rewritten (the host's rule)
+      const auto* ks = a.from_buffer ? spec.k_row(static_cast<std::int64_t>(b) + node, h) : layer.k_row(r, c + node, h);
+      const auto* vs = a.from_buffer ? spec.v_row(static_cast<std::int64_t>(b) + node, h) : layer.v_row(r, c + node, h);
       auto* kd = layer.k_row(r, dst, h);
       auto* vd = layer.v_row(r, dst, h);
       for (int d = t; d < dim; d += commit_copy_threads) {
@@ -99,7 +105,8 @@ __global__ void __launch_bounds__(commit_copy_threads)
 template <>
 struct commit_batch_backend<cuda> {
   template <class L>
-  static void run(const cuda& policy, std::span<const L> layers, const commit_batch_args& a) {
+  static void run(const cuda& policy, std::span<const L> layers, const commit_batch_args& a,
+                  std::span<const commit_spec<typename L::value_type>> specs) {
     cudaStream_t stream = policy.stream;
     SPECDEC_CUDA_CHECK(cudaMemsetAsync(a.status, 0, sizeof(std::int32_t), stream));
     SPECDEC_CUDA_CHECK(cudaMemsetAsync(a.status + 1, 0xff, 2 * sizeof(std::int32_t), stream));  // -1, -1
@@ -114,7 +121,8 @@ struct commit_batch_backend<cuda> {
     const dim3 grid(static_cast<unsigned>(a.requests < 65535 ? a.requests : 65535),
                     static_cast<unsigned>(layers[0].num_kv_heads()));
     for (std::size_t l = 0; l < layers.size(); ++l) {
-      commit_copy_kernel<L><<<grid, commit_copy_threads, 0, stream>>>(layers[l], l == 0, a);
+      const commit_spec<typename L::value_type> spec = a.from_buffer ? specs[l] : commit_spec<typename L::value_type>{};
+      commit_copy_kernel<L><<<grid, commit_copy_threads, 0, stream>>>(layers[l], spec, l == 0, a);
       SPECDEC_CUDA_CHECK(cudaGetLastError());
     }
   }

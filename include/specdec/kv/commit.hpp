@@ -37,6 +37,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/device_status.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
@@ -324,35 +325,61 @@ struct commit_batch_args {
   const std::int32_t* num_accepted = nullptr;  //!< [R]
   std::int32_t* new_lengths = nullptr;         //!< [R] out
   std::int32_t* status = nullptr;              //!< [3] out
+  bool from_buffer = false;                    //!< sources in spec buffers (capacity bound: committed + accepted)
 };
 
-//! The seam between the array form of kv_commit_in_place_batch and its backends:
-//!   template <class L> static void run(const Policy&, std::span<const L> layers, const commit_batch_args&);
-//! The host backend is below, the cuda one in kv/commit.cuh.
-SPECDEC_BACKEND_SEAM(commit_batch_backend, "kv_commit_in_place_batch", "specdec/kv/commit.cuh");
+//! One layer's speculative K/V buffers [N, Hkv, D] for the from-buffer commit (unit inner stride):
+//! node i of the batch (request r's local node a at i = node_indptr[r] + a) is row i. Empty (k ==
+//! nullptr) for the in-place commit.
+template <class T>
+struct commit_spec {
+  const T* k = nullptr;
+  const T* v = nullptr;
+  std::int64_t k_stride_node = 0, k_stride_head = 0, v_stride_node = 0, v_stride_head = 0;
+  SPECDEC_HOST_DEVICE const T* k_row(std::int64_t node, int h) const { return k + node * k_stride_node + h * k_stride_head; }
+  SPECDEC_HOST_DEVICE const T* v_row(std::int64_t node, int h) const { return v + node * v_stride_node + h * v_stride_head; }
+};
+
+//! The seam between the array forms of the batched commits (in place, from buffer) and their backends:
+//!   template <class L> static void run(const Policy&, std::span<const L> layers, const commit_batch_args&,
+//!                                      std::span<const commit_spec<typename L::value_type>> specs);
+//! (specs empty for the in-place commit, one per layer from a buffer). The host backend is below, the
+//! cuda one in kv/commit.cuh.
+SPECDEC_BACKEND_SEAM(commit_batch_backend, "batched KV commit", "specdec/kv/commit.cuh");
 
 template <>
 struct commit_batch_backend<host> {
   template <class L>
-  static void run(const host&, std::span<const L> layers, const commit_batch_args& a) {
-    constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
+  static void run(const host&, std::span<const L> layers, const commit_batch_args& a,
+                  std::span<const commit_spec<typename L::value_type>> specs) {
+    const std::string_view fn = a.from_buffer ? "specdec::kv_commit_from_buffer_batch" : "specdec::kv_commit_in_place_batch";
     validate_indptr(fn, "node_indptr", "node_indptr", a.node_indptr, a.requests, a.nodes, "accepted.extent(0)");
     for (std::int32_t r = 0; r < a.requests; ++r) {  // everything before the first write
       const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b, c = a.committed[r], k = a.num_accepted[r];
       require(c >= 0, fn, "committed_lengths[" + std::to_string(r) + "]", ">= 0", c);
       require(k >= 0 && k <= n, fn, "num_accepted[" + std::to_string(r) + "]",
               "in [0, " + std::to_string(n) + "] (the request's tree size)", k);
+      const std::int32_t need = a.from_buffer ? k : n;  // slots written: the path, or the whole tree in place
       for (std::size_t l = 0; l < layers.size(); ++l)
-        require(static_cast<std::int64_t>(c) + n <= layers[l].capacity(r), fn,
-                "committed_lengths[" + std::to_string(r) + "] + tree size",
+        require(static_cast<std::int64_t>(c) + need <= layers[l].capacity(r), fn,
+                "committed_lengths[" + std::to_string(r) + (a.from_buffer ? "] + num_accepted" : "] + tree size"),
                 "<= capacity = " + std::to_string(layers[l].capacity(r)) + " (layer " + std::to_string(l) + ")",
-                static_cast<std::int64_t>(c) + n);
+                static_cast<std::int64_t>(c) + need);
       validate_accepted_path({a.accepted + b, static_cast<std::size_t>(k)}, n, {}, fn);
     }
     for (std::int32_t r = 0; r < a.requests; ++r) {
-      const std::int32_t b = a.node_indptr[r], k = a.num_accepted[r];
-      move_accepted(layers, r, a.committed[r], {a.accepted + b, static_cast<std::size_t>(k)});
-      a.new_lengths[r] = a.committed[r] + k;
+      const std::int32_t b = a.node_indptr[r], k = a.num_accepted[r], c = a.committed[r];
+      if (!a.from_buffer) {
+        move_accepted(layers, r, c, {a.accepted + b, static_cast<std::size_t>(k)});
+      } else {
+        for (std::size_t l = 0; l < layers.size(); ++l)
+          for (std::int32_t j = 0; j < k; ++j)
+            for (int h = 0; h < layers[l].num_kv_heads(); ++h) {
+              copy_row(layers[l], layers[l].k_row(r, c + j, h), specs[l].k_row(b + a.accepted[b + j], h));
+              copy_row(layers[l], layers[l].v_row(r, c + j, h), specs[l].v_row(b + a.accepted[b + j], h));
+            }
+      }
+      a.new_lengths[r] = c + k;
     }
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
@@ -410,7 +437,78 @@ void kv_commit_in_place_batch(const Policy& policy, std::span<LayerT, E> layer_s
     a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
     a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();
     a.num_accepted = num_accepted.data(), a.new_lengths = new_lengths.data(), a.status = status.data();
-    detail::commit_batch_backend<Policy>::run(policy, layers, a);
+    detail::commit_batch_backend<Policy>::run(policy, layers, a,
+                                              std::span<const detail::commit_spec<typename L::value_type>>{});
+  }
+}
+
+//! From-buffer commit of a ragged batch in verify_greedy_batch's output layout: the tree tokens' K/V
+//! are per-layer buffers spec_k[l], spec_v[l] [N, Hkv, D] (what hybrid_tree_attention reads as its
+//! spec K/V: node i of the batch in row i, request r's local node a in row node_indptr[r] + a);
+//! accepted node a_j of request r is copied to cache position committed_lengths[r] + j in every
+//! layer and KV head, as kv_commit_from_buffer does for one request. The cache needs room for the
+//! accepted path only (committed + num_accepted <= capacity). Other arguments, checks, the status
+//! array and the host / cuda behaviour as kv_commit_in_place_batch's array form.
+template <execution_policy Policy, class LayerT, std::size_t E, class SpecT, std::size_t EK, std::size_t EV, class CL,
+          class NI, class AC, class NA, class NL, class ST>
+  requires(tensor_like<std::remove_const_t<SpecT>> && detail::int32_array<CL> && detail::int32_array<NI> &&
+           detail::int32_array<AC> && detail::int32_array<NA> && detail::int32_output<NL> && detail::int32_output<ST>)
+void kv_commit_from_buffer_batch(const Policy& policy, std::span<LayerT, E> layer_span, std::span<SpecT, EK> spec_k,
+                                 std::span<SpecT, EV> spec_v, const CL& committed_lengths_in, const NI& node_indptr_in,
+                                 const AC& accepted_in, const NA& num_accepted_in, const NL& new_lengths_in,
+                                 const ST& status_in) {
+  using L = std::remove_const_t<LayerT>;
+  using Spec = std::remove_const_t<SpecT>;
+  static_assert(check_writable_kv_layout<L>());
+  static_assert(Spec::rank == 3, "specdec::kv_commit_from_buffer_batch: spec buffers must be rank 3 [N, kv_heads, head_dim]");
+  if constexpr (writable_kv_layout<L>) {
+    static_assert(std::is_same_v<std::remove_cv_t<typename Spec::element_type>, typename L::value_type>,
+                  "specdec::kv_commit_from_buffer_batch: spec buffer element type must equal the cache's value_type");
+    using T = typename L::value_type;
+    constexpr std::string_view fn = "specdec::kv_commit_from_buffer_batch";
+    const std::span<const L> layers(layer_span.data(), layer_span.size());
+    const auto committed_lengths = as_view(committed_lengths_in);
+    const auto node_indptr = as_view(node_indptr_in);
+    const auto accepted = as_view(accepted_in);
+    const auto num_accepted = as_view(num_accepted_in);
+    const auto new_lengths = as_view(new_lengths_in);
+    const auto status = as_view(status_in);
+    const std::int64_t R = committed_lengths.extent(0), N = accepted.extent(0);
+    require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
+            "extent(0) in [0, INT32_MAX) (one per request)", R);
+    require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "accepted", "extent(0) in [0, INT32_MAX]", N);
+    require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
+    require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
+    require_policy_array<Policy>(fn, "accepted", accepted, N);
+    require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
+    require_policy_array<Policy>(fn, "new_lengths", new_lengths, R);
+    require_policy_array<Policy>(fn, "status", status, 3);
+    detail::validate_commit_layers<L, Policy>(layers, R, fn);
+    require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
+    require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
+    std::vector<detail::commit_spec<T>> specs(layers.size());
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto check = [&](const Spec& t, const char* what) {
+        const auto v = as_view(t);
+        const std::string name = std::string(what) + "[" + std::to_string(l) + "]";
+        if constexpr (std::is_same_v<Policy, cuda>)
+          require(device_accessible(v.space()), fn, name, "device-accessible memory (device or managed)", v.space());
+        else
+          require_host_accessible(fn, name, v);
+        require_shape(fn, name, v, {N, layers[l].num_kv_heads(), layers[l].head_dim()});
+        require_unit_inner_stride(fn, name, v);
+        require(N == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
+        return v;
+      };
+      const auto k = check(spec_k[l], "spec_k"), v = check(spec_v[l], "spec_v");
+      specs[l] = {k.data(), v.data(), k.stride(0), k.stride(1), v.stride(0), v.stride(1)};
+    }
+    detail::commit_batch_args a;
+    a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
+    a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();
+    a.num_accepted = num_accepted.data(), a.new_lengths = new_lengths.data(), a.status = status.data();
+    a.from_buffer = true;
+    detail::commit_batch_backend<Policy>::run(policy, layers, a, std::span<const detail::commit_spec<T>>(specs));
   }
 }
 
