@@ -385,6 +385,37 @@ struct commit_batch_backend<host> {
   }
 };
 
+//! The argument checks both array-form batched commits share (every array 1-D int32 with unit
+//! stride in memory the policy reaches, extents from R = committed_lengths.extent(0) and N =
+//! accepted.extent(0); the layers' geometry), returning the arrays as commit_batch_args.
+template <class Policy, class L, class CL, class NI, class AC, class NA, class NL, class ST>
+commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> layers, const CL& committed_lengths_in,
+                                      const NI& node_indptr_in, const AC& accepted_in, const NA& num_accepted_in,
+                                      const NL& new_lengths_in, const ST& status_in) {
+  const auto committed_lengths = as_view(committed_lengths_in);
+  const auto node_indptr = as_view(node_indptr_in);
+  const auto accepted = as_view(accepted_in);
+  const auto num_accepted = as_view(num_accepted_in);
+  const auto new_lengths = as_view(new_lengths_in);
+  const auto status = as_view(status_in);
+  const std::int64_t R = committed_lengths.extent(0), N = accepted.extent(0);
+  require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
+          "extent(0) in [0, INT32_MAX) (one per request)", R);
+  require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "accepted", "extent(0) in [0, INT32_MAX]", N);
+  require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
+  require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
+  require_policy_array<Policy>(fn, "accepted", accepted, N);
+  require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
+  require_policy_array<Policy>(fn, "new_lengths", new_lengths, R);
+  require_policy_array<Policy>(fn, "status", status, 3);
+  validate_commit_layers<L, Policy>(layers, R, fn);
+  commit_batch_args a;
+  a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
+  a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();
+  a.num_accepted = num_accepted.data(), a.new_lengths = new_lengths.data(), a.status = status.data();
+  return a;
+}
+
 }  // namespace detail
 
 //! In-place commit of a ragged batch given as arrays in verify_greedy_batch's output layout (the form
@@ -416,27 +447,8 @@ void kv_commit_in_place_batch(const Policy& policy, std::span<LayerT, E> layer_s
   if constexpr (writable_kv_layout<L>) {
     constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
     const std::span<const L> layers(layer_span.data(), layer_span.size());
-    const auto committed_lengths = as_view(committed_lengths_in);
-    const auto node_indptr = as_view(node_indptr_in);
-    const auto accepted = as_view(accepted_in);
-    const auto num_accepted = as_view(num_accepted_in);
-    const auto new_lengths = as_view(new_lengths_in);
-    const auto status = as_view(status_in);
-    const std::int64_t R = committed_lengths.extent(0), N = accepted.extent(0);
-    require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
-            "extent(0) in [0, INT32_MAX) (one per request)", R);
-    require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "accepted", "extent(0) in [0, INT32_MAX]", N);
-    require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
-    require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
-    require_policy_array<Policy>(fn, "accepted", accepted, N);
-    require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
-    require_policy_array<Policy>(fn, "new_lengths", new_lengths, R);
-    require_policy_array<Policy>(fn, "status", status, 3);
-    detail::validate_commit_layers<L, Policy>(layers, R, fn);
-    detail::commit_batch_args a;
-    a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
-    a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();
-    a.num_accepted = num_accepted.data(), a.new_lengths = new_lengths.data(), a.status = status.data();
+    const detail::commit_batch_args a = detail::commit_batch_arrays<Policy>(
+        fn, layers, committed_lengths_in, node_indptr_in, accepted_in, num_accepted_in, new_lengths_in, status_in);
     detail::commit_batch_backend<Policy>::run(policy, layers, a,
                                               std::span<const detail::commit_spec<typename L::value_type>>{});
   }
@@ -467,23 +479,10 @@ void kv_commit_from_buffer_batch(const Policy& policy, std::span<LayerT, E> laye
     using T = typename L::value_type;
     constexpr std::string_view fn = "specdec::kv_commit_from_buffer_batch";
     const std::span<const L> layers(layer_span.data(), layer_span.size());
-    const auto committed_lengths = as_view(committed_lengths_in);
-    const auto node_indptr = as_view(node_indptr_in);
-    const auto accepted = as_view(accepted_in);
-    const auto num_accepted = as_view(num_accepted_in);
-    const auto new_lengths = as_view(new_lengths_in);
-    const auto status = as_view(status_in);
-    const std::int64_t R = committed_lengths.extent(0), N = accepted.extent(0);
-    require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
-            "extent(0) in [0, INT32_MAX) (one per request)", R);
-    require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "accepted", "extent(0) in [0, INT32_MAX]", N);
-    require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
-    require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
-    require_policy_array<Policy>(fn, "accepted", accepted, N);
-    require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
-    require_policy_array<Policy>(fn, "new_lengths", new_lengths, R);
-    require_policy_array<Policy>(fn, "status", status, 3);
-    detail::validate_commit_layers<L, Policy>(layers, R, fn);
+    detail::commit_batch_args a = detail::commit_batch_arrays<Policy>(
+        fn, layers, committed_lengths_in, node_indptr_in, accepted_in, num_accepted_in, new_lengths_in, status_in);
+    a.from_buffer = true;
+    const std::int64_t N = a.nodes;
     require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
     require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
     std::vector<detail::commit_spec<T>> specs(layers.size());
@@ -503,11 +502,6 @@ void kv_commit_from_buffer_batch(const Policy& policy, std::span<LayerT, E> laye
       const auto k = check(spec_k[l], "spec_k"), v = check(spec_v[l], "spec_v");
       specs[l] = {k.data(), v.data(), k.stride(0), k.stride(1), v.stride(0), v.stride(1)};
     }
-    detail::commit_batch_args a;
-    a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
-    a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();
-    a.num_accepted = num_accepted.data(), a.new_lengths = new_lengths.data(), a.status = status.data();
-    a.from_buffer = true;
     detail::commit_batch_backend<Policy>::run(policy, layers, a, std::span<const detail::commit_spec<T>>(specs));
   }
 }
