@@ -23,7 +23,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 # libbenchmark's shared object travels in BUILD_DIR/lib when the device image lacks it.
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-tests=$(cd "$build/tests" && ls cuda_test_* 2>/dev/null | sort)
+# TESTS (a glob, default cuda_test_*) narrows the test and sanitizer steps, e.g. when only some
+# binaries changed since the last GPU run: TESTS='cuda_test_{kv_commit,rope}'.
+tests=$(cd "$build/tests" && eval "ls ${TESTS:-cuda_test_*}" 2>/dev/null | sort)
 status=0
 
 if [[ $what == tests || $what == all ]]; then

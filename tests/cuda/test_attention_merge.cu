@@ -1,7 +1,7 @@
 // lse_merge on the cuda backend against the host backend on the same inputs: n-way (S = 1, 2, 5,
-// 130), two-way with -inf parts (never NaN, NaN in a zero-weight part does not leak), in-place
-// (out aliasing o_a), fp16/bf16/fp32; NaN/+inf in a part that has keys propagates (n-way and
-// two-way, as on the host). Skipped (exit 77) without a GPU.
+// 32, 33, 64, 65, 130), two-way with -inf parts (never NaN, NaN in a zero-weight part does not
+// leak), in-place (out aliasing o_a), fp16/bf16/fp32; NaN/+inf in a part that has keys propagates
+// (n-way and two-way, as on the host). Skipped (exit 77) without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -63,7 +63,7 @@ void expect_close(const std::vector<T>& got, const std::vector<T>& want, const s
 TEMPLATE_TEST_CASE("cuda lse_merge n-way matches the host backend", "[cuda][attention]", specdec::bfloat16,
                    specdec::half, float) {
   const int n = 7, h = 3, d = 128;
-  for (int s : {1, 2, 5, 130}) {
+  for (int s : {1, 2, 5, 32, 33, 64, 65, 130}) {  // around the kernel's 32-part groups and 64 cached LSEs
     DYNAMIC_SECTION("parts " << s) {
       const std::size_t rows = static_cast<std::size_t>(s) * n * h;
       auto o = random_rows<TestType>(rows * d, 10 + s);

@@ -3,7 +3,8 @@
 //! CUDA backend of the array form of verify_greedy_batch (verify/greedy.hpp): greedy_batch_backend<cuda>.
 //! Two kernels on policy.stream after a memset that clears `status`:
 //!  1. argmax (a block per row, grid-stride over the N + R rows): each thread scans its strided
-//!     share of the row (16-byte loads when the row is aligned) keeping the first maximum, a CUB
+//!     share of the row (16-byte loads, four in flight, when the row is aligned) keeping the first
+//!     maximum, a CUB
 //!     block reduction combines the threads (larger value wins, the lower token id on a tie: the
 //!     host's rule, greedy_token), and __syncthreads_or flags a row holding NaN or +inf. The row's
 //!     argmax, or -1 for a row the host would reject if it read it (NaN, +inf, or nothing above
@@ -31,7 +32,11 @@
 namespace specdec {
 namespace detail {
 
-inline constexpr int greedy_argmax_threads = 256;
+//! A block per row must keep enough bytes in flight to stream its row near one SM's share of the
+//! bandwidth when only a few rows (a small batch) occupy a few SMs: 1024 threads x 4 float4 loads
+//! = 64 KiB per block (256 threads with one load each gave 12 GB/s per SM at 17 rows; RESULTS.md).
+inline constexpr int greedy_argmax_threads = 1024;
+inline constexpr int greedy_argmax_unroll = 4;
 inline constexpr int greedy_walk_threads = 128;
 //! Requests with at most this many nodes walk from shared memory (4 int32 arrays: 32 KiB).
 inline constexpr int greedy_walk_smem_nodes = 2048;
@@ -65,10 +70,20 @@ __global__ void __launch_bounds__(greedy_argmax_threads)
     if ((reinterpret_cast<std::uintptr_t>(x) & 15u) == 0) {
       vec_end = vocab & ~3;
       const float4* x4 = reinterpret_cast<const float4*>(x);
-      for (std::int32_t k = t; k < vec_end / 4; k += greedy_argmax_threads) {
-        const float4 q = __ldg(x4 + k);
+      const std::int32_t n4 = vec_end / 4;
+      constexpr int T = greedy_argmax_threads, U = greedy_argmax_unroll;
+      const auto see4 = [&](const float4& q, std::int32_t k) {
         see(q.x, 4 * k), see(q.y, 4 * k + 1), see(q.z, 4 * k + 2), see(q.w, 4 * k + 3);
+      };
+      std::int32_t k = t;
+      for (; k + (U - 1) * T < n4; k += U * T) {  // U loads in flight before any is compared
+        float4 q[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) q[u] = __ldg(x4 + k + u * T);
+#pragma unroll
+        for (int u = 0; u < U; ++u) see4(q[u], k + u * T);
       }
+      for (; k < n4; k += T) see4(__ldg(x4 + k), k);
     }
     for (std::int32_t k = vec_end + t; k < vocab; k += greedy_argmax_threads) see(__ldg(x + k), k);
     const bool row_bad = __syncthreads_or(bad) != 0;

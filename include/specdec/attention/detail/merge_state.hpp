@@ -91,17 +91,34 @@ struct merge_parts {
   const float* lse_b = nullptr;
   std::int64_t lse_b_stride_token = 0, lse_b_stride_head = 0;
 
-  //! Part q's values of row (t, h).
-  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE const T* row(int q, std::int64_t t,
-                                                                     std::int64_t h) const noexcept {
-    if (o_b != nullptr && q == 1) return o_b + t * o_b_stride_token + h * o_b_stride_head;
-    return o + q * o_stride_part + t * o_stride_token + h * o_stride_head;
-  }
-  //! Part q's LSE of row (t, h).
-  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE float lse_of(int q, std::int64_t t,
-                                                                     std::int64_t h) const noexcept {
-    if (lse_b != nullptr && q == 1) return lse_b[t * lse_b_stride_token + h * lse_b_stride_head];
-    return lse[q * lse_stride_part + t * lse_stride_token + h * lse_stride_head];
+  //! The parts of row (t, h), addressed once (the one addressing rule; host and CUDA merges walk
+  //! parts through it): part 0's and part 1's addresses are computed up front, so each further part
+  //! costs an add (what the CUDA merge's inner loop needs).
+  struct row_cursor {
+    const T* o0;
+    const T* o1;
+    const float* lse0;
+    const float* lse1;
+    std::int64_t o_step, lse_step;
+    //! Part q's values.
+    [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE const T* row(int q) const noexcept {
+      return q == 1 ? o1 : o0 + q * o_step;
+    }
+    //! Part q's LSE.
+    [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE float lse(int q) const noexcept {
+      return q == 1 ? *lse1 : lse0[q * lse_step];
+    }
+  };
+  [[nodiscard]] SPECDEC_HOST_DEVICE SPECDEC_FORCEINLINE row_cursor at(std::int64_t t, std::int64_t h) const noexcept {
+    const T* const r0 = o + t * o_stride_token + h * o_stride_head;
+    const float* const l0 = lse + t * lse_stride_token + h * lse_stride_head;
+    if (count < 2) return {r0, r0, l0, l0, o_stride_part, lse_stride_part};  // no part 1 to address
+    return {r0,
+            o_b != nullptr ? o_b + t * o_b_stride_token + h * o_b_stride_head : r0 + o_stride_part,
+            l0,
+            lse_b != nullptr ? lse_b + t * lse_b_stride_token + h * lse_b_stride_head : l0 + lse_stride_part,
+            o_stride_part,
+            lse_stride_part};
   }
 };
 

@@ -39,59 +39,73 @@ __device__ __forceinline__ void load_part_values(const InT* src, float (&v)[E]) 
 }
 
 //! One warp per (token, head) row, E = head_dim / 32 values per lane. The lanes read the parts'
-//! LSEs side by side (32 at a time) and reduce them with shuffles (NaN-propagating max), so the
-//! weights cost a few dependent loads however many parts there are; the weighted sum of the part
-//! rows then walks the parts with each weight broadcast from the lane that computed it, eight
-//! parts' loads in flight at a time. (A serial walk cost 10-17 us at 34 parts on an H100, a sixth
-//! to a quarter of a 32K-token decode step; ncu, 2026-11-24.)
+//! LSEs side by side (32 at a time; the first 64 stay in registers, so the three passes over them
+//! read memory once) and reduce them with shuffles (NaN-propagating max), so the weights cost a few
+//! dependent loads however many parts there are; the weighted sum of the part rows then walks the
+//! parts with each weight broadcast from the lane that computed it, eight parts' loads in flight at
+//! a time, the row addressed once (merge_parts::at) and the parts with keys known from one ballot
+//! per 32 parts. (A serial walk cost 10-17 us at 34 parts on an H100, a sixth to a quarter of a
+//! 32K-token decode step; ncu, 2026-11-24. Per-part address arithmetic, three LSE reads and a
+//! second shuffle per part cost 1.7 us at 512 rows x 34 parts; ncu, 2026-11-26.)
 //! Aliasing: each lane writes only the values it has read from every part, and lane 0 writes the
 //! LSE after a __syncwarp that follows every lane's last LSE read, so out / lse_out may alias part 0
 //! or part 1 (the public two-way merge allows it). Any number of parts, no scratch.
 template <class InT, class OutT, int E, bool Vec2>
 __global__ void __launch_bounds__(128) lse_merge_kernel(const lse_merge_params<InT, OutT> p) {
   constexpr unsigned full = 0xffffffffu;
+  constexpr int kCached = 2;  // groups of 32 parts whose LSEs stay in registers
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const long long row = static_cast<long long>(blockIdx.x) * 4 + (threadIdx.x >> 5);
   const long long nrows = static_cast<long long>(p.tokens) * p.heads;
   if (row >= nrows) return;  // warp-uniform
   const long long t = row / p.heads, h = row % p.heads;
   const int parts = p.in.count;
+  const auto rc = p.in.at(t, h);
+  const auto lse_at = [&](int q) { return q < parts ? rc.lse(q) : -INFINITY; };
+  float cached[kCached];
   lse_merge_weights w;
-  for (int q = lane; q < parts; q += 32) w.observe(p.in.lse_of(q, t, h));
+#pragma unroll
+  for (int c = 0; c < kCached; ++c) w.observe(cached[c] = lse_at(c * 32 + lane));
+  for (int q = kCached * 32 + lane; q < parts; q += 32) w.observe(rc.lse(q));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) w.max = nan_max(w.max, __shfl_xor_sync(full, w.max, o));
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.0f;
-  if (!w.empty()) {  // warp-uniform after the reduction
-    for (int q = lane; q < parts; q += 32) w.add(p.in.lse_of(q, t, h));
+  // Adds parts q0 .. q0 + 31 (those below `parts`), lane l holding part q0 + l's LSE.
+  const auto add_group = [&](int q0, float lse_q) {
+    const float mine = w.weight(lse_q);
+    const unsigned keys = __ballot_sync(full, lse_q != -INFINITY);  // a part without keys is selected out
+    const int count = min(32, parts - q0);
+    // Eight parts' rows are loaded before any is used, so eight round trips overlap. Every part row
+    // of a real (token, head) exists (an empty part holds O = 0, LSE = -inf), so the loads are in
+    // bounds; a zero weight of a part with keys still multiplies (0 x NaN must stay NaN).
+    for (int j0 = 0; j0 < count; j0 += 8) {
+      float v[8][E];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) w.sum += __shfl_xor_sync(full, w.sum, o);
-    w.finish();
-    for (int q0 = 0; q0 < parts; q0 += 32) {
-      const int q = q0 + lane;
-      const float lse_q = q < parts ? p.in.lse_of(q, t, h) : -INFINITY;
-      const float mine = w.weight(lse_q);
-      const int count = min(32, parts - q0);
-      // Eight parts' rows are loaded before any is used, so eight round trips overlap. Every part row
-      // of a real (token, head) exists (an empty part holds O = 0, LSE = -inf), so the loads are in
-      // bounds; a zero weight still contributes nothing.
-      for (int j0 = 0; j0 < count; j0 += 8) {
-        float v[8][E];
+      for (int j = 0; j < 8; ++j)
+        if (j0 + j < count) load_part_values<InT, E, Vec2>(rc.row(q0 + j0 + j) + lane * E, v[j]);
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          if (j0 + j < count) load_part_values<InT, E, Vec2>(p.in.row(q0 + j0 + j, t, h) + lane * E, v[j]);
+      for (int j = 0; j < 8; ++j) {
+        const float wj = __shfl_sync(full, mine, j0 + j);
+        if (j0 + j < count && ((keys >> (j0 + j)) & 1u) != 0u) {  // warp-uniform
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float wj = __shfl_sync(full, mine, (j0 + j) & 31);
-          const bool keys = __shfl_sync(full, lse_q, (j0 + j) & 31) != -INFINITY;
-          if (j0 + j < count && keys) {  // warp-uniform; a part without keys is selected out, not multiplied
-#pragma unroll
-            for (int e = 0; e < E; ++e) acc[e] += wj * v[j][e];
-          }
+          for (int e = 0; e < E; ++e) acc[e] += wj * v[j][e];
         }
       }
     }
+  };
+  if (!w.empty()) {  // warp-uniform after the reduction
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) w.add(cached[c]);
+    for (int q = kCached * 32 + lane; q < parts; q += 32) w.add(rc.lse(q));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) w.sum += __shfl_xor_sync(full, w.sum, o);
+    w.finish();
+#pragma unroll
+    for (int c = 0; c < kCached; ++c)
+      if (c * 32 < parts) add_group(c * 32, cached[c]);
+    for (int q0 = kCached * 32; q0 < parts; q0 += 32) add_group(q0, lse_at(q0 + lane));
   }
   const float lse = w.lse();
   OutT* const out = p.out.row(t, h) + lane * E;

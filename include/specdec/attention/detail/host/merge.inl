@@ -42,18 +42,19 @@ template <class OutT, class InT>
 void merge_parts_row(const merge_parts<InT>& parts, std::int64_t t, std::int64_t h, int d, OutT* out,
                      float* lse_out) noexcept {
   float lse_buf[merge_chunk_parts];
+  const auto rc = parts.at(t, h);
   if (parts.count <= merge_chunk_parts) {
-    for (int q = 0; q < parts.count; ++q) lse_buf[q] = parts.lse_of(q, t, h);
-    merge_row<OutT>(parts.count, lse_buf, [&](int q) { return parts.row(q, t, h); }, d, out, lse_out);
+    for (int q = 0; q < parts.count; ++q) lse_buf[q] = rc.lse(q);
+    merge_row<OutT>(parts.count, lse_buf, [&](int q) { return rc.row(q); }, d, out, lse_out);
     return;
   }
   alignas(64) float acc[256], chunk[256];
   float acc_lse = -std::numeric_limits<float>::infinity();
   for (int q0 = 0; q0 < parts.count; q0 += merge_chunk_parts) {
     const int cnt = std::min(merge_chunk_parts, parts.count - q0);
-    for (int q = 0; q < cnt; ++q) lse_buf[q] = parts.lse_of(q0 + q, t, h);
+    for (int q = 0; q < cnt; ++q) lse_buf[q] = rc.lse(q0 + q);
     float chunk_lse;
-    merge_row<float>(cnt, lse_buf, [&](int q) { return parts.row(q0 + q, t, h); }, d, q0 == 0 ? acc : chunk,
+    merge_row<float>(cnt, lse_buf, [&](int q) { return rc.row(q0 + q); }, d, q0 == 0 ? acc : chunk,
                      q0 == 0 ? &acc_lse : &chunk_lse);
     if (q0 == 0) continue;
     const float two[2] = {acc_lse, chunk_lse};
