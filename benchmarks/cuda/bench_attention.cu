@@ -33,23 +33,10 @@ namespace {
 using specdec::memory_space;
 using specdec_bench::copy_bytes;
 using specdec_bench::dmem;
-using specdec_bench::measure_copy_bw;
 using specdec_bench::time_on_stream;
 
-__global__ void fill_bf16(__nv_bfloat16* p, std::size_t n, std::uint32_t seed) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16_rn(static_cast<float>(h & 0xffff) / 32768.0f - 1.0f);
-  }
-}
-
 void fill(void* p, std::size_t n, std::uint32_t seed) {
-  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed);
-  SPECDEC_CUDA_CHECK(cudaGetLastError());
+  specdec_bench::fill_uniform(static_cast<__nv_bfloat16*>(p), n, seed, -1.0f, 1.0f);
 }
 
 // --- roofs -----------------------------------------------------------------------------------
@@ -88,7 +75,7 @@ struct roofs {
   double copy_bw, mma_peak;
 };
 const roofs& machine_roofs() {
-  static const roofs r{measure_copy_bw(5), measure_mma_peak(5)};
+  static const roofs r{specdec_bench::copy_roof(), measure_mma_peak(5)};
   return r;
 }
 

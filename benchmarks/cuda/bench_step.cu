@@ -31,22 +31,6 @@ using specdec_bench::time_on_stream;
 
 constexpr int graph_calls = 10;
 
-double copy_bw() {
-  static const double bw = specdec_bench::measure_copy_bw(5);
-  return bw;
-}
-
-__global__ void fill_logits(float* p, std::size_t n, std::uint32_t seed) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = static_cast<float>(h & 0xffffff) / 1048576.0f - 8.0f;
-  }
-}
-
 //! Random local parents of `batch` trees of `tree` nodes (parent uniform in [-1, i)), as node_indptr + parents.
 void random_trees(int batch, int tree, std::vector<std::int32_t>& indptr, std::vector<std::int32_t>& parents) {
   specdec::philox_stream rng(7, 0);
@@ -89,8 +73,7 @@ void BM_verify_greedy_batch(benchmark::State& state) {
   std::vector<std::unique_ptr<dmem>> logits;
   for (int i = 0; i < sets; ++i) {
     logits.push_back(std::make_unique<dmem>(logit_bytes));
-    fill_logits<<<1024, 256>>>(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 11u + i);
-    SPECDEC_CUDA_CHECK(cudaGetLastError());
+    specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 11u + i, -8.0f, 8.0f);
   }
   std::vector<std::int32_t> indptr, parents;
   random_trees(batch, tree, indptr, parents);
@@ -117,8 +100,8 @@ void BM_verify_greedy_batch(benchmark::State& state) {
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
   const double bytes = static_cast<double>(logit_bytes) + 4.0 * (3.0 * N + 2.0 * batch + 1) + 4.0 * (2.0 * N + 3.0 * batch);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  // The time to read the logits once at the copy's DRAM rate (copy_bw counts read + written bytes).
-  state.counters["read_us"] = static_cast<double>(logit_bytes) / copy_bw() * 1e6;
+  // The time to read the logits once at the copy's DRAM rate (copy_roof counts read + written bytes).
+  state.counters["read_us"] = static_cast<double>(logit_bytes) / specdec_bench::copy_roof() * 1e6;
   state.counters["logits_MiB"] = static_cast<double>(logit_bytes) / (1 << 20);
 }
 BENCHMARK(BM_verify_greedy_batch)

@@ -1,11 +1,13 @@
 #pragma once
 // Helpers shared by the CUDA benchmarks (bench_attention.cu, bench_step.cu): an owning device
-// allocation, event timing of one enqueue, and the memory roof (device-to-device copy bandwidth,
-// bytes read + written per second) measured in the same process as the cells it normalises.
+// allocation, a hash-based random fill, event timing of one enqueue, and the memory roof
+// (device-to-device copy bandwidth, bytes read + written per second) measured in the same process
+// as the cells it normalises.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "specdec/core/device_types.cuh"
 
@@ -23,6 +25,26 @@ struct dmem {
     return static_cast<T*>(p);
   }
 };
+
+//! p[i] = lo + (hi - lo) * u_i for n elements, u_i in [0, 1) on a 2^-24 grid from a hash of (i,
+//! seed): reproducible inputs without a host-side generator. T: float or a CUDA 16-bit float type
+//! (converted from float, round to nearest).
+template <class T>
+__global__ void fill_uniform_kernel(T* p, std::size_t n, std::uint32_t seed, float lo, float hi) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = static_cast<T>(lo + (hi - lo) * (static_cast<float>(h & 0xffffffu) * 0x1p-24f));
+  }
+}
+template <class T>
+void fill_uniform(T* p, std::size_t n, std::uint32_t seed, float lo, float hi) {
+  fill_uniform_kernel<<<1024, 256>>>(p, n, seed, lo, hi);
+  SPECDEC_CUDA_CHECK(cudaGetLastError());
+}
 
 //! Event pair timing one enqueue; returns seconds.
 template <class F>
@@ -55,5 +77,11 @@ inline double measure_copy_bw(int reps) {  // bytes moved (read + write) per sec
   return 2.0 * static_cast<double>(copy_bytes) / best;
 }
 
+//! The memory roof of every CUDA benchmark: the device-to-device copy rate (read + write bytes / s),
+//! measured once per process, on first use.
+inline double copy_roof() {
+  static const double bw = measure_copy_bw(5);
+  return bw;
+}
 
 }  // namespace specdec_bench

@@ -18,6 +18,7 @@
 #include "specdec/kv/contiguous_kv.hpp"
 
 using kv_test::commit_batch_case;
+using kv_test::random_rows;
 using specdec::memory_space;
 using specdec_test::device_buffer;
 
@@ -44,13 +45,6 @@ struct device_arrays {
     specdec::kv_commit_in_place_batch(specdec::cuda{.stream = s}, layers, dv(cl), dv(ni), dv(ac), dv(na), dv(nl), dv(st));
   }
 };
-
-template <class T>
-std::vector<T> random_rows(std::size_t n, specdec::philox_stream& rng) {
-  std::vector<T> x(n);
-  for (auto& e : x) e = T(rng.uniform() * 4.0f - 2.0f);
-  return x;
-}
 
 // Contiguous caches of order O, head_dim D: device commit vs host commit on copies of the same data.
 template <class T, specdec::kv_order O>

@@ -149,13 +149,7 @@ TEST_CASE("cuda verify_greedy_batch reports bad values in status", "[cuda][verif
     expect(bad, specdec::device_error::row, 1, 0);
   }
   {  // the hand-built case of the host test: NaN in an unread row is no error, in a read row it is
-    greedy_batch_case h;
-    h.vocab = 5;
-    h.node_indptr = {0, 2};
-    h.tokens = {1, 2};
-    h.parents = {-1, -1};
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 7, /**/ nan, 0, 0, 0, 0};
+    greedy_batch_case h = specdec_test::unread_nan_case();
     device_case d(h);
     d.launch();
     specdec_test::sync_check("verify_greedy_batch (unread NaN)");

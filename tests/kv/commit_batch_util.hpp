@@ -4,6 +4,7 @@
 // committed length and an accepted root path of a random tree, laid out as verify_greedy_batch
 // writes them (accepted at node_indptr[r] + j, num_accepted[r]); the expected caches come from the
 // span form of kv_commit_in_place_batch applied to a copy.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -11,6 +12,14 @@
 #include "tree/tree_batch_util.hpp"
 
 namespace kv_test {
+
+//! n cache values uniform in [-2, 2) (as T) from rng: K/V contents for the commit tests.
+template <class T>
+std::vector<T> random_rows(std::size_t n, specdec::philox_stream& rng) {
+  std::vector<T> x(n);
+  for (auto& e : x) e = T(rng.uniform() * 4.0f - 2.0f);
+  return x;
+}
 
 struct commit_batch_case {
   std::vector<std::int32_t> committed, node_indptr{0}, accepted, num_accepted;

@@ -16,6 +16,7 @@
 #include "specdec/kv/contiguous_kv.hpp"
 
 using kv_test::commit_batch_case;
+using kv_test::random_rows;
 
 namespace {
 
@@ -24,13 +25,6 @@ constexpr int H = 3, D = 7, CAP = 20, LAYERS = 3;
 template <class T>
 specdec::strided_view<T, 1> v1(std::vector<T>& x) {
   return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
-}
-
-template <class T>
-std::vector<T> random_rows(std::size_t n, specdec::philox_stream& rng) {
-  std::vector<T> x(n);
-  for (auto& e : x) e = T(rng.uniform() * 4.0f - 2.0f);
-  return x;
 }
 
 template <class T, specdec::kv_order O>

@@ -5,6 +5,7 @@
 // children's tokens, so that paths of every length get accepted; the expected result is
 // verify_greedy on each request's token_tree.
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "specdec/core/philox.hpp"
@@ -67,6 +68,21 @@ inline greedy_batch_case random_greedy_batch(int R, int max_nodes, std::int64_t 
   }
   c.finish();
   return c;
+}
+
+//! A NaN in a row the walk never reads is never looked at (verify_greedy's rule): root -> {0: token
+//! 1, 1: token 2}; the root row's argmax is 1, so node 0 is accepted and the row after node 1 (a
+//! NaN) is not read; the row after node 0 gives the bonus (argmax 3, tied with id 4: 3 wins).
+//! Expected: num_accepted 1, accepted {0}, bonus 3, emitted {1, 3}.
+inline greedy_batch_case unread_nan_case() {
+  greedy_batch_case h;
+  h.vocab = 5;
+  h.node_indptr = {0, 2};
+  h.tokens = {1, 2};
+  h.parents = {-1, -1};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 7, /**/ nan, 0, 0, 0, 0};
+  return h;
 }
 
 }  // namespace specdec_test

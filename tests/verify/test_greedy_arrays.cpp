@@ -97,16 +97,8 @@ TEST_CASE("verify_greedy_batch (arrays, host) rejects bad values and leaves the 
     bad.logits[(c.node_indptr[2] + 2) * c.vocab + 1] = std::numeric_limits<float>::quiet_NaN();
     reject(bad, "request 2");
   }
-  {  // a NaN in a row the walk never reads is never looked at (verify_greedy's rule): root -> {0: token
-     // 1, 1: token 2}; the root row's argmax is 1, so node 0 is accepted and the row after node 1 is
-     // not read, NaN or not; the row after node 0 gives the bonus (argmax 3, tied with id 4: 3 wins).
-    greedy_batch_case h;
-    h.vocab = 5;
-    h.node_indptr = {0, 2};
-    h.tokens = {1, 2};
-    h.parents = {-1, -1};
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    h.logits = {0, 9, 1, 2, 3,  /**/ 0, 1, 2, 7, 7,  /**/ nan, 0, 0, 0, 0};
+  {  // a NaN in a row the walk never reads is never looked at
+    greedy_batch_case h = specdec_test::unread_nan_case();
     outputs o(h);
     run(h, o);
     CHECK(o.num_accepted[0] == 1);

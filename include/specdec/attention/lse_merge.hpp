@@ -137,8 +137,8 @@ void validate_merge_out(std::string_view fn, std::string_view ref_name, const O&
                         std::int64_t n, std::int64_t h, std::int64_t d, lse_merge_params<T>& p) {
   require_rank<O>(fn, "out", 3);
   require_rank<L>(fn, "lse_out", 2);
-  require_accessible<Policy>(fn, "out", out);
-  require_accessible<Policy>(fn, "lse_out", lse_out);
+  require_policy_memory<Policy>(fn, "out", out);
+  require_policy_memory<Policy>(fn, "lse_out", lse_out);
   if constexpr (on_device_v<Policy>)
     require(n * h <= INT32_MAX, fn, ref_name, "tokens * heads below 2^31 (cuda backend)", n * h);
   require_shape(fn, "out", out, {n, h, d});
@@ -161,8 +161,8 @@ lse_merge_params<T> validate_merge(std::string_view fn, const OP& o_parts, const
                                    const L& lse_out) {
   require_rank<OP>(fn, "o_parts", 4);
   require_rank<LP>(fn, "lse_parts", 3);
-  require_accessible<Policy>(fn, "o_parts", o_parts);
-  require_accessible<Policy>(fn, "lse_parts", lse_parts);
+  require_policy_memory<Policy>(fn, "o_parts", o_parts);
+  require_policy_memory<Policy>(fn, "lse_parts", lse_parts);
   const std::int64_t s = o_parts.extent(0), n = o_parts.extent(1), h = o_parts.extent(2), d = o_parts.extent(3);
   require(supported_head_dim(d), fn, "o_parts", "head_dim (extent 3) of 64, 128 or 256", d);
   require(s >= 1, fn, "o_parts", "at least one part (extent 0)", s);
@@ -191,10 +191,10 @@ lse_merge_params<T> validate_merge2(std::string_view fn, const OA& o_a, const LA
   require_rank<OB>(fn, "o_b", 3);
   require_rank<LA>(fn, "lse_a", 2);
   require_rank<LB>(fn, "lse_b", 2);
-  require_accessible<Policy>(fn, "o_a", o_a);
-  require_accessible<Policy>(fn, "o_b", o_b);
-  require_accessible<Policy>(fn, "lse_a", lse_a);
-  require_accessible<Policy>(fn, "lse_b", lse_b);
+  require_policy_memory<Policy>(fn, "o_a", o_a);
+  require_policy_memory<Policy>(fn, "o_b", o_b);
+  require_policy_memory<Policy>(fn, "lse_a", lse_a);
+  require_policy_memory<Policy>(fn, "lse_b", lse_b);
   const std::int64_t n = o_a.extent(0), h = o_a.extent(1), d = o_a.extent(2);
   require(supported_head_dim(d), fn, "o_a", "head_dim (extent 2) of 64, 128 or 256", d);
   require_shape(fn, "o_b", o_b, {n, h, d});

@@ -68,20 +68,27 @@
 //! detail::SPECDEC_HOST_ISA::lvl_<level>::fn -- or, without dispatch, the copy compiled at the file's
 //! own flags, detail::SPECDEC_HOST_ISA::lvl_native::fn. One relaxed atomic load and a switch.
 //! SPECDEC_ISA_DISPATCH_RETURN(fn(args...)): the same call as `return fn(args...);`.
+//! With SPECDEC_ISA_DISPATCH_TRACE=1 (the dispatching tests), each call also records its level in
+//! detail::dispatch_trace, so a test run can prove which copies ran (tests/catch_main.cpp).
 #define SPECDEC_ISA_DISPATCH_CALL(...) SPECDEC_ISA_DISPATCH_SWITCH_(, break, __VA_ARGS__)
 #define SPECDEC_ISA_DISPATCH_RETURN(...) SPECDEC_ISA_DISPATCH_SWITCH_(return, , __VA_ARGS__)
+#if defined(SPECDEC_ISA_DISPATCH_TRACE) && SPECDEC_ISA_DISPATCH_TRACE
+#define SPECDEC_ISA_TRACE_(level) ::specdec::detail::dispatch_trace.fetch_or(1u << (level), std::memory_order_relaxed)
+#else
+#define SPECDEC_ISA_TRACE_(level) static_cast<void>(0)
+#endif
 #if SPECDEC_ISA_DISPATCH && SPECDEC_NATIVE_SIMD_LEVEL == 0
 #define SPECDEC_ISA_DISPATCH_SWITCH_(pre, post, ...)                            \
   switch (::specdec::detail::dispatch_simd_level()) {                           \
-    case 2: pre ::specdec::detail::lvl_avx512::__VA_ARGS__; post;               \
-    case 1: pre ::specdec::detail::lvl_avx2::__VA_ARGS__; post;                 \
-    default: pre ::specdec::detail::lvl_portable::__VA_ARGS__; post;            \
+    case 2: SPECDEC_ISA_TRACE_(2); pre ::specdec::detail::lvl_avx512::__VA_ARGS__; post; \
+    case 1: SPECDEC_ISA_TRACE_(1); pre ::specdec::detail::lvl_avx2::__VA_ARGS__; post;   \
+    default: SPECDEC_ISA_TRACE_(0); pre ::specdec::detail::lvl_portable::__VA_ARGS__; post; \
   }
 #elif SPECDEC_ISA_DISPATCH  // the file's own flags are at the avx2 level: no portable copy
 #define SPECDEC_ISA_DISPATCH_SWITCH_(pre, post, ...)                            \
   switch (::specdec::detail::dispatch_simd_level()) {                           \
-    case 2: pre ::specdec::detail::lvl_avx512::__VA_ARGS__; post;               \
-    default: pre ::specdec::detail::lvl_avx2::__VA_ARGS__; post;                \
+    case 2: SPECDEC_ISA_TRACE_(2); pre ::specdec::detail::lvl_avx512::__VA_ARGS__; post; \
+    default: SPECDEC_ISA_TRACE_(1); pre ::specdec::detail::lvl_avx2::__VA_ARGS__; post;  \
   }
 #else
 #define SPECDEC_ISA_DISPATCH_SWITCH_(pre, post, ...) pre ::specdec::detail::lvl_native::__VA_ARGS__
@@ -142,6 +149,12 @@ namespace detail {
                               "avx512 or best, got \"" + std::string(s) + "\"");
 }
 
+//! Bit l set: a dispatched call ran level l's copy (recorded only where SPECDEC_ISA_DISPATCH_TRACE
+//! is 1). Process-wide, like simd_request.
+inline std::atomic<unsigned> dispatch_trace{0};
+//! Whether set_simd_level has been called in this process (tests that walk the levels themselves).
+inline std::atomic<bool> simd_level_set_in_process{false};
+
 //! The process-wide requested ceiling (-1: not read yet). Outside the ISA namespace on purpose:
 //! every file of the program shares this one object, so one set_simd_level reaches all of them.
 inline std::atomic<int> simd_request{-1};
@@ -178,6 +191,7 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp: each file answers for 
 inline bool set_simd_level(simd_level l) noexcept {
   if (static_cast<int>(l) > detail::cpu_simd_level_cached() || static_cast<int>(l) < 0) return false;
   detail::simd_request.store(static_cast<int>(l), std::memory_order_relaxed);
+  detail::simd_level_set_in_process.store(true, std::memory_order_relaxed);
   return true;
 }
 

@@ -216,17 +216,23 @@ void require_host_accessible(std::string_view function, std::string_view argumen
   require(host_accessible(v.space()), function, argument, "host-accessible memory (host or managed)", v.space());
 }
 
+//! Throws unless `x` (a view, or a KV layout: anything with space()) lives where code running under
+//! Policy can dereference it: device-accessible memory for specdec::cuda, host-accessible otherwise.
+template <class Policy, class X>
+void require_policy_memory(std::string_view function, std::string_view argument, const X& x) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<Policy>, cuda>)
+    require(device_accessible(x.space()), function, argument, "device-accessible memory (device or managed)", x.space());
+  else
+    require(host_accessible(x.space()), function, argument, "host-accessible memory (host or managed)", x.space());
+}
+
 //! The checks of a 1-D array argument of a primitive that runs under Policy (host or cuda): memory
 //! the policy can dereference, extent(0) == extent (-1: any), unit stride, and a non-null pointer
 //! when non-empty. Throws invalid_argument naming function and argument.
 template <class Policy, class V>
 void require_policy_array(std::string_view function, std::string_view argument, const V& v, std::int64_t extent) {
   static_assert(V::rank == 1, "require_policy_array: 1-D arrays only");
-  if constexpr (std::is_same_v<Policy, cuda>) {
-    require(device_accessible(v.space()), function, argument, "device-accessible memory (device or managed)", v.space());
-  } else {
-    require_host_accessible(function, argument, v);
-  }
+  require_policy_memory<Policy>(function, argument, v);
   if (extent >= 0 && v.extent(0) != extent) [[unlikely]]
     throw_invalid_argument(function, argument, "extent(0) == " + std::to_string(extent), v.extent(0));
   require(v.extent(0) <= 1 || v.stride(0) == 1, function, argument, "unit stride", v.stride(0));

@@ -79,12 +79,7 @@ void validate_commit_layers(std::span<const L> layers, std::int64_t requests, st
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const std::string name = "layers[" + std::to_string(l) + "]";
     validate_kv_layout(layers[l], fn, name);
-    if constexpr (std::is_same_v<Policy, cuda>)
-      require(device_accessible(layers[l].space()), fn, name, "device-accessible memory (device or managed)",
-              layers[l].space());
-    else
-      require(host_accessible(layers[l].space()), fn, name, "host-accessible memory (host or managed)",
-              layers[l].space());
+    require_policy_memory<Policy>(fn, name, layers[l]);
     require(layers[l].num_requests() >= requests, fn, name + ".num_requests()",
             ">= " + std::to_string(requests), layers[l].num_requests());
     require_equal(fn, name + ".num_kv_heads()", layers[0].num_kv_heads(), layers[l].num_kv_heads());
@@ -147,6 +142,32 @@ int kv_commit_in_place(std::span<LayerT, E> layer_span, int request, int committ
   }
 }
 
+namespace detail {
+//! The spec-buffer checks of both from-buffer commits: one spec_k / spec_v per layer, each
+//! [n, Hkv, D] of its layer, in memory Policy reaches, unit inner stride, non-null when n > 0.
+//! Calls use(l, k, v) with layer l's checked views.
+template <class Policy, class L, class SpecT, std::size_t EK, std::size_t EV, class F>
+void check_spec_buffers(std::string_view fn, std::span<const L> layers, std::span<SpecT, EK> spec_k,
+                        std::span<SpecT, EV> spec_v, std::int64_t n, F&& use) {
+  require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
+  require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const auto check = [&](const auto& t, const char* what) {
+      const auto v = as_view(t);
+      const std::string name = std::string(what) + "[" + std::to_string(l) + "]";
+      require_policy_memory<Policy>(fn, name, v);
+      require_shape(fn, name, v, {n, layers[l].num_kv_heads(), layers[l].head_dim()});
+      require_unit_inner_stride(fn, name, v);
+      require(n == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
+      return v;
+    };
+    const auto k = check(spec_k[l], "spec_k");
+    const auto v = check(spec_v[l], "spec_v");
+    use(l, k, v);
+  }
+}
+}  // namespace detail
+
 //! Commit for one request from separate speculative buffers: spec_k[l], spec_v[l] are layer l's tree
 //! K/V, [tree_size, Hkv, D] (any rank-3 tensor_like of the cache's element type, unit inner stride,
 //! host-accessible). Copies node a_j's rows to position committed_length + j of layer l's cache.
@@ -172,21 +193,11 @@ int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int comm
     detail::validate_commit_layers(layers, std::int64_t{request} + 1, fn);
     require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
     require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
-    require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
     const std::int64_t n = static_cast<std::int64_t>(spec_k[0].extent(0));
     // node indices are int32 (accepted, parents): a larger buffer could not be addressed by them
     require(n <= INT32_MAX, fn, "spec_k[0]", "at most 2^31 - 1 tree nodes (extent 0)", n);
+    detail::check_spec_buffers<host>(fn, layers, spec_k, spec_v, n, [](std::size_t, const auto&, const auto&) {});
     for (std::size_t l = 0; l < layers.size(); ++l) {
-      const auto check_spec = [&](const Spec& t, const char* what) {
-        const auto v = as_view(t);
-        const std::string name = std::string(what) + "[" + std::to_string(l) + "]";
-        require_host_accessible(fn, name, v);
-        require_shape(fn, name, v, {n, layers[l].num_kv_heads(), layers[l].head_dim()});
-        require_unit_inner_stride(fn, name, v);
-        require(n == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
-      };
-      check_spec(spec_k[l], "spec_k");
-      check_spec(spec_v[l], "spec_v");
       require(static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()) <=
                   layers[l].capacity(request),
               fn, "committed_length + accepted.size()",
@@ -483,25 +494,10 @@ void kv_commit_from_buffer_batch(const Policy& policy, std::span<LayerT, E> laye
         fn, layers, committed_lengths_in, node_indptr_in, accepted_in, num_accepted_in, new_lengths_in, status_in);
     a.from_buffer = true;
     const std::int64_t N = a.nodes;
-    require_equal(fn, "spec_k.size()", layers.size(), spec_k.size());
-    require_equal(fn, "spec_v.size()", layers.size(), spec_v.size());
     std::vector<detail::commit_spec<T>> specs(layers.size());
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      const auto check = [&](const Spec& t, const char* what) {
-        const auto v = as_view(t);
-        const std::string name = std::string(what) + "[" + std::to_string(l) + "]";
-        if constexpr (std::is_same_v<Policy, cuda>)
-          require(device_accessible(v.space()), fn, name, "device-accessible memory (device or managed)", v.space());
-        else
-          require_host_accessible(fn, name, v);
-        require_shape(fn, name, v, {N, layers[l].num_kv_heads(), layers[l].head_dim()});
-        require_unit_inner_stride(fn, name, v);
-        require(N == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
-        return v;
-      };
-      const auto k = check(spec_k[l], "spec_k"), v = check(spec_v[l], "spec_v");
+    detail::check_spec_buffers<Policy>(fn, layers, spec_k, spec_v, N, [&](std::size_t l, const auto& k, const auto& v) {
       specs[l] = {k.data(), v.data(), k.stride(0), k.stride(1), v.stride(0), v.stride(1)};
-    }
+    });
     detail::commit_batch_backend<Policy>::run(policy, layers, a, std::span<const detail::commit_spec<T>>(specs));
   }
 }

@@ -159,14 +159,8 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 //! positions >= 0 a precondition since device memory is not read on the host).
 template <class Policy, class X, class P>
 void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
-  if constexpr (std::is_same_v<Policy, cuda>) {
-    require(device_accessible(x.space()), fn, "x", "device-accessible memory (device or managed)", x.space());
-    require(device_accessible(positions.space()), fn, "positions", "device-accessible memory (device or managed)",
-            positions.space());
-  } else {
-    require_host_accessible(fn, "x", x);
-    require_host_accessible(fn, "positions", positions);
-  }
+  require_policy_memory<Policy>(fn, "x", x);
+  require_policy_memory<Policy>(fn, "positions", positions);
   require_unit_inner_stride(fn, "x", x);
   require(x.extent(0) >= 0 && x.extent(1) >= 0, fn, "x", "non-negative extents", shape_string(x));
   if (!(positions.extent(0) == x.extent(0))) [[unlikely]]

@@ -217,12 +217,7 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
   require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
   require_policy_array<Policy>(fn, "emitted", emitted, N + R);
   require_policy_array<Policy>(fn, "status", status, 3);
-  if constexpr (std::is_same_v<Policy, cuda>) {
-    require(device_accessible(logits.space()), fn, "target_logits", "device-accessible memory (device or managed)",
-            logits.space());
-  } else {
-    require_host_accessible(fn, "target_logits", logits);
-  }
+  require_policy_memory<Policy>(fn, "target_logits", logits);
   require_shape(fn, "target_logits", logits, {N + R, -1});
   require(logits.extent(1) >= 1 && logits.extent(1) <= std::numeric_limits<std::int32_t>::max(), fn, "target_logits",
           "vocab (extent 1) in [1, INT32_MAX]", logits.extent(1));

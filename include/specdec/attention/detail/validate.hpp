@@ -47,15 +47,6 @@ inline constexpr bool storage_ok_v =
     on_device_v<Policy> ? (std::is_same_v<std::remove_cv_t<T>, half> || std::is_same_v<std::remove_cv_t<T>, bfloat16>)
                         : attention_storage_v<T>;
 
-//! Throws unless `v` lives where Policy's kernels can dereference it.
-template <class Policy, class V>
-void require_accessible(std::string_view fn, std::string_view argument, const V& v) {
-  if constexpr (on_device_v<Policy>)
-    require(device_accessible(v.space()), fn, argument, "device-accessible memory (device or managed)", v.space());
-  else
-    require_host_accessible(fn, argument, v);
-}
-
 //! The cuda kernels copy 16-byte chunks of head_dim rows: a row's start must be 16-byte aligned,
 //! so the data pointer must be and the outer strides must be multiples of 16 bytes.
 template <class V>
@@ -101,10 +92,10 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   require_rank<O>(fn, "out", 3);
   require_rank<LS>(fn, "lse", 2);
   require_rank<I>(fn, "q_indptr", 1);
-  require_accessible<Policy>(fn, "q", q);
-  if (out) require_accessible<Policy>(fn, "out", *out);
-  if (lse) require_accessible<Policy>(fn, "lse", *lse);
-  require_accessible<Policy>(fn, "q_indptr", q_indptr);
+  require_policy_memory<Policy>(fn, "q", q);
+  if (out) require_policy_memory<Policy>(fn, "out", *out);
+  if (lse) require_policy_memory<Policy>(fn, "lse", *lse);
+  require_policy_memory<Policy>(fn, "q_indptr", q_indptr);
   const std::int64_t tokens = q.extent(0), hq = q.extent(1), d = q.extent(2);
   require(supported_head_dim(d), fn, "q", "head_dim (extent 2) of 64, 128 or 256", d);
   require(hq > 0, fn, "q", "at least one query head (extent 1)", hq);
@@ -229,11 +220,7 @@ void validate_cache(std::string_view fn, const L& cache, const Q& q) {
   require_rank<Q>(fn, "q", 3);
   require(supported_head_dim(q.extent(2)), fn, "q", "head_dim (extent 2) of 64, 128 or 256", q.extent(2));
   validate_kv_layout(cache, fn, "cache");
-  if constexpr (on_device_v<Policy>)
-    require(device_accessible(cache.space()), fn, "cache", "device-accessible memory (device or managed)",
-            cache.space());
-  else
-    require(host_accessible(cache.space()), fn, "cache", "host-accessible memory (host or managed)", cache.space());
+  require_policy_memory<Policy>(fn, "cache", cache);
   if (cache.head_dim() != q.extent(2))
     throw_invalid_argument(fn, "cache", "head_dim() equal to q's head_dim " + std::to_string(q.extent(2)),
                            cache.head_dim());
@@ -316,9 +303,9 @@ tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T
   require_rank<K>(fn, "spec_k", 3);
   require_rank<V>(fn, "spec_v", 3);
   require_rank<M>(fn, "mask", 1);
-  require_accessible<Policy>(fn, "spec_k", spec_k);
-  require_accessible<Policy>(fn, "spec_v", spec_v);
-  require_accessible<Policy>(fn, "mask", mask);
+  require_policy_memory<Policy>(fn, "spec_k", spec_k);
+  require_policy_memory<Policy>(fn, "spec_v", spec_v);
+  require_policy_memory<Policy>(fn, "mask", mask);
   require_shape(fn, "spec_k", spec_k, {io.total_tokens, io.num_kv_heads, io.head_dim});
   require_shape(fn, "spec_v", spec_v, {io.total_tokens, io.num_kv_heads, io.head_dim});
   require_unit_inner_stride(fn, "spec_k", spec_k);
