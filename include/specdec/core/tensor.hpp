@@ -9,6 +9,7 @@
 #include <concepts>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -224,6 +225,26 @@ void require_policy_memory(std::string_view function, std::string_view argument,
     require(device_accessible(x.space()), function, argument, "device-accessible memory (device or managed)", x.space());
   else
     require(host_accessible(x.space()), function, argument, "host-accessible memory (host or managed)", x.space());
+}
+
+//! The sizes of an array-form batch call: R requests (from the extent of a per-request array, < 2^31 - 1
+//! so R + 1 offsets fit int32) and N tree nodes in all (from a per-node array; N + R <= 2^31 - 1 when
+//! `plus_requests`, i.e. when the call also has one row per request, e.g. logits [N + R, V]).
+struct batch_counts {
+  std::int64_t requests, nodes;
+};
+template <class RV, class NV>
+[[nodiscard]] batch_counts require_batch_counts(std::string_view function, std::string_view per_request,
+                                                const RV& r, std::string_view per_node, const NV& n,
+                                                bool plus_requests = false) {
+  constexpr std::int64_t imax = std::numeric_limits<std::int32_t>::max();
+  const std::int64_t R = r.extent(0), N = n.extent(0);
+  require(R >= 0 && R < imax, function, per_request, "extent(0) in [0, INT32_MAX) (one per request)", R);
+  if (plus_requests)
+    require(N >= 0 && N + R <= imax, function, per_node, "extent(0) + requests <= INT32_MAX", N);
+  else
+    require(N >= 0 && N <= imax, function, per_node, "extent(0) in [0, INT32_MAX]", N);
+  return {R, N};
 }
 
 //! The checks of a 1-D array argument of a primitive that runs under Policy (host or cuda): memory

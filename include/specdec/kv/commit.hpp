@@ -409,10 +409,7 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
   const auto num_accepted = as_view(num_accepted_in);
   const auto new_lengths = as_view(new_lengths_in);
   const auto status = as_view(status_in);
-  const std::int64_t R = committed_lengths.extent(0), N = accepted.extent(0);
-  require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
-          "extent(0) in [0, INT32_MAX) (one per request)", R);
-  require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "accepted", "extent(0) in [0, INT32_MAX]", N);
+  const auto [R, N] = require_batch_counts(fn, "committed_lengths", committed_lengths, "accepted", accepted);
   require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
   require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
   require_policy_array<Policy>(fn, "accepted", accepted, N);

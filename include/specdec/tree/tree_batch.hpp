@@ -146,10 +146,7 @@ void build_tree_batch(const Policy& policy, const NI& node_indptr_in, const PA& 
   const auto mask_indptr = as_view(mask_indptr_in);
   const auto mask = as_view(mask_in);
   const auto status = as_view(status_in);
-  const std::int64_t R = committed_lengths.extent(0), N = parents.extent(0);
-  require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "committed_lengths",
-          "extent(0) in [0, INT32_MAX) (one per request)", R);
-  require(N >= 0 && N <= std::numeric_limits<std::int32_t>::max(), fn, "parents", "extent(0) in [0, INT32_MAX]", N);
+  const auto [R, N] = require_batch_counts(fn, "committed_lengths", committed_lengths, "parents", parents);
   require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
   require_policy_array<Policy>(fn, "parents", parents, N);
   require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);

@@ -207,9 +207,7 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
   const auto bonus = as_view(bonus_in);
   const auto emitted = as_view(emitted_in);
   const auto status = as_view(status_in);
-  const std::int64_t R = bonus.extent(0), N = tokens.extent(0);
-  require(R >= 0 && R < std::numeric_limits<std::int32_t>::max(), fn, "bonus", "extent(0) in [0, INT32_MAX) (one per request)", R);
-  require(N >= 0 && N + R <= std::numeric_limits<std::int32_t>::max(), fn, "tokens", "extent(0) + requests <= INT32_MAX", N);
+  const auto [R, N] = require_batch_counts(fn, "bonus", bonus, "tokens", tokens, /*plus_requests=*/true);
   require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
   require_policy_array<Policy>(fn, "tokens", tokens, N);
   require_policy_array<Policy>(fn, "parents", parents, N);
