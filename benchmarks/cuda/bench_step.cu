@@ -6,6 +6,12 @@
 //                           bytes = the logits read once (the floor: every row's argmax) + the
 //                           trees and outputs; read_us = logits bytes / copy bandwidth (reading
 //                           them once); #23's target is time <= 2 read_us at tree 64, V = 128K, batch 8
+//   BM_verify_sample_and_match_batch
+//                           verify_sample_and_match_batch(cuda) on float probabilities
+//                           [batch * (tree + 1), V], chain trees whose first `accept` nodes carry
+//                           nearly all the mass of their parent's row (so accept + 1 rows are
+//                           visited per request): bytes = the visited rows read once; read_us = those
+//                           bytes / copy bandwidth
 //   BM_build_tree_batch     build_tree_batch(cuda): depths, positions and ancestor masks of random
 //                           trees; bytes = parents read + masks and arrays written
 // The binary exits 77 without a GPU (shared main).
@@ -22,6 +28,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/verify/greedy.cuh"
+#include "specdec/verify/sample_and_match.cuh"
 
 namespace {
 
@@ -107,6 +114,81 @@ void BM_verify_greedy_batch(benchmark::State& state) {
 BENCHMARK(BM_verify_greedy_batch)
     ->ArgNames({"batch", "tree", "vocab"})
     ->ArgsProduct({{1, 8}, {16, 64}, {32768, 131072}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_verify_sample_and_match_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
+  const std::int64_t V = state.range(2);
+  const int accept = static_cast<int>(std::min<std::int64_t>(state.range(3), tree));
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
+  const std::size_t prob_bytes = static_cast<std::size_t>(rows * V) * sizeof(float);
+  cudaDeviceProp prop{};
+  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sets = static_cast<int>(std::min<std::size_t>(
+      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + prob_bytes - 1) / prob_bytes)));
+  // Chains: node i's parent is i - 1; its token gets weight V in its parent's row for i < accept
+  // (the other entries are uniform in [0, 1e-3)), so the walk accepts `accept` nodes and almost
+  // surely stops there.
+  std::vector<std::int32_t> indptr{0}, parents, tokens;
+  specdec::philox_stream rng(5, 0);
+  for (int r = 0; r < batch; ++r) {
+    for (int i = 0; i < tree; ++i) {
+      parents.push_back(i - 1);
+      tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
+    }
+    indptr.push_back(indptr.back() + tree);
+  }
+  std::vector<std::unique_ptr<dmem>> probs;
+  const float big = static_cast<float>(V);
+  for (int i = 0; i < sets; ++i) {
+    probs.push_back(std::make_unique<dmem>(prob_bytes));
+    specdec_bench::fill_uniform(probs.back()->as<float>(), static_cast<std::size_t>(rows * V), 11u + i, 0.0f, 1e-3f);
+    for (int r = 0; r < batch; ++r)
+      for (int k = 0; k < accept; ++k) {
+        const std::int64_t row = static_cast<std::int64_t>(r) * (tree + 1) + k;  // the row after node k - 1
+        SPECDEC_CUDA_CHECK(cudaMemcpy(probs.back()->as<float>() + row * V + tokens[static_cast<std::size_t>(r * tree + k)],
+                                      &big, sizeof(float), cudaMemcpyHostToDevice));
+      }
+  }
+  const std::int64_t N = static_cast<std::int64_t>(parents.size());
+  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
+  for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
+  dmem dind(indptr.size() * 4), dtok(tokens.size() * 4), dpar(parents.size() * 4), acc(tokens.size() * 4),
+      nacc(batch * 4), bon(batch * 4), emi((tokens.size() + batch) * 4), st(12), dseed(batch * 8), dstream(batch * 8);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dtok.p, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dpar.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dseed.p, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dstream.p, streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
+  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
+  auto u1 = [](const dmem& m, std::int64_t n) {
+    return specdec::make_view<1>(m.as<const std::uint64_t>(), {n}, memory_space::device);
+  };
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int i) {
+    const auto pr = specdec::make_view<2>(probs[i % sets]->as<const float>(), {rows, V}, memory_space::device);
+    specdec::verify_sample_and_match_batch(specdec::cuda{.stream = stream}, v1(dind, batch + 1), v1(dtok, N),
+                                           v1(dpar, N), pr, u1(dseed, batch), u1(dstream, batch), v1(acc, N),
+                                           v1(nacc, batch), v1(bon, batch), v1(emi, N + batch), v1(st, 3));
+  });
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError("verify_sample_and_match_batch reported a device error");
+  std::vector<std::int32_t> nacc_h(static_cast<std::size_t>(batch));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(nacc_h.data(), nacc.p, batch * 4, cudaMemcpyDeviceToHost));
+  double visited = 0;
+  for (const auto k : nacc_h) visited += k + 1;
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = visited * static_cast<double>(V) * sizeof(float);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+  state.counters["rows_visited"] = visited / batch;
+}
+BENCHMARK(BM_verify_sample_and_match_batch)
+    ->ArgNames({"batch", "tree", "vocab", "accept"})
+    ->ArgsProduct({{1, 8, 64}, {16}, {32768, 131072}, {0, 4}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

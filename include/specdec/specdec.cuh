@@ -14,3 +14,4 @@
 #include "specdec/attention/lse_merge.cuh"
 #include "specdec/attention/tree_attention.cuh"
 #include "specdec/verify/greedy.cuh"
+#include "specdec/verify/sample_and_match.cuh"

@@ -10,6 +10,7 @@
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/detail/vec.hpp"
 #include "specdec/sampling/sampler.hpp"
+#include "specdec/verify/detail/stochastic.hpp"
 #include "verify/stat_util.hpp"
 
 namespace {
@@ -195,4 +196,40 @@ TEST_CASE("a categorical draw never returns a token outside the row or of weight
                         v, [&](std::size_t lo, std::size_t) { return lo == 0 ? 1.0 : 0.0; },
                         [&](std::size_t i) { return w[i]; }, rng, "test", "w"),
                     specdec::invalid_argument);
+}
+
+// The order cdf_search.hpp writes out serially (and the CUDA verifiers evaluate with 16 threads per
+// block) is the order of the vectorized host kernels at this run's dispatch level, bit for bit: a
+// GPU draw with the same Philox words then picks the same token. Lengths around the lane and block
+// boundaries; weights of very different magnitudes so that a different order would round differently.
+TEST_CASE("the block sums' lane order is the host kernels' order, bit for bit") {
+  specdec::philox_stream rng(2026, 11);
+  std::vector<float> p(1100), q(1100);
+  int differs_from_naive = 0;
+  for (const std::int64_t n : {1, 15, 16, 17, 31, 100, 1023, 1024, 1025, 1100}) {
+    for (int rep = 0; rep < 20; ++rep) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        p[i] = rng.uniform() * std::ldexp(1.0f, static_cast<int>(rng.below(60)) - 30);
+        q[i] = rng.below(3) == 0 ? 0.0f : rng.uniform() * std::ldexp(1.0f, static_cast<int>(rng.below(60)) - 30);
+      }
+      const float* pp = p.data();
+      const float* qp = q.data();
+      const auto wp = [pp](std::int64_t i) { return static_cast<double>(pp[i]); };
+      const auto wr = [pp, qp](std::int64_t i) {
+        const double d = static_cast<double>(pp[i]) - static_cast<double>(qp[i]);
+        return d > 0.0 ? d : 0.0;
+      };
+      const double want_p = specdec::detail::lane_order_sum(wp, 0, n);
+      CHECK(specdec::detail::checked_prob_sum(pp, static_cast<std::size_t>(n)).sum == want_p);
+      CHECK(specdec::detail::lane_sum(pp, static_cast<std::size_t>(n)) == want_p);
+      CHECK(specdec::detail::residual_block_sum(pp, qp, 0, static_cast<std::size_t>(n)).sum ==
+            specdec::detail::lane_order_sum(wr, 0, n));
+      // The same block starting at an offset (the lanes are relative to the block's first token).
+      if (n > 40) CHECK(specdec::detail::lane_sum(pp + 7, static_cast<std::size_t>(n - 7)) == specdec::detail::lane_order_sum(wp, 7, n));
+      double naive = 0.0;
+      for (std::int64_t i = 0; i < n; ++i) naive += wp(i);
+      differs_from_naive += naive != want_p;
+    }
+  }
+  CHECK(differs_from_naive > 20);  // the order matters for these rows: the check above can fail
 }

@@ -74,6 +74,14 @@ __device__ inline void device_report(std::int32_t* status, device_error e, std::
   }
 }
 
+//! Enqueues the reset of a status array to {0, -1, -1} (no error; request and index not applicable)
+//! on `stream`: what a primitive does before its kernels may report. Host only; throws cuda_error
+//! when the memset cannot be enqueued.
+inline void clear_device_status(std::int32_t* status, cudaStream_t stream) {
+  cuda_check(cudaMemsetAsync(status, 0, sizeof(std::int32_t), stream), "cudaMemsetAsync(status[0] = 0)");
+  cuda_check(cudaMemsetAsync(status + 1, 0xff, 2 * sizeof(std::int32_t), stream), "cudaMemsetAsync(status[1..2] = -1)");
+}
+
 }  // namespace specdec
 
 //! Evaluates a CUDA runtime call and throws specdec::cuda_error naming the call on failure.

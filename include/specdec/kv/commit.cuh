@@ -108,8 +108,7 @@ struct commit_batch_backend<cuda> {
   static void run(const cuda& policy, std::span<const L> layers, const commit_batch_args& a,
                   std::span<const commit_spec<typename L::value_type>> specs) {
     cudaStream_t stream = policy.stream;
-    SPECDEC_CUDA_CHECK(cudaMemsetAsync(a.status, 0, sizeof(std::int32_t), stream));
-    SPECDEC_CUDA_CHECK(cudaMemsetAsync(a.status + 1, 0xff, 2 * sizeof(std::int32_t), stream));  // -1, -1
+    clear_device_status(a.status, stream);
     const int check_blocks = a.requests < 1 ? 1 : (a.requests + commit_check_threads - 1) / commit_check_threads;
     for (std::size_t l = 0; l < layers.size(); ++l) {
       commit_check_kernel<L><<<check_blocks < 1024 ? check_blocks : 1024, commit_check_threads, 0, stream>>>(

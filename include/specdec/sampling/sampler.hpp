@@ -39,6 +39,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/detail/cdf_search.hpp"
 #include "specdec/sampling/detail/row_error.hpp"
 #include "specdec/sampling/detail/vec.hpp"
 
@@ -59,10 +60,6 @@ inline logit_scan checked_logit_scan(std::span<const float> row, const row_ref& 
   return s;
 }
 
-//! Tokens per block of the blocked inverse CDF: one vectorized pass computes the block sums, a draw
-//! walks them and scans a single block.
-inline constexpr std::size_t cdf_block = 1024;
-
 //! Block sums of one row of non-negative weights, and draws from the row by blocked inverse CDF (see
 //! the file comment). No allocation up to 128 blocks (128K tokens).
 class cdf_blocks {
@@ -78,9 +75,7 @@ class cdf_blocks {
   }
   //! total() = the block sums added in block order.
   void sum_up() noexcept {
-    const double* bs = sums();
-    total_ = 0.0;
-    for (std::size_t b = 0; b < nb_; ++b) total_ += bs[b];
+    total_ = cdf_total(sums(), static_cast<std::int64_t>(nb_));
   }
   //! reset(v), block b's sum = block_sum(lo, hi) (the weights of tokens [lo, hi)), sum_up().
   template <class BlockSum>
@@ -105,26 +100,9 @@ class cdf_blocks {
     if (!(total_ > 0.0 && total_ <= std::numeric_limits<double>::max())) [[unlikely]]
       throw_empty_row(at, "a positive sum (at least one token with positive probability)",
                       total_ > 0.0 ? "inf" : "0");
-    const double* bs = sums();
     const double u = rng.uniform_double() * total_;
-    double c = 0.0;
-    for (std::size_t b = 0; b < nb_; ++b) {
-      if (bs[b] > 0.0 && c + bs[b] > u) {
-        std::int64_t last = -1;
-        for (std::size_t i = b * cdf_block, hi = std::min(v_, (b + 1) * cdf_block); i < hi; ++i) {
-          const double w = weight(i);
-          if (w > 0.0) {
-            c += w;
-            last = static_cast<std::int64_t>(i);
-            if (u < c) return static_cast<std::int32_t>(last);
-          }
-        }
-        if (last >= 0) return static_cast<std::int32_t>(last);  // rounding left u past the block's end
-      }
-      c += bs[b];
-    }
-    for (std::size_t i = v_; i-- > 0;)  // rounding left u at or past the total
-      if (weight(i) > 0.0) return static_cast<std::int32_t>(i);
+    const std::int64_t i = cdf_search(sums(), static_cast<std::int64_t>(nb_), static_cast<std::int64_t>(v_), u, weight);
+    if (i >= 0) return static_cast<std::int32_t>(i);
     throw_empty_row(at, "a positive sum (at least one token with positive probability)", "no positive weight");
   }
 

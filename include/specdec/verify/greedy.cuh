@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(greedy_argmax_threads)
   }
 }
 
-__global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const greedy_batch_args a) {
+__global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const tree_verify_arrays a) {
   __shared__ std::int32_t par_s[greedy_walk_smem_nodes], tok_s[greedy_walk_smem_nodes],
       reach_s[greedy_walk_smem_nodes], arg_s[greedy_walk_smem_nodes + 1];
   const int t = static_cast<int>(threadIdx.x);
@@ -168,15 +168,14 @@ __global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const 
 //! synchronisation. A failed launch throws cuda_error.
 template <>
 struct greedy_batch_backend<cuda> {
-  static void run(const cuda& policy, const greedy_batch_args& a) {
+  static void run(const cuda& policy, const tree_verify_arrays& a) {
     cudaStream_t stream = policy.stream;
-    SPECDEC_CUDA_CHECK(cudaMemsetAsync(a.status, 0, 3 * sizeof(std::int32_t), stream));
-    SPECDEC_CUDA_CHECK(cudaMemsetAsync(a.status + 1, 0xff, 2 * sizeof(std::int32_t), stream));  // -1, -1
+    clear_device_status(a.status, stream);
     const std::int64_t rows = static_cast<std::int64_t>(a.nodes) + a.requests;
     if (rows == 0) return;
     const int argmax_blocks = static_cast<int>(rows < 65535 ? rows : 65535);
     greedy_argmax_kernel<<<argmax_blocks, greedy_argmax_threads, 0, stream>>>(
-        a.logits, a.row_stride, rows, static_cast<std::int32_t>(a.vocab), a.emitted);
+        a.rows, a.row_stride, rows, static_cast<std::int32_t>(a.vocab), a.emitted);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
     // At least one block: block 0 checks node_indptr's ends even when there are no requests.
     const int walk_blocks = a.requests < 1 ? 1 : a.requests < 65535 ? a.requests : 65535;

@@ -30,6 +30,7 @@
 #include "specdec/sampling/sampler.hpp"  // greedy_token, the rule the walk shares (kept for includers)
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
+#include "specdec/verify/detail/tree_arrays.hpp"
 #include "specdec/verify/verify_result.hpp"
 
 namespace specdec {
@@ -109,55 +110,17 @@ template <tensor_like Logits>
 namespace detail {
 
 //! The seam between the array form of verify_greedy_batch and its backends (like rope_backend):
-//!   static void run(const Policy&, const greedy_batch_args&);
+//!   static void run(const Policy&, const tree_verify_arrays&);
 //! The host backend is below, the cuda one in verify/greedy.cuh.
-struct greedy_batch_args {
-  std::int32_t requests = 0, nodes = 0;
-  std::int64_t vocab = 0, row_stride = 0;
-  const std::int32_t* node_indptr = nullptr;
-  const std::int32_t* tokens = nullptr;
-  const std::int32_t* parents = nullptr;
-  const float* logits = nullptr;
-  std::int32_t* accepted = nullptr;
-  std::int32_t* num_accepted = nullptr;
-  std::int32_t* bonus = nullptr;
-  std::int32_t* emitted = nullptr;
-  std::int32_t* status = nullptr;
-};
-
 SPECDEC_BACKEND_SEAM(greedy_batch_backend, "verify_greedy_batch", "specdec/verify/greedy.cuh");
 
 template <>
 struct greedy_batch_backend<host> {
-  static void run(const host& policy, const greedy_batch_args& a) {
+  static void run(const host& policy, const tree_verify_arrays& a) {
     constexpr std::string_view fn = "specdec::verify_greedy_batch";
-    validate_indptr(fn, "node_indptr", "node_indptr", a.node_indptr, a.requests, a.nodes, "tokens.extent(0)");
-    for (std::int32_t r = 0; r < a.requests; ++r) {
-      const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b;
-      validate_tree_arrays(fn, {a.tokens + b, static_cast<std::size_t>(n)}, {a.parents + b, static_cast<std::size_t>(n)});
-    }
-    check_tokens_in_vocab({a.tokens, static_cast<std::size_t>(a.nodes)}, a.vocab, fn);
-    // Every request's walk first, then the writes: a call that throws leaves the outputs untouched.
-    const verify_batch_result res = run_batch(policy, a.requests, [&](int r) {
-      const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b;
-      const prob_rows rows{a.logits + (static_cast<std::int64_t>(b) + r) * a.row_stride, a.row_stride, n + 1, a.vocab,
-                           r, static_cast<std::int64_t>(b) + r};
-      return greedy_walk({a.tokens + b, static_cast<std::size_t>(n)}, {a.parents + b, static_cast<std::size_t>(n)}, rows,
-                         fn, r);
+    run_tree_verify_host(policy, a, fn, [&](int r, auto tokens, auto parents, const prob_rows& rows) {
+      return greedy_walk(tokens, parents, rows, fn, r);
     });
-    for (std::int32_t r = 0; r < a.requests; ++r) {
-      const std::int32_t b = a.node_indptr[r];
-      const auto acc = res.accepted_nodes(r);
-      const auto k = static_cast<std::int32_t>(acc.size());
-      a.num_accepted[r] = k;
-      a.bonus[r] = res.bonus[static_cast<std::size_t>(r)];
-      for (std::int32_t j = 0; j < k; ++j) {
-        a.accepted[b + j] = acc[static_cast<std::size_t>(j)];
-        a.emitted[b + r + j] = a.tokens[b + acc[static_cast<std::size_t>(j)]];
-      }
-      a.emitted[b + r + k] = a.bonus[r];
-    }
-    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
 };
 
@@ -198,37 +161,9 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
   constexpr std::string_view fn = "specdec::verify_greedy_batch";
   static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
                 "specdec::verify_greedy_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
-  const auto node_indptr = as_view(node_indptr_in);
-  const auto tokens = as_view(tokens_in);
-  const auto parents = as_view(parents_in);
-  const auto logits = as_view(target_logits_in);
-  const auto accepted = as_view(accepted_in);
-  const auto num_accepted = as_view(num_accepted_in);
-  const auto bonus = as_view(bonus_in);
-  const auto emitted = as_view(emitted_in);
-  const auto status = as_view(status_in);
-  const auto [R, N] = require_batch_counts(fn, "bonus", bonus, "tokens", tokens, /*plus_requests=*/true);
-  require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
-  require_policy_array<Policy>(fn, "tokens", tokens, N);
-  require_policy_array<Policy>(fn, "parents", parents, N);
-  require_policy_array<Policy>(fn, "accepted", accepted, N);
-  require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
-  require_policy_array<Policy>(fn, "emitted", emitted, N + R);
-  require_policy_array<Policy>(fn, "status", status, 3);
-  require_policy_memory<Policy>(fn, "target_logits", logits);
-  require_shape(fn, "target_logits", logits, {N + R, -1});
-  require(logits.extent(1) >= 1 && logits.extent(1) <= std::numeric_limits<std::int32_t>::max(), fn, "target_logits",
-          "vocab (extent 1) in [1, INT32_MAX]", logits.extent(1));
-  require_unit_inner_stride(fn, "target_logits", logits);
-  require(logits.stride(0) >= logits.extent(1) || logits.extent(0) <= 1, fn, "target_logits",
-          "row stride >= vocab (rows do not overlap)", logits.stride(0));
-  require(logits.extent(0) == 0 || logits.data() != nullptr, fn, "target_logits", "a non-null data pointer", "nullptr");
-  detail::greedy_batch_args a;
-  a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
-  a.vocab = logits.extent(1), a.row_stride = logits.stride(0);
-  a.node_indptr = node_indptr.data(), a.tokens = tokens.data(), a.parents = parents.data(), a.logits = logits.data();
-  a.accepted = accepted.data(), a.num_accepted = num_accepted.data(), a.bonus = bonus.data();
-  a.emitted = emitted.data(), a.status = status.data();
+  const detail::tree_verify_arrays a = detail::tree_verify_arrays_of<Policy>(
+      fn, "target_logits", std::numeric_limits<std::int32_t>::max(), node_indptr_in, tokens_in, parents_in,
+      target_logits_in, accepted_in, num_accepted_in, bonus_in, emitted_in, status_in);
   detail::greedy_batch_backend<Policy>::run(policy, a);
 }
 

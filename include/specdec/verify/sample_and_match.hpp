@@ -13,6 +13,8 @@
 //! draws biases the output towards tokens the tree covers (tests/verify show the bias).
 
 #include <algorithm>
+#include <limits>
+#include <type_traits>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -23,6 +25,7 @@
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
+#include "specdec/verify/detail/tree_arrays.hpp"
 #include "specdec/verify/detail/stochastic.hpp"
 #include "specdec/verify/verify_result.hpp"
 
@@ -95,6 +98,99 @@ template <tensor_like Probs>
     const auto t = detail::batch_request(batch, r);
     return detail::sample_and_match_walk(t.tokens, t.parents, detail::batch_rows(rows, batch, r), rng, fn);
   });
+}
+
+namespace detail {
+
+//! The largest vocabulary the array form takes: its CUDA backend keeps a row's block sums in shared
+//! memory (2048 doubles, 16 KiB). Both backends take the same arguments, so the host one has the
+//! same limit (2M tokens, beyond any LLM vocabulary).
+inline constexpr std::int64_t sample_and_match_max_blocks = 2048;
+inline constexpr std::int64_t sample_and_match_max_vocab = sample_and_match_max_blocks * static_cast<std::int64_t>(cdf_block);
+
+//! The class step of the CUDA walk (verify/sample_and_match.cuh), which keeps classes as marks:
+//! mark[i] = depth(i) + 1 once node i has joined a class, 0 before. After drawing y from the class
+//! at `level` (level 0: the root's; level k > 0: the nodes marked k), node i joins the next class
+//! iff it carries y and its parent is in the current class. Shared with the serial host twin the
+//! tests run (tests/verify/test_sample_and_match_arrays.cpp).
+SPECDEC_HOST_DEVICE inline bool joins_class(const std::int32_t* tokens, const std::int32_t* parents,
+                                            const std::int32_t* mark, std::int32_t i, std::int64_t y,
+                                            std::int32_t level) noexcept {
+  if (tokens[i] != y) return false;
+  const std::int32_t p = parents[i];
+  return p < 0 ? level == 0 : (level > 0 && mark[p] == level);
+}
+
+//! The array form's arguments: the tree arrays plus each request's Philox seed and stream.
+struct sample_and_match_args {
+  tree_verify_arrays tree;
+  const std::uint64_t* seeds = nullptr;
+  const std::uint64_t* streams = nullptr;
+};
+
+//! The seam between the array form of verify_sample_and_match_batch and its backends:
+//!   static void run(const Policy&, const sample_and_match_args&);
+//! The host backend is below, the cuda one in verify/sample_and_match.cuh.
+SPECDEC_BACKEND_SEAM(sample_and_match_backend, "verify_sample_and_match_batch", "specdec/verify/sample_and_match.cuh");
+
+template <>
+struct sample_and_match_backend<host> {
+  static void run(const host& policy, const sample_and_match_args& a) {
+    constexpr std::string_view fn = "specdec::verify_sample_and_match_batch";
+    run_tree_verify_host(policy, a.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& rows) {
+      philox_stream rng(a.seeds[r], a.streams[r]);
+      return sample_and_match_walk(tokens, parents, rows, rng, fn);
+    });
+  }
+};
+
+}  // namespace detail
+
+//! sample_and_match over a ragged batch given as arrays, the form a GPU engine holds (trees and
+//! processed target probabilities in device memory, a CUDA graph replaying the step), with the walk of
+//! verify_sample_and_match. The tree arrays and outputs are those of verify_greedy_batch's array form
+//! (node_indptr, tokens, parents; accepted, num_accepted, bonus, emitted, status), and
+//!   target_probs float [N + R, V]  request r's n_r + 1 rows from row node_indptr[r] + r, rows
+//!                                  non-negative (each visited row normalised by its own sum);
+//!                                  unit inner stride; V <= 2,097,152
+//!   seeds        uint64 [R]        request r draws from philox_stream(seeds[r], streams[r]), two words
+//!   streams      uint64 [R]        per visited node: with streams[r] = stream_id(request id, step) the
+//!                                  draws are verify_sample_and_match_batch's (the token_tree form).
+//!                                  Device arrays, so a captured graph draws fresh numbers each step
+//!                                  when the engine updates them.
+//! Results equal verify_sample_and_match on each request's tree with that stream, bit for bit: the
+//! block sums are added in the host's order and the search is the host's (sampling/detail/
+//! cdf_search.hpp), so the same words pick the same token on a CPU and a GPU.
+//!   specdec::host: host-accessible memory; values checked as the token_tree form checks them (a bad
+//!     offset, parent or token, or a visited row with a NaN, an infinity, a negative entry or no
+//!     positive entry, throws invalid_argument and leaves the outputs untouched); status {0, -1, -1}.
+//!   specdec::cuda (needs verify/sample_and_match.cuh and nvcc): device-accessible memory; shapes
+//!     checked on the host, values on the device into `status` (device_error::row for a visited row
+//!     that is not a distribution; a request with a bad value gets unspecified outputs). One block per
+//!     request walks its tree, reading only the rows it visits. Enqueued on policy.stream without
+//!     synchronisation, graph-capturable.
+template <execution_policy Policy, class NI, class TO, class PA, class PR, class SE, class SR, class AC, class NA,
+          class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<PR> &&
+           detail::uint64_array<SE> && detail::uint64_array<SR> && detail::int32_output<AC> &&
+           detail::int32_output<NA> && detail::int32_output<BO> && detail::int32_output<EM> &&
+           detail::int32_output<ST>)
+void verify_sample_and_match_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                                   const PR& target_probs, const SE& seeds_in, const SR& streams_in, const AC& accepted,
+                                   const NA& num_accepted, const BO& bonus, const EM& emitted, const ST& status) {
+  constexpr std::string_view fn = "specdec::verify_sample_and_match_batch";
+  static_assert(PR::rank == 2 && std::is_same_v<std::remove_cv_t<typename PR::element_type>, float>,
+                "specdec::verify_sample_and_match_batch: target_probs must be a rank-2 tensor of float [rows, vocab]");
+  detail::sample_and_match_args a;
+  a.tree = detail::tree_verify_arrays_of<Policy>(fn, "target_probs", detail::sample_and_match_max_vocab, node_indptr,
+                                                 tokens, parents, target_probs, accepted, num_accepted, bonus, emitted,
+                                                 status);
+  const auto seeds = as_view(seeds_in);
+  const auto streams = as_view(streams_in);
+  require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
+  require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
+  a.seeds = seeds.data(), a.streams = streams.data();
+  detail::sample_and_match_backend<Policy>::run(policy, a);
 }
 
 }  // namespace specdec

@@ -15,10 +15,9 @@
 
 #include "specdec/core/isa.hpp"
 #include "specdec/core/simd_level.hpp"
+#include "specdec/sampling/detail/cdf_search.hpp"  // lanes
 
 namespace specdec::detail {
-
-inline constexpr int lanes = 16;
 
 //! Number of top-p histogram bins (sampling/logits_processor.hpp): float exponent and top 3 mantissa
 //! bits of a weight, an eighth of a binade each (weights exp(l - max) lie in [0, 1], keys <= 1016).

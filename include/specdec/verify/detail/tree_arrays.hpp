@@ -1,0 +1,121 @@
+#pragma once
+//! \file tree_arrays.hpp
+//! The array form shared by the ragged-batch tree verifiers that a GPU engine calls
+//! (verify_greedy_batch, verify_sample_and_match_batch): one set of arguments, checked once on the
+//! host before any backend runs (tree_verify_arrays_of), and on the host backend one validate ->
+//! walk every request -> write the outputs sequence (run_tree_verify_host).
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/detail/batch.hpp"
+#include "specdec/verify/verify_result.hpp"
+
+namespace specdec::detail {
+
+//! The arrays of one array-form tree verification, as raw pointers (a kernel parameter):
+//!   node_indptr int32 [R + 1], tokens and parents int32 [N] (parents local, -1 = root child),
+//!   rows        float [N + R, V], row stride row_stride: request r's n_r + 1 rows (logits for
+//!               greedy, probabilities for the stochastic verifiers) from row node_indptr[r] + r,
+//!   accepted int32 [N], num_accepted and bonus int32 [R], emitted int32 [N + R], status int32 [3]
+//!   (the meaning of each is documented at verify_greedy_batch's array form).
+struct tree_verify_arrays {
+  std::int32_t requests = 0, nodes = 0;
+  std::int64_t vocab = 0, row_stride = 0;
+  const std::int32_t* node_indptr = nullptr;
+  const std::int32_t* tokens = nullptr;
+  const std::int32_t* parents = nullptr;
+  const float* rows = nullptr;
+  std::int32_t* accepted = nullptr;
+  std::int32_t* num_accepted = nullptr;
+  std::int32_t* bonus = nullptr;
+  std::int32_t* emitted = nullptr;
+  std::int32_t* status = nullptr;
+};
+
+//! Every host-side check of an array-form tree verification under Policy (shapes, strides, memory
+//! spaces, int32 limits, vocab <= max_vocab); returns the pointers. `rows_name` names the float
+//! tensor in messages ("target_logits", "target_probs").
+template <class Policy, class NI, class TO, class PA, class RW, class AC, class NA, class BO, class EM, class ST>
+[[nodiscard]] tree_verify_arrays tree_verify_arrays_of(std::string_view fn, std::string_view rows_name,
+                                                       std::int64_t max_vocab, const NI& node_indptr_in,
+                                                       const TO& tokens_in, const PA& parents_in, const RW& rows_in,
+                                                       const AC& accepted_in, const NA& num_accepted_in,
+                                                       const BO& bonus_in, const EM& emitted_in,
+                                                       const ST& status_in) {
+  const auto node_indptr = as_view(node_indptr_in);
+  const auto tokens = as_view(tokens_in);
+  const auto parents = as_view(parents_in);
+  const auto rows = as_view(rows_in);
+  const auto accepted = as_view(accepted_in);
+  const auto num_accepted = as_view(num_accepted_in);
+  const auto bonus = as_view(bonus_in);
+  const auto emitted = as_view(emitted_in);
+  const auto status = as_view(status_in);
+  const auto [R, N] = require_batch_counts(fn, "bonus", bonus, "tokens", tokens, /*plus_requests=*/true);
+  require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
+  require_policy_array<Policy>(fn, "tokens", tokens, N);
+  require_policy_array<Policy>(fn, "parents", parents, N);
+  require_policy_array<Policy>(fn, "accepted", accepted, N);
+  require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
+  require_policy_array<Policy>(fn, "emitted", emitted, N + R);
+  require_policy_array<Policy>(fn, "status", status, 3);
+  require_policy_memory<Policy>(fn, rows_name, rows);
+  require_shape(fn, rows_name, rows, {N + R, -1});
+  require(rows.extent(1) >= 1 && rows.extent(1) <= max_vocab, fn, rows_name,
+          "vocab (extent 1) in [1, " + std::to_string(max_vocab) + "]", rows.extent(1));
+  require_unit_inner_stride(fn, rows_name, rows);
+  require(rows.stride(0) >= rows.extent(1) || rows.extent(0) <= 1, fn, rows_name,
+          "row stride >= vocab (rows do not overlap)", rows.stride(0));
+  require(rows.extent(0) == 0 || rows.data() != nullptr, fn, rows_name, "a non-null data pointer", "nullptr");
+  tree_verify_arrays a;
+  a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
+  a.vocab = rows.extent(1), a.row_stride = rows.stride(0);
+  a.node_indptr = node_indptr.data(), a.tokens = tokens.data(), a.parents = parents.data(), a.rows = rows.data();
+  a.accepted = accepted.data(), a.num_accepted = num_accepted.data(), a.bonus = bonus.data();
+  a.emitted = emitted.data(), a.status = status.data();
+  return a;
+}
+
+//! The host backend of an array-form tree verification: checks the values (offsets, parents, tokens)
+//! as the token_tree forms do, runs walk(r, tokens, parents, rows) -> verify_result for every request
+//! on the policy's threads, and only then writes the outputs, so a call that throws leaves them
+//! untouched. status = {0, -1, -1} on success.
+template <class Walk>
+void run_tree_verify_host(const host& policy, const tree_verify_arrays& a, std::string_view fn, Walk&& walk) {
+  validate_indptr(fn, "node_indptr", "node_indptr", a.node_indptr, a.requests, a.nodes, "tokens.extent(0)");
+  for (std::int32_t r = 0; r < a.requests; ++r) {
+    const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b;
+    validate_tree_arrays(fn, {a.tokens + b, static_cast<std::size_t>(n)}, {a.parents + b, static_cast<std::size_t>(n)});
+  }
+  check_tokens_in_vocab({a.tokens, static_cast<std::size_t>(a.nodes)}, a.vocab, fn);
+  const verify_batch_result res = run_batch(policy, a.requests, [&](int r) {
+    const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b;
+    const prob_rows rows{a.rows + (static_cast<std::int64_t>(b) + r) * a.row_stride, a.row_stride, n + 1, a.vocab,
+                         r, static_cast<std::int64_t>(b) + r};
+    return walk(r, std::span<const std::int32_t>(a.tokens + b, static_cast<std::size_t>(n)),
+                std::span<const std::int32_t>(a.parents + b, static_cast<std::size_t>(n)), rows);
+  });
+  for (std::int32_t r = 0; r < a.requests; ++r) {
+    const std::int32_t b = a.node_indptr[r];
+    const auto acc = res.accepted_nodes(r);
+    const auto k = static_cast<std::int32_t>(acc.size());
+    a.num_accepted[r] = k;
+    a.bonus[r] = res.bonus[static_cast<std::size_t>(r)];
+    for (std::int32_t j = 0; j < k; ++j) {
+      a.accepted[b + j] = acc[static_cast<std::size_t>(j)];
+      a.emitted[b + r + j] = a.tokens[b + acc[static_cast<std::size_t>(j)]];
+    }
+    a.emitted[b + r + k] = a.bonus[r];
+  }
+  a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+}
+
+}  // namespace specdec::detail

@@ -1,0 +1,198 @@
+#pragma once
+//! \file sample_and_match.cuh
+//! CUDA backend of the array form of verify_sample_and_match_batch (verify/sample_and_match.hpp):
+//! sample_and_match_backend<cuda>. After the status reset, one kernel on policy.stream, a block per
+//! request (grid-stride over requests), which walks the request's tree as the host does
+//! (detail::sample_and_match_walk) and reads only the rows it visits:
+//!  1. checks the request's offsets, parents and tokens in parallel (device_error::node_indptr,
+//!     parent, token), copies parents and tokens to shared memory when they fit, and clears the
+//!     per-node class marks;
+//!  2. per visited row: the block sums of the blocked inverse CDF, every 1024-token block by 16
+//!     consecutive threads, thread j of them adding tokens j, j + 16, ... of the block (the host's
+//!     lane j) and the first of them adding the tail and the 16 partial sums in lane order
+//!     (cdf_search.hpp's lane_partial / lane_combine: the host's order, so the same doubles); every
+//!     entry is checked on the way (NaN, infinities and negative entries flag the row);
+//!  3. one thread adds the block sums in order, draws u (two words of the request's Philox stream,
+//!     as the host draws them) and runs cdf_search over the row: the host's token;
+//!  4. the next class, in parallel: nodes carrying the draw whose parent is in the current class
+//!     (marks hold the depth + 1 at which a node joined, so no clearing between levels), the lowest
+//!     of them named by an atomicMin; none: the draw is the bonus token.
+//! The accepted path is the root path of the last class's lowest node; outputs as the greedy
+//! backend writes them. A visited row that is not a distribution (a bad entry, or no positive entry)
+//! is reported as device_error::row with its local row; rows the walk does not visit are never read.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "specdec/core/device_types.cuh"
+#include "specdec/core/error.hpp"
+#include "specdec/sampling/detail/cdf_search.hpp"
+#include "specdec/verify/sample_and_match.hpp"
+
+namespace specdec {
+namespace detail {
+
+inline constexpr int sample_and_match_threads = 512;
+//! Requests with at most this many nodes keep tokens, parents and class marks in shared memory
+//! (12 KiB); larger ones read them from global memory and keep the marks in their accepted slots.
+inline constexpr int sample_and_match_smem_nodes = 1024;
+//! Node chunk of the class step: each thread records its matches of one chunk in a 32-bit mask
+//! before any mark is written, so no thread reads a mark another thread is writing.
+inline constexpr int sample_and_match_chunk = 32 * sample_and_match_threads;
+
+static_assert(sample_and_match_threads % 32 == 0 && 32 % lanes == 0,
+              "a block-sum group of `lanes` threads must sit inside one warp");
+
+//! One visited row's block sums into bs (nb blocks) by the whole block, in the host's order. Returns
+//! (to every thread) whether some entry of the row is not an admissible probability.
+__device__ inline bool sample_and_match_block_sums(const float* row, std::int64_t vocab, std::int64_t nb, double* bs) {
+  const int t = static_cast<int>(threadIdx.x);
+  const int j = t % lanes;
+  const int group_first = (t % 32) - j;  // warp lane of this group's lane 0
+  const auto weight = [row](std::int64_t i) { return static_cast<double>(row[i]); };
+  bool bad = false;
+  // Uniform trip count across the block: every thread takes part in every shuffle.
+  for (std::int64_t k0 = 0; k0 < nb * lanes; k0 += sample_and_match_threads) {
+    const std::int64_t blk = (k0 + t) / lanes;
+    const bool live = blk < nb;
+    const std::int64_t lo = blk * static_cast<std::int64_t>(cdf_block);
+    const std::int64_t hi = live ? (vocab - lo < static_cast<std::int64_t>(cdf_block) ? vocab : lo + static_cast<std::int64_t>(cdf_block)) : lo;
+    double part = 0.0;
+    if (live) {
+      for (std::int64_t i = lo + j, e = lane_body_end(lo, hi); i < e; i += lanes) {
+        const float v = __ldg(row + i);
+        bad |= !(v >= 0.0f && v <= std::numeric_limits<float>::max());
+        part += static_cast<double>(v);
+      }
+    }
+    double partial[lanes];
+#pragma unroll
+    for (int q = 0; q < lanes; ++q) partial[q] = __shfl_sync(0xffffffffu, part, group_first + q);
+    if (live && j == 0) {
+      for (std::int64_t i = lane_body_end(lo, hi); i < hi; ++i) {
+        const float v = row[i];
+        bad |= !(v >= 0.0f && v <= std::numeric_limits<float>::max());
+      }
+      bs[blk] = lane_combine(weight, lo, hi, partial);
+    }
+  }
+  return __syncthreads_or(bad) != 0;
+}
+
+__global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_kernel(const sample_and_match_args args) {
+  __shared__ double bs[sample_and_match_max_blocks];
+  __shared__ std::int32_t par_s[sample_and_match_smem_nodes], tok_s[sample_and_match_smem_nodes],
+      mark_s[sample_and_match_smem_nodes];
+  __shared__ std::int64_t drawn;
+  __shared__ std::int32_t next_rep;
+  const tree_verify_arrays& a = args.tree;
+  const int t = static_cast<int>(threadIdx.x);
+  if (blockIdx.x == 0 && t == 0) {
+    if (a.node_indptr[0] != 0) device_report(a.status, device_error::node_indptr, 0, -1);
+    if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
+  }
+  const std::int64_t nb = (a.vocab + static_cast<std::int64_t>(cdf_block) - 1) / static_cast<std::int64_t>(cdf_block);
+  for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
+    const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1];
+    if (b < 0 || e < b || e > a.nodes) {  // then every access below stays in bounds
+      if (t == 0) device_report(a.status, device_error::node_indptr, r, -1);
+      continue;  // uniform across the block
+    }
+    const std::int32_t n = e - b;
+    const bool in_smem = n <= sample_and_match_smem_nodes;
+    std::int32_t* const mark = in_smem ? mark_s : a.accepted + b;
+    __syncthreads();  // the previous request is done with the shared arrays
+    bool bad = false;
+    for (std::int32_t i = t; i < n; i += sample_and_match_threads) {
+      const std::int32_t p = a.parents[b + i], tok = a.tokens[b + i];
+      if (p < -1 || p >= i) device_report(a.status, device_error::parent, r, i), bad = true;
+      if (tok < 0 || tok >= a.vocab) device_report(a.status, device_error::token, r, i), bad = true;
+      if (in_smem) par_s[i] = p, tok_s[i] = tok;
+      mark[i] = 0;
+    }
+    if (__syncthreads_or(bad) != 0) continue;
+    const std::int32_t* par = in_smem ? par_s : a.parents + b;
+    const std::int32_t* tok = in_smem ? tok_s : a.tokens + b;
+    philox_stream rng(args.seeds[r], args.streams[r]);  // drawn from by thread 0 only
+    std::int32_t rep = -1, level = 0;  // the current class's lowest node (-1: the root) and its depth + 1
+    bool fail = false;
+    for (;;) {
+      const std::int32_t local_row = rep + 1;
+      const float* row = a.rows + (static_cast<std::int64_t>(b) + r + local_row) * a.row_stride;
+      if (sample_and_match_block_sums(row, a.vocab, nb, bs)) {
+        if (t == 0) device_report(a.status, device_error::row, r, local_row);
+        fail = true;
+        break;
+      }
+      if (t == 0) {
+        const double total = cdf_total(bs, nb);
+        std::int64_t y = -1;
+        if (total > 0.0 && total <= std::numeric_limits<double>::max()) {
+          const double u = rng.uniform_double() * total;
+          y = cdf_search(bs, nb, a.vocab, u, [row](std::int64_t i) { return static_cast<double>(row[i]); });
+        }
+        if (y < 0) device_report(a.status, device_error::row, r, local_row);
+        drawn = y;
+        next_rep = std::numeric_limits<std::int32_t>::max();
+      }
+      __syncthreads();
+      const std::int64_t y = drawn;
+      if (y < 0) {
+        fail = true;
+        break;
+      }
+      // Children of the class (all have indices above rep) that carry y; marks of depth `level`
+      // nodes equal level, the root's class is level 0.
+      for (std::int32_t c0 = rep + 1; c0 < n; c0 += sample_and_match_chunk) {
+        std::uint32_t hits = 0;
+        for (int it = 0; it < 32; ++it) {
+          const std::int32_t i = c0 + it * sample_and_match_threads + t;
+          if (i < n && joins_class(tok, par, mark, i, y, level)) hits |= 1u << it;
+        }
+        __syncthreads();  // every mark of this chunk's parents is read before any is written
+        for (int it = 0; it < 32; ++it)
+          if ((hits >> it) & 1u) {
+            const std::int32_t i = c0 + it * sample_and_match_threads + t;
+            mark[i] = level + 1;
+            atomicMin(&next_rep, i);
+          }
+        __syncthreads();
+      }
+      const std::int32_t next = next_rep;
+      if (next == std::numeric_limits<std::int32_t>::max()) break;  // y is the bonus token
+      rep = next, ++level;
+      __syncthreads();  // every thread has read next_rep before thread 0 resets it
+    }
+    if (fail || t != 0) continue;
+    const auto y = static_cast<std::int32_t>(drawn);
+    // The root path of rep, bottom up (the marks in a large request's accepted slots are not read
+    // any more).
+    for (std::int32_t v = rep, k = level - 1; v >= 0; v = par[v], --k) {
+      a.accepted[b + k] = v;
+      a.emitted[b + r + k] = tok[v];
+    }
+    a.emitted[b + r + level] = y;
+    a.num_accepted[r] = level;
+    a.bonus[r] = y;
+  }
+}
+
+//! The cuda backend (the seam in sample_and_match.hpp): the entry point has checked shapes, strides,
+//! memory spaces and the vocabulary limit. Clears status and launches the kernel on policy.stream;
+//! no synchronisation. A failed launch throws cuda_error.
+template <>
+struct sample_and_match_backend<cuda> {
+  static void run(const cuda& policy, const sample_and_match_args& a) {
+    cudaStream_t stream = policy.stream;
+    clear_device_status(a.tree.status, stream);
+    // At least one block: block 0 checks node_indptr's ends even when there are no requests.
+    const int blocks = a.tree.requests < 1 ? 1 : a.tree.requests < 65535 ? a.tree.requests : 65535;
+    sample_and_match_kernel<<<blocks, sample_and_match_threads, 0, stream>>>(a);
+    SPECDEC_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+}  // namespace detail
+}  // namespace specdec

@@ -1,0 +1,215 @@
+// verify_sample_and_match_batch(cuda{}) (array form) against verify_sample_and_match per request
+// with the same Philox streams (tests/verify/sample_and_match_batch_util.hpp): the same accepted
+// tokens bit for bit on ragged batches up to 64 requests, vocabularies from 1 to 256K (a padded row
+// stride), a request beyond the shared-memory walk; device-side value errors in status; NaN in an
+// unvisited row is no error; graph capture with the streams updated between replays.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "specdec/verify/sample_and_match.cuh"
+#include "verify/sample_and_match_batch_util.hpp"
+
+using specdec::memory_space;
+using specdec_test::device_buffer;
+using specdec_test::sample_and_match_case;
+
+namespace {
+
+template <class T>
+specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
+  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
+}
+
+struct device_case {
+  device_buffer<std::int32_t> ni, tok, par, acc, nacc, bon, emi, st;
+  device_buffer<std::uint64_t> seeds, streams;
+  device_buffer<float> pr;
+  std::int64_t rows, vocab, stride;
+  // Probabilities copied with a row stride of vocab + pad floats (the padding holds NaN: never read).
+  device_case(const sample_and_match_case& c, std::int64_t pad = 0)
+      : ni(c.node_indptr), tok(c.tokens), par(c.parents), acc(std::vector<std::int32_t>(c.tokens.size(), -9)),
+        nacc(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
+        bon(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
+        emi(std::vector<std::int32_t>(c.tokens.size() + c.node_indptr.size() - 1, -9)),
+        st(std::vector<std::int32_t>{5, 5, 5}), seeds(c.seeds), streams(c.streams),
+        pr(static_cast<std::size_t>((c.nodes() + c.requests()) * (c.vocab + pad))), rows(c.nodes() + c.requests()),
+        vocab(c.vocab), stride(c.vocab + pad) {
+    std::vector<float> h(pr.size(), std::numeric_limits<float>::quiet_NaN());
+    for (std::int64_t r = 0; r < rows; ++r) std::copy_n(c.probs.begin() + r * vocab, vocab, h.begin() + r * stride);
+    pr.upload(h);
+  }
+  void launch(cudaStream_t s = nullptr) {
+    const specdec::strided_view<const float, 2> p(pr.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    specdec::verify_sample_and_match_batch(specdec::cuda{.stream = s}, dv(ni), dv(tok), dv(par), p, dv(seeds),
+                                           dv(streams), dv(acc), dv(nacc), dv(bon), dv(emi), dv(st));
+  }
+  specdec::device_status status() const {
+    const auto v = st.download();
+    return specdec::device_status::from(std::span<const std::int32_t, 3>(v.data(), 3));
+  }
+};
+
+int check_against_reference(const sample_and_match_case& c, device_case& d) {
+  CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
+  const auto acc = d.acc.download(), nacc = d.nacc.download(), bon = d.bon.download(), emi = d.emi.download();
+  int total = 0;
+  for (int r = 0; r < c.requests(); ++r) {
+    const auto want = c.expected.request(r);
+    const auto k = static_cast<int>(want.accepted.size());
+    REQUIRE(nacc[r] == k);
+    CHECK(bon[r] == want.bonus);
+    const int b = c.node_indptr[r];
+    for (int j = 0; j < k; ++j) {
+      CHECK(acc[b + j] == want.accepted[j]);
+      CHECK(emi[b + r + j] == c.tokens[b + want.accepted[j]]);
+    }
+    CHECK(emi[b + r + k] == want.bonus);
+    total += k;
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("cuda verify_sample_and_match_batch draws what the host draws, on random ragged batches", "[cuda][verify]") {
+  struct shape {
+    int R, max_nodes;
+    std::int64_t V;
+    int alphabet;
+  };
+  int accepted = 0;
+  for (const shape s : {shape{1, 1, 1, 1}, shape{5, 8, 5, 3}, shape{64, 70, 300, 3}, shape{17, 30, 1001, 3},
+                        shape{33, 40, 4111, 2}, shape{8, 16, 131072, 4}, shape{2, 64, 262144, 2}}) {
+    DYNAMIC_SECTION("R " << s.R << " nodes <= " << s.max_nodes << " V " << s.V) {
+      const auto c = specdec_test::random_sample_and_match_batch(s.R, s.max_nodes, s.V, s.alphabet, s.R * 7 + s.V);
+      for (std::int64_t pad : {0, 3}) {
+        device_case d(c, pad);
+        d.launch();
+        specdec_test::sync_check("verify_sample_and_match_batch");
+        accepted += check_against_reference(c, d);
+      }
+    }
+  }
+  SECTION("a request beyond the shared-memory walk (3000 nodes) between small ones") {
+    auto m = specdec_test::random_sample_and_match_batch(1, 4, 3, 2, 99);
+    const auto big = specdec_test::random_sample_and_match_batch(1, 3000, 3, 2, 100);
+    const int base = m.nodes();
+    for (int i = 0; i < big.nodes(); ++i) m.tokens.push_back(big.tokens[i]), m.parents.push_back(big.parents[i]);
+    m.node_indptr.push_back(base + big.nodes());
+    m.probs.insert(m.probs.end(), big.probs.begin(), big.probs.end());
+    m.seeds.push_back(big.seeds[0]), m.streams.push_back(big.streams[0]);
+    m.finish();
+    REQUIRE(big.nodes() > 1024);
+    device_case d(m);
+    d.launch();
+    specdec_test::sync_check("verify_sample_and_match_batch (large request)");
+    accepted += check_against_reference(m, d);
+  }
+  CHECK(accepted > 0);
+}
+
+TEST_CASE("cuda verify_sample_and_match_batch reports bad values in status", "[cuda][verify]") {
+  auto c = specdec_test::random_sample_and_match_batch(4, 12, 7, 3, 31337);
+  while (c.node_indptr[3] - c.node_indptr[2] < 2)
+    c = specdec_test::random_sample_and_match_batch(4, 12, 7, 3, c.tokens.size() + 5);
+  auto expect = [](const sample_and_match_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+    device_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_sample_and_match_batch (bad values)");
+    const auto s = d.status();
+    CHECK(s.error == e);
+    CHECK(s.request == request);
+    CHECK(s.index == index);
+  };
+  const int b2 = c.node_indptr[2];
+  {
+    auto bad = c;
+    bad.tokens[b2 + 1] = 7;
+    expect(bad, specdec::device_error::token, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.parents[b2 + 1] = 5;
+    expect(bad, specdec::device_error::parent, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.node_indptr[2] = bad.node_indptr[1] - 1;
+    device_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_sample_and_match_batch (bad offsets)");
+    CHECK(d.status().error == specdec::device_error::node_indptr);
+  }
+  for (const float v : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -0.5f}) {
+    auto bad = c;  // request 3's root row (always visited)
+    bad.probs[(c.node_indptr[3] + 3) * c.vocab + 2] = v;
+    expect(bad, specdec::device_error::row, 3, 0);
+  }
+  {  // an all-zero root row: nothing to draw
+    auto bad = c;
+    for (std::int64_t t = 0; t < c.vocab; ++t) bad.probs[(c.node_indptr[1] + 1) * c.vocab + t] = 0.0f;
+    expect(bad, specdec::device_error::row, 1, 0);
+  }
+  {  // NaN in a row the walk does not visit is no error (the host test's hand-built case)
+    sample_and_match_case h;
+    h.vocab = 5;
+    h.node_indptr = {0, 2};
+    h.tokens = {1, 2};
+    h.parents = {-1, -1};
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    h.probs = {0, 1, 0, 0, 0, 0, 0, 0, 0, 2, nan, nan, nan, nan, nan};
+    h.seeds = {9};
+    h.streams = {specdec::stream_id(0, 0)};
+    device_case d(h);
+    d.launch();
+    specdec_test::sync_check("verify_sample_and_match_batch (unvisited NaN)");
+    CHECK(d.status().ok());
+    CHECK(d.emi.download() == std::vector<std::int32_t>{1, 4, -9});
+  }
+}
+
+TEST_CASE("cuda verify_sample_and_match_batch is captured in a CUDA graph and replays with new streams", "[cuda][verify]") {
+  auto c = specdec_test::random_sample_and_match_batch(8, 64, 4096, 3, 77);
+  device_case d(c);
+  std::uint32_t step = 0;
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {  // the engine's update between replays: next step's streams, fresh outputs
+        ++step;
+        for (int r = 0; r < c.requests(); ++r) c.streams[r] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
+        c.finish();
+        d.streams.upload(c.streams);
+        d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
+        d.st.upload({4, 4, 4});
+      },
+      [&] { check_against_reference(c, d); });
+}
+
+TEST_CASE("cuda verify_sample_and_match_batch rejects host memory and bad shapes before any CUDA call",
+          "[cuda][verify][nogpu]") {
+  auto c = specdec_test::random_sample_and_match_batch(2, 5, 4, 2, 3);
+  std::vector<std::int32_t> acc(c.tokens.size()), nacc(2), bon(2), emi(c.tokens.size() + 2), st(3);
+  auto dev = [](auto& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const auto p_host = specdec::make_view<2>(c.probs.data(), {c.nodes() + 2, c.vocab});
+  const auto p_dev = specdec::make_view<2>(c.probs.data(), {c.nodes() + 2, c.vocab}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_sample_and_match_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                           dev(c.parents), p_host, dev(c.seeds), dev(c.streams),
+                                                           dev(acc), dev(nacc), dev(bon), dev(emi), dev(st)),
+                    Catch::Contains("target_probs") && Catch::Contains("device-accessible"));
+  const auto seeds_host = specdec::make_view<1>(c.seeds.data(), {2});
+  CHECK_THROWS_WITH(specdec::verify_sample_and_match_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                           dev(c.parents), p_dev, seeds_host, dev(c.streams), dev(acc),
+                                                           dev(nacc), dev(bon), dev(emi), dev(st)),
+                    Catch::Contains("seeds") && Catch::Contains("device-accessible"));
+  const auto huge = specdec::make_view<2>(c.probs.data(), {c.nodes() + 2, std::int64_t{1} << 22}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_sample_and_match_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                           dev(c.parents), huge, dev(c.seeds), dev(c.streams), dev(acc),
+                                                           dev(nacc), dev(bon), dev(emi), dev(st)),
+                    Catch::Contains("2097152"));
+}
