@@ -28,9 +28,12 @@ enum class device_error : std::int32_t {
   position_overflow = 4,  //!< committed_lengths[request] + depth of node `index` > INT32_MAX
   mask_capacity = 5,      //!< the ancestor masks need more words than the mask array holds
   token = 6,              //!< the token of node `index` of `request` outside [0, vocabulary)
-  row = 7,                //!< row `index` (local) of `request`, which the step reads, holds NaN or +inf or no value above -inf
+  row = 7,                //!< row `index` (local) of `request`, which the step reads, is not admissible: logits with NaN or +inf or no value above -inf; probabilities with NaN, an infinity, a negative entry or no positive entry
   accepted = 8,           //!< accepted node `index` (position on the path) of `request` not strictly increasing in [0, tree size), or num_accepted outside [0, tree size]
   capacity = 9,           //!< committed_lengths[request] + tree size exceeds capacity(request) of layer `index`
+  chain = 10,             //!< node `index` of `request` is not the child of node index - 1 (a chain verifier got another tree)
+  draft_prob = 11,        //!< the draft probability q_i(x_i) of node `index` of `request` is not positive and finite (the draft cannot have drawn x_i)
+  draft_row = 12,         //!< draft row `index` (local) of `request`, which the step reads, holds NaN, an infinity or a negative entry
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -62,13 +65,23 @@ struct device_status {
       case device_error::mask_capacity: return "the ancestor masks need more words than the mask array holds";
       case device_error::token: return "the token of node " + i + " of request " + r + " is outside [0, vocabulary)";
       case device_error::row:
-        return "row " + i + " of request " + r + " holds NaN or +inf, or no value above -inf";
+        return "row " + i + " of request " + r +
+               " is not admissible (logits: NaN, +inf or no value above -inf; probabilities: NaN, an infinity, a "
+               "negative entry or no positive entry)";
       case device_error::accepted:
         return index < 0 ? "num_accepted[" + r + "] is outside [0, tree size]"
                          : "accepted node " + i + " of request " + r +
                                " breaks the path (indices must increase strictly within [0, tree size))";
       case device_error::capacity:
         return "committed_lengths[" + r + "] + the tree size exceeds capacity(" + r + ") of layer " + i;
+      case device_error::chain:
+        return "node " + i + " of request " + r + " is not the child of node " + std::to_string(index - 1) +
+               " (the verifier takes chains only)";
+      case device_error::draft_prob:
+        return "the draft probability of node " + i + "'s token in request " + r +
+               " is not positive and finite (the draft cannot have drawn it)";
+      case device_error::draft_row:
+        return "draft row " + i + " of request " + r + " holds NaN, an infinity or a negative entry";
     }
     return "unknown device_error " + std::to_string(static_cast<std::int32_t>(error));
   }

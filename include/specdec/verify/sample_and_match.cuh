@@ -7,13 +7,10 @@
 //!  1. checks the request's offsets, parents and tokens in parallel (device_error::node_indptr,
 //!     parent, token), copies parents and tokens to shared memory when they fit, and clears the
 //!     per-node class marks;
-//!  2. per visited row: the block sums of the blocked inverse CDF, every 1024-token block by 16
-//!     consecutive threads, thread j of them adding tokens j, j + 16, ... of the block (the host's
-//!     lane j) and the first of them adding the tail and the 16 partial sums in lane order
-//!     (cdf_search.hpp's lane_partial / lane_combine: the host's order, so the same doubles); every
-//!     entry is checked on the way (NaN, infinities and negative entries flag the row);
+//!  2. per visited row: the block sums of the blocked inverse CDF in the host's order, every entry
+//!     checked on the way (sampling/detail/cdf_device.cuh's cdf_block_sums: the same doubles);
 //!  3. one thread adds the block sums in order, draws u (two words of the request's Philox stream,
-//!     as the host draws them) and runs cdf_search over the row: the host's token;
+//!     as the host draws them) and searches the row (cdf_draw): the host's token;
 //!  4. the next class, in parallel: nodes carrying the draw whose parent is in the current class
 //!     (marks hold the depth + 1 at which a node joined, so no clearing between levels), the lowest
 //!     of them named by an atomicMin; none: the draw is the bonus token.
@@ -28,7 +25,7 @@
 
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/error.hpp"
-#include "specdec/sampling/detail/cdf_search.hpp"
+#include "specdec/sampling/detail/cdf_device.cuh"
 #include "specdec/verify/sample_and_match.hpp"
 
 namespace specdec {
@@ -42,47 +39,8 @@ inline constexpr int sample_and_match_smem_nodes = 1024;
 //! before any mark is written, so no thread reads a mark another thread is writing.
 inline constexpr int sample_and_match_chunk = 32 * sample_and_match_threads;
 
-static_assert(sample_and_match_threads % 32 == 0 && 32 % lanes == 0,
-              "a block-sum group of `lanes` threads must sit inside one warp");
-
-//! One visited row's block sums into bs (nb blocks) by the whole block, in the host's order. Returns
-//! (to every thread) whether some entry of the row is not an admissible probability.
-__device__ inline bool sample_and_match_block_sums(const float* row, std::int64_t vocab, std::int64_t nb, double* bs) {
-  const int t = static_cast<int>(threadIdx.x);
-  const int j = t % lanes;
-  const int group_first = (t % 32) - j;  // warp lane of this group's lane 0
-  const auto weight = [row](std::int64_t i) { return static_cast<double>(row[i]); };
-  bool bad = false;
-  // Uniform trip count across the block: every thread takes part in every shuffle.
-  for (std::int64_t k0 = 0; k0 < nb * lanes; k0 += sample_and_match_threads) {
-    const std::int64_t blk = (k0 + t) / lanes;
-    const bool live = blk < nb;
-    const std::int64_t lo = blk * static_cast<std::int64_t>(cdf_block);
-    const std::int64_t hi = live ? (vocab - lo < static_cast<std::int64_t>(cdf_block) ? vocab : lo + static_cast<std::int64_t>(cdf_block)) : lo;
-    double part = 0.0;
-    if (live) {
-      for (std::int64_t i = lo + j, e = lane_body_end(lo, hi); i < e; i += lanes) {
-        const float v = __ldg(row + i);
-        bad |= !(v >= 0.0f && v <= std::numeric_limits<float>::max());
-        part += static_cast<double>(v);
-      }
-    }
-    double partial[lanes];
-#pragma unroll
-    for (int q = 0; q < lanes; ++q) partial[q] = __shfl_sync(0xffffffffu, part, group_first + q);
-    if (live && j == 0) {
-      for (std::int64_t i = lane_body_end(lo, hi); i < hi; ++i) {
-        const float v = row[i];
-        bad |= !(v >= 0.0f && v <= std::numeric_limits<float>::max());
-      }
-      bs[blk] = lane_combine(weight, lo, hi, partial);
-    }
-  }
-  return __syncthreads_or(bad) != 0;
-}
-
 __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_kernel(const sample_and_match_args args) {
-  __shared__ double bs[sample_and_match_max_blocks];
+  __shared__ double bs[device_cdf_max_blocks];
   __shared__ std::int32_t par_s[sample_and_match_smem_nodes], tok_s[sample_and_match_smem_nodes],
       mark_s[sample_and_match_smem_nodes];
   __shared__ std::int64_t drawn;
@@ -121,18 +79,14 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
     for (;;) {
       const std::int32_t local_row = rep + 1;
       const float* row = a.rows + (static_cast<std::int64_t>(b) + r + local_row) * a.row_stride;
-      if (sample_and_match_block_sums(row, a.vocab, nb, bs)) {
+      if (cdf_block_sums<sample_and_match_threads>([row](std::int64_t i) { return prob_entry(__ldg(row + i)); },
+                                                  a.vocab, nb, bs)) {
         if (t == 0) device_report(a.status, device_error::row, r, local_row);
         fail = true;
         break;
       }
       if (t == 0) {
-        const double total = cdf_total(bs, nb);
-        std::int64_t y = -1;
-        if (total > 0.0 && total <= std::numeric_limits<double>::max()) {
-          const double u = rng.uniform_double() * total;
-          y = cdf_search(bs, nb, a.vocab, u, [row](std::int64_t i) { return static_cast<double>(row[i]); });
-        }
+        const std::int64_t y = cdf_draw(bs, nb, a.vocab, rng, [row](std::int64_t i) { return static_cast<double>(row[i]); });
         if (y < 0) device_report(a.status, device_error::row, r, local_row);
         drawn = y;
         next_rep = std::numeric_limits<std::int32_t>::max();

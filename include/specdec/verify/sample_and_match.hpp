@@ -102,12 +102,6 @@ template <tensor_like Probs>
 
 namespace detail {
 
-//! The largest vocabulary the array form takes: its CUDA backend keeps a row's block sums in shared
-//! memory (2048 doubles, 16 KiB). Both backends take the same arguments, so the host one has the
-//! same limit (2M tokens, beyond any LLM vocabulary).
-inline constexpr std::int64_t sample_and_match_max_blocks = 2048;
-inline constexpr std::int64_t sample_and_match_max_vocab = sample_and_match_max_blocks * static_cast<std::int64_t>(cdf_block);
-
 //! The class step of the CUDA walk (verify/sample_and_match.cuh), which keeps classes as marks:
 //! mark[i] = depth(i) + 1 once node i has joined a class, 0 before. After drawing y from the class
 //! at `level` (level 0: the root's; level k > 0: the nodes marked k), node i joins the next class
@@ -182,7 +176,7 @@ void verify_sample_and_match_batch(const Policy& policy, const NI& node_indptr, 
   static_assert(PR::rank == 2 && std::is_same_v<std::remove_cv_t<typename PR::element_type>, float>,
                 "specdec::verify_sample_and_match_batch: target_probs must be a rank-2 tensor of float [rows, vocab]");
   detail::sample_and_match_args a;
-  a.tree = detail::tree_verify_arrays_of<Policy>(fn, "target_probs", detail::sample_and_match_max_vocab, node_indptr,
+  a.tree = detail::tree_verify_arrays_of<Policy>(fn, "target_probs", detail::device_cdf_max_vocab, node_indptr,
                                                  tokens, parents, target_probs, accepted, num_accepted, bonus, emitted,
                                                  status);
   const auto seeds = as_view(seeds_in);

@@ -10,6 +10,8 @@
 //! sum_x min(p(x), q(x)) (GLIDE §5.1's alpha; tests check it against this closed form).
 
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <span>
 #include <string>
 
@@ -17,9 +19,49 @@
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/stochastic.hpp"
+#include "specdec/verify/detail/tree_arrays.hpp"
 #include "specdec/verify/verify_result.hpp"
 
 namespace specdec {
+
+namespace detail {
+//! The walk of verify_chain_speculative over one request's rows (p, q: its target and draft rows),
+//! checks included; shared by the token_tree form and the host backend of the array form.
+inline verify_result chain_speculative_walk(std::span<const std::int32_t> tok, std::span<const std::int32_t> par,
+                                            const prob_rows& p, const prob_rows& q, philox_stream& rng,
+                                            std::string_view fn) {
+  const auto n = static_cast<std::int64_t>(tok.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (par[k] != i - 1) [[unlikely]]
+      throw_invalid_argument(fn, "tree", "a chain (parent(i) == i - 1) at node " + std::to_string(i) +
+                                             (p.request >= 0 ? " of request " + std::to_string(p.request) : std::string()),
+                             par[k]);
+    const float qx = checked_prob(q, i, tok[k], fn, "draft_probs");
+    if (!(qx > 0.0f)) [[unlikely]]
+      throw_invalid_argument(fn, "draft_probs", "q_i(x_i) > 0 for every drafted token (node " + std::to_string(i) +
+                                                    (p.request >= 0 ? " of request " + std::to_string(p.request) : std::string()) + ")",
+                             qx);
+    checked_prob(p, i, tok[k], fn, "target_probs");
+  }
+  verify_result res;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto x = tok[static_cast<std::size_t>(i)];
+    check_prob_row(p, i, fn, "target_probs");  // the rows this step decides on, in full
+    check_prob_row(q, i, fn, "draft_probs");
+    const double px = p.at(i, x), qx = q.at(i, x);
+    const double u = rng.uniform_double();
+    if (u * qx < px) {  // u < p/q with u in [0, 1): probability min(1, p/q)
+      res.accepted.push_back(static_cast<std::int32_t>(i));
+      continue;
+    }
+    res.bonus = sample_residual(p.row(i), q.row(i), rng, p.ref(fn, "target_probs", i), q.ref(fn, "draft_probs", i));
+    return res;
+  }
+  res.bonus = draw_from_probs(p.row(n), rng, p.ref(fn, "target_probs", n));
+  return res;
+}
+}  // namespace detail
 
 //! Chain speculative sampling over a chain-shaped tree (node i's parent is i - 1). `target_probs` and
 //! `draft_probs` are float [n+1, V] probability rows with the row convention of verify_result.hpp:
@@ -41,34 +83,90 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
   const auto q = detail::to_rows(draft_probs, n + 1, fn, "draft_probs");
   require_equal(fn, "draft_probs vocab (extent 1)", p.vocab, q.vocab);
   detail::check_tokens_in_vocab(tree.tokens(), p.vocab, fn);
-  const auto tok = tree.tokens();
-  const auto par = tree.parents();
-  for (int i = 0; i < n; ++i) {
-    if (par[static_cast<std::size_t>(i)] != i - 1) [[unlikely]]
-      throw_invalid_argument(fn, "tree", "a chain (parent(i) == i - 1) at node " + std::to_string(i),
-                             par[static_cast<std::size_t>(i)]);
-    const float qx = detail::checked_prob(q, i, tok[static_cast<std::size_t>(i)], fn, "draft_probs");
-    if (!(qx > 0.0f)) [[unlikely]]
-      throw_invalid_argument(fn, "draft_probs", "q_i(x_i) > 0 for every drafted token (node " + std::to_string(i) + ")",
-                             qx);
-    detail::checked_prob(p, i, tok[static_cast<std::size_t>(i)], fn, "target_probs");
+  return detail::chain_speculative_walk(tree.tokens(), tree.parents(), p, q, rng, fn);
+}
+
+namespace detail {
+
+//! The array form's arguments: the tree arrays (rows = the target's), the draft's rows with the same
+//! row numbering, and each request's Philox seed and stream.
+struct chain_speculative_args {
+  tree_verify_arrays tree;
+  const float* draft_rows = nullptr;
+  std::int64_t draft_stride = 0;
+  const std::uint64_t* seeds = nullptr;
+  const std::uint64_t* streams = nullptr;
+};
+
+//! The seam between the array form of verify_chain_speculative_batch and its backends:
+//!   static void run(const Policy&, const chain_speculative_args&);
+//! The host backend is below, the cuda one in verify/speculative_sampling.cuh.
+SPECDEC_BACKEND_SEAM(chain_speculative_backend, "verify_chain_speculative_batch",
+                     "specdec/verify/speculative_sampling.cuh");
+
+template <>
+struct chain_speculative_backend<host> {
+  static void run(const host& policy, const chain_speculative_args& a) {
+    constexpr std::string_view fn = "specdec::verify_chain_speculative_batch";
+    run_tree_verify_host(policy, a.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& p) {
+      prob_rows q = p;
+      q.data = a.draft_rows + p.first_row * a.draft_stride;
+      q.row_stride = a.draft_stride;
+      philox_stream rng(a.seeds[r], a.streams[r]);
+      return chain_speculative_walk(tokens, parents, p, q, rng, fn);
+    });
   }
-  verify_result res;
-  for (int i = 0; i < n; ++i) {
-    const auto x = tok[static_cast<std::size_t>(i)];
-    detail::check_prob_row(p, i, fn, "target_probs");  // the rows this step decides on, in full
-    detail::check_prob_row(q, i, fn, "draft_probs");
-    const double px = p.at(i, x), qx = q.at(i, x);
-    const double u = rng.uniform_double();
-    if (u * qx < px) {  // u < p/q with u in [0, 1): probability min(1, p/q)
-      res.accepted.push_back(i);
-      continue;
-    }
-    res.bonus = detail::sample_residual(p.row(i), q.row(i), rng, p.ref(fn, "target_probs", i), q.ref(fn, "draft_probs", i));
-    return res;
-  }
-  res.bonus = detail::draw_from_probs(p.row(n), rng, p.ref(fn, "target_probs", n));
-  return res;
+};
+
+}  // namespace detail
+
+//! Chain speculative sampling over a ragged batch given as arrays (the form a GPU engine holds), with
+//! the walk of verify_chain_speculative per request. The tree arrays and outputs are those of
+//! verify_greedy_batch's array form (node_indptr, tokens, parents; accepted, num_accepted, bonus,
+//! emitted, status); every request's tree must be a chain (parents[i] == i - 1), and
+//!   target_probs float [N + R, V]  request r's n_r + 1 target rows from row node_indptr[r] + r
+//!   draft_probs  float [N + R, V]  its draft rows, numbered the same (row i = q_i, the distribution
+//!                                  node i was drawn from; the last row of each request is not read)
+//!   seeds, streams uint64 [R]      request r draws from philox_stream(seeds[r], streams[r]) (as
+//!                                  verify_sample_and_match_batch's array form)
+//! Both tensors: unit inner stride, rows that do not overlap, V <= 2,097,152. Results equal
+//! verify_chain_speculative per request with that stream, bit for bit (the residual's block sums
+//! in the host's order, the host's search: sampling/detail/cdf_search.hpp).
+//!   specdec::host: host-accessible memory; values checked as the token_tree form checks them
+//!     (invalid_argument, outputs untouched); status {0, -1, -1}.
+//!   specdec::cuda (needs verify/speculative_sampling.cuh and nvcc): device-accessible memory; shapes
+//!     checked on the host, values on the device into `status` (device_error::chain, token,
+//!     draft_prob, row, draft_row, ...; a request with a bad value gets unspecified outputs). One
+//!     block per request. Enqueued on policy.stream without synchronisation, graph-capturable.
+template <execution_policy Policy, class NI, class TO, class PA, class PR, class QR, class SE, class SR, class AC,
+          class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<PR> &&
+           tensor_like<QR> && detail::uint64_array<SE> && detail::uint64_array<SR> && detail::int32_output<AC> &&
+           detail::int32_output<NA> && detail::int32_output<BO> && detail::int32_output<EM> &&
+           detail::int32_output<ST>)
+void verify_chain_speculative_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                                    const PR& target_probs, const QR& draft_probs_in, const SE& seeds_in,
+                                    const SR& streams_in, const AC& accepted, const NA& num_accepted, const BO& bonus,
+                                    const EM& emitted, const ST& status) {
+  constexpr std::string_view fn = "specdec::verify_chain_speculative_batch";
+  static_assert(PR::rank == 2 && std::is_same_v<std::remove_cv_t<typename PR::element_type>, float>,
+                "specdec::verify_chain_speculative_batch: target_probs must be a rank-2 tensor of float [rows, vocab]");
+  static_assert(QR::rank == 2 && std::is_same_v<std::remove_cv_t<typename QR::element_type>, float>,
+                "specdec::verify_chain_speculative_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
+  detail::chain_speculative_args a;
+  a.tree = detail::tree_verify_arrays_of<Policy>(fn, "target_probs", detail::device_cdf_max_vocab, node_indptr, tokens,
+                                                 parents, target_probs, accepted, num_accepted, bonus, emitted, status);
+  const auto q = as_view(draft_probs_in);
+  detail::require_row_tensor<Policy>(fn, "draft_probs", q,
+                                     static_cast<std::int64_t>(a.tree.nodes) + a.tree.requests, a.tree.vocab,
+                                     detail::device_cdf_max_vocab);
+  const auto seeds = as_view(seeds_in);
+  const auto streams = as_view(streams_in);
+  require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
+  require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
+  a.draft_rows = q.data(), a.draft_stride = q.stride(0);
+  a.seeds = seeds.data(), a.streams = streams.data();
+  detail::chain_speculative_backend<Policy>::run(policy, a);
 }
 
 }  // namespace specdec

@@ -30,6 +30,12 @@ inline constexpr std::size_t cdf_block = 1024;
 //! of a block sum here.
 inline constexpr int lanes = 16;
 
+//! The CUDA draws (cdf_device.cuh) keep a row's block sums in shared memory: at most this many
+//! blocks (2M tokens, beyond any LLM vocabulary; 16 KiB of doubles). The array-form entry points of
+//! the stochastic verifiers take at most device_cdf_max_vocab tokens under every policy.
+inline constexpr std::int64_t device_cdf_max_blocks = 2048;
+inline constexpr std::int64_t device_cdf_max_vocab = device_cdf_max_blocks * static_cast<std::int64_t>(cdf_block);
+
 //! End of the body of block [lo, hi): the tokens the lanes sum; [body_end, hi) is the tail.
 SPECDEC_HOST_DEVICE constexpr std::int64_t lane_body_end(std::int64_t lo, std::int64_t hi) noexcept {
   return hi - (hi - lo) % lanes;

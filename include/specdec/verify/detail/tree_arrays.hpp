@@ -40,6 +40,22 @@ struct tree_verify_arrays {
   std::int32_t* status = nullptr;
 };
 
+//! The checks of a float [rows, vocab] tensor of an array-form verification under Policy: memory the
+//! policy can dereference, extent(0) == rows, extent(1) == vocab (-1: any, in [1, max_vocab]), unit
+//! inner stride, rows that do not overlap, a non-null pointer when non-empty.
+template <class Policy, class V>
+void require_row_tensor(std::string_view fn, std::string_view name, const V& t, std::int64_t rows, std::int64_t vocab,
+                        std::int64_t max_vocab) {
+  require_policy_memory<Policy>(fn, name, t);
+  require_shape(fn, name, t, {rows, vocab});
+  require(t.extent(1) >= 1 && t.extent(1) <= max_vocab, fn, name,
+          "vocab (extent 1) in [1, " + std::to_string(max_vocab) + "]", t.extent(1));
+  require_unit_inner_stride(fn, name, t);
+  require(t.stride(0) >= t.extent(1) || t.extent(0) <= 1, fn, name, "row stride >= vocab (rows do not overlap)",
+          t.stride(0));
+  require(t.extent(0) == 0 || t.data() != nullptr, fn, name, "a non-null data pointer", "nullptr");
+}
+
 //! Every host-side check of an array-form tree verification under Policy (shapes, strides, memory
 //! spaces, int32 limits, vocab <= max_vocab); returns the pointers. `rows_name` names the float
 //! tensor in messages ("target_logits", "target_probs").
@@ -67,14 +83,7 @@ template <class Policy, class NI, class TO, class PA, class RW, class AC, class 
   require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
   require_policy_array<Policy>(fn, "emitted", emitted, N + R);
   require_policy_array<Policy>(fn, "status", status, 3);
-  require_policy_memory<Policy>(fn, rows_name, rows);
-  require_shape(fn, rows_name, rows, {N + R, -1});
-  require(rows.extent(1) >= 1 && rows.extent(1) <= max_vocab, fn, rows_name,
-          "vocab (extent 1) in [1, " + std::to_string(max_vocab) + "]", rows.extent(1));
-  require_unit_inner_stride(fn, rows_name, rows);
-  require(rows.stride(0) >= rows.extent(1) || rows.extent(0) <= 1, fn, rows_name,
-          "row stride >= vocab (rows do not overlap)", rows.stride(0));
-  require(rows.extent(0) == 0 || rows.data() != nullptr, fn, rows_name, "a non-null data pointer", "nullptr");
+  require_row_tensor<Policy>(fn, rows_name, rows, N + R, -1, max_vocab);
   tree_verify_arrays a;
   a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
   a.vocab = rows.extent(1), a.row_stride = rows.stride(0);

@@ -1,0 +1,153 @@
+#pragma once
+//! \file speculative_sampling.cuh
+//! CUDA backend of the array form of verify_chain_speculative_batch (verify/speculative_sampling.hpp):
+//! chain_speculative_backend<cuda>. After the status reset, one kernel on policy.stream, a block per
+//! request (grid-stride over requests), which runs the host's walk (detail::chain_speculative_walk)
+//! with the same Philox words:
+//!  1. checks, for every node in parallel: the chain shape (device_error::chain), the token
+//!     (token), q_i(x_i) positive and finite (draft_prob) and p_i(x_i) admissible (row);
+//!  2. node by node: both rows in full (row / draft_row), then one thread draws u (two words) and
+//!     accepts when u q_i(x_i) < p_i(x_i);
+//!  3. at the first rejection, the residual max(0, p_i - q_i) by blocked inverse CDF (its block sums
+//!     in the host's order: sampling/detail/cdf_device.cuh), or p_i when the residual is zero; after
+//!     the last node, a draw from p_n.
+//! Rows after the first rejection are never read. Outputs as the greedy backend writes them.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "specdec/core/device_types.cuh"
+#include "specdec/core/error.hpp"
+#include "specdec/sampling/detail/cdf_device.cuh"
+#include "specdec/verify/speculative_sampling.hpp"
+
+namespace specdec {
+namespace detail {
+
+inline constexpr int chain_speculative_threads = 512;
+
+//! Whether some entry of row[0, vocab) is not an admissible probability, to every thread of the block.
+__device__ inline bool block_row_inadmissible(const float* row, std::int64_t vocab) {
+  bool bad = false;
+  for (std::int64_t i = threadIdx.x; i < vocab; i += blockDim.x) bad |= prob_entry(__ldg(row + i)).bad;
+  return __syncthreads_or(bad) != 0;
+}
+
+__global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_kernel(const chain_speculative_args args) {
+  __shared__ double bs[device_cdf_max_blocks];
+  __shared__ std::int64_t drawn;
+  __shared__ int accepted_here;
+  const tree_verify_arrays& a = args.tree;
+  const int t = static_cast<int>(threadIdx.x);
+  if (blockIdx.x == 0 && t == 0) {
+    if (a.node_indptr[0] != 0) device_report(a.status, device_error::node_indptr, 0, -1);
+    if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
+  }
+  const std::int64_t nb = (a.vocab + static_cast<std::int64_t>(cdf_block) - 1) / static_cast<std::int64_t>(cdf_block);
+  for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
+    const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1];
+    if (b < 0 || e < b || e > a.nodes) {  // then every access below stays in bounds
+      if (t == 0) device_report(a.status, device_error::node_indptr, r, -1);
+      continue;  // uniform across the block
+    }
+    const std::int32_t n = e - b;
+    const std::int64_t first_row = static_cast<std::int64_t>(b) + r;
+    const auto p_row = [&](std::int32_t i) { return a.rows + (first_row + i) * a.row_stride; };
+    const auto q_row = [&](std::int32_t i) { return args.draft_rows + (first_row + i) * args.draft_stride; };
+    bool bad = false;
+    for (std::int32_t i = t; i < n; i += chain_speculative_threads) {
+      const std::int32_t x = a.tokens[b + i];
+      if (a.parents[b + i] != i - 1) device_report(a.status, device_error::chain, r, i), bad = true;
+      if (x < 0 || x >= a.vocab) {
+        device_report(a.status, device_error::token, r, i), bad = true;
+        continue;
+      }
+      const float qx = q_row(i)[x], px = p_row(i)[x];
+      if (prob_entry(qx).bad || !(qx > 0.0f)) device_report(a.status, device_error::draft_prob, r, i), bad = true;
+      if (prob_entry(px).bad) device_report(a.status, device_error::row, r, i), bad = true;
+    }
+    if (__syncthreads_or(bad) != 0) continue;
+    philox_stream rng(args.seeds[r], args.streams[r]);  // drawn from by thread 0 only
+    std::int32_t k = 0;  // accepted nodes so far
+    bool fail = false;
+    for (; k < n; ++k) {
+      const float* p = p_row(k);
+      const float* q = q_row(k);
+      const bool bad_p = block_row_inadmissible(p, a.vocab);
+      const bool bad_q = block_row_inadmissible(q, a.vocab);
+      if (bad_p || bad_q) {
+        if (t == 0) device_report(a.status, bad_p ? device_error::row : device_error::draft_row, r, k);
+        fail = true;
+        break;
+      }
+      if (t == 0) {
+        const std::int32_t x = a.tokens[b + k];
+        const double px = p[x], qx = q[x];
+        accepted_here = rng.uniform_double() * qx < px;
+      }
+      __syncthreads();
+      const bool accept = accepted_here != 0;
+      __syncthreads();  // every thread has read accepted_here before thread 0 writes the next one
+      if (!accept) break;
+    }
+    if (fail) continue;
+    const float* p = p_row(k);
+    std::int64_t y = -1;
+    if (k < n) {  // rejected at node k: the residual of rows k (both already checked)
+      const float* q = q_row(k);
+      cdf_block_sums<chain_speculative_threads>(
+          [p, q](std::int64_t i) { return residual_entry(__ldg(p + i), __ldg(q + i)); }, a.vocab, nb, bs);
+      if (t == 0)
+        drawn = cdf_draw(bs, nb, a.vocab, rng, [p, q](std::int64_t i) { return residual_entry(p[i], q[i]).weight; });
+      __syncthreads();
+      y = drawn;
+      __syncthreads();  // every thread has read drawn before it is written again
+    }
+    if (y < 0) {
+      // The bonus after the last node, or p_k itself when the residual is zero (p <= q everywhere:
+      // only rounding led here, and p is the law the emitted token must have: stochastic.hpp).
+      if (cdf_block_sums<chain_speculative_threads>([p](std::int64_t i) { return prob_entry(__ldg(p + i)); }, a.vocab,
+                                                    nb, bs)) {
+        if (t == 0) device_report(a.status, device_error::row, r, k);
+        continue;
+      }
+      if (t == 0) {
+        drawn = cdf_draw(bs, nb, a.vocab, rng, [p](std::int64_t i) { return static_cast<double>(p[i]); });
+        if (drawn < 0) device_report(a.status, device_error::row, r, k);
+      }
+      __syncthreads();
+      y = drawn;
+      __syncthreads();  // every thread has read drawn before the next request writes it
+      if (y < 0) continue;
+    }
+    if (t == 0) {
+      for (std::int32_t j = 0; j < k; ++j) {
+        a.accepted[b + j] = j;
+        a.emitted[b + r + j] = a.tokens[b + j];
+      }
+      a.emitted[b + r + k] = static_cast<std::int32_t>(y);
+      a.num_accepted[r] = k;
+      a.bonus[r] = static_cast<std::int32_t>(y);
+    }
+  }
+}
+
+//! The cuda backend (the seam in speculative_sampling.hpp): the entry point has checked shapes,
+//! strides, memory spaces and the vocabulary limit. Clears status and launches the kernel on
+//! policy.stream; no synchronisation. A failed launch throws cuda_error.
+template <>
+struct chain_speculative_backend<cuda> {
+  static void run(const cuda& policy, const chain_speculative_args& a) {
+    cudaStream_t stream = policy.stream;
+    clear_device_status(a.tree.status, stream);
+    // At least one block: block 0 checks node_indptr's ends even when there are no requests.
+    const int blocks = a.tree.requests < 1 ? 1 : a.tree.requests < 65535 ? a.tree.requests : 65535;
+    chain_speculative_kernel<<<blocks, chain_speculative_threads, 0, stream>>>(a);
+    SPECDEC_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+}  // namespace detail
+}  // namespace specdec

@@ -1,0 +1,171 @@
+// verify_chain_speculative_batch(cuda{}) (array form) against verify_chain_speculative per request with
+// the same Philox streams (tests/verify/chain_speculative_batch_util.hpp): the same accepted tokens and
+// residual / bonus draws bit for bit on ragged batches of chains up to 64 requests and vocabularies
+// up to 256K (a padded row stride); device-side value errors in status; graph capture.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "specdec/verify/speculative_sampling.cuh"
+#include "verify/chain_speculative_batch_util.hpp"
+
+using specdec::memory_space;
+using specdec_test::chain_batch_case;
+using specdec_test::device_buffer;
+
+namespace {
+
+template <class T>
+specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
+  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
+}
+
+std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t vocab, std::int64_t stride) {
+  std::vector<float> h(static_cast<std::size_t>(rows * stride), std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * vocab, vocab, h.begin() + r * stride);
+  return h;
+}
+
+struct device_case {
+  std::int64_t rows, vocab, stride;
+  device_buffer<std::int32_t> ni, tok, par, acc, nacc, bon, emi, st;
+  device_buffer<std::uint64_t> seeds, streams;
+  device_buffer<float> p, q;
+  device_case(const chain_batch_case& c, std::int64_t pad = 0)
+      : rows(c.nodes() + c.requests()), vocab(c.vocab), stride(c.vocab + pad), ni(c.node_indptr), tok(c.tokens),
+        par(c.parents), acc(std::vector<std::int32_t>(c.tokens.size(), -9)),
+        nacc(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
+        bon(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
+        emi(std::vector<std::int32_t>(c.tokens.size() + c.node_indptr.size() - 1, -9)),
+        st(std::vector<std::int32_t>{5, 5, 5}), seeds(c.seeds), streams(c.streams),
+        p(padded(c.p, rows, vocab, stride)), q(padded(c.q, rows, vocab, stride)) {}
+  void launch(cudaStream_t s = nullptr) {
+    const specdec::strided_view<const float, 2> pv(p.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    const specdec::strided_view<const float, 2> qv(q.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    specdec::verify_chain_speculative_batch(specdec::cuda{.stream = s}, dv(ni), dv(tok), dv(par), pv, qv, dv(seeds),
+                                            dv(streams), dv(acc), dv(nacc), dv(bon), dv(emi), dv(st));
+  }
+  specdec::device_status status() const {
+    const auto v = st.download();
+    return specdec::device_status::from(std::span<const std::int32_t, 3>(v.data(), 3));
+  }
+};
+
+void check_against_reference(const chain_batch_case& c, device_case& d) {
+  CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
+  const auto acc = d.acc.download(), nacc = d.nacc.download(), bon = d.bon.download(), emi = d.emi.download();
+  for (int r = 0; r < c.requests(); ++r) {
+    const auto want = c.expected.request(r);
+    const auto k = static_cast<int>(want.accepted.size());
+    REQUIRE(nacc[r] == k);
+    CHECK(bon[r] == want.bonus);
+    const int b = c.node_indptr[r];
+    for (int j = 0; j < k; ++j) {
+      CHECK(acc[b + j] == j);
+      CHECK(emi[b + r + j] == c.tokens[b + j]);
+    }
+    CHECK(emi[b + r + k] == want.bonus);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda verify_chain_speculative_batch draws what the host draws, on random ragged batches", "[cuda][verify]") {
+  struct shape {
+    int R, max_nodes;
+    std::int64_t V;
+  };
+  for (const shape s : {shape{1, 1, 1}, shape{5, 6, 5}, shape{64, 12, 300}, shape{17, 8, 1001}, shape{8, 6, 131072},
+                        shape{2, 5, 262144}}) {
+    DYNAMIC_SECTION("R " << s.R << " nodes <= " << s.max_nodes << " V " << s.V) {
+      const auto c = specdec_test::random_chain_batch(s.R, s.max_nodes, s.V, s.R * 13 + s.V);
+      for (std::int64_t pad : {0, 5}) {
+        device_case d(c, pad);
+        d.launch();
+        specdec_test::sync_check("verify_chain_speculative_batch");
+        check_against_reference(c, d);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda verify_chain_speculative_batch reports bad values in status", "[cuda][verify]") {
+  auto c = specdec_test::random_chain_batch(4, 6, 7, 4321);
+  while (c.node_indptr[3] - c.node_indptr[2] < 2) c = specdec_test::random_chain_batch(4, 6, 7, c.tokens.size() + 11);
+  auto expect = [](const chain_batch_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+    device_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_chain_speculative_batch (bad values)");
+    const auto s = d.status();
+    CHECK(s.error == e);
+    CHECK(s.request == request);
+    CHECK(s.index == index);
+  };
+  const int b2 = c.node_indptr[2];
+  const std::int64_t row2 = b2 + 2;  // request 2's first row
+  {
+    auto bad = c;
+    bad.parents[b2 + 1] = -1;
+    expect(bad, specdec::device_error::chain, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.tokens[b2 + 1] = 7;
+    expect(bad, specdec::device_error::token, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.q[row2 * c.vocab + c.tokens[b2]] = 0.0f;
+    expect(bad, specdec::device_error::draft_prob, 2, 0);
+  }
+  {  // a bad entry elsewhere in request 2's first target / draft row (always read in full)
+    auto bad = c;
+    bad.p[row2 * c.vocab + (c.tokens[b2] + 1) % c.vocab] = std::numeric_limits<float>::quiet_NaN();
+    expect(bad, specdec::device_error::row, 2, 0);
+    auto bad_q = c;
+    bad_q.q[row2 * c.vocab + (c.tokens[b2] + 1) % c.vocab] = -0.5f;
+    expect(bad_q, specdec::device_error::draft_row, 2, 0);
+  }
+}
+
+TEST_CASE("cuda verify_chain_speculative_batch is captured in a CUDA graph and replays with new streams",
+          "[cuda][verify]") {
+  auto c = specdec_test::random_chain_batch(8, 6, 4096, 77);
+  device_case d(c);
+  std::uint32_t step = 0;
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        ++step;
+        for (int r = 0; r < c.requests(); ++r) c.streams[r] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
+        c.finish();
+        d.streams.upload(c.streams);
+        d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
+        d.st.upload({4, 4, 4});
+      },
+      [&] { check_against_reference(c, d); });
+}
+
+TEST_CASE("cuda verify_chain_speculative_batch rejects host memory and bad shapes before any CUDA call",
+          "[cuda][verify][nogpu]") {
+  auto c = specdec_test::random_chain_batch(2, 4, 4, 3);
+  std::vector<std::int32_t> acc(c.tokens.size()), nacc(2), bon(2), emi(c.tokens.size() + 2), st(3);
+  auto dev = [](auto& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const std::int64_t rows = c.nodes() + 2;
+  const auto p_dev = specdec::make_view<2>(c.p.data(), {rows, c.vocab}, memory_space::device);
+  const auto q_host = specdec::make_view<2>(c.q.data(), {rows, c.vocab});
+  const auto q_dev = specdec::make_view<2>(c.q.data(), {rows, c.vocab}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_chain_speculative_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                            dev(c.parents), p_dev, q_host, dev(c.seeds), dev(c.streams),
+                                                            dev(acc), dev(nacc), dev(bon), dev(emi), dev(st)),
+                    Catch::Contains("draft_probs") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::verify_chain_speculative_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                            dev(c.parents), p_dev, q_dev, dev(c.seeds), dev(c.seeds),
+                                                            dev(acc), dev(nacc), dev(bon), dev(acc), dev(st)),
+                    Catch::Contains("emitted"));
+}
