@@ -2,8 +2,9 @@
 // Random ragged batches of chains for the array form of verify_chain_speculative_batch (host:
 // tests/verify/test_chain_speculative_arrays.cpp, CUDA: tests/cuda/test_verify_chain_speculative.cu).
 // Each request is a chain whose tokens are drawn from its draft rows q_i; the target row p_i is q_i
-// itself for about half of the nodes (always accepted) and independent otherwise (mostly rejected,
-// so the residual is drawn), with zero entries in some rows. The expected result is
+// itself for about 2/5 of the nodes (always accepted), q / 2 for 1/5 (an unnormalised row accepted half
+// the time whose residual max(0, p - q) is zero: the draw falls back to p) and independent otherwise
+// (mostly rejected, so the residual is drawn), with zero entries in some rows. The expected result is
 // verify_chain_speculative on each request with philox_stream(seeds[r], streams[r]).
 #include <cstdint>
 #include <vector>
@@ -54,7 +55,11 @@ inline chain_batch_case random_chain_batch(int R, int max_nodes, std::int64_t V,
     for (int s = 0; s <= n; ++s) {
       std::vector<float> q(static_cast<std::size_t>(V)), p(static_cast<std::size_t>(V));
       random_row(q);
-      if (rng.below(2) == 0) p = q; else random_row(p);
+      switch (rng.below(5)) {
+        case 0: case 1: p = q; break;                    // always accepted
+        case 2: for (std::size_t i = 0; i < p.size(); ++i) p[i] = 0.5f * q[i]; break;  // rejected half the time, zero residual
+        default: random_row(p);
+      }
       if (s < n) {
         c.tokens.push_back(specdec::sample_from_probs(q, rng));
         c.parents.push_back(s - 1);

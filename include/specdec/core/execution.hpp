@@ -26,6 +26,11 @@ struct cuda {
 template <class P>
 concept execution_policy = std::same_as<std::remove_cvref_t<P>, host> || std::same_as<std::remove_cvref_t<P>, cuda>;
 
+//! True when Policy runs on a CUDA device: validation then follows the device rules (device-accessible
+//! memory; device data is never read on the host).
+template <class Policy>
+inline constexpr bool on_device_v = std::is_same_v<std::remove_cvref_t<Policy>, cuda>;
+
 namespace detail {
 //! False for every type, but only once a template argument is known: the condition of a backend
 //! seam's static_assert (attention/detail/backend.hpp, position/rope.hpp), which must fire only when

@@ -225,7 +225,7 @@ void require_host_accessible(std::string_view function, std::string_view argumen
 //! Policy can dereference it: device-accessible memory for specdec::cuda, host-accessible otherwise.
 template <class Policy, class X>
 void require_policy_memory(std::string_view function, std::string_view argument, const X& x) {
-  if constexpr (std::is_same_v<std::remove_cvref_t<Policy>, cuda>)
+  if constexpr (on_device_v<Policy>)
     require(device_accessible(x.space()), function, argument, "device-accessible memory (device or managed)", x.space());
   else
     require(host_accessible(x.space()), function, argument, "host-accessible memory (host or managed)", x.space());

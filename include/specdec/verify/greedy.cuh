@@ -153,7 +153,10 @@ __global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const 
     }
     // The accepted path, bottom up: emitted slot k of this request is written after every argmax
     // slot the walk read (arg[] is shared memory or was read above), and only slots 0..best_depth+1.
-    for (std::int32_t v = best, k = best_depth; v >= 0; v = par[v], --k) {
+    // k >= 0: best's depth is best_depth unless another request's range overlapped this one (a bad
+    // node_indptr, reported by that request's block) and wrote its scratch here; every write stays
+    // inside this request's slots even then.
+    for (std::int32_t v = best, k = best_depth; v >= 0 && k >= 0; v = par[v], --k) {
       a.accepted[b + k] = v;
       a.emitted[b + r + k] = tok[v];
     }

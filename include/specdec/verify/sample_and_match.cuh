@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
     if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
   }
   const std::int64_t nb = (a.vocab + static_cast<std::int64_t>(cdf_block) - 1) / static_cast<std::int64_t>(cdf_block);
-  for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
+  for (std::int64_t r64 = blockIdx.x; r64 < a.requests; r64 += gridDim.x) {  // 64-bit: no wrap near INT32_MAX
+    const auto r = static_cast<std::int32_t>(r64);
     const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1];
     if (b < 0 || e < b || e > a.nodes) {  // then every access below stays in bounds
       if (t == 0) device_report(a.status, device_error::node_indptr, r, -1);
@@ -63,7 +64,8 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
     std::int32_t* const mark = in_smem ? mark_s : a.accepted + b;
     __syncthreads();  // the previous request is done with the shared arrays
     bool bad = false;
-    for (std::int32_t i = t; i < n; i += sample_and_match_threads) {
+    for (std::int64_t i64 = t; i64 < n; i64 += sample_and_match_threads) {
+      const auto i = static_cast<std::int32_t>(i64);
       const std::int32_t p = a.parents[b + i], tok = a.tokens[b + i];
       if (p < -1 || p >= i) device_report(a.status, device_error::parent, r, i), bad = true;
       if (tok < 0 || tok >= a.vocab) device_report(a.status, device_error::token, r, i), bad = true;
@@ -99,16 +101,16 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
       }
       // Children of the class (all have indices above rep) that carry y; marks of depth `level`
       // nodes equal level, the root's class is level 0.
-      for (std::int32_t c0 = rep + 1; c0 < n; c0 += sample_and_match_chunk) {
+      for (std::int64_t c0 = rep + 1; c0 < n; c0 += sample_and_match_chunk) {
         std::uint32_t hits = 0;
         for (int it = 0; it < 32; ++it) {
-          const std::int32_t i = c0 + it * sample_and_match_threads + t;
+          const std::int64_t i = c0 + it * sample_and_match_threads + t;
           if (i < n && joins_class(tok, par, mark, i, y, level)) hits |= 1u << it;
         }
         __syncthreads();  // every mark of this chunk's parents is read before any is written
         for (int it = 0; it < 32; ++it)
           if ((hits >> it) & 1u) {
-            const std::int32_t i = c0 + it * sample_and_match_threads + t;
+            const auto i = static_cast<std::int32_t>(c0 + it * sample_and_match_threads + t);
             mark[i] = level + 1;
             atomicMin(&next_rep, i);
           }
@@ -122,8 +124,10 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
     if (fail || t != 0) continue;
     const auto y = static_cast<std::int32_t>(drawn);
     // The root path of rep, bottom up (the marks in a large request's accepted slots are not read
-    // any more).
-    for (std::int32_t v = rep, k = level - 1; v >= 0; v = par[v], --k) {
+    // any more). rep's depth is level - 1 unless another request's range overlapped this one (a bad
+    // node_indptr, reported by the other request's block) and wrote marks here: k >= 0 keeps every
+    // write inside the request's slots even then.
+    for (std::int32_t v = rep, k = level - 1; v >= 0 && k >= 0; v = par[v], --k) {
       a.accepted[b + k] = v;
       a.emitted[b + r + k] = tok[v];
     }

@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_k
     if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
   }
   const std::int64_t nb = (a.vocab + static_cast<std::int64_t>(cdf_block) - 1) / static_cast<std::int64_t>(cdf_block);
-  for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
+  for (std::int64_t r64 = blockIdx.x; r64 < a.requests; r64 += gridDim.x) {  // 64-bit: no wrap near INT32_MAX
+    const auto r = static_cast<std::int32_t>(r64);
     const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1];
     if (b < 0 || e < b || e > a.nodes) {  // then every access below stays in bounds
       if (t == 0) device_report(a.status, device_error::node_indptr, r, -1);
@@ -57,7 +58,8 @@ __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_k
     const auto p_row = [&](std::int32_t i) { return a.rows + (first_row + i) * a.row_stride; };
     const auto q_row = [&](std::int32_t i) { return args.draft_rows + (first_row + i) * args.draft_stride; };
     bool bad = false;
-    for (std::int32_t i = t; i < n; i += chain_speculative_threads) {
+    for (std::int64_t i64 = t; i64 < n; i64 += chain_speculative_threads) {
+      const auto i = static_cast<std::int32_t>(i64);
       const std::int32_t x = a.tokens[b + i];
       if (a.parents[b + i] != i - 1) device_report(a.status, device_error::chain, r, i), bad = true;
       if (x < 0 || x >= a.vocab) {

@@ -36,10 +36,6 @@ inline constexpr bool attention_storage_v =
     std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, half> ||
     std::is_same_v<std::remove_cv_t<T>, bfloat16>;
 
-//! True when validation follows the cuda backend's rules (device memory, no reads of device data).
-template <class Policy>
-inline constexpr bool on_device_v = std::is_same_v<std::remove_cvref_t<Policy>, cuda>;
-
 //! Storage types the attention kernels of Policy are instantiated for: the cuda kernels run on the
 //! tensor cores, which take 16-bit inputs only.
 template <class Policy, class T>

@@ -9,6 +9,9 @@
 //!    host's lane j), the group's first thread adding the tail and the lanes' sums in lane order;
 //!    every entry's admissibility is checked on the way;
 //!  - cdf_draw: the row total and the search, by one thread.
+//! Bit-identity with the host needs IEEE denormals on the device, nvcc's default: code built with
+//! -ftz=true or --use_fast_math flushes denormal probabilities (in the float -> double conversions and
+//! the comparisons), so rows whose mass is denormal would sum and validate differently.
 
 #include <cuda_runtime_api.h>
 
