@@ -289,3 +289,113 @@ SPECDEC_FUZZ_TARGET(verify_multi_draft, "verify_multi_draft (+ batch == per-requ
     check_batch_equals(got, want, "verify_multi_draft_batch");
   }
 }
+
+namespace {
+//! Raw arrays of an array-form verification: offsets, parents and tokens that may be invalid.
+struct raw_batch {
+  std::vector<std::int32_t> node_indptr{0}, tokens, parents;
+  bool valid = true;  // offsets, parents and tokens all valid
+  bool chains = true; // every request a chain
+};
+
+raw_batch fuzz_raw_batch(input& in, int vocab) {
+  raw_batch b;
+  const int requests = in.range(0, 3);
+  for (int r = 0; r < requests; ++r) {
+    const int n = in.range(0, 6);
+    const auto par = in.parents(n, /*allow_invalid=*/true);
+    for (int i = 0; i < n; ++i) b.parents.push_back(par[static_cast<std::size_t>(i)]), b.tokens.push_back(in.token(vocab));
+    b.node_indptr.push_back(b.node_indptr.back() + n);
+  }
+  if (requests > 0 && in.chance(10))  // a corrupt offset
+    b.node_indptr[static_cast<std::size_t>(in.range(0, requests))] = in.int32(-2, static_cast<std::int32_t>(b.tokens.size()) + 2);
+  // Validity from the final arrays (a changed offset moves nodes between requests).
+  const auto N = static_cast<std::int32_t>(b.tokens.size());
+  b.valid = b.node_indptr.front() == 0 && b.node_indptr.back() == N;
+  for (std::size_t r = 0; r + 1 < b.node_indptr.size(); ++r) b.valid &= b.node_indptr[r] <= b.node_indptr[r + 1];
+  if (!b.valid) return b;
+  for (std::size_t r = 0; r + 1 < b.node_indptr.size(); ++r)
+    for (std::int32_t i = b.node_indptr[r]; i < b.node_indptr[r + 1]; ++i) {
+      const std::int32_t local = i - b.node_indptr[r], p = b.parents[static_cast<std::size_t>(i)];
+      const std::int32_t t = b.tokens[static_cast<std::size_t>(i)];
+      b.valid &= p >= -1 && p < local && t >= 0 && t < vocab;
+      b.chains &= p == local - 1;
+    }
+  return b;
+}
+
+template <class T>
+specdec::strided_view<T, 1> v1(std::vector<T>& x) {
+  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
+}
+}  // namespace
+
+SPECDEC_FUZZ_TARGET(verify_arrays, "verify_{greedy,sample_and_match,chain_speculative}_batch array forms == token_tree forms, or a clean throw") {
+  input in(data, size);
+  const int vocab = in.range(1, 10);
+  const int kind = in.range(0, 2);  // 0 greedy, 1 sample_and_match, 2 chain
+  raw_batch b = fuzz_raw_batch(in, vocab);
+  const auto R = static_cast<std::int64_t>(b.node_indptr.size()) - 1, N = static_cast<std::int64_t>(b.tokens.size());
+  auto p = fuzz_rows(in, static_cast<std::size_t>(N + R), vocab, kind != 0);
+  auto q = fuzz_rows(in, static_cast<std::size_t>(N + R), vocab, true);
+  std::vector<std::uint64_t> seeds, streams;
+  for (std::int64_t r = 0; r < R; ++r) seeds.push_back(in.u64()), streams.push_back(in.u64());
+  std::vector<std::int32_t> acc(static_cast<std::size_t>(N), -7), nacc(static_cast<std::size_t>(R), -7),
+      bon(static_cast<std::size_t>(R), -7), emi(static_cast<std::size_t>(N + R), -7), st{9, 9, 9};
+  const auto fresh = std::vector{acc, nacc, bon, emi, st};
+  const auto pv = specdec::make_view<2>(p.data(), {N + R, vocab});
+  const auto qv = specdec::make_view<2>(q.data(), {N + R, vocab});
+  bool threw = false;
+  try {
+    if (kind == 0)
+      specdec::verify_greedy_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv, v1(acc), v1(nacc),
+                                   v1(bon), v1(emi), v1(st));
+    else if (kind == 1)
+      specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv, v1(seeds),
+                                             v1(streams), v1(acc), v1(nacc), v1(bon), v1(emi), v1(st));
+    else
+      specdec::verify_chain_speculative_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv, qv,
+                                              v1(seeds), v1(streams), v1(acc), v1(nacc), v1(bon), v1(emi), v1(st));
+  } catch (const specdec::invalid_argument&) {
+    threw = true;
+  }
+  if (threw) FUZZ_CHECK((std::vector{acc, nacc, bon, emi, st}) == fresh, "verify arrays: a call that threw wrote its outputs");
+  if (!b.valid || (kind == 2 && !b.chains)) {
+    FUZZ_CHECK(threw, "verify arrays: accepted invalid offsets, parents or tokens (or a non-chain for chain speculative)");
+    return;
+  }
+  // The reference: the token_tree form per request; the array form throws iff some request's does.
+  bool ref_threw = false;
+  std::vector<verify_result> want;
+  for (std::int64_t r = 0; r < R && !ref_threw; ++r) {
+    const auto lo = b.node_indptr[static_cast<std::size_t>(r)], hi = b.node_indptr[static_cast<std::size_t>(r) + 1];
+    token_tree t;
+    for (auto i = lo; i < hi; ++i) t.add(b.tokens[static_cast<std::size_t>(i)], b.parents[static_cast<std::size_t>(i)]);
+    const auto rows_p = specdec::make_view<2>(p.data() + (lo + r) * vocab, {hi - lo + 1, vocab});
+    const auto rows_q = specdec::make_view<2>(q.data() + (lo + r) * vocab, {hi - lo + 1, vocab});
+    specdec::philox_stream rng(seeds.empty() ? 0 : seeds[static_cast<std::size_t>(r)],
+                               streams.empty() ? 0 : streams[static_cast<std::size_t>(r)]);
+    try {
+      want.push_back(kind == 0   ? specdec::verify_greedy(t, rows_p)
+                     : kind == 1 ? specdec::verify_sample_and_match(t, rows_p, rng)
+                                 : specdec::verify_chain_speculative(t, rows_p, rows_q, rng));
+    } catch (const specdec::invalid_argument&) {
+      ref_threw = true;
+    }
+  }
+  FUZZ_CHECK(threw == ref_threw, "verify arrays: threw where the token_tree form did not, or the other way round");
+  if (threw) return;
+  FUZZ_CHECK(st == (std::vector<std::int32_t>{0, -1, -1}), "verify arrays: status is not {0, -1, -1} after success");
+  for (std::int64_t r = 0; r < R; ++r) {
+    const auto lo = b.node_indptr[static_cast<std::size_t>(r)];
+    const auto& w = want[static_cast<std::size_t>(r)];
+    const auto k = static_cast<std::int32_t>(w.accepted.size());
+    FUZZ_CHECK(nacc[static_cast<std::size_t>(r)] == k && bon[static_cast<std::size_t>(r)] == w.bonus,
+               "verify arrays: num_accepted or bonus differs from the token_tree form");
+    for (std::int32_t j = 0; j < k; ++j)
+      FUZZ_CHECK(acc[static_cast<std::size_t>(lo + j)] == w.accepted[static_cast<std::size_t>(j)] &&
+                     emi[static_cast<std::size_t>(lo + r + j)] == b.tokens[static_cast<std::size_t>(lo + w.accepted[static_cast<std::size_t>(j)])],
+                 "verify arrays: accepted or emitted differs from the token_tree form");
+    FUZZ_CHECK(emi[static_cast<std::size_t>(lo + r + k)] == w.bonus, "verify arrays: the last emitted token is not the bonus");
+  }
+}
