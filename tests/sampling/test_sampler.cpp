@@ -233,3 +233,101 @@ TEST_CASE("the block sums' lane order is the host kernels' order, bit for bit") 
   }
   CHECK(differs_from_naive > 20);  // the order matters for these rows: the check above can fail
 }
+
+// Host twin of cdf_device.cuh's cdf_draw_block: its warp's arithmetic (32 lanes of 32 consecutive
+// tokens, a Hillis-Steele scan of the lanes' sums, the lane scan from c_start) with the shared decision
+// (cdf_search_margin, cdf_prefix_safe). Whenever the decision says the fast token is safe it must be
+// cdf_search's token; u placed on and next to the serial scan's own prefix sums must fall back.
+namespace {
+struct twin_draw {
+  std::int64_t token;  // -3: the serial fallback would run
+};
+template <class W>
+twin_draw warp_twin(const double* bs, std::int64_t nb, std::int64_t vocab, double u, const W& weight) {
+  double c = 0.0;
+  std::int64_t chosen = -1;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    if (bs[b] > 0.0 && c + bs[b] > u) {
+      chosen = b;
+      break;
+    }
+    c += bs[b];
+  }
+  if (chosen < 0) return {-3};
+  const std::int64_t lo = chosen * 1024, hi = std::min<std::int64_t>(vocab, lo + 1024);
+  double s[32], incl[32];
+  for (int l = 0; l < 32; ++l) {
+    s[l] = 0.0;
+    for (std::int64_t i = lo + 32 * l; i < std::min(hi, lo + 32 * l + 32); ++i) s[l] += weight(i);
+    incl[l] = s[l];
+  }
+  for (int d = 1; d < 32; d *= 2) {
+    double prev[32];
+    std::copy(incl, incl + 32, prev);
+    for (int l = d; l < 32; ++l) incl[l] = prev[l] + prev[l - d];  // o + incl, as the lane adds the shuffled value
+  }
+  for (int l = 0; l < 32; ++l) {
+    double at = c + (incl[l] - s[l]), before = at;
+    for (std::int64_t i = lo + 32 * l; i < std::min(hi, lo + 32 * l + 32); ++i) {
+      const double w = weight(i);
+      if (w > 0.0) {
+        before = at;
+        at += w;
+        if (u < at) {
+          const double margin = specdec::detail::cdf_search_margin(c + bs[chosen]);
+          return {specdec::detail::cdf_prefix_safe(u, before, at, margin) ? i : -3};
+        }
+      }
+    }
+  }
+  return {-3};
+}
+}  // namespace
+
+TEST_CASE("the device's warp search returns cdf_search's token whenever it skips the serial scan") {
+  namespace d = specdec::detail;
+  specdec::philox_stream rng(77, 1);
+  int fast = 0, random_u = 0, adversarial_fast = 0, adversarial = 0;
+  for (int rep = 0; rep < 60; ++rep) {
+    const std::int64_t V = 1 + rng.below(5000);
+    std::vector<float> x(static_cast<std::size_t>(V));
+    const int kind = static_cast<int>(rng.below(4));
+    for (auto& v : x) {
+      v = rng.uniform();
+      if (kind == 1 && rng.below(2) == 0) v = 0.0f;                                       // sparse
+      if (kind == 2) v = std::ldexp(rng.uniform(), -static_cast<int>(rng.below(100)));   // wide range
+      if (kind == 3 && rng.below(64) != 0) v = 0.0f;                                      // a few tokens
+    }
+    x[rng.below(static_cast<std::uint32_t>(V))] = 0.75f;
+    const float* xp = x.data();
+    const auto w = [xp](std::int64_t i) { return static_cast<double>(xp[i]); };
+    const std::int64_t nb = (V + 1023) / 1024;
+    std::vector<double> bs(static_cast<std::size_t>(nb));
+    for (std::int64_t b = 0; b < nb; ++b) bs[b] = d::lane_order_sum(w, b * 1024, std::min<std::int64_t>(V, b * 1024 + 1024));
+    const double total = d::cdf_total(bs.data(), nb);
+    auto check = [&](double u, bool adv) {
+      const auto got = warp_twin(bs.data(), nb, V, u, w);
+      if (got.token != -3) {
+        CHECK(got.token == d::cdf_search(bs.data(), nb, V, u, w));
+        ++(adv ? adversarial_fast : fast);
+      }
+      ++(adv ? adversarial : random_u);
+    };
+    for (int k = 0; k < 200; ++k) check(rng.uniform_double() * total, false);
+    // u on the serial scan's own running sums (and one ulp either side): where rounding decides.
+    double c = 0.0;
+    for (std::int64_t b = 0; b < nb; ++b) {
+      double cb = c;
+      for (std::int64_t i = b * 1024; i < std::min<std::int64_t>(V, b * 1024 + 1024) && i < b * 1024 + 40; ++i)
+        if (w(i) > 0.0) {
+          cb += w(i);
+          for (double u : {cb, std::nextafter(cb, 0.0), std::nextafter(cb, 2.0 * cb)})
+            if (u < total) check(u, true);
+        }
+      c += bs[b];
+    }
+  }
+  CHECK(random_u == 60 * 200);
+  CHECK(fast > random_u * 99 / 100);       // the serial scan is the rare case for random u
+  CHECK(adversarial_fast < adversarial / 10);  // and the rule for u on a boundary
+}

@@ -9,8 +9,9 @@
 //!     per-node class marks;
 //!  2. per visited row: the block sums of the blocked inverse CDF in the host's order, every entry
 //!     checked on the way (sampling/detail/cdf_device.cuh's cdf_block_sums: the same doubles);
-//!  3. one thread adds the block sums in order, draws u (two words of the request's Philox stream,
-//!     as the host draws them) and searches the row (cdf_draw): the host's token;
+//!  3. one thread adds the block sums in order and draws u (two words of the request's Philox
+//!     stream, as the host draws them); the block is searched by a warp (cdf_draw_block): the host's
+//!     token;
 //!  4. the next class, in parallel: nodes carrying the draw whose parent is in the current class
 //!     (marks hold the depth + 1 at which a node joined, so no clearing between levels), the lowest
 //!     of them named by an atomicMin; none: the draw is the bonus token.
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
   __shared__ double bs[device_cdf_max_blocks];
   __shared__ std::int32_t par_s[sample_and_match_smem_nodes], tok_s[sample_and_match_smem_nodes],
       mark_s[sample_and_match_smem_nodes];
-  __shared__ std::int64_t drawn;
+  __shared__ cdf_draw_shared draw;
   __shared__ std::int32_t next_rep;
   const tree_verify_arrays& a = args.tree;
   const int t = static_cast<int>(threadIdx.x);
@@ -75,7 +76,8 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
     if (__syncthreads_or(bad) != 0) continue;
     const std::int32_t* par = in_smem ? par_s : a.parents + b;
     const std::int32_t* tok = in_smem ? tok_s : a.tokens + b;
-    philox_stream rng(args.seeds[r], args.streams[r]);  // drawn from by thread 0 only
+    philox_stream rng(args.seeds[r], args.streams[r]);  // drawn from by thread 0 only (cdf_draw_block)
+    std::int64_t y = -1;               // the last draw
     std::int32_t rep = -1, level = 0;  // the current class's lowest node (-1: the root) and its depth + 1
     bool fail = false;
     for (;;) {
@@ -87,14 +89,12 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
         fail = true;
         break;
       }
+      y = cdf_draw_block(bs, nb, a.vocab, rng, [row](std::int64_t i) { return static_cast<double>(row[i]); }, draw);
       if (t == 0) {
-        const std::int64_t y = cdf_draw(bs, nb, a.vocab, rng, [row](std::int64_t i) { return static_cast<double>(row[i]); });
         if (y < 0) device_report(a.status, device_error::row, r, local_row);
-        drawn = y;
         next_rep = std::numeric_limits<std::int32_t>::max();
       }
-      __syncthreads();
-      const std::int64_t y = drawn;
+      __syncthreads();  // next_rep is reset before the class step
       if (y < 0) {
         fail = true;
         break;
@@ -122,7 +122,6 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
       __syncthreads();  // every thread has read next_rep before thread 0 resets it
     }
     if (fail || t != 0) continue;
-    const auto y = static_cast<std::int32_t>(drawn);
     // The root path of rep, bottom up (the marks in a large request's accepted slots are not read
     // any more). rep's depth is level - 1 unless another request's range overlapped this one (a bad
     // node_indptr, reported by the other request's block) and wrote marks here: k >= 0 keeps every
@@ -131,9 +130,9 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
       a.accepted[b + k] = v;
       a.emitted[b + r + k] = tok[v];
     }
-    a.emitted[b + r + level] = y;
+    a.emitted[b + r + level] = static_cast<std::int32_t>(y);
     a.num_accepted[r] = level;
-    a.bonus[r] = y;
+    a.bonus[r] = static_cast<std::int32_t>(y);
   }
 }
 

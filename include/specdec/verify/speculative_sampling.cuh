@@ -37,7 +37,7 @@ __device__ inline bool block_row_inadmissible(const float* row, std::int64_t voc
 
 __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_kernel(const chain_speculative_args args) {
   __shared__ double bs[device_cdf_max_blocks];
-  __shared__ std::int64_t drawn;
+  __shared__ cdf_draw_shared draw;
   __shared__ int accepted_here;
   const tree_verify_arrays& a = args.tree;
   const int t = static_cast<int>(threadIdx.x);
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_k
       if (prob_entry(px).bad) device_report(a.status, device_error::row, r, i), bad = true;
     }
     if (__syncthreads_or(bad) != 0) continue;
-    philox_stream rng(args.seeds[r], args.streams[r]);  // drawn from by thread 0 only
+    philox_stream rng(args.seeds[r], args.streams[r]);  // drawn from by thread 0 only (cdf_draw_block)
     std::int32_t k = 0;  // accepted nodes so far
     bool fail = false;
     for (; k < n; ++k) {
@@ -101,11 +101,8 @@ __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_k
       const float* q = q_row(k);
       cdf_block_sums<chain_speculative_threads>(
           [p, q](std::int64_t i) { return residual_entry(__ldg(p + i), __ldg(q + i)); }, a.vocab, nb, bs);
-      if (t == 0)
-        drawn = cdf_draw(bs, nb, a.vocab, rng, [p, q](std::int64_t i) { return residual_entry(p[i], q[i]).weight; });
-      __syncthreads();
-      y = drawn;
-      __syncthreads();  // every thread has read drawn before it is written again
+      y = cdf_draw_block(bs, nb, a.vocab, rng, [p, q](std::int64_t i) { return residual_entry(p[i], q[i]).weight; },
+                         draw);
     }
     if (y < 0) {
       // The bonus after the last node, or p_k itself when the residual is zero (p <= q everywhere:
@@ -115,14 +112,11 @@ __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_k
         if (t == 0) device_report(a.status, device_error::row, r, k);
         continue;
       }
-      if (t == 0) {
-        drawn = cdf_draw(bs, nb, a.vocab, rng, [p](std::int64_t i) { return static_cast<double>(p[i]); });
-        if (drawn < 0) device_report(a.status, device_error::row, r, k);
+      y = cdf_draw_block(bs, nb, a.vocab, rng, [p](std::int64_t i) { return static_cast<double>(p[i]); }, draw);
+      if (y < 0) {
+        if (t == 0) device_report(a.status, device_error::row, r, k);
+        continue;
       }
-      __syncthreads();
-      y = drawn;
-      __syncthreads();  // every thread has read drawn before the next request writes it
-      if (y < 0) continue;
     }
     if (t == 0) {
       for (std::int32_t j = 0; j < k; ++j) {

@@ -8,7 +8,8 @@
 //!    consecutive threads of one warp, thread j adding tokens j, j + lanes, ... of the block (the
 //!    host's lane j), the group's first thread adding the tail and the lanes' sums in lane order;
 //!    every entry's admissibility is checked on the way;
-//!  - cdf_draw: the row total and the search, by one thread.
+//!  - cdf_draw: the row total and the search, by one thread; cdf_draw_block: the same result with the
+//!    one-block scan done by a warp (the serial scan only where rounding could matter).
 //! Bit-identity with the host needs IEEE denormals on the device, nvcc's default: code built with
 //! -ftz=true or --use_fast_math flushes denormal probabilities (in the float -> double conversions and
 //! the comparisons), so rows whose mass is denormal would sum and validate differently.
@@ -74,6 +75,87 @@ __device__ std::int64_t cdf_draw(const double* bs, std::int64_t nb, std::int64_t
   const double total = cdf_total(bs, nb);
   if (!(total > 0.0 && total <= std::numeric_limits<double>::max())) return -1;
   return cdf_search(bs, nb, vocab, rng.uniform_double() * total, weight);
+}
+
+//! Shared state of cdf_draw_block (one per thread block).
+struct cdf_draw_shared {
+  double u, c_start;
+  std::int64_t block, result;
+};
+
+//! cdf_draw by the whole thread block, with the same result: thread 0 draws u (two words of its rng),
+//! walks the block sums to the chosen block as cdf_search does (so c_start, the running sum before
+//! that block, is the serial scan's bit for bit), then warp 0 scans the block in parallel: lane l sums
+//! its 32 consecutive tokens, a warp scan gives each lane its starting prefix, and the lane holding
+//! the first token whose prefix passes u reports it. That token is returned when cdf_prefix_safe
+//! proves the serial scan returns it too (u farther than cdf_search_margin from both prefixes: all
+//! but about one draw in 10^12); otherwise, and when rounding puts u past every prefix, thread 0 runs
+//! the serial cdf_search. Returns the token to every thread, -1 when the total is not positive and
+//! finite (no word drawn) or no weight is positive. Contains __syncthreads: call from every thread.
+template <class Weight>
+__device__ std::int64_t cdf_draw_block(const double* bs, std::int64_t nb, std::int64_t vocab, philox_stream& rng,
+                                       const Weight& weight, cdf_draw_shared& sh) {
+  constexpr std::int64_t pending = -2, serial = -3;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) {
+    sh.result = pending;
+    const double total = cdf_total(bs, nb);
+    if (!(total > 0.0 && total <= std::numeric_limits<double>::max())) {
+      sh.result = -1;
+    } else {
+      const double u = rng.uniform_double() * total;
+      double c = 0.0;
+      std::int64_t chosen = -1;
+      for (std::int64_t b = 0; b < nb; ++b) {  // cdf_search's block walk
+        if (bs[b] > 0.0 && c + bs[b] > u) {
+          chosen = b;
+          break;
+        }
+        c += bs[b];
+      }
+      sh.u = u, sh.c_start = c, sh.block = chosen;
+      if (chosen < 0) sh.result = serial;  // rounding put u past the last block: the serial rule
+    }
+  }
+  __syncthreads();
+  if (sh.result == pending && t < 32) {
+    constexpr auto block = static_cast<std::int64_t>(cdf_block);
+    const std::int64_t lo = sh.block * block, hi = vocab - lo < block ? vocab : lo + block;
+    const std::int64_t mine = lo + 32 * static_cast<std::int64_t>(t), end = mine + 32 < hi ? mine + 32 : hi;
+    double s = 0.0;
+    for (std::int64_t i = mine; i < end; ++i) s += weight(i);
+    double incl = s;  // inclusive warp scan of the lanes' sums
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const double o = __shfl_up_sync(0xffffffffu, incl, d);
+      if (t >= d) incl += o;
+    }
+    const double u = sh.u;
+    double at = sh.c_start + (incl - s), before = at;
+    std::int64_t found = -1;
+    for (std::int64_t i = mine; i < end; ++i) {
+      const double w = weight(i);
+      if (w > 0.0) {
+        before = at;
+        at += w;
+        if (u < at) {
+          found = i;
+          break;
+        }
+      }
+    }
+    const unsigned hits = __ballot_sync(0xffffffffu, found >= 0);
+    if (hits == 0) {
+      if (t == 0) sh.result = serial;
+    } else if (t == __ffs(hits) - 1) {
+      const double margin = cdf_search_margin(sh.c_start + bs[sh.block]);
+      sh.result = cdf_prefix_safe(u, before, at, margin) ? found : serial;
+    }
+  }
+  __syncthreads();
+  if (t == 0 && sh.result == serial) sh.result = cdf_search(bs, nb, vocab, sh.u, weight);
+  __syncthreads();
+  return sh.result;
 }
 
 //! cdf_entry of a probability row: the value as the weight; bad unless finite and >= 0.

@@ -111,4 +111,21 @@ SPECDEC_HOST_DEVICE std::int64_t cdf_search(const double* bs, std::int64_t nb, s
   return -1;
 }
 
+//! A bound on how far the running sum of a cdf_search block scan (c_start plus up to cdf_block + 1
+//! weights, added one by one in double) and any other evaluation of the same prefix sums with at most
+//! 64 more additions can lie from the exact prefix sums, for a block whose c_start + block sum is m:
+//! the recursive-summation bound gamma_k = k 2^-53 / (1 - k 2^-53) applied to both, doubled. A faster
+//! search that finds token i from approximate prefixes (before adding w_i, after adding it) may return
+//! i without the serial scan only when cdf_prefix_safe holds; otherwise it runs cdf_search.
+SPECDEC_HOST_DEVICE constexpr double cdf_search_margin(double m) noexcept {
+  return m * (4.0 * static_cast<double>(cdf_block + 64) * 0x1p-53);
+}
+
+//! True when approximate prefix sums `before` (up to token i, exclusive) and `at` (inclusive), each
+//! within `margin` of the serial scan's, prove that the serial scan returns token i for u: its sum
+//! before i is then <= u (no earlier return; the running sum never decreases) and its sum at i is > u.
+SPECDEC_HOST_DEVICE constexpr bool cdf_prefix_safe(double u, double before, double at, double margin) noexcept {
+  return before + margin <= u && u < at - margin;
+}
+
 }  // namespace specdec::detail
