@@ -130,8 +130,8 @@ void validate_layout(const kv_prefix<L>& l, std::string_view function, std::stri
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace cross_attention needs with the same arguments and options. O(requests).
-template <tensor_like Q, class L, tensor_like I>
-[[nodiscard]] std::size_t cross_attention_workspace_bytes(const host& policy, const Q& q, const L& target_cache,
+template <execution_policy P, tensor_like Q, class L, tensor_like I>
+[[nodiscard]] std::size_t cross_attention_workspace_bytes(const P& policy, const Q& q, const L& target_cache,
                                                           const I& q_indptr, const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
   if constexpr (kv_layout<L>)
@@ -149,10 +149,11 @@ template <tensor_like Q, class L, tensor_like I>
 //!   target_cache  the target layer's kv_layout (never copied; read through k_row/v_row)
 //!   q_indptr      int32 [R + 1], R = target_cache.num_requests()
 //!   out [T, Hq, D], lse fp32 [T, Hq]
-//! Preconditions: those of decode_attention (D in {64,128,256}, Hq % Hkv == 0, host memory). Errors
-//! name this function. Complexity O(sum_r n_r L_r Hq D); allocation-free with options.workspace.
-template <tensor_like Q, class L, tensor_like I, tensor_like O, tensor_like LS>
-void cross_attention(const host& policy, const Q& q, const L& target_cache, const I& q_indptr, const O& out,
+//! Preconditions: those of decode_attention (D in {64,128,256}, Hq % Hkv == 0). Policy: host (host
+//! memory), or cuda with attention/decode_attention.cuh included (the target's KV in device memory,
+//! 16-bit storage, read in place by the cuda decode kernels). Errors name this function. Complexity O(sum_r n_r L_r Hq D); allocation-free with options.workspace.
+template <execution_policy P, tensor_like Q, class L, tensor_like I, tensor_like O, tensor_like LS>
+void cross_attention(const P& policy, const Q& q, const L& target_cache, const I& q_indptr, const O& out,
                      const LS& lse, const attention_options& options = {}) {
   static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
   if constexpr (kv_layout<L>)

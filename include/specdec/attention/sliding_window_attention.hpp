@@ -36,8 +36,8 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 
 //! Bytes of workspace sliding_window_attention needs with the same arguments and options (pass an
 //! attention_workspace of this size in options to make the call allocation-free). O(requests).
-template <tensor_like Q, class T, tensor_like I>
-[[nodiscard]] std::size_t sliding_window_attention_workspace_bytes(const host& policy, const Q& q,
+template <execution_policy P, tensor_like Q, class T, tensor_like I>
+[[nodiscard]] std::size_t sliding_window_attention_workspace_bytes(const P& policy, const Q& q,
                                                                    const ring_kv<T>& cache, const I& q_indptr,
                                                                    const attention_options& options = {}) {
   constexpr std::string_view fn = "specdec::sliding_window_attention_workspace_bytes";
@@ -48,7 +48,9 @@ template <tensor_like Q, class T, tensor_like I>
 
 //! Draft tree tokens vs the ring window plus their own ancestors (see file comment).
 //!   q         [T, Hq, D] tree-token queries (RoPE already applied at committed length + depth)
-//!   cache     ring_kv<T> of R requests (ring_kv_cache::layout()), host memory
+//!   cache     ring_kv<T> of R requests (ring_kv_cache::layout(), or a ring in the caller's memory)
+//! Policy: specdec::host, or specdec::cuda with attention/hybrid_tree_attention.cuh included (device
+//! memory, 16-bit storage: the cuda attention backend's rules); the ring_kv_cache overload is host only.
 //!   spec_k/v  [T, Hkv, D] the tree tokens' own keys/values (not in the ring)
 //!   q_indptr  int32 [R + 1]; mask: per-request packed ancestor masks back to back (design brief)
 //!   out       [T, Hq, D]; lse fp32 [T, Hq] natural log
@@ -56,9 +58,9 @@ template <tensor_like Q, class T, tensor_like I>
 //! type everywhere, mask diagonal set and nothing above it) plus a valid ring (lengths <= window,
 //! starts < slots). Violations throw invalid_argument naming this function (and, for checks made by
 //! hybrid_tree_attention, that one too). Complexity O(sum_r n_r (min(L_r, W) + n_r) Hq D).
-template <tensor_like Q, class T, tensor_like K, tensor_like V, tensor_like I, tensor_like M, tensor_like O,
-          tensor_like LS>
-void sliding_window_attention(const host& policy, const Q& q, const ring_kv<T>& cache, const K& spec_k, const V& spec_v,
+template <execution_policy P, tensor_like Q, class T, tensor_like K, tensor_like V, tensor_like I, tensor_like M,
+          tensor_like O, tensor_like LS>
+void sliding_window_attention(const P& policy, const Q& q, const ring_kv<T>& cache, const K& spec_k, const V& spec_v,
                               const I& q_indptr, const M& mask, const O& out, const LS& lse,
                               const attention_options& options = {}) {
   constexpr std::string_view fn = "specdec::sliding_window_attention";
@@ -80,8 +82,9 @@ void sliding_window_attention(const host& policy, const Q& q, const ring_kv_cach
 //! caller has appended the current tokens' K/V with ring_kv_cache::append_speculative first, so the
 //! window, W newest tokens, already contains them). decode_attention over the ring.
 //! Preconditions: those of decode_attention plus a valid ring. Complexity O(sum_r n_r min(L_r, W) Hq D).
-template <tensor_like Q, class T, tensor_like I, tensor_like O, tensor_like LS>
-void sliding_window_decode(const host& policy, const Q& q, const ring_kv<T>& cache, const I& q_indptr, const O& out,
+//! Policy: host, or cuda with attention/decode_attention.cuh included (the ring in device memory).
+template <execution_policy P, tensor_like Q, class T, tensor_like I, tensor_like O, tensor_like LS>
+void sliding_window_decode(const P& policy, const Q& q, const ring_kv<T>& cache, const I& q_indptr, const O& out,
                            const LS& lse, const attention_options& options = {}) {
   constexpr std::string_view fn = "specdec::sliding_window_decode";
   validate_kv_layout(cache, fn, "cache");
