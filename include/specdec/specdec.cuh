@@ -7,6 +7,7 @@
 #include "specdec/specdec.hpp"
 #include "specdec/core/device_types.cuh"
 #include "specdec/kv/commit.cuh"
+#include "specdec/kv/ring_append.cuh"
 #include "specdec/position/rope.cuh"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/attention/decode_attention.cuh"

@@ -30,6 +30,7 @@
 #include "specdec/kv/kv_layout.hpp"
 #include "specdec/kv/paged_kv.hpp"
 #include "specdec/kv/partial_kv.hpp"
+#include "specdec/kv/ring_append.hpp"
 #include "specdec/kv/ring_kv.hpp"
 #include "specdec/position/anchor_offset.hpp"
 #include "specdec/position/glide_block_mask.hpp"

@@ -166,6 +166,10 @@ concept int32_array =
     tensor_like<V> && (V::rank == 1) && std::is_same_v<std::remove_cv_t<typename V::element_type>, std::int32_t>;
 template <class V>
 concept int32_output = int32_array<V> && !std::is_const_v<typename V::element_type>;
+//! A 1-D int64 tensor the primitive may write (per-request token counters).
+template <class V>
+concept int64_output = tensor_like<V> && (V::rank == 1) &&
+                       std::is_same_v<typename V::element_type, std::int64_t>;
 //! A 1-D tensor of uint64 (const or not): per-request Philox seeds and stream ids.
 template <class V>
 concept uint64_array =

@@ -73,7 +73,12 @@ struct ring_mapping {
     return s;
   }
   SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const kv_geometry& g) const noexcept {
-    return ((static_cast<std::int64_t>(r) * slots + slot(r, t)) * g.num_kv_heads + h) * g.head_dim;
+    return slot_offset(r, slot(r, t), h, g);
+  }
+  //! Element offset of physical slot `s` of request r, head h (the one addressing rule of the ring's
+  //! [requests, slots, kv_heads, head_dim] storage; writers such as ring_append_batch use it too).
+  SPECDEC_HOST_DEVICE std::int64_t slot_offset(int r, int s, int h, const kv_geometry& g) const noexcept {
+    return ((static_cast<std::int64_t>(r) * slots + s) * g.num_kv_heads + h) * g.head_dim;
   }
 };
 
