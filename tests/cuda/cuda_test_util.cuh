@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "specdec/core/device_types.cuh"
+#include "specdec/core/tensor.hpp"
 
 namespace specdec_test {
 
@@ -36,6 +37,12 @@ class device_buffer {
   T* p_ = nullptr;
   std::size_t n_ = 0;
 };
+
+//! A device buffer as a 1-D view marked device memory.
+template <class T>
+specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
+  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, specdec::memory_space::device);
+}
 
 //! Checks the last kernel launch and waits for it to finish.
 inline void sync_check(const char* what) {

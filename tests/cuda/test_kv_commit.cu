@@ -21,6 +21,7 @@ using kv_test::commit_batch_case;
 using kv_test::random_rows;
 using specdec::memory_space;
 using specdec_test::device_buffer;
+using specdec_test::dv;
 
 namespace {
 
@@ -30,11 +31,6 @@ template <class T>
 specdec::strided_view<T, 1> hv(std::vector<T>& x) {
   return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
 }
-template <class T>
-specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
-  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
-}
-
 struct device_arrays {
   device_buffer<std::int32_t> cl, ni, ac, na, nl, st;
   explicit device_arrays(const commit_batch_case& c)

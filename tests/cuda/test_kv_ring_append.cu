@@ -13,13 +13,9 @@
 
 using specdec::memory_space;
 using specdec_test::device_buffer;
+using specdec_test::dv;
 
 namespace {
-
-template <class T>
-specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
-  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
-}
 
 struct device_ring {
   int R, hkv, d, W, slots;

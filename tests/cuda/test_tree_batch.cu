@@ -15,14 +15,11 @@
 using specdec::mask_word;
 using specdec::memory_space;
 using specdec_test::device_buffer;
+using specdec_test::dv;
 using specdec_test::tree_batch_case;
 
 namespace {
 
-template <class T>
-specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
-  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
-}
 template <class T>
 specdec::strided_view<T, 1> hv(std::vector<T>& x) {
   return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});

@@ -9,19 +9,16 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
+#include "cuda/tree_verify_device_util.cuh"
 #include "specdec/verify/speculative_sampling.cuh"
 #include "verify/chain_speculative_batch_util.hpp"
 
 using specdec::memory_space;
 using specdec_test::chain_batch_case;
 using specdec_test::device_buffer;
+using specdec_test::dv;
 
 namespace {
-
-template <class T>
-specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
-  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
-}
 
 std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t vocab, std::int64_t stride) {
   std::vector<float> h(static_cast<std::size_t>(rows * stride), std::numeric_limits<float>::quiet_NaN());
@@ -31,44 +28,25 @@ std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::i
 
 struct device_case {
   std::int64_t rows, vocab, stride;
-  device_buffer<std::int32_t> ni, tok, par, acc, nacc, bon, emi, st;
+  device_buffer<std::int32_t> ni, tok, par;
+  specdec_test::device_tree_outputs out;
   device_buffer<std::uint64_t> seeds, streams;
   device_buffer<float> p, q;
   device_case(const chain_batch_case& c, std::int64_t pad = 0)
       : rows(c.nodes() + c.requests()), vocab(c.vocab), stride(c.vocab + pad), ni(c.node_indptr), tok(c.tokens),
-        par(c.parents), acc(std::vector<std::int32_t>(c.tokens.size(), -9)),
-        nacc(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
-        bon(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
-        emi(std::vector<std::int32_t>(c.tokens.size() + c.node_indptr.size() - 1, -9)),
-        st(std::vector<std::int32_t>{5, 5, 5}), seeds(c.seeds), streams(c.streams),
+        par(c.parents), out(c.node_indptr.size() - 1, c.tokens.size()), seeds(c.seeds), streams(c.streams),
         p(padded(c.p, rows, vocab, stride)), q(padded(c.q, rows, vocab, stride)) {}
   void launch(cudaStream_t s = nullptr) {
     const specdec::strided_view<const float, 2> pv(p.data(), {rows, vocab}, {stride, 1}, memory_space::device);
     const specdec::strided_view<const float, 2> qv(q.data(), {rows, vocab}, {stride, 1}, memory_space::device);
     specdec::verify_chain_speculative_batch(specdec::cuda{.stream = s}, dv(ni), dv(tok), dv(par), pv, qv, dv(seeds),
-                                            dv(streams), dv(acc), dv(nacc), dv(bon), dv(emi), dv(st));
+                                            dv(streams), dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi), dv(out.st));
   }
-  specdec::device_status status() const {
-    const auto v = st.download();
-    return specdec::device_status::from(std::span<const std::int32_t, 3>(v.data(), 3));
-  }
+  specdec::device_status status() const { return out.status(); }
 };
 
 void check_against_reference(const chain_batch_case& c, device_case& d) {
-  CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
-  const auto acc = d.acc.download(), nacc = d.nacc.download(), bon = d.bon.download(), emi = d.emi.download();
-  for (int r = 0; r < c.requests(); ++r) {
-    const auto want = c.expected.request(r);
-    const auto k = static_cast<int>(want.accepted.size());
-    REQUIRE(nacc[r] == k);
-    CHECK(bon[r] == want.bonus);
-    const int b = c.node_indptr[r];
-    for (int j = 0; j < k; ++j) {
-      CHECK(acc[b + j] == j);
-      CHECK(emi[b + r + j] == c.tokens[b + j]);
-    }
-    CHECK(emi[b + r + k] == want.bonus);
-  }
+  specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, d.out.download());
 }
 
 }  // namespace
@@ -143,8 +121,7 @@ TEST_CASE("cuda verify_chain_speculative_batch is captured in a CUDA graph and r
         for (int r = 0; r < c.requests(); ++r) c.streams[r] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
         c.finish();
         d.streams.upload(c.streams);
-        d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
-        d.st.upload({4, 4, 4});
+        d.out.reset();
       },
       [&] { check_against_reference(c, d); });
 }

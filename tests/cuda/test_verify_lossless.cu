@@ -19,16 +19,12 @@
 
 using specdec::memory_space;
 using specdec_test::device_buffer;
+using specdec_test::dv;
 
 namespace {
 
 constexpr int V = 6;
 constexpr int trials = 40000;
-
-template <class T>
-specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
-  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
-}
 
 //! A toy bigram law: row 0 (the root) and row 1 + x (after token x), each a distribution over V.
 std::vector<std::vector<double>> toy_law(std::uint64_t seed) {

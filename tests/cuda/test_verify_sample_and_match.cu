@@ -10,32 +10,26 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
+#include "cuda/tree_verify_device_util.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 #include "verify/sample_and_match_batch_util.hpp"
 
 using specdec::memory_space;
 using specdec_test::device_buffer;
+using specdec_test::dv;
 using specdec_test::sample_and_match_case;
 
 namespace {
 
-template <class T>
-specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
-  return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, memory_space::device);
-}
-
 struct device_case {
-  device_buffer<std::int32_t> ni, tok, par, acc, nacc, bon, emi, st;
+  device_buffer<std::int32_t> ni, tok, par;
+  specdec_test::device_tree_outputs out;
   device_buffer<std::uint64_t> seeds, streams;
   device_buffer<float> pr;
   std::int64_t rows, vocab, stride;
   // Probabilities copied with a row stride of vocab + pad floats (the padding holds NaN: never read).
   device_case(const sample_and_match_case& c, std::int64_t pad = 0)
-      : ni(c.node_indptr), tok(c.tokens), par(c.parents), acc(std::vector<std::int32_t>(c.tokens.size(), -9)),
-        nacc(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
-        bon(std::vector<std::int32_t>(c.node_indptr.size() - 1, -9)),
-        emi(std::vector<std::int32_t>(c.tokens.size() + c.node_indptr.size() - 1, -9)),
-        st(std::vector<std::int32_t>{5, 5, 5}), seeds(c.seeds), streams(c.streams),
+      : ni(c.node_indptr), tok(c.tokens), par(c.parents), out(c.node_indptr.size() - 1, c.tokens.size()), seeds(c.seeds), streams(c.streams),
         pr(static_cast<std::size_t>((c.nodes() + c.requests()) * (c.vocab + pad))), rows(c.nodes() + c.requests()),
         vocab(c.vocab), stride(c.vocab + pad) {
     std::vector<float> h(pr.size(), std::numeric_limits<float>::quiet_NaN());
@@ -45,32 +39,13 @@ struct device_case {
   void launch(cudaStream_t s = nullptr) {
     const specdec::strided_view<const float, 2> p(pr.data(), {rows, vocab}, {stride, 1}, memory_space::device);
     specdec::verify_sample_and_match_batch(specdec::cuda{.stream = s}, dv(ni), dv(tok), dv(par), p, dv(seeds),
-                                           dv(streams), dv(acc), dv(nacc), dv(bon), dv(emi), dv(st));
+                                           dv(streams), dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi), dv(out.st));
   }
-  specdec::device_status status() const {
-    const auto v = st.download();
-    return specdec::device_status::from(std::span<const std::int32_t, 3>(v.data(), 3));
-  }
+  specdec::device_status status() const { return out.status(); }
 };
 
 int check_against_reference(const sample_and_match_case& c, device_case& d) {
-  CHECK(d.st.download() == std::vector<std::int32_t>{0, -1, -1});
-  const auto acc = d.acc.download(), nacc = d.nacc.download(), bon = d.bon.download(), emi = d.emi.download();
-  int total = 0;
-  for (int r = 0; r < c.requests(); ++r) {
-    const auto want = c.expected.request(r);
-    const auto k = static_cast<int>(want.accepted.size());
-    REQUIRE(nacc[r] == k);
-    CHECK(bon[r] == want.bonus);
-    const int b = c.node_indptr[r];
-    for (int j = 0; j < k; ++j) {
-      CHECK(acc[b + j] == want.accepted[j]);
-      CHECK(emi[b + r + j] == c.tokens[b + want.accepted[j]]);
-    }
-    CHECK(emi[b + r + k] == want.bonus);
-    total += k;
-  }
-  return total;
+  return specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, d.out.download());
 }
 
 }  // namespace
@@ -168,7 +143,7 @@ TEST_CASE("cuda verify_sample_and_match_batch reports bad values in status", "[c
     d.launch();
     specdec_test::sync_check("verify_sample_and_match_batch (unvisited NaN)");
     CHECK(d.status().ok());
-    CHECK(d.emi.download() == std::vector<std::int32_t>{1, 4, -9});
+    CHECK(d.out.emi.download() == std::vector<std::int32_t>{1, 4, -9});
   }
 }
 
@@ -183,8 +158,7 @@ TEST_CASE("cuda verify_sample_and_match_batch is captured in a CUDA graph and re
         for (int r = 0; r < c.requests(); ++r) c.streams[r] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
         c.finish();
         d.streams.upload(c.streams);
-        d.emi.upload(std::vector<std::int32_t>(d.emi.size(), -9));
-        d.st.upload({4, 4, 4});
+        d.out.reset();
       },
       [&] { check_against_reference(c, d); });
 }

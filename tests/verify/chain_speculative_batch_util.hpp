@@ -12,6 +12,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/verify/speculative_sampling.hpp"
+#include "verify/tree_arrays_util.hpp"
 
 namespace specdec_test {
 
@@ -27,16 +28,11 @@ struct chain_batch_case {
 
   //! verify_chain_speculative per request (the reference for both backends).
   void finish() {
-    expected = {};
-    for (int r = 0; r < requests(); ++r) {
-      const auto b = node_indptr[r], e = node_indptr[r + 1];
-      const std::vector<std::int32_t> tok(tokens.begin() + b, tokens.begin() + e), par(parents.begin() + b, parents.begin() + e);
-      const auto tree = specdec::token_tree::from_parents(tok, par);
-      const auto pv = specdec::make_view<2>(p.data() + (b + r) * vocab, {e - b + 1, vocab});
-      const auto qv = specdec::make_view<2>(q.data() + (b + r) * vocab, {e - b + 1, vocab});
+    expected = per_request(node_indptr, tokens, parents, [&](const specdec::token_tree& t, int r, std::int64_t first, std::int64_t n) {
       specdec::philox_stream rng(seeds[r], streams[r]);
-      expected.push_back(specdec::verify_chain_speculative(tree, pv, qv, rng));
-    }
+      return specdec::verify_chain_speculative(t, specdec::make_view<2>(p.data() + first * vocab, {n, vocab}),
+                                               specdec::make_view<2>(q.data() + first * vocab, {n, vocab}), rng);
+    });
   }
 };
 

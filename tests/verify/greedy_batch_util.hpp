@@ -11,6 +11,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/verify/greedy.hpp"
 #include "tree/tree_batch_util.hpp"
+#include "verify/tree_arrays_util.hpp"
 
 namespace specdec_test {
 
@@ -25,14 +26,9 @@ struct greedy_batch_case {
 
   //! verify_greedy per request (the reference for both backends).
   void finish() {
-    expected = {};
-    for (int r = 0; r < requests(); ++r) {
-      const auto b = node_indptr[r], e = node_indptr[r + 1];
-      const std::vector<std::int32_t> tok(tokens.begin() + b, tokens.begin() + e), par(parents.begin() + b, parents.begin() + e);
-      const auto tree = specdec::token_tree::from_parents(tok, par);
-      const auto view = specdec::make_view<2>(logits.data() + (b + r) * vocab, {e - b + 1, vocab});
-      expected.push_back(specdec::verify_greedy(tree, view));
-    }
+    expected = per_request(node_indptr, tokens, parents, [&](const specdec::token_tree& t, int, std::int64_t first, std::int64_t n) {
+      return specdec::verify_greedy(t, specdec::make_view<2>(logits.data() + first * vocab, {n, vocab}));
+    });
   }
 };
 

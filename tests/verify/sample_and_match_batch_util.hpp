@@ -12,6 +12,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/verify/sample_and_match.hpp"
 #include "tree/tree_batch_util.hpp"
+#include "verify/tree_arrays_util.hpp"
 
 namespace specdec_test {
 
@@ -27,15 +28,10 @@ struct sample_and_match_case {
 
   //! verify_sample_and_match per request (the reference for both backends).
   void finish() {
-    expected = {};
-    for (int r = 0; r < requests(); ++r) {
-      const auto b = node_indptr[r], e = node_indptr[r + 1];
-      const std::vector<std::int32_t> tok(tokens.begin() + b, tokens.begin() + e), par(parents.begin() + b, parents.begin() + e);
-      const auto tree = specdec::token_tree::from_parents(tok, par);
-      const auto view = specdec::make_view<2>(probs.data() + (b + r) * vocab, {e - b + 1, vocab});
+    expected = per_request(node_indptr, tokens, parents, [&](const specdec::token_tree& t, int r, std::int64_t first, std::int64_t n) {
       specdec::philox_stream rng(seeds[r], streams[r]);
-      expected.push_back(specdec::verify_sample_and_match(tree, view, rng));
-    }
+      return specdec::verify_sample_and_match(t, specdec::make_view<2>(probs.data() + first * vocab, {n, vocab}), rng);
+    });
   }
 };
 

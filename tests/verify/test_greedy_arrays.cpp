@@ -10,23 +10,17 @@
 
 #include "specdec/verify/greedy.hpp"
 #include "verify/greedy_batch_util.hpp"
+#include "verify/tree_arrays_util.hpp"
 
 using specdec::memory_space;
 using specdec_test::greedy_batch_case;
 
 namespace {
 
-template <class T>
-specdec::strided_view<T, 1> v1(std::vector<T>& x) {
-  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
-}
+using specdec_test::v1;
 
-struct outputs {
-  std::vector<std::int32_t> accepted, num_accepted, bonus, emitted, status{7, 7, 7};
-  explicit outputs(const greedy_batch_case& c)
-      : accepted(c.tokens.size(), -9), num_accepted(c.node_indptr.size() - 1, -9), bonus(c.node_indptr.size() - 1, -9),
-        emitted(c.tokens.size() + c.node_indptr.size() - 1, -9) {}
-  bool operator==(const outputs&) const = default;
+struct outputs : specdec_test::tree_outputs {
+  explicit outputs(const greedy_batch_case& c) : tree_outputs(c.node_indptr.size() - 1, c.tokens.size()) {}
 };
 
 void run(greedy_batch_case& c, outputs& o) {
@@ -46,20 +40,7 @@ TEST_CASE("verify_greedy_batch (arrays, host) equals verify_greedy per request",
                                                    R * 1000 + max_nodes * 10 + V);
         outputs o(c);
         run(c, o);
-        CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
-        for (int r = 0; r < c.requests(); ++r) {
-          const auto want = c.expected.request(r);
-          const auto k = static_cast<int>(want.accepted.size());
-          REQUIRE(o.num_accepted[r] == k);
-          CHECK(o.bonus[r] == want.bonus);
-          const int b = c.node_indptr[r];
-          for (int j = 0; j < k; ++j) {
-            CHECK(o.accepted[b + j] == want.accepted[j]);
-            CHECK(o.emitted[b + r + j] == c.tokens[b + want.accepted[j]]);
-          }
-          CHECK(o.emitted[b + r + k] == want.bonus);
-          accepted_total += k;
-        }
+        accepted_total += specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, o);
       }
     }
   }

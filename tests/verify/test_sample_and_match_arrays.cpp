@@ -12,22 +12,16 @@
 
 #include "specdec/verify/sample_and_match.hpp"
 #include "verify/sample_and_match_batch_util.hpp"
+#include "verify/tree_arrays_util.hpp"
 
 using specdec_test::sample_and_match_case;
 
 namespace {
 
-template <class T>
-specdec::strided_view<T, 1> v1(std::vector<T>& x) {
-  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
-}
+using specdec_test::v1;
 
-struct outputs {
-  std::vector<std::int32_t> accepted, num_accepted, bonus, emitted, status{7, 7, 7};
-  explicit outputs(const sample_and_match_case& c)
-      : accepted(c.tokens.size(), -9), num_accepted(c.node_indptr.size() - 1, -9), bonus(c.node_indptr.size() - 1, -9),
-        emitted(c.tokens.size() + c.node_indptr.size() - 1, -9) {}
-  bool operator==(const outputs&) const = default;
+struct outputs : specdec_test::tree_outputs {
+  explicit outputs(const sample_and_match_case& c) : tree_outputs(c.node_indptr.size() - 1, c.tokens.size()) {}
 };
 
 void run(sample_and_match_case& c, outputs& o, const specdec::host& policy = {}) {
@@ -37,24 +31,8 @@ void run(sample_and_match_case& c, outputs& o, const specdec::host& policy = {})
                                          v1(o.status));
 }
 
-//! The outputs equal c.expected request by request; returns the number of accepted tokens.
 int check_expected(const sample_and_match_case& c, const outputs& o) {
-  CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
-  int total = 0;
-  for (int r = 0; r < c.requests(); ++r) {
-    const auto want = c.expected.request(r);
-    const auto k = static_cast<int>(want.accepted.size());
-    REQUIRE(o.num_accepted[r] == k);
-    CHECK(o.bonus[r] == want.bonus);
-    const int b = c.node_indptr[r];
-    for (int j = 0; j < k; ++j) {
-      CHECK(o.accepted[b + j] == want.accepted[j]);
-      CHECK(o.emitted[b + r + j] == c.tokens[b + want.accepted[j]]);
-    }
-    CHECK(o.emitted[b + r + k] == want.bonus);
-    total += k;
-  }
-  return total;
+  return specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, o);
 }
 
 //! The CUDA kernel's walk (verify/sample_and_match.cuh) written serially with the same shared

@@ -74,6 +74,33 @@ __device__ inline void device_report(std::int32_t* status, device_error e, std::
   }
 }
 
+//! Grid of a kernel with one block per request (grid-stride beyond 65535 requests): at least one
+//! block, so block 0 can check an offsets array's ends even when there are no requests.
+inline int per_request_blocks(std::int64_t requests) noexcept {
+  return requests < 1 ? 1 : requests < 65535 ? static_cast<int>(requests) : 65535;
+}
+
+//! Block 0, thread 0: reports (device_error::node_indptr) an offsets array [requests + 1] whose first
+//! entry is not 0 or whose last is not `nodes`.
+__device__ inline void device_check_indptr_ends(const std::int32_t* indptr, std::int32_t requests, std::int32_t nodes,
+                                                std::int32_t* status) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (indptr[0] != 0) device_report(status, device_error::node_indptr, 0, -1);
+  if (indptr[requests] != nodes) device_report(status, device_error::node_indptr, requests, -1);
+}
+
+//! Request r's node range [b, e) of an offsets array. True when 0 <= b <= e <= nodes, the condition
+//! under which every access a per-request kernel makes for r (its nodes, its rows b + r .. e + r of
+//! N + R, its emitted slots) stays in bounds; otherwise thread 0 reports device_error::node_indptr
+//! and the caller skips the request (the answer is the same for every thread: uniform).
+__device__ inline bool device_request_range(const std::int32_t* indptr, std::int32_t r, std::int32_t nodes,
+                                            std::int32_t* status, std::int32_t& b, std::int32_t& e) {
+  b = indptr[r], e = indptr[r + 1];
+  if (b >= 0 && e >= b && e <= nodes) return true;
+  if (threadIdx.x == 0) device_report(status, device_error::node_indptr, r, -1);
+  return false;
+}
+
 //! Enqueues the reset of a status array to {0, -1, -1} (no error; request and index not applicable)
 //! on `stream`: what a primitive does before its kernels may report. Host only; throws cuda_error
 //! when the memset cannot be enqueued.

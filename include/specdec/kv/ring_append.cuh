@@ -26,19 +26,13 @@ inline constexpr int ring_append_threads = 256;
 template <class T>
 __global__ void __launch_bounds__(ring_append_threads) ring_append_kernel(const ring_append_args<T> a) {
   const int t = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && t == 0) {
-    if (a.node_indptr[0] != 0) device_report(a.status, device_error::node_indptr, 0, -1);
-    if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
-  }
+  device_check_indptr_ends(a.node_indptr, a.requests, a.nodes, a.status);
   const kv_geometry g = a.ring.geometry();
   const int slots = a.ring.mapping.slots;
   for (std::int64_t r64 = blockIdx.x; r64 < a.requests; r64 += gridDim.x) {
     const auto r = static_cast<std::int32_t>(r64);
-    const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1];
-    if (b < 0 || e < b || e > a.nodes) {
-      if (t == 0) device_report(a.status, device_error::node_indptr, r, -1);
-      continue;  // uniform across the block
-    }
+    std::int32_t b, e;
+    if (!device_request_range(a.node_indptr, r, a.nodes, a.status, b, e)) continue;  // uniform
     const std::int32_t n = e - b, k = a.num_accepted[r];
     const std::int64_t base = a.appended[r];
     bool bad = false;
@@ -83,7 +77,7 @@ struct ring_append_backend<cuda> {
   static void run(const cuda& policy, const ring_append_args<T>& a) {
     cudaStream_t stream = policy.stream;
     clear_device_status(a.status, stream);
-    const int blocks = a.requests < 1 ? 1 : a.requests < 65535 ? a.requests : 65535;
+    const int blocks = per_request_blocks(a.requests);
     ring_append_kernel<T><<<blocks, ring_append_threads, 0, stream>>>(a);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
   }

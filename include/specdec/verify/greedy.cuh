@@ -97,18 +97,10 @@ __global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const 
   __shared__ std::int32_t par_s[greedy_walk_smem_nodes], tok_s[greedy_walk_smem_nodes],
       reach_s[greedy_walk_smem_nodes], arg_s[greedy_walk_smem_nodes + 1];
   const int t = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && t == 0) {
-    if (a.node_indptr[0] != 0) device_report(a.status, device_error::node_indptr, 0, -1);
-    if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
-  }
+  device_check_indptr_ends(a.node_indptr, a.requests, a.nodes, a.status);
   for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
-    const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1];
-    // The offsets this request reads must lie in [0, N] and not decrease: then every access below
-    // stays in bounds (rows b + r .. e + r of N + R, emitted slots likewise).
-    if (b < 0 || e < b || e > a.nodes) {
-      if (t == 0) device_report(a.status, device_error::node_indptr, r, -1);
-      continue;  // uniform across the block
-    }
+    std::int32_t b, e;
+    if (!device_request_range(a.node_indptr, r, a.nodes, a.status, b, e)) continue;  // uniform
     const std::int32_t n = e - b;
     const bool in_smem = n <= greedy_walk_smem_nodes;
     std::int32_t* const argmax = a.emitted + b + r;  // the argmax pass's results for this request's rows
@@ -180,8 +172,7 @@ struct greedy_batch_backend<cuda> {
     greedy_argmax_kernel<<<argmax_blocks, greedy_argmax_threads, 0, stream>>>(
         a.rows, a.row_stride, rows, static_cast<std::int32_t>(a.vocab), a.emitted);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
-    // At least one block: block 0 checks node_indptr's ends even when there are no requests.
-    const int walk_blocks = a.requests < 1 ? 1 : a.requests < 65535 ? a.requests : 65535;
+    const int walk_blocks = per_request_blocks(a.requests);
     greedy_walk_kernel<<<walk_blocks, greedy_walk_threads, 0, stream>>>(a);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
   }

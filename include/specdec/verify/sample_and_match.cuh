@@ -48,18 +48,12 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
   __shared__ std::int32_t next_rep;
   const tree_verify_arrays& a = args.tree;
   const int t = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && t == 0) {
-    if (a.node_indptr[0] != 0) device_report(a.status, device_error::node_indptr, 0, -1);
-    if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
-  }
+  device_check_indptr_ends(a.node_indptr, a.requests, a.nodes, a.status);
   const std::int64_t nb = (a.vocab + static_cast<std::int64_t>(cdf_block) - 1) / static_cast<std::int64_t>(cdf_block);
   for (std::int64_t r64 = blockIdx.x; r64 < a.requests; r64 += gridDim.x) {  // 64-bit: no wrap near INT32_MAX
     const auto r = static_cast<std::int32_t>(r64);
-    const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1];
-    if (b < 0 || e < b || e > a.nodes) {  // then every access below stays in bounds
-      if (t == 0) device_report(a.status, device_error::node_indptr, r, -1);
-      continue;  // uniform across the block
-    }
+    std::int32_t b, e;
+    if (!device_request_range(a.node_indptr, r, a.nodes, a.status, b, e)) continue;  // uniform
     const std::int32_t n = e - b;
     const bool in_smem = n <= sample_and_match_smem_nodes;
     std::int32_t* const mark = in_smem ? mark_s : a.accepted + b;
@@ -144,8 +138,7 @@ struct sample_and_match_backend<cuda> {
   static void run(const cuda& policy, const sample_and_match_args& a) {
     cudaStream_t stream = policy.stream;
     clear_device_status(a.tree.status, stream);
-    // At least one block: block 0 checks node_indptr's ends even when there are no requests.
-    const int blocks = a.tree.requests < 1 ? 1 : a.tree.requests < 65535 ? a.tree.requests : 65535;
+    const int blocks = per_request_blocks(a.tree.requests);
     sample_and_match_kernel<<<blocks, sample_and_match_threads, 0, stream>>>(a);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
   }
