@@ -11,10 +11,9 @@
 #include "../../examples/common/tokenswift_draft.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 
-using namespace specdec;
-using namespace specdec::examples;
-
 namespace distribution {
+using namespace specdec;            // scoped here, not global: the test bundles pre-include this header
+using namespace specdec::examples;  // at file scope for every file of a bundle
 inline constexpr int V = 6;
 #ifdef SPECDEC_TEST_SANITIZED
 // The -O0 sanitizer build looks for memory errors and undefined behaviour; the statistical power is

@@ -6,6 +6,8 @@
 // test_distribution_models.cpp: the model drafters; test_distribution_multi_draft.cpp: multi-draft.
 #include "distribution_util.hpp"
 
+using namespace specdec;
+using namespace specdec::examples;
 using namespace distribution;
 
 TEST_CASE("sampling distribution: ngram drafter with every sampling verifier", "[decoder][distribution]") {

@@ -6,6 +6,8 @@
 // for the verifiers), so sample_and_match verifies those trees.
 #include "distribution_util.hpp"
 
+using namespace specdec;
+using namespace specdec::examples;
 using namespace distribution;
 
 namespace {

@@ -5,6 +5,8 @@
 // negative control is in test_distribution.cpp).
 #include "distribution_util.hpp"
 
+using namespace specdec;
+using namespace specdec::examples;
 using namespace distribution;
 
 TEST_CASE("sampling distribution: multi-draft drafters with multi_draft_verifier (with and without replacement)",

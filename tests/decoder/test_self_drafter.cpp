@@ -130,10 +130,10 @@ TEST_CASE("drafters' log_softmax: the vectorized float row equals the double com
   std::vector<float> row(128263), got(row.size());
   for (auto& x : row) x = 30.0f * rng.uniform() - 10.0f;
   for (std::size_t i = 0; i < row.size(); i += 97) row[i] = -std::numeric_limits<float>::infinity();
-  specdec::detail::log_softmax(std::span<const float>(row), std::span<float>(got));
+  detail::log_softmax(std::span<const float>(row), std::span<float>(got));
   const std::vector<double> rd(row.begin(), row.end());
   std::vector<float> want(row.size());
-  specdec::detail::log_softmax(std::span<const double>(rd), std::span<float>(want));
+  detail::log_softmax(std::span<const double>(rd), std::span<float>(want));
   double worst = 0, mass = 0;
   for (std::size_t i = 0; i < row.size(); ++i) {
     if (std::isinf(row[i])) {
@@ -147,7 +147,7 @@ TEST_CASE("drafters' log_softmax: the vectorized float row equals the double com
   CHECK(mass == Approx(1.0).epsilon(1e-5));
   // A row with nothing finite is left as it is (no NaN).
   std::vector<float> dead(20, -std::numeric_limits<float>::infinity()), dout(20);
-  specdec::detail::log_softmax(std::span<const float>(dead), std::span<float>(dout));
+  detail::log_softmax(std::span<const float>(dead), std::span<float>(dout));
   for (float x : dout) CHECK(std::isinf(x));
 }
 

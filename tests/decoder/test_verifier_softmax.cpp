@@ -35,7 +35,7 @@ TEST_CASE("verifier softmax: logits_to_probs per row, close to the double softma
     const std::int64_t rows = 4;
     const auto l = random_rows(rows, V, static_cast<std::uint64_t>(V));
     std::vector<float> probs;
-    specdec::detail::softmax_rows(make_view<2>(l.data(), {rows, V}), probs, "test");
+    detail::softmax_rows(make_view<2>(l.data(), {rows, V}), probs, "test");
     REQUIRE(probs.size() == static_cast<std::size_t>(rows * V));
     std::vector<float> want(static_cast<std::size_t>(V));
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -69,13 +69,13 @@ TEST_CASE("verifier softmax: a strided view gives the contiguous view's bits", "
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t v = 0; v < V; ++v) big[static_cast<std::size_t>(r * rs + v * ts)] = l[static_cast<std::size_t>(r * V + v)];
     std::vector<float> a, b;
-    specdec::detail::softmax_rows(make_view<2>(l.data(), {rows, V}), a, "test");
-    specdec::detail::softmax_rows(strided_view<const float, 2>(static_cast<const float*>(big.data()), {rows, V}, {rs, ts}), b, "test");
+    detail::softmax_rows(make_view<2>(l.data(), {rows, V}), a, "test");
+    detail::softmax_rows(strided_view<const float, 2>(static_cast<const float*>(big.data()), {rows, V}, {rs, ts}), b, "test");
     REQUIRE(a == b);
     // the policy on the strided path: token 2 of row 1
     if (V > 2) {
       big[static_cast<std::size_t>(rs + 2 * ts)] = inf;
-      REQUIRE_THROWS_WITH(specdec::detail::softmax_rows(strided_view<const float, 2>(static_cast<const float*>(big.data()), {rows, V}, {rs, ts}), b,
+      REQUIRE_THROWS_WITH(detail::softmax_rows(strided_view<const float, 2>(static_cast<const float*>(big.data()), {rows, V}, {rs, ts}), b,
                                                "specdec::chain_speculative_verifier"),
                           Catch::Contains("specdec::chain_speculative_verifier") && Catch::Contains("'logits'") &&
                               Catch::Contains("row 1, token 2"));
@@ -89,12 +89,12 @@ TEST_CASE("verifier softmax: non-finite policy messages", "[decoder][verify][val
   std::vector<float> l(static_cast<std::size_t>(2 * V), 0.0f), probs;
   l[static_cast<std::size_t>(V + 290)] = std::numeric_limits<float>::quiet_NaN();
   l[static_cast<std::size_t>(V + 291)] = inf;
-  REQUIRE_THROWS_WITH(specdec::detail::softmax_rows(make_view<2>(static_cast<const float*>(l.data()), {2, V}), probs, "specdec::multi_draft_verifier"),
+  REQUIRE_THROWS_WITH(detail::softmax_rows(make_view<2>(static_cast<const float*>(l.data()), {2, V}), probs, "specdec::multi_draft_verifier"),
                       Contains("specdec::multi_draft_verifier") && Contains("'logits'") && Contains("row 1, token 290") &&
                           Contains("finite or -inf logits"));
   std::fill(l.begin(), l.end(), -inf);
   l[0] = 0.0f;
-  REQUIRE_THROWS_WITH(specdec::detail::softmax_rows(make_view<2>(static_cast<const float*>(l.data()), {2, V}), probs, "specdec::sample_and_match_verifier"),
+  REQUIRE_THROWS_WITH(detail::softmax_rows(make_view<2>(static_cast<const float*>(l.data()), {2, V}), probs, "specdec::sample_and_match_verifier"),
                       Contains("specdec::sample_and_match_verifier") && Contains("'logits'") && Contains("row 1") &&
                           Contains("all -inf"));
 }
