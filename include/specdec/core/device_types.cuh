@@ -80,6 +80,16 @@ inline int per_request_blocks(std::int64_t requests) noexcept {
   return requests < 1 ? 1 : requests < 65535 ? static_cast<int>(requests) : 65535;
 }
 
+//! Launches kernel<<<per_request_blocks(requests), Threads, 0, stream>>>(args...): the launch of
+//! every kernel with one block per request (the verifiers' walks, ring_append). Host only; throws
+//! cuda_error naming `what` when the launch fails. No synchronisation.
+template <int Threads, class... Params, class... Args>
+void launch_per_request(void (*kernel)(Params...), std::int64_t requests, cudaStream_t stream, std::string_view what,
+                        const Args&... args) {
+  kernel<<<per_request_blocks(requests), Threads, 0, stream>>>(args...);
+  cuda_check(cudaGetLastError(), what);
+}
+
 //! Block 0, thread 0: reports (device_error::node_indptr) an offsets array [requests + 1] whose first
 //! entry is not 0 or whose last is not `nodes`.
 __device__ inline void device_check_indptr_ends(const std::int32_t* indptr, std::int32_t requests, std::int32_t nodes,

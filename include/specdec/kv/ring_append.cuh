@@ -75,11 +75,8 @@ template <>
 struct ring_append_backend<cuda> {
   template <class T>
   static void run(const cuda& policy, const ring_append_args<T>& a) {
-    cudaStream_t stream = policy.stream;
-    clear_device_status(a.status, stream);
-    const int blocks = per_request_blocks(a.requests);
-    ring_append_kernel<T><<<blocks, ring_append_threads, 0, stream>>>(a);
-    SPECDEC_CUDA_CHECK(cudaGetLastError());
+    clear_device_status(a.status, policy.stream);
+    launch_per_request<ring_append_threads>(ring_append_kernel<T>, a.requests, policy.stream, "ring_append_kernel", a);
   }
 };
 

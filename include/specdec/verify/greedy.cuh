@@ -148,13 +148,8 @@ __global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const 
     // k >= 0: best's depth is best_depth unless another request's range overlapped this one (a bad
     // node_indptr, reported by that request's block) and wrote its scratch here; every write stays
     // inside this request's slots even then.
-    for (std::int32_t v = best, k = best_depth; v >= 0 && k >= 0; v = par[v], --k) {
-      a.accepted[b + k] = v;
-      a.emitted[b + r + k] = tok[v];
-    }
-    a.emitted[b + r + best_depth + 1] = bonus;
-    a.num_accepted[r] = best_depth + 1;
-    a.bonus[r] = bonus;
+    for (std::int32_t v = best, k = best_depth; v >= 0 && k >= 0; v = par[v], --k) a.put_accepted(r, b, k, v, tok[v]);
+    a.put_bonus(r, b, best_depth + 1, bonus);
   }
 }
 
@@ -172,9 +167,7 @@ struct greedy_batch_backend<cuda> {
     greedy_argmax_kernel<<<argmax_blocks, greedy_argmax_threads, 0, stream>>>(
         a.rows, a.row_stride, rows, static_cast<std::int32_t>(a.vocab), a.emitted);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
-    const int walk_blocks = per_request_blocks(a.requests);
-    greedy_walk_kernel<<<walk_blocks, greedy_walk_threads, 0, stream>>>(a);
-    SPECDEC_CUDA_CHECK(cudaGetLastError());
+    launch_per_request<greedy_walk_threads>(greedy_walk_kernel, a.requests, stream, "greedy_walk_kernel", a);
   }
 };
 

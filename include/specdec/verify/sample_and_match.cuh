@@ -120,13 +120,8 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
     // any more). rep's depth is level - 1 unless another request's range overlapped this one (a bad
     // node_indptr, reported by the other request's block) and wrote marks here: k >= 0 keeps every
     // write inside the request's slots even then.
-    for (std::int32_t v = rep, k = level - 1; v >= 0 && k >= 0; v = par[v], --k) {
-      a.accepted[b + k] = v;
-      a.emitted[b + r + k] = tok[v];
-    }
-    a.emitted[b + r + level] = static_cast<std::int32_t>(y);
-    a.num_accepted[r] = level;
-    a.bonus[r] = static_cast<std::int32_t>(y);
+    for (std::int32_t v = rep, k = level - 1; v >= 0 && k >= 0; v = par[v], --k) a.put_accepted(r, b, k, v, tok[v]);
+    a.put_bonus(r, b, level, static_cast<std::int32_t>(y));
   }
 }
 
@@ -136,11 +131,9 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
 template <>
 struct sample_and_match_backend<cuda> {
   static void run(const cuda& policy, const sample_and_match_args& a) {
-    cudaStream_t stream = policy.stream;
-    clear_device_status(a.tree.status, stream);
-    const int blocks = per_request_blocks(a.tree.requests);
-    sample_and_match_kernel<<<blocks, sample_and_match_threads, 0, stream>>>(a);
-    SPECDEC_CUDA_CHECK(cudaGetLastError());
+    clear_device_status(a.tree.status, policy.stream);
+    launch_per_request<sample_and_match_threads>(sample_and_match_kernel, a.tree.requests, policy.stream,
+                                                 "sample_and_match_kernel", a);
   }
 };
 

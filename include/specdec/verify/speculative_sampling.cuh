@@ -113,13 +113,8 @@ __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_k
       }
     }
     if (t == 0) {
-      for (std::int32_t j = 0; j < k; ++j) {
-        a.accepted[b + j] = j;
-        a.emitted[b + r + j] = a.tokens[b + j];
-      }
-      a.emitted[b + r + k] = static_cast<std::int32_t>(y);
-      a.num_accepted[r] = k;
-      a.bonus[r] = static_cast<std::int32_t>(y);
+      for (std::int32_t j = 0; j < k; ++j) a.put_accepted(r, b, j, j, a.tokens[b + j]);
+      a.put_bonus(r, b, k, static_cast<std::int32_t>(y));
     }
   }
 }
@@ -130,11 +125,9 @@ __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_k
 template <>
 struct chain_speculative_backend<cuda> {
   static void run(const cuda& policy, const chain_speculative_args& a) {
-    cudaStream_t stream = policy.stream;
-    clear_device_status(a.tree.status, stream);
-    const int blocks = per_request_blocks(a.tree.requests);
-    chain_speculative_kernel<<<blocks, chain_speculative_threads, 0, stream>>>(a);
-    SPECDEC_CUDA_CHECK(cudaGetLastError());
+    clear_device_status(a.tree.status, policy.stream);
+    launch_per_request<chain_speculative_threads>(chain_speculative_kernel, a.tree.requests, policy.stream,
+                                                  "chain_speculative_kernel", a);
   }
 };
 

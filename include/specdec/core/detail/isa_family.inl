@@ -16,13 +16,6 @@
 
 #include "specdec/core/detail/simd.hpp"  // the vector layer at the file's flags (lvl_native)
 
-namespace specdec::detail {
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {
-#include SPECDEC_ISA_BODIES
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
-}  // namespace specdec::detail
+#include "specdec/core/detail/isa_native.inl"
 
 #include "specdec/core/detail/isa_levels.inl"

@@ -38,11 +38,10 @@
 #define SPECDEC_UNROLL_PARTS
 #endif
 
-namespace specdec::detail {
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/core/detail/simd.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
-}  // namespace specdec::detail
+// This header is often first included by isa_family.inl or isa_levels.inl, while a dispatching
+// header's SPECDEC_ISA_BODIES is defined: keep that definition around this one.
+#pragma push_macro("SPECDEC_ISA_BODIES")
+#undef SPECDEC_ISA_BODIES
+#define SPECDEC_ISA_BODIES "specdec/core/detail/simd.inl"
+#include "specdec/core/detail/isa_native.inl"  // at this file's own flags, in lvl_native
+#pragma pop_macro("SPECDEC_ISA_BODIES")

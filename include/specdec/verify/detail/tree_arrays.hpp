@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
@@ -38,6 +39,20 @@ struct tree_verify_arrays {
   std::int32_t* bonus = nullptr;
   std::int32_t* emitted = nullptr;
   std::int32_t* status = nullptr;
+
+  // Where request r's answer goes (b = node_indptr[r]); the one writer of the outputs for the host
+  // and every cuda verifier kernel. Node v (local) accepted at depth j, with its token:
+  SPECDEC_HOST_DEVICE void put_accepted(std::int32_t r, std::int32_t b, std::int32_t j, std::int32_t v,
+                                        std::int32_t token) const {
+    accepted[b + j] = v;
+    emitted[b + r + j] = token;
+  }
+  // k nodes accepted, then the bonus token y (emitted after them):
+  SPECDEC_HOST_DEVICE void put_bonus(std::int32_t r, std::int32_t b, std::int32_t k, std::int32_t y) const {
+    emitted[b + r + k] = y;
+    num_accepted[r] = k;
+    bonus[r] = y;
+  }
 };
 
 //! The checks of a float [rows, vocab] tensor of an array-form verification under Policy: memory the
@@ -116,13 +131,11 @@ void run_tree_verify_host(const host& policy, const tree_verify_arrays& a, std::
     const std::int32_t b = a.node_indptr[r];
     const auto acc = res.accepted_nodes(r);
     const auto k = static_cast<std::int32_t>(acc.size());
-    a.num_accepted[r] = k;
-    a.bonus[r] = res.bonus[static_cast<std::size_t>(r)];
     for (std::int32_t j = 0; j < k; ++j) {
-      a.accepted[b + j] = acc[static_cast<std::size_t>(j)];
-      a.emitted[b + r + j] = a.tokens[b + acc[static_cast<std::size_t>(j)]];
+      const std::int32_t v = acc[static_cast<std::size_t>(j)];
+      a.put_accepted(r, b, j, v, a.tokens[b + v]);
     }
-    a.emitted[b + r + k] = a.bonus[r];
+    a.put_bonus(r, b, k, res.bonus[static_cast<std::size_t>(r)]);
   }
   a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
 }

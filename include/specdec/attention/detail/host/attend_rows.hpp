@@ -15,11 +15,6 @@
 #include "specdec/core/detail/simd.hpp"
 #include "specdec/core/isa.hpp"
 
-namespace specdec::detail {
-inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/attention/detail/host/attend_rows.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-}  // namespace SPECDEC_HOST_ISA
-}  // namespace specdec::detail
+#define SPECDEC_ISA_BODIES "specdec/attention/detail/host/attend_rows.inl"
+#include "specdec/core/detail/isa_native.inl"  // at this file's own flags, in lvl_native
+#undef SPECDEC_ISA_BODIES

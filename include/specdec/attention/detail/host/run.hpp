@@ -48,17 +48,14 @@
 
 namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
-
 struct no_cache {};
-
-// The three passes at this file's own flags (the path without run-time dispatch).
-namespace lvl_native {  // this file's own flags (see core/detail/isa_levels.inl for why a namespace)
-#include "specdec/attention/detail/host/passes.inl"
-}  // namespace lvl_native
-using namespace lvl_native;
-
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail
+
+// The three passes at this file's own flags (the path without run-time dispatch).
+#define SPECDEC_ISA_BODIES "specdec/attention/detail/host/passes.inl"
+#include "specdec/core/detail/isa_native.inl"
+#undef SPECDEC_ISA_BODIES
 
 // With run-time dispatch (core/simd_level.hpp): the whole backend -- simd.inl, the microkernels,
 // the rows/tiles/merge passes and the three passes of a call -- once per level, in
@@ -121,6 +118,10 @@ void host_attention_entry(std::string_view fn, const host& policy, const attenti
     if (ws->size_bytes() < need)
       throw_invalid_argument(fn, "options.workspace", "at least " + std::to_string(need) + " bytes (see *_workspace_bytes)",
                              ws->size_bytes());
+    // The plan's offset arrays are int64 at the start of the scratch (plan.hpp).
+    require(ws->data() != nullptr, fn, "options.workspace", "non-null data", "nullptr");
+    require(reinterpret_cast<std::uintptr_t>(ws->data()) % alignof(std::int64_t) == 0, fn, "options.workspace",
+            "memory aligned to 8 bytes (64 is best)", "a misaligned pointer");
     run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws->data());
   } else {
     attention_workspace local(need);
