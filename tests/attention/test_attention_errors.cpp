@@ -201,3 +201,97 @@ TEST_CASE_METHOD(fixture, "every attention entry point runs the generic checks o
   bad.v = nullptr;
   all(bad, "non-null v_row(0, 0, 0)");
 }
+
+// Sizes no view of real memory has: negative extents, counts past int, null data with elements,
+// and workspaces and split sizes at their limits (found by an audit with ASan/UBSan: each of these
+// read or wrote out of bounds, overflowed int, or silently did nothing before it was checked).
+TEST_CASE("attention entry points reject negative extents, null data and sizes past int32", "[attention][sizes]") {
+  constexpr int D = 64;
+  const sd::host one{.num_threads = 1};
+  std::vector<float> qb(4 * D, 1.f), ob(4 * D, -7.f), lb(4, -7.f), kc(4 * D, 0.5f), vc(4 * D, 0.25f);
+  std::vector<std::int32_t> lens{4}, ip{0, 5};
+  const sd::contiguous_kv<float> cache(kc.data(), vc.data(), lens.data(), 1, 4, 1, D);
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  SECTION("a negative token count no longer turns the q_indptr checks off") {
+    const sd::strided_view<float, 3> q(qb.data(), {-1, 1, D}, {D, D, 1}), o(ob.data(), {-1, 1, D}, {D, D, 1});
+    const sd::strided_view<float, 2> l(lb.data(), {-1, 1}, {1, 1});
+    REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, o, l), "non-negative extents");
+    std::vector<sd::mask_word> m{1, 3, 7};
+    const auto mv = sd::make_view<1>(m.data(), {3});
+    REQUIRE_BAD(sd::tree_attention(one, q, q, q, ipv, mv, o, l), "non-negative extents");
+    REQUIRE_BAD(sd::hybrid_tree_attention(one, q, cache, q, q, ipv, mv, o, l), "non-negative extents");
+    // and the merges: parts with -1 tokens against a one-token output
+    const sd::strided_view<float, 4> op(qb.data(), {1, -1, 1, D}, {D, D, D, 1});
+    const sd::strided_view<float, 3> lp(lb.data(), {1, -1, 1}, {1, 1, 1});
+    REQUIRE_BAD(sd::lse_merge(one, op, lp, sd::make_view<3>(ob.data(), {1, 1, D}), sd::make_view<2>(lb.data(), {1, 1})),
+                "non-negative extents");
+    REQUIRE(ob[0] == -7.f);
+  }
+  SECTION("null data with elements") {
+    std::vector<std::int32_t> ip1{0, 1};
+    std::vector<sd::mask_word> m{1};
+    const auto q = sd::make_view<3>(qb.data(), {1, 1, D});
+    const auto o = sd::make_view<3>(ob.data(), {1, 1, D});
+    const auto l = sd::make_view<2>(lb.data(), {1, 1});
+    const sd::strided_view<const float, 3> null_k(nullptr, {1, 1, D}, {D, D, 1});
+    const auto ip1v = sd::make_view<1>(ip1.data(), {2});
+    const auto mv = sd::make_view<1>(m.data(), {1});
+    REQUIRE_BAD(sd::tree_attention(one, q, null_k, q, ip1v, mv, o, l), "spec_k");
+    REQUIRE_BAD(sd::hybrid_tree_attention(one, q, cache, q, null_k, ip1v, mv, o, l), "spec_v");
+    REQUIRE_BAD(sd::decode_attention(one, sd::strided_view<const float, 3>(nullptr, {1, 1, D}, {D, D, 1}), cache, ip1v, o, l),
+                "non-null data");
+    std::vector<float> lse4(4);
+    REQUIRE_BAD(sd::convert_lse_base2_to_natural(sd::host{}, sd::strided_view<float, 1>(nullptr, {4}, {1})), "non-null data");
+    sd::convert_lse_base2_to_natural(sd::host{}, sd::make_view<1>(lse4.data(), {4}));  // control
+  }
+  SECTION("tokens * heads past int32 on the host too; merges past int32 tokens or parts") {
+    const std::int64_t T = std::int64_t{1} << 30;
+    const sd::strided_view<float, 3> q(qb.data(), {T, 4, D}, {0, D, 1});
+    std::vector<std::int32_t> ipT{0, static_cast<std::int32_t>(T)};
+    REQUIRE_BAD(sd::decode_attention_workspace_bytes(one, q, cache, sd::make_view<1>(ipT.data(), {2})),
+                "tokens * heads below 2^31");
+    const std::int64_t big = (std::int64_t{1} << 32) + 1;
+    const sd::strided_view<float, 3> oa(qb.data(), {big, 1, D}, {0, D, 1}), out(ob.data(), {big, 1, D}, {0, D, 1});
+    const sd::strided_view<float, 2> la(lb.data(), {big, 1}, {0, 1}), lo(lb.data(), {big, 1}, {0, 1});
+    REQUIRE_BAD(sd::lse_merge(one, oa, la, oa, la, out, lo), "tokens * heads below 2^31");
+    const sd::strided_view<float, 4> op(qb.data(), {big, 1, 1, D}, {0, D, D, 1});
+    const sd::strided_view<float, 3> lp(lb.data(), {big, 1, 1}, {0, 1, 1});
+    REQUIRE_BAD(sd::lse_merge(one, op, lp, sd::make_view<3>(ob.data(), {1, 1, D}), sd::make_view<2>(lb.data(), {1, 1})),
+                "parts");
+  }
+  SECTION("a split longer than the cache is one part: kv_split_size = INT32_MAX gives the default's bits") {
+    std::vector<std::int32_t> ip1{0, 1};
+    const auto q = sd::make_view<3>(qb.data(), {1, 1, D});
+    const auto ip1v = sd::make_view<1>(ip1.data(), {2});
+    std::vector<float> o1(D), o2(D), l1(1), l2(1);
+    for (int i = 0; i < 4 * D; ++i) kc[static_cast<std::size_t>(i)] = 0.01f * static_cast<float>(i % 97);
+    sd::decode_attention(one, q, cache, ip1v, sd::make_view<3>(o1.data(), {1, 1, D}), sd::make_view<2>(l1.data(), {1, 1}));
+    sd::decode_attention(one, q, cache, ip1v, sd::make_view<3>(o2.data(), {1, 1, D}), sd::make_view<2>(l2.data(), {1, 1}),
+                         {.kv_split_size = std::numeric_limits<int>::max()});
+    REQUIRE(o1 == o2);
+    REQUIRE(l1 == l2);
+  }
+  SECTION("a caller workspace must be non-null and 8-byte aligned") {
+    std::vector<std::int32_t> ip1{0, 1};
+    const auto q = sd::make_view<3>(qb.data(), {1, 1, D});
+    const auto ip1v = sd::make_view<1>(ip1.data(), {2});
+    const auto o = sd::make_view<3>(ob.data(), {1, 1, D});
+    const auto l = sd::make_view<2>(lb.data(), {1, 1});
+    sd::attention_workspace null_ws(nullptr, 1 << 15);
+    REQUIRE_BAD(sd::decode_attention(one, q, cache, ip1v, o, l, {.workspace = &null_ws}), "non-null data");
+    std::vector<std::int64_t> raw((1 << 15) / 8 + 1);
+    sd::attention_workspace odd(reinterpret_cast<char*>(raw.data()) + 3, 1 << 15);
+    REQUIRE_BAD(sd::decode_attention(one, q, cache, ip1v, o, l, {.workspace = &odd}), "aligned");
+    sd::attention_workspace fine(raw.data(), 1 << 15);
+    sd::decode_attention(one, q, cache, ip1v, o, l, {.workspace = &fine});  // control
+  }
+}
+
+TEST_CASE("glide_project_queries rejects a negative token count", "[attention][sizes]") {
+  std::vector<float> h(8, 1.f), w(64 * 8, 0.5f), qo(64, -7.f);
+  const sd::strided_view<float, 2> hidden(h.data(), {-3, 8}, {8, 1});
+  REQUIRE_BAD(sd::glide_project_queries(sd::host{}, hidden, sd::make_view<2>(w.data(), {64, 8}),
+                                        sd::make_view<3>(qo.data(), {1, 1, 64})),
+              "non-negative extents");
+  REQUIRE(qo[0] == -7.f);
+}

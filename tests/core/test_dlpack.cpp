@@ -132,3 +132,17 @@ TEST_CASE("from_dlpack: ndim, shape, data and alignment are validated") {
   CHECK_THROWS_WITH(from_dlpack_f32_2(make_tensor(x, shape2, nullptr, 2, f32, kDLCPU, 2)),
                     Contains("aligned to 4 bytes") && Contains("byte_offset 2"));
 }
+
+TEST_CASE("from_dlpack rejects shapes whose element count overflows int64", "[dlpack][sizes]") {
+  // Wrapped, {2^32, 2^32} had 0 elements, and null data passed the non-empty check.
+  std::int64_t shape[2] = {std::int64_t{1} << 32, std::int64_t{1} << 32};
+  DLTensor t = make_tensor(nullptr, shape, nullptr, 2, specdec::dlpack_dtype<float>());
+  REQUIRE_THROWS_WITH(from_dlpack_f32_2(t), Contains("fits in int64"));
+  shape[0] = std::int64_t{1} << 62, shape[1] = 8;
+  REQUIRE_THROWS_WITH(from_dlpack_f32_2(t), Contains("fits in int64"));
+  // An empty tensor is empty whatever its other extents, and may have null data.
+  shape[0] = 0, shape[1] = std::int64_t{1} << 62;
+  const auto v = from_dlpack_f32_2(t);
+  REQUIRE(v.extent(0) == 0);
+  REQUIRE(v.extent(1) == std::int64_t{1} << 62);
+}

@@ -134,6 +134,19 @@ TEST_CASE("tree_batch: host build_tree_batch rejects bad values naming them, out
     bad.node_indptr.back() += 1;
     expect_reject(bad, "parents.extent(0)");
   }
+  {  // deterministic: request 0 fine, request 1's positions overflow at depth 1 (no depth may be written)
+    tree_batch_case d;
+    d.node_indptr = {0, 2, 4};
+    d.parents = {-1, 0, -1, 0};
+    d.committed = {5, std::numeric_limits<std::int32_t>::max()};
+    d.mask.assign(4, 0);
+    expect_reject(d, "committed_lengths[1]");
+    d.committed[1] = std::numeric_limits<std::int32_t>::max() - 1;  // control: depth 1 still fits
+    host_out o(d);
+    build(d, o);
+    CHECK(o.positions == std::vector<std::int32_t>{5, 6, std::numeric_limits<std::int32_t>::max() - 1,
+                                                   std::numeric_limits<std::int32_t>::max()});
+  }
   {  // a mask one word short
     host_out o(c);
     o.mask.pop_back();

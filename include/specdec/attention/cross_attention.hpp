@@ -219,10 +219,12 @@ void glide_project_queries(const host& policy, const H& hidden_in, const W& w_in
   require_unit_inner_stride(fn, "hidden", hidden);
   require_unit_inner_stride(fn, "w_q", w);
   require_unit_inner_stride(fn, "q_out", q);
+  require_nonnegative_extents(fn, "hidden", hidden);
   const std::int64_t tokens = hidden.extent(0), dd = hidden.extent(1);
   const std::int64_t heads = q.extent(1), hd = q.extent(2);
   require(dd > 0, fn, "hidden", "d_draft (extent 1) > 0", dd);
-  require(heads > 0 && hd > 0, fn, "q_out", "heads > 0 and head_dim > 0", shape_string(q));
+  require(heads > 0 && hd > 0 && heads <= INT32_MAX && hd <= INT32_MAX, fn, "q_out",
+          "heads and head_dim in [1, 2^31)", shape_string(q));
   require_shape(fn, "q_out", q, {tokens, -1, -1});
   require_shape(fn, "w_q", w, {heads * hd, dd});
   if (tokens == 0) return;

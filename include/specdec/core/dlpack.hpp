@@ -114,12 +114,14 @@ template <class T, int Rank>
   const memory_space space = memory_space_of(t.device, function, argument);
   require(Rank == 0 || t.shape != nullptr, function, argument, "non-null shape", "nullptr");
   std::int64_t extents[Rank], strides[Rank];
-  std::int64_t numel = 1;
+  std::int64_t numel = 1, nonzero = 1;  // nonzero: the product of the non-zero extents, which must fit int64
   for (int i = 0; i < Rank; ++i) {
     require(t.shape[i] >= 0, function, argument, "non-negative shape[" + std::to_string(i) + "]", t.shape[i]);
     extents[i] = t.shape[i];
-    numel *= t.shape[i];
+    if (t.shape[i] == 0) numel = 0;
+    else nonzero = checked_size_product(function, argument, {nonzero, t.shape[i]});
   }
+  if (numel != 0) numel = nonzero;  // the default strides below are partial products of the same
   if (t.strides == nullptr) {
     std::int64_t s = 1;
     for (int i = Rank - 1; i >= 0; --i) {

@@ -6,6 +6,7 @@
 //!   "<function>: argument '<argument>': expected <expected>, got <actual>"
 
 #include <cstdint>
+#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -103,6 +104,25 @@ void require_in_range(std::string_view function, std::string_view argument, cons
     e << "]";
     throw_invalid_argument(function, argument, e.str(), actual);
   }
+}
+
+//! The product of non-negative sizes (an element count: requests * slots * heads * head_dim, a
+//! tensor's shape), throwing naming function and argument when it would exceed INT64_MAX instead of
+//! wrapping (a wrapped count sizes a buffer too small for the loops that follow). Negative sizes
+//! are the caller's to reject first; here they throw too.
+[[nodiscard]] inline std::int64_t checked_size_product(std::string_view function, std::string_view argument,
+                                                      std::initializer_list<std::int64_t> sizes) {
+  std::int64_t n = 1;
+  for (const std::int64_t s : sizes) {
+    if (s < 0 || (s > 0 && n > INT64_MAX / s)) [[unlikely]] {
+      std::ostringstream a;
+      const char* sep = "";
+      for (const std::int64_t x : sizes) a << sep << x, sep = " * ";
+      throw_invalid_argument(function, argument, "non-negative sizes whose product fits in int64", a.str());
+    }
+    n *= s;
+  }
+  return n;
 }
 
 }  // namespace SPECDEC_HOST_ISA

@@ -189,10 +189,32 @@ template <class V>
   return os.str();
 }
 
-//! Validates v's extents against `expected` (-1 = any). Throws naming function and argument.
+//! Validates that no extent of v is negative (a view built with a negative extent describes no
+//! array; every size computed from it would be wrong). Throws naming function and argument.
+template <class V>
+void require_nonnegative_extents(std::string_view function, std::string_view argument, const V& v) {
+  for (int i = 0; i < V::rank; ++i)
+    if (v.extent(i) < 0) [[unlikely]]
+      throw_invalid_argument(function, argument, "non-negative extents", shape_string(v));
+}
+
+//! Validates that a view with elements (no extent 0) has a non-null data pointer. Throws naming
+//! function and argument.
+template <class V>
+void require_data(std::string_view function, std::string_view argument, const V& v) {
+  if (v.data() != nullptr) return;
+  for (int i = 0; i < V::rank; ++i)
+    if (v.extent(i) == 0) return;
+  throw_invalid_argument(function, argument, "a non-null data pointer (the view has elements)", "nullptr");
+}
+
+//! Validates v's extents against `expected` (-1 = any), and that v describes an array: no negative
+//! extent, and a non-null data pointer unless it is empty. Throws naming function and argument.
 template <class V>
 void require_shape(std::string_view function, std::string_view argument, const V& v,
                    std::initializer_list<std::int64_t> expected) {
+  require_nonnegative_extents(function, argument, v);
+  require_data(function, argument, v);
   bool ok = static_cast<int>(expected.size()) == V::rank;
   int i = 0;
   for (auto e : expected) {
@@ -262,6 +284,7 @@ template <class Policy, class V>
 void require_policy_array(std::string_view function, std::string_view argument, const V& v, std::int64_t extent) {
   static_assert(V::rank == 1, "require_policy_array: 1-D arrays only");
   require_policy_memory<Policy>(function, argument, v);
+  require_nonnegative_extents(function, argument, v);
   if (extent >= 0 && v.extent(0) != extent) [[unlikely]]
     throw_invalid_argument(function, argument, "extent(0) == " + std::to_string(extent), v.extent(0));
   require(v.extent(0) <= 1 || v.stride(0) == 1, function, argument, "unit stride", v.stride(0));

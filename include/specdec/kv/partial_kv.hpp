@@ -152,6 +152,7 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
     require_host_accessible(fn, "q", q);
     require_host_accessible(fn, "scores", scores);
     require_shape(fn, "q", q, {-1, d});
+    require(q.extent(0) <= INT32_MAX, fn, "q", "at most 2^31-1 heads", q.extent(0));
     const int hq = static_cast<int>(q.extent(0));
     if (!(hq >= hkv && hq % hkv == 0)) [[unlikely]]
       throw_invalid_argument(fn, "q", "a head count that is a multiple of cache.num_kv_heads() = " + std::to_string(hkv), hq);
@@ -213,8 +214,8 @@ class partial_kv_index {
     require(budget >= 1, fn, "budget", ">= 1 (|B|, TokenSwift §3.3)", budget);
     if (!(sink >= 0 && sink <= budget)) [[unlikely]]
       throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
-    index_.assign(static_cast<std::size_t>(requests) * kv_heads * budget, 0);
-    evict_.assign(static_cast<std::size_t>(requests) * kv_heads * (budget - sink), 0);
+    index_.assign(static_cast<std::size_t>(checked_size_product(fn, "budget", {requests, kv_heads, budget})), 0);
+    evict_.assign(static_cast<std::size_t>(requests) * kv_heads * (budget - sink), 0);  // <= index_'s size
     for (int r = 0; r < requests; ++r)  // before any rebuild: the slots above |S| newest-filled first
       for (int h = 0; h < kv_heads; ++h)
         for (int i = 0; i < budget - sink; ++i) evict_[(static_cast<std::size_t>(r) * kv_heads + h) * (budget - sink) + i] = budget - 1 - i;
@@ -419,7 +420,7 @@ class compact_partial_kv {
     require(kv_heads >= 1, fn, "kv_heads", ">= 1", kv_heads);
     require(budget >= 1, fn, "budget", ">= 1", budget);
     require(head_dim >= 1, fn, "head_dim", ">= 1", head_dim);
-    const auto n = static_cast<std::size_t>(requests) * budget * kv_heads * head_dim;
+    const auto n = static_cast<std::size_t>(checked_size_product(fn, "head_dim", {requests, budget, kv_heads, head_dim}));
     k_.assign(n, T{});
     v_.assign(n, T{});
     shown_.assign(static_cast<std::size_t>(requests) * kv_heads * budget, -1);

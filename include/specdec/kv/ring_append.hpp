@@ -144,6 +144,10 @@ void ring_append_batch(const Policy& policy, const ring_kv<T>& ring, const NI& n
   const auto status = as_view(status_in);
   const auto [R, N] = require_batch_counts(fn, "num_accepted", num_accepted, "accepted", accepted);
   require_equal(fn, "num_accepted.extent(0) (one per ring request)", R, static_cast<std::int64_t>(ring.num_requests()));
+  // The layout's own check lets a ring whose requests all have length 0 go without buffers (it holds
+  // no rows to read); an append writes slots whatever the lengths.
+  require(R == 0 || (ring.k != nullptr && ring.v != nullptr), fn, "ring",
+          "non-null k and v buffers (an append writes the ring's slots)", "nullptr");
   require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
   require_policy_array<Policy>(fn, "accepted", accepted, N);
   require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);

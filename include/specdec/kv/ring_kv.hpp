@@ -68,9 +68,10 @@ struct ring_mapping {
   SPECDEC_HOST_DEVICE int length(int r) const noexcept { return lengths[r]; }
   //! Slot of visible token t of request r (one add and one conditional subtract; no division).
   SPECDEC_HOST_DEVICE int slot(int r, int t) const noexcept {
-    int s = starts[r] + t;
-    if (s >= slots) s -= slots;
-    return s;
+    // starts[r] < slots and t < slots, both below 2^31: the sum fits unsigned (not int).
+    unsigned s = static_cast<unsigned>(starts[r]) + static_cast<unsigned>(t);
+    if (s >= static_cast<unsigned>(slots)) s -= static_cast<unsigned>(slots);
+    return static_cast<int>(s);
   }
   SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const kv_geometry& g) const noexcept {
     return slot_offset(r, slot(r, t), h, g);
@@ -154,8 +155,8 @@ class ring_kv_cache {
     require(static_cast<std::int64_t>(c.window) + c.speculative_capacity <= INT32_MAX, fn,
             "config.speculative_capacity", "window + speculative_capacity <= INT32_MAX", c.speculative_capacity);
     slots_ = c.window + c.speculative_capacity;
+    const auto n = static_cast<std::size_t>(checked_size_product(fn, "config", {c.requests, slots_, c.kv_heads, c.head_dim}));
     row_ = static_cast<std::size_t>(c.kv_heads) * static_cast<std::size_t>(c.head_dim);
-    const std::size_t n = static_cast<std::size_t>(c.requests) * static_cast<std::size_t>(slots_) * row_;
     k_.assign(n, T{});
     v_.assign(n, T{});
     appended_.assign(static_cast<std::size_t>(c.requests), 0);

@@ -96,7 +96,7 @@ inline int validate_rope_params(const rope_params& p, std::int64_t head_dim, std
   require(std::isfinite(p.theta) && p.theta > 1.0, fn, "params.theta", "a finite value > 1", p.theta);
   require(p.style == rope_style::rotate_half || p.style == rope_style::interleaved, fn, "params.style",
           "rope_style::rotate_half or rope_style::interleaved", static_cast<int>(p.style));
-  require(head_dim > 0, fn, "head_dim", "> 0", head_dim);
+  require(head_dim > 0 && head_dim <= INT32_MAX, fn, "head_dim", "in [1, 2^31)", head_dim);
   if (!(p.rotary_dim >= 0 && p.rotary_dim <= head_dim)) [[unlikely]]
     throw_invalid_argument(fn, "params.rotary_dim",
                            "0 (= head_dim) or a value in [2, head_dim = " + std::to_string(head_dim) + "]",
@@ -162,7 +162,8 @@ void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
   require_policy_memory<Policy>(fn, "x", x);
   require_policy_memory<Policy>(fn, "positions", positions);
   require_unit_inner_stride(fn, "x", x);
-  require(x.extent(0) >= 0 && x.extent(1) >= 0, fn, "x", "non-negative extents", shape_string(x));
+  require_nonnegative_extents(fn, "x", x);
+  (void)checked_size_product(fn, "x", {x.extent(0), x.extent(1), x.extent(2)});  // the kernels' element offsets
   if (!(positions.extent(0) == x.extent(0))) [[unlikely]]
     throw_invalid_argument(fn, "positions",
                            "extent(0) == x.extent(0) = " + std::to_string(x.extent(0)) + " (one position per token)",

@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/config.hpp"
@@ -79,24 +80,31 @@ struct tree_batch_backend<host> {
                                  "a local parent in [-1, " + std::to_string(i) + ") (topological order: parent before node)",
                                  p);
       }
+      // Positions c + depth must fit int32. A node's depth is at most its index, so only a request
+      // with c > INT32_MAX - (n - 1) can overflow; its exact depths decide, in scratch (not `depths`).
+      if (n > 0 && c > std::numeric_limits<std::int32_t>::max() - (n - 1)) [[unlikely]] {
+        std::vector<std::int32_t> d(static_cast<std::size_t>(n));
+        for (std::int32_t i = 0; i < n; ++i) {
+          const std::int32_t p = parents[b + i];
+          d[static_cast<std::size_t>(i)] = p < 0 ? 0 : d[static_cast<std::size_t>(p)] + 1;
+          if (c > std::numeric_limits<std::int32_t>::max() - d[static_cast<std::size_t>(i)])
+            throw_invalid_argument(fn, "committed_lengths[" + std::to_string(r) + "]",
+                                   "<= INT32_MAX - " + std::to_string(d[static_cast<std::size_t>(i)]) +
+                                       " (the depth of its node " + std::to_string(i) + "; positions are int32)",
+                                   c);
+        }
+      }
       words += static_cast<std::int64_t>(n) * words_per_row(n);
     }
     if (words > mask_capacity) [[unlikely]]
       throw_invalid_argument(fn, "mask", "extent(0) >= " + std::to_string(words) + " (the ancestor masks' words)",
                              mask_capacity);
-    // Depths in one forward pass (parents come first); the overflow check needs them, so it runs
-    // before positions and masks are written.
+    // Depths in one forward pass (parents come first).
     for (std::int32_t r = 0; r < R; ++r) {
       const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
       for (std::int32_t i = 0; i < n; ++i) {
         const std::int32_t p = parents[b + i];
-        const std::int32_t d = p < 0 ? 0 : depths[b + p] + 1;
-        if (committed[r] > std::numeric_limits<std::int32_t>::max() - d) [[unlikely]]
-          throw_invalid_argument(fn, "committed_lengths[" + std::to_string(r) + "]",
-                                 "<= INT32_MAX - " + std::to_string(d) + " (the depth of its node " +
-                                     std::to_string(i) + "; positions are int32)",
-                                 committed[r]);
-        depths[b + i] = d;
+        depths[b + i] = p < 0 ? 0 : depths[b + p] + 1;
       }
     }
     mask_indptr[0] = 0;

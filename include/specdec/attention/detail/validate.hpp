@@ -92,6 +92,8 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   if (out) require_policy_memory<Policy>(fn, "out", *out);
   if (lse) require_policy_memory<Policy>(fn, "lse", *lse);
   require_policy_memory<Policy>(fn, "q_indptr", q_indptr);
+  require_nonnegative_extents(fn, "q", q);
+  require_data(fn, "q", q);
   const std::int64_t tokens = q.extent(0), hq = q.extent(1), d = q.extent(2);
   require(supported_head_dim(d), fn, "q", "head_dim (extent 2) of 64, 128 or 256", d);
   require(hq > 0, fn, "q", "at least one query head (extent 1)", hq);
@@ -101,10 +103,11 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
                                std::to_string(num_kv_heads) + ")",
                            hq);
   require(tokens <= INT32_MAX, fn, "q", "at most 2^31-1 tokens", tokens);
-  if constexpr (on_device_v<Policy>) {
+  require(hq <= INT32_MAX, fn, "q", "at most 2^31-1 query heads", hq);
+  // Both backends index query rows (token, head) and the plan's rows per kv head in int.
+  require(tokens * hq <= INT32_MAX, fn, "q", "tokens * heads below 2^31", tokens * hq);
+  if constexpr (on_device_v<Policy>)
     require(num_kv_heads <= 65535, fn, "q", "at most 65535 kv heads (cuda grid limit)", num_kv_heads);
-    require(tokens * hq <= INT32_MAX, fn, "q", "tokens * heads below 2^31 on the cuda backend", tokens * hq);
-  }
   require_unit_inner_stride(fn, "q", q);
   if (out) {
     require_shape(fn, "out", *out, {tokens, hq, d});

@@ -64,7 +64,8 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
     const int cache_parts = HasTree ? parts - 1 : parts;
     if constexpr (HasCache) {
       if (part < cache_parts) {
-        const int k0 = part * split, k1 = std::min<int>(cache.length(r), k0 + split);
+        const int k0 = part * split;  // < cache.length(r): the plan made ceil(length / split) parts
+        const int k1 = static_cast<int>(std::min<std::int64_t>(cache.length(r), static_cast<std::int64_t>(k0) + split));
         auto krow = [&](int t, int hh) { return static_cast<const T*>(cache.k_row(r, t, g0 + hh)); };
         auto vrow = [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); };
         // Few query rows per kv head (decode steps, small trees): vectorise along head_dim.

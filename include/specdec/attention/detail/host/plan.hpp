@@ -60,9 +60,14 @@ template <class T>
 template <class L>
 int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int head_groups, int threads, int requested) {
   require(requested >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", requested);
-  if (requested > 0) return requested;
-  std::int64_t total = 0;
-  for (int r = 0; r < num_requests; ++r) total += cache.length(r);
+  std::int64_t total = 0, longest = 0;
+  for (int r = 0; r < num_requests; ++r) {
+    total += cache.length(r);
+    longest = std::max<std::int64_t>(longest, cache.length(r));
+  }
+  // A split longer than the longest cache is one part per request, as that length is: the same
+  // plan, and part * split + split then stays below 2 * INT32_MAX (computed in int64).
+  if (requested > 0) return static_cast<int>(std::min<std::int64_t>(requested, std::max<std::int64_t>(longest, 1)));
   return choose_kv_split(total, head_groups, threads);
 }
 
@@ -107,7 +112,7 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
     if (n > 0) {
       if (p.has_cache) {
         const int len = cache_length(r);
-        parts += (len + p.split - 1) / p.split;
+        parts += static_cast<int>((static_cast<std::int64_t>(len) + p.split - 1) / p.split);
       }
       if (p.has_tree) parts += 1;
     }
