@@ -8,6 +8,7 @@
 #include "specdec/attention/hybrid_tree_attention.hpp"
 #include "specdec/attention/lse_merge.hpp"
 #include "specdec/attention/tree_attention.hpp"
+#include "specdec/position/rope.hpp"
 
 using namespace attn_test;
 namespace sd = specdec;
@@ -285,6 +286,83 @@ TEST_CASE("attention entry points reject negative extents, null data and sizes p
     sd::attention_workspace fine(raw.data(), 1 << 15);
     sd::decode_attention(one, q, cache, ip1v, o, l, {.workspace = &fine});  // control
   }
+}
+
+// Outputs written by several threads (or in place) must not share elements: a stride-0 out or lse
+// was a silent write race (found in session 24's review; the verifiers already checked their rows).
+TEST_CASE("attention, merges, RoPE and projections reject outputs whose elements overlap", "[attention][sizes]") {
+  constexpr int D = 64;
+  const sd::host pool{.num_threads = 2};
+  std::vector<float> qb(4 * 2 * D, 1.f), ob(4 * 2 * D, -7.f), lb(8, -7.f), kc(4 * D, 0.5f), vc(4 * D, 0.25f);
+  std::vector<std::int32_t> lens{4}, ip{0, 4};
+  const sd::contiguous_kv<float> cache(kc.data(), vc.data(), lens.data(), 1, 4, 1, D);
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  const auto q = sd::make_view<3>(qb.data(), {4, 2, D});
+  const auto o = sd::make_view<3>(ob.data(), {4, 2, D});
+  const auto l = sd::make_view<2>(lb.data(), {4, 2});
+  const sd::strided_view<float, 3> o_tokens_shared(ob.data(), {4, 2, D}, {0, D, 1});  // every token one row
+  const sd::strided_view<float, 3> o_heads_short(ob.data(), {4, 2, D}, {2 * D, D / 2, 1});  // heads overlap
+  const sd::strided_view<float, 2> l_shared(lb.data(), {4, 2}, {2, 0});
+  REQUIRE_BAD(sd::decode_attention(pool, q, cache, ipv, o_tokens_shared, l), "'out'");
+  REQUIRE_BAD(sd::decode_attention(pool, q, cache, ipv, o_heads_short, l), "do not overlap");
+  REQUIRE_BAD(sd::decode_attention(pool, q, cache, ipv, o, l_shared), "'lse'");
+  std::vector<sd::mask_word> m{1, 3, 7, 15};
+  const auto mv = sd::make_view<1>(m.data(), {4});
+  const auto kv = sd::make_view<3>(kc.data(), {4, 1, D});
+  REQUIRE_BAD(sd::tree_attention(pool, q, kv, kv, ipv, mv, o_tokens_shared, l), "'out'");
+  REQUIRE_BAD(sd::hybrid_tree_attention(pool, q, cache, kv, kv, ipv, mv, o, l_shared), "'lse'");
+  REQUIRE(ob[0] == -7.f);  // nothing written
+  REQUIRE(lb[0] == -7.f);
+  // The merges' outputs (inputs may be anything readable; out may alias part 0).
+  REQUIRE_BAD(sd::lse_merge(pool, q, l, q, l, o_tokens_shared, l), "'out'");
+  REQUIRE_BAD(sd::lse_merge(pool, q, l, q, l, o, l_shared), "'lse_out'");
+  sd::lse_merge(pool, o, l, q, l, o, l);  // control: in place over part 0
+  REQUIRE_BAD(sd::convert_lse_base2_to_natural(sd::host{}, l_shared), "'lse'");
+  // RoPE rotates x in place.
+  std::vector<std::int32_t> pos{0, 1, 2, 3};
+  REQUIRE_BAD(sd::apply_rope(sd::host{}, sd::rope_params{}, o_tokens_shared, sd::make_view<1>(pos.data(), {4})),
+              "'x'");
+  // GLIDE's query projection writes q_out.
+  std::vector<float> h(4 * 8, 1.f), w(2 * D * 8, 0.5f);
+  REQUIRE_BAD(sd::glide_project_queries(sd::host{}, sd::make_view<2>(h.data(), {4, 8}), sd::make_view<2>(w.data(), {2 * D, 8}),
+                                        o_heads_short),
+              "'q_out'");
+}
+
+namespace {
+// A user's layout whose every token is one row: a cache of INT32_MAX tokens in 2 KB.
+struct one_row_layout {
+  using value_type = float;
+  const float* row;
+  int num_requests() const { return 1; }
+  int num_kv_heads() const { return 1; }
+  int head_dim() const { return 64; }
+  int length(int) const { return std::numeric_limits<std::int32_t>::max(); }
+  const float* k_row(int, int, int) const { return row; }
+  const float* v_row(int, int, int) const { return row; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+// Found by a session-25 audit of user layouts: kv_split_size = 1 over INT32_MAX tokens made 2^31
+// parts (int overflow in the host plan, then a workspace size that wrapped).
+TEST_CASE("a split into 2^31 - 1 or more parts is refused", "[attention][sizes]") {
+  std::vector<float> row(64, 0.5f), qb(64, 1.f), ob(64), lb(1);
+  const one_row_layout cache{row.data()};
+  std::vector<std::int32_t> ip{0, 1};
+  std::vector<sd::mask_word> m{1};
+  const auto q = sd::make_view<3>(qb.data(), {1, 1, 64});
+  const auto o = sd::make_view<3>(ob.data(), {1, 1, 64});
+  const auto l = sd::make_view<2>(lb.data(), {1, 1});
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  const auto mv = sd::make_view<1>(m.data(), {1});
+  const sd::attention_options one{.kv_split_size = 1}, two{.kv_split_size = 2};
+  REQUIRE_BAD(sd::decode_attention(sd::host{}, q, cache, ipv, o, l, one), "'options.kv_split_size'");
+  REQUIRE_BAD(sd::hybrid_tree_attention(sd::host{}, q, cache, q, q, ipv, mv, o, l, one), "fewer than 2^31 - 1 parts");
+  REQUIRE_BAD(sd::hybrid_tree_attention_workspace_bytes(sd::host{}, q, cache, ipv, one), "'options.kv_split_size'");
+  // Two tokens per part: 2^30 parts plus the tree's, counted in int64: the size is what it is.
+  const std::size_t bytes = sd::hybrid_tree_attention_workspace_bytes(sd::host{}, q, cache, ipv, two);
+  CHECK(bytes > (std::size_t{1} << 30) * 66 * sizeof(float));
 }
 
 TEST_CASE("glide_project_queries rejects a negative token count", "[attention][sizes]") {

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -115,4 +117,59 @@ TEST_CASE("require_shape, require_unit_inner_stride and require_host_accessible"
   CHECK(specdec::device_accessible(specdec::memory_space::managed));
   CHECK_FALSE(specdec::device_accessible(specdec::memory_space::host));
   CHECK_FALSE(specdec::host_accessible(specdec::memory_space::device));
+}
+
+// has_unique_elements against enumeration: on random small rank-3 views (extents 0-4, strides -13..13,
+// stride 0 included) it may say "unique" only when every index tuple has its own offset, and it must
+// say so for every layout a real array has (any permutation of packed or padded strides).
+TEST_CASE("has_unique_elements never accepts a view whose indices share an element") {
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  const auto next = [&](int n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((state >> 33) % static_cast<std::uint64_t>(n));
+  };
+  float dummy = 0.f;
+  int unique_seen = 0, shared_seen = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::int64_t e[3], s[3];
+    for (int i = 0; i < 3; ++i) {
+      e[i] = next(5);
+      s[i] = next(27) - 13;
+    }
+    const specdec::strided_view<float, 3> v(&dummy, {e[0], e[1], e[2]}, {s[0], s[1], s[2]});
+    std::vector<std::int64_t> offsets;
+    for (std::int64_t a = 0; a < e[0]; ++a)
+      for (std::int64_t b = 0; b < e[1]; ++b)
+        for (std::int64_t c = 0; c < e[2]; ++c) offsets.push_back(a * s[0] + b * s[1] + c * s[2]);
+    std::sort(offsets.begin(), offsets.end());
+    const bool distinct = std::adjacent_find(offsets.begin(), offsets.end()) == offsets.end();
+    if (specdec::has_unique_elements(v)) {
+      INFO("extents " << e[0] << ' ' << e[1] << ' ' << e[2] << ", strides " << s[0] << ' ' << s[1] << ' ' << s[2]);
+      REQUIRE(distinct);
+    }
+    (distinct ? unique_seen : shared_seen) += 1;
+  }
+  REQUIRE(unique_seen > 1000);  // both kinds were drawn
+  REQUIRE(shared_seen > 1000);
+  // Every permutation of a packed or row-padded layout.
+  const std::int64_t ext[3] = {3, 4, 5};
+  int perm[3] = {0, 1, 2};
+  do {
+    for (std::int64_t pad : {0, 3}) {
+      std::int64_t st[3], step = 1;
+      for (int k = 2; k >= 0; --k) {  // perm[2] innermost
+        st[perm[k]] = step;
+        step *= ext[perm[k]] + (k == 2 ? pad : 0);
+      }
+      REQUIRE(specdec::has_unique_elements(specdec::strided_view<float, 3>(&dummy, {3, 4, 5}, {st[0], st[1], st[2]})));
+      REQUIRE(specdec::has_unique_elements(specdec::strided_view<float, 3>(&dummy, {3, 4, 5}, {-st[0], st[1], -st[2]})));
+    }
+  } while (std::next_permutation(perm, perm + 3));
+  // Strides whose reach passes 2^63 describe no array.
+  constexpr std::int64_t huge = std::int64_t{1} << 62;
+  REQUIRE_FALSE(specdec::has_unique_elements(specdec::strided_view<float, 2>(&dummy, {4, 2}, {huge, 1})));
+  REQUIRE_FALSE(specdec::has_unique_elements(
+      specdec::strided_view<float, 1>(&dummy, {2}, {std::numeric_limits<std::int64_t>::min()})));
+  REQUIRE_THROWS_WITH(specdec::require_unique_elements("f", "out", specdec::strided_view<float, 2>(&dummy, {4, 8}, {0, 1})),
+                      Contains("'out'") && Contains("do not overlap") && Contains("strides [0, 1]"));
 }

@@ -3,6 +3,8 @@
 // are consistent, and bad options are rejected with messages naming the argument.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "../../examples/common/llama.hpp"
 #include "small_model.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
@@ -351,4 +353,77 @@ TEST_CASE("sampled output depends on the request id, not on the slot or the batc
                       Catch::Contains("request_ids"));
   REQUIRE_THROWS_WITH(batched.generate_batch(prompts, opt, std::vector<std::uint32_t>{1, 2, 1}),
                       Catch::Contains("distinct ids"));
+}
+
+// What a user's drafter and verifier hand back is checked before the target sees it or a token is
+// emitted (found by a session-25 audit: an out-of-vocabulary bonus was emitted, draft tokens reached
+// the target's forward unchecked, and a verifier's accepted list was committed before it was read).
+namespace user_policy_checks {
+constexpr int toy_vocab = 16;
+struct toy_target {  // logits favour "previous token + 1"
+  using logit_type = float;
+  int forwards = 0, commits = 0;
+  int vocab_size() const { return toy_vocab; }
+  int max_requests() const { return 1; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  void forward(int, std::int32_t root, const token_tree& tree, std::span<float> logits) {
+    ++forwards;
+    for (int r = 0; r <= tree.size(); ++r) {
+      const int last = r == 0 ? root : tree.token(r - 1);
+      REQUIRE((last >= 0 && last < toy_vocab));  // what the checks guarantee a target
+      for (int v = 0; v < toy_vocab; ++v) logits[static_cast<std::size_t>(r * toy_vocab + v)] = v == (last + 1) % toy_vocab ? 2.f : 0.f;
+    }
+  }
+  void commit(int, std::span<const std::int32_t>) { ++commits; }
+};
+struct counting_drafter {  // proposes last+1, last+2, ...; `bad` replaces the second token
+  std::int32_t bad = 1;
+  void reset(int) {}
+  void propose(const draft_request& req, draft_candidates& out) {
+    out.clear();
+    std::int32_t last = req.tokens.back();
+    for (int d = 0; d < req.depth; ++d) {
+      last = (last + 1) % toy_vocab;
+      out.chain.push_back({d == 1 && bad != 1 ? bad : last, 0.f});
+    }
+  }
+};
+std::function<void(verify_result&)> edit;  // the edit under test (the decoder copies its verifier)
+struct editing_verifier {  // greedy, then `edit`
+  static constexpr bool is_lossless_for_sampling = false;
+  void verify(const verify_input& in, verify_result& out) {
+    out = verify_greedy(in.tree, in.logits);
+    if (edit) edit(out);
+  }
+};
+}  // namespace user_policy_checks
+
+TEST_CASE("decoder checks a user drafter's tokens and a user verifier's result", "[decoder][errors]") {
+  using namespace user_policy_checks;
+  using Catch::Matchers::Contains;
+  const std::vector<std::int32_t> p{1, 2, 3};
+  const generation_options opt{.max_new_tokens = 8, .draft_depth = 3};
+  toy_target target;
+  speculative_decoder<toy_target, counting_drafter, chain_tree_builder, editing_verifier> d(target);
+  const auto good = d.generate(p, opt);  // control: the toy target's own greedy continuation
+  CHECK(good.tokens == std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10, 11});
+  for (const std::int32_t bad : {toy_vocab, -2}) {
+    d.drafter().bad = bad;
+    const int forwards = target.forwards;
+    REQUIRE_THROWS_WITH(d.generate(p, opt), Contains("drafted tree") && Contains("vocab_size() = 16"));
+    CHECK(target.forwards == forwards);  // the target never saw the token
+  }
+  d.drafter().bad = 1;
+  for (const std::int32_t bonus : {-1, toy_vocab}) {
+    edit = [bonus](verify_result& r) { r.bonus = bonus; };
+    const int commits = target.commits;
+    REQUIRE_THROWS_WITH(d.generate(p, {.max_new_tokens = 1, .draft_depth = 3}), Contains("verify_result.bonus"));
+    CHECK(target.commits == commits);
+  }
+  edit = [](verify_result& r) { r.accepted = {0, 1, 50}; };
+  REQUIRE_THROWS_WITH(d.generate(p, opt), Contains("verify_result.accepted") && Contains("root path"));
+  edit = [](verify_result& r) { r.accepted = {1, 0}; };
+  REQUIRE_THROWS_WITH(d.generate(p, opt), Contains("verify_result.accepted"));
+  edit = nullptr;
+  CHECK(d.generate(p, opt).tokens == good.tokens);  // usable again after the errors
 }

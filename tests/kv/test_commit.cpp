@@ -386,3 +386,41 @@ TEST_CASE("commits over a user's layout reject a length beyond its capacity befo
   CHECK(specdec::kv_commit_in_place(std::span(layers), 0, 2, 2, std::span(path)) == 3);
   CHECK(std::memcmp(k.data(), k0.data(), k.size() * sizeof(float)) != 0);
 }
+
+namespace {
+// user_slots whose rows from token `hole` on do not exist (k_row/v_row return null there): a layout
+// with storage only for part of its capacity. validate_kv_layout sees only each request's corners.
+struct holed_slots : user_slots {
+  int hole;
+  float* k_row(int r, int t, int h) const { return t >= hole ? nullptr : user_slots::k_row(r, t, h); }
+  float* v_row(int r, int t, int h) const { return t >= hole ? nullptr : user_slots::v_row(r, t, h); }
+};
+static_assert(specdec::writable_kv_layout<holed_slots>);
+}  // namespace
+
+TEST_CASE("commits through a user's layout reject null rows they would move, before writing") {
+  using Catch::Contains;
+  constexpr int cap = 8;
+  std::vector<float> k(cap * H * D), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i), v[i] = -static_cast<float>(i);
+  const auto k0 = k, v0 = v;
+  std::vector<std::int32_t> lens{2};
+  // Rows 2 and 3 exist, 4 on do not: a tree of 3 at committed length 2 puts node 2 in row 4.
+  const std::vector<holed_slots> layers{{{k.data(), v.data(), lens.data(), 1, cap}, 4}};
+  const std::vector<std::int32_t> par{-1, 0, 1}, deep{0, 1, 2}, shallow{0, 1};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place(std::span(layers), 0, 2, 3, std::span(deep), std::span(par)),
+                      Contains("'layers[0]'") && Contains("non-null k_row/v_row") && Contains("token 4"));
+  std::vector<float> buf(3 * H * D, 5.0f);
+  const std::vector<specdec::strided_view<const float, 3>> sb{specdec::make_view<3>(static_cast<const float*>(buf.data()), {3, H, D})};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(std::span(layers), 0, 2, std::span(sb), std::span(sb), std::span(deep)),
+                      Contains("token 4"));
+  const std::vector<std::int32_t> cl{2}, ts{3}, ai{0, 3};
+  REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(std::span(layers), std::span(cl), std::span(ts), std::span(ai),
+                                                        std::span(deep)),
+                      Contains("token 4"));
+  CHECK(std::memcmp(k.data(), k0.data(), k.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(v.data(), v0.data(), v.size() * sizeof(float)) == 0);
+  // The control: a path that stays in rows 2-3 commits.
+  CHECK(specdec::kv_commit_in_place(std::span(layers), 0, 2, 3, std::span(shallow), std::span(par)) == 4);
+  CHECK(specdec::kv_commit_from_buffer(std::span(layers), 0, 2, std::span(sb), std::span(sb), std::span(shallow)) == 4);
+}

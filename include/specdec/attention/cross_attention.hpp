@@ -219,7 +219,7 @@ void glide_project_queries(const host& policy, const H& hidden_in, const W& w_in
   require_unit_inner_stride(fn, "hidden", hidden);
   require_unit_inner_stride(fn, "w_q", w);
   require_unit_inner_stride(fn, "q_out", q);
-  require_nonnegative_extents(fn, "hidden", hidden);
+  require_array(fn, "hidden", hidden);
   const std::int64_t tokens = hidden.extent(0), dd = hidden.extent(1);
   const std::int64_t heads = q.extent(1), hd = q.extent(2);
   require(dd > 0, fn, "hidden", "d_draft (extent 1) > 0", dd);
@@ -227,9 +227,8 @@ void glide_project_queries(const host& policy, const H& hidden_in, const W& w_in
           "heads and head_dim in [1, 2^31)", shape_string(q));
   require_shape(fn, "q_out", q, {tokens, -1, -1});
   require_shape(fn, "w_q", w, {heads * hd, dd});
+  require_unique_elements(fn, "q_out", q);
   if (tokens == 0) return;
-  require(hidden.data() != nullptr && w.data() != nullptr && q.data() != nullptr, fn, "hidden",
-          "non-null hidden, w_q and q_out data", "nullptr");
   constexpr std::int64_t tok_block = 8;
   const std::int64_t tblocks = (tokens + tok_block - 1) / tok_block;
   auto body = [&](std::int64_t item) {

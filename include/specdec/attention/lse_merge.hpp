@@ -49,8 +49,8 @@ void convert_lse_inplace(std::string_view fn, const L& lse, float factor) {
   if constexpr (std::is_same_v<typename L::element_type, float> && (L::rank == 1 || L::rank == 2)) {
     require_host_accessible(fn, "lse", lse);
     auto v = as_view(lse);
-    require_nonnegative_extents(fn, "lse", v);
-    require_data(fn, "lse", v);
+    require_array(fn, "lse", v);
+    require_unique_elements(fn, "lse", v);  // scaled in place: a shared element would be scaled twice
     if constexpr (L::rank == 1) {
       for (std::int64_t i = 0; i < v.extent(0); ++i) v(i) *= factor;
     } else {
@@ -141,12 +141,14 @@ void validate_merge_out(std::string_view fn, std::string_view ref_name, const O&
   require_rank<L>(fn, "lse_out", 2);
   require_policy_memory<Policy>(fn, "out", out);
   require_policy_memory<Policy>(fn, "lse_out", lse_out);
-  // n, h >= 0 (the caller's require_shape / require_nonnegative_extents); both backends count rows in int.
+  // n, h >= 0 (the caller's require_shape / require_array); both backends count rows in int.
   require(n <= INT32_MAX && h <= INT32_MAX && n * h <= INT32_MAX, fn, ref_name, "tokens * heads below 2^31",
           n * h);
   require_shape(fn, "out", out, {n, h, d});
   require_shape(fn, "lse_out", lse_out, {n, h});
   require_unit_inner_stride(fn, "out", out);
+  require_unique_elements(fn, "out", out);
+  require_unique_elements(fn, "lse_out", lse_out);
   p.out.o = const_cast<T*>(static_cast<const T*>(out.data()));
   p.out.o_stride_token = out.stride(0);
   p.out.o_stride_head = out.stride(1);
@@ -166,8 +168,7 @@ lse_merge_params<T> validate_merge(std::string_view fn, const OP& o_parts, const
   require_rank<LP>(fn, "lse_parts", 3);
   require_policy_memory<Policy>(fn, "o_parts", o_parts);
   require_policy_memory<Policy>(fn, "lse_parts", lse_parts);
-  require_nonnegative_extents(fn, "o_parts", o_parts);
-  require_data(fn, "o_parts", o_parts);
+  require_array(fn, "o_parts", o_parts);
   const std::int64_t s = o_parts.extent(0), n = o_parts.extent(1), h = o_parts.extent(2), d = o_parts.extent(3);
   require(supported_head_dim(d), fn, "o_parts", "head_dim (extent 3) of 64, 128 or 256", d);
   require(s >= 1 && s <= INT32_MAX, fn, "o_parts", "between 1 and 2^31-1 parts (extent 0)", s);
@@ -200,8 +201,7 @@ lse_merge_params<T> validate_merge2(std::string_view fn, const OA& o_a, const LA
   require_policy_memory<Policy>(fn, "o_b", o_b);
   require_policy_memory<Policy>(fn, "lse_a", lse_a);
   require_policy_memory<Policy>(fn, "lse_b", lse_b);
-  require_nonnegative_extents(fn, "o_a", o_a);
-  require_data(fn, "o_a", o_a);
+  require_array(fn, "o_a", o_a);
   const std::int64_t n = o_a.extent(0), h = o_a.extent(1), d = o_a.extent(2);
   require(supported_head_dim(d), fn, "o_a", "head_dim (extent 2) of 64, 128 or 256", d);
   require_shape(fn, "o_b", o_b, {n, h, d});

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/dtype.hpp"
@@ -189,32 +190,91 @@ template <class V>
   return os.str();
 }
 
-//! Validates that no extent of v is negative (a view built with a negative extent describes no
-//! array; every size computed from it would be wrong). Throws naming function and argument.
+//! Validates that v describes an array: no negative extent (a view built with one describes no
+//! array; every size computed from it would be wrong), and a non-null data pointer unless some
+//! extent is 0. Throws naming function and argument.
 template <class V>
-void require_nonnegative_extents(std::string_view function, std::string_view argument, const V& v) {
-  for (int i = 0; i < V::rank; ++i)
+void require_array(std::string_view function, std::string_view argument, const V& v) {
+  bool empty = false;
+  for (int i = 0; i < V::rank; ++i) {
     if (v.extent(i) < 0) [[unlikely]]
       throw_invalid_argument(function, argument, "non-negative extents", shape_string(v));
+    empty = empty || v.extent(i) == 0;
+  }
+  if (!empty && v.data() == nullptr) [[unlikely]]
+    throw_invalid_argument(function, argument, "a non-null data pointer (the view has elements)", "nullptr");
 }
 
-//! Validates that a view with elements (no extent 0) has a non-null data pointer. Throws naming
-//! function and argument.
+//! True when distinct indices of v address distinct elements, so a view written by several threads
+//! (or read-modify-written) is free of races. A sufficient test, exact for the layouts arrays have:
+//! the dimensions with more than one index, ordered by |stride|, each step past the whole reach of
+//! the ones inside it. Extents must be non-negative (require_array).
 template <class V>
-void require_data(std::string_view function, std::string_view argument, const V& v) {
-  if (v.data() != nullptr) return;
-  for (int i = 0; i < V::rank; ++i)
-    if (v.extent(i) == 0) return;
-  throw_invalid_argument(function, argument, "a non-null data pointer (the view has elements)", "nullptr");
+[[nodiscard]] bool has_unique_elements(const V& v) noexcept {
+  std::int64_t stride[V::rank > 0 ? V::rank : 1], extent[V::rank > 0 ? V::rank : 1];
+  int m = 0;
+  for (int i = 0; i < V::rank; ++i) {
+    if (v.extent(i) == 0) return true;  // no elements
+    if (v.extent(i) == 1) continue;
+    const std::int64_t s = v.stride(i);
+    if (s == std::numeric_limits<std::int64_t>::min()) return false;
+    int j = m++;  // insertion by |stride|
+    for (; j > 0 && stride[j - 1] > (s < 0 ? -s : s); --j) {
+      stride[j] = stride[j - 1];
+      extent[j] = extent[j - 1];
+    }
+    stride[j] = s < 0 ? -s : s;
+    extent[j] = v.extent(i);
+  }
+  std::int64_t reach = 0;  // the largest element offset the inner dimensions span
+  for (int j = 0; j < m; ++j) {
+    if (stride[j] <= reach) return false;
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(extent[j] - 1, stride[j], &span) || __builtin_add_overflow(reach, span, &reach))
+      return false;  // spans more than 2^63 elements: no array does
+  }
+  return true;
 }
 
-//! Validates v's extents against `expected` (-1 = any), and that v describes an array: no negative
-//! extent, and a non-null data pointer unless it is empty. Throws naming function and argument.
+//! Validates that v is an output whose elements do not overlap (has_unique_elements): a view with
+//! stride 0, or strides shorter than the rows inside them, would have several threads write one
+//! element. Throws naming function and argument.
+template <class V>
+void require_unique_elements(std::string_view function, std::string_view argument, const V& v) {
+  if (!has_unique_elements(v)) [[unlikely]] {
+    std::ostringstream os;
+    os << "strides [";
+    for (int i = 0; i < V::rank; ++i) os << (i ? ", " : "") << v.stride(i);
+    os << "] for shape " << shape_string(v);
+    throw_invalid_argument(function, argument, "an output whose elements do not overlap", os.str());
+  }
+}
+
+//! True when the memory spans of a and b (first to last byte any index reaches) intersect.
+template <class A, class B>
+[[nodiscard]] bool views_overlap(const A& a, const B& b) noexcept {
+  const auto span = [](const auto& v) -> std::pair<std::uintptr_t, std::uintptr_t> {
+    std::int64_t lo = 0, hi = 0;
+    for (int d = 0; d < std::remove_cvref_t<decltype(v)>::rank; ++d) {
+      if (v.extent(d) == 0) return {1, 0};
+      const std::int64_t reach = (v.extent(d) - 1) * v.stride(d);
+      (reach < 0 ? lo : hi) += reach;
+    }
+    const auto base = reinterpret_cast<std::uintptr_t>(v.data());
+    const auto size = static_cast<std::int64_t>(sizeof(typename std::remove_cvref_t<decltype(v)>::element_type));
+    return {base + static_cast<std::uintptr_t>(lo * size), base + static_cast<std::uintptr_t>(hi * size + size - 1)};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 <= a1 && b0 <= b1 && a0 <= b1 && b0 <= a1;
+}
+
+//! Validates v's extents against `expected` (-1 = any), and that v describes an array
+//! (require_array). Throws naming function and argument.
 template <class V>
 void require_shape(std::string_view function, std::string_view argument, const V& v,
                    std::initializer_list<std::int64_t> expected) {
-  require_nonnegative_extents(function, argument, v);
-  require_data(function, argument, v);
+  require_array(function, argument, v);
   bool ok = static_cast<int>(expected.size()) == V::rank;
   int i = 0;
   for (auto e : expected) {
@@ -284,11 +344,10 @@ template <class Policy, class V>
 void require_policy_array(std::string_view function, std::string_view argument, const V& v, std::int64_t extent) {
   static_assert(V::rank == 1, "require_policy_array: 1-D arrays only");
   require_policy_memory<Policy>(function, argument, v);
-  require_nonnegative_extents(function, argument, v);
+  require_array(function, argument, v);
   if (extent >= 0 && v.extent(0) != extent) [[unlikely]]
     throw_invalid_argument(function, argument, "extent(0) == " + std::to_string(extent), v.extent(0));
   require(v.extent(0) <= 1 || v.stride(0) == 1, function, argument, "unit stride", v.stride(0));
-  require(v.extent(0) == 0 || v.data() != nullptr, function, argument, "a non-null data pointer", "nullptr");
 }
 
 }  // namespace SPECDEC_HOST_ISA

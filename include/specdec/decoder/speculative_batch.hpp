@@ -266,6 +266,7 @@ class speculative_batch {
       const auto tb = clock::now();
       if (depth > 0) builder_.build(s.cand, s.tree);
       else s.tree.clear();
+      check_draft_tree(s.tree, V);  // before the target's forward reads the tokens (embedding rows)
       s.phase_draft = std::chrono::duration<double>(tb - td).count();
       s.phase_build = seconds(tb);
       running_.push_back(r);
@@ -308,6 +309,7 @@ class speculative_batch {
         philox_stream rng(s.opt.seed, stream_id(s.id, s.step));
         verify_input in{s.tree, strided_view<const float, 2>(view), s.cand, rng};
         verifier_for(s).verify(in, s.result);
+        check_verify_result(s.result, s.tree, V);  // before the target commits or a token is emitted
         s.phase_verify = seconds(tv);
       };
       if constexpr (std::is_copy_constructible_v<Verifier>) {
@@ -464,6 +466,36 @@ class speculative_batch {
 
  private:
   using clock = std::chrono::steady_clock;
+  //! A drafter or tree builder (the library's or a user's) must propose tokens of the target's
+  //! vocabulary: a target indexes its embedding table with them.
+  static void check_draft_tree(const token_tree& tree, int vocab) {
+    for (std::size_t i = 0; i < tree.size(); ++i) {
+      const std::int32_t t = tree.tokens()[i];
+      if (t < 0 || t >= vocab) [[unlikely]]
+        throw_invalid_argument("specdec::speculative_batch::step", "drafted tree",
+                               "tokens in [0, vocab_size() = " + std::to_string(vocab) + ") (node " +
+                                   std::to_string(i) + ")",
+                               t);
+    }
+  }
+  //! A verifier (the library's or a user's) must accept a root path of the tree, in path order, and
+  //! add a bonus token of the vocabulary: the target commits those rows and the tokens are emitted.
+  static void check_verify_result(const verify_result& result, const token_tree& tree, int vocab) {
+    constexpr std::string_view fn = "specdec::speculative_batch::step";
+    std::int32_t prev = -1;
+    for (const std::int32_t a : result.accepted) {
+      if (!(a >= 0 && static_cast<std::size_t>(a) < tree.size() && tree.parents()[static_cast<std::size_t>(a)] == prev))
+          [[unlikely]]
+        throw_invalid_argument(fn, "verify_result.accepted",
+                               "a root path of the drafted tree (" + std::to_string(tree.size()) +
+                                   " nodes), in path order: the child of " + std::to_string(prev),
+                               a);
+      prev = a;
+    }
+    if (!(result.bonus >= 0 && result.bonus < vocab)) [[unlikely]]
+      throw_invalid_argument(fn, "verify_result.bonus", "a token in [0, vocab_size() = " + std::to_string(vocab) + ")",
+                             result.bonus);
+  }
   static double seconds(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
 
   struct request_state {

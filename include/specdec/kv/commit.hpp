@@ -87,6 +87,27 @@ void validate_commit_layers(std::span<const L> layers, std::int64_t requests, st
   }
 }
 
+//! The rows a commit reads or writes in place, tokens [first, last) of `request` in every layer and
+//! kv head, exist: a user's layout may return null for rows it has no storage for (validate_kv_layout
+//! checks only the corners of each request). Host-accessible layouts only: a device layout's row
+//! addresses may come from tables in device memory.
+template <class L>
+void require_commit_rows(std::span<const L> layers, int request, std::int64_t first, std::int64_t last,
+                         std::string_view fn) {
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    if (!host_accessible(layers[l].space())) continue;
+    for (std::int64_t t = first; t < last; ++t)
+      for (int h = 0; h < layers[l].num_kv_heads(); ++h)
+        if (layers[l].k_row(request, static_cast<int>(t), h) == nullptr ||
+            layers[l].v_row(request, static_cast<int>(t), h) == nullptr) [[unlikely]]
+          throw_invalid_argument(fn, "layers[" + std::to_string(l) + "]",
+                                 "non-null k_row/v_row for every row the commit moves (request " +
+                                     std::to_string(request) + ", token " + std::to_string(t) + ", head " +
+                                     std::to_string(h) + ")",
+                                 "nullptr");
+  }
+}
+
 template <class L>
 void copy_row(const L& l, typename L::value_type* dst, const typename L::value_type* src) {
   std::copy_n(src, l.head_dim(), dst);
@@ -135,6 +156,8 @@ int kv_commit_in_place(std::span<LayerT, E> layer_span, int request, int committ
               "<= capacity(request) = " + std::to_string(layers[l].capacity(request)) + " (layer " + std::to_string(l) + ")",
               static_cast<std::int64_t>(committed_length) + tree_size);
     detail::validate_accepted_path(accepted, tree_size, parents, fn);
+    if (!accepted.empty())  // sources and destinations: rows up to the last accepted node
+      detail::require_commit_rows(layers, request, committed_length, std::int64_t{committed_length} + accepted.back() + 1, fn);
     detail::move_accepted(layers, request, committed_length, accepted);
     return committed_length + static_cast<int>(accepted.size());
   } else {
@@ -158,7 +181,6 @@ void check_spec_buffers(std::string_view fn, std::span<const L> layers, std::spa
       require_policy_memory<Policy>(fn, name, v);
       require_shape(fn, name, v, {n, layers[l].num_kv_heads(), layers[l].head_dim()});
       require_unit_inner_stride(fn, name, v);
-      require(n == 0 || v.data() != nullptr, fn, name, "non-null data", "nullptr");
       return v;
     };
     const auto k = check(spec_k[l], "spec_k");
@@ -205,6 +227,8 @@ int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int comm
               static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()));
     }
     detail::validate_accepted_path(accepted, static_cast<int>(n), parents, fn);
+    detail::require_commit_rows(layers, request, committed_length,
+                                std::int64_t{committed_length} + static_cast<std::int64_t>(accepted.size()), fn);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const auto& layer = layers[l];
       const auto sk = as_view(spec_k[l]);
@@ -280,6 +304,9 @@ std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_sp
       if (!node_parents.empty())
         par = node_parents.subspan(static_cast<std::size_t>(node_indptr[r]), static_cast<std::size_t>(tree_sizes[r]));
       detail::validate_accepted_path(acc, tree_sizes[r], par, fn);
+      if (!acc.empty())
+        detail::require_commit_rows(layers, static_cast<int>(r), committed_lengths[r],
+                                    std::int64_t{committed_lengths[r]} + acc.back() + 1, fn);
     }
     std::vector<std::int32_t> out(requests);
     for (std::size_t r = 0; r < requests; ++r) {
@@ -377,6 +404,8 @@ struct commit_batch_backend<host> {
                 "<= capacity = " + std::to_string(layers[l].capacity(r)) + " (layer " + std::to_string(l) + ")",
                 static_cast<std::int64_t>(c) + need);
       validate_accepted_path({a.accepted + b, static_cast<std::size_t>(k)}, n, {}, fn);
+      if (k > 0)  // from a buffer: the path's destinations; in place: up to the last accepted node
+        require_commit_rows(layers, r, c, std::int64_t{c} + (a.from_buffer ? k : a.accepted[b + k - 1] + 1), fn);
     }
     for (std::int32_t r = 0; r < a.requests; ++r) {
       const std::int32_t b = a.node_indptr[r], k = a.num_accepted[r], c = a.committed[r];

@@ -158,6 +158,7 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
       throw_invalid_argument(fn, "q", "a head count that is a multiple of cache.num_kv_heads() = " + std::to_string(hkv), hq);
     require_unit_inner_stride(fn, "q", q);
     require_shape(fn, "scores", scores, {hkv, -1});
+    require_unique_elements(fn, "scores", scores);
     if (scores.extent(1) < len) [[unlikely]]
       throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
                              scores.extent(1));
@@ -173,8 +174,8 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
     // Token-major over all kv heads (a token's rows of all heads are adjacent in NHD and paged
     // layouts, so the rows stream), parallel over chunks of 256 tokens.
     constexpr int chunk = 256;
-    parallel_for(policy, (len + chunk - 1) / chunk, [&](std::int64_t ci) {
-      const int i0 = static_cast<int>(ci) * chunk, i1 = std::min<int>(len, static_cast<int>(ci + 1) * chunk);
+    parallel_for(policy, (std::int64_t{len} + chunk - 1) / chunk, [&](std::int64_t ci) {
+      const int i0 = static_cast<int>(ci * chunk), i1 = static_cast<int>(std::min<std::int64_t>(len, (ci + 1) * chunk));
       SPECDEC_ISA_DISPATCH_CALL(
           kv_importance_tokens<KT>(cache, request, i0, i1, hkv, d, qsum.data(), sd, scores.stride(0)));
     });

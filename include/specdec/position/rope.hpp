@@ -162,15 +162,14 @@ void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
   require_policy_memory<Policy>(fn, "x", x);
   require_policy_memory<Policy>(fn, "positions", positions);
   require_unit_inner_stride(fn, "x", x);
-  require_nonnegative_extents(fn, "x", x);
+  require_array(fn, "x", x);
+  require_unique_elements(fn, "x", x);  // rotated in place by several threads
   (void)checked_size_product(fn, "x", {x.extent(0), x.extent(1), x.extent(2)});  // the kernels' element offsets
   if (!(positions.extent(0) == x.extent(0))) [[unlikely]]
     throw_invalid_argument(fn, "positions",
                            "extent(0) == x.extent(0) = " + std::to_string(x.extent(0)) + " (one position per token)",
                            positions.extent(0));
-  require(x.extent(0) == 0 || x.extent(1) == 0 || x.data() != nullptr, fn, "x", "a non-null data pointer", "nullptr");
-  require(positions.extent(0) == 0 || positions.data() != nullptr, fn, "positions", "a non-null data pointer",
-          "nullptr");
+  require_array(fn, "positions", positions);
   if constexpr (!std::is_same_v<Policy, cuda>)
     for (std::int64_t t = 0; t < positions.extent(0); ++t)
       if (!(positions(t) >= 0)) [[unlikely]]

@@ -363,6 +363,7 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
   require_equal(fn, "parents.size()", tokens.size(), parents.size());
   const auto n = static_cast<std::int64_t>(tokens.size());
   require_shape(fn, "logits", view, {n + 1, -1});
+  require_unique_elements(fn, "logits", view);  // processed in place, row by row
   require(view.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", view.extent(1));
   require_unit_inner_stride(fn, "logits", view);
   validate_sampling_params(params, fn);

@@ -92,8 +92,7 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   if (out) require_policy_memory<Policy>(fn, "out", *out);
   if (lse) require_policy_memory<Policy>(fn, "lse", *lse);
   require_policy_memory<Policy>(fn, "q_indptr", q_indptr);
-  require_nonnegative_extents(fn, "q", q);
-  require_data(fn, "q", q);
+  require_array(fn, "q", q);
   const std::int64_t tokens = q.extent(0), hq = q.extent(1), d = q.extent(2);
   require(supported_head_dim(d), fn, "q", "head_dim (extent 2) of 64, 128 or 256", d);
   require(hq > 0, fn, "q", "at least one query head (extent 1)", hq);
@@ -112,6 +111,7 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   if (out) {
     require_shape(fn, "out", *out, {tokens, hq, d});
     require_unit_inner_stride(fn, "out", *out);
+    require_unique_elements(fn, "out", *out);
   }
   if constexpr (on_device_v<Policy>) {
     if (tokens > 0) {
@@ -119,13 +119,15 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
       if (out) require_rows_16b_aligned(fn, "out", *out);
     }
   }
-  if (lse) require_shape(fn, "lse", *lse, {tokens, hq});
+  if (lse) {
+    require_shape(fn, "lse", *lse, {tokens, hq});
+    require_unique_elements(fn, "lse", *lse);
+  }
   if (num_requests < 0) num_requests = static_cast<int>(q_indptr.extent(0)) - 1;
   require(num_requests >= 0, fn, "q_indptr", "at least one element (num_requests + 1)", q_indptr.extent(0));
   require_shape(fn, "q_indptr", q_indptr, {static_cast<std::int64_t>(num_requests) + 1});
   const auto* ip = static_cast<const std::int32_t*>(q_indptr.data());
   const std::int64_t ips = q_indptr.stride(0);
-  require(ip != nullptr, fn, "q_indptr", "non-null data", "nullptr");
   require(ips == 1 || num_requests == 0, fn, "q_indptr", "unit stride", ips);
   if constexpr (!on_device_v<Policy>)
     validate_indptr(fn, "q_indptr", "q_indptr", ip, num_requests, tokens, "the number of query tokens q.extent(0)");
@@ -152,9 +154,6 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   p.num_kv_heads = num_kv_heads;
   p.head_dim = static_cast<int>(d);
   p.scale = scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(d)) : scale;
-  require(tokens == 0 || p.q != nullptr, fn, "q", "non-null data", "nullptr");
-  require(tokens == 0 || !out || p.o != nullptr, fn, "out", "non-null data", "nullptr");
-  require(tokens == 0 || !lse || p.lse != nullptr, fn, "lse", "non-null data", "nullptr");
   return p;
 }
 
@@ -262,7 +261,6 @@ void validate_tree_mask(std::string_view fn, const attention_io_params<T>& io, c
   require_shape(fn, "mask", mask, {words});
   require(mask.stride(0) == 1 || words <= 1, fn, "mask", "unit stride", mask.stride(0));
   const auto* m = static_cast<const mask_word*>(mask.data());
-  require(words == 0 || m != nullptr, fn, "mask", "non-null data", "nullptr");
   std::int64_t off = 0;
   for (int r = 0; r < io.num_requests; ++r) {
     const int n = io.q_indptr[r + 1] - io.q_indptr[r];
@@ -320,7 +318,7 @@ tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T
                   " words (sum_r n_r * words_per_row(n_r))",
               mask.extent(0));
       require(mask.stride(0) == 1 || mask.extent(0) <= 1, fn, "mask", "unit stride", mask.stride(0));
-      require(m != nullptr, fn, "mask", "non-null data", "nullptr");
+      require_array(fn, "mask", mask);
     }
   } else {
     validate_tree_mask(fn, io, mask);

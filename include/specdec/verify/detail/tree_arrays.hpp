@@ -68,7 +68,6 @@ void require_row_tensor(std::string_view fn, std::string_view name, const V& t, 
   require_unit_inner_stride(fn, name, t);
   require(t.stride(0) >= t.extent(1) || t.extent(0) <= 1, fn, name, "row stride >= vocab (rows do not overlap)",
           t.stride(0));
-  require(t.extent(0) == 0 || t.data() != nullptr, fn, name, "a non-null data pointer", "nullptr");
 }
 
 //! Every host-side check of an array-form tree verification under Policy (shapes, strides, memory

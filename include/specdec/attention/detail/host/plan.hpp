@@ -66,8 +66,16 @@ int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int 
     longest = std::max<std::int64_t>(longest, cache.length(r));
   }
   // A split longer than the longest cache is one part per request, as that length is: the same
-  // plan, and part * split + split then stays below 2 * INT32_MAX (computed in int64).
-  if (requested > 0) return static_cast<int>(std::min<std::int64_t>(requested, std::max<std::int64_t>(longest, 1)));
+  // plan, and part * split + split then stays below 2 * INT32_MAX (computed in int64). Parts are
+  // counted in int: a request's cache parts plus its tree part must stay below 2^31.
+  if (requested > 0) {
+    if ((longest + requested - 1) / requested >= INT32_MAX) [[unlikely]]
+      throw_invalid_argument(fn, "options.kv_split_size",
+                             "a split that cuts the longest cache (" + std::to_string(longest) +
+                                 " tokens) into fewer than 2^31 - 1 parts",
+                             requested);
+    return static_cast<int>(std::min<std::int64_t>(requested, std::max<std::int64_t>(longest, 1)));
+  }
   return choose_kv_split(total, head_groups, threads);
 }
 
@@ -108,12 +116,9 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
   for (int r = 0; r < R; ++r) {
     const int n = q_indptr[r + 1] - q_indptr[r];
     const int mp = host_plan::mpad(n * p.group);
-    int parts = 0;
+    std::int64_t parts = 0;
     if (n > 0) {
-      if (p.has_cache) {
-        const int len = cache_length(r);
-        parts += static_cast<int>((static_cast<std::int64_t>(len) + p.split - 1) / p.split);
-      }
+      if (p.has_cache) parts += (static_cast<std::int64_t>(cache_length(r)) + p.split - 1) / p.split;
       if (p.has_tree) parts += 1;
     }
     if (ws) {
@@ -123,7 +128,7 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
       p.mask_off[r] = mask_words;
     }
     mask_words += static_cast<std::int64_t>(n) * words_per_row(n);
-    floats += static_cast<std::int64_t>(p.hkv) * mp * (p.head_dim + static_cast<std::int64_t>(parts) * (p.head_dim + 2));
+    floats += static_cast<std::int64_t>(p.hkv) * mp * (p.head_dim + parts * (p.head_dim + 2));
     items += static_cast<std::int64_t>(p.hkv / p.heads_per_item) * parts;
   }
   if (ws) p.item_begin[R] = items;
