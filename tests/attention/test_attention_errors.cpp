@@ -365,6 +365,65 @@ TEST_CASE("a split into 2^31 - 1 or more parts is refused", "[attention][sizes]"
   CHECK(bytes > (std::size_t{1} << 30) * 66 * sizeof(float));
 }
 
+namespace {
+// A user's layout whose length() answers 4 for its first `calls_before` calls, then 1000 (every
+// token is one row, so each length is memory-safe for the cache itself).
+struct growing_layout {
+  using value_type = float;
+  const float* row;
+  int calls_before;
+  int* calls;
+  int num_requests() const { return 1; }
+  int num_kv_heads() const { return 1; }
+  int head_dim() const { return 64; }
+  int length(int) const { return (*calls)++ < calls_before ? 4 : 1000; }
+  const float* k_row(int, int, int) const { return row; }
+  const float* v_row(int, int, int) const { return row; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+// Found by a session-25 audit: the host workspace was sized from one reading of the lengths and the
+// plan laid out from another, so a length that grew in between wrote past the workspace. Whenever
+// the layout changes its answer, the call either refuses or computes a correct result.
+TEST_CASE("a layout whose lengths change during a call gets an error or a right result, never a bad write",
+          "[attention][sizes]") {
+  std::vector<float> row(64), qb(2 * 64, 0.25f), ob(2 * 64), lb(2);
+  for (int c = 0; c < 64; ++c) row[static_cast<std::size_t>(c)] = 0.01f * static_cast<float>(c);
+  std::vector<std::int32_t> ip{0, 2};
+  std::vector<sd::mask_word> m{1, 3};
+  const auto q = sd::make_view<3>(qb.data(), {2, 1, 64});
+  const auto o = sd::make_view<3>(ob.data(), {2, 1, 64});
+  const auto l = sd::make_view<2>(lb.data(), {2, 1});
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  const auto mv = sd::make_view<1>(m.data(), {2});
+  const std::vector<float> tree_kv(2 * 64, 0.f);
+  const auto tkv = sd::make_view<3>(tree_kv.data(), {2, 1, 64});
+  int refused = 0, computed = 0;
+  for (int before = 0; before < 40; ++before)
+    for (const int split : {0, 2}) {
+      int calls = 0;
+      const growing_layout cache{row.data(), before, &calls};
+      const sd::attention_options opt{.kv_split_size = split};
+      try {
+        sd::decode_attention(sd::host{.num_threads = 2}, q, cache, ipv, o, l, opt);
+        for (int c = 0; c < 64; ++c) REQUIRE(ob[static_cast<std::size_t>(c)] == Approx(row[static_cast<std::size_t>(c)]));
+        ++computed;
+      } catch (const sd::invalid_argument& e) {
+        REQUIRE_THAT(e.what(), Contains("'cache'") || Contains("'options.workspace'"));
+        ++refused;
+      }
+      calls = 0;
+      try {  // the tree's zero keys and values change the result: only "no crash, a clear error" here
+        sd::hybrid_tree_attention(sd::host{}, q, cache, tkv, tkv, ipv, mv, o, l, opt);
+      } catch (const sd::invalid_argument& e) {
+        REQUIRE_THAT(e.what(), Contains("'cache'"));
+      }
+    }
+  CHECK(refused > 0);  // the calls that saw 4 when sizing and 1000 when planning
+  CHECK(computed > 0);
+}
+
 TEST_CASE("glide_project_queries rejects a negative token count", "[attention][sizes]") {
   std::vector<float> h(8, 1.f), w(64 * 8, 0.5f), qo(64, -7.f);
   const sd::strided_view<float, 2> hidden(h.data(), {-3, 8}, {8, 1});

@@ -427,3 +427,36 @@ TEST_CASE("decoder checks a user drafter's tokens and a user verifier's result",
   edit = nullptr;
   CHECK(d.generate(p, opt).tokens == good.tokens);  // usable again after the errors
 }
+
+namespace user_policy_checks {
+// Proposes last+1, ... with uniform q rows over `q_vocab` tokens, `q_rows` of them (-1: one per token).
+struct q_drafter {
+  int q_vocab = toy_vocab, q_rows = -1;
+  void reset(int) {}
+  void propose(const draft_request& req, draft_candidates& out) {
+    out.clear();
+    std::int32_t last = req.tokens.back();
+    for (int d = 0; d < req.depth; ++d) out.chain.push_back({last = (last + 1) % toy_vocab, 0.f});
+    const int rows = q_rows < 0 ? req.depth : q_rows;
+    out.vocab = q_vocab;
+    out.q.assign(static_cast<std::size_t>(rows * q_vocab), 1.0f / static_cast<float>(q_vocab));
+  }
+};
+}  // namespace user_policy_checks
+
+TEST_CASE("chain_speculative_verifier refuses q rows of the wrong shape (it read them as one-hot)", "[decoder][errors]") {
+  using namespace user_policy_checks;
+  using Catch::Matchers::Contains;
+  const std::vector<std::int32_t> p{1, 2, 3};
+  const generation_options opt{.max_new_tokens = 6, .sampling = {.temperature = 1.0f}, .draft_depth = 3};
+  toy_target target;
+  speculative_decoder<toy_target, q_drafter, chain_tree_builder, chain_speculative_verifier> d(target);
+  CHECK(d.generate(p, opt).tokens.size() == 6);  // control: well-formed rows
+  d.drafter().q_vocab = toy_vocab / 2;
+  REQUIRE_THROWS_WITH(d.generate(p, opt), Contains("'draft.q_rows'") && Contains("16 (the vocabulary)"));
+  d.drafter().q_vocab = toy_vocab;
+  d.drafter().q_rows = 1;
+  REQUIRE_THROWS_WITH(d.generate(p, opt), Contains("'draft.q_rows'") && Contains("[>= 3 (the chain)"));
+  d.drafter().q_rows = 0;  // no rows: a deterministic drafter, one-hot q
+  CHECK(d.generate(p, opt).tokens.size() == 6);
+}

@@ -229,9 +229,9 @@ template <class V>
   std::int64_t reach = 0;  // the largest element offset the inner dimensions span
   for (int j = 0; j < m; ++j) {
     if (stride[j] <= reach) return false;
-    std::int64_t span = 0;
-    if (__builtin_mul_overflow(extent[j] - 1, stride[j], &span) || __builtin_add_overflow(reach, span, &reach))
+    if (extent[j] - 1 > (std::numeric_limits<std::int64_t>::max() - reach) / stride[j])
       return false;  // spans more than 2^63 elements: no array does
+    reach += (extent[j] - 1) * stride[j];
   }
   return true;
 }

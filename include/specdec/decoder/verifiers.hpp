@@ -120,11 +120,18 @@ struct chain_speculative_verifier {
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
     const int n = in.tree.size();
     const auto dq = in.draft.chain_q();  // the drafter's q rows, in its buffer or in draft.q
-    const bool have_q = n > 0 && dq.extent(1) == V && dq.extent(0) >= n;
+    // No q rows: a deterministic drafter (one-hot rows). Rows that are there must be one per node
+    // over the target's vocabulary; read as one-hot they would make sampling inexact without a word.
+    const bool have_q = n > 0 && dq.extent(0) > 0;
     if (have_q) {
-      require(host_accessible(dq.space()), "specdec::chain_speculative_verifier", "draft.q_rows",
-              "host-accessible memory (this is the host verifier)", name(dq.space()));
-      require_unit_inner_stride("specdec::chain_speculative_verifier", "draft.q_rows", dq);
+      constexpr std::string_view fn = "specdec::chain_speculative_verifier";
+      if (!(dq.extent(1) == V && dq.extent(0) >= n)) [[unlikely]]
+        throw_invalid_argument(fn, "draft.q_rows",
+                               "[>= " + std::to_string(n) + " (the chain), " + std::to_string(V) + " (the vocabulary)]",
+                               shape_string(dq));
+      require(host_accessible(dq.space()), fn, "draft.q_rows", "host-accessible memory (this is the host verifier)",
+              name(dq.space()));
+      require_unit_inner_stride(fn, "draft.q_rows", dq);
     }
     for (int i = 0; i < n; ++i) {
       float* row = q_.data() + static_cast<std::ptrdiff_t>(i) * V;

@@ -6,7 +6,8 @@
 //! no_cache; `tree` may be null when HasTree is false.
 template <int D, bool HasCache, bool HasTree, class T, class Layout>
 void run_host_attention_d(const host& policy, const attention_io_params<T>& io, const Layout& cache,
-                          const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws) {
+                          const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws,
+                          std::size_t ws_bytes) {
   host_plan p;
   p.num_requests = io.num_requests;
   p.hkv = io.num_kv_heads;
@@ -16,10 +17,16 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
   p.has_cache = HasCache;
   p.has_tree = HasTree;
   p.heads_per_item = heads_per_item(io);
-  plan_host_attention(p, io.q_indptr, [&](int r) {
+  const std::size_t planned = plan_host_attention(p, io.q_indptr, [&](int r) {
     if constexpr (HasCache) return static_cast<int>(cache.length(r));
     else return 0 * r;
   }, ws);
+  // The workspace was sized from the lengths read before (a user's layout may answer differently
+  // now); the plan has written only its fixed-size header so far, the passes would write the rest.
+  if (planned > ws_bytes) [[unlikely]]
+    throw_invalid_argument("specdec attention", "cache",
+                           "the same length(r) for the whole call (the workspace was sized for shorter caches)",
+                           "lengths that grew during the call");
   const int R = io.num_requests, hkv = p.hkv, G = p.group;
   const float qscale = io.scale * log2e_f;
 

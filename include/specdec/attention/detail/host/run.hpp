@@ -71,18 +71,21 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 //! load and a switch per call; see core/simd_level.hpp), or at this file's flags without dispatch.
 template <int D, bool HasCache, bool HasTree, class T, class Layout>
 void run_host_attention_at_level(const host& policy, const attention_io_params<T>& io, const Layout& cache,
-                                 const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws) {
-  SPECDEC_ISA_DISPATCH_CALL(run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws));
+                                 const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws,
+                                 std::size_t ws_bytes) {
+  SPECDEC_ISA_DISPATCH_CALL(
+      run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes));
 }
 
 //! Dispatch on head_dim (validated to be 64, 128 or 256).
 template <bool HasCache, bool HasTree, class T, class Layout>
 void run_host_attention(const host& policy, const attention_io_params<T>& io, const Layout& cache,
-                        const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws) {
+                        const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws,
+                        std::size_t ws_bytes) {
   switch (io.head_dim) {
-    case 64: run_host_attention_at_level<64, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
-    case 128: run_host_attention_at_level<128, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
-    default: run_host_attention_at_level<256, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws); break;
+    case 64: run_host_attention_at_level<64, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes); break;
+    case 128: run_host_attention_at_level<128, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes); break;
+    default: run_host_attention_at_level<256, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes); break;
   }
 }
 
@@ -122,10 +125,10 @@ void host_attention_entry(std::string_view fn, const host& policy, const attenti
     require(ws->data() != nullptr, fn, "options.workspace", "non-null data", "nullptr");
     require(reinterpret_cast<std::uintptr_t>(ws->data()) % alignof(std::int64_t) == 0, fn, "options.workspace",
             "memory aligned to 8 bytes (64 is best)", "a misaligned pointer");
-    run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws->data());
+    run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws->data(), ws->size_bytes());
   } else {
     attention_workspace local(need);
-    run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, kernel, local.data());
+    run_host_attention<HasCache, HasTree>(policy, io, cache, tree, split, kernel, local.data(), need);
   }
 }
 
