@@ -469,8 +469,8 @@ class speculative_batch {
   //! A drafter or tree builder (the library's or a user's) must propose tokens of the target's
   //! vocabulary: a target indexes its embedding table with them.
   static void check_draft_tree(const token_tree& tree, int vocab) {
-    for (std::size_t i = 0; i < tree.size(); ++i) {
-      const std::int32_t t = tree.tokens()[i];
+    for (int i = 0; i < tree.size(); ++i) {
+      const std::int32_t t = tree.token(i);
       if (t < 0 || t >= vocab) [[unlikely]]
         throw_invalid_argument("specdec::speculative_batch::step", "drafted tree",
                                "tokens in [0, vocab_size() = " + std::to_string(vocab) + ") (node " +
@@ -484,7 +484,7 @@ class speculative_batch {
     constexpr std::string_view fn = "specdec::speculative_batch::step";
     std::int32_t prev = -1;
     for (const std::int32_t a : result.accepted) {
-      if (!(a >= 0 && static_cast<std::size_t>(a) < tree.size() && tree.parents()[static_cast<std::size_t>(a)] == prev))
+      if (!(a >= 0 && a < tree.size() && tree.parent(a) == prev))
           [[unlikely]]
         throw_invalid_argument(fn, "verify_result.accepted",
                                "a root path of the drafted tree (" + std::to_string(tree.size()) +
