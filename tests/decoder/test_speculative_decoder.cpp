@@ -410,7 +410,7 @@ TEST_CASE("decoder checks a user drafter's tokens and a user verifier's result",
   for (const std::int32_t bad : {toy_vocab, -2}) {
     d.drafter().bad = bad;
     const int forwards = target.forwards;
-    REQUIRE_THROWS_WITH(d.generate(p, opt), Contains("drafted tree") && Contains("vocab_size() = 16"));
+    REQUIRE_THROWS_WITH(d.generate(p, opt), Contains("drafted tree") && Contains("vocab = 16"));
     CHECK(target.forwards == forwards);  // the target never saw the token
   }
   d.drafter().bad = 1;

@@ -266,7 +266,9 @@ class speculative_batch {
       const auto tb = clock::now();
       if (depth > 0) builder_.build(s.cand, s.tree);
       else s.tree.clear();
-      check_draft_tree(s.tree, V);  // before the target's forward reads the tokens (embedding rows)
+      // A drafter or tree builder (the library's or a user's) must propose tokens of the target's
+      // vocabulary, checked before the target's forward indexes its embedding rows with them.
+      detail::check_context(s.tree.tokens(), V, "specdec::speculative_batch::step", "drafted tree");
       s.phase_draft = std::chrono::duration<double>(tb - td).count();
       s.phase_build = seconds(tb);
       running_.push_back(r);
@@ -466,18 +468,6 @@ class speculative_batch {
 
  private:
   using clock = std::chrono::steady_clock;
-  //! A drafter or tree builder (the library's or a user's) must propose tokens of the target's
-  //! vocabulary: a target indexes its embedding table with them.
-  static void check_draft_tree(const token_tree& tree, int vocab) {
-    for (int i = 0; i < tree.size(); ++i) {
-      const std::int32_t t = tree.token(i);
-      if (t < 0 || t >= vocab) [[unlikely]]
-        throw_invalid_argument("specdec::speculative_batch::step", "drafted tree",
-                               "tokens in [0, vocab_size() = " + std::to_string(vocab) + ") (node " +
-                                   std::to_string(i) + ")",
-                               t);
-    }
-  }
   //! A verifier (the library's or a user's) must accept a root path of the tree, in path order, and
   //! add a bonus token of the vocabulary: the target commits those rows and the tokens are emitted.
   static void check_verify_result(const verify_result& result, const token_tree& tree, int vocab) {
