@@ -30,6 +30,10 @@ struct cdf_entry {
   bool bad;
 };
 
+//! Loads in flight per thread in cdf_block_sums' lane loop (a 1024-token block gives each of its 16
+//! lanes 64 tokens: four batches).
+inline constexpr int cdf_sum_batch = 16;
+
 //! Block sums of the weights entry(i).weight over [0, vocab) into bs[0, nb) by the whole thread block
 //! (Threads threads, a multiple of 32), in the host's order. Returns, to every thread, whether some
 //! entry was bad. Contains __syncthreads: call from every thread of the block.
@@ -49,7 +53,19 @@ __device__ bool cdf_block_sums(const Entry& entry, std::int64_t vocab, std::int6
     const std::int64_t hi = !live ? lo : vocab - lo < block ? vocab : lo + block;
     double part = 0.0;
     if (live) {
-      for (std::int64_t i = lo + j, e = lane_body_end(lo, hi); i < e; i += lanes) {
+      // The lane's tokens in the host's order, loaded cdf_sum_batch at a time before they are added:
+      // the adds stay in order (the same double), and a thread keeps cdf_sum_batch loads in flight
+      // instead of one (a block per row reads the row at about 15 GB/s with one).
+      const std::int64_t e = lane_body_end(lo, hi);
+      std::int64_t i = lo + j;
+      for (; i + (cdf_sum_batch - 1) * lanes < e; i += cdf_sum_batch * lanes) {
+        cdf_entry x[cdf_sum_batch];
+#pragma unroll
+        for (int u = 0; u < cdf_sum_batch; ++u) x[u] = entry(i + u * lanes);
+#pragma unroll
+        for (int u = 0; u < cdf_sum_batch; ++u) bad |= x[u].bad, part += x[u].weight;
+      }
+      for (; i < e; i += lanes) {
         const cdf_entry x = entry(i);
         bad |= x.bad;
         part += x.weight;
@@ -78,9 +94,13 @@ __device__ std::int64_t cdf_draw(const double* bs, std::int64_t nb, std::int64_t
 }
 
 //! Shared state of cdf_draw_block (one per thread block).
+//! `result` is written by thread 0 alone, before the first barrier and after the second; warp 0's
+//! scan reports in `scan`, a word nobody else touches in between. (Keeping the two apart is what
+//! makes the scan race-free: the compiler may load `result` in every thread of the block ahead of
+//! the `t < 32` test, so no warp may write `result` while the others could be reading it.)
 struct cdf_draw_shared {
   double u, c_start;
-  std::int64_t block, result;
+  std::int64_t block, result, scan;
 };
 
 //! cdf_draw by the whole thread block, with the same result: thread 0 draws u (two words of its rng),
@@ -118,12 +138,18 @@ __device__ std::int64_t cdf_draw_block(const double* bs, std::int64_t nb, std::i
     }
   }
   __syncthreads();
-  if (sh.result == pending && t < 32) {
+  if (t < 32 && sh.result == pending) {
     constexpr auto block = static_cast<std::int64_t>(cdf_block);
     const std::int64_t lo = sh.block * block, hi = vocab - lo < block ? vocab : lo + block;
     const std::int64_t mine = lo + 32 * static_cast<std::int64_t>(t), end = mine + 32 < hi ? mine + 32 : hi;
+    // The lane's 32 weights, loaded together (independent loads in flight) and kept for both passes.
+    double w[32];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) w[k] = mine + k < end ? weight(mine + k) : 0.0;
     double s = 0.0;
-    for (std::int64_t i = mine; i < end; ++i) s += weight(i);
+#pragma unroll
+    for (int k = 0; k < 32; ++k)
+      if (mine + k < end) s += w[k];
     double incl = s;  // inclusive warp scan of the lanes' sums
 #pragma unroll
     for (int d = 1; d < 32; d *= 2) {
@@ -133,27 +159,27 @@ __device__ std::int64_t cdf_draw_block(const double* bs, std::int64_t nb, std::i
     const double u = sh.u;
     double at = sh.c_start + (incl - s), before = at;
     std::int64_t found = -1;
-    for (std::int64_t i = mine; i < end; ++i) {
-      const double w = weight(i);
-      if (w > 0.0) {
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+      if (found < 0 && mine + k < end && w[k] > 0.0) {
         before = at;
-        at += w;
-        if (u < at) {
-          found = i;
-          break;
-        }
+        at += w[k];
+        if (u < at) found = mine + k;
       }
     }
     const unsigned hits = __ballot_sync(0xffffffffu, found >= 0);
     if (hits == 0) {
-      if (t == 0) sh.result = serial;
+      if (t == 0) sh.scan = serial;
     } else if (t == __ffs(hits) - 1) {
       const double margin = cdf_search_margin(sh.c_start + bs[sh.block]);
-      sh.result = cdf_prefix_safe(u, before, at, margin) ? found : serial;
+      sh.scan = cdf_prefix_safe(u, before, at, margin) ? found : serial;
     }
   }
   __syncthreads();
-  if (t == 0 && sh.result == serial) sh.result = cdf_search(bs, nb, vocab, sh.u, weight);
+  if (t == 0) {
+    if (sh.result == pending) sh.result = sh.scan;
+    if (sh.result == serial) sh.result = cdf_search(bs, nb, vocab, sh.u, weight);
+  }
   __syncthreads();
   return sh.result;
 }
