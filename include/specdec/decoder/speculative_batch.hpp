@@ -63,6 +63,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "specdec/core/detail/tree_path.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/philox.hpp"
@@ -472,16 +473,7 @@ class speculative_batch {
   //! add a bonus token of the vocabulary: the target commits those rows and the tokens are emitted.
   static void check_verify_result(const verify_result& result, const token_tree& tree, int vocab) {
     constexpr std::string_view fn = "specdec::speculative_batch::step";
-    std::int32_t prev = -1;
-    for (const std::int32_t a : result.accepted) {
-      if (!(a >= 0 && a < tree.size() && tree.parent(a) == prev))
-          [[unlikely]]
-        throw_invalid_argument(fn, "verify_result.accepted",
-                               "a root path of the drafted tree (" + std::to_string(tree.size()) +
-                                   " nodes), in path order: the child of " + std::to_string(prev),
-                               a);
-      prev = a;
-    }
+    detail::validate_accepted_path(result.accepted, tree.size(), tree.parents(), fn, "verify_result.accepted");
     if (!(result.bonus >= 0 && result.bonus < vocab)) [[unlikely]]
       throw_invalid_argument(fn, "verify_result.bonus", "a token in [0, vocab_size() = " + std::to_string(vocab) + ")",
                              result.bonus);

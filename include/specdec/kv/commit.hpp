@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "specdec/core/config.hpp"
+#include "specdec/core/detail/tree_path.hpp"
 #include "specdec/core/device_status.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
@@ -48,28 +49,6 @@
 namespace specdec {
 
 namespace detail {
-
-//! accepted must be a root path of the tree given by `parents` (size n): parents[a_0] == -1 and
-//! parents[a_j] == a_{j-1}; hence strictly increasing and in [0, n). With empty `parents` only
-//! "strictly increasing within [0, n)" is checked (the tree is then the caller's responsibility).
-inline void validate_accepted_path(std::span<const std::int32_t> accepted, int tree_size,
-                                   std::span<const std::int32_t> parents, std::string_view fn) {
-  require(parents.empty() || parents.size() == static_cast<std::size_t>(tree_size), fn, "parents.size()",
-          "0 or tree_size = " + std::to_string(tree_size), parents.size());
-  std::int32_t prev = -1;
-  for (std::size_t j = 0; j < accepted.size(); ++j) {
-    const std::int32_t a = accepted[j];
-    if (a <= prev || a >= tree_size) [[unlikely]]
-      throw_invalid_argument(fn, "accepted[" + std::to_string(j) + "]",
-                             "strictly increasing node indices in [0, tree_size = " + std::to_string(tree_size) + ")",
-                             a);
-    if (!parents.empty() && parents[static_cast<std::size_t>(a)] != prev) [[unlikely]]
-      throw_invalid_argument(fn, "accepted[" + std::to_string(j) + "]",
-                             "a root path (parent of node " + std::to_string(a) + " == " + std::to_string(prev) + ")",
-                             parents[static_cast<std::size_t>(a)]);
-    prev = a;
-  }
-}
 
 //! Every layer valid, host-accessible, same geometry, and holding requests [0, requests). `requests`
 //! is 64-bit so that a caller's request + 1 cannot overflow.
