@@ -2,8 +2,9 @@
 # What a session with a lent H100/H200 runs for the CUDA backend (issue #7), in one command:
 #   benchmarks/cuda/gpu_session.sh BUILD_DIR OUT_DIR [tests|sanitize|bench|sdpa|all]
 # BUILD_DIR holds the CUDA test and benchmark binaries (configure with -DSPECDEC_CUDA=ON
-# -DSPECDEC_BUILD_BENCHMARKS=ON and build the cuda_test_* and bench_cuda_attention targets; they can
-# be built on a machine without a GPU and carried over). Every step has its own time limit so that
+# -DSPECDEC_BUILD_BENCHMARKS=ON -DSPECDEC_CUDA_TEST_DEVICE_CODE=FULL and build the cuda_test_* and
+# bench_cuda_attention targets; they can be built on a machine without a GPU and carried over, but
+# without FULL such a machine builds the tests' device code for compile checks only, and they skip). Every step has its own time limit so that
 # one hung step cannot eat the lease; logs go to OUT_DIR, a summary to stdout.
 #   tests     every tests/cuda binary (compares each kernel with the host backend and the reference)
 #   sanitize  compute-sanitizer memcheck and racecheck on each test binary (run side by side)
