@@ -19,23 +19,23 @@
 #include <string>
 
 int main(int argc, char** argv) {
+  std::string skip;  // why the GPU tests do not run here; empty when they do
 #ifdef SPECDEC_TEST_DEVICE_CODE_CHECK_ONLY
-  const bool run_gpu_tests = false;
-  const std::string why = "this build's device code is for compile checks only (SPECDEC_CUDA_TEST_DEVICE_CODE=CHECK: "
-                          "unoptimized PTX); configure with FULL to run the GPU tests";
+  skip = "this build's device code is for compile checks only (SPECDEC_CUDA_TEST_DEVICE_CODE=CHECK: unoptimized PTX); "
+         "configure with FULL to run the GPU tests";
 #else
   int devices = 0;
   const cudaError_t status = cudaGetDeviceCount(&devices);
-  const bool run_gpu_tests = status == cudaSuccess && devices > 0;
-  const std::string why = std::string("no usable CUDA device (") +
-                          (status != cudaSuccess ? cudaGetErrorString(status) : "device count is 0") + ")";
+  if (status != cudaSuccess || devices == 0)
+    skip = std::string("no usable CUDA device (") +
+           (status != cudaSuccess ? cudaGetErrorString(status) : "device count is 0") + ")";
 #endif
-  if (!run_gpu_tests) {
+  if (!skip.empty()) {
     Catch::Session session;
     if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
     session.configData().testsOrTags = {"[nogpu]"};
     if (const int failed = session.run(); failed != 0) return failed;
-    std::printf("SKIPPED: %s\n([nogpu] test cases, if any, ran above and passed)\n", why.c_str());
+    std::printf("SKIPPED: %s\n([nogpu] test cases, if any, ran above and passed)\n", skip.c_str());
     return 77;
   }
   return Catch::Session().run(argc, argv);
