@@ -27,6 +27,7 @@
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/isa.hpp"
 #include "specdec/core/tensor.hpp"
 
 namespace specdec {
@@ -136,5 +137,15 @@ struct tree_kv_params {
 
 //! Head dimensions the attention kernels are instantiated for.
 [[nodiscard]] constexpr bool supported_head_dim(std::int64_t d) noexcept { return d == 64 || d == 128 || d == 256; }
+
+inline namespace SPECDEC_HOST_ISA {  // the answer depends on the file's SPECDEC_HOST_HEAD_DIMS
+//! Whether this translation unit compiles the host attention kernels for head_dim `d`: one of 64,
+//! 128 and 256 that SPECDEC_HOST_HEAD_DIMS (core/isa.hpp) keeps, all three when it is not defined.
+//! A host call at another supported head_dim throws invalid_argument naming the macro.
+[[nodiscard]] constexpr bool host_head_dim_compiled(std::int64_t d) noexcept {
+  return (d == 64 && (SPECDEC_HOST_HEAD_DIM_MASK & 1) != 0) || (d == 128 && (SPECDEC_HOST_HEAD_DIM_MASK & 2) != 0) ||
+         (d == 256 && (SPECDEC_HOST_HEAD_DIM_MASK & 4) != 0);
+}
+}  // namespace SPECDEC_HOST_ISA
 
 }  // namespace specdec

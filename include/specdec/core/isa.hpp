@@ -241,13 +241,73 @@
 #define SPECDEC_ISA_F28_
 #endif
 
+// ---- The head dimensions this file compiles the host attention kernels for ------------------------
+//! SPECDEC_HOST_HEAD_DIMS: define it (before including specdec, or -DSPECDEC_HOST_HEAD_DIMS=64,128)
+//! to a comma list drawn from 64, 128 and 256 to compile the host attention kernels
+//! (attention/detail/host/run.hpp) for those head dimensions only; left undefined, all three. Each
+//! head_dim is a separate instantiation of the whole backend (times three levels under run-time
+//! dispatch), about half of the compile time of a file that calls attention at one head_dim: an
+//! engine knows its models' head_dim, as FlashInfer's and llama.cpp's builds let one choose. A call
+//! with a head_dim the file did not compile is rejected with an invalid_argument that names this
+//! macro. Files with different sets compile different bodies for the entry points, so a set other
+//! than all three is part of the inline namespace name (`_hd64`, `_hd64_128`, ...; see below).
+#define SPECDEC_HD_BIT_64 1
+#define SPECDEC_HD_BIT_128 2
+#define SPECDEC_HD_BIT_256 4
+#define SPECDEC_HD_BIT_(d) SPECDEC_HD_BIT_##d
+#define SPECDEC_HD_BIT(d) SPECDEC_HD_BIT_(d)
+#define SPECDEC_HD_OK(d) (SPECDEC_HD_BIT(d) + 0 != 0)
+#define SPECDEC_HD_MASK_1(a) SPECDEC_HD_BIT(a)
+#define SPECDEC_HD_MASK_2(a, b) (SPECDEC_HD_BIT(a) | SPECDEC_HD_BIT(b))
+#define SPECDEC_HD_MASK_3(a, b, c) (SPECDEC_HD_BIT(a) | SPECDEC_HD_BIT(b) | SPECDEC_HD_BIT(c))
+#define SPECDEC_HD_VALID_1(a) SPECDEC_HD_OK(a)
+#define SPECDEC_HD_VALID_2(a, b) (SPECDEC_HD_OK(a) && SPECDEC_HD_OK(b))
+#define SPECDEC_HD_VALID_3(a, b, c) (SPECDEC_HD_OK(a) && SPECDEC_HD_OK(b) && SPECDEC_HD_OK(c))
+#define SPECDEC_HD_VALID_4(...) 0
+#define SPECDEC_HD_MASK_4(...) 0
+#define SPECDEC_HD_PICK_(_1, _2, _3, _4, _5, _6, _7, _8, n, ...) n
+#define SPECDEC_HD_COUNT(...) SPECDEC_HD_PICK_(__VA_ARGS__, 4, 4, 4, 4, 4, 3, 2, 1, 0)
+#define SPECDEC_HD_CAT_(a, b) a##b
+#define SPECDEC_HD_CAT(a, b) SPECDEC_HD_CAT_(a, b)
+#define SPECDEC_HD_APPLY_(f, ...) f(__VA_ARGS__)
+#define SPECDEC_HD_APPLY(f, ...) SPECDEC_HD_APPLY_(f, __VA_ARGS__)
+#define SPECDEC_HD_STR_(...) #__VA_ARGS__
+#define SPECDEC_HD_STR(...) SPECDEC_HD_STR_(__VA_ARGS__)
+#if defined(SPECDEC_HOST_HEAD_DIMS)
+#if !SPECDEC_HD_APPLY(SPECDEC_HD_CAT(SPECDEC_HD_VALID_, SPECDEC_HD_COUNT(SPECDEC_HOST_HEAD_DIMS)), SPECDEC_HOST_HEAD_DIMS)
+#error "SPECDEC_HOST_HEAD_DIMS must be a comma list of one to three of 64, 128 and 256 (e.g. 64 or 64,128)"
+#endif
+//! Bit i set: head_dim 64 << i is compiled (1 = 64, 2 = 128, 4 = 256).
+#define SPECDEC_HOST_HEAD_DIM_MASK \
+  SPECDEC_HD_APPLY(SPECDEC_HD_CAT(SPECDEC_HD_MASK_, SPECDEC_HD_COUNT(SPECDEC_HOST_HEAD_DIMS)), SPECDEC_HOST_HEAD_DIMS)
+#define SPECDEC_HOST_HEAD_DIMS_STRING SPECDEC_HD_STR(SPECDEC_HOST_HEAD_DIMS)
+#else
+#define SPECDEC_HOST_HEAD_DIM_MASK 7
+#define SPECDEC_HOST_HEAD_DIMS_STRING "64,128,256"
+#endif
+#if SPECDEC_HOST_HEAD_DIM_MASK == 1
+#define SPECDEC_ISA_F29_ _hd64
+#elif SPECDEC_HOST_HEAD_DIM_MASK == 2
+#define SPECDEC_ISA_F29_ _hd128
+#elif SPECDEC_HOST_HEAD_DIM_MASK == 3
+#define SPECDEC_ISA_F29_ _hd64_128
+#elif SPECDEC_HOST_HEAD_DIM_MASK == 4
+#define SPECDEC_ISA_F29_ _hd256
+#elif SPECDEC_HOST_HEAD_DIM_MASK == 5
+#define SPECDEC_ISA_F29_ _hd64_256
+#elif SPECDEC_HOST_HEAD_DIM_MASK == 6
+#define SPECDEC_ISA_F29_ _hd128_256
+#else
+#define SPECDEC_ISA_F29_
+#endif
+
 #define SPECDEC_ISA_PASTE_(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, \
-                           f19, f20, f21, f22, f23, f24, f25, f26, f27, f28)                                       \
-  a##f0##f1##f2##f3##f4##f5##f6##f7##f8##f9##f10##f11##f12##f13##f14##f15##f16##f17##f18##f19##f20##f21##f22##f23##f24##f25##f26##f27##f28
+                           f19, f20, f21, f22, f23, f24, f25, f26, f27, f28, f29)                                  \
+  a##f0##f1##f2##f3##f4##f5##f6##f7##f8##f9##f10##f11##f12##f13##f14##f15##f16##f17##f18##f19##f20##f21##f22##f23##f24##f25##f26##f27##f28##f29
 #define SPECDEC_ISA_PASTE(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, f19, \
-                          f20, f21, f22, f23, f24, f25, f26, f27, f28)                                                 \
+                          f20, f21, f22, f23, f24, f25, f26, f27, f28, f29)                                            \
   SPECDEC_ISA_PASTE_(a, f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17, f18, f19, f20, \
-                     f21, f22, f23, f24, f25, f26, f27, f28)
+                     f21, f22, f23, f24, f25, f26, f27, f28, f29)
 #define SPECDEC_ISA_STR_(x) #x
 #define SPECDEC_ISA_STR(x) SPECDEC_ISA_STR_(x)
 
@@ -259,7 +319,8 @@
                     SPECDEC_ISA_F9_, SPECDEC_ISA_F10_, SPECDEC_ISA_F11_, SPECDEC_ISA_F12_, SPECDEC_ISA_F13_,  \
                     SPECDEC_ISA_F14_, SPECDEC_ISA_F15_, SPECDEC_ISA_F16_, SPECDEC_ISA_F17_, SPECDEC_ISA_F18_, \
                     SPECDEC_ISA_F19_, SPECDEC_ISA_F20_, SPECDEC_ISA_F21_, SPECDEC_ISA_F22_, SPECDEC_ISA_F23_, \
-                    SPECDEC_ISA_F24_, SPECDEC_ISA_F25_, SPECDEC_ISA_F26_, SPECDEC_ISA_F27_, SPECDEC_ISA_F28_)
+                    SPECDEC_ISA_F24_, SPECDEC_ISA_F25_, SPECDEC_ISA_F26_, SPECDEC_ISA_F27_, SPECDEC_ISA_F28_, \
+                    SPECDEC_ISA_F29_)
 
 namespace specdec {
 inline namespace SPECDEC_HOST_ISA {

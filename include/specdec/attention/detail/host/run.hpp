@@ -77,16 +77,21 @@ void run_host_attention_at_level(const host& policy, const attention_io_params<T
       run_host_attention_d<D, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes));
 }
 
-//! Dispatch on head_dim (validated to be 64, 128 or 256).
+//! Dispatch on head_dim (validated to be 64, 128 or 256, and one this file compiles: only those
+//! SPECDEC_HOST_HEAD_DIMS keeps are instantiated; see host_head_dim_compiled).
 template <bool HasCache, bool HasTree, class T, class Layout>
 void run_host_attention(const host& policy, const attention_io_params<T>& io, const Layout& cache,
                         const tree_kv_params<T>* tree, int split, attention_kernel kernel, void* ws,
                         std::size_t ws_bytes) {
-  switch (io.head_dim) {
-    case 64: run_host_attention_at_level<64, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes); break;
-    case 128: run_host_attention_at_level<128, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes); break;
-    default: run_host_attention_at_level<256, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes); break;
-  }
+  if constexpr (host_head_dim_compiled(64))
+    if (io.head_dim == 64)
+      return run_host_attention_at_level<64, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes);
+  if constexpr (host_head_dim_compiled(128))
+    if (io.head_dim == 128)
+      return run_host_attention_at_level<128, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes);
+  if constexpr (host_head_dim_compiled(256))
+    if (io.head_dim == 256)
+      return run_host_attention_at_level<256, HasCache, HasTree>(policy, io, cache, tree, split, kernel, ws, ws_bytes);
 }
 
 //! Bytes of scratch host_attention_entry<HasCache, HasTree> needs for these io params and split:
@@ -114,6 +119,11 @@ template <bool HasCache, bool HasTree, class T, class Layout>
 void host_attention_entry(std::string_view fn, const host& policy, const attention_io_params<T>& io,
                           const Layout& cache, const tree_kv_params<T>* tree, int split,
                           attention_kernel kernel, attention_workspace* ws) {
+  if (!host_head_dim_compiled(io.head_dim))
+    throw_invalid_argument(fn, "q",
+                           "a head_dim (extent 2) this file compiles the host kernels for (SPECDEC_HOST_HEAD_DIMS = " SPECDEC_HOST_HEAD_DIMS_STRING
+                           "; core/isa.hpp)",
+                           io.head_dim);
   const std::size_t need = host_attention_bytes<HasCache, HasTree>(io, cache, split);
   if (io.total_tokens == 0) return;
   if (ws != nullptr) {
