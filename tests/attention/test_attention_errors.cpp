@@ -8,6 +8,7 @@
 #include "specdec/attention/hybrid_tree_attention.hpp"
 #include "specdec/attention/lse_merge.hpp"
 #include "specdec/attention/tree_attention.hpp"
+#include "specdec/kv/ring_kv.hpp"
 #include "specdec/position/rope.hpp"
 
 using namespace attn_test;
@@ -201,6 +202,64 @@ TEST_CASE_METHOD(fixture, "every attention entry point runs the generic checks o
   bad = good;
   bad.v = nullptr;
   all(bad, "non-null v_row(0, 0, 0)");
+}
+
+namespace {
+// user_nhd whose row of one cached token (request 0, every head) is null, as a layout over a
+// user's block table with a hole would be: validate_kv_layout sees only the first and last rows.
+struct holed_nhd : user_nhd {
+  int hole = 0;
+  bool hole_in_v = false;
+  float* k_row(int r, int t, int h) const { return r == 0 && t == hole && !hole_in_v ? nullptr : user_nhd::k_row(r, t, h); }
+  float* v_row(int r, int t, int h) const { return r == 0 && t == hole && hole_in_v ? nullptr : user_nhd::v_row(r, t, h); }
+};
+// A kv_cache's rows are its checked bases plus offsets: the attention does not test them one by one;
+// a layout that hides kv_cache's k_row is tested like any user layout.
+struct hiding_kv : sd::contiguous_kv<float> {
+  float* k_row(int, int, int) const { return nullptr; }
+};
+static_assert(sd::detail::kv_rows_from_bases<sd::contiguous_kv<float>>);
+static_assert(sd::detail::kv_rows_from_bases<sd::paged_kv<const float>>);
+static_assert(sd::detail::kv_rows_from_bases<sd::ring_kv<float>>);
+static_assert(!sd::detail::kv_rows_from_bases<user_nhd>);
+static_assert(!sd::detail::kv_rows_from_bases<holed_nhd>);
+static_assert(!sd::detail::kv_rows_from_bases<hiding_kv>);
+}  // namespace
+
+TEST_CASE("a null K or V row inside a request's cache is an error, not a read through nullptr") {
+  // Two requests over 40 and 37 cached tokens; the rows kernel (2 query rows per kv head) and the
+  // tile kernel, one split and many, and the hybrid form; the hole anywhere but the first and last row.
+  batch<float> b(3, 4, 2, 64, {40, 37}, {1, 1});
+  std::vector<std::int32_t> lens = b.lens;
+  const user_nhd base{b.k_nhd.data(), b.v_nhd.data(), lens.data(), 2, b.capacity, 2, 64};
+  auto q = b.q_view();
+  auto ip = b.indptr_view();
+  auto o = b.out_view();
+  auto l = b.lse_view();
+  for (int hole : {1, 17, 38}) {
+    for (bool in_v : {false, true}) {
+      for (auto kernel : {sd::attention_kernel::rows, sd::attention_kernel::tiles}) {
+        for (int split : {0, 8}) {
+          holed_nhd c{base};
+          c.hole = hole;
+          c.hole_in_v = in_v;
+          INFO("hole at token " << hole << (in_v ? " (V)" : " (K)") << ", kernel " << static_cast<int>(kernel) << ", split " << split);
+          const sd::attention_options opt{.kv_split_size = split, .kernel = kernel};
+          std::fill(b.out.begin(), b.out.end(), -7.0f);
+          const std::string what = in_v ? "a non-null v_row for every cached token (request 0, token " + std::to_string(hole)
+                                        : "a non-null k_row for every cached token (request 0, token " + std::to_string(hole);
+          REQUIRE_BAD(sd::decode_attention(sd::host{}, q, c, ip, o, l, opt), what);
+          REQUIRE_BAD(sd::hybrid_tree_attention(sd::host{}, q, c, b.k_view(), b.v_view(), ip, b.mask_view(), o, l, opt), what);
+          // thrown before the merge pass: the output is untouched
+          CHECK(std::all_of(b.out.begin(), b.out.end(), [](float x) { return x == -7.0f; }));
+        }
+      }
+    }
+  }
+  // The same layout without its hole runs.
+  holed_nhd whole{base};
+  whole.hole = -1;
+  REQUIRE_NOTHROW(sd::decode_attention(sd::host{}, q, whole, ip, o, l));
 }
 
 // Sizes no view of real memory has: negative extents, counts past int, null data with elements,

@@ -3,7 +3,8 @@
 //! SPECDEC_HOST_ISA: the name of an inline namespace spelled from the instruction-set features the
 //! including translation unit is compiled for, plus `_dispatch` when it compiles the host kernels
 //! once per level and chooses at run time (core/simd_level.hpp; the macros that decide it are
-//! below: SPECDEC_NATIVE_SIMD_*, SPECDEC_ISA_DISPATCH) (28 feature macros, e.g.
+//! below: SPECDEC_NATIVE_SIMD_*, SPECDEC_ISA_DISPATCH), plus `_hd64`, `_hd64_128`, ... when
+//! SPECDEC_HOST_HEAD_DIMS restricts the head dims the host attention is compiled for (28 feature macros, e.g.
 //! `isa_x86_sse41_popcnt_avx_avx2_fma_f16c_bmi_bmi2_lzcnt_movbe` under -march=x86-64-v3; x86-64-v4
 //! adds `_avx512f_avx512bw_avx512dq_avx512vl`, Sapphire Rapids also its FP16/BF16/VNNI/VBMI sets).
 //!

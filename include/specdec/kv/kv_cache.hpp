@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/error.hpp"
@@ -177,6 +178,27 @@ struct kv_cache {
   SPECDEC_HOST_DEVICE T* k_row(int r, int t, int h) const { return k + row_offset(r, t, h); }
   SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const { return v + row_offset(r, t, h); }
 };
+
+namespace detail {
+template <class T, class M>
+kv_cache<T, M> kv_cache_base_of(const kv_cache<T, M>*);  // declared only: the kv_cache a layout is or derives from
+//! True when L is a kv_cache, or derives from one without hiding its k_row/v_row: every row is a
+//! base pointer plus an offset, and validate_layout checked the bases, so no row is null. The host
+//! attention checks the row pointers of other layouts as it reads them (attention/detail/host/passes.inl).
+template <class L>
+inline constexpr bool kv_rows_from_bases = [] {
+  if constexpr (requires(const L* p) { kv_cache_base_of(p); }) {
+    using B = decltype(kv_cache_base_of(static_cast<const L*>(nullptr)));
+    if constexpr (requires { &L::k_row; &L::v_row; })
+      return std::is_same_v<decltype(&L::k_row), decltype(&B::k_row)> &&
+             std::is_same_v<decltype(&L::v_row), decltype(&B::v_row)>;
+    else
+      return false;
+  } else {
+    return false;
+  }
+}();
+}  // namespace detail
 
 //! The kv_cache's own checks, found by ADL from validate_kv_layout (which checks geometry before and
 //! lengths, capacities and row corners after): first the mapping's validate_kv_mapping hook when it
