@@ -335,6 +335,17 @@ void small_tree_args(benchmark::internal::Benchmark* b) {
   if (Threads != 1) b->UseRealTime();
 }
 
+// #24 item 4's grid: hybrid tree attention with 2-8 tree tokens (8-32 query rows per kv head at
+// GQA 4) over a 4K and a 32K cache, the trees a CPU verifies. Tree 2 runs the rows kernel (8 rows),
+// trees 3-8 the tile kernel (12-32 rows).
+template <int Threads>
+void small_hybrid_args(benchmark::internal::Benchmark* b) {
+  for (int cache : {4096, 32768})
+    for (int tree = 2; tree <= 8; ++tree) b->Args({cache, tree, Threads});
+  b->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
+  if (Threads != 1) b->UseRealTime();
+}
+
 // Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
 // tree of 2 (8 query rows per kv head at GQA 4, the rows kernel's limit), 4K and 32K, one thread. The
 // automatic choice is the rows kernel in all four; these cells show what the tile kernel would cost.
@@ -365,6 +376,8 @@ SPECDEC_ATTN_BENCH(BM_decode_attention, hybrid_args);
 SPECDEC_ATTN_BENCH(BM_tree_attention, tree_args);
 SPECDEC_ATTN_BENCH(BM_lse_merge, tree_args);
 SPECDEC_ATTN_BENCH(BM_decode_attention, small_tree_args);
+BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_hybrid_args<1>);
+BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_hybrid_args<0>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, float)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, specdec::half)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);

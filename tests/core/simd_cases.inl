@@ -124,6 +124,23 @@ inline void simd_cases() {
       for (int l = 1; l < vlanes; ++l) m = std::max(m, a[i + l]);
       CHECK(vhmax(va) == m);
     }
+    // vhsum16: sixteen sums at once, each bit for bit vhsum's (the attention row kernel relies on it
+    // to reduce 8 query rows x 2 keys of dot products), with signed values of mixed magnitudes
+    // so a different pairing would round differently.
+    const std::vector<float> c = random_floats(24, 16 * vlanes * 8, 1000.0f);
+    for (int rep = 0; rep < 8; ++rep) {
+      vf16 in[16];
+      for (int k = 0; k < 16; ++k) {
+        alignas(64) float row[vlanes];
+        for (int l = 0; l < vlanes; ++l) row[l] = c[(rep * 16 + k) * vlanes + l] * (l % 3 == 0 ? 1e-4f : 1.0f);
+        in[k] = vload(row);
+      }
+      const vf16 sums = vhsum16(in);
+      for (int k = 0; k < 16; ++k) {
+        const float want = vhsum(in[k]);
+        CHECK(std::memcmp(&want, &reinterpret_cast<const float*>(&sums)[k], sizeof want) == 0);
+      }
+    }
     // exp2 on x <= 0, including the underflow clamp and -inf.
     std::vector<float> x = random_floats(23, 256, 40.0f);
     for (auto& v : x) v = -std::fabs(v);

@@ -60,7 +60,7 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   // accumulator sets per row.
   constexpr int kt = RB == 8 && 2 * RB + 3 <= vregs16 ? 2 : 1;
   alignas(64) float qb[dot_heads][RB][D];
-  alignas(64) float sb[dot_heads][RB][dot_block];
+  alignas(64) float sb[dot_heads][dot_block][RB];  // scores key-major: a key's RB rows together
   float mrow[dot_heads][RB], lrow[dot_heads][RB], alpha[dot_heads][RB];
   const T* vp[dot_heads][dot_block];
   const T* vn[dot_heads][dot_block];  // the next block's V rows, prefetched during this block's PV pass
@@ -113,9 +113,12 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
                 a1[i] += k1 * q;
               }
             }
-            for (int i = 0; i < RB; ++i) sb[hh][i][j] = vhsum(a0[i]);
-            if (nt == 2)
-              for (int i = 0; i < RB; ++i) sb[hh][i][j + 1] = vhsum(a1[i]);
+            // The 16 dot products reduced together into keys j and j + 1 of every row (with an
+            // odd block's repeated last key, j + 1 = nb <= 31, overwritten with -inf below).
+            static_assert(2 * RB == vlanes);
+            const vf16 all[vlanes] = {a0[0], a0[1], a0[2], a0[3], a0[4], a0[5], a0[6], a0[7],
+                                      a1[0], a1[1], a1[2], a1[3], a1[4], a1[5], a1[6], a1[7]};
+            vstore(&sb[hh][j][0], vhsum16(all));
           } else {
             vf16 acc[qs][RB];
             for (int u = 0; u < qs; ++u)
@@ -129,27 +132,43 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
             for (int i = 0; i < RB; ++i) {
               vf16 sum = acc[0][i];
               for (int u = 1; u < qs; ++u) sum += acc[u][i];
-              sb[hh][i][j] = vhsum(sum);
+              sb[hh][j][i] = vhsum(sum);
             }
           }
         }
       }
-      // Online softmax over the block (keys past nb count as -inf).
-      for (int hh = 0; hh < hc; ++hh)
+      // Online softmax over the block (keys past nb count as -inf), vectorised over the block's
+      // scores: lane l of every vector is row l % RB (key-major, RB divides 16).
+      constexpr int nvec = dot_block * RB / vlanes;
+      for (int hh = 0; hh < hc; ++hh) {
+        float* s = &sb[hh][0][0];
+        std::fill(s + nb * RB, s + dot_block * RB, ninf);
+        vf16 mv = vload(s);
+        for (int v = 1; v < nvec; ++v) mv = vmax(mv, vload(s + v * vlanes));
+        alignas(64) float lanes[vlanes];
+        vstore(lanes, mv);
         for (int i = 0; i < RB; ++i) {
-          float* s = sb[hh][i];
-          for (int j = nb; j < dot_block; ++j) s[j] = ninf;
-          const vf16 s0 = vload(s), s1 = vload(s + vlanes);
-          const float mold = mrow[hh][i], mx = std::max(mold, vhmax(vmax(s0, s1)));
+          float mx = mrow[hh][i];
+          for (int l = i; l < vlanes; l += RB) mx = std::max(mx, lanes[l]);
           const float mref = mx == ninf ? 0.0f : mx;
-          const vf16 p0 = vexp2(s0 - mref), p1 = vexp2(s1 - mref);
-          vstore(s, p0);
-          vstore(s + vlanes, p1);
-          const float a = std::exp2(mold - mref);
-          alpha[hh][i] = a;
-          lrow[hh][i] = lrow[hh][i] * a + vhsum(p0 + p1);
+          alpha[hh][i] = std::exp2(mrow[hh][i] - mref);
           mrow[hh][i] = mx;
+          for (int l = i; l < vlanes; l += RB) lanes[l] = mref;
         }
+        const vf16 mref = vload(lanes);
+        vf16 sum{};
+        for (int v = 0; v < nvec; ++v) {
+          const vf16 p = vexp2(vload(s + v * vlanes) - mref);
+          vstore(s + v * vlanes, p);
+          sum += p;
+        }
+        vstore(lanes, sum);
+        for (int i = 0; i < RB; ++i) {
+          float l = 0.0f;
+          for (int k = i; k < vlanes; k += RB) l += lanes[k];
+          lrow[hh][i] = lrow[hh][i] * alpha[hh][i] + l;
+        }
+      }
       // O = alpha O + P V, per head, RB x cw register blocks; V rows now come from L2.
       for (int hh = 0; hh < hc; ++hh) {
         float* o = part_of(h0 + hh);
@@ -165,7 +184,7 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
             vf16 v[cw];
             for (int c = 0; c < cw; ++c) v[c] = vload_as_float(vp[hh][j] + (c0 + c) * vlanes);
             for (int i = 0; i < RB; ++i) {
-              const vf16 pij = vbroadcast(sb[hh][i][j]);
+              const vf16 pij = vbroadcast(sb[hh][j][i]);
               for (int c = 0; c < cw; ++c) acc[i][c] += pij * v[c];
             }
           }
