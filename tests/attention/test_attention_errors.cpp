@@ -262,6 +262,36 @@ TEST_CASE("a null K or V row inside a request's cache is an error, not a read th
   REQUIRE_NOTHROW(sd::decode_attention(sd::host{}, q, whole, ip, o, l));
 }
 
+namespace {
+// user_nhd that claims INT32_MAX requests over the arrays of two, and counts the lengths it is asked.
+struct many_requests : user_nhd {
+  mutable std::int64_t length_calls = 0;
+  int num_requests() const { return INT32_MAX; }
+  int length(int r) const {
+    ++length_calls;
+    return r < 2 ? lens[r] : 0;
+  }
+};
+}  // namespace
+
+TEST_CASE("a layout's request count is checked against q_indptr before the layout is scanned") {
+  // The layout scan reads every request's length (and row corners): with INT32_MAX requests it ran
+  // for 18 s, or read past the user's arrays, before the q_indptr shape check refused the call.
+  batch<float> b(3, 4, 2, 64, {40, 37}, {1, 1});
+  std::vector<std::int32_t> lens = b.lens;
+  const many_requests c{user_nhd{b.k_nhd.data(), b.v_nhd.data(), lens.data(), 2, b.capacity, 2, 64}};
+  auto q = b.q_view();
+  auto ip = b.indptr_view();
+  auto o = b.out_view();
+  auto l = b.lse_view();
+  const std::string what = "shape [2147483648]";
+  REQUIRE_BAD(sd::decode_attention(sd::host{}, q, c, ip, o, l), what);
+  REQUIRE_BAD((void)sd::decode_attention_workspace_bytes(sd::host{}, q, c, ip), what);
+  REQUIRE_BAD(sd::hybrid_tree_attention(sd::host{}, q, c, b.k_view(), b.v_view(), ip, b.mask_view(), o, l), what);
+  REQUIRE_BAD((void)sd::hybrid_tree_attention_workspace_bytes(sd::host{}, q, c, ip), what);
+  CHECK(c.length_calls == 0);
+}
+
 // Sizes no view of real memory has: negative extents, counts past int, null data with elements,
 // and workspaces and split sizes at their limits (found by an audit with ASan/UBSan: each of these
 // read or wrote out of bounds, overflowed int, or silently did nothing before it was checked).

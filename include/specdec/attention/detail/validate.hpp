@@ -238,6 +238,13 @@ attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& p
                                             const I& q_indptr, const O* out, const LS* lse,
                                             const attention_options& options) {
   validate_policy(fn, policy);
+  // q_indptr's extent against the layout's request count before the layout scan, which reads every
+  // request's length and row corners: a layout claiming INT32_MAX requests over one request's arrays
+  // was scanned for 18 s (or read past them) before validate_io's shape check, the same check as
+  // here, refused the call.
+  require_rank<I>(fn, "q_indptr", 1);
+  if (const int requests = cache.num_requests(); requests >= 0)
+    require_shape(fn, "q_indptr", q_indptr, {static_cast<std::int64_t>(requests) + 1});
   validate_cache<Policy>(fn, cache, q);
   require(options.kv_split_size >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", options.kv_split_size);
   return validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
