@@ -239,7 +239,7 @@ attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& p
                                             const attention_options& options) {
   validate_policy(fn, policy);
   // q_indptr's extent against the layout's request count before the layout scan, which reads every
-  // request's length and row corners: a layout claiming INT32_MAX requests over one request's arrays
+  // request's length and row corners: a layout claiming INT32_MAX requests over a few requests' arrays
   // was scanned for 18 s (or read past them) before validate_io's shape check, the same check as
   // here, refused the call.
   require_rank<I>(fn, "q_indptr", 1);
