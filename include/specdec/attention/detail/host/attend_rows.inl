@@ -116,8 +116,11 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
             // The 16 dot products reduced together into keys j and j + 1 of every row (with an
             // odd block's repeated last key, j + 1 = nb <= 31, overwritten with -inf below).
             static_assert(2 * RB == vlanes);
-            const vf16 all[vlanes] = {a0[0], a0[1], a0[2], a0[3], a0[4], a0[5], a0[6], a0[7],
-                                      a1[0], a1[1], a1[2], a1[3], a1[4], a1[5], a1[6], a1[7]};
+            vf16 all[vlanes];
+            for (int i = 0; i < RB; ++i) {
+              all[i] = a0[i];
+              all[RB + i] = a1[i];
+            }
             vstore(&sb[hh][j][0], vhsum16(all));
           } else {
             vf16 acc[qs][RB];
