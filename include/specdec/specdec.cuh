@@ -16,4 +16,5 @@
 #include "specdec/attention/tree_attention.cuh"
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/sample_and_match.cuh"
+#include "specdec/verify/multi_draft.cuh"
 #include "specdec/verify/speculative_sampling.cuh"

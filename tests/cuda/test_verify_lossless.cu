@@ -3,7 +3,8 @@
 // emitted token must follow the target's root row p0 (and, given an accepted first token x, the second
 // token P[x]). sample_and_match on a fixed tree with duplicate siblings; chain speculative sampling
 // on chains whose tokens are drawn from a different draft law q (so tokens get rejected and the
-// residual is drawn).
+// residual is drawn); multi-draft on trees whose children are drawn from q, with and without
+// replacement (rejected siblings update the residual).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "cuda/cuda_test_util.cuh"
 #include "specdec/sampling/sampler.hpp"
+#include "specdec/verify/multi_draft.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 #include "specdec/verify/speculative_sampling.cuh"
 #include "verify/stat_util.hpp"
@@ -143,4 +145,55 @@ TEST_CASE("cuda verify_chain_speculative_batch is lossless (chi-square, 40000 re
   tally t;
   t.add(emi.download(), nacc.download(), n);
   t.check(p);
+}
+
+TEST_CASE("cuda verify_multi_draft_batch is lossless (chi-square, 40000 requests)", "[cuda][verify][lossless]") {
+  for (auto mode : {specdec::draft_sampling::with_replacement, specdec::draft_sampling::without_replacement}) {
+    const bool wor = mode == specdec::draft_sampling::without_replacement;
+    const auto p = toy_law(94), q = toy_law(95);
+    // three root children, two children under each: drawn from the draft law, in index order
+    const std::vector<std::int32_t> par{-1, -1, -1, 0, 0, 1, 1, 2, 2};
+    const int n = static_cast<int>(par.size());
+    specdec::philox_stream draft_rng(8, wor ? 9 : 8);
+    std::vector<std::int32_t> indptr{0}, tokens, parents;
+    std::vector<float> pp, qq;
+    std::vector<std::uint64_t> seeds(trials, 2026), streams;
+    for (int r = 0; r < trials; ++r) {
+      std::vector<std::int32_t> tok(static_cast<std::size_t>(n));
+      for (int parent = -1; parent < n; ++parent) {  // each node's children, drawn in order
+        const auto& qrow = parent < 0 ? q[0] : q[1 + tok[static_cast<std::size_t>(parent)]];
+        std::vector<float> qf(qrow.begin(), qrow.end());
+        for (int i = 0; i < n; ++i) {
+          if (par[static_cast<std::size_t>(i)] != parent) continue;
+          tok[static_cast<std::size_t>(i)] = specdec::sample_from_probs(qf, draft_rng);
+          if (wor) qf[static_cast<std::size_t>(tok[static_cast<std::size_t>(i)])] = 0.0f;
+        }
+      }
+      for (int s = 0; s <= n; ++s) {  // row s: after node s - 1 (the root for s = 0)
+        const auto& prow = s == 0 ? p[0] : p[1 + tok[static_cast<std::size_t>(s - 1)]];
+        const auto& qrow = s == 0 ? q[0] : q[1 + tok[static_cast<std::size_t>(s - 1)]];
+        for (double x : prow) pp.push_back(static_cast<float>(x));
+        for (double x : qrow) qq.push_back(static_cast<float>(x));
+      }
+      tokens.insert(tokens.end(), tok.begin(), tok.end());
+      parents.insert(parents.end(), par.begin(), par.end());
+      indptr.push_back(indptr.back() + n);
+      streams.push_back(specdec::stream_id(static_cast<std::uint32_t>(r), 0));
+    }
+    const std::int64_t N = static_cast<std::int64_t>(tokens.size());
+    device_buffer<std::int32_t> di(indptr), dt(tokens), dp(parents), acc(static_cast<std::size_t>(N)), nacc(trials),
+        bon(trials), emi(static_cast<std::size_t>(N + trials)), st(3);
+    device_buffer<std::uint64_t> ds(seeds), dst(streams);
+    device_buffer<float> dpp(pp), dqq(qq);
+    specdec::verify_multi_draft_batch(specdec::cuda{}, dv(di), dv(dt), dv(dp),
+                                      specdec::make_view<2>(dpp.data(), {N + trials, V}, memory_space::device),
+                                      specdec::make_view<2>(dqq.data(), {N + trials, V}, memory_space::device), mode,
+                                      dv(ds), dv(dst), dv(acc), dv(nacc), dv(bon), dv(emi), dv(st));
+    specdec_test::sync_check("verify_multi_draft_batch (lossless)");
+    REQUIRE(st.download() == std::vector<std::int32_t>{0, -1, -1});
+    INFO("without replacement: " << wor);
+    tally t;
+    t.add(emi.download(), nacc.download(), n);
+    t.check(p);
+  }
 }

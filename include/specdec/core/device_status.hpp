@@ -34,6 +34,8 @@ enum class device_error : std::int32_t {
   chain = 10,             //!< node `index` of `request` is not the child of node index - 1 (a chain verifier got another tree)
   draft_prob = 11,        //!< the draft probability q_i(x_i) of node `index` of `request` is not positive and finite (the draft cannot have drawn x_i)
   draft_row = 12,         //!< draft row `index` (local) of `request`, which the step reads, holds NaN, an infinity or a negative entry
+  sibling = 13,           //!< node `index` of `request` carries the token of an earlier sibling, but the children were drawn without replacement
+  fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier supports (multi-draft: 1024)
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -82,6 +84,13 @@ struct device_status {
                " is not positive and finite (the draft cannot have drawn it)";
       case device_error::draft_row:
         return "draft row " + i + " of request " + r + " holds NaN, an infinity or a negative entry";
+      case device_error::sibling:
+        return "node " + i + " of request " + r +
+               " carries the same token as an earlier sibling (draft_sampling::without_replacement draws distinct "
+               "siblings)";
+      case device_error::fanout:
+        return "node " + i + " of request " + r +
+               " rejected more children than the device verifier supports (1024 per node)";
     }
     return "unknown device_error " + std::to_string(static_cast<std::int32_t>(error));
   }

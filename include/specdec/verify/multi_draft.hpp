@@ -43,12 +43,15 @@
 //! a positive total and returns a token of positive weight, so the bonus is always in [0, V).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/draft_sampling.hpp"
@@ -56,6 +59,7 @@
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
 #include "specdec/verify/detail/stochastic.hpp"
+#include "specdec/verify/detail/tree_arrays.hpp"
 #include "specdec/verify/verify_result.hpp"
 
 namespace specdec {
@@ -235,6 +239,181 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
     return detail::multi_draft_walk(t.tokens, t.parents, detail::batch_rows(p, batch, r),
                                     detail::batch_rows(q, batch, r), mode, rng, s, fn);
   });
+}
+
+namespace detail {
+
+//! Rejections one node's walk can take in the CUDA kernel (the length of its residual_ops lists in
+//! shared memory, 13 KiB). A tree of up to 1024 nodes never gets there; past it the kernel reports
+//! device_error::fanout.
+inline constexpr int multi_draft_max_rejections = 1024;
+
+//! One update of a node's residual (multi_draft_walk's residual_update and its zero-residual reset).
+enum class residual_op : std::uint8_t {
+  sub_p,  //!< w = max(0, p - c q), drawn tokens keep p (a rejection while p' = p)
+  sub_w,  //!< w = max(0, w - c q), drawn tokens keep w
+  reset   //!< w = q / remain, drawn tokens 0 (a rejection that left w all zero while p' = w)
+};
+
+//! A node's residual p' kept as the list of updates made to p since the walk reached the node,
+//! instead of multi_draft_walk's [V] vector of doubles: weight(i) applies them to p(i), q(i) in
+//! order, each as the host's residual_block_kernel computes it (base - c q with one rounding: the
+//! FMA the host uses at its FMA levels; see verify_multi_draft_batch), so the weights are the same
+//! doubles. The CUDA kernel keeps it in shared memory (no global scratch per request); its host twin
+//! in tests/verify/test_multi_draft_arrays.cpp runs the same code. An aggregate without
+//! initialisers (a __shared__ variable cannot have a constructor): start_node() first.
+struct residual_ops {
+  double coef[multi_draft_max_rejections];  //!< sub_p / sub_w: c = total / remain; reset: remain
+  std::int32_t ndrawn[multi_draft_max_rejections];  //!< op o applies to the tokens drawn[0, ndrawn[o]) as drawn
+  residual_op kind[multi_draft_max_rejections];
+  std::int32_t drawn[multi_draft_max_rejections];  //!< without replacement: the node's rejected tokens, in order
+  int begin, end, count_drawn;                     //!< the residual is ops [begin, end)
+
+  SPECDEC_HOST_DEVICE void start_node() noexcept { begin = end = count_drawn = 0; }
+  //! Whether another rejection would overflow the lists.
+  [[nodiscard]] SPECDEC_HOST_DEVICE bool full() const noexcept {
+    return end >= multi_draft_max_rejections || count_drawn >= multi_draft_max_rejections;
+  }
+  //! A rejection's update w <- max(0, base - c q): base = w when `from_w`, else p (the earlier ops
+  //! are then void).
+  SPECDEC_HOST_DEVICE void push_update(bool from_w, double c) noexcept {
+    if (!from_w) begin = end = 0;
+    kind[end] = from_w ? residual_op::sub_w : residual_op::sub_p;
+    coef[end] = c;
+    ndrawn[end] = count_drawn;
+    ++end;
+  }
+  //! A rejection left w all zero while p' = w: p' becomes q / remain with the drawn tokens at 0.
+  SPECDEC_HOST_DEVICE void reset_to_q(double remain) noexcept {
+    begin = 0, end = 1;
+    kind[0] = residual_op::reset;
+    coef[0] = remain;
+    ndrawn[0] = count_drawn;
+  }
+  SPECDEC_HOST_DEVICE void add_drawn(std::int32_t token) noexcept { drawn[count_drawn++] = token; }
+  //! The residual weight of token i (p, q: the node's target and draft rows).
+  [[nodiscard]] SPECDEC_HOST_DEVICE double weight(const float* p, const float* q, std::int64_t i) const noexcept {
+    int k = -1;  // position of i among the drawn tokens (distinct: without replacement only)
+    for (int j = 0; j < count_drawn; ++j)
+      if (drawn[j] == i) {
+        k = j;
+        break;
+      }
+    const double qi = static_cast<double>(q[i]);
+    double w = 0.0;
+    for (int o = begin; o < end; ++o) {
+      const bool keep = k >= 0 && k < ndrawn[o];
+      switch (kind[o]) {
+        case residual_op::sub_p: {
+          const double base = static_cast<double>(p[i]);
+          const double d = fma(-coef[o], qi, base);
+          w = keep ? base : d > 0.0 ? d : 0.0;
+          break;
+        }
+        case residual_op::sub_w: {
+          const double d = fma(-coef[o], qi, w);
+          w = keep ? w : d > 0.0 ? d : 0.0;
+          break;
+        }
+        case residual_op::reset: w = keep ? 0.0 : qi / coef[o]; break;
+      }
+    }
+    return w;
+  }
+};
+
+//! The array form's arguments: the tree arrays (rows = the target's), the draft's rows with the same
+//! row numbering, each request's Philox seed and stream, and how the children were drawn.
+struct multi_draft_args {
+  tree_verify_arrays tree;
+  const float* draft_rows = nullptr;
+  std::int64_t draft_stride = 0;
+  const std::uint64_t* seeds = nullptr;
+  const std::uint64_t* streams = nullptr;
+  draft_sampling mode = draft_sampling::with_replacement;
+};
+
+//! The seam between the array form of verify_multi_draft_batch and its backends:
+//!   static void run(const Policy&, const multi_draft_args&);
+//! The host backend is below, the cuda one in verify/multi_draft.cuh.
+SPECDEC_BACKEND_SEAM(multi_draft_backend, "verify_multi_draft_batch", "specdec/verify/multi_draft.cuh");
+
+template <>
+struct multi_draft_backend<host> {
+  static void run(const host& policy, const multi_draft_args& a) {
+    constexpr std::string_view fn = "specdec::verify_multi_draft_batch";
+    run_tree_verify_host(policy, a.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& p) {
+      prob_rows q = p;
+      q.data = a.draft_rows + p.first_row * a.draft_stride;
+      q.row_stride = a.draft_stride;
+      validate_multi_draft(tokens, parents, p, q, a.mode, fn);
+      philox_stream rng(a.seeds[r], a.streams[r]);
+      multi_draft_scratch s;
+      return multi_draft_walk(tokens, parents, p, q, a.mode, rng, s, fn);
+    });
+  }
+};
+
+}  // namespace detail
+
+//! Multi-draft speculative sampling over a ragged batch given as arrays (the form a GPU engine
+//! holds), with the walk of verify_multi_draft per request. The tree arrays and outputs are those of
+//! verify_greedy_batch's array form (node_indptr, tokens, parents; accepted, num_accepted, bonus,
+//! emitted, status), and
+//!   target_probs float [N + R, V]  request r's n_r + 1 target rows from row node_indptr[r] + r
+//!                                  (row 0 = the root's distribution, row i + 1 = after node i)
+//!   draft_probs  float [N + R, V]  its draft rows, numbered the same (node i was drawn from draft row
+//!                                  parents[i] + 1)
+//!   mode                           how every node's children were drawn from its draft row
+//!   seeds, streams uint64 [R]      request r draws from philox_stream(seeds[r], streams[r])
+//! Both tensors: unit inner stride, rows that do not overlap, V <= 2,097,152. Results equal
+//! verify_multi_draft per request with that stream, bit for bit wherever the host evaluates the
+//! residual update max(0, w - c q) with a fused multiply-add, as it does at every FMA-capable level
+//! (AVX2, AVX-512, aarch64: GCC's default -ffp-contract=fast contracts it) and the device always does; the portable x86-64 level
+//! rounds c q first, so there a residual weight can differ in its last bit and a draw that lands
+//! within that of a boundary (about one in 10^15) can pick the neighbouring token.
+//!   specdec::host: host-accessible memory; values checked as the token_tree form checks them
+//!     (invalid_argument, outputs untouched); status {0, -1, -1}.
+//!   specdec::cuda (needs verify/multi_draft.cuh and nvcc): device-accessible memory; shapes checked
+//!     on the host, values on the device into `status` (device_error::node_indptr, parent, token,
+//!     draft_prob, row, draft_row, sibling; a request with a bad value gets unspecified outputs). One
+//!     block per request; a node may reject at most 1024 children there (device_error::fanout past
+//!     that, e.g. a 2000-node tree whose root has 1500 children). Enqueued on policy.stream without
+//!     synchronisation, graph-capturable.
+//! Complexity: O(n log n) validation per request; O(V) per rejected child and for the bonus (on the
+//! device O(V x rejections so far at the node) per rejection: the residual is re-derived per token).
+template <execution_policy Policy, class NI, class TO, class PA, class PR, class QR, class SE, class SR, class AC,
+          class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<PR> &&
+           tensor_like<QR> && detail::uint64_array<SE> && detail::uint64_array<SR> && detail::int32_output<AC> &&
+           detail::int32_output<NA> && detail::int32_output<BO> && detail::int32_output<EM> &&
+           detail::int32_output<ST>)
+void verify_multi_draft_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                              const PR& target_probs, const QR& draft_probs_in, draft_sampling mode, const SE& seeds_in,
+                              const SR& streams_in, const AC& accepted, const NA& num_accepted, const BO& bonus,
+                              const EM& emitted, const ST& status) {
+  constexpr std::string_view fn = "specdec::verify_multi_draft_batch";
+  static_assert(PR::rank == 2 && std::is_same_v<std::remove_cv_t<typename PR::element_type>, float>,
+                "specdec::verify_multi_draft_batch: target_probs must be a rank-2 tensor of float [rows, vocab]");
+  static_assert(QR::rank == 2 && std::is_same_v<std::remove_cv_t<typename QR::element_type>, float>,
+                "specdec::verify_multi_draft_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
+  require(mode == draft_sampling::with_replacement || mode == draft_sampling::without_replacement, fn, "mode",
+          "draft_sampling::with_replacement or draft_sampling::without_replacement", static_cast<int>(mode));
+  detail::multi_draft_args a;
+  a.tree = detail::tree_verify_arrays_of<Policy>(fn, "target_probs", detail::device_cdf_max_vocab, node_indptr, tokens,
+                                                 parents, target_probs, accepted, num_accepted, bonus, emitted, status);
+  const auto q = as_view(draft_probs_in);
+  detail::require_row_tensor<Policy>(fn, "draft_probs", q,
+                                     static_cast<std::int64_t>(a.tree.nodes) + a.tree.requests, a.tree.vocab,
+                                     detail::device_cdf_max_vocab);
+  const auto seeds = as_view(seeds_in);
+  const auto streams = as_view(streams_in);
+  require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
+  require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
+  a.draft_rows = q.data(), a.draft_stride = q.stride(0);
+  a.seeds = seeds.data(), a.streams = streams.data();
+  a.mode = mode;
+  detail::multi_draft_backend<Policy>::run(policy, a);
 }
 
 }  // namespace specdec

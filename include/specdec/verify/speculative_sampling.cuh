@@ -28,13 +28,6 @@ namespace detail {
 
 inline constexpr int chain_speculative_threads = 512;
 
-//! Whether some entry of row[0, vocab) is not an admissible probability, to every thread of the block.
-__device__ inline bool block_row_inadmissible(const float* row, std::int64_t vocab) {
-  bool bad = false;
-  for (std::int64_t i = threadIdx.x; i < vocab; i += blockDim.x) bad |= prob_entry(__ldg(row + i)).bad;
-  return __syncthreads_or(bad) != 0;
-}
-
 __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_kernel(const chain_speculative_args args) {
   __shared__ double bs[device_cdf_max_blocks];
   __shared__ cdf_draw_shared draw;

@@ -189,6 +189,14 @@ __device__ inline cdf_entry prob_entry(float v) {
   return {static_cast<double>(v), !(v >= 0.0f && v <= std::numeric_limits<float>::max())};
 }
 
+//! Whether some entry of row[0, vocab) is not an admissible probability, to every thread of the block
+//! (a row the stochastic verifiers decide on is checked in full first). Contains __syncthreads_or.
+__device__ inline bool block_row_inadmissible(const float* row, std::int64_t vocab) {
+  bool bad = false;
+  for (std::int64_t i = threadIdx.x; i < vocab; i += blockDim.x) bad |= prob_entry(__ldg(row + i)).bad;
+  return __syncthreads_or(bad) != 0;
+}
+
 //! cdf_entry of the speculative-sampling residual max(0, p - q) (stochastic.hpp's residual_block_sum):
 //! bad unless both entries are finite and >= 0.
 __device__ inline cdf_entry residual_entry(float p, float q) {

@@ -1,0 +1,213 @@
+// verify_multi_draft_batch(cuda{}) (array form) against verify_multi_draft per request with the same
+// Philox streams (tests/verify/multi_draft_batch_util.hpp): the same accepted tokens and residual /
+// bonus draws bit for bit on ragged batches of drawn trees, with and without replacement, up to 64
+// requests, 1024-node trees and vocabularies up to 256K (a padded row stride); device-side value
+// errors in status; graph capture. The kernel's walk also runs serially on the host in CI (its host
+// twin, tests/verify/test_multi_draft_arrays.cpp).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "cuda/tree_verify_device_util.cuh"
+#include "specdec/verify/multi_draft.cuh"
+#include "verify/multi_draft_batch_util.hpp"
+
+using specdec::draft_sampling;
+using specdec::memory_space;
+using specdec_test::device_buffer;
+using specdec_test::dv;
+using specdec_test::multi_draft_batch_case;
+
+namespace {
+
+std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t vocab, std::int64_t stride) {
+  std::vector<float> h(static_cast<std::size_t>(rows * stride), std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * vocab, vocab, h.begin() + r * stride);
+  return h;
+}
+
+struct device_case {
+  std::int64_t rows, vocab, stride;
+  draft_sampling mode;
+  device_buffer<std::int32_t> ni, tok, par;
+  specdec_test::device_tree_outputs out;
+  device_buffer<std::uint64_t> seeds, streams;
+  device_buffer<float> p, q;
+  device_case(const multi_draft_batch_case& c, std::int64_t pad = 0)
+      : rows(c.nodes() + c.requests()), vocab(c.vocab), stride(c.vocab + pad), mode(c.mode), ni(c.node_indptr),
+        tok(c.tokens.empty() ? std::vector<std::int32_t>{0} : c.tokens),
+        par(c.parents.empty() ? std::vector<std::int32_t>{0} : c.parents), out(c.node_indptr.size() - 1, c.tokens.size()),
+        seeds(c.seeds.empty() ? std::vector<std::uint64_t>{0} : c.seeds),
+        streams(c.streams.empty() ? std::vector<std::uint64_t>{0} : c.streams), p(padded(c.p, rows, vocab, stride)),
+        q(padded(c.q, rows, vocab, stride)) {}
+  void launch(cudaStream_t s = nullptr) {
+    const std::int64_t R = rows - static_cast<std::int64_t>(out.acc.size());
+    const std::int64_t N = rows - R;
+    const specdec::strided_view<const float, 2> pv(p.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    const specdec::strided_view<const float, 2> qv(q.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    auto d1 = [](auto& b, std::int64_t n) { return specdec::make_view<1>(b.data(), {n}, memory_space::device); };
+    specdec::verify_multi_draft_batch(specdec::cuda{.stream = s}, dv(ni), d1(tok, N), d1(par, N), pv, qv, mode,
+                                      d1(seeds, R), d1(streams, R), dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
+                                      dv(out.st));
+  }
+};
+
+void check_against_reference(const multi_draft_batch_case& c, device_case& d) {
+  specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, d.out.download());
+}
+
+}  // namespace
+
+TEST_CASE("cuda verify_multi_draft_batch draws what the host draws, on random ragged batches", "[cuda][verify]") {
+  struct shape {
+    int R, max_nodes, max_children;
+    std::int64_t V;
+  };
+  for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
+    for (const shape s : {shape{1, 1, 2, 1}, shape{5, 6, 4, 5}, shape{64, 12, 6, 300}, shape{17, 40, 8, 1001},
+                          shape{8, 10, 6, 131072}, shape{2, 6, 4, 262144}, shape{3, 1024, 64, 2048}}) {
+      DYNAMIC_SECTION("mode " << static_cast<int>(mode) << " R " << s.R << " nodes <= " << s.max_nodes << " V "
+                              << s.V) {
+        const auto c = specdec_test::random_multi_draft_batch(s.R, s.max_nodes, s.V, mode,
+                                                              s.R * 13 + s.V + static_cast<int>(mode), s.max_children);
+        for (std::int64_t pad : {0, 5}) {
+          device_case d(c, pad);
+          d.launch();
+          specdec_test::sync_check("verify_multi_draft_batch");
+          check_against_reference(c, d);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda verify_multi_draft_batch reports bad values in status", "[cuda][verify]") {
+  auto c = specdec_test::random_multi_draft_batch(4, 8, 7, draft_sampling::without_replacement, 4321);
+  for (std::uint64_t s = 1; c.node_indptr[3] - c.node_indptr[2] < 3; ++s)
+    c = specdec_test::random_multi_draft_batch(4, 8, 7, draft_sampling::without_replacement, 4321 + s);
+  auto expect = [](const multi_draft_batch_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+    device_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_multi_draft_batch (bad values)");
+    const auto s = d.out.status();
+    CHECK(s.error == e);
+    CHECK(s.request == request);
+    CHECK(s.index == index);
+  };
+  const int b2 = c.node_indptr[2];
+  const std::int64_t row2 = b2 + 2;  // request 2's first row (the root's)
+  {
+    auto bad = c;
+    bad.parents[b2 + 1] = 1;
+    expect(bad, specdec::device_error::parent, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.tokens[b2 + 1] = 7;
+    expect(bad, specdec::device_error::token, 2, 1);
+  }
+  {
+    auto bad = c;
+    bad.q[row2 * c.vocab + c.tokens[b2]] = 0.0f;  // node 0 is a root child (breadth first)
+    expect(bad, specdec::device_error::draft_prob, 2, 0);
+  }
+  {  // two root children with one token, drawn "without replacement"
+    auto bad = c;
+    bad.parents[b2] = bad.parents[b2 + 1] = -1;
+    bad.tokens[b2 + 1] = bad.tokens[b2];
+    expect(bad, specdec::device_error::sibling, 2, 1);
+  }
+  {  // a bad entry elsewhere in request 2's root target / draft row (read in full: the root has children)
+    auto bad = c;
+    bool clash = true;
+    std::int64_t i = 0;
+    for (; clash; ++i) {  // a token no root child carries
+      clash = false;
+      for (int j = b2; j < c.node_indptr[3]; ++j) clash |= c.parents[j] == -1 && c.tokens[j] == i;
+    }
+    bad.p[row2 * c.vocab + i - 1] = std::numeric_limits<float>::quiet_NaN();
+    expect(bad, specdec::device_error::row, 2, 0);
+    auto bad_q = c;
+    bad_q.q[row2 * c.vocab + i - 1] = -0.5f;
+    expect(bad_q, specdec::device_error::draft_row, 2, 0);
+  }
+}
+
+TEST_CASE("cuda verify_multi_draft_batch reports a node with more rejections than it supports", "[cuda][verify]") {
+  // One request whose root has 1100 children carrying token 0, drawn with replacement, and p = 0 there:
+  // every child is rejected (p'(0) stays 0), and the 1025th rejection is past the kernel's lists.
+  multi_draft_batch_case c;
+  c.vocab = 4;
+  c.mode = draft_sampling::with_replacement;
+  const int n = 1100;
+  c.node_indptr = {0, n};
+  c.tokens.assign(n, 0);
+  c.parents.assign(n, -1);
+  c.p.assign(static_cast<std::size_t>(n + 1) * 4, 0.25f);
+  c.q.assign(static_cast<std::size_t>(n + 1) * 4, 0.25f);
+  c.p[0] = 0.0f, c.p[1] = 0.5f;
+  c.seeds = {1};
+  c.streams = {2};
+  device_case d(c);
+  d.launch();
+  specdec_test::sync_check("verify_multi_draft_batch (fanout)");
+  const auto s = d.out.status();
+  CHECK(s.error == specdec::device_error::fanout);
+  CHECK(s.request == 0);
+  CHECK(s.index == -1);
+  // 1000 such children stay within the lists: the device agrees with the host
+  c.node_indptr = {0, 1000};
+  c.tokens.resize(1000), c.parents.resize(1000);
+  c.p.resize(1001 * 4), c.q.resize(1001 * 4);
+  c.finish();
+  REQUIRE(c.expected.request(0).accepted.empty());
+  device_case ok(c);
+  ok.launch();
+  specdec_test::sync_check("verify_multi_draft_batch (1000 rejections)");
+  check_against_reference(c, ok);
+}
+
+TEST_CASE("cuda verify_multi_draft_batch is captured in a CUDA graph and replays with new streams", "[cuda][verify]") {
+  auto c = specdec_test::random_multi_draft_batch(8, 12, 4096, draft_sampling::without_replacement, 77);
+  device_case d(c);
+  std::uint32_t step = 0;
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        ++step;
+        for (int r = 0; r < c.requests(); ++r) c.streams[r] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
+        c.finish();
+        d.streams.upload(c.streams);
+        d.out.reset();
+      },
+      [&] { check_against_reference(c, d); });
+}
+
+TEST_CASE("cuda verify_multi_draft_batch rejects host memory, bad shapes and a bad mode before any CUDA call",
+          "[cuda][verify][nogpu]") {
+  auto c = specdec_test::random_multi_draft_batch(2, 4, 4, draft_sampling::with_replacement, 3);
+  std::vector<std::int32_t> acc(c.tokens.size()), nacc(2), bon(2), emi(c.tokens.size() + 2), st(3);
+  auto dev = [](auto& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const std::int64_t rows = c.nodes() + 2;
+  const auto p_dev = specdec::make_view<2>(c.p.data(), {rows, c.vocab}, memory_space::device);
+  const auto q_host = specdec::make_view<2>(c.q.data(), {rows, c.vocab});
+  const auto q_dev = specdec::make_view<2>(c.q.data(), {rows, c.vocab}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_multi_draft_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                      dev(c.parents), p_dev, q_host, c.mode, dev(c.seeds),
+                                                      dev(c.streams), dev(acc), dev(nacc), dev(bon), dev(emi), dev(st)),
+                    Catch::Contains("draft_probs") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::verify_multi_draft_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                      dev(c.parents), p_dev, q_dev, c.mode, dev(c.seeds), dev(c.seeds),
+                                                      dev(acc), dev(nacc), dev(bon), dev(acc), dev(st)),
+                    Catch::Contains("emitted"));
+  CHECK_THROWS_WITH(specdec::verify_multi_draft_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens),
+                                                      dev(c.parents), p_dev, q_dev, static_cast<draft_sampling>(2),
+                                                      dev(c.seeds), dev(c.streams), dev(acc), dev(nacc), dev(bon),
+                                                      dev(emi), dev(st)),
+                    Catch::Contains("mode"));
+}

@@ -1,0 +1,240 @@
+// The array form of verify_multi_draft_batch (its cuda twin: tests/cuda/test_verify_multi_draft.cu):
+// equal to verify_multi_draft per request with the request's (seed, stream), with and without
+// replacement; bad values throw naming the problem and leave the outputs untouched.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "specdec/verify/multi_draft.hpp"
+#include "verify/multi_draft_batch_util.hpp"
+#include "verify/tree_arrays_util.hpp"
+
+using specdec::draft_sampling;
+using specdec_test::multi_draft_batch_case;
+
+namespace {
+
+using specdec_test::v1;
+
+struct outputs : specdec_test::tree_outputs {
+  explicit outputs(const multi_draft_batch_case& c) : tree_outputs(c.node_indptr.size() - 1, c.tokens.size()) {}
+};
+
+void run(multi_draft_batch_case& c, outputs& o, const specdec::host& policy = {}) {
+  const auto pv = specdec::make_view<2>(c.p.data(), {c.nodes() + c.requests(), c.vocab});
+  const auto qv = specdec::make_view<2>(c.q.data(), {c.nodes() + c.requests(), c.vocab});
+  specdec::verify_multi_draft_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), pv, qv, c.mode,
+                                    v1(c.seeds), v1(c.streams), v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
+                                    v1(o.emitted), v1(o.status));
+}
+
+//! Requests whose walk ended at a node with children, all rejected (the residual's bonus draw).
+int ended_after_rejections(const multi_draft_batch_case& c, const outputs& o) {
+  int count = 0;
+  for (int r = 0; r < c.requests(); ++r) {
+    const int b = c.node_indptr[r], n = c.node_indptr[r + 1] - b, k = o.num_accepted[r];
+    const int last = k == 0 ? -1 : o.accepted[b + k - 1];
+    for (int i = 0; i < n; ++i)
+      if (c.parents[b + i] == last) {
+        ++count;
+        break;
+      }
+  }
+  return count;
+}
+
+//! The CUDA kernel's walk (verify/multi_draft.cuh) written serially with the same shared pieces: the
+//! residual as residual_ops (its updates, weight()), block sums by lanes (lane_partial /
+//! lane_combine, as the kernel's groups of 16 threads compute them), cdf_total and cdf_search. The
+//! request's rows start at p / q (stride V); returns what the kernel writes, and counts the walk's
+//! branches into `seen`.
+struct branches {
+  int residual = 0, zero_from_p = 0, reset = 0;
+};
+specdec::verify_result kernel_twin(branches& seen, const std::int32_t* tok, const std::int32_t* par, std::int32_t n, const float* p_rows,
+                                   const float* q_rows, std::int64_t V, draft_sampling mode, std::uint64_t seed,
+                                   std::uint64_t stream) {
+  namespace d = specdec::detail;
+  const std::int64_t nb = (V + 1023) / 1024;
+  std::vector<double> bs(static_cast<std::size_t>(nb));
+  const auto block_sums = [&](const auto& w) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int64_t lo = b * 1024, hi = std::min(V, lo + 1024);
+      double partial[d::lanes];
+      for (int j = 0; j < d::lanes; ++j) partial[j] = d::lane_partial(w, lo, hi, j);
+      bs[static_cast<std::size_t>(b)] = d::lane_combine(w, lo, hi, partial);
+    }
+    return d::cdf_total(bs.data(), nb);
+  };
+  const bool wor = mode == draft_sampling::without_replacement;
+  auto ops = std::make_unique<d::residual_ops>();
+  specdec::philox_stream rng(seed, stream);
+  specdec::verify_result res;
+  std::int32_t cur = -1;
+  for (;;) {
+    const float* p = p_rows + (cur + 1) * V;
+    const float* q = q_rows + (cur + 1) * V;
+    const auto w = [&](std::int64_t i) { return ops->weight(p, q, i); };
+    ops->start_node();
+    bool residual = false;
+    double total = 1.0, drawn_mass = 0.0;
+    std::int32_t next = -1;
+    for (std::int32_t c = cur + 1; c < n; ++c) {
+      if (par[c] != cur) continue;
+      const std::int32_t x = tok[c];
+      const double qx = q[x];
+      const double remain = wor ? (1.0 - drawn_mass < qx ? qx : 1.0 - drawn_mass) : 1.0;
+      const double pj = residual ? ops->weight(p, q, x) / total : static_cast<double>(p[x]);
+      if (rng.uniform_double() * (qx / remain) < pj) {
+        next = c;
+        break;
+      }
+      REQUIRE_FALSE(ops->full());
+      ops->push_update(residual, total / remain);
+      const double tt = block_sums(w);
+      if (tt > 0.0) {
+        residual = true;
+        total = tt;
+        ++seen.residual;
+      } else if (residual) {
+        ops->reset_to_q(remain);
+        total = block_sums(w);
+        ++seen.reset;
+      } else {
+        ++seen.zero_from_p;
+      }
+      if (wor) {
+        drawn_mass += qx;
+        ops->add_drawn(x);
+      }
+    }
+    if (next < 0) {
+      if (residual) {
+        res.bonus = static_cast<std::int32_t>(d::cdf_search(bs.data(), nb, V, rng.uniform_double() * total, w));
+      } else {
+        const auto pw = [p](std::int64_t i) { return static_cast<double>(p[i]); };
+        const double pt = block_sums(pw);
+        res.bonus = static_cast<std::int32_t>(d::cdf_search(bs.data(), nb, V, rng.uniform_double() * pt, pw));
+      }
+      return res;
+    }
+    res.accepted.push_back(next);
+    cur = next;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the CUDA kernel's walk, run serially (its host twin), equals the host walk", "[verify][multi_draft]") {
+  for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
+    int accepted = 0, requests = 0;
+    branches seen;
+    for (int R : {1, 6, 40}) {
+      for (int max_nodes : {1, 12, 90}) {
+        for (std::int64_t V : {1, 3, 700, 3000}) {
+          const auto c = specdec_test::random_multi_draft_batch(R, max_nodes, V, mode, R * 37 + max_nodes * 7 + V, 9);
+          for (int r = 0; r < c.requests(); ++r) {
+            const int b = c.node_indptr[r], n = c.node_indptr[r + 1] - b;
+            const auto t = kernel_twin(seen, c.tokens.data() + b, c.parents.data() + b, n, c.p.data() + (b + r) * V,
+                                       c.q.data() + (b + r) * V, V, mode, c.seeds[r], c.streams[r]);
+            const auto want = c.expected.request(r);
+            CHECK(t.bonus == want.bonus);
+            CHECK(t.accepted == std::vector<std::int32_t>(want.accepted.begin(), want.accepted.end()));
+            accepted += static_cast<int>(want.accepted.size());
+            ++requests;
+          }
+        }
+      }
+    }
+    INFO("mode " << static_cast<int>(mode));
+    CHECK(accepted > 200);
+    CHECK(requests > 400);
+    // every branch of the residual's bookkeeping is taken (multi_draft_batch_util.hpp's row kinds)
+    CHECK(seen.residual > 100);
+    CHECK(seen.zero_from_p > 20);
+    CHECK(seen.reset > 10);
+  }
+}
+
+TEST_CASE("verify_multi_draft_batch (arrays, host) equals verify_multi_draft per request", "[verify][multi_draft]") {
+  for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
+    int accepted_total = 0, rejected_all = 0;
+    for (int R : {0, 1, 5, 30}) {
+      for (int max_nodes : {1, 6, 40}) {
+        for (std::int64_t V : {1, 4, 300, 2100}) {
+          auto c = specdec_test::random_multi_draft_batch(R, max_nodes, V, mode,
+                                                          R * 1000 + max_nodes * 10 + V + static_cast<int>(mode));
+          outputs o(c);
+          run(c, o, specdec::host{.num_threads = 2});
+          accepted_total += specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, o);
+          rejected_all += ended_after_rejections(c, o);
+        }
+      }
+    }
+    INFO("mode " << static_cast<int>(mode));
+    CHECK(accepted_total > 100);
+    CHECK(rejected_all > 50);  // the residual's bonus draw is taken
+  }
+}
+
+TEST_CASE("verify_multi_draft_batch (arrays, host) rejects bad values and leaves the outputs untouched",
+          "[verify][multi_draft][validation]") {
+  auto c = specdec_test::random_multi_draft_batch(3, 8, 6, draft_sampling::without_replacement, 99);
+  for (std::uint64_t s = 100; c.node_indptr[2] - c.node_indptr[1] < 3; ++s)
+    c = specdec_test::random_multi_draft_batch(3, 8, 6, draft_sampling::without_replacement, s);
+  auto reject = [](multi_draft_batch_case bad, const std::string& what) {
+    outputs o(bad);
+    const outputs fresh(bad);
+    CHECK_THROWS_WITH(run(bad, o), Catch::Contains("verify_multi_draft_batch") && Catch::Contains(what));
+    CHECK(o == fresh);
+  };
+  const int b1 = c.node_indptr[1];
+  const std::int64_t row1 = b1 + 1;  // request 1's first row
+  {
+    auto bad = c;
+    bad.q[(row1 + bad.parents[b1] + 1) * c.vocab + c.tokens[b1]] = 0.0f;  // q = 0 at node 0's token
+    reject(bad, "q > 0");
+  }
+  {
+    auto bad = c;
+    bad.p[row1 * c.vocab] = std::numeric_limits<float>::infinity();  // the root's target row
+    reject(bad, "target_probs");
+  }
+  {
+    auto bad = c;
+    bad.q[row1 * c.vocab + (c.tokens[b1] + 1) % c.vocab] = -1.0f;  // the root's draft row
+    reject(bad, "draft_probs");
+  }
+  {  // two root children with one token, drawn "without replacement"
+    auto bad = c;
+    bad.parents[b1 + 1] = -1;
+    bad.parents[b1] = -1;
+    bad.tokens[b1 + 1] = bad.tokens[b1];
+    reject(bad, "distinct sibling tokens");
+  }
+  {
+    auto bad = c;
+    bad.parents[b1 + 1] = 1;  // not before the node
+    reject(bad, "parents");
+  }
+  {  // a mode that is not an enumerator
+    auto bad = c;
+    bad.mode = static_cast<draft_sampling>(7);
+    reject(bad, "mode");
+  }
+  {  // draft_probs of the wrong shape
+    outputs o(c);
+    const auto pv = specdec::make_view<2>(c.p.data(), {c.nodes() + c.requests(), c.vocab});
+    const auto qv = specdec::make_view<2>(c.q.data(), {c.nodes() + c.requests(), c.vocab - 1});
+    CHECK_THROWS_WITH(specdec::verify_multi_draft_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens),
+                                                        v1(c.parents), pv, qv, c.mode, v1(c.seeds), v1(c.streams),
+                                                        v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
+                                                        v1(o.status)),
+                      Catch::Contains("draft_probs"));
+  }
+}
