@@ -130,7 +130,7 @@ specdec::verify_result kernel_twin(branches& seen, const std::int32_t* tok, cons
 
 }  // namespace
 
-TEST_CASE("the CUDA kernel's walk, run serially (its host twin), equals the host walk", "[verify][multi_draft]") {
+TEST_CASE("the multi-draft CUDA kernel's walk, run serially (its host twin), equals the host walk", "[verify][multi_draft]") {
   for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
     int accepted = 0, requests = 0;
     branches seen;
