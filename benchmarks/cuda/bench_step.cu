@@ -12,6 +12,14 @@
 //                           nearly all the mass of their parent's row (so accept + 1 rows are
 //                           visited per request): bytes = the visited rows read once; read_us = those
 //                           bytes / copy bandwidth
+//   BM_verify_multi_draft_batch
+//                           verify_multi_draft_batch(cuda), with replacement, on float probabilities
+//                           [batch * (children + 1), V]: every request's root has `children` children
+//                           carrying one token that p gives 0, so all are rejected, each rejection
+//                           re-sums the residual over the vocabulary (the device keeps it as its list
+//                           of updates, O(V x rejections so far) per rejection), and the bonus is drawn
+//                           from it: bytes = the root's p and q rows read once per rejection and for
+//                           the draw; read_us = those bytes / copy bandwidth
 //   BM_build_tree_batch     build_tree_batch(cuda): depths, positions and ancestor masks of random
 //                           trees; bytes = parents read + masks and arrays written
 // The binary exits 77 without a GPU (shared main).
@@ -28,6 +36,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/verify/greedy.cuh"
+#include "specdec/verify/multi_draft.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 
 namespace {
@@ -189,6 +198,72 @@ void BM_verify_sample_and_match_batch(benchmark::State& state) {
 BENCHMARK(BM_verify_sample_and_match_batch)
     ->ArgNames({"batch", "tree", "vocab", "accept"})
     ->ArgsProduct({{1, 8, 64}, {16}, {32768, 131072}, {0, 4}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_verify_multi_draft_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), children = static_cast<int>(state.range(1));
+  const std::int64_t V = state.range(2);
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * (children + 1);
+  const std::size_t row_bytes = static_cast<std::size_t>(rows * V) * sizeof(float);
+  std::vector<std::int32_t> indptr{0}, parents, tokens;
+  specdec::philox_stream rng(6, 0);
+  for (int r = 0; r < batch; ++r) {
+    const auto x = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V)));
+    for (int i = 0; i < children; ++i) parents.push_back(-1), tokens.push_back(x);
+    indptr.push_back(indptr.back() + children);
+  }
+  // p in [0.5, 1) and q in [0, 1e-4) (unnormalised rows, used as given): the residual p - c q stays
+  // positive through every rejection, and stays 0 at the children's token, where p = 0 and q = 1.
+  dmem p(row_bytes), q(row_bytes);
+  specdec_bench::fill_uniform(p.as<float>(), static_cast<std::size_t>(rows * V), 21u, 0.5f, 1.0f);
+  specdec_bench::fill_uniform(q.as<float>(), static_cast<std::size_t>(rows * V), 22u, 0.0f, 1e-4f);
+  const float zero = 0.0f, one = 1.0f;
+  for (int r = 0; r < batch; ++r) {
+    const std::int64_t at = static_cast<std::int64_t>(r) * (children + 1) * V + tokens[static_cast<std::size_t>(r * children)];
+    SPECDEC_CUDA_CHECK(cudaMemcpy(p.as<float>() + at, &zero, sizeof(float), cudaMemcpyHostToDevice));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(q.as<float>() + at, &one, sizeof(float), cudaMemcpyHostToDevice));
+  }
+  const std::int64_t N = static_cast<std::int64_t>(parents.size());
+  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 43), streams(static_cast<std::size_t>(batch));
+  for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
+  dmem dind(indptr.size() * 4), dtok(tokens.size() * 4), dpar(parents.size() * 4), acc(tokens.size() * 4),
+      nacc(batch * 4), bon(batch * 4), emi((tokens.size() + batch) * 4), st(12), dseed(batch * 8), dstream(batch * 8);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dtok.p, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dpar.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dseed.p, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dstream.p, streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
+  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
+  auto u1 = [](const dmem& m, std::int64_t n) {
+    return specdec::make_view<1>(m.as<const std::uint64_t>(), {n}, memory_space::device);
+  };
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int) {
+    const auto pv = specdec::make_view<2>(p.as<const float>(), {rows, V}, memory_space::device);
+    const auto qv = specdec::make_view<2>(q.as<const float>(), {rows, V}, memory_space::device);
+    specdec::verify_multi_draft_batch(specdec::cuda{.stream = stream}, v1(dind, batch + 1), v1(dtok, N), v1(dpar, N), pv,
+                                      qv, specdec::draft_sampling::with_replacement, u1(dseed, batch),
+                                      u1(dstream, batch), v1(acc, N), v1(nacc, batch), v1(bon, batch),
+                                      v1(emi, N + batch), v1(st, 3));
+  });
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError("verify_multi_draft_batch reported a device error");
+  std::vector<std::int32_t> nacc_h(static_cast<std::size_t>(batch));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(nacc_h.data(), nacc.p, batch * 4, cudaMemcpyDeviceToHost));
+  if (std::any_of(nacc_h.begin(), nacc_h.end(), [](std::int32_t k) { return k != 0; }))
+    state.SkipWithError("a child was accepted: the setup is broken");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  // per request: both root rows at the check, then per rejection both rows again, and p and q for the draw
+  const double bytes = static_cast<double>(batch) * (children + 2) * 2.0 * static_cast<double>(V) * sizeof(float);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+}
+BENCHMARK(BM_verify_multi_draft_batch)
+    ->ArgNames({"batch", "children", "vocab"})
+    ->ArgsProduct({{1, 8}, {1, 4, 16}, {32768, 131072}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
