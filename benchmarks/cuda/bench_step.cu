@@ -20,6 +20,11 @@
 //                           of updates, O(V x rejections so far) per rejection), and the bonus is drawn
 //                           from it: bytes = the root's p and q rows read once per rejection and for
 //                           the draw; read_us = those bytes / copy bandwidth
+//   BM_topk_batch           topk_batch(cuda) on float rows [batch, V] (uniform values; kind 5 of
+//                           the tests, a fifth of them one tied maximum, with `ties` = 1): bytes = the
+//                           rows read once; read_us = those bytes / copy bandwidth (the radix select
+//                           reads each row four times and the gather once more, so ~5 read_us is
+//                           its bandwidth floor; L2 serves part of that for small batches)
 //   BM_build_tree_batch     build_tree_batch(cuda): depths, positions and ancestor masks of random
 //                           trees; bytes = parents read + masks and arrays written
 // The binary exits 77 without a GPU (shared main).
@@ -34,6 +39,7 @@
 
 #include "cuda/bench_util.cuh"
 #include "specdec/core/philox.hpp"
+#include "specdec/core/topk_batch.cuh"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/multi_draft.cuh"
@@ -264,6 +270,42 @@ void BM_verify_multi_draft_batch(benchmark::State& state) {
 BENCHMARK(BM_verify_multi_draft_batch)
     ->ArgNames({"batch", "children", "vocab"})
     ->ArgsProduct({{1, 8}, {1, 4, 16}, {32768, 131072}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_topk_batch(benchmark::State& state) {
+  const std::int64_t batch = state.range(0), V = state.range(1);
+  const int k = static_cast<int>(state.range(2));
+  const bool ties = state.range(3) != 0;
+  const std::size_t bytes = static_cast<std::size_t>(batch * V) * sizeof(float);
+  cudaDeviceProp prop{};
+  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sets = static_cast<int>(std::min<std::size_t>(
+      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + bytes - 1) / bytes)));
+  std::vector<std::unique_ptr<dmem>> rows;
+  std::vector<float> h(static_cast<std::size_t>(batch * V));
+  for (int i = 0; i < sets; ++i) {
+    specdec::philox_stream rng(31u + i, 0);
+    for (auto& x : h) x = ties && rng.below(5) == 0 ? 1.0f : rng.uniform();
+    rows.push_back(std::make_unique<dmem>(bytes));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(rows.back()->p, h.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  dmem idx(static_cast<std::size_t>(batch * k) * 4), val(static_cast<std::size_t>(batch * k) * 4);
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int i) {
+    specdec::topk_batch(specdec::cuda{.stream = stream},
+                        specdec::make_view<2>(rows[i % sets]->as<const float>(), {batch, V}, memory_space::device), k,
+                        specdec::make_view<2>(idx.as<std::int32_t>(), {batch, std::int64_t{k}}, memory_space::device),
+                        specdec::make_view<2>(val.as<float>(), {batch, std::int64_t{k}}, memory_space::device));
+  });
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = static_cast<double>(bytes) / specdec_bench::copy_roof() * 1e6;
+}
+BENCHMARK(BM_topk_batch)
+    ->ArgNames({"batch", "vocab", "k", "ties"})
+    ->ArgsProduct({{1, 8, 64}, {32768, 131072}, {50, 1024}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

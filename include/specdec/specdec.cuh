@@ -6,6 +6,7 @@
 
 #include "specdec/specdec.hpp"
 #include "specdec/core/device_types.cuh"
+#include "specdec/core/topk_batch.cuh"
 #include "specdec/kv/commit.cuh"
 #include "specdec/kv/ring_append.cuh"
 #include "specdec/position/rope.cuh"
@@ -15,6 +16,6 @@
 #include "specdec/attention/lse_merge.cuh"
 #include "specdec/attention/tree_attention.cuh"
 #include "specdec/verify/greedy.cuh"
-#include "specdec/verify/sample_and_match.cuh"
 #include "specdec/verify/multi_draft.cuh"
+#include "specdec/verify/sample_and_match.cuh"
 #include "specdec/verify/speculative_sampling.cuh"

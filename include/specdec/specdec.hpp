@@ -23,6 +23,7 @@
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 #include "specdec/core/topk.hpp"
+#include "specdec/core/topk_batch.hpp"
 #include "specdec/kv/block_table_kv.hpp"
 #include "specdec/kv/commit.hpp"
 #include "specdec/kv/contiguous_kv.hpp"

@@ -1,0 +1,111 @@
+// topk_batch (core/topk_batch.hpp): the host backend, and the CUDA kernel's selection run serially
+// (its host twin: radix select by topk_key bytes with topk_digit_pick, ties gathered in index order,
+// the k words sorted), both against the sort-based reference topk_indices_by_sort on rows with
+// heavy ties, NaN, +-0 and +-inf. The kernel itself: tests/cuda/test_topk_batch.cu.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/core/topk.hpp"
+#include "specdec/core/topk_batch.hpp"
+#include "core/topk_batch_util.hpp"
+
+namespace {
+
+//! The kernel's three steps, serially: the k best indices, best first.
+std::vector<std::int32_t> kernel_twin(std::span<const float> row, int k) {
+  namespace d = specdec::detail;
+  std::uint32_t prefix = 0;
+  std::int32_t need = k;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    std::int32_t hist[256] = {};
+    for (const float v : row) {
+      const std::uint32_t key = d::topk_key(v);
+      if (pass == 0 || (key >> (shift + 8)) == prefix) ++hist[(key >> shift) & 255u];
+    }
+    prefix = (prefix << 8) | static_cast<std::uint32_t>(d::topk_digit_pick(hist, need));
+  }
+  std::vector<std::uint64_t> words;
+  std::int32_t ties = 0;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const std::uint32_t key = d::topk_key(row[i]);
+    const std::uint64_t word = (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(~static_cast<std::uint32_t>(i));
+    if (key > prefix) words.push_back(word);
+    if (key == prefix && ties++ < need) words.push_back(word);
+  }
+  REQUIRE(words.size() == static_cast<std::size_t>(k));
+  std::sort(words.begin(), words.end(), std::greater<>());
+  std::vector<std::int32_t> out;
+  for (const auto w : words) out.push_back(static_cast<std::int32_t>(~static_cast<std::uint32_t>(w)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("topk_key orders floats as topk does", "[core][topk]") {
+  namespace d = specdec::detail;
+  constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> ascending{-inf, -3.0e38f, -1.0f, -1.0e-40f, 0.0f, 1.0e-40f, 1.0f, 3.0e38f, inf};
+  CHECK(d::topk_key(nan) == 0u);
+  CHECK(d::topk_key(-nan) == 0u);
+  CHECK(d::topk_key(-0.0f) == d::topk_key(0.0f));
+  CHECK(d::topk_key(-inf) > d::topk_key(nan));
+  for (std::size_t i = 1; i < ascending.size(); ++i) CHECK(d::topk_key(ascending[i - 1]) < d::topk_key(ascending[i]));
+}
+
+TEST_CASE("topk_batch's kernel selection (host twin) and host backend equal the sort reference", "[core][topk]") {
+  int rows_checked = 0;
+  for (const std::int64_t n : {1, 2, 17, 300, 5000}) {
+    for (int kind = 0; kind < specdec_test::topk_row_kinds; ++kind) {
+      const auto v = specdec_test::topk_rows(3, n, kind, static_cast<std::uint64_t>(n * 10 + kind));
+      for (const int k : {1, 2, 7, 50, 1024, static_cast<int>(n)}) {
+        if (k > n) continue;
+        std::vector<std::int32_t> idx(static_cast<std::size_t>(3 * k), -1);
+        std::vector<float> val(static_cast<std::size_t>(3 * k));
+        specdec::topk_batch(specdec::host{.num_threads = 2}, specdec::make_view<2>(v.data(), {3, n}), k,
+                            specdec::make_view<2>(idx.data(), {3, k}), specdec::make_view<2>(val.data(), {3, k}));
+        for (int r = 0; r < 3; ++r) {
+          const std::span<const float> row(v.data() + r * n, static_cast<std::size_t>(n));
+          const auto want = specdec::topk_indices_by_sort(row, k);
+          INFO("n " << n << " kind " << kind << " k " << k << " row " << r);
+          CHECK(kernel_twin(row, k) == want);
+          CHECK(std::vector<std::int32_t>(idx.begin() + r * k, idx.begin() + (r + 1) * k) == want);
+          for (int j = 0; j < k; ++j) {
+            const float got = val[static_cast<std::size_t>(r * k + j)], ref = row[static_cast<std::size_t>(want[j])];
+            CHECK(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(ref));
+          }
+          ++rows_checked;
+        }
+      }
+    }
+  }
+  CHECK(rows_checked > 300);
+}
+
+TEST_CASE("topk_batch validates its arguments", "[core][topk][validation]") {
+  std::vector<float> v(12, 1.0f), val(6);
+  std::vector<std::int32_t> idx(6);
+  const auto vv = specdec::make_view<2>(v.data(), {3, 4});
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::host{}, vv, 5, specdec::make_view<2>(idx.data(), {3, 2}),
+                                        specdec::make_view<2>(val.data(), {3, 2})),
+                    Catch::Contains("topk_batch") && Catch::Contains("'k'"));
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::host{}, vv, 2, specdec::make_view<2>(idx.data(), {2, 3}),
+                                        specdec::make_view<2>(val.data(), {3, 2})),
+                    Catch::Contains("out_indices"));
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::host{}, vv, 2, specdec::make_view<2>(idx.data(), {3, 2}),
+                                        specdec::make_view<2>(val.data(), {3, 2}, specdec::memory_space::device)),
+                    Catch::Contains("out_values") && Catch::Contains("host"));
+  // k = 0 and zero rows write nothing
+  std::fill(idx.begin(), idx.end(), -7);
+  specdec::topk_batch(specdec::host{}, vv, 0, specdec::make_view<2>(idx.data(), {3, 0}),
+                      specdec::make_view<2>(val.data(), {3, 0}));
+  CHECK(idx == std::vector<std::int32_t>(6, -7));
+}

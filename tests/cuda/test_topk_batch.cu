@@ -1,0 +1,119 @@
+// topk_batch(cuda{}) against topk_batch(host{}) (topk per row) on rows with heavy ties, NaN, +-0 and
+// +-inf (tests/core/topk_batch_util.hpp), up to 64 rows, 256K entries per row and k = 1024, with a
+// padded row stride; graph capture; arguments refused before any CUDA call. The kernel's selection
+// also runs serially on the host in CI (its host twin, tests/core/test_topk_batch.cpp).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/topk_batch_util.hpp"
+#include "cuda/cuda_test_util.cuh"
+#include "specdec/core/topk_batch.cuh"
+
+using specdec::memory_space;
+using specdec_test::device_buffer;
+
+namespace {
+
+struct expected_topk {
+  std::vector<std::int32_t> idx;
+  std::vector<float> val;
+};
+
+expected_topk host_topk(const std::vector<float>& v, std::int64_t rows, std::int64_t n, int k) {
+  expected_topk e{std::vector<std::int32_t>(static_cast<std::size_t>(rows * k)), std::vector<float>(static_cast<std::size_t>(rows * k))};
+  specdec::topk_batch(specdec::host{}, specdec::make_view<2>(v.data(), {rows, n}), k,
+                      specdec::make_view<2>(e.idx.data(), {rows, k}), specdec::make_view<2>(e.val.data(), {rows, k}));
+  return e;
+}
+
+struct device_topk {
+  std::int64_t rows, n, stride;
+  int k;
+  device_buffer<float> v, val;
+  device_buffer<std::int32_t> idx;
+  device_topk(const std::vector<float>& host, std::int64_t rows_, std::int64_t n_, int k_, std::int64_t pad)
+      : rows(rows_), n(n_), stride(n_ + pad), k(k_), v(padded(host, rows_, n_, n_ + pad)),
+        val(static_cast<std::size_t>(rows_ * k_)), idx(static_cast<std::size_t>(rows_ * k_)) {}
+  static std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t n, std::int64_t stride) {
+    std::vector<float> h(static_cast<std::size_t>(rows * stride), 7.0e30f);  // padding would win if read
+    for (std::int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * n, n, h.begin() + r * stride);
+    return h;
+  }
+  void launch(cudaStream_t s = nullptr) {
+    const specdec::strided_view<const float, 2> vv(v.data(), {rows, n}, {stride, 1}, memory_space::device);
+    specdec::topk_batch(specdec::cuda{.stream = s}, vv, k, specdec::make_view<2>(idx.data(), {rows, k}, memory_space::device),
+                        specdec::make_view<2>(val.data(), {rows, k}, memory_space::device));
+  }
+  void check(const expected_topk& e) const {
+    CHECK(idx.download() == e.idx);
+    const auto got = val.download();
+    REQUIRE(got.size() == e.val.size());
+    int differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(e.val[i]);
+    CHECK(differ == 0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda topk_batch equals the host's topk per row", "[cuda][core][topk]") {
+  struct shape {
+    std::int64_t rows, n;
+  };
+  for (const shape s : {shape{1, 1}, shape{3, 17}, shape{64, 300}, shape{8, 5000}, shape{8, 131072}, shape{2, 262144}}) {
+    for (int kind = 0; kind < specdec_test::topk_row_kinds; ++kind) {
+      const auto v = specdec_test::topk_rows(s.rows, s.n, kind, static_cast<std::uint64_t>(s.n + kind));
+      for (const int k : {1, 7, 50, 1024}) {
+        if (k > s.n) continue;
+        DYNAMIC_SECTION("rows " << s.rows << " n " << s.n << " kind " << kind << " k " << k) {
+          const auto e = host_topk(v, s.rows, s.n, k);
+          for (const std::int64_t pad : {0, 3}) {
+            device_topk d(v, s.rows, s.n, k, pad);
+            d.launch();
+            specdec_test::sync_check("topk_batch");
+            d.check(e);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda topk_batch is captured in a CUDA graph and replays on new rows", "[cuda][core][topk]") {
+  const std::int64_t rows = 8, n = 32768;
+  const int k = 64;
+  auto v = specdec_test::topk_rows(rows, n, 5, 1);
+  device_topk d(v, rows, n, k, 0);
+  int round = 0;
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        v = specdec_test::topk_rows(rows, n, round % specdec_test::topk_row_kinds, static_cast<std::uint64_t>(round + 2));
+        ++round;
+        d.v.upload(v);
+      },
+      [&] { d.check(host_topk(v, rows, n, k)); });
+}
+
+TEST_CASE("cuda topk_batch refuses host memory and k above 1024 before any CUDA call", "[cuda][core][topk][nogpu]") {
+  std::vector<float> v(2 * 2000, 1.0f), val(2 * 1025);
+  std::vector<std::int32_t> idx(2 * 1025);
+  const auto vd = specdec::make_view<2>(v.data(), {2, 2000}, memory_space::device);
+  const auto vh = specdec::make_view<2>(v.data(), {2, 2000});
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::cuda{}, vh, 4, specdec::make_view<2>(idx.data(), {2, 4}, memory_space::device),
+                                        specdec::make_view<2>(val.data(), {2, 4}, memory_space::device)),
+                    Catch::Contains("values") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::cuda{}, vd, 1025,
+                                        specdec::make_view<2>(idx.data(), {2, 1025}, memory_space::device),
+                                        specdec::make_view<2>(val.data(), {2, 1025}, memory_space::device)),
+                    Catch::Contains("at most 1024"));
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::cuda{}, vd, 4, specdec::make_view<2>(idx.data(), {2, 4}, memory_space::device),
+                                        specdec::make_view<2>(val.data(), {2, 5}, memory_space::device)),
+                    Catch::Contains("out_values"));
+}
