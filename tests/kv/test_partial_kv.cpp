@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -166,6 +167,37 @@ TEST_CASE("partial_kv: rebuild keeps the sinks and the top |B|-|S| by importance
     CHECK(idx.seen(0) == len);
     CHECK_FALSE(idx.needs_rebuild(0));
   }
+}
+
+TEST_CASE("partial_kv: a NaN importance (a NaN in a key row) ranks below every score, as in topk") {
+  // 12 tokens, one kv head, budget 4 without sinks: tokens 3 and 8 have NaN keys, so NaN scores;
+  // the selection is the top 4 of the ten finite scores, and the NaN tokens are never kept over them.
+  const int len = 12, d = 16;
+  cache_data<float> c(1, len, 1, d, {len}, 5);
+  for (int t : {3, 8}) c.k[static_cast<std::size_t>(t) * d + 2] = std::numeric_limits<float>::quiet_NaN();
+  const auto q = random_q(1, d, 6);
+  const auto qv = specdec::make_view<2>(q.data(), {1, d});
+  std::vector<float> s(len);
+  specdec::kv_importance(specdec::host{}, qv, c.layout(), 0, specdec::make_view<2>(s.data(), {1, len}));
+  REQUIRE(std::isnan(s[3]));
+  REQUIRE(std::isnan(s[8]));
+  std::vector<std::int32_t> finite;
+  for (int i = 0; i < len; ++i)
+    if (!std::isnan(s[static_cast<std::size_t>(i)])) finite.push_back(i);
+  std::stable_sort(finite.begin(), finite.end(), [&](int a, int b) { return s[static_cast<std::size_t>(a)] > s[static_cast<std::size_t>(b)]; });
+  finite.resize(4);
+  std::sort(finite.begin(), finite.end());
+  partial_kv_index idx(1, 1, 4, 0);
+  idx.rebuild(specdec::host{}, 0, qv, c.layout());
+  const auto got = idx.indices(0, 0);
+  CHECK(std::vector<std::int32_t>(got.begin(), got.end()) == finite);
+  // With a budget above the finite count the NaN tokens come last, lower index first: the least
+  // important, so the first evicted.
+  partial_kv_index all(1, 1, len, 0);
+  all.rebuild(specdec::host{}, 0, qv, c.layout());
+  const auto ev = all.eviction_order(0, 0);
+  CHECK(all.indices(0, 0)[static_cast<std::size_t>(ev[0])] == 8);
+  CHECK(all.indices(0, 0)[static_cast<std::size_t>(ev[1])] == 3);
 }
 
 TEST_CASE("partial_kv: shared selection keeps one set for all kv heads, ranked by the summed scores") {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "specdec/core/config.hpp"
+#include "specdec/core/detail/bits.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/isa.hpp"
 #include "specdec/core/simd_level.hpp"
@@ -41,6 +42,16 @@ SPECDEC_FORCEINLINE bool topk_before(T av, std::int32_t ai, T bv, std::int32_t b
   if (an != bn) return bn;  // the non-NaN one ranks first
   if (!an && av != bv) return av > bv;
   return ai < bi;
+}
+
+//! One unsigned word per float whose order is topk's value order: a larger word ranks first, equal
+//! words are equal values (ties: lower index first). NaN is 0, below -inf (0x007FFFFF); -0 is +0.
+//! Used where a selection compares integers instead of floats (topk_batch's radix select, the
+//! partial KV cache's ranking).
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint32_t topk_key(float v) noexcept {
+  if (v != v) return 0u;
+  const std::uint32_t u = float_bits(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
 }
 
 template <class T>

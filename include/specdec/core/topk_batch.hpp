@@ -13,7 +13,6 @@
 //! The selection logic (topk_key, topk_digit_pick) is shared by the kernel and its serial host twin
 //! (tests/core/test_topk_batch.cpp), which is checked against the sort-based reference.
 
-#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -31,14 +30,6 @@ namespace detail {
 
 //! Largest k of topk_batch under specdec::cuda (its block sort holds 1024 keys).
 inline constexpr int topk_batch_max_k_device = 1024;
-
-//! One unsigned word per float whose order is topk's value order: a larger word ranks first, equal
-//! words are equal values (ties: lower index first). NaN is 0, below -inf (0x007FFFFF); -0 is +0.
-[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint32_t topk_key(float v) noexcept {
-  if (v != v) return 0u;
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(v == 0.0f ? 0.0f : v);
-  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
-}
 
 //! One radix-select step: hist[d] counts the entries whose key matches the prefix so far and has
 //! digit d here; `need` (>= 1) entries are still to be chosen among them. Returns the digit of the

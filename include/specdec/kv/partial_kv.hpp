@@ -35,7 +35,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <numeric>
 #include <span>
@@ -52,6 +51,7 @@
 #include "specdec/core/simd_level.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
+#include "specdec/core/topk.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
@@ -281,14 +281,15 @@ class partial_kv_index {
         std::int32_t* evict = evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n;
         std::iota(slots, slots + keep, 0);
         const float* s = scores_.data() + static_cast<std::size_t>(h) * cols;
-        // Ranking keys, larger = more important: the score's bits made order-preserving as an unsigned
-        // integer (-0 folded into +0) above the complemented token index (ties: lower index first), so
-        // the selection compares plain integers in contiguous memory instead of chasing scores by index.
+        // Ranking keys, larger = more important: the score in topk's order as an unsigned integer
+        // (detail::topk_key: -0 is +0, a NaN score, from a NaN in the key row, ranks below every
+        // number) above the complemented token index (ties: lower index first), so the selection
+        // compares plain integers in contiguous memory instead of chasing scores by index.
         const auto order = order_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(h) * olen);
         for (std::size_t i = 0; i < olen; ++i) {
           const int t = keep + static_cast<int>(i);
           order[static_cast<std::ptrdiff_t>(i)] =
-              (static_cast<std::uint64_t>(orderable_bits(s[t] + 0.0f)) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(t));
+              (static_cast<std::uint64_t>(detail::topk_key(s[t])) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(t));
         }
         auto token = [](std::uint64_t key) { return static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key)); };
         // Select, then rank the selected: O(length + k log k), k = |B| - |S| (a partial_sort, O(length
@@ -378,14 +379,6 @@ class partial_kv_index {
   [[nodiscard]] const std::int32_t* index_data() const noexcept { return index_.data(); }
 
  private:
-  //! A float's bits as an unsigned integer with the same order (for finite values and infinities):
-  //! negatives have all bits flipped, non-negatives the sign bit set.
-  [[nodiscard]] static std::uint32_t orderable_bits(float f) noexcept {
-    std::uint32_t b;
-    std::memcpy(&b, &f, sizeof b);
-    return (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
-  }
-
   int check_request(int r, std::string_view member) const {
     if (r < 0 || r >= requests_) [[unlikely]]  // the name is built only on failure: appends never allocate
       require_in_range(std::string("specdec::partial_kv_index::") + std::string(member), "request", r, 0, requests_ - 1);
