@@ -67,12 +67,19 @@ TEST_CASE("cuda verify_multi_draft_batch draws what the host draws, on random ra
     std::int64_t V;
   };
   for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
+    specdec_test::multi_draft_branches seen;  // which residual branches these cases take (host twin)
     for (const shape s : {shape{1, 1, 2, 1}, shape{5, 6, 4, 5}, shape{64, 12, 6, 300}, shape{17, 40, 8, 1001},
                           shape{8, 10, 6, 131072}, shape{2, 6, 4, 262144}, shape{3, 1024, 64, 2048}}) {
+      const auto c = specdec_test::random_multi_draft_batch(s.R, s.max_nodes, s.V, mode,
+                                                            s.R * 13 + s.V + static_cast<int>(mode), s.max_children);
+      for (int r = 0; r < c.requests(); ++r) {
+        const int b = c.node_indptr[r];
+        (void)specdec_test::multi_draft_kernel_twin(seen, c.tokens.data() + b, c.parents.data() + b,
+                                                    c.node_indptr[r + 1] - b, c.p.data() + (b + r) * s.V,
+                                                    c.q.data() + (b + r) * s.V, s.V, mode, c.seeds[r], c.streams[r]);
+      }
       DYNAMIC_SECTION("mode " << static_cast<int>(mode) << " R " << s.R << " nodes <= " << s.max_nodes << " V "
                               << s.V) {
-        const auto c = specdec_test::random_multi_draft_batch(s.R, s.max_nodes, s.V, mode,
-                                                              s.R * 13 + s.V + static_cast<int>(mode), s.max_children);
         for (std::int64_t pad : {0, 5}) {
           device_case d(c, pad);
           d.launch();
@@ -81,6 +88,10 @@ TEST_CASE("cuda verify_multi_draft_batch draws what the host draws, on random ra
         }
       }
     }
+    INFO("mode " << static_cast<int>(mode));
+    CHECK(seen.residual > 20);
+    CHECK(seen.zero_from_p > 0);
+    CHECK(seen.reset > 0);
   }
 }
 
@@ -136,6 +147,56 @@ TEST_CASE("cuda verify_multi_draft_batch reports bad values in status", "[cuda][
   }
 }
 
+TEST_CASE("cuda verify_multi_draft_batch reads only the rows its walk visits", "[cuda][verify]") {
+  auto c = specdec_test::random_multi_draft_batch(6, 10, 9, draft_sampling::with_replacement, 555);
+  // Request 0's accepted path: rows of nodes it does not visit may hold anything.
+  const auto want = c.expected.request(0);
+  const int n0 = c.node_indptr[1];
+  std::vector<bool> visited(static_cast<std::size_t>(n0 + 1), false);
+  visited[0] = true;  // the root's row
+  for (const auto v : want.accepted) visited[static_cast<std::size_t>(v + 1)] = true;
+  // A token of row `row` that no child of its node carries (validation reads p and q there).
+  const auto free_token = [&](int row) {
+    for (std::int64_t x = 0;; ++x) {
+      bool carried = false;
+      for (int i = 0; i < n0; ++i) carried |= c.parents[i] == row - 1 && c.tokens[i] == x;
+      if (!carried) return x;
+    }
+  };
+  auto dirty = c;
+  int planted = 0;
+  for (int row = 0; row <= n0; ++row)
+    if (!visited[static_cast<std::size_t>(row)]) {
+      const std::int64_t x = free_token(row);
+      REQUIRE(x < c.vocab);
+      dirty.p[static_cast<std::size_t>(row * c.vocab + x)] = std::numeric_limits<float>::quiet_NaN();
+      dirty.q[static_cast<std::size_t>(row * c.vocab + x)] = -1.0f;
+      ++planted;
+    }
+  device_case d(dirty);
+  d.launch();
+  specdec_test::sync_check("verify_multi_draft_batch (unvisited rows)");
+  check_against_reference(c, d);
+  INFO("rows planted: " << planted);
+  // A bad draft entry in a row the walk decides on below the root is reported with that row.
+  if (!want.accepted.empty() && want.accepted.size() < static_cast<std::size_t>(n0)) {
+    const int row = want.accepted.back() + 1;  // the last accepted node's row: visited, and read in
+    bool has_children = false;                 // full when that node has children
+    for (int i = 0; i < n0; ++i) has_children |= c.parents[i] == want.accepted.back();
+    if (has_children) {
+      auto bad = c;
+      bad.q[static_cast<std::size_t>(row * c.vocab + free_token(row))] = std::numeric_limits<float>::infinity();
+      device_case e(bad);
+      e.launch();
+      specdec_test::sync_check("verify_multi_draft_batch (bad visited draft row)");
+      const auto s = e.out.status();
+      CHECK(s.error == specdec::device_error::draft_row);
+      CHECK(s.request == 0);
+      CHECK(s.index == row);
+    }
+  }
+}
+
 TEST_CASE("cuda verify_multi_draft_batch reports a node with more rejections than it supports", "[cuda][verify]") {
   // One request whose root has 1100 children carrying token 0, drawn with replacement, and p = 0 there:
   // every child is rejected (p'(0) stays 0), and the 1025th rejection is past the kernel's lists.
@@ -168,6 +229,30 @@ TEST_CASE("cuda verify_multi_draft_batch reports a node with more rejections tha
   ok.launch();
   specdec_test::sync_check("verify_multi_draft_batch (1000 rejections)");
   check_against_reference(c, ok);
+  // Without replacement: 1100 distinct root children (tokens 0..1099 of V = 2048) that p gives 0 and
+  // q all its mass, so the residual keeps p's tokens 1100.. and every child is rejected (the host
+  // walk rejects all 1100); the 1025th rejected token is past the drawn-token list.
+  multi_draft_batch_case w;
+  w.vocab = 2048;
+  w.mode = draft_sampling::without_replacement;
+  w.node_indptr = {0, n};
+  w.parents.assign(n, -1);
+  for (int i = 0; i < n; ++i) w.tokens.push_back(i);
+  w.q.assign(static_cast<std::size_t>(n + 1) * 2048, 0.0f);
+  w.p.assign(static_cast<std::size_t>(n + 1) * 2048, 0.0f);
+  for (int t = 0; t < n; ++t) w.q[static_cast<std::size_t>(t)] = 1.0f / 1100.0f;
+  for (int t = n; t < 2048; ++t) w.p[static_cast<std::size_t>(t)] = 1.0f / 948.0f;
+  w.seeds = {3};
+  w.streams = {4};
+  w.finish();
+  REQUIRE(w.expected.request(0).accepted.empty());
+  device_case dw(w);
+  dw.launch();
+  specdec_test::sync_check("verify_multi_draft_batch (fanout without replacement)");
+  const auto sw = dw.out.status();
+  CHECK(sw.error == specdec::device_error::fanout);
+  CHECK(sw.request == 0);
+  CHECK(sw.index == -1);
 }
 
 TEST_CASE("cuda verify_multi_draft_batch is captured in a CUDA graph and replays with new streams", "[cuda][verify]") {

@@ -12,9 +12,11 @@
 // request with philox_stream(seeds[r], streams[r]).
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/detail/cdf_search.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/verify/multi_draft.hpp"
 #include "verify/tree_arrays_util.hpp"
@@ -41,6 +43,89 @@ struct multi_draft_batch_case {
     });
   }
 };
+
+//! The CUDA kernel's walk (verify/multi_draft.cuh) written serially with the same shared pieces: the
+//! residual as residual_ops (its updates, weight()), block sums by lanes (lane_partial /
+//! lane_combine, as the kernel's groups of 16 threads compute them), cdf_total and cdf_search. The
+//! request's rows start at p / q (stride V); returns what the kernel writes, and counts the walk's
+//! branches into `seen` (a residual in force after a rejection; a rejection that left a zero residual
+//! while p' = p; the reset to q / remain). Kept next to the generator so that the CUDA test can show
+//! which branches its own cases take.
+struct multi_draft_branches {
+  int residual = 0, zero_from_p = 0, reset = 0;
+};
+inline specdec::verify_result multi_draft_kernel_twin(multi_draft_branches& seen, const std::int32_t* tok,
+                                                     const std::int32_t* par, std::int32_t n, const float* p_rows,
+                                                     const float* q_rows, std::int64_t V, specdec::draft_sampling mode,
+                                                     std::uint64_t seed, std::uint64_t stream) {
+  namespace d = specdec::detail;
+  const std::int64_t nb = (V + 1023) / 1024;
+  std::vector<double> bs(static_cast<std::size_t>(nb));
+  const auto block_sums = [&](const auto& w) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int64_t lo = b * 1024, hi = std::min(V, lo + 1024);
+      double partial[d::lanes];
+      for (int j = 0; j < d::lanes; ++j) partial[j] = d::lane_partial(w, lo, hi, j);
+      bs[static_cast<std::size_t>(b)] = d::lane_combine(w, lo, hi, partial);
+    }
+    return d::cdf_total(bs.data(), nb);
+  };
+  const bool wor = mode == specdec::draft_sampling::without_replacement;
+  auto ops = std::make_unique<d::residual_ops>();
+  specdec::philox_stream rng(seed, stream);
+  specdec::verify_result res;
+  std::int32_t cur = -1;
+  for (;;) {
+    const float* p = p_rows + (cur + 1) * V;
+    const float* q = q_rows + (cur + 1) * V;
+    const auto w = [&](std::int64_t i) { return ops->weight(p, q, i); };
+    ops->start_node();
+    bool residual = false;
+    double total = 1.0, drawn_mass = 0.0;
+    std::int32_t next = -1;
+    for (std::int32_t c = cur + 1; c < n; ++c) {
+      if (par[c] != cur) continue;
+      const std::int32_t x = tok[c];
+      const double qx = q[x];
+      const double remain = wor ? (1.0 - drawn_mass < qx ? qx : 1.0 - drawn_mass) : 1.0;
+      const double pj = residual ? ops->weight(p, q, x) / total : static_cast<double>(p[x]);
+      if (rng.uniform_double() * (qx / remain) < pj) {
+        next = c;
+        break;
+      }
+      REQUIRE_FALSE(ops->full());
+      ops->push_update(residual, total / remain);
+      const double tt = block_sums(w);
+      if (tt > 0.0) {
+        residual = true;
+        total = tt;
+        ++seen.residual;
+      } else if (residual) {
+        ops->reset_to_q(remain);
+        total = block_sums(w);
+        ++seen.reset;
+      } else {
+        ++seen.zero_from_p;
+      }
+      if (wor) {
+        drawn_mass += qx;
+        ops->add_drawn(x);
+      }
+    }
+    if (next < 0) {
+      if (residual) {
+        res.bonus = static_cast<std::int32_t>(d::cdf_search(bs.data(), nb, V, rng.uniform_double() * total, w));
+      } else {
+        const auto pw = [p](std::int64_t i) { return static_cast<double>(p[i]); };
+        const double pt = block_sums(pw);
+        res.bonus = static_cast<std::int32_t>(d::cdf_search(bs.data(), nb, V, rng.uniform_double() * pt, pw));
+      }
+      return res;
+    }
+    res.accepted.push_back(next);
+    cur = next;
+  }
+}
 
 //! R requests of up to max_nodes nodes each (about one in eight empty), at most max_children children
 //! per node (the root takes up to max_children, other nodes up to 3).

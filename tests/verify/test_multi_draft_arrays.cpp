@@ -4,9 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <algorithm>
 #include <limits>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,99 +46,19 @@ int ended_after_rejections(const multi_draft_batch_case& c, const outputs& o) {
   return count;
 }
 
-//! The CUDA kernel's walk (verify/multi_draft.cuh) written serially with the same shared pieces: the
-//! residual as residual_ops (its updates, weight()), block sums by lanes (lane_partial /
-//! lane_combine, as the kernel's groups of 16 threads compute them), cdf_total and cdf_search. The
-//! request's rows start at p / q (stride V); returns what the kernel writes, and counts the walk's
-//! branches into `seen`.
-struct branches {
-  int residual = 0, zero_from_p = 0, reset = 0;
-};
-specdec::verify_result kernel_twin(branches& seen, const std::int32_t* tok, const std::int32_t* par, std::int32_t n, const float* p_rows,
-                                   const float* q_rows, std::int64_t V, draft_sampling mode, std::uint64_t seed,
-                                   std::uint64_t stream) {
-  namespace d = specdec::detail;
-  const std::int64_t nb = (V + 1023) / 1024;
-  std::vector<double> bs(static_cast<std::size_t>(nb));
-  const auto block_sums = [&](const auto& w) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const std::int64_t lo = b * 1024, hi = std::min(V, lo + 1024);
-      double partial[d::lanes];
-      for (int j = 0; j < d::lanes; ++j) partial[j] = d::lane_partial(w, lo, hi, j);
-      bs[static_cast<std::size_t>(b)] = d::lane_combine(w, lo, hi, partial);
-    }
-    return d::cdf_total(bs.data(), nb);
-  };
-  const bool wor = mode == draft_sampling::without_replacement;
-  auto ops = std::make_unique<d::residual_ops>();
-  specdec::philox_stream rng(seed, stream);
-  specdec::verify_result res;
-  std::int32_t cur = -1;
-  for (;;) {
-    const float* p = p_rows + (cur + 1) * V;
-    const float* q = q_rows + (cur + 1) * V;
-    const auto w = [&](std::int64_t i) { return ops->weight(p, q, i); };
-    ops->start_node();
-    bool residual = false;
-    double total = 1.0, drawn_mass = 0.0;
-    std::int32_t next = -1;
-    for (std::int32_t c = cur + 1; c < n; ++c) {
-      if (par[c] != cur) continue;
-      const std::int32_t x = tok[c];
-      const double qx = q[x];
-      const double remain = wor ? (1.0 - drawn_mass < qx ? qx : 1.0 - drawn_mass) : 1.0;
-      const double pj = residual ? ops->weight(p, q, x) / total : static_cast<double>(p[x]);
-      if (rng.uniform_double() * (qx / remain) < pj) {
-        next = c;
-        break;
-      }
-      REQUIRE_FALSE(ops->full());
-      ops->push_update(residual, total / remain);
-      const double tt = block_sums(w);
-      if (tt > 0.0) {
-        residual = true;
-        total = tt;
-        ++seen.residual;
-      } else if (residual) {
-        ops->reset_to_q(remain);
-        total = block_sums(w);
-        ++seen.reset;
-      } else {
-        ++seen.zero_from_p;
-      }
-      if (wor) {
-        drawn_mass += qx;
-        ops->add_drawn(x);
-      }
-    }
-    if (next < 0) {
-      if (residual) {
-        res.bonus = static_cast<std::int32_t>(d::cdf_search(bs.data(), nb, V, rng.uniform_double() * total, w));
-      } else {
-        const auto pw = [p](std::int64_t i) { return static_cast<double>(p[i]); };
-        const double pt = block_sums(pw);
-        res.bonus = static_cast<std::int32_t>(d::cdf_search(bs.data(), nb, V, rng.uniform_double() * pt, pw));
-      }
-      return res;
-    }
-    res.accepted.push_back(next);
-    cur = next;
-  }
-}
-
 }  // namespace
 
 TEST_CASE("the multi-draft CUDA kernel's walk, run serially (its host twin), equals the host walk", "[verify][multi_draft]") {
   for (auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement}) {
     int accepted = 0, requests = 0;
-    branches seen;
+    specdec_test::multi_draft_branches seen;
     for (int R : {1, 6, 40}) {
       for (int max_nodes : {1, 12, 90}) {
         for (std::int64_t V : {1, 3, 700, 3000}) {
           const auto c = specdec_test::random_multi_draft_batch(R, max_nodes, V, mode, R * 37 + max_nodes * 7 + V, 9);
           for (int r = 0; r < c.requests(); ++r) {
             const int b = c.node_indptr[r], n = c.node_indptr[r + 1] - b;
-            const auto t = kernel_twin(seen, c.tokens.data() + b, c.parents.data() + b, n, c.p.data() + (b + r) * V,
+            const auto t = specdec_test::multi_draft_kernel_twin(seen, c.tokens.data() + b, c.parents.data() + b, n, c.p.data() + (b + r) * V,
                                        c.q.data() + (b + r) * V, V, mode, c.seeds[r], c.streams[r]);
             const auto want = c.expected.request(r);
             CHECK(t.bonus == want.bonus);
@@ -237,4 +155,33 @@ TEST_CASE("verify_multi_draft_batch (arrays, host) rejects bad values and leaves
                                                         v1(o.status)),
                       Catch::Contains("draft_probs"));
   }
+}
+
+TEST_CASE("verify_multi_draft_batch (arrays, host) reads only the rows its walk visits", "[verify][multi_draft]") {
+  // The CUDA test plants the same rows (tests/cuda/test_verify_multi_draft.cu): NaN / negative
+  // entries in every row of request 0 that its walk does not visit, at tokens no child carries.
+  auto c = specdec_test::random_multi_draft_batch(6, 10, 9, draft_sampling::with_replacement, 555);
+  const auto want = c.expected.request(0);
+  const int n0 = c.node_indptr[1];
+  std::vector<bool> visited(static_cast<std::size_t>(n0 + 1), false);
+  visited[0] = true;
+  for (const auto v : want.accepted) visited[static_cast<std::size_t>(v + 1)] = true;
+  auto dirty = c;
+  int planted = 0;
+  for (int row = 0; row <= n0; ++row) {
+    if (visited[static_cast<std::size_t>(row)]) continue;
+    std::int64_t x = 0;
+    for (bool carried = true; carried; x += carried) {
+      carried = false;
+      for (int i = 0; i < n0; ++i) carried |= c.parents[i] == row - 1 && c.tokens[i] == x;
+    }
+    REQUIRE(x < c.vocab);
+    dirty.p[static_cast<std::size_t>(row * c.vocab + x)] = std::numeric_limits<float>::quiet_NaN();
+    dirty.q[static_cast<std::size_t>(row * c.vocab + x)] = -1.0f;
+    ++planted;
+  }
+  CHECK(planted > 0);
+  outputs o(dirty);
+  run(dirty, o);
+  specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, o);
 }

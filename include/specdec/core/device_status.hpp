@@ -35,7 +35,7 @@ enum class device_error : std::int32_t {
   draft_prob = 11,        //!< the draft probability q_i(x_i) of node `index` of `request` is not positive and finite (the draft cannot have drawn x_i)
   draft_row = 12,         //!< draft row `index` (local) of `request`, which the step reads, holds NaN, an infinity or a negative entry
   sibling = 13,           //!< node `index` of `request` carries the token of an earlier sibling, but the children were drawn without replacement
-  fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier supports (multi-draft: 1024)
+  fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier can track (multi-draft: 1024 residual updates or rejected tokens)
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -90,7 +90,8 @@ struct device_status {
                "siblings)";
       case device_error::fanout:
         return "node " + i + " of request " + r +
-               " rejected more children than the device verifier supports (1024 per node)";
+               " rejected more children than the device verifier can track (1024 residual updates or rejected tokens "
+               "per node)";
     }
     return "unknown device_error " + std::to_string(static_cast<std::int32_t>(error));
   }

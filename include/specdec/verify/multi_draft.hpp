@@ -243,9 +243,9 @@ template <tensor_like TargetProbs, tensor_like DraftProbs>
 
 namespace detail {
 
-//! Rejections one node's walk can take in the CUDA kernel (the length of its residual_ops lists in
-//! shared memory, 13 KiB). A tree of up to 1024 nodes never gets there; past it the kernel reports
-//! device_error::fanout.
+//! Length of the CUDA kernel's residual_ops lists (in shared memory, 17 KiB): the updates since the
+//! residual last restarted from p or q, and the rejected tokens without replacement. A tree of up
+//! to 1024 nodes never fills them; a node that would is reported as device_error::fanout.
 inline constexpr int multi_draft_max_rejections = 1024;
 
 //! One update of a node's residual (multi_draft_walk's residual_update and its zero-residual reset).
@@ -377,11 +377,16 @@ struct multi_draft_backend<host> {
 //!   specdec::cuda (needs verify/multi_draft.cuh and nvcc): device-accessible memory; shapes checked
 //!     on the host, values on the device into `status` (device_error::node_indptr, parent, token,
 //!     draft_prob, row, draft_row, sibling; a request with a bad value gets unspecified outputs). One
-//!     block per request; a node may reject at most 1024 children there (device_error::fanout past
-//!     that, e.g. a 2000-node tree whose root has 1500 children). Enqueued on policy.stream without
+//!     block per request; a node whose residual would need more than 1024 updates, or (without
+//!     replacement) more than 1024 rejected tokens, is reported as device_error::fanout (e.g. a
+//!     2000-node tree whose root rejects 1500 children). Enqueued on policy.stream without
 //!     synchronisation, graph-capturable.
-//! Complexity: O(n log n) validation per request; O(V) per rejected child and for the bonus (on the
-//! device O(V x rejections so far at the node) per rejection: the residual is re-derived per token).
+//! Complexity: host O(n log n) validation per request, O(V) per rejected child and for the bonus.
+//! Device: the residual is re-derived per token from its update list, so the j-th rejection at a
+//! node costs O(V x j) (and O(V x j) more without replacement, for the drawn-token lookup): a node
+//! rejecting k children costs O(V k^2), against O(V k) on the host; fine for the few children per
+//! node of drafted trees (bench_cuda_step's BM_verify_multi_draft_batch measures 1-16). The sibling
+//! check without replacement is O(n^2) per request (each node against its earlier siblings).
 template <execution_policy Policy, class NI, class TO, class PA, class PR, class QR, class SE, class SR, class AC,
           class NA, class BO, class EM, class ST>
   requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<PR> &&
