@@ -22,9 +22,10 @@
 //                           the draw; read_us = those bytes / copy bandwidth
 //   BM_topk_batch           topk_batch(cuda) on float rows [batch, V] (uniform values; kind 5 of
 //                           the tests, a fifth of them one tied maximum, with `ties` = 1): bytes = the
-//                           rows read once; read_us = those bytes / copy bandwidth (the radix select
-//                           reads each row four times and the gather once more, so ~5 read_us is
-//                           its bandwidth floor; L2 serves part of that for small batches)
+//                           rows read once; read_us = those bytes / copy bandwidth. The radix select
+//                           reads each row four times and the gather once more, one block per row:
+//                           ~5 read_us is the floor only when the batch fills the SMs (below that,
+//                           one SM's bandwidth per row bounds it; L2 serves the re-reads of small rows)
 //   BM_build_tree_batch     build_tree_batch(cuda): depths, positions and ancestor masks of random
 //                           trees; bytes = parents read + masks and arrays written
 // The binary exits 77 without a GPU (shared main).

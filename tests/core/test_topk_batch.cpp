@@ -19,11 +19,17 @@
 
 namespace {
 
-//! The kernel's three steps, serially: the k best indices, best first.
+//! The kernel's three steps, serially, as its 512 threads would run them: the radix select; the
+//! gather (the all-ties path when every entry equal to the k-th key is chosen, else chunks of 512
+//! with the block scan's ranks, the early exit, and the atomic appends taken in reverse thread
+//! order, an order the kernel does not fix); every slot of `chosen` written exactly once; the 1024
+//! words padded with 0 and sorted descending, read back striped. The k best indices, best first.
 std::vector<std::int32_t> kernel_twin(std::span<const float> row, int k) {
   namespace d = specdec::detail;
+  constexpr int threads = 512, slots = d::topk_batch_max_k_device;
+  const auto n = static_cast<std::int64_t>(row.size());
   std::uint32_t prefix = 0;
-  std::int32_t need = k;
+  std::int32_t need = k, kth_count = 0;
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     std::int32_t hist[256] = {};
@@ -31,20 +37,55 @@ std::vector<std::int32_t> kernel_twin(std::span<const float> row, int k) {
       const std::uint32_t key = d::topk_key(v);
       if (pass == 0 || (key >> (shift + 8)) == prefix) ++hist[(key >> shift) & 255u];
     }
-    prefix = (prefix << 8) | static_cast<std::uint32_t>(d::topk_digit_pick(hist, need));
+    const int digit = d::topk_digit_pick(hist, need);
+    prefix = (prefix << 8) | static_cast<std::uint32_t>(digit);
+    if (pass == 3) kth_count = hist[digit];
   }
-  std::vector<std::uint64_t> words;
-  std::int32_t ties = 0;
-  for (std::size_t i = 0; i < row.size(); ++i) {
-    const std::uint32_t key = d::topk_key(row[i]);
-    const std::uint64_t word = (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(~static_cast<std::uint32_t>(i));
-    if (key > prefix) words.push_back(word);
-    if (key == prefix && ties++ < need) words.push_back(word);
+  const std::uint32_t kth = prefix;
+  const std::int32_t above = k - need;
+  std::vector<std::uint64_t> chosen(slots, 0);
+  std::vector<int> writes(slots, 0);
+  int above_s = 0, ties_s = 0;
+  const auto word_of = [](std::uint32_t key, std::int64_t i) {
+    return (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(~static_cast<std::uint32_t>(i));
+  };
+  const auto put = [&](int slot, std::uint64_t w) {
+    REQUIRE(slot >= 0);
+    REQUIRE(slot < slots);
+    chosen[static_cast<std::size_t>(slot)] = w;
+    ++writes[static_cast<std::size_t>(slot)];
+  };
+  if (kth_count == need) {
+    for (std::int64_t i = n - 1; i >= 0; --i) {
+      const std::uint32_t key = d::topk_key(row[static_cast<std::size_t>(i)]);
+      if (key >= kth) put(above_s++, word_of(key, i));
+    }
+  } else {
+    for (std::int64_t base = 0; base < n; base += threads) {
+      std::int32_t rank[threads], tied = 0;
+      for (int t = 0; t < threads; ++t) {
+        const std::int64_t i = base + t;
+        rank[t] = tied;
+        tied += i < n && d::topk_key(row[static_cast<std::size_t>(i)]) == kth;
+      }
+      for (int t = threads - 1; t >= 0; --t) {
+        const std::int64_t i = base + t;
+        if (i >= n) continue;
+        const std::uint32_t key = d::topk_key(row[static_cast<std::size_t>(i)]);
+        if (key > kth) put(above_s++, word_of(key, i));
+        if (key == kth && ties_s + rank[t] < need) put(above + ties_s + rank[t], word_of(key, i));
+      }
+      const bool done = ties_s + tied >= need && above_s >= above;
+      ties_s += tied;
+      if (done) break;
+    }
   }
-  REQUIRE(words.size() == static_cast<std::size_t>(k));
-  std::sort(words.begin(), words.end(), std::greater<>());
+  for (int slot = 0; slot < slots; ++slot) CHECK(writes[static_cast<std::size_t>(slot)] == (slot < k ? 1 : 0));
+  std::vector<std::uint64_t> words(slots);
+  for (int slot = 0; slot < slots; ++slot) words[static_cast<std::size_t>(slot)] = slot < k ? chosen[static_cast<std::size_t>(slot)] : 0u;
+  std::sort(words.begin(), words.end(), std::greater<>());  // rank j * 512 + t is thread t's item j
   std::vector<std::int32_t> out;
-  for (const auto w : words) out.push_back(static_cast<std::int32_t>(~static_cast<std::uint32_t>(w)));
+  for (int slot = 0; slot < k; ++slot) out.push_back(static_cast<std::int32_t>(~static_cast<std::uint32_t>(words[static_cast<std::size_t>(slot)])));
   return out;
 }
 
@@ -63,11 +104,12 @@ TEST_CASE("topk_key orders floats as topk does", "[core][topk]") {
 
 TEST_CASE("topk_batch's kernel selection (host twin) and host backend equal the sort reference", "[core][topk]") {
   int rows_checked = 0;
-  for (const std::int64_t n : {1, 2, 17, 300, 5000}) {
+  for (const std::int64_t n : {1, 2, 17, 300, 513, 5000}) {
     for (int kind = 0; kind < specdec_test::topk_row_kinds; ++kind) {
       const auto v = specdec_test::topk_rows(3, n, kind, static_cast<std::uint64_t>(n * 10 + kind));
-      for (const int k : {1, 2, 7, 50, 1024, static_cast<int>(n)}) {
+      for (const int k : {1, 2, 7, 50, 511, 512, 513, 700, 1023, 1024, static_cast<int>(n)}) {
         if (k > n) continue;
+        const bool twin = k <= specdec::detail::topk_batch_max_k_device;
         std::vector<std::int32_t> idx(static_cast<std::size_t>(3 * k), -1);
         std::vector<float> val(static_cast<std::size_t>(3 * k));
         specdec::topk_batch(specdec::host{.num_threads = 2}, specdec::make_view<2>(v.data(), {3, n}), k,
@@ -76,7 +118,7 @@ TEST_CASE("topk_batch's kernel selection (host twin) and host backend equal the 
           const std::span<const float> row(v.data() + r * n, static_cast<std::size_t>(n));
           const auto want = specdec::topk_indices_by_sort(row, k);
           INFO("n " << n << " kind " << kind << " k " << k << " row " << r);
-          CHECK(kernel_twin(row, k) == want);
+          if (twin) CHECK(kernel_twin(row, k) == want);
           CHECK(std::vector<std::int32_t>(idx.begin() + r * k, idx.begin() + (r + 1) * k) == want);
           for (int j = 0; j < k; ++j) {
             const float got = val[static_cast<std::size_t>(r * k + j)], ref = row[static_cast<std::size_t>(want[j])];

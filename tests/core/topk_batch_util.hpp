@@ -6,7 +6,8 @@
 //   2: one value everywhere (the answer is the first k indices);
 //   3: mixed specials: NaN (both signs), +-0, +-inf, denormals, and a few ordinary values;
 //   4: mostly -inf, a few finite (a masked logits row);
-//   5: uniform floats with many exact duplicates of the largest value.
+//   5: uniform floats with many exact duplicates of the largest value;
+//   6: mostly NaN, a few uniform floats (NaN entries among the k best).
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -15,7 +16,7 @@
 
 namespace specdec_test {
 
-inline constexpr int topk_row_kinds = 6;
+inline constexpr int topk_row_kinds = 7;
 
 inline std::vector<float> topk_rows(std::int64_t rows, std::int64_t n, int kind, std::uint64_t seed) {
   constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
@@ -29,7 +30,8 @@ inline std::vector<float> topk_rows(std::int64_t rows, std::int64_t n, int kind,
       case 2: x = 0.75f; break;
       case 3: x = specials[rng.below(11)]; break;
       case 4: x = rng.below(50) == 0 ? rng.uniform() : -inf; break;
-      default: x = rng.below(5) == 0 ? 1.0f : rng.uniform(); break;
+      case 5: x = rng.below(5) == 0 ? 1.0f : rng.uniform(); break;
+      default: x = rng.below(20) == 0 ? rng.uniform() : nan; break;
     }
   }
   return v;

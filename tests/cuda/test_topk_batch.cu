@@ -31,14 +31,15 @@ expected_topk host_topk(const std::vector<float>& v, std::int64_t rows, std::int
   return e;
 }
 
+//! Rows `pad` entries apart in the input and the outputs alike (the outputs' padding is not compared).
 struct device_topk {
-  std::int64_t rows, n, stride;
+  std::int64_t rows, n, stride, out_stride;
   int k;
   device_buffer<float> v, val;
   device_buffer<std::int32_t> idx;
   device_topk(const std::vector<float>& host, std::int64_t rows_, std::int64_t n_, int k_, std::int64_t pad)
-      : rows(rows_), n(n_), stride(n_ + pad), k(k_), v(padded(host, rows_, n_, n_ + pad)),
-        val(static_cast<std::size_t>(rows_ * k_)), idx(static_cast<std::size_t>(rows_ * k_)) {}
+      : rows(rows_), n(n_), stride(n_ + pad), out_stride(k_ + pad), k(k_), v(padded(host, rows_, n_, n_ + pad)),
+        val(static_cast<std::size_t>(rows_ * (k_ + pad))), idx(static_cast<std::size_t>(rows_ * (k_ + pad))) {}
   static std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t n, std::int64_t stride) {
     std::vector<float> h(static_cast<std::size_t>(rows * stride), 7.0e30f);  // padding would win if read
     for (std::int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * n, n, h.begin() + r * stride);
@@ -46,17 +47,22 @@ struct device_topk {
   }
   void launch(cudaStream_t s = nullptr) {
     const specdec::strided_view<const float, 2> vv(v.data(), {rows, n}, {stride, 1}, memory_space::device);
-    specdec::topk_batch(specdec::cuda{.stream = s}, vv, k, specdec::make_view<2>(idx.data(), {rows, k}, memory_space::device),
-                        specdec::make_view<2>(val.data(), {rows, k}, memory_space::device));
+    specdec::topk_batch(specdec::cuda{.stream = s}, vv, k,
+                        specdec::strided_view<std::int32_t, 2>(idx.data(), {rows, k}, {out_stride, 1}, memory_space::device),
+                        specdec::strided_view<float, 2>(val.data(), {rows, k}, {out_stride, 1}, memory_space::device));
   }
   void check(const expected_topk& e) const {
-    CHECK(idx.download() == e.idx);
-    const auto got = val.download();
-    REQUIRE(got.size() == e.val.size());
-    int differ = 0;
-    for (std::size_t i = 0; i < got.size(); ++i)
-      differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(e.val[i]);
-    CHECK(differ == 0);
+    const auto gi = idx.download();
+    const auto gv = val.download();
+    int differ_idx = 0, differ_val = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (int j = 0; j < k; ++j) {
+        const auto g = static_cast<std::size_t>(r * out_stride + j), w = static_cast<std::size_t>(r * k + j);
+        differ_idx += gi[g] != e.idx[w];
+        differ_val += std::bit_cast<std::uint32_t>(gv[g]) != std::bit_cast<std::uint32_t>(e.val[w]);
+      }
+    CHECK(differ_idx == 0);
+    CHECK(differ_val == 0);
   }
 };
 
@@ -69,7 +75,7 @@ TEST_CASE("cuda topk_batch equals the host's topk per row", "[cuda][core][topk]"
   for (const shape s : {shape{1, 1}, shape{3, 17}, shape{64, 300}, shape{8, 5000}, shape{8, 131072}, shape{2, 262144}}) {
     for (int kind = 0; kind < specdec_test::topk_row_kinds; ++kind) {
       const auto v = specdec_test::topk_rows(s.rows, s.n, kind, static_cast<std::uint64_t>(s.n + kind));
-      for (const int k : {1, 7, 50, 1024}) {
+      for (const int k : {1, 7, 50, 511, 700, 1024, static_cast<int>(std::min<std::int64_t>(s.n, 1024))}) {
         if (k > s.n) continue;
         DYNAMIC_SECTION("rows " << s.rows << " n " << s.n << " kind " << kind << " k " << k) {
           const auto e = host_topk(v, s.rows, s.n, k);
@@ -82,6 +88,29 @@ TEST_CASE("cuda topk_batch equals the host's topk per row", "[cuda][core][topk]"
         }
       }
     }
+  }
+}
+
+TEST_CASE("cuda topk_batch walks more rows than blocks (grid-stride) and a row whose ties come first",
+          "[cuda][core][topk]") {
+  {
+    const std::int64_t rows = 70000, n = 8;  // more rows than the 65535 blocks: blocks take several rows
+    const auto v = specdec_test::topk_rows(rows, n, 1, 3);
+    device_topk d(v, rows, n, 3, 0);
+    d.launch();
+    specdec_test::sync_check("topk_batch (70000 rows)");
+    d.check(host_topk(v, rows, n, 3));
+  }
+  {
+    // 0.5 everywhere but ten 1.0 near the end, k = 11: the one tie needed is found in the first
+    // chunk, the larger keys only in the last (the gather must not stop early).
+    const std::int64_t n = 20000;
+    std::vector<float> v(static_cast<std::size_t>(n), 0.5f);
+    for (int j = 0; j < 10; ++j) v[static_cast<std::size_t>(n - 1 - 37 * j)] = 1.0f;
+    device_topk d(v, 1, n, 11, 0);
+    d.launch();
+    specdec_test::sync_check("topk_batch (late maxima)");
+    d.check(host_topk(v, 1, n, 11));
   }
 }
 

@@ -5,6 +5,7 @@
 // (contiguous and paged bases); no allocation and a fixed index buffer over 20K appends; bad inputs
 // named.
 #include <algorithm>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -167,6 +168,43 @@ TEST_CASE("partial_kv: rebuild keeps the sinks and the top |B|-|S| by importance
     CHECK(idx.seen(0) == len);
     CHECK_FALSE(idx.needs_rebuild(0));
   }
+}
+
+TEMPLATE_TEST_CASE("partial_kv: kv_importance_batch equals kv_importance per request, bit for bit", "", float,
+                   specdec::half) {
+  const int R = 3, cap = 300, hkv = 2, hq = 8, d = 32;
+  cache_data<TestType> c(R, cap, hkv, d, {0, 150, 300}, 41);
+  std::vector<TestType> q(static_cast<std::size_t>(R) * hq * d);
+  {
+    const auto qf = random_q(R * hq, d, 42);
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = specdec::from_float<TestType>(qf[i]);
+  }
+  const float sentinel = 7.0f;
+  std::vector<float> scores(static_cast<std::size_t>(R) * hkv * cap, sentinel);
+  std::vector<std::int32_t> status{5, 5, 5};
+  specdec::kv_importance_batch(specdec::host{.num_threads = 2}, specdec::make_view<3>(q.data(), {R, hq, d}), c.layout(),
+                               specdec::make_view<3>(scores.data(), {R, hkv, cap}),
+                               specdec::make_view<1>(status.data(), {3}));
+  CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+  for (int r = 0; r < R; ++r) {
+    std::vector<float> one(static_cast<std::size_t>(hkv) * cap, sentinel);
+    specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data() + static_cast<std::size_t>(r) * hq * d, {hq, d}),
+                           c.layout(), r, specdec::make_view<2>(one.data(), {hkv, cap}));
+    const float* got = scores.data() + static_cast<std::size_t>(r) * hkv * cap;
+    for (std::size_t i = 0; i < one.size(); ++i) CHECK(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(one[i]));
+  }
+  // Fewer columns than request 2's length: refused before any score is written.
+  std::vector<float> short_scores(static_cast<std::size_t>(R) * hkv * 200, sentinel);
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::host{}, specdec::make_view<3>(q.data(), {R, hq, d}), c.layout(),
+                                                 specdec::make_view<3>(short_scores.data(), {R, hkv, 200}),
+                                                 specdec::make_view<1>(status.data(), {3})),
+                    Catch::Contains("kv_importance_batch") && Catch::Contains("request 2 has length 300"));
+  CHECK(std::all_of(short_scores.begin(), short_scores.end(), [&](float x) { return x == sentinel; }));
+  // Shapes: q's request count must be the cache's.
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::host{}, specdec::make_view<3>(q.data(), {R - 1, hq, d}),
+                                                 c.layout(), specdec::make_view<3>(scores.data(), {R, hkv, cap}),
+                                                 specdec::make_view<1>(status.data(), {3})),
+                    Catch::Contains("'q'"));
 }
 
 TEST_CASE("partial_kv: a NaN importance (a NaN in a key row) ranks below every score, as in topk") {

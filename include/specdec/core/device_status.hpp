@@ -36,6 +36,7 @@ enum class device_error : std::int32_t {
   draft_row = 12,         //!< draft row `index` (local) of `request`, which the step reads, holds NaN, an infinity or a negative entry
   sibling = 13,           //!< node `index` of `request` carries the token of an earlier sibling, but the children were drawn without replacement
   fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier can track (multi-draft: 1024 residual updates or rejected tokens)
+  length = 15,            //!< the cache length of `request` is negative or exceeds what the output holds (kv_importance_batch: the scores' columns)
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -88,6 +89,8 @@ struct device_status {
         return "node " + i + " of request " + r +
                " carries the same token as an earlier sibling (draft_sampling::without_replacement draws distinct "
                "siblings)";
+      case device_error::length:
+        return "the cache length of request " + r + " is negative or exceeds the output's columns";
       case device_error::fanout:
         return "node " + i + " of request " + r +
                " rejected more children than the device verifier can track (1024 residual updates or rejected tokens "

@@ -48,9 +48,12 @@ SPECDEC_FORCEINLINE bool topk_before(T av, std::int32_t ai, T bv, std::int32_t b
 //! words are equal values (ties: lower index first). NaN is 0, below -inf (0x007FFFFF); -0 is +0.
 //! Used where a selection compares integers instead of floats (topk_batch's radix select, the
 //! partial KV cache's ranking).
+//! Computed on the bits alone, so -ffast-math / --use_fast_math (which flush denormals in float
+//! compares and assume no NaN) cannot change it.
 [[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint32_t topk_key(float v) noexcept {
-  if (v != v) return 0u;
-  const std::uint32_t u = float_bits(v == 0.0f ? 0.0f : v);
+  const std::uint32_t u = float_bits(v), magnitude = u & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return 0u;          // NaN
+  if (magnitude == 0u) return 0x80000000u;         // -0 and +0
   return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
 }
 

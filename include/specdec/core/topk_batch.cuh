@@ -6,9 +6,11 @@
 //!     topk_key (most significant first) among the keys that match the bytes chosen so far; one
 //!     thread picks the byte of the k-th largest key (topk_digit_pick). The result is the k-th key T
 //!     and `need`, how many entries equal to T are among the k best;
-//!  2. gather, in index order chunk by chunk: every entry with key > T (fewer than k, appended to a
-//!     shared list by an atomic counter) and the first `need` entries with key == T (their rank among
-//!     the ties from a CUB block scan, so the lowest indices win: topk's tie rule);
+//!  2. gather: when every entry equal to T is among the k best (distinct values: the usual case),
+//!     every entry with key >= T, appended to a shared list by an atomic counter; otherwise, in index
+//!     order chunk by chunk, every entry with key > T (the counter) and the first `need` entries with
+//!     key == T (their rank among the ties from a CUB block scan, so the lowest indices win: topk's
+//!     tie rule);
 //!  3. a CUB block radix sort of the k gathered (key << 32 | ~index) words, descending: value order,
 //!     then lower index first; the outputs are written from it.
 //! The result equals the host backend's (topk per row) exactly: the selection is by keys and indices
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
   __shared__ std::int32_t hist[256];
   __shared__ std::uint64_t chosen[topk_batch_max_k_device];
   __shared__ std::uint32_t prefix_s;
-  __shared__ std::int32_t need_s, above_s, ties_s;
+  __shared__ std::int32_t need_s, above_s, ties_s, kth_count_s;
   const int t = static_cast<int>(threadIdx.x);
   for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const float* row = a.values + r * a.value_stride;
@@ -61,29 +63,45 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
         const int d = topk_digit_pick(hist, need);
         need_s = need;
         prefix_s = (prefix << 8) | static_cast<std::uint32_t>(d);
+        if (pass == 3) kth_count_s = hist[d];  // entries equal to the k-th key, in the whole row
       }
       __syncthreads();  // every thread has read hist and the old prefix before the next pass
     }
     const std::uint32_t kth = prefix_s;
     const std::int32_t need = need_s;  // entries equal to kth among the k best (>= 1)
     const std::int32_t above = a.k - need;
+    const bool all_ties = kth_count_s == need;
+    const auto word_of = [](std::uint32_t key, std::int64_t i) {
+      return (static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(~static_cast<std::uint32_t>(i));
+    };
     // 2. Gather: keys above kth anywhere in [0, above), the first `need` ties in [above, k).
     if (t == 0) above_s = 0, ties_s = 0;
     __syncthreads();
-    for (std::int64_t base = 0; base < a.n; base += topk_batch_threads) {  // uniform trip count
-      const std::int64_t i = base + t;
-      const std::uint32_t key = i < a.n ? topk_key(__ldg(row + i)) : 0u;
-      const bool live = i < a.n;
-      const std::uint64_t word = (static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(~static_cast<std::uint32_t>(i));
-      if (live && key > kth) chosen[atomicAdd(&above_s, 1)] = word;
-      std::int32_t rank, tied;
-      scan_t(tmp.scan).ExclusiveSum(live && key == kth ? 1 : 0, rank, tied);
-      const std::int32_t before = ties_s;
-      if (live && key == kth && before + rank < need) chosen[above + before + rank] = word;
-      __syncthreads();  // every thread has read ties_s (and the scan storage is free again)
-      if (t == 0) ties_s = before + tied;
-      __syncthreads();
-      if (ties_s >= need && above_s >= above) break;  // uniform: both are shared
+    if (all_ties) {
+      // Every entry equal to kth is among the k best (the usual case for distinct values): no rank
+      // among the ties is needed, so every key >= kth is appended in any order (the sort orders them).
+      for (std::int64_t i = t; i < a.n; i += topk_batch_threads) {
+        const std::uint32_t key = topk_key(__ldg(row + i));
+        if (key >= kth) chosen[atomicAdd(&above_s, 1)] = word_of(key, i);
+      }
+    } else {
+      for (std::int64_t base = 0; base < a.n; base += topk_batch_threads) {  // uniform trip count
+        const std::int64_t i = base + t;
+        const bool live = i < a.n;
+        const std::uint32_t key = live ? topk_key(__ldg(row + i)) : 0u;
+        if (live && key > kth) chosen[atomicAdd(&above_s, 1)] = word_of(key, i);
+        std::int32_t rank, tied;
+        scan_t(tmp.scan).ExclusiveSum(live && key == kth ? 1 : 0, rank, tied);
+        const std::int32_t before = ties_s;
+        if (live && key == kth && before + rank < need) chosen[above + before + rank] = word_of(key, i);
+        __syncthreads();  // this chunk's atomics are done and every thread has read ties_s
+        // Decided here, in registers: after the next barrier another warp's next chunk may already
+        // be adding to above_s, so a read of it there could differ between threads.
+        const bool done = before + tied >= need && above_s >= above;
+        if (t == 0) ties_s = before + tied;
+        __syncthreads();  // (the scan storage is free again)
+        if (done) break;
+      }
     }
     // 3. Sort the k words, descending; padding (0) sorts last.
     std::uint64_t keys[topk_batch_items];

@@ -6,7 +6,9 @@
 //!
 //! Four parts, usable alone or together:
 //!  - kv_importance(policy, q, cache, request, scores): Eq. 2, the importance of every cached token
-//!    of one request for each kv head: the sum over the kv head's query group of q_j . K_i.
+//!    of one request for each kv head: the sum over the kv head's query group of q_j . K_i;
+//!    kv_importance_batch(policy, q, cache, scores, status) for every request at once, on the host
+//!    or a CUDA device (kv/partial_kv.cuh).
 //!  - indexed_kv<L>: a kv_layout that shows, per request and kv head, a list of token indices of
 //!    another layout L, read in place (no copy). Any attention primitive runs on it unchanged.
 //!  - compact_partial_kv<T>: a dense copy of the view, kept in sync slot by slot (what TokenSwift
@@ -43,10 +45,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "specdec/core/bfloat16.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/detail/simd.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
+#include "specdec/core/half.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/core/simd_level.hpp"
 #include "specdec/core/tensor.hpp"
@@ -121,6 +125,44 @@ void validate_layout(const indexed_kv<L>& l, std::string_view function, std::str
   }
 }
 
+}  // namespace SPECDEC_HOST_ISA
+
+namespace detail {
+
+//! sum over kv head h's query group of q_j, in fp32, j in increasing order (the host's and the
+//! CUDA kernel's qsum: the same floats). qd: [Hq, D] rows `q_stride` apart.
+template <class QT>
+SPECDEC_HOST_DEVICE inline float importance_qsum(const QT* qd, std::int64_t q_stride, int group, int h, int c) noexcept {
+  float s = 0.0f;
+  for (int j = h * group; j < (h + 1) * group; ++j) s += to_float(qd[j * q_stride + c]);
+  return s;
+}
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+
+//! The scores of one request (kv_importance's work, after its checks): sd[h * s_stride + i] for
+//! i < len. Token-major over all kv heads (a token's rows of all heads are adjacent in NHD and paged
+//! layouts, so the rows stream), parallel over chunks of 256 tokens on the host pool.
+template <class KT, class QT, class L>
+void kv_importance_request(const host& policy, const QT* qd, std::int64_t q_stride, int hq, const L& cache,
+                           int request, int len, float* sd, std::int64_t s_stride) {
+  const int hkv = cache.num_kv_heads(), d = cache.head_dim(), group = hq / hkv;
+  // sum_j q_j . K_i = (sum_j q_j) . K_i: one dot per (token, kv head) instead of G.
+  std::vector<float> qsum(static_cast<std::size_t>(hkv) * d);
+  for (int h = 0; h < hkv; ++h)
+    for (int c = 0; c < d; ++c) qsum[static_cast<std::size_t>(h) * d + c] = importance_qsum(qd, q_stride, group, h, c);
+  constexpr int chunk = 256;
+  parallel_for(policy, (std::int64_t{len} + chunk - 1) / chunk, [&](std::int64_t ci) {
+    const int i0 = static_cast<int>(ci * chunk), i1 = static_cast<int>(std::min<std::int64_t>(len, (ci + 1) * chunk));
+    SPECDEC_ISA_DISPATCH_CALL(kv_importance_tokens<KT>(cache, request, i0, i1, hkv, d, qsum.data(), sd, s_stride));
+  });
+}
+
+}  // namespace SPECDEC_HOST_ISA
+}  // namespace detail
+
+inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
+
 //! TokenSwift Eq. 2: scores[h][i] = sum over the query heads j of kv head h's group
 //! (j in [h * G, (h + 1) * G), G = Hq / Hkv) of q_j . K_i, for every cached token i of `request`
 //! (i < cache.length(request)). The raw dot product, as Eq. 2 writes it (no softmax scale: only
@@ -163,26 +205,126 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
       throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
                              scores.extent(1));
     require_unit_inner_stride(fn, "scores", scores);
-    const int group = hq / hkv;
     const auto* qd = static_cast<const std::remove_cv_t<typename Q::element_type>*>(q.data());
     float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
-    // sum_j q_j . K_i = (sum_j q_j) . K_i: one dot per (token, kv head) instead of G.
-    std::vector<float> qsum(static_cast<std::size_t>(hkv) * d, 0.0f);
-    for (int h = 0; h < hkv; ++h)
-      for (int j = h * group; j < (h + 1) * group; ++j)
-        for (int c = 0; c < d; ++c) qsum[static_cast<std::size_t>(h) * d + c] += to_float(qd[j * q.stride(0) + c]);
-    // Token-major over all kv heads (a token's rows of all heads are adjacent in NHD and paged
-    // layouts, so the rows stream), parallel over chunks of 256 tokens.
-    constexpr int chunk = 256;
-    parallel_for(policy, (std::int64_t{len} + chunk - 1) / chunk, [&](std::int64_t ci) {
-      const int i0 = static_cast<int>(ci * chunk), i1 = static_cast<int>(std::min<std::int64_t>(len, (ci + 1) * chunk));
-      SPECDEC_ISA_DISPATCH_CALL(
-          kv_importance_tokens<KT>(cache, request, i0, i1, hkv, d, qsum.data(), sd, scores.stride(0)));
-    });
+    detail::kv_importance_request<KT>(policy, qd, q.stride(0), hq, cache, request, len, sd, scores.stride(0));
   }
 }
 
 }  // namespace SPECDEC_HOST_ISA
+
+namespace detail {
+
+//! kv_importance_batch's arguments, as pointers and the layout (a kernel parameter).
+template <class QT, class L>
+struct kv_importance_batch_args {
+  const QT* q = nullptr;
+  std::int64_t q_stride_request = 0, q_stride_head = 0;
+  int hq = 0;
+  L cache;
+  float* scores = nullptr;
+  std::int64_t s_stride_request = 0, s_stride_head = 0, columns = 0;
+  std::int32_t* status = nullptr;
+};
+
+//! The seam between kv_importance_batch and its backends:
+//!   template <class QT, class L> static void run(const Policy&, const kv_importance_batch_args<QT, L>&);
+//! The host backend is below, the cuda one in kv/partial_kv.cuh.
+SPECDEC_BACKEND_SEAM(kv_importance_backend, "kv_importance_batch", "specdec/kv/partial_kv.cuh");
+
+template <>
+struct kv_importance_backend<host> {
+  template <class QT, class L>
+  static void run(const host& policy, const kv_importance_batch_args<QT, L>& a) {
+    constexpr std::string_view fn = "specdec::kv_importance_batch";
+    const int R = a.cache.num_requests();
+    for (int r = 0; r < R; ++r)  // every length first: a rejected call writes no score
+      if (a.cache.length(r) > a.columns) [[unlikely]]
+        throw_invalid_argument(fn, "scores",
+                               "at least cache.length(r) columns for every request (request " + std::to_string(r) +
+                                   " has length " + std::to_string(a.cache.length(r)) + ")",
+                               a.columns);
+    for (int r = 0; r < R; ++r)
+      kv_importance_request<std::remove_cv_t<typename L::value_type>>(
+          policy, a.q + r * a.q_stride_request, a.q_stride_head, a.hq, a.cache, r, a.cache.length(r),
+          a.scores + r * a.s_stride_request, a.s_stride_head);
+    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+  }
+};
+
+//! Largest kv_heads x head_dim of kv_importance_batch under specdec::cuda (the kernel keeps the
+//! summed queries in 48 KiB of shared memory).
+inline constexpr std::int64_t importance_max_qsum_device = 12288;
+
+}  // namespace detail
+
+//! TokenSwift Eq. 2 for every request of a batch at once (the form a GPU engine calls, e.g. before
+//! it rebuilds the partial caches of the requests that need it): scores[r][h][i] = sum over kv head
+//! h's query group of q[r][j] . K_i, for i < cache.length(r), as kv_importance computes it per request.
+//! Entries past cache.length(r) are not written.
+//!   q       [R, Hq, D], the cache's storage type or float, unit inner stride (each request's newest
+//!           token's post-RoPE queries); R = cache.num_requests(), Hq a multiple of Hkv, D = head_dim
+//!   cache   any kv_layout (float, half or bfloat16 rows)
+//!   scores  float [R, Hkv, columns], unit inner stride; columns >= every cache.length(r)
+//!   status  int32 [3]: {0, -1, -1}, or the device's report (device_error::length: a request whose
+//!           length exceeds the columns or is negative; its scores are not written)
+//! specdec::host: host-accessible memory; lengths checked before any score is written
+//! (invalid_argument); the scores equal kv_importance's bit for bit.
+//! specdec::cuda (needs kv/partial_kv.cuh and nvcc): device-accessible memory; a layout used there
+//! marks its members SPECDEC_HOST_DEVICE; Hkv x D <= 12288. The summed queries are the host's floats
+//! (same order); each dot product is summed in another order (a warp's lanes), so a score can differ
+//! from the host's in its last bits, and a ranking built on them can differ where two scores are that
+//! close. Enqueued on policy.stream without synchronisation, graph-capturable.
+//! O(sum_r length_r x Hkv x D + R x Hq x D) FLOPs, each K row read once.
+template <execution_policy Policy, tensor_like Q, class L, tensor_like S, class ST>
+  requires(detail::int32_output<ST>)
+void kv_importance_batch(const Policy& policy, const Q& q_in, const L& cache, const S& scores_in, const ST& status_in) {
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::kv_importance_batch";
+    using QT = std::remove_cv_t<typename Q::element_type>;
+    using KT = std::remove_cv_t<typename L::value_type>;
+    static_assert(std::is_same_v<KT, float> || std::is_same_v<KT, half> || std::is_same_v<KT, bfloat16>,
+                  "specdec::kv_importance_batch: the cache's rows must be float, half or bfloat16");
+    static_assert(std::is_same_v<QT, KT> || std::is_same_v<QT, float>,
+                  "specdec::kv_importance_batch: q must have the cache's storage type or float");
+    static_assert(std::is_same_v<typename S::element_type, float>,
+                  "specdec::kv_importance_batch: scores must be a writable tensor of float");
+    static_assert(Q::rank == 3 && S::rank == 3,
+                  "specdec::kv_importance_batch: q is [requests, Hq, D] and scores [requests, Hkv, columns]");
+    validate_kv_layout(cache, fn, "cache");
+    require_policy_memory<Policy>(fn, "cache", cache);
+    const auto q = as_view(q_in);
+    const auto scores = as_view(scores_in);
+    const auto status = as_view(status_in);
+    const int R = cache.num_requests(), hkv = cache.num_kv_heads(), d = cache.head_dim();
+    require_policy_memory<Policy>(fn, "q", q);
+    require_policy_memory<Policy>(fn, "scores", scores);
+    require_policy_array<Policy>(fn, "status", status, 3);
+    require_shape(fn, "q", q, {R, -1, d});
+    require(q.extent(1) <= INT32_MAX, fn, "q", "at most 2^31-1 heads", q.extent(1));
+    const int hq = static_cast<int>(q.extent(1));
+    if (!(hq >= hkv && hq % hkv == 0)) [[unlikely]]
+      throw_invalid_argument(fn, "q", "a head count (extent 1) that is a multiple of cache.num_kv_heads() = " +
+                                          std::to_string(hkv), hq);
+    require_unit_inner_stride(fn, "q", q);
+    require_shape(fn, "scores", scores, {R, hkv, -1});
+    require_unit_inner_stride(fn, "scores", scores);
+    require_unique_elements(fn, "scores", scores);
+    if constexpr (on_device_v<Policy>)
+      require(static_cast<std::int64_t>(hkv) * d <= detail::importance_max_qsum_device, fn, "cache",
+              "num_kv_heads() x head_dim() <= " + std::to_string(detail::importance_max_qsum_device) +
+                  " under specdec::cuda",
+              static_cast<std::int64_t>(hkv) * d);
+    require(R == 0 || q.data() != nullptr, fn, "q", "a non-null data pointer", "nullptr");
+    require(R == 0 || scores.extent(2) == 0 || scores.data() != nullptr, fn, "scores", "a non-null data pointer",
+            "nullptr");
+    detail::kv_importance_batch_args<QT, L> a{q.data(), q.stride(0), q.stride(1), hq, cache,
+                                              scores.data(), scores.stride(0), scores.stride(1), scores.extent(2),
+                                              status.data()};
+    detail::kv_importance_backend<Policy>::run(policy, a);
+  }
+}
 
 //! Which tokens a rebuild keeps per kv head.
 enum class partial_kv_selection : std::uint8_t {
