@@ -8,6 +8,7 @@
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/topk_batch.cuh"
 #include "specdec/kv/commit.cuh"
+#include "specdec/kv/partial_kv.cuh"
 #include "specdec/kv/ring_append.cuh"
 #include "specdec/position/rope.cuh"
 #include "specdec/tree/tree_batch.cuh"

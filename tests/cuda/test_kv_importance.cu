@@ -1,0 +1,195 @@
+// kv_importance_batch(cuda{}) (TokenSwift Eq. 2 on the device, kv/partial_kv.cuh) against the host's
+// kv_importance per request: fp32, half and bfloat16 caches, NHD and paged layouts, GQA 1/4/8,
+// lengths 0 .. 3000 in one batch; scores equal to the host's up to float summation order (the summed
+// queries are the same floats; the dot products are summed in another order) and never written past
+// a request's length; a length above the scores' columns reported in status; graph capture;
+// arguments refused before any CUDA call.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "specdec/core/philox.hpp"
+#include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/paged_kv.hpp"
+#include "specdec/kv/partial_kv.cuh"
+
+using specdec::memory_space;
+using specdec_test::device_buffer;
+using specdec_test::dv;
+
+namespace {
+
+template <class T>
+struct importance_case {
+  int R, cap, hkv, hq, d;
+  std::vector<std::int32_t> lens;
+  std::vector<T> k, v, q;  // NHD [R, cap, hkv, d]; q [R, hq, d]
+  importance_case(int R_, int cap_, int hkv_, int hq_, int d_, std::uint64_t seed)
+      : R(R_), cap(cap_), hkv(hkv_), hq(hq_), d(d_) {
+    specdec::philox_stream rng(seed, 3);
+    for (int r = 0; r < R; ++r) lens.push_back(r == 0 ? 0 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(cap + 1))));
+    k.resize(static_cast<std::size_t>(R) * cap * hkv * d);
+    v.resize(k.size());
+    q.resize(static_cast<std::size_t>(R) * hq * d);
+    for (auto& x : k) x = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+    for (auto& x : v) x = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+    for (auto& x : q) x = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+  }
+  //! The host's scores [R, hkv, cols] (kv_importance per request), unwritten entries 7.
+  std::vector<float> host_scores(int cols) {
+    std::vector<float> s(static_cast<std::size_t>(R) * hkv * cols, 7.0f);
+    const specdec::contiguous_kv<T> cache{k.data(), v.data(), lens.data(), R, cap, hkv, d};
+    for (int r = 0; r < R; ++r)
+      specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data() + static_cast<std::size_t>(r) * hq * d, {hq, d}),
+                             cache, r, specdec::make_view<2>(s.data() + static_cast<std::size_t>(r) * hkv * cols, {hkv, cols}));
+    return s;
+  }
+};
+
+//! Device scores equal the host's within float rounding of a D-term dot product, and the entries past
+//! each request's length keep the marker 7.
+template <class T>
+void check_scores(const importance_case<T>& c, int cols, const std::vector<float>& want, const std::vector<float>& got) {
+  int far = 0, untouched = 0;
+  for (int r = 0; r < c.R; ++r)
+    for (int h = 0; h < c.hkv; ++h)
+      for (int i = 0; i < cols; ++i) {
+        const auto at = (static_cast<std::size_t>(r) * c.hkv + h) * cols + i;
+        if (i >= c.lens[r]) {
+          untouched += got[at] == 7.0f;
+          continue;
+        }
+        // |error| <= D * eps * sum |q_sum| |k|: bounded by D * eps * (group * D) for entries in [-1, 1)
+        const float tol = 1e-6f * static_cast<float>(c.d) * static_cast<float>(c.hq / c.hkv) * 4.0f;
+        far += std::fabs(got[at] - want[at]) > tol;
+      }
+  std::int64_t past = 0;
+  for (int r = 0; r < c.R; ++r) past += static_cast<std::int64_t>(cols - c.lens[r]) * c.hkv;
+  CHECK(far == 0);
+  CHECK(untouched == past);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda kv_importance_batch equals kv_importance per request", "[cuda][kv][partial]", float,
+                   specdec::half, specdec::bfloat16) {
+  for (const int hq : {2, 8, 16}) {
+    const int R = 5, cap = 3000, hkv = 2, d = 128;
+    importance_case<TestType> c(R, cap, hkv, hq, d, static_cast<std::uint64_t>(hq));
+    const auto want = c.host_scores(cap);
+    device_buffer<TestType> dk(c.k), dvv(c.v), dq(c.q);
+    device_buffer<std::int32_t> dl(c.lens), st(std::vector<std::int32_t>{5, 5, 5});
+    device_buffer<float> ds(std::vector<float>(want.size(), 7.0f));
+    const specdec::contiguous_kv<TestType> cache{dk.data(), dvv.data(), dl.data(), R, cap, hkv, d, memory_space::device};
+    specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(dq.data(), {R, hq, d}, memory_space::device), cache,
+                                 specdec::make_view<3>(ds.data(), {R, hkv, cap}, memory_space::device), dv(st));
+    specdec_test::sync_check("kv_importance_batch");
+    CHECK(st.download() == std::vector<std::int32_t>{0, -1, -1});
+    check_scores(c, cap, want, ds.download());
+  }
+}
+
+TEST_CASE("cuda kv_importance_batch reads a paged cache as the host reads the contiguous one", "[cuda][kv][partial]") {
+  const int R = 3, cap = 1000, hkv = 4, hq = 16, d = 64, page = 16;
+  importance_case<specdec::half> c(R, cap, hkv, hq, d, 9);
+  const auto want = c.host_scores(cap);
+  // The same rows in pages: request r's token t at page indices[r][t / page], slot t % page, pages shuffled.
+  const int pages_per = (cap + page - 1) / page, pages = R * pages_per;
+  std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
+  for (int i = 0; i < pages; ++i) order[static_cast<std::size_t>(i)] = (i * 7919) % pages;
+  std::vector<std::int32_t> indptr{0}, indices;
+  std::vector<specdec::half> pk(static_cast<std::size_t>(pages) * page * hkv * d), pv(pk.size());
+  for (int r = 0; r < R; ++r) {
+    const int used = (c.lens[r] + page - 1) / page;
+    for (int p = 0; p < used; ++p) {
+      const int phys = order[static_cast<std::size_t>(r * pages_per + p)];
+      indices.push_back(phys);
+      for (int s = 0; s < page && p * page + s < c.lens[r]; ++s)
+        for (int e = 0; e < hkv * d; ++e) {
+          const auto src = ((static_cast<std::size_t>(r) * cap + p * page + s) * hkv) * d + e;
+          const auto dst = ((static_cast<std::size_t>(phys) * page + s) * hkv) * d + e;
+          pk[dst] = c.k[src];
+          pv[dst] = c.v[src];
+        }
+    }
+    indptr.push_back(static_cast<std::int32_t>(indices.size()));
+  }
+  if (indices.empty()) indices.push_back(0);
+  device_buffer<specdec::half> dk(pk), dvv(pv), dq(c.q);
+  device_buffer<std::int32_t> dip(indptr), did(indices), dl(c.lens), st(std::vector<std::int32_t>{5, 5, 5});
+  device_buffer<float> ds(std::vector<float>(want.size(), 7.0f));
+  const specdec::paged_kv<specdec::half> cache{dk.data(), dvv.data(), dip.data(), did.data(), dl.data(), R,
+                                               pages, page, hkv, d, memory_space::device};
+  specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(dq.data(), {R, hq, d}, memory_space::device), cache,
+                               specdec::make_view<3>(ds.data(), {R, hkv, cap}, memory_space::device), dv(st));
+  specdec_test::sync_check("kv_importance_batch (paged)");
+  CHECK(st.download() == std::vector<std::int32_t>{0, -1, -1});
+  check_scores(c, cap, want, ds.download());
+}
+
+TEST_CASE("cuda kv_importance_batch reports a length above the scores' columns and writes nothing for it",
+          "[cuda][kv][partial]") {
+  const int R = 3, cap = 600, hkv = 2, hq = 4, d = 64, cols = 500;
+  importance_case<float> c(R, cap, hkv, hq, d, 4);
+  c.lens = {100, 550, 200};
+  device_buffer<float> dk(c.k), dvv(c.v), dq(c.q);
+  device_buffer<std::int32_t> dl(c.lens), st(std::vector<std::int32_t>{5, 5, 5});
+  device_buffer<float> ds(std::vector<float>(static_cast<std::size_t>(R) * hkv * cols, 7.0f));
+  const specdec::contiguous_kv<float> cache{dk.data(), dvv.data(), dl.data(), R, cap, hkv, d, memory_space::device};
+  specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(dq.data(), {R, hq, d}, memory_space::device), cache,
+                               specdec::make_view<3>(ds.data(), {R, hkv, cols}, memory_space::device), dv(st));
+  specdec_test::sync_check("kv_importance_batch (length)");
+  const auto s = st.download();
+  CHECK(s == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::length), 1, -1});
+  const auto got = ds.download();
+  CHECK(std::all_of(got.begin() + hkv * cols, got.begin() + 2 * hkv * cols, [](float x) { return x == 7.0f; }));
+  CHECK(got[0] != 7.0f);  // request 0 was scored
+}
+
+TEST_CASE("cuda kv_importance_batch is captured in a CUDA graph and replays", "[cuda][kv][partial]") {
+  const int R = 4, cap = 2048, hkv = 8, hq = 32, d = 128;
+  importance_case<specdec::bfloat16> c(R, cap, hkv, hq, d, 12);
+  device_buffer<specdec::bfloat16> dk(c.k), dvv(c.v), dq(c.q);
+  device_buffer<std::int32_t> dl(c.lens), st(std::vector<std::int32_t>{5, 5, 5});
+  device_buffer<float> ds(std::vector<float>(static_cast<std::size_t>(R) * hkv * cap, 7.0f));
+  const specdec::contiguous_kv<specdec::bfloat16> cache{dk.data(), dvv.data(), dl.data(), R, cap, hkv, d, memory_space::device};
+  int round = 0;
+  specdec_test::replay_in_graph(
+      3,
+      [&](cudaStream_t s) {
+        specdec::kv_importance_batch(specdec::cuda{.stream = s}, specdec::make_view<3>(dq.data(), {R, hq, d}, memory_space::device),
+                                     cache, specdec::make_view<3>(ds.data(), {R, hkv, cap}, memory_space::device), dv(st));
+      },
+      [&] {
+        importance_case<specdec::bfloat16> next(R, cap, hkv, hq, d, static_cast<std::uint64_t>(100 + round++));
+        c.q = next.q;
+        dq.upload(c.q);
+        ds.upload(std::vector<float>(ds.size(), 7.0f));
+      },
+      [&] { check_scores(c, cap, c.host_scores(cap), ds.download()); });
+}
+
+TEST_CASE("cuda kv_importance_batch refuses host memory and too many kv_heads x head_dim before any CUDA call",
+          "[cuda][kv][partial][nogpu]") {
+  std::vector<float> k(4 * 2 * 64), q(2 * 4 * 64), s(2 * 2 * 4);
+  std::vector<std::int32_t> lens{4, 4}, st(3);
+  const specdec::contiguous_kv<float> dev_cache{k.data(), k.data(), lens.data(), 2, 4, 2, 64, memory_space::device};
+  const specdec::contiguous_kv<float> host_cache{k.data(), k.data(), lens.data(), 2, 4, 2, 64};
+  const auto qd = specdec::make_view<3>(q.data(), {2, 4, 64}, memory_space::device);
+  const auto sd = specdec::make_view<3>(s.data(), {2, 2, 4}, memory_space::device);
+  const auto std_ = specdec::make_view<1>(st.data(), {3}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, qd, host_cache, sd, std_),
+                    Catch::Contains("cache") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(q.data(), {2, 4, 64}), dev_cache, sd, std_),
+                    Catch::Contains("'q'") && Catch::Contains("device-accessible"));
+  // 128 kv heads x 128 > 12288 summed-query floats
+  std::vector<float> big_q(static_cast<std::size_t>(2) * 128 * 128);
+  const specdec::contiguous_kv<float> wide{k.data(), k.data(), lens.data(), 2, 4, 128, 128, memory_space::device};
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(big_q.data(), {2, 128, 128}, memory_space::device),
+                                                 wide, specdec::make_view<3>(s.data(), {2, 128, 4}, memory_space::device), std_),
+                    Catch::Contains("12288"));
+}
