@@ -84,6 +84,56 @@ void graph_time(benchmark::State& state, cudaStream_t stream, F&& call) {
   SPECDEC_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
+//! The tree arrays and outputs of an array-form verifier in device memory (uploaded once), and their
+//! views: node_indptr, tokens, parents, per-request seeds / streams (when given); accepted,
+//! num_accepted, bonus, emitted, status.
+struct device_tree_io {
+  std::int64_t R, N;
+  dmem ind, tok, par, acc, nacc, bon, emi, st, seed, stream;
+  device_tree_io(const std::vector<std::int32_t>& indptr, const std::vector<std::int32_t>& tokens,
+                 const std::vector<std::int32_t>& parents, const std::vector<std::uint64_t>& seeds = {},
+                 const std::vector<std::uint64_t>& streams = {})
+      : R(static_cast<std::int64_t>(indptr.size()) - 1), N(static_cast<std::int64_t>(tokens.size())),
+        ind(indptr.size() * 4), tok(tokens.size() * 4), par(parents.size() * 4), acc(tokens.size() * 4),
+        nacc(static_cast<std::size_t>(R) * 4), bon(static_cast<std::size_t>(R) * 4),
+        emi((tokens.size() + static_cast<std::size_t>(R)) * 4), st(12), seed(std::max<std::size_t>(seeds.size(), 1) * 8),
+        stream(std::max<std::size_t>(streams.size(), 1) * 8) {
+    SPECDEC_CUDA_CHECK(cudaMemcpy(ind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(tok.p, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(par.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
+    if (!seeds.empty()) SPECDEC_CUDA_CHECK(cudaMemcpy(seed.p, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
+    if (!streams.empty())
+      SPECDEC_CUDA_CHECK(cudaMemcpy(stream.p, streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
+  }
+  static auto i32(const dmem& m, std::int64_t n) {
+    return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device);
+  }
+  static auto u64(const dmem& m, std::int64_t n) {
+    return specdec::make_view<1>(m.as<const std::uint64_t>(), {n}, memory_space::device);
+  }
+  auto indptr() const { return i32(ind, R + 1); }
+  auto tokens() const { return i32(tok, N); }
+  auto parents() const { return i32(par, N); }
+  auto seeds() const { return u64(seed, R); }
+  auto streams() const { return u64(stream, R); }
+  auto accepted() const { return i32(acc, N); }
+  auto num_accepted() const { return i32(nacc, R); }
+  auto bonus() const { return i32(bon, R); }
+  auto emitted() const { return i32(emi, N + R); }
+  auto status() const { return i32(st, 3); }
+  //! The status word after the timed calls (0: no device error).
+  [[nodiscard]] std::int32_t error() const {
+    std::int32_t v[3];
+    SPECDEC_CUDA_CHECK(cudaMemcpy(v, st.p, 12, cudaMemcpyDeviceToHost));
+    return v[0];
+  }
+  [[nodiscard]] std::vector<std::int32_t> accepted_counts() const {
+    std::vector<std::int32_t> h(static_cast<std::size_t>(R));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(h.data(), nacc.p, h.size() * 4, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
 void BM_verify_greedy_batch(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
   const std::int64_t V = state.range(2);
@@ -104,22 +154,15 @@ void BM_verify_greedy_batch(benchmark::State& state) {
   specdec::philox_stream rng(5, 0);
   for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V)));
   const std::int64_t N = static_cast<std::int64_t>(parents.size());
-  dmem dind(indptr.size() * 4), dtok(tokens.size() * 4), dpar(parents.size() * 4), acc(tokens.size() * 4),
-      nacc(batch * 4), bon(batch * 4), emi((tokens.size() + batch) * 4), st(12);
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dtok.p, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dpar.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
-  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
+  const device_tree_io io(indptr, tokens, parents);
   cudaStream_t stream;
   SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   graph_time(state, stream, [&](int i) {
     const auto lg = specdec::make_view<2>(logits[i % sets]->as<const float>(), {rows, V}, memory_space::device);
-    specdec::verify_greedy_batch(specdec::cuda{.stream = stream}, v1(dind, batch + 1), v1(dtok, N), v1(dpar, N), lg,
-                                 v1(acc, N), v1(nacc, batch), v1(bon, batch), v1(emi, N + batch), v1(st, 3));
+    specdec::verify_greedy_batch(specdec::cuda{.stream = stream}, io.indptr(), io.tokens(), io.parents(), lg,
+                                 io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
   });
-  std::int32_t status[3];
-  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
-  if (status[0] != 0) state.SkipWithError("verify_greedy_batch reported a device error");
+  if (io.error() != 0) state.SkipWithError("verify_greedy_batch reported a device error");
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
   const double bytes = static_cast<double>(logit_bytes) + 4.0 * (3.0 * N + 2.0 * batch + 1) + 4.0 * (2.0 * N + 3.0 * batch);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -167,35 +210,20 @@ void BM_verify_sample_and_match_batch(benchmark::State& state) {
                                       &big, sizeof(float), cudaMemcpyHostToDevice));
       }
   }
-  const std::int64_t N = static_cast<std::int64_t>(parents.size());
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
   for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
-  dmem dind(indptr.size() * 4), dtok(tokens.size() * 4), dpar(parents.size() * 4), acc(tokens.size() * 4),
-      nacc(batch * 4), bon(batch * 4), emi((tokens.size() + batch) * 4), st(12), dseed(batch * 8), dstream(batch * 8);
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dtok.p, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dpar.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dseed.p, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dstream.p, streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
-  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
-  auto u1 = [](const dmem& m, std::int64_t n) {
-    return specdec::make_view<1>(m.as<const std::uint64_t>(), {n}, memory_space::device);
-  };
+  const device_tree_io io(indptr, tokens, parents, seeds, streams);
   cudaStream_t stream;
   SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   graph_time(state, stream, [&](int i) {
     const auto pr = specdec::make_view<2>(probs[i % sets]->as<const float>(), {rows, V}, memory_space::device);
-    specdec::verify_sample_and_match_batch(specdec::cuda{.stream = stream}, v1(dind, batch + 1), v1(dtok, N),
-                                           v1(dpar, N), pr, u1(dseed, batch), u1(dstream, batch), v1(acc, N),
-                                           v1(nacc, batch), v1(bon, batch), v1(emi, N + batch), v1(st, 3));
+    specdec::verify_sample_and_match_batch(specdec::cuda{.stream = stream}, io.indptr(), io.tokens(), io.parents(), pr,
+                                           io.seeds(), io.streams(), io.accepted(), io.num_accepted(), io.bonus(),
+                                           io.emitted(), io.status());
   });
-  std::int32_t status[3];
-  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
-  if (status[0] != 0) state.SkipWithError("verify_sample_and_match_batch reported a device error");
-  std::vector<std::int32_t> nacc_h(static_cast<std::size_t>(batch));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(nacc_h.data(), nacc.p, batch * 4, cudaMemcpyDeviceToHost));
+  if (io.error() != 0) state.SkipWithError("verify_sample_and_match_batch reported a device error");
   double visited = 0;
-  for (const auto k : nacc_h) visited += k + 1;
+  for (const auto k : io.accepted_counts()) visited += k + 1;
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
   const double bytes = visited * static_cast<double>(V) * sizeof(float);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -231,35 +259,20 @@ void BM_verify_multi_draft_batch(benchmark::State& state) {
     SPECDEC_CUDA_CHECK(cudaMemcpy(p.as<float>() + at, &zero, sizeof(float), cudaMemcpyHostToDevice));
     SPECDEC_CUDA_CHECK(cudaMemcpy(q.as<float>() + at, &one, sizeof(float), cudaMemcpyHostToDevice));
   }
-  const std::int64_t N = static_cast<std::int64_t>(parents.size());
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 43), streams(static_cast<std::size_t>(batch));
   for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
-  dmem dind(indptr.size() * 4), dtok(tokens.size() * 4), dpar(parents.size() * 4), acc(tokens.size() * 4),
-      nacc(batch * 4), bon(batch * 4), emi((tokens.size() + batch) * 4), st(12), dseed(batch * 8), dstream(batch * 8);
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dtok.p, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dpar.p, parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dseed.p, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dstream.p, streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
-  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
-  auto u1 = [](const dmem& m, std::int64_t n) {
-    return specdec::make_view<1>(m.as<const std::uint64_t>(), {n}, memory_space::device);
-  };
+  const device_tree_io io(indptr, tokens, parents, seeds, streams);
   cudaStream_t stream;
   SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   graph_time(state, stream, [&](int) {
     const auto pv = specdec::make_view<2>(p.as<const float>(), {rows, V}, memory_space::device);
     const auto qv = specdec::make_view<2>(q.as<const float>(), {rows, V}, memory_space::device);
-    specdec::verify_multi_draft_batch(specdec::cuda{.stream = stream}, v1(dind, batch + 1), v1(dtok, N), v1(dpar, N), pv,
-                                      qv, specdec::draft_sampling::with_replacement, u1(dseed, batch),
-                                      u1(dstream, batch), v1(acc, N), v1(nacc, batch), v1(bon, batch),
-                                      v1(emi, N + batch), v1(st, 3));
+    specdec::verify_multi_draft_batch(specdec::cuda{.stream = stream}, io.indptr(), io.tokens(), io.parents(), pv, qv,
+                                      specdec::draft_sampling::with_replacement, io.seeds(), io.streams(),
+                                      io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
   });
-  std::int32_t status[3];
-  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
-  if (status[0] != 0) state.SkipWithError("verify_multi_draft_batch reported a device error");
-  std::vector<std::int32_t> nacc_h(static_cast<std::size_t>(batch));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(nacc_h.data(), nacc.p, batch * 4, cudaMemcpyDeviceToHost));
+  if (io.error() != 0) state.SkipWithError("verify_multi_draft_batch reported a device error");
+  const auto nacc_h = io.accepted_counts();
   if (std::any_of(nacc_h.begin(), nacc_h.end(), [](std::int32_t k) { return k != 0; }))
     state.SkipWithError("a child was accepted: the setup is broken");
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));

@@ -1,7 +1,9 @@
 #pragma once
 // Small helpers for CUDA tests: an owning device buffer with host copies. Errors throw
 // specdec::cuda_error (Catch2 reports them as test failures).
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "specdec/core/device_types.cuh"
@@ -42,6 +44,16 @@ class device_buffer {
 template <class T>
 specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
   return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, specdec::memory_space::device);
+}
+
+//! Row-major [rows, cols] host data re-laid with `stride` elements between rows, the gaps filled with
+//! `fill` (a value that would show if a kernel read past a row): the input of a padded-stride test.
+inline std::vector<float> padded_rows(const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
+                                      std::int64_t stride, float fill) {
+  std::vector<float> h(static_cast<std::size_t>(rows * stride), fill);
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::copy_n(x.begin() + r * cols, cols, h.begin() + r * stride);
+  return h;
 }
 
 //! Checks the last kernel launch and waits for it to finish.

@@ -38,13 +38,9 @@ struct device_topk {
   device_buffer<float> v, val;
   device_buffer<std::int32_t> idx;
   device_topk(const std::vector<float>& host, std::int64_t rows_, std::int64_t n_, int k_, std::int64_t pad)
-      : rows(rows_), n(n_), stride(n_ + pad), out_stride(k_ + pad), k(k_), v(padded(host, rows_, n_, n_ + pad)),
+      : rows(rows_), n(n_), stride(n_ + pad), out_stride(k_ + pad), k(k_),
+        v(specdec_test::padded_rows(host, rows_, n_, n_ + pad, 7.0e30f)),  // the padding would win if read
         val(static_cast<std::size_t>(rows_ * (k_ + pad))), idx(static_cast<std::size_t>(rows_ * (k_ + pad))) {}
-  static std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t n, std::int64_t stride) {
-    std::vector<float> h(static_cast<std::size_t>(rows * stride), 7.0e30f);  // padding would win if read
-    for (std::int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * n, n, h.begin() + r * stride);
-    return h;
-  }
   void launch(cudaStream_t s = nullptr) {
     const specdec::strided_view<const float, 2> vv(v.data(), {rows, n}, {stride, 1}, memory_space::device);
     specdec::topk_batch(specdec::cuda{.stream = s}, vv, k,

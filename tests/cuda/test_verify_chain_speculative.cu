@@ -20,11 +20,7 @@ using specdec_test::dv;
 
 namespace {
 
-std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t vocab, std::int64_t stride) {
-  std::vector<float> h(static_cast<std::size_t>(rows * stride), std::numeric_limits<float>::quiet_NaN());
-  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * vocab, vocab, h.begin() + r * stride);
-  return h;
-}
+constexpr float nan_fill = std::numeric_limits<float>::quiet_NaN();  // a read past a row shows
 
 struct device_case {
   std::int64_t rows, vocab, stride;
@@ -35,7 +31,8 @@ struct device_case {
   device_case(const chain_batch_case& c, std::int64_t pad = 0)
       : rows(c.nodes() + c.requests()), vocab(c.vocab), stride(c.vocab + pad), ni(c.node_indptr), tok(c.tokens),
         par(c.parents), out(c.node_indptr.size() - 1, c.tokens.size()), seeds(c.seeds), streams(c.streams),
-        p(padded(c.p, rows, vocab, stride)), q(padded(c.q, rows, vocab, stride)) {}
+        p(specdec_test::padded_rows(c.p, rows, vocab, stride, nan_fill)),
+        q(specdec_test::padded_rows(c.q, rows, vocab, stride, nan_fill)) {}
   void launch(cudaStream_t s = nullptr) {
     const specdec::strided_view<const float, 2> pv(p.data(), {rows, vocab}, {stride, 1}, memory_space::device);
     const specdec::strided_view<const float, 2> qv(q.data(), {rows, vocab}, {stride, 1}, memory_space::device);

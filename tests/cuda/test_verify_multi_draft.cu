@@ -23,11 +23,7 @@ using specdec_test::multi_draft_batch_case;
 
 namespace {
 
-std::vector<float> padded(const std::vector<float>& x, std::int64_t rows, std::int64_t vocab, std::int64_t stride) {
-  std::vector<float> h(static_cast<std::size_t>(rows * stride), std::numeric_limits<float>::quiet_NaN());
-  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * vocab, vocab, h.begin() + r * stride);
-  return h;
-}
+constexpr float nan_fill = std::numeric_limits<float>::quiet_NaN();  // a read past a row shows
 
 struct device_case {
   std::int64_t rows, vocab, stride;
@@ -41,8 +37,8 @@ struct device_case {
         tok(c.tokens.empty() ? std::vector<std::int32_t>{0} : c.tokens),
         par(c.parents.empty() ? std::vector<std::int32_t>{0} : c.parents), out(c.node_indptr.size() - 1, c.tokens.size()),
         seeds(c.seeds.empty() ? std::vector<std::uint64_t>{0} : c.seeds),
-        streams(c.streams.empty() ? std::vector<std::uint64_t>{0} : c.streams), p(padded(c.p, rows, vocab, stride)),
-        q(padded(c.q, rows, vocab, stride)) {}
+        streams(c.streams.empty() ? std::vector<std::uint64_t>{0} : c.streams),
+        p(specdec_test::padded_rows(c.p, rows, vocab, stride, nan_fill)), q(specdec_test::padded_rows(c.q, rows, vocab, stride, nan_fill)) {}
   void launch(cudaStream_t s = nullptr) {
     const std::int64_t R = rows - static_cast<std::int64_t>(out.acc.size());
     const std::int64_t N = rows - R;

@@ -324,12 +324,7 @@ struct residual_ops {
 
 //! The array form's arguments: the tree arrays (rows = the target's), the draft's rows with the same
 //! row numbering, each request's Philox seed and stream, and how the children were drawn.
-struct multi_draft_args {
-  tree_verify_arrays tree;
-  const float* draft_rows = nullptr;
-  std::int64_t draft_stride = 0;
-  const std::uint64_t* seeds = nullptr;
-  const std::uint64_t* streams = nullptr;
+struct multi_draft_args : draft_verify_arrays {
   draft_sampling mode = draft_sampling::with_replacement;
 };
 
@@ -405,18 +400,9 @@ void verify_multi_draft_batch(const Policy& policy, const NI& node_indptr, const
   require(mode == draft_sampling::with_replacement || mode == draft_sampling::without_replacement, fn, "mode",
           "draft_sampling::with_replacement or draft_sampling::without_replacement", static_cast<int>(mode));
   detail::multi_draft_args a;
-  a.tree = detail::tree_verify_arrays_of<Policy>(fn, "target_probs", detail::device_cdf_max_vocab, node_indptr, tokens,
-                                                 parents, target_probs, accepted, num_accepted, bonus, emitted, status);
-  const auto q = as_view(draft_probs_in);
-  detail::require_row_tensor<Policy>(fn, "draft_probs", q,
-                                     static_cast<std::int64_t>(a.tree.nodes) + a.tree.requests, a.tree.vocab,
-                                     detail::device_cdf_max_vocab);
-  const auto seeds = as_view(seeds_in);
-  const auto streams = as_view(streams_in);
-  require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
-  require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
-  a.draft_rows = q.data(), a.draft_stride = q.stride(0);
-  a.seeds = seeds.data(), a.streams = streams.data();
+  static_cast<detail::draft_verify_arrays&>(a) = detail::draft_verify_arrays_of<Policy>(
+      fn, detail::device_cdf_max_vocab, node_indptr, tokens, parents, target_probs, draft_probs_in, seeds_in,
+      streams_in, accepted, num_accepted, bonus, emitted, status);
   a.mode = mode;
   detail::multi_draft_backend<Policy>::run(policy, a);
 }

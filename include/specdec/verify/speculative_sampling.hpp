@@ -90,13 +90,7 @@ namespace detail {
 
 //! The array form's arguments: the tree arrays (rows = the target's), the draft's rows with the same
 //! row numbering, and each request's Philox seed and stream.
-struct chain_speculative_args {
-  tree_verify_arrays tree;
-  const float* draft_rows = nullptr;
-  std::int64_t draft_stride = 0;
-  const std::uint64_t* seeds = nullptr;
-  const std::uint64_t* streams = nullptr;
-};
+using chain_speculative_args = draft_verify_arrays;
 
 //! The seam between the array form of verify_chain_speculative_batch and its backends:
 //!   static void run(const Policy&, const chain_speculative_args&);
@@ -153,19 +147,9 @@ void verify_chain_speculative_batch(const Policy& policy, const NI& node_indptr,
                 "specdec::verify_chain_speculative_batch: target_probs must be a rank-2 tensor of float [rows, vocab]");
   static_assert(QR::rank == 2 && std::is_same_v<std::remove_cv_t<typename QR::element_type>, float>,
                 "specdec::verify_chain_speculative_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
-  detail::chain_speculative_args a;
-  a.tree = detail::tree_verify_arrays_of<Policy>(fn, "target_probs", detail::device_cdf_max_vocab, node_indptr, tokens,
-                                                 parents, target_probs, accepted, num_accepted, bonus, emitted, status);
-  const auto q = as_view(draft_probs_in);
-  detail::require_row_tensor<Policy>(fn, "draft_probs", q,
-                                     static_cast<std::int64_t>(a.tree.nodes) + a.tree.requests, a.tree.vocab,
-                                     detail::device_cdf_max_vocab);
-  const auto seeds = as_view(seeds_in);
-  const auto streams = as_view(streams_in);
-  require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
-  require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
-  a.draft_rows = q.data(), a.draft_stride = q.stride(0);
-  a.seeds = seeds.data(), a.streams = streams.data();
+  const detail::chain_speculative_args a = detail::draft_verify_arrays_of<Policy>(
+      fn, detail::device_cdf_max_vocab, node_indptr, tokens, parents, target_probs, draft_probs_in, seeds_in,
+      streams_in, accepted, num_accepted, bonus, emitted, status);
   detail::chain_speculative_backend<Policy>::run(policy, a);
 }
 

@@ -107,6 +107,43 @@ template <class Policy, class NI, class TO, class PA, class RW, class AC, class 
   return a;
 }
 
+//! The arrays of an array-form verification that also reads the draft's rows and draws from
+//! per-request Philox streams (chain speculative sampling, multi-draft): the tree arrays (rows = the
+//! target's probabilities), the draft's rows with the same row numbering, and each request's seed
+//! and stream.
+struct draft_verify_arrays {
+  tree_verify_arrays tree;
+  const float* draft_rows = nullptr;
+  std::int64_t draft_stride = 0;
+  const std::uint64_t* seeds = nullptr;
+  const std::uint64_t* streams = nullptr;
+};
+
+//! tree_verify_arrays_of for target_probs, then the same checks for draft_probs (its rows numbered
+//! as the target's) and for seeds and streams ([R] each); returns the pointers.
+template <class Policy, class NI, class TO, class PA, class PR, class QR, class SE, class SR, class AC, class NA,
+          class BO, class EM, class ST>
+[[nodiscard]] draft_verify_arrays draft_verify_arrays_of(std::string_view fn, std::int64_t max_vocab,
+                                                         const NI& node_indptr, const TO& tokens, const PA& parents,
+                                                         const PR& target_probs, const QR& draft_probs_in,
+                                                         const SE& seeds_in, const SR& streams_in, const AC& accepted,
+                                                         const NA& num_accepted, const BO& bonus, const EM& emitted,
+                                                         const ST& status) {
+  draft_verify_arrays a;
+  a.tree = tree_verify_arrays_of<Policy>(fn, "target_probs", max_vocab, node_indptr, tokens, parents, target_probs,
+                                         accepted, num_accepted, bonus, emitted, status);
+  const auto q = as_view(draft_probs_in);
+  require_row_tensor<Policy>(fn, "draft_probs", q, static_cast<std::int64_t>(a.tree.nodes) + a.tree.requests,
+                             a.tree.vocab, max_vocab);
+  const auto seeds = as_view(seeds_in);
+  const auto streams = as_view(streams_in);
+  require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
+  require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
+  a.draft_rows = q.data(), a.draft_stride = q.stride(0);
+  a.seeds = seeds.data(), a.streams = streams.data();
+  return a;
+}
+
 //! The host backend of an array-form tree verification: checks the values (offsets, parents, tokens)
 //! as the token_tree forms do, runs walk(r, tokens, parents, rows) -> verify_result for every request
 //! on the policy's threads, and only then writes the outputs, so a call that throws leaves them
