@@ -71,6 +71,35 @@ struct tally {
   }
 };
 
+//! `trials` requests of the same tree shape whose tokens were drawn from a draft law: the host arrays
+//! of a draft-reading verifier (chain speculative sampling, multi-draft), target rows pp and draft
+//! rows qq numbered alike.
+struct draft_batch {
+  std::vector<std::int32_t> indptr{0}, tokens, parents;
+  std::vector<float> pp, qq;
+  std::vector<std::uint64_t> seeds, streams;
+};
+
+//! Uploads the batch, runs verify(node_indptr, tokens, parents, target_probs, draft_probs, seeds,
+//! streams, accepted, num_accepted, bonus, emitted, status) on device views once, requires a clean
+//! status and tallies the emitted tokens (n nodes per request).
+template <class Verify>
+tally run_draft_batch(const draft_batch& b, int n, const char* what, Verify&& verify) {
+  const std::int64_t N = static_cast<std::int64_t>(b.tokens.size());
+  device_buffer<std::int32_t> di(b.indptr), dt(b.tokens), dp(b.parents), acc(static_cast<std::size_t>(N)),
+      nacc(trials), bon(trials), emi(static_cast<std::size_t>(N + trials)), st(3);
+  device_buffer<std::uint64_t> ds(b.seeds), dst(b.streams);
+  device_buffer<float> dpp(b.pp), dqq(b.qq);
+  verify(dv(di), dv(dt), dv(dp), specdec::make_view<2>(dpp.data(), {N + trials, V}, memory_space::device),
+         specdec::make_view<2>(dqq.data(), {N + trials, V}, memory_space::device), dv(ds), dv(dst), dv(acc), dv(nacc),
+         dv(bon), dv(emi), dv(st));
+  specdec_test::sync_check(what);
+  REQUIRE(st.download() == std::vector<std::int32_t>{0, -1, -1});
+  tally t;
+  t.add(emi.download(), nacc.download(), n);
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("cuda verify_sample_and_match_batch is lossless (chi-square, 40000 requests)", "[cuda][verify][lossless]") {
@@ -111,40 +140,28 @@ TEST_CASE("cuda verify_chain_speculative_batch is lossless (chi-square, 40000 re
   const auto p = toy_law(92), q = toy_law(93);
   constexpr int n = 3;
   specdec::philox_stream draft_rng(7, 7);
-  std::vector<std::int32_t> indptr{0}, tokens, parents;
-  std::vector<float> pp, qq;
-  std::vector<std::uint64_t> seeds(trials, 2025), streams;
+  draft_batch b;
+  b.seeds.assign(trials, 2025);
   for (int r = 0; r < trials; ++r) {
     int prev = -1;  // the chain's tokens drawn from the draft law, row by row
     for (int s = 0; s <= n; ++s) {
       const auto& prow = prev < 0 ? p[0] : p[1 + prev];
       const auto& qrow = prev < 0 ? q[0] : q[1 + prev];
       std::vector<float> qf(qrow.begin(), qrow.end());
-      for (double x : prow) pp.push_back(static_cast<float>(x));
-      qq.insert(qq.end(), qf.begin(), qf.end());
+      for (double x : prow) b.pp.push_back(static_cast<float>(x));
+      b.qq.insert(b.qq.end(), qf.begin(), qf.end());
       if (s < n) {
         prev = specdec::sample_from_probs(qf, draft_rng);
-        tokens.push_back(prev);
-        parents.push_back(s - 1);
+        b.tokens.push_back(prev);
+        b.parents.push_back(s - 1);
       }
     }
-    indptr.push_back(indptr.back() + n);
-    streams.push_back(specdec::stream_id(static_cast<std::uint32_t>(r), 0));
+    b.indptr.push_back(b.indptr.back() + n);
+    b.streams.push_back(specdec::stream_id(static_cast<std::uint32_t>(r), 0));
   }
-  const std::int64_t N = static_cast<std::int64_t>(tokens.size());
-  device_buffer<std::int32_t> di(indptr), dt(tokens), dp(parents), acc(static_cast<std::size_t>(N)), nacc(trials),
-      bon(trials), emi(static_cast<std::size_t>(N + trials)), st(3);
-  device_buffer<std::uint64_t> ds(seeds), dst(streams);
-  device_buffer<float> dpp(pp), dqq(qq);
-  specdec::verify_chain_speculative_batch(specdec::cuda{}, dv(di), dv(dt), dv(dp),
-                                          specdec::make_view<2>(dpp.data(), {N + trials, V}, memory_space::device),
-                                          specdec::make_view<2>(dqq.data(), {N + trials, V}, memory_space::device),
-                                          dv(ds), dv(dst), dv(acc), dv(nacc), dv(bon), dv(emi), dv(st));
-  specdec_test::sync_check("verify_chain_speculative_batch (lossless)");
-  REQUIRE(st.download() == std::vector<std::int32_t>{0, -1, -1});
-  tally t;
-  t.add(emi.download(), nacc.download(), n);
-  t.check(p);
+  run_draft_batch(b, n, "verify_chain_speculative_batch (lossless)", [](const auto&... a) {
+    specdec::verify_chain_speculative_batch(specdec::cuda{}, a...);
+  }).check(p);
 }
 
 TEST_CASE("cuda verify_multi_draft_batch is lossless (chi-square, 40000 requests)", "[cuda][verify][lossless]") {
@@ -155,9 +172,8 @@ TEST_CASE("cuda verify_multi_draft_batch is lossless (chi-square, 40000 requests
     const std::vector<std::int32_t> par{-1, -1, -1, 0, 0, 1, 1, 2, 2};
     const int n = static_cast<int>(par.size());
     specdec::philox_stream draft_rng(8, wor ? 9 : 8);
-    std::vector<std::int32_t> indptr{0}, tokens, parents;
-    std::vector<float> pp, qq;
-    std::vector<std::uint64_t> seeds(trials, 2026), streams;
+    draft_batch b;
+    b.seeds.assign(trials, 2026);
     for (int r = 0; r < trials; ++r) {
       std::vector<std::int32_t> tok(static_cast<std::size_t>(n));
       for (int parent = -1; parent < n; ++parent) {  // each node's children, drawn in order
@@ -172,28 +188,20 @@ TEST_CASE("cuda verify_multi_draft_batch is lossless (chi-square, 40000 requests
       for (int s = 0; s <= n; ++s) {  // row s: after node s - 1 (the root for s = 0)
         const auto& prow = s == 0 ? p[0] : p[1 + tok[static_cast<std::size_t>(s - 1)]];
         const auto& qrow = s == 0 ? q[0] : q[1 + tok[static_cast<std::size_t>(s - 1)]];
-        for (double x : prow) pp.push_back(static_cast<float>(x));
-        for (double x : qrow) qq.push_back(static_cast<float>(x));
+        for (double x : prow) b.pp.push_back(static_cast<float>(x));
+        for (double x : qrow) b.qq.push_back(static_cast<float>(x));
       }
-      tokens.insert(tokens.end(), tok.begin(), tok.end());
-      parents.insert(parents.end(), par.begin(), par.end());
-      indptr.push_back(indptr.back() + n);
-      streams.push_back(specdec::stream_id(static_cast<std::uint32_t>(r), 0));
+      b.tokens.insert(b.tokens.end(), tok.begin(), tok.end());
+      b.parents.insert(b.parents.end(), par.begin(), par.end());
+      b.indptr.push_back(b.indptr.back() + n);
+      b.streams.push_back(specdec::stream_id(static_cast<std::uint32_t>(r), 0));
     }
-    const std::int64_t N = static_cast<std::int64_t>(tokens.size());
-    device_buffer<std::int32_t> di(indptr), dt(tokens), dp(parents), acc(static_cast<std::size_t>(N)), nacc(trials),
-        bon(trials), emi(static_cast<std::size_t>(N + trials)), st(3);
-    device_buffer<std::uint64_t> ds(seeds), dst(streams);
-    device_buffer<float> dpp(pp), dqq(qq);
-    specdec::verify_multi_draft_batch(specdec::cuda{}, dv(di), dv(dt), dv(dp),
-                                      specdec::make_view<2>(dpp.data(), {N + trials, V}, memory_space::device),
-                                      specdec::make_view<2>(dqq.data(), {N + trials, V}, memory_space::device), mode,
-                                      dv(ds), dv(dst), dv(acc), dv(nacc), dv(bon), dv(emi), dv(st));
-    specdec_test::sync_check("verify_multi_draft_batch (lossless)");
-    REQUIRE(st.download() == std::vector<std::int32_t>{0, -1, -1});
     INFO("without replacement: " << wor);
-    tally t;
-    t.add(emi.download(), nacc.download(), n);
-    t.check(p);
+    run_draft_batch(b, n, "verify_multi_draft_batch (lossless)",
+                    [mode](const auto& ni, const auto& tk, const auto& pa, const auto& pr, const auto& qr,
+                           const auto&... rest) {
+                      specdec::verify_multi_draft_batch(specdec::cuda{}, ni, tk, pa, pr, qr, mode, rest...);
+                    })
+        .check(p);
   }
 }

@@ -148,32 +148,13 @@ TEST_CASE("cuda verify_multi_draft_batch reads only the rows its walk visits", "
   // Request 0's accepted path: rows of nodes it does not visit may hold anything.
   const auto want = c.expected.request(0);
   const int n0 = c.node_indptr[1];
-  std::vector<bool> visited(static_cast<std::size_t>(n0 + 1), false);
-  visited[0] = true;  // the root's row
-  for (const auto v : want.accepted) visited[static_cast<std::size_t>(v + 1)] = true;
-  // A token of row `row` that no child of its node carries (validation reads p and q there).
-  const auto free_token = [&](int row) {
-    for (std::int64_t x = 0;; ++x) {
-      bool carried = false;
-      for (int i = 0; i < n0; ++i) carried |= c.parents[i] == row - 1 && c.tokens[i] == x;
-      if (!carried) return x;
-    }
-  };
   auto dirty = c;
-  int planted = 0;
-  for (int row = 0; row <= n0; ++row)
-    if (!visited[static_cast<std::size_t>(row)]) {
-      const std::int64_t x = free_token(row);
-      REQUIRE(x < c.vocab);
-      dirty.p[static_cast<std::size_t>(row * c.vocab + x)] = std::numeric_limits<float>::quiet_NaN();
-      dirty.q[static_cast<std::size_t>(row * c.vocab + x)] = -1.0f;
-      ++planted;
-    }
+  const int planted = specdec_test::spoil_unvisited_rows(dirty);
   device_case d(dirty);
   d.launch();
   specdec_test::sync_check("verify_multi_draft_batch (unvisited rows)");
   check_against_reference(c, d);
-  INFO("rows planted: " << planted);
+  CHECK(planted > 0);
   // A bad draft entry in a row the walk decides on below the root is reported with that row.
   if (!want.accepted.empty() && want.accepted.size() < static_cast<std::size_t>(n0)) {
     const int row = want.accepted.back() + 1;  // the last accepted node's row: visited, and read in
@@ -181,7 +162,7 @@ TEST_CASE("cuda verify_multi_draft_batch reads only the rows its walk visits", "
     for (int i = 0; i < n0; ++i) has_children |= c.parents[i] == want.accepted.back();
     if (has_children) {
       auto bad = c;
-      bad.q[static_cast<std::size_t>(row * c.vocab + free_token(row))] = std::numeric_limits<float>::infinity();
+      bad.q[static_cast<std::size_t>(row * c.vocab + specdec_test::uncarried_token(c, row))] = std::numeric_limits<float>::infinity();
       device_case e(bad);
       e.launch();
       specdec_test::sync_check("verify_multi_draft_batch (bad visited draft row)");

@@ -12,6 +12,7 @@
 // request with philox_stream(seeds[r], streams[r]).
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -191,6 +192,39 @@ inline multi_draft_batch_case random_multi_draft_batch(int R, int max_nodes, std
   }
   c.finish();
   return c;
+}
+
+//! A token of request 0's local row `row` that no child of that row's node carries (validation reads
+//! p and q at the children's tokens), or the vocabulary size when every token is carried.
+inline std::int64_t uncarried_token(const multi_draft_batch_case& c, int row) {
+  const int n0 = c.node_indptr[1];
+  for (std::int64_t x = 0; x < c.vocab; ++x) {
+    bool carried = false;
+    for (int i = 0; i < n0; ++i) carried |= c.parents[static_cast<std::size_t>(i)] == row - 1 && c.tokens[static_cast<std::size_t>(i)] == x;
+    if (!carried) return x;
+  }
+  return c.vocab;
+}
+
+//! Spoils every row of request 0 that its walk (c.expected) does not visit: NaN in p and -1 in q at an
+//! uncarried token, values the walk would reject if it read them. Returns how many rows; c.expected
+//! is unchanged (a verifier that reads only the rows it visits still gives it).
+inline int spoil_unvisited_rows(multi_draft_batch_case& c) {
+  const auto want = c.expected.request(0);
+  const int n0 = c.node_indptr[1];
+  std::vector<bool> visited(static_cast<std::size_t>(n0 + 1), false);
+  visited[0] = true;  // the root's row
+  for (const auto v : want.accepted) visited[static_cast<std::size_t>(v + 1)] = true;
+  int spoiled = 0;
+  for (int row = 0; row <= n0; ++row) {
+    if (visited[static_cast<std::size_t>(row)]) continue;
+    const std::int64_t x = uncarried_token(c, row);
+    REQUIRE(x < c.vocab);
+    c.p[static_cast<std::size_t>(row * c.vocab + x)] = std::numeric_limits<float>::quiet_NaN();
+    c.q[static_cast<std::size_t>(row * c.vocab + x)] = -1.0f;
+    ++spoiled;
+  }
+  return spoiled;
 }
 
 }  // namespace specdec_test

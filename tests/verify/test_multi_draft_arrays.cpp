@@ -161,25 +161,8 @@ TEST_CASE("verify_multi_draft_batch (arrays, host) reads only the rows its walk 
   // The CUDA test plants the same rows (tests/cuda/test_verify_multi_draft.cu): NaN / negative
   // entries in every row of request 0 that its walk does not visit, at tokens no child carries.
   auto c = specdec_test::random_multi_draft_batch(6, 10, 9, draft_sampling::with_replacement, 555);
-  const auto want = c.expected.request(0);
-  const int n0 = c.node_indptr[1];
-  std::vector<bool> visited(static_cast<std::size_t>(n0 + 1), false);
-  visited[0] = true;
-  for (const auto v : want.accepted) visited[static_cast<std::size_t>(v + 1)] = true;
   auto dirty = c;
-  int planted = 0;
-  for (int row = 0; row <= n0; ++row) {
-    if (visited[static_cast<std::size_t>(row)]) continue;
-    std::int64_t x = 0;
-    for (bool carried = true; carried; x += carried) {
-      carried = false;
-      for (int i = 0; i < n0; ++i) carried |= c.parents[i] == row - 1 && c.tokens[i] == x;
-    }
-    REQUIRE(x < c.vocab);
-    dirty.p[static_cast<std::size_t>(row * c.vocab + x)] = std::numeric_limits<float>::quiet_NaN();
-    dirty.q[static_cast<std::size_t>(row * c.vocab + x)] = -1.0f;
-    ++planted;
-  }
+  const int planted = specdec_test::spoil_unvisited_rows(dirty);
   CHECK(planted > 0);
   outputs o(dirty);
   run(dirty, o);
