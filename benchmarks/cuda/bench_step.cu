@@ -26,6 +26,17 @@
 //                           reads each row four times and the gather once more, one block per row:
 //                           ~5 read_us is the floor only when the batch fills the SMs (below that,
 //                           one SM's bandwidth per row bounds it; L2 serves the re-reads of small rows)
+//   BM_kv_importance_batch  kv_importance_batch(cuda) (TokenSwift Eq. 2) on a bf16 NHD contiguous
+//                           cache, 32 query / 8 kv heads, D = 128, every request `context` tokens
+//                           long: bytes = the K rows read once + the scores written; read_us = those
+//                           bytes / copy bandwidth (the kernel reads nothing else of size)
+//   BM_kv_commit_batch      kv_commit_in_place_batch(cuda) over 32 layers of bf16 NHD contiguous caches
+//                           (8 kv heads, D = 128): every request moves its accepted path (nodes 0, 4,
+//                           8, ... of a 64-node tree; node 0 is already in place) to the committed
+//                           slots. bytes = the moved K and V rows read and written; the work is tiny,
+//                           so this measures the launches (a check and a copy kernel per layer) that a
+//                           graph replays: step_torch_compare.py times index_select + index_copy_ per
+//                           layer on the same rows
 //   BM_build_tree_batch     build_tree_batch(cuda): depths, positions and ancestor masks of random
 //                           trees; bytes = parents read + masks and arrays written
 // The binary exits 77 without a GPU (shared main).
@@ -36,11 +47,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cuda/bench_util.cuh"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/topk_batch.cuh"
+#include "specdec/kv/commit.cuh"
+#include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/partial_kv.cuh"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/multi_draft.cuh"
@@ -320,6 +335,109 @@ void BM_topk_batch(benchmark::State& state) {
 BENCHMARK(BM_topk_batch)
     ->ArgNames({"batch", "vocab", "k", "ties"})
     ->ArgsProduct({{1, 8, 64}, {32768, 131072}, {50, 1024}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_kv_importance_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
+  constexpr int hq = 32, hkv = 8, d = 128;
+  const std::size_t k_bytes = static_cast<std::size_t>(batch) * context * hkv * d * sizeof(specdec::bfloat16);
+  const std::size_t s_bytes = static_cast<std::size_t>(batch) * hkv * context * sizeof(float);
+  cudaDeviceProp prop{};
+  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sets = static_cast<int>(std::min<std::size_t>(
+      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + k_bytes - 1) / k_bytes)));
+  // Only K is read (Eq. 2 scores keys); V is a placeholder the layout needs. The values do not change
+  // the work, so the caches are a byte pattern.
+  std::vector<std::unique_ptr<dmem>> ks;
+  for (int i = 0; i < sets; ++i) {
+    ks.push_back(std::make_unique<dmem>(k_bytes));
+    SPECDEC_CUDA_CHECK(cudaMemset(ks.back()->p, 0x3c + i, k_bytes));
+  }
+  std::vector<specdec::bfloat16> hqv(static_cast<std::size_t>(batch) * hq * d);
+  specdec::philox_stream rng(5, 0);
+  for (auto& x : hqv) x = specdec::from_float<specdec::bfloat16>(2.0f * rng.uniform() - 1.0f);
+  const std::vector<std::int32_t> lens(static_cast<std::size_t>(batch), context);
+  dmem q(hqv.size() * 2), len(lens.size() * 4), scores(s_bytes), st(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(q.p, hqv.data(), hqv.size() * 2, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(len.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int i) {
+    const auto* k = ks[i % sets]->as<const specdec::bfloat16>();
+    const specdec::contiguous_kv<const specdec::bfloat16> cache{k, k, len.as<const std::int32_t>(), batch, context,
+                                                                hkv, d, memory_space::device};
+    specdec::kv_importance_batch(
+        specdec::cuda{.stream = stream},
+        specdec::make_view<3>(q.as<const specdec::bfloat16>(), {batch, hq, d}, memory_space::device), cache,
+        specdec::make_view<3>(scores.as<float>(), {batch, hkv, context}, memory_space::device),
+        specdec::make_view<1>(st.as<std::int32_t>(), {3}, memory_space::device));
+  });
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError("kv_importance_batch reported a device error");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = static_cast<double>(k_bytes + s_bytes);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+}
+BENCHMARK(BM_kv_importance_batch)
+    ->ArgNames({"batch", "context"})
+    ->Args({1, 32768})
+    ->Args({8, 32768})
+    ->Args({1, 131072})
+    ->Args({8, 131072})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_kv_commit_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), accept = static_cast<int>(state.range(1));
+  constexpr int layers = 32, hkv = 8, d = 128, tree = 64, cap = 256, committed = cap - tree;
+  using T = specdec::bfloat16;
+  const std::size_t layer_bytes = static_cast<std::size_t>(batch) * cap * hkv * d * sizeof(T);
+  std::vector<std::unique_ptr<dmem>> kv;
+  std::vector<std::int32_t> indptr{0}, accepted, num(static_cast<std::size_t>(batch), accept),
+      com(static_cast<std::size_t>(batch), committed), lens(static_cast<std::size_t>(batch), committed);
+  for (int r = 0; r < batch; ++r) {
+    for (int j = 0; j < tree; ++j) accepted.push_back(j < accept ? 4 * j : 0);
+    indptr.push_back(indptr.back() + tree);
+  }
+  dmem dlen(lens.size() * 4), dcom(com.size() * 4), dind(indptr.size() * 4), dacc(accepted.size() * 4),
+      dnum(num.size() * 4), dnew(num.size() * 4), st(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dlen.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dcom.p, com.data(), com.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dind.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dacc.p, accepted.data(), accepted.size() * 4, cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dnum.p, num.data(), num.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<specdec::contiguous_kv<T>> caches;
+  for (int l = 0; l < layers; ++l) {
+    kv.push_back(std::make_unique<dmem>(layer_bytes));
+    kv.push_back(std::make_unique<dmem>(layer_bytes));
+    SPECDEC_CUDA_CHECK(cudaMemset(kv[2 * l]->p, 0x3c, layer_bytes));
+    SPECDEC_CUDA_CHECK(cudaMemset(kv[2 * l + 1]->p, 0x3d, layer_bytes));
+    caches.push_back({kv[2 * l]->as<T>(), kv[2 * l + 1]->as<T>(), dlen.as<std::int32_t>(), batch, cap, hkv, d,
+                      memory_space::device});
+  }
+  auto v1 = [](const dmem& m, std::int64_t n) { return specdec::make_view<1>(m.as<std::int32_t>(), {n}, memory_space::device); };
+  const std::int64_t N = static_cast<std::int64_t>(accepted.size());
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int) {
+    specdec::kv_commit_in_place_batch(specdec::cuda{.stream = stream}, std::span<const specdec::contiguous_kv<T>>(caches),
+                                      v1(dcom, batch), v1(dind, batch + 1), v1(dacc, N), v1(dnum, batch),
+                                      v1(dnew, batch), v1(st, 3));
+  });
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError("kv_commit_in_place_batch reported a device error");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = 2.0 * 2 * layers * batch * (accept - 1) * hkv * d * sizeof(T);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["launches"] = 2.0 * layers;
+}
+BENCHMARK(BM_kv_commit_batch)
+    ->ArgNames({"batch", "accept"})
+    ->ArgsProduct({{1, 8, 64}, {4, 16}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

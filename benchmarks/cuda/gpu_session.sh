@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a session with a lent H100/H200 runs for the CUDA backend (issue #7), in one command:
-#   benchmarks/cuda/gpu_session.sh BUILD_DIR OUT_DIR [tests|sanitize|bench|sdpa|all]
+#   benchmarks/cuda/gpu_session.sh BUILD_DIR OUT_DIR [tests|sanitize|bench|sdpa|torch|all]
 # BUILD_DIR holds the CUDA test and benchmark binaries (configure with -DSPECDEC_CUDA=ON
 # -DSPECDEC_BUILD_BENCHMARKS=ON -DSPECDEC_CUDA_TEST_DEVICE_CODE=FULL and build the cuda_test_* and
 # bench_cuda_attention targets; they can be built on a machine without a GPU and carried over, but
@@ -14,7 +14,9 @@
 #             interleaved, base then ours, ROUNDS times (default 2), and a per-cell before/after table
 #             of median graph times goes to OUT_DIR/before_after.md
 #   sdpa      sdpa_compare.py: PyTorch SDPA on the same shapes, one table with OUT_DIR/bench.json
-# 'all' runs tests, bench, sanitize, sdpa in that order: timings before the sanitizers load the GPU,
+#   torch     step_torch_compare.py: torch.topk / argmax / multinomial (and FlashInfer's sampling
+#             when it imports) on bench_cuda_step's shapes, one table with OUT_DIR/bench_cuda_step.json
+# 'all' runs tests, bench, sanitize, sdpa, torch in that order: timings before the sanitizers load the GPU,
 # and the most important results first should the lease run out.
 set -u
 build=${1:?build dir}
@@ -71,9 +73,11 @@ for name, d in t.items():
         print(f"| {name} | {b:.1f} | {o:.1f} | {o / b:.3f} | {len(d['base'])}+{len(d['ours'])} |")
 PY
     cat "$out/before_after.md"
-  else
+  elif [[ -x $build/benchmarks/bench_cuda_attention ]]; then
     bench_run "$build/benchmarks/bench_cuda_attention" "$out/bench.json"
     cat "$out/bench.txt"
+  else
+    echo "bench: no $build/benchmarks/bench_cuda_attention (not built for this run)"
   fi
   # Every other CUDA benchmark binary (the step's kernels: bench_cuda_step, ...), once each.
   for b in "$build"/benchmarks/bench_cuda_*; do
@@ -106,5 +110,11 @@ if [[ $what == sdpa || $what == all ]]; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$here/sdpa_compare.py" --ours "$out/bench.json" \
     --out "$out/sdpa_table.md" >"$out/sdpa.log" 2>&1 || status=1
   tail -25 "$out/sdpa.log"
+fi
+
+if [[ $what == torch || $what == all ]]; then
+  PYTHONUNBUFFERED=1 timeout 300 python3 "$here/step_torch_compare.py" --ours "$out/bench_cuda_step.json" \
+    --out "$out/step_torch_table.md" >"$out/step_torch.log" 2>&1 || status=1
+  tail -80 "$out/step_torch.log"
 fi
 exit $status
