@@ -78,16 +78,32 @@ def copies(make, bytes_each, l2):
     return [make() for _ in range(sets)]
 
 
+UNITS = {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}
+
+
 def load_ours(path):
+    """Benchmark name -> seconds from bench_cuda_step's JSON, or, when the JSON is cut short (the
+    binary died or was timed out mid-run, as in session 31), from the console text beside it
+    (<stem>.txt: 'name  time unit  cpu unit  iterations ...' lines)."""
     ours = {}
     if not path:
         return ours
-    with open(path) as f:
-        for bm in json.load(f)["benchmarks"]:
-            if bm.get("run_type") == "aggregate":
-                continue
-            unit = {"us": 1e-6, "ms": 1e-3, "ns": 1e-9}[bm["time_unit"]]
-            ours[bm["name"]] = bm["real_time"] * unit
+    try:
+        with open(path) as f:
+            for bm in json.load(f)["benchmarks"]:
+                if bm.get("run_type") != "aggregate":
+                    ours[bm["name"]] = bm["real_time"] * UNITS[bm["time_unit"]]
+        return ours
+    except (OSError, ValueError, KeyError) as e:
+        print(f"  {path}: {type(e).__name__}; reading the console text instead", flush=True)
+    try:
+        with open(path.rsplit(".", 1)[0] + ".txt") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[0].startswith("BM_") and parts[2] in UNITS:
+                    ours[parts[0]] = float(parts[1]) * UNITS[parts[2]]
+    except (OSError, ValueError):
+        pass
     return ours
 
 

@@ -103,6 +103,10 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
         if (done) break;
       }
     }
+    // Every slot of chosen is written (the all-ties path ends without a barrier of its own: without
+    // this one a thread read slots another warp had not written yet, found on the H100 in session
+    // 31), and the scan storage, shared with the sort's, is no longer read.
+    __syncthreads();
     // 3. Sort the k words, descending; padding (0) sorts last.
     std::uint64_t keys[topk_batch_items];
 #pragma unroll
@@ -110,7 +114,6 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
       const int slot = t * topk_batch_items + j;
       keys[j] = slot < a.k ? chosen[slot] : 0u;
     }
-    __syncthreads();  // the scan storage (shared with the sort's) is no longer read
     sort_t(tmp.sort).SortDescendingBlockedToStriped(keys);
 #pragma unroll
     for (int j = 0; j < topk_batch_items; ++j) {
