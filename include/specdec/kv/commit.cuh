@@ -2,24 +2,29 @@
 //! \file commit.cuh
 //! CUDA backend of the array forms of kv_commit_in_place_batch and kv_commit_from_buffer_batch
 //! (kv/commit.hpp): commit_batch_backend<cuda>.
-//! On policy.stream, after a memset that clears `status`:
-//!  1. one check kernel per layer (a thread per request): layer 0 checks node_indptr, committed
-//!     lengths, num_accepted and the accepted paths; every layer checks committed + tree size (in
-//!     place) or + num_accepted (from a buffer) against its own capacity(r) (the mapping's, called on the device). All check kernels are enqueued
-//!     before any copy, so a value error leaves every cache untouched.
-//!  2. one copy kernel per layer (a block per (request, KV head), threads over the head_dim columns):
-//!     returns at once unless status is clear; copies accepted node a_j to committed + j for j = 0,
-//!     1, ... in order, each thread its own columns of K and V, from the spec buffers' row
-//!     node_indptr[r] + a_j (from-buffer commit) or from cache position committed + a_j (in place). The
-//!     order is the host's (detail::move_accepted): a destination committed + j is only ever a source
-//!     a_i for some i < j (paths increase strictly, so a_i >= i), so a thread has read every element
-//!     it overwrites, and no two threads touch the same element. Layer 0's copy writes new_lengths.
+//! On policy.stream, after a memset that clears `status`, over groups of commit_group_layers<L>
+//! layers (32 layers of the shipped layouts per group, passed as a kernel parameter):
+//!  1. one check kernel per group (a thread per request): the first group checks node_indptr,
+//!     committed lengths, num_accepted and the accepted paths; every group checks committed + tree
+//!     size (in place) or + num_accepted (from a buffer) against each of its layers' capacity(r) (the
+//!     mapping's, called on the device). All check kernels are enqueued before any copy, so a value
+//!     error leaves every cache untouched. Which of several bad values is reported is unspecified.
+//!  2. one copy kernel per group (a block per (request, KV head, layer), threads over the head_dim
+//!     columns): returns at once unless status is clear; copies accepted node a_j to committed + j,
+//!     each thread its own columns of K and V, from the spec buffers' row node_indptr[r] + a_j
+//!     (from-buffer commit) or from cache position committed + a_j (in place), commit_rows_in_flight
+//!     rows at a time (all loads of a batch, then its stores). The result is the host's
+//!     (detail::move_accepted, j ascending): a destination committed + j is below every later source
+//!     committed + a_i (paths increase strictly, so a_i >= i > j), and no two threads touch the same
+//!     element. The first layer's copy writes new_lengths.
 //! Rows are copied element by element as stored (value bits unchanged, NaN included).
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/error.hpp"
@@ -30,18 +35,49 @@ namespace detail {
 
 inline constexpr int commit_check_threads = 128;
 inline constexpr int commit_copy_threads = 128;
+inline constexpr int commit_rows_in_flight = 8;  //!< accepted rows a thread loads before it stores them
 
+//! Up to G layers (and their spec buffers) of one launch, passed by value as a kernel parameter:
+//! layers [first, first + count) of the call. Slots past `count` repeat the last layer (so a layout
+//! without a default constructor fits) and are never read.
+template <class L, int G>
+struct commit_layer_group {
+  L layers[G];
+  commit_spec<typename L::value_type> specs[G];
+  int first = 0, count = 0;
+};
+
+//! Layers per launch: as many as fit in 3840 bytes of kernel parameters (the portable limit is 4 KB,
+//! with commit_batch_args beside the group), 1 to 32: 32 for the shipped layouts (48-72 bytes each
+//! plus a 48-byte commit_spec).
 template <class L>
+inline constexpr int commit_group_layers = static_cast<int>(
+    std::clamp<std::size_t>(3840 / (sizeof(L) + sizeof(commit_spec<typename L::value_type>)), 1, 32));
+
+template <class L, int G, std::size_t... I>
+commit_layer_group<L, G> make_commit_group(std::span<const L> layers,
+                                           std::span<const commit_spec<typename L::value_type>> specs,
+                                           std::size_t first, std::index_sequence<I...>) {
+  const std::size_t last = std::min(first + G, layers.size()) - 1;
+  const auto at = [&](std::size_t i) { return std::min(first + i, last); };
+  return {{layers[at(I)]...},
+          {(specs.empty() ? commit_spec<typename L::value_type>{} : specs[at(I)])...},
+          static_cast<int>(first),
+          static_cast<int>(last - first + 1)};
+}
+
+template <class L, int G>
 __global__ void __launch_bounds__(commit_check_threads)
-    commit_check_kernel(const L layer, int layer_index, const commit_batch_args a) {
+    commit_check_kernel(const commit_layer_group<L, G> g, const commit_batch_args a) {
   const std::int32_t r0 = static_cast<std::int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (layer_index == 0 && r0 == 0) {
+  const bool first_group = g.first == 0;
+  if (first_group && r0 == 0) {
     if (a.node_indptr[0] != 0) device_report(a.status, device_error::node_indptr, 0, -1);
     if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
   }
   for (std::int32_t r = r0; r < a.requests; r += static_cast<std::int32_t>(gridDim.x * blockDim.x)) {
     const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1], c = a.committed[r];
-    if (layer_index == 0) {
+    if (first_group) {
       if (b < 0 || e < b || e > a.nodes) {
         device_report(a.status, device_error::node_indptr, r, -1);
         continue;
@@ -63,65 +99,99 @@ __global__ void __launch_bounds__(commit_check_threads)
       }
     }
     // Slots written: the whole tree's in place, the accepted path's from a buffer (num_accepted is
-    // checked by layer 0; a bad one only makes this bound meaningless, never an access).
+    // checked by the first group; a bad one only makes this bound meaningless, never an access).
     const long long need = a.from_buffer ? static_cast<long long>(a.num_accepted[r]) : static_cast<long long>(e) - b;
-    if (c >= 0 && b >= 0 && e >= b && static_cast<long long>(c) + need > layer.capacity(r))
-      device_report(a.status, device_error::capacity, r, layer_index);
+    if (c >= 0 && b >= 0 && e >= b)
+      for (int l = 0; l < g.count; ++l)
+        if (static_cast<long long>(c) + need > g.layers[l].capacity(r))
+          device_report(a.status, device_error::capacity, r, g.first + l);
   }
 }
 
-template <class L>
+//! A block per (request, KV head, layer of the group). Accepted rows go in batches of
+//! commit_rows_in_flight: each thread loads its column of every row of the batch, then stores them,
+//! so the loads are in flight together instead of one round trip per row. In place this is the
+//! host's order in effect: a destination committed + j is below every later source committed + a_i
+//! (i >= j, a_i >= i, strictly increasing), so no load of a batch reads what an earlier store wrote,
+//! and a store that overwrites a source of its own batch comes after that source's load.
+template <class L, int G>
 __global__ void __launch_bounds__(commit_copy_threads)
-    commit_copy_kernel(const L layer, const commit_spec<typename L::value_type> spec, bool write_lengths,
-                       const commit_batch_args a) {
+    commit_copy_kernel(const commit_layer_group<L, G> g, const commit_batch_args a) {
+  using T = typename L::value_type;
+  constexpr int W = commit_rows_in_flight;
   __shared__ int failed;
   const int t = static_cast<int>(threadIdx.x);
-  if (t == 0) failed = a.status[0] != 0;  // the check kernels ran before this one on the stream
+  if (t == 0) failed = a.status[0] != 0;  // every check kernel ran before this one on the stream
   __syncthreads();
   if (failed) return;
-  const int h = static_cast<int>(blockIdx.y);
+  const int h = static_cast<int>(blockIdx.y), l = static_cast<int>(blockIdx.z);
+  const L& layer = g.layers[l];
+  const commit_spec<T>& spec = g.specs[l];
   const int dim = layer.head_dim();
   for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
     const std::int32_t b = a.node_indptr[r], c = a.committed[r], k = a.num_accepted[r];
-    for (std::int32_t j = 0; j < k; ++j) {
-      const std::int32_t node = a.accepted[b + j], dst = c + j;
-      if (!a.from_buffer && node == j) continue;  // already in place: not even rewritten (the host's rule)
-      const auto* ks = a.from_buffer ? spec.k_row(static_cast<std::int64_t>(b) + node, h) : layer.k_row(r, c + node, h);
-      const auto* vs = a.from_buffer ? spec.v_row(static_cast<std::int64_t>(b) + node, h) : layer.v_row(r, c + node, h);
-      auto* kd = layer.k_row(r, dst, h);
-      auto* vd = layer.v_row(r, dst, h);
+    for (std::int32_t j0 = 0; j0 < k; j0 += W) {
+      const T* ks[W] = {};
+      const T* vs[W] = {};
+      T* kd[W] = {};
+      T* vd[W] = {};
+      bool move[W] = {};
+#pragma unroll
+      for (int u = 0; u < W; ++u) {
+        const std::int32_t j = j0 + u;
+        const std::int32_t node = j < k ? a.accepted[b + j] : j;
+        move[u] = j < k && (a.from_buffer || node != j);  // in place: an accepted node already in place is not rewritten (the host's rule)
+        if (!move[u]) continue;
+        ks[u] = a.from_buffer ? spec.k_row(static_cast<std::int64_t>(b) + node, h) : layer.k_row(r, c + node, h);
+        vs[u] = a.from_buffer ? spec.v_row(static_cast<std::int64_t>(b) + node, h) : layer.v_row(r, c + node, h);
+        kd[u] = layer.k_row(r, c + j, h);
+        vd[u] = layer.v_row(r, c + j, h);
+      }
       for (int d = t; d < dim; d += commit_copy_threads) {
-        kd[d] = ks[d];
-        vd[d] = vs[d];
+        T kx[W], vx[W];
+#pragma unroll
+        for (int u = 0; u < W; ++u)
+          if (move[u]) kx[u] = ks[u][d], vx[u] = vs[u][d];
+#pragma unroll
+        for (int u = 0; u < W; ++u)
+          if (move[u]) kd[u][d] = kx[u], vd[u][d] = vx[u];
       }
     }
-    if (write_lengths && h == 0 && t == 0) a.new_lengths[r] = c + k;
+    if (l == 0 && g.first == 0 && h == 0 && t == 0) a.new_lengths[r] = c + k;
   }
 }
 
 //! The cuda backend (the seam in commit.hpp): the entry point has checked shapes, memory spaces and
-//! the layers' geometry. Clears status, enqueues every layer's check kernel, then every layer's copy
-//! kernel, on policy.stream; no synchronisation. A failed launch throws cuda_error.
+//! the layers' geometry. Clears status, enqueues the check kernels, then the copy kernels, on
+//! policy.stream, each over commit_group_layers<L> layers at once (2 launches for 32 layers of the
+//! shipped layouts, where a launch per layer and kind took 64); no synchronisation. A failed launch
+//! throws cuda_error.
 template <>
 struct commit_batch_backend<cuda> {
   template <class L>
   static void run(const cuda& policy, std::span<const L> layers, const commit_batch_args& a,
                   std::span<const commit_spec<typename L::value_type>> specs) {
+    constexpr int G = commit_group_layers<L>;
+    static_assert(G == 1 || sizeof(commit_layer_group<L, G>) + sizeof(commit_batch_args) <= 4096,
+                  "the layer group must fit the 4 KB kernel-parameter limit");
     cudaStream_t stream = policy.stream;
     clear_device_status(a.status, stream);
+    const auto group = [&](std::size_t first) {
+      return make_commit_group<L, G>(layers, specs, first, std::make_index_sequence<G>{});
+    };
     const int check_blocks = a.requests < 1 ? 1 : (a.requests + commit_check_threads - 1) / commit_check_threads;
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      commit_check_kernel<L><<<check_blocks < 1024 ? check_blocks : 1024, commit_check_threads, 0, stream>>>(
-          layers[l], static_cast<int>(l), a);
+    for (std::size_t l = 0; l < layers.size(); l += G) {
+      commit_check_kernel<L, G><<<check_blocks < 1024 ? check_blocks : 1024, commit_check_threads, 0, stream>>>(
+          group(l), a);
       SPECDEC_CUDA_CHECK(cudaGetLastError());
     }
     if (a.requests == 0) return;
     // validate_kv_layout guarantees num_kv_heads() > 0 and equal geometry across layers.
-    const dim3 grid(static_cast<unsigned>(a.requests < 65535 ? a.requests : 65535),
-                    static_cast<unsigned>(layers[0].num_kv_heads()));
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      const commit_spec<typename L::value_type> spec = a.from_buffer ? specs[l] : commit_spec<typename L::value_type>{};
-      commit_copy_kernel<L><<<grid, commit_copy_threads, 0, stream>>>(layers[l], spec, l == 0, a);
+    for (std::size_t l = 0; l < layers.size(); l += G) {
+      const auto g = group(l);
+      const dim3 grid(static_cast<unsigned>(a.requests < 65535 ? a.requests : 65535),
+                      static_cast<unsigned>(layers[0].num_kv_heads()), static_cast<unsigned>(g.count));
+      commit_copy_kernel<L, G><<<grid, commit_copy_threads, 0, stream>>>(g, a);
       SPECDEC_CUDA_CHECK(cudaGetLastError());
     }
   }

@@ -14,7 +14,8 @@
 //!  3. a rejection updates the residual p'. The host keeps it as a [V] vector of doubles; here it is
 //!     the list of the node's updates since p (residual_ops: w <- max(0, base - c q) from p or from w,
 //!     or the reset to q / remain with the drawn tokens zeroed), kept in shared memory and applied per
-//!     token wherever a weight is read (residual_ops::weight), so the kernel needs no global scratch. Each
+//!     token wherever a weight is read (residual_ops::weight, as a split_weight: the p and q entries
+//!     of a batch of tokens are loaded before any is weighed), so the kernel needs no global scratch. Each
 //!     update is the host's expression in the host's order, so the weights are the same doubles, and
 //!     their block sums (sampling/detail/cdf_device.cuh, the host's order) and total (cdf_total) too;
 //!  4. the bonus after the last rejection at a node: from the residual's block sums, or from p when no
@@ -42,6 +43,28 @@ struct multi_draft_shared {
   residual_ops ops;
   int child;   //!< next_child's reduction
   int accept;  //!< thread 0's decision, to the block
+};
+
+//! The residual's weights (residual_ops::weight) as a split_weight (sampling/detail/cdf_device.cuh):
+//! a batch of tokens' p and q entries is loaded before any is weighed. Entry = true: the cdf_entry
+//! form cdf_block_sums takes (the rows were checked in full before, so never bad).
+template <bool Entry>
+struct residual_weight {
+  const residual_ops* ops;
+  const float* p;
+  const float* q;
+  struct pq {
+    float p, q;
+  };
+  __device__ pq load(std::int64_t i) const { return {__ldg(p + i), __ldg(q + i)}; }
+  __device__ auto weigh(pq v, std::int64_t i) const {
+    const double w = ops->weight_of(v.p, v.q, i);
+    if constexpr (Entry)
+      return cdf_entry{w, false};
+    else
+      return w;
+  }
+  __device__ auto operator()(std::int64_t i) const { return weigh(load(i), i); }
 };
 
 //! The lowest child of `node` (-1: the root) with index above `after`, or -1, to every thread.
@@ -147,7 +170,7 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
         __syncthreads();  // every thread has read s before thread 0 changes it
         if (t == 0) s.ops.push_update(residual, total / remain);
         __syncthreads();
-        const auto weight = [&](std::int64_t i) { return cdf_entry{s.ops.weight(p, q, i), false}; };
+        const residual_weight<true> weight{&s.ops, p, q};
         (void)cdf_block_sums<multi_draft_threads>(weight, a.vocab, nb, bs);  // both rows checked above
         const double tt = cdf_total(bs, nb);
         if (tt > 0.0) {
@@ -170,7 +193,7 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
       if (next < 0) {
         std::int64_t y;
         if (residual) {
-          y = cdf_draw_block(bs, nb, a.vocab, rng, [&](std::int64_t i) { return s.ops.weight(p, q, i); }, draw);
+          y = cdf_draw_block(bs, nb, a.vocab, rng, residual_weight<false>{&s.ops, p, q}, draw);
         } else {
           if (cdf_block_sums<multi_draft_threads>([p](std::int64_t i) { return prob_entry(__ldg(p + i)); }, a.vocab, nb,
                                                   bs)) {

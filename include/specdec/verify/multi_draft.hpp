@@ -293,19 +293,24 @@ struct residual_ops {
   SPECDEC_HOST_DEVICE void add_drawn(std::int32_t token) noexcept { drawn[count_drawn++] = token; }
   //! The residual weight of token i (p, q: the node's target and draft rows).
   [[nodiscard]] SPECDEC_HOST_DEVICE double weight(const float* p, const float* q, std::int64_t i) const noexcept {
+    return weight_of(p[i], q[i], i);
+  }
+  //! The same from token i's entries p_i = p[i], q_i = q[i], already loaded (the kernel loads a batch
+  //! of tokens' entries before it weighs any: cdf_device.cuh's split_weight).
+  [[nodiscard]] SPECDEC_HOST_DEVICE double weight_of(float p_i, float q_i, std::int64_t i) const noexcept {
     int k = -1;  // position of i among the drawn tokens (distinct: without replacement only)
     for (int j = 0; j < count_drawn; ++j)
       if (drawn[j] == i) {
         k = j;
         break;
       }
-    const double qi = static_cast<double>(q[i]);
+    const double qi = static_cast<double>(q_i);
     double w = 0.0;
     for (int o = begin; o < end; ++o) {
       const bool keep = k >= 0 && k < ndrawn[o];
       switch (kind[o]) {
         case residual_op::sub_p: {
-          const double base = static_cast<double>(p[i]);
+          const double base = static_cast<double>(p_i);
           const double d = fma(-coef[o], qi, base);
           w = keep ? base : d > 0.0 ? d : 0.0;
           break;

@@ -34,6 +34,29 @@ struct cdf_entry {
 //! lanes 64 tokens: four batches).
 inline constexpr int cdf_sum_batch = 16;
 
+//! A weight (or entry) function in two parts: load(i) reads token i's inputs from memory, and
+//! weigh(loaded, i) computes from them what operator()(i) returns. cdf_block_sums and cdf_draw_block
+//! load a whole batch before they weigh any, so the loads are in flight together even when the
+//! weighing has loops and branches (the multi-draft residual) that keep the compiler from hoisting the
+//! next token's loads above them. Same values as operator(): only the schedule differs.
+template <class W>
+concept split_weight = requires(const W& w, std::int64_t i) { w.weigh(w.load(i), i); };
+
+//! entry(i + u * stride) for u in [0, N) into x, the loads first when the entry is a split_weight.
+template <int N, class Entry, class Out>
+__device__ inline void load_batch(const Entry& entry, std::int64_t i, std::int64_t stride, Out (&x)[N]) {
+  if constexpr (split_weight<Entry>) {
+    decltype(entry.load(i)) v[N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) v[u] = entry.load(i + u * stride);
+#pragma unroll
+    for (int u = 0; u < N; ++u) x[u] = entry.weigh(v[u], i + u * stride);
+  } else {
+#pragma unroll
+    for (int u = 0; u < N; ++u) x[u] = entry(i + u * stride);
+  }
+}
+
 //! Block sums of the weights entry(i).weight over [0, vocab) into bs[0, nb) by the whole thread block
 //! (Threads threads, a multiple of 32), in the host's order. Returns, to every thread, whether some
 //! entry was bad. Contains __syncthreads: call from every thread of the block.
@@ -60,8 +83,7 @@ __device__ bool cdf_block_sums(const Entry& entry, std::int64_t vocab, std::int6
       std::int64_t i = lo + j;
       for (; i + (cdf_sum_batch - 1) * lanes < e; i += cdf_sum_batch * lanes) {
         cdf_entry x[cdf_sum_batch];
-#pragma unroll
-        for (int u = 0; u < cdf_sum_batch; ++u) x[u] = entry(i + u * lanes);
+        load_batch(entry, i, lanes, x);
 #pragma unroll
         for (int u = 0; u < cdf_sum_batch; ++u) bad |= x[u].bad, part += x[u].weight;
       }
@@ -144,8 +166,12 @@ __device__ std::int64_t cdf_draw_block(const double* bs, std::int64_t nb, std::i
     const std::int64_t mine = lo + 32 * static_cast<std::int64_t>(t), end = mine + 32 < hi ? mine + 32 : hi;
     // The lane's 32 weights, loaded together (independent loads in flight) and kept for both passes.
     double w[32];
+    if (end - mine == 32) {
+      load_batch(weight, mine, 1, w);
+    } else {
 #pragma unroll
-    for (int k = 0; k < 32; ++k) w[k] = mine + k < end ? weight(mine + k) : 0.0;
+      for (int k = 0; k < 32; ++k) w[k] = mine + k < end ? weight(mine + k) : 0.0;
+    }
     double s = 0.0;
 #pragma unroll
     for (int k = 0; k < 32; ++k)
@@ -192,8 +218,18 @@ __device__ inline cdf_entry prob_entry(float v) {
 //! Whether some entry of row[0, vocab) is not an admissible probability, to every thread of the block
 //! (a row the stochastic verifiers decide on is checked in full first). Contains __syncthreads_or.
 __device__ inline bool block_row_inadmissible(const float* row, std::int64_t vocab) {
+  constexpr int batch = 8;  // loads in flight per thread
   bool bad = false;
-  for (std::int64_t i = threadIdx.x; i < vocab; i += blockDim.x) bad |= prob_entry(__ldg(row + i)).bad;
+  const std::int64_t step = blockDim.x;
+  std::int64_t i = threadIdx.x;
+  for (; i + (batch - 1) * step < vocab; i += batch * step) {
+    float v[batch];
+#pragma unroll
+    for (int u = 0; u < batch; ++u) v[u] = __ldg(row + i + u * step);
+#pragma unroll
+    for (int u = 0; u < batch; ++u) bad |= prob_entry(v[u]).bad;
+  }
+  for (; i < vocab; i += step) bad |= prob_entry(__ldg(row + i)).bad;
   return __syncthreads_or(bad) != 0;
 }
 

@@ -237,131 +237,131 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
       bad_v = s_bad_v[it & 1];
       if (tid == 0) s_bad_v[(it + 1) & 1] = 0ull;  // read in iteration it - 1, before this tile's first barrier
     }
-    if (!warp_active) {
-      __syncthreads();
-      continue;
-    }
-    const DT* const kt = ks + (it & 1) * BN * LDS;
-    const DT* const vt = vs + (it & 1) * BN * LDS;
+    // Warps whose 16 rows are all padding (decode: warps 1-3) skip the math but reach the one barrier
+    // below with the others (an aligned barrier must be the same instruction for the whole block).
+    if (warp_active) {
+      const DT* const kt = ks + (it & 1) * BN * LDS;
+      const DT* const vt = vs + (it & 1) * BN * LDS;
 
-    // S = Q K^T for this warp's 16 rows x BN keys.
-    float s[BN / 8][4];
+      // S = Q K^T for this warp's 16 rows x BN keys.
+      float s[BN / 8][4];
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-    // K's B fragments: one ldmatrix.x4 gives two key n-tiles x both k halves (lane l addresses key
-    // row (l & 7) + 8 * (l >> 4) of the pair, d offset 8 * ((l >> 3) & 1)).
-    const DT* const krow = kt + ((lane & 7) + ((lane >> 4) & 1) * 8) * LDS + ((lane >> 3) & 1) * 8;
+      for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+      // K's B fragments: one ldmatrix.x4 gives two key n-tiles x both k halves (lane l addresses key
+      // row (l & 7) + 8 * (l >> 4) of the pair, d offset 8 * ((l >> 3) & 1)).
+      const DT* const krow = kt + ((lane & 7) + ((lane >> 4) & 1) * 8) * LDS + ((lane >> 3) & 1) * 8;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a_mem[4];
-      if constexpr (!q_in_regs) q_fragment(kk, a_mem);
-      const std::uint32_t(&a)[4] = q_in_regs ? qf[q_in_regs ? kk : 0] : a_mem;
+      for (int kk = 0; kk < D / 16; ++kk) {
+        std::uint32_t a_mem[4];
+        if constexpr (!q_in_regs) q_fragment(kk, a_mem);
+        const std::uint32_t(&a)[4] = q_in_regs ? qf[q_in_regs ? kk : 0] : a_mem;
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; nt += 2) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, krow + nt * 8 * LDS + kk * 16);
-        mma_16816<DT>(s[nt], a, b[0], b[1]);
-        mma_16816<DT>(s[nt + 1], a, b[2], b[3]);
-      }
-    }
-
-    // Scale into base 2 and mask: keys past the range, and (tree part) keys not on the row's path.
-    // A full cache tile (every tile of a chunk but its last) needs no per-key test.
-    int kb, ke;
-    key_range(it, kb, ke);
-    mask_word wa = ~mask_word{0}, wb = ~mask_word{0};
-    if (!is_tree && ke - kb == BN) {  // block-uniform
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
-      }
-    } else {
-      if constexpr (HasTree) {
-        if (mrow_a) wa = mrow_a[kb >> 6];
-        if (mrow_b) wb = mrow_b[kb >> 6];
-      }
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = kb + nt * 8 + t * 2 + (e & 1);
-          const mask_word w = e < 2 ? wa : wb;
-          const bool visible = key < ke && ((w >> (key & 63)) & 1u) != 0;
-          s[nt][e] = visible ? s[nt][e] * p.scale_log2 : neg_inf;
+        for (int nt = 0; nt < BN / 8; nt += 2) {
+          std::uint32_t b[4];
+          ldmatrix_x4(b, krow + nt * 8 * LDS + kk * 16);
+          mma_16816<DT>(s[nt], a, b[0], b[1]);
+          mma_16816<DT>(s[nt + 1], a, b[2], b[3]);
         }
       }
-    }
 
-    // Online softmax (base 2). A row that has seen no visible key keeps m = -inf; using 0 as the
-    // reference then gives p = 0 and alpha = 0 instead of NaN.
-    float m_use[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float tm = neg_inf;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) tm = fmaxf(tm, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
-      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
-      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-      const float m_new = fmaxf(m_run[i], tm);
-      m_use[i] = m_new == neg_inf ? 0.0f : m_new;
-      const float alpha = exp2f(m_run[i] - m_use[i]);
-      m_run[i] = m_new;
-      l_run[i] *= alpha;
-#pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        o[nd][2 * i] *= alpha;
-        o[nd][2 * i + 1] *= alpha;
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
-      l_run[0] += s[nt][0] + s[nt][1];
-      l_run[1] += s[nt][2] + s[nt][3];
-    }
-
-    // O += P V: the S accumulators of key columns 16k..16k+15 are exactly the A fragment of k-step k.
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const std::uint32_t a[4] = {pack2<DT>(s[2 * kk][0], s[2 * kk][1]), pack2<DT>(s[2 * kk][2], s[2 * kk][3]),
-                                  pack2<DT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  pack2<DT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const DT* const vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + ((lane >> 4) & 1) * 8;
-#pragma unroll
-      for (int nd = 0; nd < D / 16; ++nd) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, vrow + nd * 16);
-        mma_16816<DT>(o[2 * nd], a, b[0], b[1]);
-        mma_16816<DT>(o[2 * nd + 1], a, b[2], b[3]);
-      }
-    }
-    if constexpr (HasTree) {
-      if (bad_v != 0ull) {  // block-uniform, rare: add P x V back for the NaN/Inf values rows can see
-        // Key nt * 8 + 2 * tt + e0 of this tile: its weights for rows g and g + 8 are s[nt][e0] and
-        // s[nt][2 + e0] of lane 4 g + tt (the m16n8 accumulator layout), fetched with shuffles.
+      // Scale into base 2 and mask: keys past the range, and (tree part) keys not on the row's path.
+      // A full cache tile (every tile of a chunk but its last) needs no per-key test.
+      int kb, ke;
+      key_range(it, kb, ke);
+      mask_word wa = ~mask_word{0}, wb = ~mask_word{0};
+      if (!is_tree && ke - kb == BN) {  // block-uniform
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
-          for (int tt = 0; tt < 4; ++tt) {
+          for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
+        }
+      } else {
+        if constexpr (HasTree) {
+          if (mrow_a) wa = mrow_a[kb >> 6];
+          if (mrow_b) wb = mrow_b[kb >> 6];
+        }
 #pragma unroll
-            for (int e0 = 0; e0 < 2; ++e0) {
-              const int kk = nt * 8 + tt * 2 + e0;
-              if (((bad_v >> kk) & 1ull) == 0ull) continue;  // warp-uniform
-              const float pa = __shfl_sync(0xffffffffu, s[nt][e0], (lane & ~3) | tt);
-              const float pb = __shfl_sync(0xffffffffu, s[nt][2 + e0], (lane & ~3) | tt);
-              const int key = kb + kk;
-              const bool see_a = ((wa >> (key & 63)) & 1u) != 0, see_b = ((wb >> (key & 63)) & 1u) != 0;
-              const DT* const vsrc = p.tree.v + (tok0 + key) * p.tree.v_stride_token + h * p.tree.v_stride_head;
+        for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
-              for (int nd = 0; nd < D / 8; ++nd) {
+          for (int e = 0; e < 4; ++e) {
+            const int key = kb + nt * 8 + t * 2 + (e & 1);
+            const mask_word w = e < 2 ? wa : wb;
+            const bool visible = key < ke && ((w >> (key & 63)) & 1u) != 0;
+            s[nt][e] = visible ? s[nt][e] * p.scale_log2 : neg_inf;
+          }
+        }
+      }
+
+      // Online softmax (base 2). A row that has seen no visible key keeps m = -inf; using 0 as the
+      // reference then gives p = 0 and alpha = 0 instead of NaN.
+      float m_use[2];
 #pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                  const float v = to_f<DT>(vsrc[nd * 8 + t * 2 + c]);
-                  if (isfinite(v)) continue;
-                  if (see_a) o[nd][c] += pa * v;
-                  if (see_b) o[nd][2 + c] += pb * v;
+      for (int i = 0; i < 2; ++i) {
+        float tm = neg_inf;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) tm = fmaxf(tm, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
+        tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+        tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+        const float m_new = fmaxf(m_run[i], tm);
+        m_use[i] = m_new == neg_inf ? 0.0f : m_new;
+        const float alpha = exp2f(m_run[i] - m_use[i]);
+        m_run[i] = m_new;
+        l_run[i] *= alpha;
+#pragma unroll
+        for (int nd = 0; nd < D / 8; ++nd) {
+          o[nd][2 * i] *= alpha;
+          o[nd][2 * i + 1] *= alpha;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+        l_run[0] += s[nt][0] + s[nt][1];
+        l_run[1] += s[nt][2] + s[nt][3];
+      }
+
+      // O += P V: the S accumulators of key columns 16k..16k+15 are exactly the A fragment of k-step k.
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const std::uint32_t a[4] = {pack2<DT>(s[2 * kk][0], s[2 * kk][1]), pack2<DT>(s[2 * kk][2], s[2 * kk][3]),
+                                    pack2<DT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack2<DT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const DT* const vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + ((lane >> 4) & 1) * 8;
+#pragma unroll
+        for (int nd = 0; nd < D / 16; ++nd) {
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, vrow + nd * 16);
+          mma_16816<DT>(o[2 * nd], a, b[0], b[1]);
+          mma_16816<DT>(o[2 * nd + 1], a, b[2], b[3]);
+        }
+      }
+      if constexpr (HasTree) {
+        if (bad_v != 0ull) {  // block-uniform, rare: add P x V back for the NaN/Inf values rows can see
+          // Key nt * 8 + 2 * tt + e0 of this tile: its weights for rows g and g + 8 are s[nt][e0] and
+          // s[nt][2 + e0] of lane 4 g + tt (the m16n8 accumulator layout), fetched with shuffles.
+#pragma unroll
+          for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+            for (int tt = 0; tt < 4; ++tt) {
+#pragma unroll
+              for (int e0 = 0; e0 < 2; ++e0) {
+                const int kk = nt * 8 + tt * 2 + e0;
+                if (((bad_v >> kk) & 1ull) == 0ull) continue;  // warp-uniform
+                const float pa = __shfl_sync(0xffffffffu, s[nt][e0], (lane & ~3) | tt);
+                const float pb = __shfl_sync(0xffffffffu, s[nt][2 + e0], (lane & ~3) | tt);
+                const int key = kb + kk;
+                const bool see_a = ((wa >> (key & 63)) & 1u) != 0, see_b = ((wb >> (key & 63)) & 1u) != 0;
+                const DT* const vsrc = p.tree.v + (tok0 + key) * p.tree.v_stride_token + h * p.tree.v_stride_head;
+#pragma unroll
+                for (int nd = 0; nd < D / 8; ++nd) {
+#pragma unroll
+                  for (int c = 0; c < 2; ++c) {
+                    const float v = to_f<DT>(vsrc[nd * 8 + t * 2 + c]);
+                    if (isfinite(v)) continue;
+                    if (see_a) o[nd][c] += pa * v;
+                    if (see_b) o[nd][2 + c] += pb * v;
+                  }
                 }
               }
             }
