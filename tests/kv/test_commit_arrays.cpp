@@ -202,3 +202,67 @@ TEST_CASE("kv_commit_from_buffer_batch (arrays, host) equals kv_commit_from_buff
     }
   }
 }
+
+// The CUDA copy kernel's per-thread work (detail::commit_copy_columns, kv/commit.cuh's copy kernel
+// calls it with first = threadIdx.x, step = the block size), run thread after thread on the host:
+// each thread owns its columns, so this is what the kernel writes. It must equal the host backend
+// in place and from a buffer, on trees long enough for accepted paths to span several batches of
+// commit_rows_in_flight rows (the batched loads before stores rely on a later source never being an
+// earlier destination).
+TEST_CASE("the CUDA commit's copy (commit_copy_columns) equals the host commit, thread by thread", "[kv][commit]") {
+  constexpr int cap = 64, threads = 4, dim = 9;  // 4 "threads" over 9 columns: uneven column sets
+  std::int64_t long_paths = 0, moved = 0;
+  for (std::uint64_t s = 1; s <= 40; ++s) {
+    specdec::philox_stream rng(s, 21);
+    const int R = 1 + static_cast<int>(rng.below(6));
+    // Accepted paths as the array form takes them: any strictly increasing subset of the tree's
+    // nodes (not only root paths of random trees, which are mostly short or on the diagonal), so
+    // sources far above their destinations and paths of several batches are common.
+    commit_batch_case c;
+    for (int r = 0; r < R; ++r) {
+      const int n = static_cast<int>(rng.below(41));
+      c.committed.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(cap - n + 1))));
+      std::vector<std::int32_t> path;
+      for (int i = 0; i < n; ++i)
+        if (rng.below(3) != 0) path.push_back(i);
+      long_paths += path.size() > specdec::detail::commit_rows_in_flight && path.back() >= static_cast<int>(path.size());
+      for (int j = 0; j < n; ++j) c.accepted.push_back(j < static_cast<int>(path.size()) ? path[j] : -77);
+      c.node_indptr.push_back(c.node_indptr.back() + n);
+      c.num_accepted.push_back(static_cast<std::int32_t>(path.size()));
+    }
+    const int N = c.node_indptr.back();
+    const std::size_t elems = static_cast<std::size_t>(R) * cap * H * dim;
+    for (const bool from_buffer : {false, true}) {
+      const auto k0 = random_rows<float>(elems, rng), v0 = random_rows<float>(elems, rng);
+      const auto sk = random_rows<float>(static_cast<std::size_t>(std::max(N, 1)) * H * dim, rng);
+      const auto sv = random_rows<float>(sk.size(), rng);
+      std::vector<float> k_host = k0, v_host = v0, k_twin = k0, v_twin = v0;
+      std::vector<std::int32_t> lens(static_cast<std::size_t>(R), 0), nl(static_cast<std::size_t>(R)), st(3);
+      const std::vector<specdec::contiguous_kv<float>> host_layer{{k_host.data(), v_host.data(), lens.data(), R, cap, H, dim}};
+      const specdec::contiguous_kv<float> twin_layer{k_twin.data(), v_twin.data(), lens.data(), R, cap, H, dim};
+      const std::vector<specdec::strided_view<const float, 3>> skv{specdec::make_view<3>(sk.data(), {N, H, dim})},
+          svv{specdec::make_view<3>(sv.data(), {N, H, dim})};
+      if (from_buffer)
+        specdec::kv_commit_from_buffer_batch(specdec::host{}, std::span(host_layer), std::span(skv), std::span(svv),
+                                             v1(c.committed), v1(c.node_indptr), v1(c.accepted), v1(c.num_accepted),
+                                             v1(nl), v1(st));
+      else
+        specdec::kv_commit_in_place_batch(specdec::host{}, std::span(host_layer), v1(c.committed), v1(c.node_indptr),
+                                          v1(c.accepted), v1(c.num_accepted), v1(nl), v1(st));
+      specdec::detail::commit_batch_args a;
+      a.requests = R, a.nodes = N, a.committed = c.committed.data(), a.node_indptr = c.node_indptr.data();
+      a.accepted = c.accepted.data(), a.num_accepted = c.num_accepted.data(), a.from_buffer = from_buffer;
+      const specdec::detail::commit_spec<float> spec =
+          from_buffer ? specdec::detail::commit_spec<float>{sk.data(), sv.data(), H * dim, dim, H * dim, dim}
+                      : specdec::detail::commit_spec<float>{};
+      for (int r = 0; r < R; ++r)
+        for (int h = 0; h < H; ++h)
+          for (int t = 0; t < threads; ++t) specdec::detail::commit_copy_columns(twin_layer, spec, a, r, h, t, threads);
+      CHECK(k_twin == k_host);
+      CHECK(v_twin == v_host);
+      moved += k_host != k0;
+    }
+  }
+  CHECK(long_paths > 50);  // paths of several batches, off the diagonal, were exercised
+  CHECK(moved > 50);       // of 80 cases, most moved rows (the rest: paths on the diagonal, or none)
+}

@@ -35,7 +35,6 @@ namespace detail {
 
 inline constexpr int commit_check_threads = 128;
 inline constexpr int commit_copy_threads = 128;
-inline constexpr int commit_rows_in_flight = 8;  //!< accepted rows a thread loads before it stores them
 
 //! Up to G layers (and their spec buffers) of one launch, passed by value as a kernel parameter:
 //! layers [first, first + count) of the call. Slots past `count` repeat the last layer (so a layout
@@ -108,56 +107,21 @@ __global__ void __launch_bounds__(commit_check_threads)
   }
 }
 
-//! A block per (request, KV head, layer of the group). Accepted rows go in batches of
-//! commit_rows_in_flight: each thread loads its column of every row of the batch, then stores them,
-//! so the loads are in flight together instead of one round trip per row. In place this is the
-//! host's order in effect: a destination committed + j is below every later source committed + a_i
-//! (i >= j, a_i >= i, strictly increasing), so no load of a batch reads what an earlier store wrote,
-//! and a store that overwrites a source of its own batch comes after that source's load.
+//! A block per (request, KV head, layer of the group), threads over the head_dim columns; each
+//! thread runs commit_copy_columns (kv/commit.hpp: commit_rows_in_flight rows loaded before they are
+//! stored, the host's result) on its own columns.
 template <class L, int G>
 __global__ void __launch_bounds__(commit_copy_threads)
     commit_copy_kernel(const commit_layer_group<L, G> g, const commit_batch_args a) {
-  using T = typename L::value_type;
-  constexpr int W = commit_rows_in_flight;
   __shared__ int failed;
   const int t = static_cast<int>(threadIdx.x);
   if (t == 0) failed = a.status[0] != 0;  // every check kernel ran before this one on the stream
   __syncthreads();
   if (failed) return;
   const int h = static_cast<int>(blockIdx.y), l = static_cast<int>(blockIdx.z);
-  const L& layer = g.layers[l];
-  const commit_spec<T>& spec = g.specs[l];
-  const int dim = layer.head_dim();
   for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
-    const std::int32_t b = a.node_indptr[r], c = a.committed[r], k = a.num_accepted[r];
-    for (std::int32_t j0 = 0; j0 < k; j0 += W) {
-      const T* ks[W] = {};
-      const T* vs[W] = {};
-      T* kd[W] = {};
-      T* vd[W] = {};
-      bool move[W] = {};
-#pragma unroll
-      for (int u = 0; u < W; ++u) {
-        const std::int32_t j = j0 + u;
-        const std::int32_t node = j < k ? a.accepted[b + j] : j;
-        move[u] = j < k && (a.from_buffer || node != j);  // in place: an accepted node already in place is not rewritten (the host's rule)
-        if (!move[u]) continue;
-        ks[u] = a.from_buffer ? spec.k_row(static_cast<std::int64_t>(b) + node, h) : layer.k_row(r, c + node, h);
-        vs[u] = a.from_buffer ? spec.v_row(static_cast<std::int64_t>(b) + node, h) : layer.v_row(r, c + node, h);
-        kd[u] = layer.k_row(r, c + j, h);
-        vd[u] = layer.v_row(r, c + j, h);
-      }
-      for (int d = t; d < dim; d += commit_copy_threads) {
-        T kx[W], vx[W];
-#pragma unroll
-        for (int u = 0; u < W; ++u)
-          if (move[u]) kx[u] = ks[u][d], vx[u] = vs[u][d];
-#pragma unroll
-        for (int u = 0; u < W; ++u)
-          if (move[u]) kd[u][d] = kx[u], vd[u][d] = vx[u];
-      }
-    }
-    if (l == 0 && g.first == 0 && h == 0 && t == 0) a.new_lengths[r] = c + k;
+    commit_copy_columns(g.layers[l], g.specs[l], a, r, h, t, commit_copy_threads);
+    if (l == 0 && g.first == 0 && h == 0 && t == 0) a.new_lengths[r] = a.committed[r] + a.num_accepted[r];
   }
 }
 

@@ -360,6 +360,51 @@ struct commit_spec {
   SPECDEC_HOST_DEVICE const T* v_row(std::int64_t node, int h) const { return v + node * v_stride_node + h * v_stride_head; }
 };
 
+//! Accepted rows a CUDA copy thread loads before it stores them (commit_copy_columns).
+inline constexpr int commit_rows_in_flight = 8;
+
+//! The CUDA copy kernel's work (kv/commit.cuh) for request r, one layer, KV head h and the columns
+//! d = first, first + step, ... of head_dim: accepted node a_j to committed + j, from the layer
+//! itself (in place) or from `spec` (from a buffer), commit_rows_in_flight rows at a time, every load
+//! of a batch before its stores. Each thread owns its columns, so running the threads one after
+//! another (the host twin in tests/kv/test_commit_arrays.cpp) gives what the kernel gives. In place
+//! this equals detail::move_accepted's j-ascending order: a destination committed + j lies below
+//! every later source committed + a_i (i > j, a_i >= i: the path increases strictly), so no load
+//! reads what an earlier store wrote, and a store over a source of its own batch follows that load.
+//! An accepted node already in place (a_j == j) is not rewritten, as on the host. Inputs validated.
+template <class L>
+SPECDEC_HOST_DEVICE void commit_copy_columns(const L& layer, const commit_spec<typename L::value_type>& spec,
+                                             const commit_batch_args& a, std::int32_t r, int h, int first, int step) {
+  using T = typename L::value_type;
+  constexpr int W = commit_rows_in_flight;
+  const std::int32_t b = a.node_indptr[r], c = a.committed[r], k = a.num_accepted[r];
+  const int dim = layer.head_dim();
+  for (std::int32_t j0 = 0; j0 < k; j0 += W) {
+    const T* ks[W] = {};
+    const T* vs[W] = {};
+    T* kd[W] = {};
+    T* vd[W] = {};
+    bool move[W] = {};
+    for (int u = 0; u < W; ++u) {
+      const std::int32_t j = j0 + u;
+      const std::int32_t node = j < k ? a.accepted[b + j] : j;
+      move[u] = j < k && (a.from_buffer || node != j);
+      if (!move[u]) continue;
+      ks[u] = a.from_buffer ? spec.k_row(static_cast<std::int64_t>(b) + node, h) : layer.k_row(r, c + node, h);
+      vs[u] = a.from_buffer ? spec.v_row(static_cast<std::int64_t>(b) + node, h) : layer.v_row(r, c + node, h);
+      kd[u] = layer.k_row(r, c + j, h);
+      vd[u] = layer.v_row(r, c + j, h);
+    }
+    for (int d = first; d < dim; d += step) {
+      T kx[W], vx[W];
+      for (int u = 0; u < W; ++u)
+        if (move[u]) kx[u] = ks[u][d], vx[u] = vs[u][d];
+      for (int u = 0; u < W; ++u)
+        if (move[u]) kd[u][d] = kx[u], vd[u][d] = vx[u];
+    }
+  }
+}
+
 //! The seam between the array forms of the batched commits (in place, from buffer) and their backends:
 //!   template <class L> static void run(const Policy&, std::span<const L> layers, const commit_batch_args&,
 //!                                      std::span<const commit_spec<typename L::value_type>> specs);
