@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "specdec/core/device_types.cuh"
@@ -44,6 +45,15 @@ class device_buffer {
 template <class T>
 specdec::strided_view<T, 1> dv(const device_buffer<T>& b) {
   return specdec::make_view<1>(b.data(), {static_cast<std::int64_t>(b.size())}, specdec::memory_space::device);
+}
+
+//! True when SPECDEC_CUDA_TEST_SMALL is set (and not "0"): benchmarks/cuda/gpu_session.sh sets it
+//! for its compute-sanitizer step, where racecheck runs shared-memory-heavy kernels orders of
+//! magnitude slower; the tests that can then skip their largest shapes (vocabularies of 128K+, trees
+//! of 1024 nodes, rows of 128K+), which the plain run covers, and keep every small case.
+inline bool sanitizer_sized() {
+  const char* e = std::getenv("SPECDEC_CUDA_TEST_SMALL");
+  return e != nullptr && *e != '\0' && !(e[0] == '0' && e[1] == '\0');
 }
 
 //! Row-major [rows, cols] host data re-laid with `stride` elements between rows, the gaps filled with

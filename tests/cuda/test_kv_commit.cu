@@ -210,6 +210,56 @@ TEST_CASE("cuda kv_commit_in_place_batch reports bad values and leaves every cac
   }
 }
 
+// 35 layers: two groups of the layer-group launch (32 + 3), so the second group's check and copy
+// kernels and a capacity error reported from it (layer 33) are exercised.
+TEST_CASE("cuda kv_commit_in_place_batch over more layers than one launch group", "[cuda][kv]") {
+  constexpr int layers_n = 35, R = 5, D = 64;
+  static_assert(layers_n > specdec::detail::commit_group_layers<specdec::contiguous_kv<float>>);
+  specdec::philox_stream rng(35, 35);
+  auto c = kv_test::random_commit_batch(R, 10, CAP - 1, 3535);
+  const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
+  std::vector<std::vector<float>> k, v;
+  for (int l = 0; l < layers_n; ++l) k.push_back(random_rows<float>(elems, rng)), v.push_back(random_rows<float>(elems, rng));
+  std::vector<std::int32_t> lens(R, 0);
+  device_buffer<std::int32_t> dlens(lens);
+  std::vector<std::unique_ptr<device_buffer<float>>> dk, dv_;
+  std::vector<specdec::contiguous_kv<float>> dl, hl;
+  auto hk = k, hvv = v;
+  for (int l = 0; l < layers_n; ++l) {
+    dk.push_back(std::make_unique<device_buffer<float>>(k[l]));
+    dv_.push_back(std::make_unique<device_buffer<float>>(v[l]));
+    // layer 33 one slot short, for the capacity case below (the trees fit CAP - 1 slots)
+    const int cap = l == 33 ? CAP - 1 : CAP;
+    dl.push_back({dk[l]->data(), dv_[l]->data(), dlens.data(), R, cap, H, D, memory_space::device});
+    hl.push_back({hk[l].data(), hvv[l].data(), lens.data(), R, cap, H, D});
+  }
+  {
+    device_arrays d(c);
+    d.launch(std::span<const specdec::contiguous_kv<float>>(dl));
+    specdec_test::sync_check("kv_commit_in_place_batch (35 layers)");
+    std::vector<std::int32_t> nl(R), st(3);
+    specdec::kv_commit_in_place_batch(specdec::host{}, std::span(hl), hv(c.committed), hv(c.node_indptr),
+                                      hv(c.accepted), hv(c.num_accepted), hv(nl), hv(st));
+    CHECK(d.st.download() == st);
+    CHECK(d.nl.download() == nl);
+    int differ = 0;
+    for (int l = 0; l < layers_n; ++l) differ += dk[l]->download() != hk[l] || dv_[l]->download() != hvv[l];
+    CHECK(differ == 0);
+  }
+  {  // request 2's tree fits every layer but 33: reported from the second group, nothing written
+    auto bad = c;
+    bad.committed[2] = CAP - (c.node_indptr[3] - c.node_indptr[2]);
+    for (int l = 0; l < layers_n; ++l) dk[l]->upload(k[l]), dv_[l]->upload(v[l]);
+    device_arrays d(bad);
+    d.launch(std::span<const specdec::contiguous_kv<float>>(dl));
+    specdec_test::sync_check("kv_commit_in_place_batch (35 layers, capacity)");
+    CHECK(d.st.download() == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::capacity), 2, 33});
+    int touched = 0;
+    for (int l = 0; l < layers_n; ++l) touched += dk[l]->download() != k[l] || dv_[l]->download() != v[l];
+    CHECK(touched == 0);
+  }
+}
+
 TEST_CASE("cuda kv_commit_in_place_batch is captured in a CUDA graph", "[cuda][kv]") {
   specdec::philox_stream rng(8, 8);
   auto c = kv_test::random_commit_batch(6, 8, CAP, 77);

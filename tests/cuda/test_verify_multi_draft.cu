@@ -74,6 +74,7 @@ TEST_CASE("cuda verify_multi_draft_batch draws what the host draws, on random ra
                                                     c.node_indptr[r + 1] - b, c.p.data() + (b + r) * s.V,
                                                     c.q.data() + (b + r) * s.V, s.V, mode, c.seeds[r], c.streams[r]);
       }
+      if (specdec_test::sanitizer_sized() && (s.V > 65536 || s.max_nodes > 512)) continue;  // after the twin
       DYNAMIC_SECTION("mode " << static_cast<int>(mode) << " R " << s.R << " nodes <= " << s.max_nodes << " V "
                               << s.V) {
         for (std::int64_t pad : {0, 5}) {

@@ -496,9 +496,10 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
 //!     {0, -1, -1} on success. O(layers * sum accepted * Hkv * D).
 //!   specdec::cuda (needs kv/commit.cuh and nvcc): device-accessible layouts (mappings callable on the
 //!     device) and arrays; shapes and geometry checked on the host, values (offsets, committed
-//!     lengths, accepted paths, capacities) by a check kernel per layer, all enqueued before the
-//!     first copy kernel, into `status`; the copies run only when status is clear. Enqueued on
-//!     policy.stream without synchronisation, graph-capturable.
+//!     lengths, accepted paths, capacities) by check kernels (one per group of up to 32 layers), all
+//!     enqueued before the first copy kernel, into `status`; the copies run only when status is
+//!     clear, the layers of a group concurrently, so layers must not share rows (the host copies
+//!     them one after another). Enqueued on policy.stream without synchronisation, graph-capturable.
 template <execution_policy Policy, class LayerT, std::size_t E, class CL, class NI, class AC, class NA, class NL,
           class ST>
   requires(detail::int32_array<CL> && detail::int32_array<NI> && detail::int32_array<AC> && detail::int32_array<NA> &&
