@@ -20,3 +20,4 @@
 #include "specdec/verify/multi_draft.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 #include "specdec/verify/speculative_sampling.cuh"
+#include "specdec/decoder/device_verifiers.cuh"

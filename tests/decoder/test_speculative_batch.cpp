@@ -12,6 +12,7 @@
 #include "small_model.hpp"
 #include "distribution_util.hpp"
 #include "specdec/decoder/speculative_batch.hpp"
+#include "specdec/verify/greedy.hpp"
 
 using namespace specdec;
 using namespace specdec::examples;
@@ -62,6 +63,54 @@ struct batched_commit : batched_only<E> {
   }
 };
 static_assert(target_has_commit_batch<batched_commit<float>> && !target_has_commit_batch<batched_only<float>>);
+
+// A batch verifier standing in on the CPU for a device one (cuda_greedy_verifier): the target
+// labels its host rows as device memory, and verify_batch reads them back as host rows through the
+// array form (verify_greedy_batch on the host, the same walk the CUDA backend runs), checking what
+// speculative_batch hands it.
+struct array_greedy_verifier : greedy_verifier {
+  void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
+    const auto B = static_cast<std::int64_t>(in.node_indptr.size()) - 1, N = static_cast<std::int64_t>(in.tokens.size());
+    REQUIRE(B >= 1);
+    REQUIRE(in.node_indptr.back() == N);
+    REQUIRE(static_cast<std::int64_t>(in.parents.size()) == N);
+    REQUIRE(static_cast<std::int64_t>(in.sampling.size()) == B);
+    REQUIRE(static_cast<std::int64_t>(in.seeds.size()) == B);
+    REQUIRE(static_cast<std::int64_t>(in.streams.size()) == B);
+    REQUIRE(in.logits.space() == memory_space::device);
+    REQUIRE(in.logits.extent(0) == N + B);
+    for (const auto* p : in.sampling) REQUIRE(p->temperature == 0.0f);  // each request's own parameters
+    const strided_view<const float, 2> rows(in.logits.data(), {in.logits.extent(0), in.logits.extent(1)},
+                                           {in.logits.stride(0), 1});
+    std::vector<std::int32_t> acc(static_cast<std::size_t>(N)), num(static_cast<std::size_t>(B)),
+        bonus(static_cast<std::size_t>(B)), emitted(static_cast<std::size_t>(N + B)), status(3);
+    const auto c1 = [](std::span<const std::int32_t> x) {
+      return make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
+    };
+    const auto m1 = [](std::vector<std::int32_t>& x) { return make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}); };
+    verify_greedy_batch(host{}, c1(in.node_indptr), c1(in.tokens), c1(in.parents), rows, m1(acc), m1(num), m1(bonus),
+                        m1(emitted), m1(status));
+    out = {};
+    for (std::int64_t b = 0; b < B; ++b) {
+      const auto first = acc.begin() + in.node_indptr[static_cast<std::size_t>(b)];
+      out.push_back(verify_result{std::vector<std::int32_t>(first, first + num[static_cast<std::size_t>(b)]),
+                                  bonus[static_cast<std::size_t>(b)]});
+    }
+  }
+};
+static_assert(verifier_has_verify_batch<array_greedy_verifier> && !verifier_has_verify_batch<greedy_verifier>);
+
+// A batch verifier that returns a wrong result (one entry short, or an accepted node that is not a
+// child of the previous one) to show speculative_batch checks verify_batch's output before commits.
+struct bad_batch_verifier : greedy_verifier {
+  bool short_result = true;
+  void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
+    out = {};
+    const auto B = in.node_indptr.size() - 1;
+    for (std::size_t b = 0; b < (short_result ? B - 1 : B); ++b)
+      out.push_back(verify_result{short_result ? std::vector<std::int32_t>{} : std::vector<std::int32_t>{5000}, 0});
+  }
+};
 
 struct arrival {
   std::uint32_t id;
@@ -244,6 +293,51 @@ TEST_CASE("speculative_batch rejects bad requests before touching the target, an
   on_device.add_request(1, p);
   REQUIRE_THROWS_WITH(on_device.step(), Contains("host-accessible") && Contains("device"));
   CHECK(on_device.tokens(1).size() == 3);  // nothing committed
+}
+
+TEST_CASE("device logits go to the verifier's verify_batch: the same outputs as host verification", "[decoder][batch]") {
+  // The same arrivals through a host-logits batch (greedy_verifier per request) and a batch whose
+  // target reports device logits (array_greedy_verifier: one verify_batch per step); greedy, so
+  // every output is also the request's own greedy decoding.
+  const auto arrivals = random_arrivals(29, 14);
+  llama_model<double> m_host(cfg, weights(), 3, 1024), m_dev(cfg, weights(), 3, 1024);
+  batched_only<float> t_host{&m_host, memory_space::host, 0, 0, {}, {}};
+  batched_only<float> t_dev{&m_dev, memory_space::device, 0, 0, {}, {}};
+  speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, greedy_verifier> on_host(t_host);
+  speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, array_greedy_verifier> on_dev(t_dev);
+  int steps = 0;
+  const auto want = drive(on_host, arrivals);
+  const auto got = drive(on_dev, arrivals, &steps);
+  CHECK(got == want);
+  CHECK(t_dev.calls > 5);  // one forward (and one verify_batch) per step with running requests
+  CHECK(t_dev.calls == t_host.calls);
+}
+
+TEST_CASE("device logits: non-float rows and a bad verify_batch result are refused before any commit", "[decoder][batch]") {
+  using Catch::Contains;
+  const std::vector<std::int32_t> p{1, 2, 3};
+  {
+    llama_model<double> model(cfg, weights(), 1, 1024);
+    batched_only<half> dev{&model, memory_space::device, 0, 0, {}, {}};
+    speculative_batch<batched_only<half>, ngram_drafter, trie_tree_builder, array_greedy_verifier> batch(dev);
+    batch.add_request(1, p, {.max_new_tokens = 8, .draft_depth = 2});
+    REQUIRE_THROWS_WITH(batch.step(), Contains("target logits") && Contains("float elements"));
+    CHECK(batch.tokens(1).size() == 3);
+  }
+  for (const bool short_result : {true, false}) {
+    llama_model<double> model(cfg, weights(), 2, 1024);
+    batched_only<float> dev{&model, memory_space::device, 0, 0, {}, {}};
+    speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, bad_batch_verifier> batch(
+        dev, {}, {}, bad_batch_verifier{{}, short_result});
+    batch.add_request(1, p, {.max_new_tokens = 8, .draft_depth = 2});
+    batch.add_request(2, p, {.max_new_tokens = 8, .draft_depth = 2});
+    if (short_result)
+      REQUIRE_THROWS_WITH(batch.step(), Contains("verify_batch") && Contains("one entry per request"));
+    else
+      REQUIRE_THROWS(batch.step());
+    CHECK(batch.tokens(1).size() == 3);  // nothing committed or emitted
+    CHECK(batch.tokens(2).size() == 3);
+  }
 }
 
 TEST_CASE("continuous batching at T > 0 is distributed as the target's sampling (chi-square)", "[decoder][batch]") {

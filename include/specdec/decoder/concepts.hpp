@@ -206,6 +206,29 @@ concept verifier_has_sampling_trait = requires {
 template <class V>
 concept verifier = verifier_has_verify<V> && verifier_has_sampling_trait<V>;
 
+//! One step's batch as a batch verifier sees it (speculative_batch calls verify_batch when the
+//! target's forward_batch returned its logits in device memory): the step's B trees as host arrays
+//! in the array form of the batched verifiers (verify_greedy_batch's layout), the logits as the
+//! target returned them, and each entry's processing parameters and this step's Philox stream.
+struct batch_verify_input {
+  std::span<const std::int32_t> node_indptr;         //!< [B + 1]
+  std::span<const std::int32_t> tokens;              //!< [N]
+  std::span<const std::int32_t> parents;             //!< [N], local (-1 = the root)
+  strided_view<const float, 2> logits;               //!< [N + B, V]: entry b's rows from node_indptr[b] + b
+  std::span<const sampling_params* const> sampling;  //!< [B]: entry b's logits processors
+  std::span<const std::uint64_t> seeds, streams;     //!< [B]: entry b's philox_stream(seed, stream) this step
+};
+
+//! `verify_batch(const batch_verify_input&, verify_batch_result& out)` (optional): decides every
+//! entry of a step at once, from logits wherever they live (a device verifier:
+//! decoder/device_verifiers.cuh). out holds entry b's accepted local nodes and bonus token, as
+//! verify(...) would give them for that entry. speculative_batch calls it for logits in device
+//! memory; host logits keep the per-request verify.
+template <class V>
+concept verifier_has_verify_batch = requires(V& v, const batch_verify_input& in, verify_batch_result& out) {
+  v.verify_batch(in, out);
+};
+
 template <class V>
 consteval bool check_verifier() {
   static_assert(verifier_has_verify<V>,

@@ -26,8 +26,10 @@
 //! Logits: the view forward_batch returns carries its memory space. Host rows of float with unit
 //! inner stride are processed and verified in place (no copy; the target's buffer is overwritten with
 //! the processed rows); double, half and bfloat16 host rows are converted to float once. Device rows
-//! are rejected with invalid_argument until the CUDA step exists (issue #23): this header is the
-//! host verification path.
+//! (float, unit inner stride) go to the verifier's verify_batch when it has one
+//! (verifier_has_verify_batch: cuda_greedy_verifier in decoder/device_verifiers.cuh), which decides
+//! the whole step where the rows are, so only accepted nodes and bonus tokens come back; with any
+//! other verifier they are rejected with invalid_argument before anything is committed.
 //!
 //! Randomness is keyed by request id and step, never by slot: step s of request `id` verifies with
 //! philox_stream(seed, stream_id(id, s)) and drafts with philox_stream(seed ^ draft_seed_mix,
@@ -297,28 +299,33 @@ class speculative_batch {
       float_rows rows = forward(tb, V);
       target_s = seconds(t0);
 
-      // 3. processing and verification, one request per pool task
+      // 3. processing and verification: device logits by the verifier's verify_batch at once, host
+      //    logits one request per pool task
       t0 = clock::now();
-      const auto count = static_cast<std::int64_t>(running_.size());
-      const auto body = [&](std::int64_t b) {
-        auto& s = req_[static_cast<std::size_t>(running_[static_cast<std::size_t>(b)])];
-        const auto tv = clock::now();
-        const std::int32_t first = row_indptr_[static_cast<std::size_t>(b)];
-        const std::int64_t n = s.tree.size();
-        const strided_view<float, 2> view(rows.data + first * rows.row_stride, {n + 1, std::int64_t{V}},
-                                          {rows.row_stride, 1});
-        thread_local sampling_workspace ws;  // one per pool thread, not per slot (V floats each)
-        process_tree_logits(view, s.opt.sampling, s.tokens, s.tree.tokens(), s.tree.parents(), ws);
-        philox_stream rng(s.opt.seed, stream_id(s.id, s.step));
-        verify_input in{s.tree, strided_view<const float, 2>(view), s.cand, rng};
-        verifier_for(s).verify(in, s.result);
-        check_verify_result(s.result, s.tree, V);  // before the target commits or a token is emitted
-        s.phase_verify = seconds(tv);
-      };
-      if constexpr (std::is_copy_constructible_v<Verifier>) {
-        parallel_for(policy_, count, body);
+      if (rows.on_device) {
+        verify_on_device(rows.device, V);
       } else {
-        for (std::int64_t b = 0; b < count; ++b) body(b);
+        const auto count = static_cast<std::int64_t>(running_.size());
+        const auto body = [&](std::int64_t b) {
+          auto& s = req_[static_cast<std::size_t>(running_[static_cast<std::size_t>(b)])];
+          const auto tv = clock::now();
+          const std::int32_t first = row_indptr_[static_cast<std::size_t>(b)];
+          const std::int64_t n = s.tree.size();
+          const strided_view<float, 2> view(rows.data + first * rows.row_stride, {n + 1, std::int64_t{V}},
+                                            {rows.row_stride, 1});
+          thread_local sampling_workspace ws;  // one per pool thread, not per slot (V floats each)
+          process_tree_logits(view, s.opt.sampling, s.tokens, s.tree.tokens(), s.tree.parents(), ws);
+          philox_stream rng(s.opt.seed, stream_id(s.id, s.step));
+          verify_input in{s.tree, strided_view<const float, 2>(view), s.cand, rng};
+          verifier_for(s).verify(in, s.result);
+          check_verify_result(s.result, s.tree, V);  // before the target commits or a token is emitted
+          s.phase_verify = seconds(tv);
+        };
+        if constexpr (std::is_copy_constructible_v<Verifier>) {
+          parallel_for(policy_, count, body);
+        } else {
+          for (std::int64_t b = 0; b < count; ++b) body(b);
+        }
       }
       verify_s = seconds(t0);
 
@@ -515,10 +522,13 @@ class speculative_batch {
     int planned = 0;           //!< the planned depth (before exploring)
   };
 
-  //! Host float rows with unit inner stride: the target's own buffer or rows_.
+  //! The step's logits: host float rows with unit inner stride (the target's own buffer or rows_),
+  //! or, for a batch verifier, the target's float rows in device memory as returned (`device`).
   struct float_rows {
     float* data = nullptr;
     std::int64_t row_stride = 0;
+    bool on_device = false;
+    strided_view<const float, 2> device{};
   };
 
   // Runs the target once and returns processable rows, checking the view's shape and memory space.
@@ -532,8 +542,25 @@ class speculative_batch {
   float_rows take_rows(std::string_view fn, const L& logits, const target_batch& tb, int V) {
     using E = std::remove_cv_t<typename L::element_type>;
     const auto view = as_view(logits);
+    if constexpr (verifier_has_verify_batch<Verifier>) {
+      if (!host_accessible(view.space())) {  // the verifier decides the batch where the rows are
+        require_shape(fn, "target logits", view, {std::int64_t{tb.total_rows()}, std::int64_t{V}});
+        if constexpr (!std::is_same_v<E, float>)
+          throw_invalid_argument(fn, "target logits",
+                                 "float elements (device logits are verified as the target returns them)",
+                                 std::to_string(sizeof(E)) + "-byte elements");
+        else {
+          require(view.stride(1) == 1 && view.stride(0) >= V, fn, "target logits",
+                  "rows of unit inner stride, at least vocab_size() apart", view.stride(0));
+          return {nullptr, 0, true, strided_view<const float, 2>(view.data(), {tb.total_rows(), std::int64_t{V}},
+                                                                 {view.stride(0), 1}, view.space())};
+        }
+      }
+    }
     require(host_accessible(view.space()), fn, "target logits",
-            "host-accessible memory (device logits need the CUDA verification path, issue #23)", name(view.space()));
+            "host-accessible memory (device logits need a verifier with verify_batch, e.g. cuda_greedy_verifier in "
+            "decoder/device_verifiers.cuh)",
+            name(view.space()));
     require_shape(fn, "target logits", view, {std::int64_t{tb.total_rows()}, std::int64_t{V}});
     if constexpr (std::is_same_v<typename L::element_type, float>) {
       if (view.stride(1) == 1 && view.stride(0) >= V) return {view.data(), view.stride(0)};  // in place
@@ -543,6 +570,37 @@ class speculative_batch {
       for (std::int64_t v = 0; v < V; ++v)
         rows_[static_cast<std::size_t>(i * V + v)] = static_cast<float>(static_cast<E>(view(i, v)));
     return {rows_.data(), V};
+  }
+
+  //! Step 3 for logits in device memory: one verify_batch over the running requests (no processing
+  //! on the host: the verifier applies what it supports, or refuses), then each result is checked as
+  //! the per-request path checks it, before the target commits or a token is emitted.
+  void verify_on_device([[maybe_unused]] const strided_view<const float, 2>& logits, [[maybe_unused]] int V) {
+    if constexpr (verifier_has_verify_batch<Verifier>) {
+      const auto tv = clock::now();
+      batch_sampling_.clear(), batch_seeds_.clear(), batch_streams_.clear();
+      for (const int r : running_) {
+        const auto& s = req_[static_cast<std::size_t>(r)];
+        batch_sampling_.push_back(&s.opt.sampling);
+        batch_seeds_.push_back(s.opt.seed);
+        batch_streams_.push_back(stream_id(s.id, s.step));
+      }
+      const batch_verify_input in{trees_.node_indptr(), trees_.tokens(), trees_.parents(), logits,
+                                  batch_sampling_,      batch_seeds_,    batch_streams_};
+      batch_result_ = {};
+      verifier_.verify_batch(in, batch_result_);
+      constexpr std::string_view fn = "specdec::speculative_batch::step";
+      require(batch_result_.num_requests() == static_cast<int>(running_.size()) &&
+                  batch_result_.accepted_indptr.size() == running_.size() + 1,
+              fn, "verify_batch's result", "one entry per request of the step", batch_result_.num_requests());
+      const double t = seconds(tv);
+      for (std::size_t b = 0; b < running_.size(); ++b) {
+        auto& s = req_[static_cast<std::size_t>(running_[b])];
+        s.result = batch_result_.request(static_cast<int>(b));
+        check_verify_result(s.result, s.tree, V);
+        s.phase_verify = t;  // the whole batch's, as target_s is the whole forward
+      }
+    }
   }
 
   Verifier& verifier_for(request_state& s) {
@@ -846,6 +904,9 @@ class speculative_batch {
   std::vector<const token_tree*> tree_ptrs_;
   token_tree_batch trees_;
   verify_batch_result committed_;  //!< the step's results in batch order (commit_batch)
+  verify_batch_result batch_result_;  //!< verify_batch's results (device logits)
+  std::vector<const sampling_params*> batch_sampling_;
+  std::vector<std::uint64_t> batch_seeds_, batch_streams_;
   // adaptive depth
   adaptive_depth_options adaptive_;
   step_cost_curve cost_;

@@ -1,0 +1,147 @@
+// cuda_greedy_verifier (decoder/device_verifiers.cuh): speculative_batch over a target whose
+// forward_batch returns its logits in device memory equals the same batch over host logits with
+// greedy_verifier, request by request (continuous batching: joins, aborts, stop rules), and each
+// output is the request's own greedy decoding; a penalty is refused before any CUDA call ([nogpu]);
+// a bad tree value found on the device is reported as invalid_argument with the device's message.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "specdec/core/philox.hpp"
+#include "specdec/decoder/device_verifiers.cuh"
+#include "specdec/decoder/speculative_batch.hpp"
+
+using specdec::memory_space;
+
+namespace {
+
+constexpr int V = 32;
+
+// A bigram target: the logits after token t are row t of a fixed random table, so its greedy
+// decoding is next = argmax(table[last]). forward_batch writes each entry's rows (the root's, then
+// each tree node's) on the host and returns them uploaded to device memory, as a GPU target would
+// (or on the host, for the reference batch).
+struct bigram_target {
+  bool on_device = true;
+  int slots = 3;
+  std::vector<float> table = make_table();
+  std::vector<std::vector<std::int32_t>> ctx = std::vector<std::vector<std::int32_t>>(3);
+  std::vector<float> rows{};
+  std::unique_ptr<specdec_test::device_buffer<float>> dev{};
+  static std::vector<float> make_table() {
+    specdec::philox_stream rng(17, 0);
+    std::vector<float> t(V * V);
+    for (auto& x : t) x = 4.0f * rng.uniform() - 2.0f;
+    return t;
+  }
+  [[nodiscard]] int vocab_size() const { return V; }
+  [[nodiscard]] int max_requests() const { return slots; }
+  void prefill(int r, std::span<const std::int32_t> p) { ctx[static_cast<std::size_t>(r)].assign(p.begin(), p.end()); }
+  void commit(int, std::span<const std::int32_t>) {}  // the batch appends the emitted tokens; nothing cached here
+  specdec::strided_view<float, 2> forward_batch(const specdec::target_batch& b) {
+    rows.resize(static_cast<std::size_t>(b.total_rows()) * V);
+    for (int e = 0; e < b.size(); ++e) {
+      const auto toks = b.tokens(e);
+      for (std::int32_t i = 0; i <= static_cast<std::int32_t>(toks.size()); ++i) {
+        const std::int32_t t = i == 0 ? b.roots[static_cast<std::size_t>(e)] : toks[static_cast<std::size_t>(i - 1)];
+        std::copy_n(table.begin() + t * V, V, rows.begin() + (b.row_indptr[e] + i) * V);
+      }
+    }
+    if (!on_device) return specdec::make_view<2>(rows.data(), {b.total_rows(), V});
+    dev = std::make_unique<specdec_test::device_buffer<float>>(rows);
+    return specdec::make_view<2>(dev->data(), {b.total_rows(), V}, memory_space::device);
+  }
+  //! The greedy continuation of `prompt`, n tokens.
+  [[nodiscard]] std::vector<std::int32_t> greedy(std::int32_t last, int n) const {
+    std::vector<std::int32_t> out;
+    for (int k = 0; k < n; ++k) {
+      const auto row = table.begin() + last * V;
+      last = static_cast<std::int32_t>(std::max_element(row, row + V) - row);
+      out.push_back(last);
+    }
+    return out;
+  }
+};
+
+std::vector<std::int32_t> prompt_of(std::uint32_t id) {
+  std::vector<std::int32_t> p;
+  for (std::uint32_t j = 0; j <= id % 7; ++j) p.push_back(static_cast<std::int32_t>((id * 5 + j * 3) % V));
+  return p;
+}
+
+template <class Batch>
+std::map<std::uint32_t, std::vector<std::int32_t>> run_all(Batch& batch, int requests) {
+  std::map<std::uint32_t, std::vector<std::int32_t>> got;
+  std::uint32_t next = 0;
+  int step = 0;
+  while (next < static_cast<std::uint32_t>(requests) || batch.active() > 0) {
+    while (next < static_cast<std::uint32_t>(requests) && batch.free_slots() > 0) {
+      batch.add_request(next, prompt_of(next), {.max_new_tokens = 10 + static_cast<int>(next % 9), .draft_depth = 1 + static_cast<int>(next % 4)});
+      ++next;
+    }
+    if (step == 3 && batch.contains(1)) batch.abort(1);  // an abort between steps
+    for (const auto& out : batch.step()) got[out.id].insert(got[out.id].end(), out.tokens.begin(), out.tokens.end());
+    ++step;
+  }
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("cuda_greedy_verifier: a step over device logits equals host greedy verification", "[cuda][decoder]") {
+  bigram_target t_host{false}, t_dev{true};
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, specdec::greedy_verifier>
+      on_host(t_host);
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
+                             specdec::cuda_greedy_verifier>
+      on_dev(t_dev);
+  const auto want = run_all(on_host, 12);
+  const auto got = run_all(on_dev, 12);
+  CHECK(got == want);
+  int checked = 0;
+  for (const auto& [id, tokens] : want) {
+    if (id == 1) continue;  // aborted
+    CHECK(tokens == t_host.greedy(prompt_of(id).back(), static_cast<int>(tokens.size())));
+    checked += !tokens.empty();
+  }
+  CHECK(checked >= 10);
+}
+
+TEST_CASE("cuda_greedy_verifier reports a bad tree value found on the device", "[cuda][decoder]") {
+  specdec_test::device_buffer<float> rows(std::vector<float>(3 * V, 0.0f));
+  const std::vector<std::int32_t> indptr{0, 2}, tokens{1, V + 1}, parents{-1, 0};  // a token >= V
+  const specdec::sampling_params greedy{.temperature = 0.0f};
+  const specdec::sampling_params* sp[] = {&greedy};
+  const std::uint64_t zero[] = {0};
+  specdec::cuda_greedy_verifier v;
+  specdec::verify_batch_result out;
+  const specdec::batch_verify_input in{indptr, tokens, parents,
+                                       specdec::make_view<2>(static_cast<const float*>(rows.data()), {3, V},
+                                                             memory_space::device),
+                                       sp, zero, zero};
+  REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("verify_batch") && Catch::Contains("token of node 1"));
+}
+
+TEST_CASE("cuda_greedy_verifier refuses penalties before any CUDA call", "[cuda][decoder][nogpu]") {
+  const std::vector<std::int32_t> indptr{0, 1}, tokens{1}, parents{-1};
+  const specdec::sampling_params plain{.temperature = 0.0f}, rep{.temperature = 0.0f, .repetition_penalty = 1.1f},
+      ctx{.temperature = 0.0f, .contextual_penalty = 1.2f};
+  const std::uint64_t zero[] = {0, 0};
+  for (const auto* bad : {&rep, &ctx}) {
+    const specdec::sampling_params* sp[] = {&plain, bad};
+    const std::vector<std::int32_t> two{0, 1, 2}, toks{1, 2}, pars{-1, -1};
+    specdec::cuda_greedy_verifier v;
+    specdec::verify_batch_result out;
+    const specdec::batch_verify_input in{two, toks, pars,
+                                         specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8},
+                                                               memory_space::device),
+                                         sp, zero, zero};
+    REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("request 1") && Catch::Contains("penalty"));
+  }
+}
