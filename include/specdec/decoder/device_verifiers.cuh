@@ -13,10 +13,11 @@
 //!                         lowest token id; verify/greedy.cuh).
 //!
 //! Logits processing does not run on the device yet (issue #23 item 2). Greedy verification needs
-//! none of it except the penalties: temperature, top-k, top-p, min-p and eta all keep the argmax (the
-//! processed row's one-hot at temperature 0 included), while a repetition or contextual penalty can
-//! move it. So a request with a penalty is refused with invalid_argument naming the field, before
-//! anything is launched. Sampled verification (sample_and_match, chain, multi-draft: their array
+//! none of it except the penalties: a greedy verifier runs at temperature 0 (speculative_batch
+//! requires it), where the processed row is one-hot at the argmax of the penalized logits whatever
+//! top-k, top-p, min-p and eta say, and only a repetition or contextual penalty can move that argmax.
+//! So a request with a penalty is refused with invalid_argument naming the field, before anything is
+//! launched. Sampled verification (sample_and_match, chain, multi-draft: their array
 //! forms exist on the device) needs the processed probabilities on the device and is not offered here.
 
 #include <cuda_runtime_api.h>
