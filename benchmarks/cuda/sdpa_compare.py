@@ -20,57 +20,18 @@ Usage: python3 sdpa_compare.py [--ours bench.json] [--reps N] [--out table.md]
 import argparse
 import json
 import math
-import statistics
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from torch_timing import GRAPH_CALLS, time_call, time_graph
+
 HQ, HKV, D = 32, 8, 128
 CACHES = (4096, 32768, 131072)
 TREES = (1, 16, 64)
 BATCHES = (1, 8)
-
-
-GRAPH_CALLS = 10
-
-
-def time_graph(fns, reps):
-    """Median device seconds per call: `fns` (GRAPH_CALLS callables) captured in one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
-    t = time_call(g.replay, reps)
-    del g
-    return t / len(fns)
-
-
-def time_call(fn, reps):
-    """Median seconds of `reps` single launches, each between two CUDA events."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
 
 
 def tree_mask(tree, rng):

@@ -26,47 +26,16 @@ Usage: python3 step_torch_compare.py [--ours bench_cuda_step.json] [--reps N] [-
 """
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 
-GRAPH_CALLS = 10
+from torch_timing import GRAPH_CALLS, time_call, time_graph
 
-
-def time_call(fn, reps):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
-
-
-def time_graph(fns, reps):
-    """(seconds per call, how): graph replay of `fns`, or eager single calls if capture fails."""
+def time_graph_or_eager(fns, reps):
+    """(seconds per call, how): a graph replay of `fns`, or eager single calls if capture fails."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for f in fns:
-                f()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for f in fns:
-                f()
-        g.replay()
-        torch.cuda.synchronize()
-        return time_call(g.replay, reps) / len(fns), "graph"
+        return time_graph(fns, reps), "graph"
     except Exception as e:  # noqa: BLE001 - fall back to eager timing, say so in the table
         print(f"  capture failed ({type(e).__name__}: {str(e)[:120]}); eager timing", flush=True)
         torch.cuda.synchronize()
@@ -127,7 +96,7 @@ def main():
     lines += [head, "|---|---:|---|---:|---:|"]
 
     def row(name, call, fns):
-        t, how = time_graph(fns, args.reps)
+        t, how = time_graph_or_eager(fns, args.reps)
         mine = ours.get(name)
         cols = [name, f"{mine * 1e6:.1f}" if mine else "-", f"{call} ({how})", f"{t * 1e6:.1f}",
                 f"{t / mine:.2f}" if mine else "-"]
