@@ -128,12 +128,9 @@ void BM_hybrid_attention(benchmark::State& state) {
 
   // Enough copies of the K/V cache that the graph's calls together read at least 3x the L2 size:
   // otherwise a small cache (4K tokens, batch 1: 16 MiB) would be re-read from L2, not memory.
-  cudaDeviceProp prop{};
-  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const std::size_t cache_elems = static_cast<std::size_t>(batch) * cache_len * hkv * dim;
   const std::size_t cache_bytes = cache_elems * 2 * 2;
-  const int sets = static_cast<int>(std::min<std::size_t>(
-      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + cache_bytes - 1) / cache_bytes)));
+  const int sets = specdec_bench::l2_rotation_sets(cache_bytes, graph_calls);
   std::vector<std::unique_ptr<dmem>> ks, vs;
   for (int i = 0; i < sets; ++i) {
     ks.push_back(std::make_unique<dmem>(cache_elems * 2));

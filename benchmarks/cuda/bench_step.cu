@@ -154,10 +154,7 @@ void BM_verify_greedy_batch(benchmark::State& state) {
   const std::int64_t V = state.range(2);
   const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
   const std::size_t logit_bytes = static_cast<std::size_t>(rows * V) * sizeof(float);
-  cudaDeviceProp prop{};
-  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const int sets = static_cast<int>(std::min<std::size_t>(
-      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + logit_bytes - 1) / logit_bytes)));
+  const int sets = specdec_bench::l2_rotation_sets(logit_bytes, graph_calls);
   std::vector<std::unique_ptr<dmem>> logits;
   for (int i = 0; i < sets; ++i) {
     logits.push_back(std::make_unique<dmem>(logit_bytes));
@@ -197,10 +194,7 @@ void BM_verify_sample_and_match_batch(benchmark::State& state) {
   const int accept = static_cast<int>(std::min<std::int64_t>(state.range(3), tree));
   const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
   const std::size_t prob_bytes = static_cast<std::size_t>(rows * V) * sizeof(float);
-  cudaDeviceProp prop{};
-  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const int sets = static_cast<int>(std::min<std::size_t>(
-      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + prob_bytes - 1) / prob_bytes)));
+  const int sets = specdec_bench::l2_rotation_sets(prob_bytes, graph_calls);
   // Chains: node i's parent is i - 1; its token gets weight V in its parent's row for i < accept
   // (the other entries are uniform in [0, 1e-3)), so the walk accepts `accept` nodes and almost
   // surely stops there.
@@ -307,10 +301,7 @@ void BM_topk_batch(benchmark::State& state) {
   const int k = static_cast<int>(state.range(2));
   const bool ties = state.range(3) != 0;
   const std::size_t bytes = static_cast<std::size_t>(batch * V) * sizeof(float);
-  cudaDeviceProp prop{};
-  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const int sets = static_cast<int>(std::min<std::size_t>(
-      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + bytes - 1) / bytes)));
+  const int sets = specdec_bench::l2_rotation_sets(bytes, graph_calls);
   std::vector<std::unique_ptr<dmem>> rows;
   std::vector<float> h(static_cast<std::size_t>(batch * V));
   for (int i = 0; i < sets; ++i) {
@@ -343,10 +334,7 @@ void BM_kv_importance_batch(benchmark::State& state) {
   constexpr int hq = 32, hkv = 8, d = 128;
   const std::size_t k_bytes = static_cast<std::size_t>(batch) * context * hkv * d * sizeof(specdec::bfloat16);
   const std::size_t s_bytes = static_cast<std::size_t>(batch) * hkv * context * sizeof(float);
-  cudaDeviceProp prop{};
-  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const int sets = static_cast<int>(std::min<std::size_t>(
-      graph_calls, std::max<std::size_t>(1, (3 * static_cast<std::size_t>(prop.l2CacheSize) + k_bytes - 1) / k_bytes)));
+  const int sets = specdec_bench::l2_rotation_sets(k_bytes, graph_calls);
   // Only K is read (Eq. 2 scores keys); V is a placeholder the layout needs. The values do not change
   // the work, so the caches are a byte pattern.
   std::vector<std::unique_ptr<dmem>> ks;

@@ -84,4 +84,15 @@ inline double copy_roof() {
   return bw;
 }
 
+//! How many copies of a benchmark's input (bytes_per_set each) a graph of `calls` calls rotates
+//! over, so that together they span at least 3x the L2 size and each call reads from DRAM rather
+//! than what an earlier call left in L2: 1 to calls.
+inline int l2_rotation_sets(std::size_t bytes_per_set, int calls) {
+  cudaDeviceProp prop{};
+  SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const std::size_t l2x3 = 3 * static_cast<std::size_t>(prop.l2CacheSize);
+  const std::size_t per = bytes_per_set == 0 ? 1 : bytes_per_set;
+  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(calls), std::max<std::size_t>(1, (l2x3 + per - 1) / per)));
+}
+
 }  // namespace specdec_bench

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from torch_timing import GRAPH_CALLS, time_call, time_graph
+from torch_timing import GRAPH_CALLS, emit_table, time_call, time_graph
 
 HQ, HKV, D = 32, 8, 128
 CACHES = (4096, 32768, 131072)
@@ -166,11 +166,7 @@ def main():
                 print(lines[-1], flush=True)
                 del q, ks, vs, mask, ref
                 torch.cuda.empty_cache()
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit_table(lines, args.out)
     return 0
 
 

@@ -30,7 +30,7 @@ import sys
 
 import torch
 
-from torch_timing import GRAPH_CALLS, time_call, time_graph
+from torch_timing import GRAPH_CALLS, emit_table, time_call, time_graph
 
 def time_graph_or_eager(fns, reps):
     """(seconds per call, how): a graph replay of `fns`, or eager single calls if capture fails."""
@@ -183,11 +183,7 @@ def main():
             row(name, "32 x 2 x (index_select + index_copy_)", [commit] * GRAPH_CALLS)
             del kv
     torch.cuda.empty_cache()
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit_table(lines, args.out)
     return 0
 
 

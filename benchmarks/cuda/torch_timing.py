@@ -44,3 +44,12 @@ def time_graph(fns, reps):
     t = time_call(g.replay, reps)
     del g
     return t / len(fns)
+
+
+def emit_table(lines, path=None):
+    """Prints the table (a list of markdown lines) and writes it to `path` when given."""
+    text = "\n".join(lines)
+    print("\n" + text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
