@@ -100,7 +100,7 @@ TEST_CASE("cuda_greedy_verifier: a step over device logits equals host greedy ve
       on_host(t_host);
   specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
                              specdec::cuda_greedy_verifier>
-      on_dev(t_dev);
+      on_dev(t_dev, {}, {}, specdec::cuda_greedy_verifier{nullptr});  // the target uploads synchronously
   const auto want = run_all(on_host, 12);
   const auto got = run_all(on_dev, 12);
   CHECK(got == want);
@@ -119,7 +119,7 @@ TEST_CASE("cuda_greedy_verifier reports a bad tree value found on the device", "
   const specdec::sampling_params greedy{.temperature = 0.0f};
   const specdec::sampling_params* sp[] = {&greedy};
   const std::uint64_t zero[] = {0};
-  specdec::cuda_greedy_verifier v;
+  specdec::cuda_greedy_verifier v{nullptr};
   specdec::verify_batch_result out;
   const specdec::batch_verify_input in{indptr, tokens, parents,
                                        specdec::make_view<2>(static_cast<const float*>(rows.data()), {3, V},
@@ -128,20 +128,34 @@ TEST_CASE("cuda_greedy_verifier reports a bad tree value found on the device", "
   REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("verify_batch") && Catch::Contains("token of node 1"));
 }
 
-TEST_CASE("cuda_greedy_verifier refuses penalties before any CUDA call", "[cuda][decoder][nogpu]") {
+TEST_CASE("cuda_greedy_verifier refuses penalties and a temperature before any CUDA call", "[cuda][decoder][nogpu]") {
   const std::vector<std::int32_t> indptr{0, 1}, tokens{1}, parents{-1};
   const specdec::sampling_params plain{.temperature = 0.0f}, rep{.temperature = 0.0f, .repetition_penalty = 1.1f},
-      ctx{.temperature = 0.0f, .contextual_penalty = 1.2f};
+      ctx{.temperature = 0.0f, .contextual_penalty = 1.2f}, hot{.temperature = 0.7f},
+      no_window{.temperature = 0.0f, .contextual_penalty = 1.2f, .penalty_window = 0};
   const std::uint64_t zero[] = {0, 0};
-  for (const auto* bad : {&rep, &ctx}) {
-    const specdec::sampling_params* sp[] = {&plain, bad};
+  {  // a contextual penalty over an empty window applies nothing: accepted (no CUDA call is reached
+     // here because the second entry is refused)
+    const specdec::sampling_params* sp[] = {&no_window, &rep};
     const std::vector<std::int32_t> two{0, 1, 2}, toks{1, 2}, pars{-1, -1};
-    specdec::cuda_greedy_verifier v;
+    specdec::cuda_greedy_verifier v{nullptr};
     specdec::verify_batch_result out;
     const specdec::batch_verify_input in{two, toks, pars,
                                          specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8},
                                                                memory_space::device),
                                          sp, zero, zero};
-    REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("request 1") && Catch::Contains("penalty"));
+    REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
+  }
+  for (const auto* bad : {&rep, &ctx, &hot}) {
+    const specdec::sampling_params* sp[] = {&plain, bad};
+    const std::vector<std::int32_t> two{0, 1, 2}, toks{1, 2}, pars{-1, -1};
+    specdec::cuda_greedy_verifier v{nullptr};
+    specdec::verify_batch_result out;
+    const specdec::batch_verify_input in{two, toks, pars,
+                                         specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8},
+                                                               memory_space::device),
+                                         sp, zero, zero};
+    REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("request 1") &&
+                                                     (Catch::Contains("penalty") || Catch::Contains("temperature")));
   }
 }

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <tuple>
 #include <random>
 
 #include "../../examples/common/llama.hpp"
@@ -69,6 +70,8 @@ static_assert(target_has_commit_batch<batched_commit<float>> && !target_has_comm
 // array form (verify_greedy_batch on the host, the same walk the CUDA backend runs), checking what
 // speculative_batch hands it.
 struct array_greedy_verifier : greedy_verifier {
+  // where to record (seed, stream, top_k) of every entry of every verify_batch, in call and batch order
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, int>>* seen = nullptr;
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     const auto B = static_cast<std::int64_t>(in.node_indptr.size()) - 1, N = static_cast<std::int64_t>(in.tokens.size());
     REQUIRE(B >= 1);
@@ -79,7 +82,12 @@ struct array_greedy_verifier : greedy_verifier {
     REQUIRE(static_cast<std::int64_t>(in.streams.size()) == B);
     REQUIRE(in.logits.space() == memory_space::device);
     REQUIRE(in.logits.extent(0) == N + B);
-    for (const auto* p : in.sampling) REQUIRE(p->temperature == 0.0f);  // each request's own parameters
+    for (std::int64_t b = 0; b < B; ++b) {
+      REQUIRE(in.sampling[static_cast<std::size_t>(b)]->temperature == 0.0f);
+      if (seen != nullptr)
+        seen->emplace_back(in.seeds[static_cast<std::size_t>(b)], in.streams[static_cast<std::size_t>(b)],
+                           in.sampling[static_cast<std::size_t>(b)]->top_k);
+    }
     const strided_view<const float, 2> rows(in.logits.data(), {in.logits.extent(0), in.logits.extent(1)},
                                            {in.logits.stride(0), 1});
     std::vector<std::int32_t> acc(static_cast<std::size_t>(N)), num(static_cast<std::size_t>(B)),
@@ -103,12 +111,13 @@ static_assert(verifier_has_verify_batch<array_greedy_verifier> && !verifier_has_
 // A batch verifier that returns a wrong result (one entry short, or an accepted node that is not a
 // child of the previous one) to show speculative_batch checks verify_batch's output before commits.
 struct bad_batch_verifier : greedy_verifier {
-  bool short_result = true;
+  enum class fault { short_result, bad_node, bad_offsets } kind = fault::short_result;
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     out = {};
     const auto B = in.node_indptr.size() - 1;
-    for (std::size_t b = 0; b < (short_result ? B - 1 : B); ++b)
-      out.push_back(verify_result{short_result ? std::vector<std::int32_t>{} : std::vector<std::int32_t>{5000}, 0});
+    for (std::size_t b = 0; b < (kind == fault::short_result ? B - 1 : B); ++b)
+      out.push_back(verify_result{kind == fault::bad_node ? std::vector<std::int32_t>{5000} : std::vector<std::int32_t>{}, 0});
+    if (kind == fault::bad_offsets) out.accepted_indptr[1] = 1000000;  // past accepted: never read
   }
 };
 
@@ -313,6 +322,37 @@ TEST_CASE("device logits go to the verifier's verify_batch: the same outputs as 
   CHECK(t_dev.calls == t_host.calls);
 }
 
+TEST_CASE("verify_batch gets each request's own seed, Philox stream and sampling, in batch order; commit_batch "
+          "targets too",
+          "[decoder][batch]") {
+  // Distinct seeds (1000 + i) and top_k (i + 1) per request: every entry verify_batch sees must be
+  // request i's, at stream_id(id, s) for its steps s = 0, 1, ... in order.
+  auto arrivals = random_arrivals(31, 10);
+  std::map<std::uint64_t, std::uint32_t> id_of_seed;
+  for (std::size_t i = 0; i < arrivals.size(); ++i) {
+    arrivals[i].opt.seed = 1000 + i;
+    arrivals[i].opt.sampling.top_k = static_cast<int>(i) + 1;
+    id_of_seed[1000 + i] = arrivals[i].id;
+  }
+  llama_model<double> m_host(cfg, weights(), 3, 1024), m_dev(cfg, weights(), 3, 1024);
+  batched_only<float> t_host{&m_host, memory_space::host, 0, 0, {}, {}};
+  batched_commit<float> t_dev{{&m_dev, memory_space::device, 0, 0, {}, {}}, 0};
+  speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, greedy_verifier> on_host(t_host);
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, int>> seen;
+  speculative_batch<batched_commit<float>, ngram_drafter, trie_tree_builder, array_greedy_verifier> on_dev(
+      t_dev, {}, {}, array_greedy_verifier{{}, &seen});
+  CHECK(drive(on_dev, arrivals) == drive(on_host, arrivals));
+  CHECK(t_dev.commit_calls == t_dev.calls);  // one commit_batch per step
+  REQUIRE(seen.size() > 20);
+  std::map<std::uint32_t, std::uint64_t> steps;  // per id, the next step expected
+  for (const auto& [seed, stream, top_k] : seen) {
+    REQUIRE(id_of_seed.count(seed) == 1);
+    const std::uint32_t id = id_of_seed[seed];
+    CHECK(top_k == static_cast<int>(seed - 1000) + 1);
+    CHECK(stream == stream_id(id, steps[id]++));
+  }
+}
+
 TEST_CASE("device logits: non-float rows and a bad verify_batch result are refused before any commit", "[decoder][batch]") {
   using Catch::Contains;
   const std::vector<std::int32_t> p{1, 2, 3};
@@ -324,15 +364,18 @@ TEST_CASE("device logits: non-float rows and a bad verify_batch result are refus
     REQUIRE_THROWS_WITH(batch.step(), Contains("target logits") && Contains("float elements"));
     CHECK(batch.tokens(1).size() == 3);
   }
-  for (const bool short_result : {true, false}) {
+  using fault = bad_batch_verifier::fault;
+  for (const fault kind : {fault::short_result, fault::bad_node, fault::bad_offsets}) {
     llama_model<double> model(cfg, weights(), 2, 1024);
     batched_only<float> dev{&model, memory_space::device, 0, 0, {}, {}};
     speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, bad_batch_verifier> batch(
-        dev, {}, {}, bad_batch_verifier{{}, short_result});
+        dev, {}, {}, bad_batch_verifier{{}, kind});
     batch.add_request(1, p, {.max_new_tokens = 8, .draft_depth = 2});
     batch.add_request(2, p, {.max_new_tokens = 8, .draft_depth = 2});
-    if (short_result)
+    if (kind == fault::short_result)
       REQUIRE_THROWS_WITH(batch.step(), Contains("verify_batch") && Contains("one entry per request"));
+    else if (kind == fault::bad_offsets)
+      REQUIRE_THROWS_WITH(batch.step(), Contains("verify_batch") && Contains("accepted_indptr"));
     else
       REQUIRE_THROWS(batch.step());
     CHECK(batch.tokens(1).size() == 3);  // nothing committed or emitted

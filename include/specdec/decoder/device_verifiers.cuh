@@ -38,7 +38,7 @@ namespace specdec {
 
 namespace detail {
 
-//! Grow-only device int32 arrays of a device verifier (freed with the last copy of the verifier).
+//! Grow-only device int32 arrays of a device verifier (allocated on first use, freed with it).
 class device_int32_arrays {
  public:
   explicit device_int32_arrays(std::size_t count) : ptr_(count, nullptr), cap_(count, 0) {}
@@ -74,22 +74,31 @@ inline void require_argmax_preserving(std::span<const sampling_params* const> sa
     require(p.repetition_penalty == 1.0f, fn, field + "repetition_penalty",
             "1 (device verification applies no logits processing yet; penalties move the argmax)",
             p.repetition_penalty);
-    require(p.contextual_penalty == 1.0f, fn, field + "contextual_penalty",
-            "1 (device verification applies no logits processing yet; penalties move the argmax)",
+    require(p.contextual_penalty == 1.0f || p.penalty_window == 0, fn, field + "contextual_penalty",
+            "1 or a penalty_window of 0 (device verification applies no logits processing yet; penalties move "
+            "the argmax)",
             p.contextual_penalty);
+    require(p.temperature == 0.0f, fn, field + "temperature", "0 (greedy verification)", p.temperature);
   }
 }
 
 }  // namespace detail
 
-//! greedy_verifier with verify_batch on a CUDA device (see the file comment). Copies share the device
-//! buffers (speculative_batch copies its verifier per request for the host path; verify_batch runs on
-//! its own copy, from the thread that calls step()). `stream` is the stream the target's forward ran
-//! on (or one ordered after it): the launches and copies are enqueued there.
+//! greedy_verifier with verify_batch on a CUDA device (see the file comment). `stream` must be the
+//! stream the target's forward_batch enqueued its logits on (or one ordered after it): the uploads,
+//! launches and copies go there, and nothing else orders them after the forward (the legacy default
+//! stream, nullptr, does not wait for non-blocking streams such as PyTorch's). A copy gets its own
+//! device buffers, allocated on its first verify_batch, so copies may verify on different threads.
 class cuda_greedy_verifier : public greedy_verifier {
  public:
-  cuda_greedy_verifier() = default;
   explicit cuda_greedy_verifier(cudaStream_t stream) : stream_(stream) {}
+  cuda_greedy_verifier(const cuda_greedy_verifier& o) : greedy_verifier(o), stream_(o.stream_) {}
+  cuda_greedy_verifier& operator=(const cuda_greedy_verifier& o) {
+    if (this != &o) stream_ = o.stream_, buf_ = std::make_unique<detail::device_int32_arrays>(8), host_.clear();
+    return *this;
+  }
+  cuda_greedy_verifier(cuda_greedy_verifier&&) noexcept = default;
+  cuda_greedy_verifier& operator=(cuda_greedy_verifier&&) noexcept = default;
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_greedy_verifier::verify_batch";
@@ -130,7 +139,7 @@ class cuda_greedy_verifier : public greedy_verifier {
 
  private:
   cudaStream_t stream_ = nullptr;
-  std::shared_ptr<detail::device_int32_arrays> buf_ = std::make_shared<detail::device_int32_arrays>(8);
+  std::unique_ptr<detail::device_int32_arrays> buf_ = std::make_unique<detail::device_int32_arrays>(8);
   std::vector<std::int32_t> host_;
 };
 static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batch<cuda_greedy_verifier>);

@@ -29,7 +29,10 @@
 //! (float, unit inner stride) go to the verifier's verify_batch when it has one
 //! (verifier_has_verify_batch: cuda_greedy_verifier in decoder/device_verifiers.cuh), which decides
 //! the whole step where the rows are, so only accepted nodes and bonus tokens come back; with any
-//! other verifier they are rejected with invalid_argument before anything is committed.
+//! other verifier they are rejected with invalid_argument before anything is committed. The host
+//! path checks every row of a step for NaN / +inf (processing reads them all); verify_batch checks
+//! the rows its walk reads, as verify_greedy does, so a bad row after a rejected node fails on the
+//! host and not on the device.
 //!
 //! Randomness is keyed by request id and step, never by slot: step s of request `id` verifies with
 //! philox_stream(seed, stream_id(id, s)) and drafts with philox_stream(seed ^ draft_seed_mix,
@@ -590,9 +593,15 @@ class speculative_batch {
       batch_result_ = {};
       verifier_.verify_batch(in, batch_result_);
       constexpr std::string_view fn = "specdec::speculative_batch::step";
-      require(batch_result_.num_requests() == static_cast<int>(running_.size()) &&
-                  batch_result_.accepted_indptr.size() == running_.size() + 1,
+      const auto& ip = batch_result_.accepted_indptr;
+      require(batch_result_.num_requests() == static_cast<int>(running_.size()) && ip.size() == running_.size() + 1,
               fn, "verify_batch's result", "one entry per request of the step", batch_result_.num_requests());
+      bool offsets = ip.front() == 0 && static_cast<std::size_t>(ip.back()) == batch_result_.accepted.size();
+      for (std::size_t b = 0; offsets && b < running_.size(); ++b) offsets = ip[b] <= ip[b + 1];
+      require(offsets, fn, "verify_batch's result",
+              "accepted_indptr from 0, non-decreasing, ending at accepted.size() = " +
+                  std::to_string(batch_result_.accepted.size()),
+              ip.back());
       const double t = seconds(tv);
       for (std::size_t b = 0; b < running_.size(); ++b) {
         auto& s = req_[static_cast<std::size_t>(running_[b])];
