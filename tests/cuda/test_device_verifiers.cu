@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
@@ -129,33 +130,30 @@ TEST_CASE("cuda_greedy_verifier reports a bad tree value found on the device", "
 }
 
 TEST_CASE("cuda_greedy_verifier refuses penalties and a temperature before any CUDA call", "[cuda][decoder][nogpu]") {
-  const std::vector<std::int32_t> indptr{0, 1}, tokens{1}, parents{-1};
   const specdec::sampling_params plain{.temperature = 0.0f}, rep{.temperature = 0.0f, .repetition_penalty = 1.1f},
       ctx{.temperature = 0.0f, .contextual_penalty = 1.2f}, hot{.temperature = 0.7f},
       no_window{.temperature = 0.0f, .contextual_penalty = 1.2f, .penalty_window = 0};
-  const std::uint64_t zero[] = {0, 0};
-  {  // a contextual penalty over an empty window applies nothing: accepted (no CUDA call is reached
-     // here because the second entry is refused)
-    const specdec::sampling_params* sp[] = {&no_window, &rep};
-    const std::vector<std::int32_t> two{0, 1, 2}, toks{1, 2}, pars{-1, -1};
+  // A two-request step (one node each) whose entries carry `first` and `second`; its logits pointer
+  // is null: every case here must be refused before anything reads it.
+  const auto refuse = [](const specdec::sampling_params& first, const specdec::sampling_params& second) {
+    const specdec::sampling_params* sp[] = {&first, &second};
+    const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
+    const std::uint64_t zero[] = {0, 0};
     specdec::cuda_greedy_verifier v{nullptr};
     specdec::verify_batch_result out;
-    const specdec::batch_verify_input in{two, toks, pars,
-                                         specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8},
-                                                               memory_space::device),
-                                         sp, zero, zero};
-    REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
-  }
-  for (const auto* bad : {&rep, &ctx, &hot}) {
-    const specdec::sampling_params* sp[] = {&plain, bad};
-    const std::vector<std::int32_t> two{0, 1, 2}, toks{1, 2}, pars{-1, -1};
-    specdec::cuda_greedy_verifier v{nullptr};
-    specdec::verify_batch_result out;
-    const specdec::batch_verify_input in{two, toks, pars,
-                                         specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8},
-                                                               memory_space::device),
-                                         sp, zero, zero};
-    REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("request 1") &&
-                                                     (Catch::Contains("penalty") || Catch::Contains("temperature")));
-  }
+    const specdec::batch_verify_input in{
+        indptr, tokens, parents,
+        specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8}, memory_space::device), sp, zero, zero};
+    try {
+      v.verify_batch(in, out);
+    } catch (const specdec::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("not refused");
+  };
+  // a contextual penalty over an empty window applies nothing: the first entry passes, the second is refused
+  CHECK_THAT(refuse(no_window, rep), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
+  CHECK_THAT(refuse(plain, rep), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
+  CHECK_THAT(refuse(plain, ctx), Catch::Contains("request 1") && Catch::Contains("contextual_penalty"));
+  CHECK_THAT(refuse(plain, hot), Catch::Contains("request 1") && Catch::Contains("temperature"));
 }
