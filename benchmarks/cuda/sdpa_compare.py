@@ -17,7 +17,6 @@ slightly; the masked SDPA kernels do not skip masked pairs, so their time does n
 
 Usage: python3 sdpa_compare.py [--ours bench.json] [--reps N] [--out table.md]
 """
-import argparse
 import json
 import math
 import sys
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from torch_timing import GRAPH_CALLS, emit_table, time_call, time_graph
+from torch_timing import GRAPH_CALLS, emit_table, parse_args, time_call, time_graph
 
 HQ, HKV, D = 32, 8, 128
 CACHES = (4096, 32768, 131072)
@@ -74,11 +73,7 @@ def measure_roofs(reps):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ours", help="bench_cuda_attention --benchmark_out JSON of the same run")
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--out", help="also write the table (markdown) here")
-    args = ap.parse_args()
+    args = parse_args("bench_cuda_attention --benchmark_out JSON of the same run", 30)
 
     torch.manual_seed(0)
     rng = np.random.default_rng(42)

@@ -24,13 +24,12 @@ Given bench_cuda_step's JSON of the same run (--ours), each row gets specdec's t
 
 Usage: python3 step_torch_compare.py [--ours bench_cuda_step.json] [--reps N] [--out table.md]
 """
-import argparse
 import json
 import sys
 
 import torch
 
-from torch_timing import GRAPH_CALLS, emit_table, time_call, time_graph
+from torch_timing import GRAPH_CALLS, emit_table, parse_args, time_call, time_graph
 
 def time_graph_or_eager(fns, reps):
     """(seconds per call, how): a graph replay of `fns`, or eager single calls if capture fails."""
@@ -77,11 +76,7 @@ def load_ours(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ours", help="bench_cuda_step --benchmark_out JSON of the same run")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--out", help="also write the table (markdown) here")
-    args = ap.parse_args()
+    args = parse_args("bench_cuda_step --benchmark_out JSON of the same run", 20)
     ours = load_ours(args.ours)
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size

@@ -53,3 +53,14 @@ def emit_table(lines, path=None):
     if path:
         with open(path, "w") as f:
             f.write(text + "\n")
+
+
+def parse_args(ours_help, reps):
+    """The options both comparison scripts take: --ours (the C++ benchmark's JSON of the same run),
+    --reps (timed replays per cell) and --out (also write the table there)."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", help=ours_help)
+    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument("--out", help="also write the table (markdown) here")
+    return ap.parse_args()
