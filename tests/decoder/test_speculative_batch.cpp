@@ -364,6 +364,19 @@ TEST_CASE("device logits: non-float rows and a bad verify_batch result are refus
     REQUIRE_THROWS_WITH(batch.step(), Contains("target logits") && Contains("float elements"));
     CHECK(batch.tokens(1).size() == 3);
   }
+  {  // device rows at a null pointer
+    struct null_rows : batched_only<float> {
+      strided_view<float, 2> forward_batch(const target_batch& b) {
+        return make_view<2>(static_cast<float*>(nullptr), {b.total_rows(), vocab_size()}, memory_space::device);
+      }
+    };
+    llama_model<double> model(cfg, weights(), 1, 1024);
+    null_rows dev{{&model, memory_space::device, 0, 0, {}, {}}};
+    speculative_batch<null_rows, ngram_drafter, trie_tree_builder, array_greedy_verifier> batch(dev);
+    batch.add_request(1, p, {.max_new_tokens = 8, .draft_depth = 2});
+    REQUIRE_THROWS_WITH(batch.step(), Contains("target logits") && Contains("non-null"));
+    CHECK(batch.tokens(1).size() == 3);
+  }
   using fault = bad_batch_verifier::fault;
   for (const fault kind : {fault::short_result, fault::bad_node, fault::bad_offsets}) {
     llama_model<double> model(cfg, weights(), 2, 1024);

@@ -19,7 +19,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
@@ -32,30 +31,6 @@ namespace detail {
 
 inline constexpr int topk_batch_threads = 512;
 inline constexpr int topk_batch_items = topk_batch_max_k_device / topk_batch_threads;  // keys per thread in the sort
-
-//! f(key) or f(key, i) for every entry i of row[0, n) this thread takes (i = t, t + threads, ...),
-//! topk_row_batch loads in flight at a time (one at a time, a block read a 128K row at about 14 GB/s
-//! on the H100 in session 31). The order of f's calls within the thread is i ascending, as before.
-inline constexpr int topk_row_batch = 8;
-template <class F>
-__device__ inline void topk_row_keys(const float* row, std::int64_t n, int t, const F& f) {
-  const auto call = [&](std::uint32_t key, std::int64_t i) {
-    if constexpr (std::is_invocable_v<const F&, std::uint32_t, std::int64_t>)
-      f(key, i);
-    else
-      f(key);
-  };
-  constexpr std::int64_t step = topk_batch_threads;
-  std::int64_t i = t;
-  for (; i + (topk_row_batch - 1) * step < n; i += topk_row_batch * step) {
-    float v[topk_row_batch];
-#pragma unroll
-    for (int u = 0; u < topk_row_batch; ++u) v[u] = __ldg(row + i + u * step);
-#pragma unroll
-    for (int u = 0; u < topk_row_batch; ++u) call(topk_key(v[u]), i + u * step);
-  }
-  for (; i < n; i += step) call(topk_key(__ldg(row + i)), i);
-}
 
 __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const topk_batch_args a) {
   using scan_t = cub::BlockScan<std::int32_t, topk_batch_threads>;
@@ -78,10 +53,10 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
       for (int d = t; d < 256; d += topk_batch_threads) hist[d] = 0;
       __syncthreads();  // hist cleared, prefix_s and need_s written
       const std::uint32_t prefix = prefix_s;
-      const auto count = [&](std::uint32_t key) {
+      for_each_strided(row, a.n, t, topk_batch_threads, [&](float v, std::int64_t) {
+        const std::uint32_t key = topk_key(v);
         if (pass == 0 || (key >> (shift + 8)) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
-      };
-      topk_row_keys(row, a.n, t, count);
+      });
       __syncthreads();
       if (t == 0) {
         std::int32_t need = need_s;
@@ -105,7 +80,8 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
     if (all_ties) {
       // Every entry equal to kth is among the k best (the usual case for distinct values): no rank
       // among the ties is needed, so every key >= kth is appended in any order (the sort orders them).
-      topk_row_keys(row, a.n, t, [&](std::uint32_t key, std::int64_t i) {
+      for_each_strided(row, a.n, t, topk_batch_threads, [&](float v, std::int64_t i) {
+        const std::uint32_t key = topk_key(v);
         if (key >= kth) chosen[atomicAdd(&above_s, 1)] = word_of(key, i);
       });
     } else {

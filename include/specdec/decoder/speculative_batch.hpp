@@ -305,7 +305,7 @@ class speculative_batch {
       // 3. processing and verification: device logits by the verifier's verify_batch at once, host
       //    logits one request per pool task
       t0 = clock::now();
-      if (rows.on_device) {
+      if (rows.on_device()) {
         verify_on_device(rows.device, V);
       } else {
         const auto count = static_cast<std::int64_t>(running_.size());
@@ -530,8 +530,8 @@ class speculative_batch {
   struct float_rows {
     float* data = nullptr;
     std::int64_t row_stride = 0;
-    bool on_device = false;
     strided_view<const float, 2> device{};
+    [[nodiscard]] bool on_device() const noexcept { return device.data() != nullptr; }
   };
 
   // Runs the target once and returns processable rows, checking the view's shape and memory space.
@@ -555,8 +555,9 @@ class speculative_batch {
         else {
           require(view.stride(1) == 1 && view.stride(0) >= V, fn, "target logits",
                   "rows of unit inner stride, at least vocab_size() apart", view.stride(0));
-          return {nullptr, 0, true, strided_view<const float, 2>(view.data(), {tb.total_rows(), std::int64_t{V}},
-                                                                 {view.stride(0), 1}, view.space())};
+          require(view.data() != nullptr, fn, "target logits", "a non-null data pointer", "nullptr");
+          return {nullptr, 0, strided_view<const float, 2>(view.data(), {tb.total_rows(), std::int64_t{V}},
+                                                           {view.stride(0), 1}, view.space())};
         }
       }
     }

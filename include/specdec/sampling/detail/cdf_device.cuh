@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "specdec/core/device_types.cuh"
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/detail/cdf_search.hpp"
 
@@ -218,18 +219,8 @@ __device__ inline cdf_entry prob_entry(float v) {
 //! Whether some entry of row[0, vocab) is not an admissible probability, to every thread of the block
 //! (a row the stochastic verifiers decide on is checked in full first). Contains __syncthreads_or.
 __device__ inline bool block_row_inadmissible(const float* row, std::int64_t vocab) {
-  constexpr int batch = 8;  // loads in flight per thread
   bool bad = false;
-  const std::int64_t step = blockDim.x;
-  std::int64_t i = threadIdx.x;
-  for (; i + (batch - 1) * step < vocab; i += batch * step) {
-    float v[batch];
-#pragma unroll
-    for (int u = 0; u < batch; ++u) v[u] = __ldg(row + i + u * step);
-#pragma unroll
-    for (int u = 0; u < batch; ++u) bad |= prob_entry(v[u]).bad;
-  }
-  for (; i < vocab; i += step) bad |= prob_entry(__ldg(row + i)).bad;
+  for_each_strided(row, vocab, threadIdx.x, blockDim.x, [&](float v, std::int64_t) { bad |= prob_entry(v).bad; });
   return __syncthreads_or(bad) != 0;
 }
 
