@@ -1,13 +1,15 @@
 // specdec_demo: long-context speculative decoding end to end on the reference model.
-//   specdec_demo [--prompt N] [--new N] [--depth D] [--fixed-depth] [--cartesian] [--paged] [--quiet]
+//   specdec_demo [--prompt N] [--new N] [--drafter longspec|tokenswift|ngram] [--depth D] [--fixed-depth] [--cartesian]
+//                [--paged] [--quiet]
 //                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--prompt-offset N] [--show N]
 //                [--random [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv] [--ffn F]
 //                          [--window W] [--seed S]]
 // Default: the trained byte-level pair of examples/weights (target.safetensors, longspec_draft.safetensors;
 // --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
 // on N (default 1024) bytes of a header file held out of training, from byte --prompt-offset (8192); --random: the seeded
-// random model with a draft derived from it. Runs the target autoregressively and speculatively (LongSpec
-// draft, greedy verification; each step's depth in [0, D] chosen from the verification cost measured on
+// random model with a draft derived from it. Runs the target autoregressively and speculatively (--drafter:
+// the LongSpec draft, the default; TokenSwift self-drafting with the trained residual heads; prompt lookup;
+// greedy verification; each step's depth in [0, D] chosen from the verification cost measured on
 // this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
 // stdout.
@@ -46,7 +48,14 @@ int main(int argc, char** argv) {
     else if (a == "--fixed-depth") o.adaptive = false;
     else if (a == "--paged") o.paged = true;
     else if (a == "--quiet") o.progress = false;
-    else if (a == "--weights-dir" || a == "--draft-weights" || a == "--prompt-file") {
+    else if (a == "--drafter") {
+      if (i + 1 >= argc) return std::cerr << "specdec_demo: --drafter needs a name\n", 2;
+      try {
+        o.drafter = specdec::examples::demo_drafter_from_name(argv[++i]);
+      } catch (const std::exception& e) {
+        return std::cerr << "specdec_demo: " << e.what() << "\n", 2;
+      }
+    } else if (a == "--weights-dir" || a == "--draft-weights" || a == "--prompt-file") {
       if (i + 1 >= argc) return std::cerr << "specdec_demo: " << a << " needs a path\n", 2;
       (a == "--weights-dir" ? o.weights_dir : a == "--draft-weights" ? o.draft_file : o.prompt_file) = argv[++i];
     } else {

@@ -2,8 +2,9 @@
 //! \file demo.hpp
 //! The end-to-end demo behind examples/specdec_demo.cpp (kept in a header so tests run it at tiny
 //! sizes): long-context generation with the reference LLaMA (float), once autoregressively and once
-//! with speculative_decoder<llama, longspec_drafter, chain/Cartesian tree, greedy verifier>, then a
-//! token-for-token comparison and a report.
+//! with speculative_decoder<llama, drafter, tree builder, greedy verifier>, then a token-for-token
+//! comparison and a report. The drafter (demo_drafter) is LongSpec's draft model (chain or Cartesian
+//! tree), TokenSwift self-drafting, or prompt lookup.
 //!
 //! By default the models are the trained byte-level pair of examples/weights (examples/training/
 //! train.py: a LLaMA-style target and a LongSpec draft trained on this machine's C/C++ headers) and the
@@ -22,6 +23,9 @@
 
 #include "longspec_draft.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/decoder/tree_builders.hpp"
+#include "specdec/draft/ngram_drafter.hpp"
+#include "tokenswift_draft.hpp"
 
 namespace specdec::examples {
 
@@ -76,6 +80,23 @@ namespace specdec::examples {
   return s;
 }
 
+//! Which drafter proposes the tokens the target verifies.
+enum class demo_drafter {
+  longspec,    //!< LongSpec's one-layer draft: sliding-window self-attention + cross-attention into the target's KV
+  tokenswift,  //!< TokenSwift self-drafting: the target itself over a 256-token partial view of its KV, 3 residual
+               //!< heads and 4-gram reuse, TokenSwift's Cartesian + n-gram tree
+  ngram,       //!< prompt lookup: the continuations of the context's latest 1-4-gram matches (no model)
+};
+
+//! demo_drafter by name ("longspec", "tokenswift", "ngram"); throws naming the accepted names otherwise.
+[[nodiscard]] inline demo_drafter demo_drafter_from_name(std::string_view name) {
+  if (name == "longspec") return demo_drafter::longspec;
+  if (name == "tokenswift") return demo_drafter::tokenswift;
+  if (name == "ngram") return demo_drafter::ngram;
+  throw_invalid_argument("specdec::examples::demo_drafter_from_name", "name", "longspec, tokenswift or ngram",
+                         std::string(name));
+}
+
 struct demo_options {
   //! The random model's geometry (random_model only; the trained pair's comes from its file).
   llama_config model{.vocab_size = 1024, .hidden = 256, .layers = 6, .heads = 4, .kv_heads = 1, .head_dim = 64,
@@ -98,7 +119,8 @@ struct demo_options {
   //! decoding when speculation does not pay. false: always draft_depth.
   bool adaptive = true;
   int window = 512;           //!< LongSpec draft sliding window (random model; the trained draft's is in its file)
-  bool cartesian = false;     //!< Cartesian [1, 2, 2, 1] tree instead of a chain
+  demo_drafter drafter = demo_drafter::longspec;
+  bool cartesian = false;     //!< LongSpec / n-gram: Cartesian [1, 2, 2, 1] tree instead of a chain
   bool paged = false;         //!< target KV in a paged_kv pool (16-token pages) instead of contiguous
   std::uint64_t seed = 1;
   bool progress = true;
@@ -127,33 +149,56 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   llama_config c = o.model;
   llama_weights<float> w;
   longspec_draft_config dc;
-  longspec_draft_weights<float> dw;
+  longspec_draft_weights<float> dw;   // drafter longspec
+  residual_head_weights<float> heads;  // drafter tokenswift
   std::vector<std::int32_t> prompt;
+  auto random_tokens = [&](std::uint64_t stream, int n) {
+    philox_stream rng(o.seed, stream);
+    std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+    for (auto& x : t) x = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(c.vocab_size)));
+    return t;
+  };
   if (o.random_model) {
     w = random_llama_weights<float>(c, o.seed);
     dc.window = o.window;
-    dw = derive_longspec_draft(w, dc);
-    philox_stream rng(o.seed, 0xde70);
-    prompt.resize(static_cast<std::size_t>(o.prompt_tokens));
-    for (auto& t : prompt) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(c.vocab_size)));
+    if (o.drafter == demo_drafter::longspec) dw = derive_longspec_draft(w, dc);
+    // TokenSwift's heads for an untrained model: fitted by ridge regression on its own greedy text after
+    // another random prompt (examples/common/tokenswift_draft.hpp, as examples/tokenswift_decoder --random)
+    if (o.drafter == demo_drafter::tokenswift)
+      heads = fit_residual_heads(greedy_hidden_states(c, w, random_tokens(0xde71, 64), 400), /*gamma=*/3);
+    prompt = random_tokens(0xde70, o.prompt_tokens);
     rep.model = "seeded random LLaMA-style model (NOT trained; seed " + std::to_string(o.seed) + ")";
   } else {
     const auto tf = safetensors_file::load(o.weights_dir + "/target.safetensors");
     c = llama_config_from_metadata(tf);
     w = load_llama_weights<float>(tf, c);
-    dw = load_longspec_draft<float>(safetensors_file::load(o.weights_dir + "/" + o.draft_file), c, dc);
+    if (o.drafter == demo_drafter::longspec)
+      dw = load_longspec_draft<float>(safetensors_file::load(o.weights_dir + "/" + o.draft_file), c, dc);
+    if (o.drafter == demo_drafter::tokenswift) heads = load_residual_heads<float>(tf, c.hidden);
     const std::string file = o.prompt_file.empty() ? default_prompt_file() : o.prompt_file;
     prompt = read_byte_tokens(file, o.prompt_tokens, o.prompt_tokens, o.prompt_offset);
-    rep.model = "trained byte-level pair from " + o.weights_dir + " (target.safetensors, " + o.draft_file + "); prompt: " +
+    rep.model = "trained byte-level pair from " + o.weights_dir + " (target.safetensors" +
+                (o.drafter == demo_drafter::longspec ? ", " + o.draft_file : std::string()) + "); prompt: " +
                 std::to_string(prompt.size()) + " bytes of " + file + " from byte " + std::to_string(o.prompt_offset) +
                 " (held out of training)";
   }
   rep.model += ": vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden) + ", layers " +
                std::to_string(c.layers) + ", heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
-               " (q/kv), head_dim " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.ffn_hidden) + "; draft: " +
-               std::to_string(dc.layers) + "-layer LongSpec (window " + std::to_string(dc.window) + ") " +
-               (o.random_model ? "derived from the target" : "trained") + "; target KV " +
-               (o.paged ? "paged (16-token pages)" : "contiguous");
+               " (q/kv), head_dim " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.ffn_hidden) + "; draft: ";
+  switch (o.drafter) {
+    case demo_drafter::longspec:
+      rep.model += std::to_string(dc.layers) + "-layer LongSpec (window " + std::to_string(dc.window) + ") " +
+                   (o.random_model ? "derived from the target" : "trained") + (o.cartesian ? ", Cartesian tree" : ", chain");
+      break;
+    case demo_drafter::tokenswift:
+      rep.model += "TokenSwift self-drafting (partial KV 256 tokens with 16 sinks, " + std::to_string(heads.gamma) +
+                   " residual heads " + (o.random_model ? "fitted" : "trained") + ", 4-grams; tree [1, 3, 3, 3], 64 nodes)";
+      break;
+    case demo_drafter::ngram:
+      rep.model += std::string("prompt lookup (1-4-grams, no model)") + (o.cartesian ? ", Cartesian tree" : ", chain");
+      break;
+  }
+  rep.model += std::string("; target KV ") + (o.paged ? "paged (16-token pages)" : "contiguous");
   rep.prompt_tokens = static_cast<int>(prompt.size());
   const int capacity = static_cast<int>(prompt.size()) + o.new_tokens + 64;
   llama_model<float> target(c, std::move(w), 1, capacity,
@@ -178,14 +223,11 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   rep.ar_tokens_per_s = o.new_tokens / secs(t0);
   if (o.progress) log << "\n";
 
-  // 2. Speculative decoding with the LongSpec draft.
-  longspec_draft_model<float> draft(target, dc, std::move(dw));
-  using drafter_t = longspec_drafter<longspec_draft_model<float>>;
-  // The chain and Cartesian decoders differ only in their tree builder's type: one code path for both.
-  auto run = [&](auto builder) {
-    speculative_decoder<llama_model<float>, drafter_t, decltype(builder), greedy_verifier> dec(target, drafter_t(draft),
-                                                                                               std::move(builder));
-    generation_options g{.max_new_tokens = o.new_tokens, .draft_depth = o.draft_depth, .draft_width = 2,
+  // 2. Speculative decoding. One code path for every drafter and tree builder: they differ only in type.
+  auto run = [&](auto drafter, auto builder, int width) {
+    speculative_decoder<llama_model<float>, decltype(drafter), decltype(builder), greedy_verifier> dec(
+        target, std::move(drafter), std::move(builder));
+    generation_options g{.max_new_tokens = o.new_tokens, .draft_depth = o.draft_depth, .draft_width = width,
                          .adaptive_depth = o.adaptive};
     const auto t1 = clock::now();
     int done = 0;
@@ -201,13 +243,33 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     rep.spec_tokens_per_s = static_cast<double>(out.tokens.size()) / rep.stats.total_s();
     return out.tokens;
   };
-  const auto spec = o.cartesian ? run(cartesian_tree_builder({1, 2, 2, 1})) : run(chain_tree_builder{});
+  std::vector<std::int32_t> spec;
+  switch (o.drafter) {
+    case demo_drafter::longspec: {
+      longspec_draft_model<float> draft(target, dc, std::move(dw));
+      using drafter_t = longspec_drafter<longspec_draft_model<float>>;
+      spec = o.cartesian ? run(drafter_t(draft), cartesian_tree_builder({1, 2, 2, 1}), 2)
+                         : run(drafter_t(draft), chain_tree_builder{}, 2);
+      rep.draft_bytes = draft.state_bytes();
+      break;
+    }
+    case demo_drafter::tokenswift: {
+      // compact: the draft attends over a dense copy of each layer's 256-token view (the host's fast path)
+      tokenswift_self_draft<float> draft(target, {.budget = 256, .sink = 16, .compact = true}, heads);
+      spec = run(self_drafter<tokenswift_self_draft<float>>(draft), tokenswift_tree_builder({1, 3, 3, 3}, 64), 3);
+      rep.draft_bytes = draft.draft_bytes();
+      break;
+    }
+    case demo_drafter::ngram:
+      spec = o.cartesian ? run(ngram_drafter{.max_ngram = 4}, cartesian_tree_builder({1, 2, 2, 1}), 2)
+                         : run(ngram_drafter{.max_ngram = 4}, chain_tree_builder{}, 2);
+      break;
+  }
   if (o.progress) log << "\n";
   rep.generated = static_cast<int>(spec.size());
   rep.lossless = spec == ar;
   for (std::size_t i = 0; i < std::min(spec.size(), ar.size()) && rep.first_mismatch < 0; ++i)
     if (spec[i] != ar[i]) rep.first_mismatch = static_cast<int>(i);
-  rep.draft_bytes = draft.state_bytes();
   // the target caches every committed token but the last (the next root); the decoder released the
   // request's slot when it finished, so this is computed, not read back
   rep.target_kv_bytes = (prompt.size() + spec.size() - 1) * target.kv_bytes_per_token();
@@ -243,8 +305,10 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
      << ")\n"
      << "phases (ms):  draft " << 1e3 * s.draft_s << ", tree " << 1e3 * s.build_s << ", target " << 1e3 * s.target_s
      << ", verify " << 1e3 * s.verify_s << ", commit " << 1e3 * s.commit_s << "  over " << s.steps << " steps\n"
-     << "memory:       draft state " << r.draft_bytes << " bytes (constant in the context length), target KV "
-     << r.target_kv_bytes << " bytes\n";
+     << "memory:       "
+     << (o.drafter == demo_drafter::ngram ? std::string("draft: an n-gram index over the context (no model state)")
+                                          : "draft state " + std::to_string(r.draft_bytes) + " bytes (constant in the context length)")
+     << ", target KV " << r.target_kv_bytes << " bytes\n";
 }
 
 }  // namespace specdec::examples

@@ -58,6 +58,36 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   CHECK(longer.stats.calibrate_s == 0.0);
 }
 
+TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup are lossless too", "[examples][demo]") {
+  // The tiny random model's greedy text soon repeats itself, so prompt lookup finds matches in it; the
+  // TokenSwift heads are fitted to that text (demo.hpp).
+  for (const auto d : {demo_drafter::tokenswift, demo_drafter::ngram}) {
+    demo_options o = tiny_options(96);
+    o.drafter = d;
+    o.adaptive = false;  // always draft: every step goes through the drafter and the verifier
+    std::ostringstream log, out;
+    const auto r = run_demo(o, log);
+    INFO(r.model);
+    CHECK(r.lossless);
+    CHECK(r.generated == 64);
+    CHECK(r.stats.tau() >= 1.0);
+    CHECK(r.stats.draft_depth > 0);  // the drafter proposed tokens
+    print_report(o, r, out);
+    CHECK(out.str().find("lossless:     yes") != std::string::npos);
+    if (d == demo_drafter::tokenswift) {
+      CHECK(r.model.find("TokenSwift self-drafting") != std::string::npos);
+      CHECK(r.draft_bytes > 0);
+    } else {
+      CHECK(r.model.find("prompt lookup") != std::string::npos);
+      CHECK(out.str().find("n-gram index") != std::string::npos);
+    }
+  }
+  CHECK(demo_drafter_from_name("tokenswift") == demo_drafter::tokenswift);
+  CHECK(demo_drafter_from_name("ngram") == demo_drafter::ngram);
+  CHECK(demo_drafter_from_name("longspec") == demo_drafter::longspec);
+  CHECK_THROWS_AS(demo_drafter_from_name("medusa"), specdec::invalid_argument);
+}
+
 TEST_CASE("demo live progress: rewritten lines with growing token counts, tok/s and tau", "[examples][demo]") {
   demo_options o = tiny_options(64);
   o.progress_every = 8;  // the default 128 would print nothing at this size
@@ -119,4 +149,11 @@ TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
   CHECK(specdec_demo_main(static_cast<int>(std::size(no_prompt)), const_cast<char**>(no_prompt)) == 2);
   const char* no_path[] = {"specdec_demo", "--draft-weights"};
   CHECK(specdec_demo_main(2, const_cast<char**>(no_path)) == 2);
+  const char* ngram[] = {"specdec_demo", "--random", "--prompt", "40", "--new", "16", "--vocab", "64", "--hidden", "16",
+                         "--layers", "2", "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--drafter", "ngram", "--quiet"};
+  CHECK(specdec_demo_main(static_cast<int>(std::size(ngram)), const_cast<char**>(ngram)) == 0);
+  const char* bad_drafter[] = {"specdec_demo", "--drafter", "medusa"};
+  CHECK(specdec_demo_main(3, const_cast<char**>(bad_drafter)) == 2);
+  const char* no_drafter[] = {"specdec_demo", "--drafter"};
+  CHECK(specdec_demo_main(2, const_cast<char**>(no_drafter)) == 2);
 }
