@@ -32,6 +32,24 @@ import struct
 import sys
 import time
 
+
+
+def openblas_coretype_from_flags():
+    """OpenBLAS picks its kernels from CPUID's family and model, and some hypervisors hide them: on a 2-core
+    AVX-512 Xeon VM it reported "Prescott" (SSE3) and multiplied 2048^2 fp32 matrices at 26 GFLOP/s, against
+    197 with OPENBLAS_CORETYPE=SKYLAKEX. So, unless the user has set it, name the kernel set from the CPU's
+    feature flags (a set the CPU supports is always correct) before torch loads OpenBLAS."""
+    if "OPENBLAS_CORETYPE" in os.environ or not os.path.exists("/proc/cpuinfo"):
+        return
+    with open("/proc/cpuinfo") as f:
+        flags = next((set(l.split(":", 1)[1].split()) for l in f if l.startswith("flags")), set())
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        os.environ["OPENBLAS_CORETYPE"] = "SKYLAKEX"
+    elif {"avx2", "fma"} <= flags:
+        os.environ["OPENBLAS_CORETYPE"] = "HASWELL"
+
+
+openblas_coretype_from_flags()
 import torch
 import torch.nn.functional as F
 
@@ -45,14 +63,23 @@ HELD_OUT = ["bits/stl_list.h", "bits/stl_deque.h", "bits/stl_queue.h", "bits/stl
 CONFIGS = {
     # ~1 hour on 2 cores (see the README of examples/training for the measured times).
     "full": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=768, seq=512, batch=16,
-                 target_steps=800, draft_steps=400, heads_steps=200, lr=2e-3, draft_lr=2e-3,
-                 eval_windows=48, max_len=32768),
+                 target_steps=800, lr=2e-3, eval_windows=48, max_len=32768,
+                 long_seq=4096, long_batch=2, long_steps=180, long_lr=1e-3, long_theta=500000.0,
+                 draft_seq=2048, draft_batch=4, draft_steps=150, draft_lr=2e-3,
+                 heads_seq=1024, heads_batch=8, heads_steps=120,
+                 eval_contexts=[512, 1024, 2048, 4096, 8192, 16384], context_at=20000, context_span=256,
+                 long_eval_windows=3, long_eval_tail=1024),
     # a few steps, for the test that keeps this script from rotting
     "smoke": dict(hidden=128, layers=2, heads=2, kv_heads=1, head_dim=64, ffn=128, seq=64, batch=2,
-                  target_steps=3, draft_steps=3, heads_steps=3, lr=1e-3, draft_lr=1e-3, eval_windows=2,
-                  max_len=1024),
+                  target_steps=3, lr=1e-3, eval_windows=2, max_len=1024,
+                  long_seq=128, long_batch=2, long_steps=3, long_lr=1e-3, long_theta=50000.0,
+                  draft_seq=96, draft_batch=2, draft_steps=3, draft_lr=1e-3,
+                  heads_seq=64, heads_batch=2, heads_steps=3,
+                  eval_contexts=[32, 128], context_at=20000, context_span=16, long_eval_windows=1,
+                  long_eval_tail=32),
 }
-ROPE_THETA = 10000.0
+ROPE_THETA = 10000.0  # the short stage's RoPE base; the long stage raises it to c["long_theta"]
+ATTEND_BLOCK = 1024   # query rows per block in attend()
 NORM_EPS = 1e-6
 WINDOW = 512       # LongSpec's sliding window (§3.1)
 GAMMA = 5          # Algorithm 2: j = RandomInt(1, 4), i.e. [1, gamma) with gamma = 5 (a depth-4 chain)
@@ -99,25 +126,52 @@ def rms_norm(x, w):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * w
 
 
-def rope(x, pos):
+def rope(x, pos, theta):
     """Rotate-half RoPE (specdec::rope_style::rotate_half) of x [B, T, heads, D] at positions pos [B, T]."""
     d = x.shape[-1]
-    inv = ROPE_THETA ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     ang = (pos.to(torch.float64)[..., None] * inv).to(torch.float32)  # [B, T, D/2]
     cos, sin = torch.cat([ang.cos()] * 2, -1)[:, :, None, :], torch.cat([ang.sin()] * 2, -1)[:, :, None, :]
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
-def attend(q, k, v, mask):
-    """q [B, T, Hq, D], k/v [B, S, Hkv, D] (GQA: query head h reads kv head h // (Hq / Hkv)), mask [B or 1, T, S]
-    (True = visible). Rows without a visible key give 0 (Algorithm 2's zero padding)."""
+class Visibility:
+    """A [B or 1, T, S] boolean mask (True = visible), prepared once per forward and shared by its layers: the
+    additive bias attend() adds to the scores (0 or -inf, [B or 1, 1, T, S]), the key range each block of
+    ATTEND_BLOCK query rows can see (a causal, windowed or shifted mask skips the keys above its diagonal:
+    5/8 of the work of a 4K window in blocks of 1K), and whether some row sees no key at all."""
+
+    def __init__(self, mask):
+        self.bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))[:, None]
+        self.empty_rows = not bool(mask.any(-1).all())
+        self.blocks = []
+        for t0 in range(0, mask.shape[1], ATTEND_BLOCK):
+            t1 = min(mask.shape[1], t0 + ATTEND_BLOCK)
+            cols = mask[:, t0:t1].any(1).any(0).nonzero()
+            k0, k1 = (int(cols[0]), int(cols[-1]) + 1) if cols.numel() else (0, 1)
+            self.blocks.append((t0, t1, k0, k1))
+
+
+def attend(q, k, v, vis):
+    """q [B, T, Hq, D], k/v [B, S, Hkv, D] (GQA: query head h reads kv head h // (Hq / Hkv)), vis a Visibility.
+    Rows without a visible key give 0 (Algorithm 2's zero padding). The queries go in blocks (Visibility), each
+    against the keys it can see; q is scaled before the product and the mask added in place, since a 4K
+    window's scores are 0.5 GB per layer and every extra pass over them shows in the step time."""
     g = q.shape[2] // k.shape[2]
-    k, v = k.repeat_interleave(g, 2), v.repeat_interleave(g, 2)
-    s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(q.shape[-1])
-    s = s.masked_fill(~mask[:, None], float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)
-    return torch.einsum("bhts,bshd->bthd", p, v)
+    qh = q.transpose(1, 2) * (1.0 / math.sqrt(q.shape[-1]))
+    kt = k.repeat_interleave(g, 2).permute(0, 2, 3, 1)  # [B, Hq, D, S]
+    vh = v.repeat_interleave(g, 2).transpose(1, 2)      # [B, Hq, S, D]
+    out = []
+    for t0, t1, k0, k1 in vis.blocks:
+        s = torch.matmul(qh[:, :, t0:t1], kt[..., k0:k1])
+        s.add_(vis.bias[:, :, t0:t1, k0:k1])
+        p = torch.softmax(s, -1)
+        if vis.empty_rows:
+            p = p.nan_to_num(0.0)
+        out.append(torch.matmul(p, vh[:, :, k0:k1]))
+    o = out[0] if len(out) == 1 else torch.cat(out, 2)
+    return o.transpose(1, 2)
 
 
 def causal_mask(t, window=None):
@@ -154,19 +208,20 @@ class Target(torch.nn.Module):
             L.w_down = param(H, Fh, scale=Fh ** -0.5 / math.sqrt(2 * c["layers"]))
             self.layers.append(L)
         self.final_norm, self.lm_head = param(H), param(256, H)
+        self.theta = ROPE_THETA  # RoPE base, raised by the long stage (saved as the rope_theta metadata)
 
     def forward(self, tokens, pos, want_kv=False):
         """Returns (final-normed hidden [B, T, H], logits, the last layer's post-RoPE K and V)."""
         c = self.c
         B, T = tokens.shape
         x = self.embed[tokens]
-        mask = causal_mask(T)
+        vis = Visibility(causal_mask(T))
         for L in self.layers:
             h = rms_norm(x, L.attn_norm)
-            q = rope((h @ L.wq.T).view(B, T, c["heads"], c["head_dim"]), pos)
-            k = rope((h @ L.wk.T).view(B, T, c["kv_heads"], c["head_dim"]), pos)
+            q = rope((h @ L.wq.T).view(B, T, c["heads"], c["head_dim"]), pos, self.theta)
+            k = rope((h @ L.wk.T).view(B, T, c["kv_heads"], c["head_dim"]), pos, self.theta)
             v = (h @ L.wv.T).view(B, T, c["kv_heads"], c["head_dim"])
-            x = x + attend(q, k, v, mask).reshape(B, T, -1) @ L.wo.T
+            x = x + attend(q, k, v, vis).reshape(B, T, -1) @ L.wo.T
             h = rms_norm(x, L.ffn_norm)
             x = x + (F.silu(h @ L.w_gate.T) * (h @ L.w_up.T)) @ L.w_down.T
         hn = rms_norm(x, self.final_norm)
@@ -205,15 +260,15 @@ class Draft(torch.nn.Module):
         B, T = tokens.shape
         x = target.embed[tokens].detach()
         h = rms_norm(x, self.attn_norm)
-        q = rope((h @ self.wq.T).view(B, T, c["heads"], c["head_dim"]), pos)
-        k = rope((h @ self.wk.T).view(B, T, c["kv_heads"], c["head_dim"]), pos)
+        q = rope((h @ self.wq.T).view(B, T, c["heads"], c["head_dim"]), pos, target.theta)
+        k = rope((h @ self.wk.T).view(B, T, c["kv_heads"], c["head_dim"]), pos, target.theta)
         v = (h @ self.wv.T).view(B, T, c["kv_heads"], c["head_dim"])
-        x = x + attend(q, k, v, causal_mask(T, WINDOW)).reshape(B, T, -1) @ self.wo.T
+        x = x + attend(q, k, v, Visibility(causal_mask(T, WINDOW))).reshape(B, T, -1) @ self.wo.T
         h = rms_norm(x, self.cross_norm)
-        q = rope((h @ self.cq.T).view(B, T, c["heads"], c["head_dim"]), pos)
+        q = rope((h @ self.cq.T).view(B, T, c["heads"], c["head_dim"]), pos, target.theta)
         i = torch.arange(T)
         noisy = i[None, None, :] <= (i[None, :, None] - shift[:, None, None])  # flash_noisy_visibility
-        x = x + attend(q, tk, tv, noisy).reshape(B, T, -1) @ self.co.T
+        x = x + attend(q, tk, tv, Visibility(noisy)).reshape(B, T, -1) @ self.co.T
         h = rms_norm(x, self.ffn_norm)
         x = x + (F.silu(h @ self.w_gate.T) * (h @ self.w_up.T)) @ self.w_down.T
         return rms_norm(x, target.final_norm.detach()) @ target.lm_head.detach().T
@@ -256,9 +311,8 @@ def lr_at(step, steps, peak):
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm))))
 
 
-def positions(c, step, n_seq, anchor):
+def positions(c, step, n_seq, T, anchor):
     """[B, T] position indices: Algorithm 1 (anchor-offset, MAX_LEN = max_len) or vanilla 0..T-1."""
-    T = c["seq"]
     if not anchor:
         return torch.arange(T).expand(n_seq, T)
     flat, _ = idx.anchor_offset_indices_batch(SEED, step, c["max_len"], [T] * n_seq)
@@ -306,25 +360,41 @@ def eval_target(target, test, c, gen):
 
 
 @torch.no_grad()
-def eval_draft(target, draft, test, c, gen):
-    """Per shift j = 1..GAMMA-1 (the draft node's depth + 1): held-out bits per byte of the draft, and how
-    often its argmax equals the target's argmax (a greedy chain's per-depth acceptance, given the prefix)."""
+def eval_context(target, test, c):
+    """Held-out bits per byte of one fixed span (c["context_span"] bytes of stl_deque.h from byte
+    c["context_at"]) by how many bytes precede it: does the target use, or at least survive, a long context?"""
+    d, at, n = test[HELD_OUT.index("bits/stl_deque.h")], c["context_at"], c["context_span"]
     res = {}
-    for j in range(1, GAMMA):
-        tot, agree, n = 0.0, 0, 0
-        g = torch.Generator().manual_seed(gen)
-        for d in test:
-            for _ in range(max(1, c["eval_windows"] // len(test))):
-                s = int(torch.randint(0, d.numel() - c["seq"] - 1, (1,), generator=g))
-                x = d[s:s + c["seq"] + 1][None]
-                pos = torch.arange(c["seq"])[None]
-                _, tl, (tk, tv) = target(x[:, :-1], pos)
-                dl = draft(target, x[:, :-1], pos, tk, tv, torch.tensor([j]))
-                tot += F.cross_entropy(dl[0, j:], x[0, 1 + j:], reduction="sum").item()
-                agree += (dl[0, j:].argmax(-1) == tl[0, j:].argmax(-1)).sum().item()
-                n += c["seq"] - j
-        res[j] = dict(bits_per_byte=round(tot / n / math.log(2), 4), argmax_agreement=round(agree / n, 4))
+    for ctx in c["eval_contexts"]:
+        x = d[at - ctx:at + n + 1][None]
+        _, logits, _ = target(x[:, :-1], torch.arange(x.shape[1] - 1)[None])
+        res[ctx] = round(F.cross_entropy(logits[0, ctx:], x[0, ctx + 1:], reduction="sum").item() / n / math.log(2), 4)
     return res
+
+
+@torch.no_grad()
+def eval_draft(target, draft, test, seq, windows, tail, gen):
+    """Per shift j = 1..GAMMA-1 (the draft node's depth + 1): held-out bits per byte of the draft, and how
+    often its argmax equals the target's argmax (a greedy chain's per-depth acceptance, given the prefix),
+    over the last `tail` positions of `windows` windows of `seq` bytes (spread over the held-out files long
+    enough for one)."""
+    files = [d for d in test if d.numel() > seq + 1]
+    tot, agree, n = [0.0] * GAMMA, [0] * GAMMA, [0] * GAMMA
+    g = torch.Generator().manual_seed(gen)
+    for w in range(windows):
+        d = files[w % len(files)]
+        s = int(torch.randint(0, d.numel() - seq - 1, (1,), generator=g))
+        x = d[s:s + seq + 1][None]
+        pos = torch.arange(seq)[None]
+        _, tl, (tk, tv) = target(x[:, :-1], pos)
+        for j in range(1, GAMMA):
+            dl = draft(target, x[:, :-1], pos, tk, tv, torch.tensor([j]))
+            b = max(j, seq - tail)
+            tot[j] += F.cross_entropy(dl[0, b:], x[0, 1 + b:], reduction="sum").item()
+            agree[j] += (dl[0, b:].argmax(-1) == tl[0, b:].argmax(-1)).sum().item()
+            n[j] += seq - b
+    return {j: dict(bits_per_byte=round(tot[j] / n[j] / math.log(2), 4), argmax_agreement=round(agree[j] / n[j], 4))
+            for j in range(1, GAMMA)}
 
 
 # --------------------------------------------------------------------------------------- safetensors
@@ -344,21 +414,35 @@ def save_safetensors(path, tensors, metadata):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def geometry(c):
+def geometry(c, theta):
     return dict(vocab_size=256, hidden=c["hidden"], layers=c["layers"], heads=c["heads"], kv_heads=c["kv_heads"],
-                head_dim=c["head_dim"], ffn_hidden=c["ffn"], rope_theta=ROPE_THETA, norm_eps=NORM_EPS)
+                head_dim=c["head_dim"], ffn_hidden=c["ffn"], rope_theta=theta, norm_eps=NORM_EPS)
 
 
 CHECK_TEXT = b"template <typename _Tp>\n  inline void\n  swap(_Tp& __a, _Tp& __b)\n  {\n"
+
+
+def save_target(target, c, path, config, extra_meta=None):
+    """The target's fp16 weights, with check tensors (logits PyTorch computes from them) and the geometry."""
+    check = torch.tensor(list(CHECK_TEXT), dtype=torch.long)[None]
+    with torch.no_grad():
+        _, logits, _ = target(check, torch.arange(check.shape[1])[None])
+    t = {k: v.half() for k, v in target.named_tensors().items()}
+    t["check.tokens"] = check[0].float()
+    t["check.logits"] = logits[0].float()
+    save_safetensors(path, t, dict(geometry(c, target.theta), format="specdec-byte-llama", config=config,
+                                   **(extra_meta or {})))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", choices=sorted(CONFIGS), default="full")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "weights"))
-    ap.add_argument("--stages", nargs="+", default=["target", "draft", "ablation", "heads"],
-                    choices=["target", "draft", "ablation", "heads"])
+    ap.add_argument("--stages", nargs="+", default=["target", "long", "draft", "ablation", "heads"],
+                    choices=["target", "long", "draft", "ablation", "heads"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--init", metavar="DIR", help="start the drafts and the TokenSwift heads from DIR's files (an "
+                    "earlier run's weights, e.g. a short-context pair) instead of random weights")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(SEED)
@@ -366,39 +450,57 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     log_path = os.path.join(a.out, "train_log.json")
     log = json.load(open(log_path)) if os.path.exists(log_path) else {}
-    log.update(config=a.config, geometry=geometry(c), held_out=HELD_OUT, include_dir=cxx_include_dir(),
-               torch=torch.__version__, threads=a.threads)
+    log.update(config=a.config, held_out=HELD_OUT, include_dir=cxx_include_dir(), torch=torch.__version__,
+               threads=a.threads)
     data, test = corpus()
     log["train_bytes"], log["held_out_bytes"] = int(data.numel()), int(sum(t.numel() for t in test))
     gen = torch.Generator().manual_seed(SEED)
-    B, T = c["batch"], c["seq"]
     check = torch.tensor(list(CHECK_TEXT), dtype=torch.long)[None]
     check_pos = torch.arange(check.shape[1])[None]
-    meta = dict(geometry(c), format="specdec-byte-llama", config=a.config)
 
     target = Target(c)
     tpath = os.path.join(a.out, "target.safetensors")
     if "target" in a.stages:
+        B, T = c["batch"], c["seq"]
+
         def target_loss(step):
             x, y = batch(data, B, T, gen)
             # half the batches with anchor-offset indices (LongSpec §3.2: the target shares the draft's
             # indices during draft training, so it should be in distribution under them)
-            pos = positions(c, step, B, anchor=step % 2 == 1)
+            pos = positions(c, step, B, T, anchor=step % 2 == 1)
             return F.cross_entropy(target(x, pos)[1].reshape(-1, 256), y.reshape(-1))
         train_loop("target", target, list(target.parameters()), c["target_steps"], c["lr"], target_loss, log)
         round_fp16_(target)
         log["target_held_out_bits_per_byte"] = round(eval_target(target, test, c, torch.Generator().manual_seed(1)), 4)
         print("target held-out bits/byte:", log["target_held_out_bits_per_byte"], flush=True)
-        with torch.no_grad():
-            _, logits, _ = target(check, check_pos)
-        t = {k: v.half() for k, v in target.named_tensors().items()}
-        t["check.tokens"] = check[0].float()
-        t["check.logits"] = logits[0].float()
-        save_safetensors(tpath, t, meta)
+        save_target(target, c, tpath, a.config)
     else:
         from_file(target, tpath)
+
+    if "long" in a.stages:
+        # Long-context continued pre-training: windows of long_seq bytes with the RoPE base raised to long_theta
+        # (adjusted base frequency, as Code Llama §2.4 extends LLaMA 2 from 4K to 16K), so the relative
+        # distances of a 16K-32K context turn the slow RoPE dimensions by angles the 4K windows cover.
+        log["target_short_context_bits_per_byte"] = eval_context(target, test, c)
+        print("context bits/byte before the long stage:", log["target_short_context_bits_per_byte"], flush=True)
+        target.theta = c["long_theta"]
+        B, T, lgen = c["long_batch"], c["long_seq"], torch.Generator().manual_seed(SEED + 4)
+
+        def long_loss(step):
+            x, y = batch(data, B, T, lgen)
+            pos = positions(c, step, B, T, anchor=step % 2 == 1)
+            return F.cross_entropy(target(x, pos)[1].reshape(-1, 256), y.reshape(-1))
+        train_loop("target_long", target, list(target.parameters()), c["long_steps"], c["long_lr"], long_loss, log)
+        round_fp16_(target)
+        log["target_long_held_out_bits_per_byte"] = round(
+            eval_target(target, test, c, torch.Generator().manual_seed(1)), 4)
+        save_target(target, c, tpath, a.config, dict(long_seq=T, long_theta=c["long_theta"]))
+    log["geometry"] = geometry(c, target.theta)
+    log["target_context_bits_per_byte"] = eval_context(target, test, c)
+    print("context bits/byte:", log["target_context_bits_per_byte"], flush=True)
     for p in target.parameters():
         p.requires_grad_(False)
+    meta = dict(geometry(c, target.theta), format="specdec-byte-llama", config=a.config)
 
     for stage, anchor, fname in (("draft", True, "longspec_draft.safetensors"),
                                  ("ablation", False, "longspec_draft_vanilla.safetensors")):
@@ -406,11 +508,14 @@ def main():
             continue
         torch.manual_seed(SEED + 1)  # both drafts start from the same initial weights
         draft = Draft(c)
+        if a.init:  # or each from its own earlier run (both lineages then began from the same weights)
+            load_into(draft, os.path.join(a.init, fname))
         dgen = torch.Generator().manual_seed(SEED + 2)  # and see the same batches
+        B, T = c["draft_batch"], c["draft_seq"]
 
-        def draft_loss(step, draft=draft, anchor=anchor, dgen=dgen):
+        def draft_loss(step, draft=draft, anchor=anchor, dgen=dgen, B=B, T=T):
             x, y = batch(data, B, T, dgen)
-            pos = positions(c, step, B, anchor)
+            pos = positions(c, step, B, T, anchor)
             shifts = [s["shift"] for s in idx.flash_noisy_training_batch(SEED, step, GAMMA, [T] * B)]
             sh = torch.tensor(shifts)
             with torch.no_grad():
@@ -420,8 +525,11 @@ def main():
             return F.cross_entropy(logits[keep], y[keep])
         train_loop(stage, draft, list(draft.parameters()), c["draft_steps"], c["draft_lr"], draft_loss, log)
         round_fp16_(draft)
-        log[stage + "_held_out"] = eval_draft(target, draft, test, c, 7)
-        print(stage, "held-out:", log[stage + "_held_out"], flush=True)
+        log[stage + "_held_out"] = eval_draft(target, draft, test, T, c["eval_windows"], T, 7)
+        log[stage + "_held_out_long"] = eval_draft(target, draft, test, c["eval_contexts"][-1],
+                                                   c["long_eval_windows"], c["long_eval_tail"], 8)
+        print(stage, "held-out:", log[stage + "_held_out"], "at", c["eval_contexts"][-1], "bytes:",
+              log[stage + "_held_out_long"], flush=True)
         with torch.no_grad():
             _, _, (tk, tv) = target(check, check_pos)
             dl = draft(target, check, check_pos, tk, tv, torch.tensor([1]))
@@ -431,11 +539,14 @@ def main():
         save_safetensors(os.path.join(a.out, fname), t,
                          dict(meta, format="specdec-longspec-draft", draft_layers=1, window=WINDOW,
                               layer_map=c["layers"] - 1, anchor_offset=int(anchor), noisy_gamma=GAMMA,
-                              anchor_max_len=c["max_len"]))
+                              anchor_max_len=c["max_len"], train_seq=T))
 
     if "heads" in a.stages:
         heads = Heads(c, NUM_HEADS_TS)
+        if a.init:
+            load_into(heads, os.path.join(a.init, "target.safetensors"))
         hgen = torch.Generator().manual_seed(SEED + 3)
+        B, T = c["heads_batch"], c["heads_seq"]
 
         def heads_loss(step):
             x, y = batch(data, B, T + NUM_HEADS_TS, hgen)
@@ -450,17 +561,17 @@ def main():
         with torch.no_grad():
             hn, _, _ = target(check, check_pos)
             hs = heads(hn, target)
-        tensors = {k: v for k, v in from_file_raw(tpath).items()}
-        tensors.update({k: v.half() for k, v in heads.named_tensors().items()})
-        tensors["check.heads_logits"] = torch.stack(hs, 0)[:, 0].float()  # [heads, tokens, 256]
-        save_safetensors(tpath, tensors, dict(meta, tokenswift_heads=NUM_HEADS_TS))
+        raw, file_meta = from_file_raw(tpath, with_metadata=True)
+        raw.update({k: v.half() for k, v in heads.named_tensors().items()})
+        raw["check.heads_logits"] = torch.stack(hs, 0)[:, 0].float()  # [heads, tokens, 256]
+        save_safetensors(tpath, raw, dict(file_meta, tokenswift_heads=NUM_HEADS_TS))
 
     with open(log_path, "w") as f:
         json.dump(log, f, indent=1)
     print("wrote", a.out)
 
 
-def from_file_raw(path):
+def from_file_raw(path, with_metadata=False):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
@@ -472,11 +583,22 @@ def from_file_raw(path):
             continue
         b, e_ = e["data_offsets"]
         out[k] = torch.frombuffer(bytearray(data[b:e_]), dtype=types[e["dtype"]]).view(e["shape"])
-    return out
+    return (out, header.get("__metadata__", {})) if with_metadata else out
+
+
+def load_into(module, path):
+    """Copies the tensors of module.named_tensors() from the safetensors file at path."""
+    raw = from_file_raw(path)
+    with torch.no_grad():
+        for k, p in module.named_tensors().items():
+            if k not in raw or tuple(raw[k].shape) != tuple(p.shape):
+                raise SystemExit(f"train.py: {path} has no tensor {k} of shape {tuple(p.shape)}")
+            p.copy_(raw[k].float())
 
 
 def from_file(target, path):
-    raw = from_file_raw(path)
+    raw, meta = from_file_raw(path, with_metadata=True)
+    target.theta = float(meta.get("rope_theta", ROPE_THETA))
     with torch.no_grad():
         for k, p in target.named_tensors().items():
             p.copy_(raw[k].float())
