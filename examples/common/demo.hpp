@@ -2,8 +2,10 @@
 //! \file demo.hpp
 //! The end-to-end demo behind examples/specdec_demo.cpp (kept in a header so tests run it at tiny
 //! sizes): long-context generation with the reference LLaMA (float), once autoregressively and once
-//! with speculative_decoder<llama, drafter, tree builder, greedy verifier>, then a token-for-token
-//! comparison and a report. The drafter (demo_drafter) is LongSpec's draft model (chain or Cartesian
+//! with speculative_decoder<llama, drafter, tree builder, verifier>, then a report. Greedy (the default):
+//! the greedy verifier, and the two outputs compared token for token. Sampled (temperature > 0, top-p):
+//! sample-and-match verification, which is exact in distribution (tests/verify's chi-square tests), so
+//! the two runs are two different draws and only their speed and acceptance are compared. The drafter (demo_drafter) is LongSpec's draft model (chain or Cartesian
 //! tree), TokenSwift self-drafting, or prompt lookup.
 //!
 //! By default the models are the trained byte-level pair of examples/weights (examples/training/
@@ -25,6 +27,7 @@
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/draft/ngram_drafter.hpp"
+#include "specdec/sampling/logits_processor.hpp"
 #include "tokenswift_draft.hpp"
 
 namespace specdec::examples {
@@ -120,7 +123,9 @@ struct demo_options {
   bool adaptive = true;
   int window = 512;           //!< LongSpec draft sliding window (random model; the trained draft's is in its file)
   demo_drafter drafter = demo_drafter::longspec;
-  bool cartesian = false;     //!< LongSpec / n-gram: Cartesian [1, 2, 2, 1] tree instead of a chain
+  bool cartesian = false;     //!< LongSpec: Cartesian [1, 2, 2, 1] tree instead of a chain
+  float temperature = 0.0f;   //!< 0 = greedy; > 0: sampled (with top_p), verified by sample-and-match
+  float top_p = 1.0f;         //!< nucleus mass with temperature > 0 (1 = off)
   bool paged = false;         //!< target KV in a paged_kv pool (16-token pages) instead of contiguous
   std::uint64_t seed = 1;
   bool progress = true;
@@ -130,7 +135,8 @@ struct demo_options {
 
 struct demo_report {
   std::string model;
-  bool lossless = false;
+  bool lossless = false;  //!< greedy: the speculative output equals the autoregressive one (sampled: not compared)
+  bool sampled = false;   //!< temperature > 0
   int first_mismatch = -1;
   double ar_tokens_per_s = 0, spec_tokens_per_s = 0, ar_prefill_s = 0;
   decoder_stats stats;  //!< of the speculative run (tau(), alpha(), per-phase seconds, prefill_s)
@@ -195,7 +201,7 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
                    " residual heads " + (o.random_model ? "fitted" : "trained") + ", 4-grams; tree [1, 3, 3, 3], 64 nodes)";
       break;
     case demo_drafter::ngram:
-      rep.model += std::string("prompt lookup (1-4-grams, no model)") + (o.cartesian ? ", Cartesian tree" : ", chain");
+      rep.model += "prompt lookup (1-4-grams, no model), chain";
       break;
   }
   rep.model += std::string("; target KV ") + (o.paged ? "paged (16-token pages)" : "contiguous");
@@ -204,7 +210,14 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   llama_model<float> target(c, std::move(w), 1, capacity,
                             {.storage = o.paged ? kv_storage::paged : kv_storage::contiguous, .page_size = 16});
 
-  // 1. Autoregressive greedy decoding (the reference the speculative output must equal).
+  // 1. Autoregressive decoding: greedy, the reference the speculative output must equal; sampled, a draw
+  // of the same processed distribution (the speed reference).
+  const sampling_params sp{.temperature = o.temperature, .top_p = o.top_p};
+  validate_sampling_params(sp, "specdec::examples::run_demo");
+  rep.sampled = o.temperature > 0.0f;
+  std::vector<std::int32_t> context(prompt);  // sampled: the processing's penalty context (none are set here)
+  sampling_workspace ws;
+  philox_stream ar_rng(o.seed, 0xa7);
   auto t0 = clock::now();
   target.prefill(0, prompt);
   rep.ar_prefill_s = secs(t0);
@@ -215,7 +228,13 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   for (int i = 0; i < o.new_tokens; ++i) {
     target.forward(0, root, token_tree{}, logits);
     target.commit(0, {});
-    root = greedy_token(logits);
+    if (rep.sampled) {
+      process_logits(logits, sp, context, ws);
+      root = sample_token(logits, ar_rng);
+      context.push_back(root);
+    } else {
+      root = greedy_token(logits);
+    }
     ar.push_back(root);
     if (o.progress && (i + 1) % o.progress_every == 0)
       log << "\r[autoregressive] " << i + 1 << "/" << o.new_tokens << " tokens, " << (i + 1) / secs(t0) << " tok/s   " << std::flush;
@@ -224,11 +243,11 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   if (o.progress) log << "\n";
 
   // 2. Speculative decoding. One code path for every drafter and tree builder: they differ only in type.
-  auto run = [&](auto drafter, auto builder, int width) {
-    speculative_decoder<llama_model<float>, decltype(drafter), decltype(builder), greedy_verifier> dec(
-        target, std::move(drafter), std::move(builder));
-    generation_options g{.max_new_tokens = o.new_tokens, .draft_depth = o.draft_depth, .draft_width = width,
-                         .adaptive_depth = o.adaptive};
+  auto run_with = [&](auto drafter, auto builder, int width, auto verifier) {
+    speculative_decoder<llama_model<float>, decltype(drafter), decltype(builder), decltype(verifier)> dec(
+        target, std::move(drafter), std::move(builder), std::move(verifier));
+    generation_options g{.max_new_tokens = o.new_tokens, .sampling = sp, .seed = o.seed, .draft_depth = o.draft_depth,
+                         .draft_width = width, .adaptive_depth = o.adaptive};
     const auto t1 = clock::now();
     int done = 0;
     g.on_tokens = [&](int, std::span<const std::int32_t> toks) {
@@ -242,6 +261,10 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     rep.stats = dec.stats();
     rep.spec_tokens_per_s = static_cast<double>(out.tokens.size()) / rep.stats.total_s();
     return out.tokens;
+  };
+  auto run = [&](auto drafter, auto builder, int width) {
+    return rep.sampled ? run_with(std::move(drafter), std::move(builder), width, sample_and_match_verifier{})
+                       : run_with(std::move(drafter), std::move(builder), width, greedy_verifier{});
   };
   std::vector<std::int32_t> spec;
   switch (o.drafter) {
@@ -261,14 +284,13 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
       break;
     }
     case demo_drafter::ngram:
-      spec = o.cartesian ? run(ngram_drafter{.max_ngram = 4}, cartesian_tree_builder({1, 2, 2, 1}), 2)
-                         : run(ngram_drafter{.max_ngram = 4}, chain_tree_builder{}, 2);
+      spec = run(ngram_drafter{.max_ngram = 4}, chain_tree_builder{}, 2);
       break;
   }
   if (o.progress) log << "\n";
   rep.generated = static_cast<int>(spec.size());
-  rep.lossless = spec == ar;
-  for (std::size_t i = 0; i < std::min(spec.size(), ar.size()) && rep.first_mismatch < 0; ++i)
+  rep.lossless = !rep.sampled && spec == ar;
+  for (std::size_t i = 0; !rep.sampled && i < std::min(spec.size(), ar.size()) && rep.first_mismatch < 0; ++i)
     if (spec[i] != ar[i]) rep.first_mismatch = static_cast<int>(i);
   // the target caches every committed token but the last (the next root); the decoder released the
   // request's slot when it finished, so this is computed, not read back
@@ -288,11 +310,18 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
     os << "----- end of the prompt -----\n" << bytes_as_text(r.prompt_tail) << "\n----- generated (first "
        << r.continuation.size() << " of " << r.generated << " bytes) -----\n" << bytes_as_text(r.continuation)
        << "\n-----------------------------\n";
-  os << "specdec demo: " << (r.prompt_tokens > 0 ? r.prompt_tokens : o.prompt_tokens) << "-token prompt, " << o.new_tokens << " new tokens, greedy\n"
-     << "model:        " << r.model << "\n"
-     << "lossless:     " << (r.lossless ? "yes" : "NO") << " (speculative output == autoregressive output, "
-     << r.generated << " tokens" << (r.first_mismatch >= 0 ? ", first mismatch at " + std::to_string(r.first_mismatch) : "")
-     << ")\n"
+  os << "specdec demo: " << (r.prompt_tokens > 0 ? r.prompt_tokens : o.prompt_tokens) << "-token prompt, " << o.new_tokens
+     << " new tokens, "
+     << (r.sampled ? "sampled (temperature " + std::to_string(o.temperature) + ", top-p " + std::to_string(o.top_p) + ")"
+                   : std::string("greedy"))
+     << "\nmodel:        " << r.model << "\n";
+  if (r.sampled)
+    os << "lossless:     in distribution (sample-and-match verification; tests/verify's chi-square tests); the two runs "
+          "are different draws, not compared token by token\n";
+  else
+    os << "lossless:     " << (r.lossless ? "yes" : "NO") << " (speculative output == autoregressive output, " << r.generated
+       << " tokens" << (r.first_mismatch >= 0 ? ", first mismatch at " + std::to_string(r.first_mismatch) : "") << ")\n";
+  os
      << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << ";  depth: "
      << (o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
                     : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")

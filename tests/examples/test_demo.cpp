@@ -82,6 +82,28 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
       CHECK(out.str().find("n-gram index") != std::string::npos);
     }
   }
+  // sampled (T = 0.7, top-p 0.9): sample-and-match verification with every drafter; the two runs are two
+  // draws, so the report says so instead of comparing them, and a bad temperature is refused up front
+  for (const auto d : {demo_drafter::longspec, demo_drafter::tokenswift, demo_drafter::ngram}) {
+    demo_options o = tiny_options(96);
+    o.drafter = d;
+    o.adaptive = false;
+    o.temperature = 0.7f;
+    o.top_p = 0.9f;
+    std::ostringstream log, out;
+    const auto r = run_demo(o, log);
+    CHECK(r.sampled);
+    CHECK_FALSE(r.lossless);  // not claimed: nothing was compared
+    CHECK(r.first_mismatch == -1);
+    CHECK(r.generated == 64);
+    CHECK(r.stats.tau() >= 1.0);
+    CHECK(r.stats.draft_depth > 0);
+    print_report(o, r, out);
+    CHECK(out.str().find("sampled (temperature 0.7") != std::string::npos);
+    CHECK(out.str().find("lossless:     in distribution") != std::string::npos);
+    o.temperature = -1.0f;
+    CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
+  }
   CHECK(demo_drafter_from_name("tokenswift") == demo_drafter::tokenswift);
   CHECK(demo_drafter_from_name("ngram") == demo_drafter::ngram);
   CHECK(demo_drafter_from_name("longspec") == demo_drafter::longspec);
@@ -152,6 +174,12 @@ TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
   const char* ngram[] = {"specdec_demo", "--random", "--prompt", "40", "--new", "16", "--vocab", "64", "--hidden", "16",
                          "--layers", "2", "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--drafter", "ngram", "--quiet"};
   CHECK(specdec_demo_main(static_cast<int>(std::size(ngram)), const_cast<char**>(ngram)) == 0);
+  const char* sampled[] = {"specdec_demo", "--random", "--prompt", "40", "--new", "16", "--vocab", "64", "--hidden", "16",
+                           "--layers", "2", "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--temperature", "0.7",
+                           "--top-p", "0.9", "--quiet"};
+  CHECK(specdec_demo_main(static_cast<int>(std::size(sampled)), const_cast<char**>(sampled)) == 0);
+  const char* bad_top_p[] = {"specdec_demo", "--random", "--prompt", "8", "--new", "4", "--temperature", "0.7", "--top-p", "0", "--quiet"};
+  CHECK(specdec_demo_main(static_cast<int>(std::size(bad_top_p)), const_cast<char**>(bad_top_p)) == 2);
   const char* bad_drafter[] = {"specdec_demo", "--drafter", "medusa"};
   CHECK(specdec_demo_main(3, const_cast<char**>(bad_drafter)) == 2);
   const char* no_drafter[] = {"specdec_demo", "--drafter"};
