@@ -1,6 +1,7 @@
 // specdec_demo: long-context speculative decoding end to end on the reference model.
 //   specdec_demo [--prompt N] [--new N] [--drafter longspec|tokenswift|ngram] [--temperature T [--top-p P]]
-//                [--depth D] [--fixed-depth] [--cartesian] [--paged] [--quiet]
+//                [--tree chain|cartesian|cape|beam] [--nodes N] [--depth D] [--fixed-depth] [--cartesian] [--paged]
+//                [--quiet]
 //                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--prompt-offset N] [--show N]
 //                [--random [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv] [--ffn F]
 //                          [--window W] [--seed S]]
@@ -8,7 +9,8 @@
 // --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
 // on N (default 1024) bytes of a header file held out of training, from byte --prompt-offset (8192); --random: the seeded
 // random model with a draft derived from it. Runs the target autoregressively and speculatively (--drafter:
-// the LongSpec draft, the default; TokenSwift self-drafting with the trained residual heads; prompt lookup;
+// the LongSpec draft, the default, over --tree: its chain, a Cartesian tree, GLIDE's CAPE or LongSpec's beam
+// tree, the last two capped at --nodes N (32); TokenSwift self-drafting with the trained residual heads; prompt lookup;
 // greedy verification, or with --temperature T > 0 sampling verified by sample-and-match; each step's depth in [0, D] chosen from the verification cost measured on
 // this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
@@ -53,14 +55,16 @@ int main(int argc, char** argv) {
     else if (a == "--show") o.show_bytes = static_cast<int>(next());
     else if (a == "--prompt-offset") o.prompt_offset = next();
     else if (a == "--random") o.random_model = true;
-    else if (a == "--cartesian") o.cartesian = true;
+    else if (a == "--cartesian") o.tree = specdec::examples::demo_tree::cartesian;
+    else if (a == "--nodes") o.tree_nodes = static_cast<int>(next());
     else if (a == "--fixed-depth") o.adaptive = false;
     else if (a == "--paged") o.paged = true;
     else if (a == "--quiet") o.progress = false;
-    else if (a == "--drafter") {
-      if (i + 1 >= argc) return std::cerr << "specdec_demo: --drafter needs a name\n", 2;
+    else if (a == "--drafter" || a == "--tree") {
+      if (i + 1 >= argc) return std::cerr << "specdec_demo: " << a << " needs a name\n", 2;
       try {
-        o.drafter = specdec::examples::demo_drafter_from_name(argv[++i]);
+        if (a == "--drafter") o.drafter = specdec::examples::demo_drafter_from_name(argv[++i]);
+        else o.tree = specdec::examples::demo_tree_from_name(argv[++i]);
       } catch (const std::exception& e) {
         return std::cerr << "specdec_demo: " << e.what() << "\n", 2;
       }

@@ -100,6 +100,45 @@ enum class demo_drafter {
                          std::string(name));
 }
 
+//! The token tree the LongSpec draft proposes (the other drafters bring their own: TokenSwift's Cartesian +
+//! n-gram tree, prompt lookup's chain).
+enum class demo_tree {
+  chain,      //!< the draft's greedy chain
+  cartesian,  //!< Cartesian [1, 2, 2, 1] over the draft's alternatives (TokenSwift §3.4's shape)
+  cape,       //!< GLIDE's confidence-aware proposal expansion (§4.2 bins) of the chain, capped at tree_nodes
+  beam,       //!< LongSpec's dynamic beam tree (Appendix B, widths [4, 16, 16, 16, 16]), its best tree_nodes nodes
+};
+
+//! demo_tree by name ("chain", "cartesian", "cape", "beam"); throws naming the accepted names otherwise.
+[[nodiscard]] inline demo_tree demo_tree_from_name(std::string_view name) {
+  if (name == "chain") return demo_tree::chain;
+  if (name == "cartesian") return demo_tree::cartesian;
+  if (name == "cape") return demo_tree::cape;
+  if (name == "beam") return demo_tree::beam;
+  throw_invalid_argument("specdec::examples::demo_tree_from_name", "name", "chain, cartesian, cape or beam",
+                         std::string(name));
+}
+
+//! The demo's verifier: greedy verification at temperature 0, sample-and-match above it, chosen per run
+//! (one decoder type per drafter and tree instead of two). Both accept any tree and need no draft q.
+struct demo_verifier {
+  static constexpr bool is_lossless_for_sampling = true;
+  static constexpr tree_shape accepts = tree_shape::tree;
+  static constexpr bool needs_draft_q = false;
+  demo_verifier() = default;
+  explicit demo_verifier(bool sampled) : sampled_(sampled) {}
+  void verify(const verify_input& in, verify_result& out) {
+    if (sampled_) sampler_.verify(in, out);
+    else greedy_.verify(in, out);
+  }
+
+ private:
+  bool sampled_ = false;
+  greedy_verifier greedy_;
+  sample_and_match_verifier sampler_;
+};
+static_assert(check_verifier<demo_verifier>());
+
 struct demo_options {
   //! The random model's geometry (random_model only; the trained pair's comes from its file).
   llama_config model{.vocab_size = 1024, .hidden = 256, .layers = 6, .heads = 4, .kv_heads = 1, .head_dim = 64,
@@ -123,7 +162,8 @@ struct demo_options {
   bool adaptive = true;
   int window = 512;           //!< LongSpec draft sliding window (random model; the trained draft's is in its file)
   demo_drafter drafter = demo_drafter::longspec;
-  bool cartesian = false;     //!< LongSpec: Cartesian [1, 2, 2, 1] tree instead of a chain
+  demo_tree tree = demo_tree::chain;  //!< LongSpec drafter only
+  int tree_nodes = 32;        //!< cape / beam: most tree nodes verified per step (GLIDE verifies at most 32)
   float temperature = 0.0f;   //!< 0 = greedy; > 0: sampled (with top_p), verified by sample-and-match
   float top_p = 1.0f;         //!< nucleus mass with temperature > 0 (1 = off)
   bool paged = false;         //!< target KV in a paged_kv pool (16-token pages) instead of contiguous
@@ -151,6 +191,10 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
+  require(o.tree_nodes >= 0, "specdec::examples::run_demo", "tree_nodes", ">= 0 (0 = no cap)", o.tree_nodes);
+  require(o.drafter == demo_drafter::longspec || o.tree == demo_tree::chain, "specdec::examples::run_demo", "tree",
+          "chain unless the drafter is longspec (TokenSwift and prompt lookup bring their own trees)",
+          static_cast<int>(o.tree));
   demo_report rep;
   llama_config c = o.model;
   llama_weights<float> w;
@@ -194,7 +238,15 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   switch (o.drafter) {
     case demo_drafter::longspec:
       rep.model += std::to_string(dc.layers) + "-layer LongSpec (window " + std::to_string(dc.window) + ") " +
-                   (o.random_model ? "derived from the target" : "trained") + (o.cartesian ? ", Cartesian tree" : ", chain");
+                   (o.random_model ? "derived from the target" : "trained") + ", ";
+      switch (o.tree) {
+        case demo_tree::chain: rep.model += "chain"; break;
+        case demo_tree::cartesian: rep.model += "Cartesian tree [1, 2, 2, 1]"; break;
+        case demo_tree::cape: rep.model += "CAPE tree (GLIDE 4.2 bins, <= " + std::to_string(o.tree_nodes) + " nodes)"; break;
+        case demo_tree::beam:
+          rep.model += "beam tree [4, 16, 16, 16, 16], best " + std::to_string(o.tree_nodes) + " nodes, 5 levels";
+          break;
+      }
       break;
     case demo_drafter::tokenswift:
       rep.model += "TokenSwift self-drafting (partial KV 256 tokens with 16 sinks, " + std::to_string(heads.gamma) +
@@ -243,11 +295,14 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   if (o.progress) log << "\n";
 
   // 2. Speculative decoding. One code path for every drafter and tree builder: they differ only in type.
-  auto run_with = [&](auto drafter, auto builder, int width, auto verifier) {
-    speculative_decoder<llama_model<float>, decltype(drafter), decltype(builder), decltype(verifier)> dec(
-        target, std::move(drafter), std::move(builder), std::move(verifier));
-    generation_options g{.max_new_tokens = o.new_tokens, .sampling = sp, .seed = o.seed, .draft_depth = o.draft_depth,
-                         .draft_width = width, .adaptive_depth = o.adaptive};
+  // depth: the beam drafter's depth is its number of levels, whatever the request asks, so a beam run
+  // drafts it every step (adaptive depth would price a deeper tree than it chose).
+  auto run = [&](auto drafter, auto builder, int width, int depth = 0) {
+    speculative_decoder<llama_model<float>, decltype(drafter), decltype(builder), demo_verifier> dec(
+        target, std::move(drafter), std::move(builder), demo_verifier(rep.sampled));
+    generation_options g{.max_new_tokens = o.new_tokens, .sampling = sp, .seed = o.seed,
+                         .draft_depth = depth > 0 ? depth : o.draft_depth, .draft_width = width,
+                         .adaptive_depth = o.adaptive && depth == 0};
     const auto t1 = clock::now();
     int done = 0;
     g.on_tokens = [&](int, std::span<const std::int32_t> toks) {
@@ -262,17 +317,22 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     rep.spec_tokens_per_s = static_cast<double>(out.tokens.size()) / rep.stats.total_s();
     return out.tokens;
   };
-  auto run = [&](auto drafter, auto builder, int width) {
-    return rep.sampled ? run_with(std::move(drafter), std::move(builder), width, sample_and_match_verifier{})
-                       : run_with(std::move(drafter), std::move(builder), width, greedy_verifier{});
-  };
   std::vector<std::int32_t> spec;
   switch (o.drafter) {
     case demo_drafter::longspec: {
       longspec_draft_model<float> draft(target, dc, std::move(dw));
       using drafter_t = longspec_drafter<longspec_draft_model<float>>;
-      spec = o.cartesian ? run(drafter_t(draft), cartesian_tree_builder({1, 2, 2, 1}), 2)
-                         : run(drafter_t(draft), chain_tree_builder{}, 2);
+      switch (o.tree) {
+        case demo_tree::chain: spec = run(drafter_t(draft), chain_tree_builder{}, 2); break;
+        case demo_tree::cartesian: spec = run(drafter_t(draft), cartesian_tree_builder({1, 2, 2, 1}), 2); break;
+        // width 8: the draft's top 8 per depth, so the §4.2 bins' largest expansion set (7) is full
+        case demo_tree::cape: spec = run(drafter_t(draft), cape_tree_builder(o.tree_nodes), 8); break;
+        case demo_tree::beam: {
+          const std::vector<int> widths{4, 16, 16, 16, 16};  // LongSpec Appendix B
+          spec = run(drafter_t(draft, widths), trie_tree_builder(o.tree_nodes), 2, static_cast<int>(widths.size()));
+          break;
+        }
+      }
       rep.draft_bytes = draft.state_bytes();
       break;
     }
@@ -312,9 +372,9 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
        << "\n-----------------------------\n";
   os << "specdec demo: " << (r.prompt_tokens > 0 ? r.prompt_tokens : o.prompt_tokens) << "-token prompt, " << o.new_tokens
      << " new tokens, "
-     << (r.sampled ? "sampled (temperature " + std::to_string(o.temperature) + ", top-p " + std::to_string(o.top_p) + ")"
-                   : std::string("greedy"))
-     << "\nmodel:        " << r.model << "\n";
+     << (r.sampled ? "sampled (temperature " : "greedy");
+  if (r.sampled) os << o.temperature << ", top-p " << o.top_p << ")";
+  os << "\nmodel:        " << r.model << "\n";
   if (r.sampled)
     os << "lossless:     in distribution (sample-and-match verification; tests/verify's chi-square tests); the two runs "
           "are different draws, not compared token by token\n";
@@ -323,8 +383,10 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
        << " tokens" << (r.first_mismatch >= 0 ? ", first mismatch at " + std::to_string(r.first_mismatch) : "") << ")\n";
   os
      << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << ";  depth: "
-     << (o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
-                    : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")
+     << (o.drafter == demo_drafter::longspec && o.tree == demo_tree::beam
+             ? std::string("the beam's 5 levels every step, mean drafted ")
+         : o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
+                      : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")
      << (s.steps ? static_cast<double>(s.draft_depth) / static_cast<double>(s.steps) : 0.0) << "\n"
      << "tokens/s:     autoregressive " << r.ar_tokens_per_s << ", speculative " << r.spec_tokens_per_s
      << "  (speedup " << r.spec_tokens_per_s / r.ar_tokens_per_s << "x; prefill excluded: " << r.ar_prefill_s << " s"

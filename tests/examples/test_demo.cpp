@@ -45,7 +45,7 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   CHECK(small.stats.calibrate_s > 0.0);  // the step cost curve was measured once
   o.prompt_tokens = 300;
   o.adaptive = false;
-  o.cartesian = true;
+  o.tree = demo_tree::cartesian;
   o.paged = true;  // and the target's KV in a paged pool: still lossless, same draft memory
   const auto longer = run_demo(o, log);
   CHECK(longer.lossless);
@@ -108,6 +108,39 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
   CHECK(demo_drafter_from_name("ngram") == demo_drafter::ngram);
   CHECK(demo_drafter_from_name("longspec") == demo_drafter::longspec);
   CHECK_THROWS_AS(demo_drafter_from_name("medusa"), specdec::invalid_argument);
+}
+
+TEST_CASE("demo with each LongSpec tree: CAPE and the beam tree under a node budget are lossless", "[examples][demo]") {
+  for (const auto t : {demo_tree::cape, demo_tree::beam}) {
+    demo_options o = tiny_options(96);
+    o.tree = t;
+    o.tree_nodes = 12;
+    o.adaptive = false;
+    std::ostringstream log, out;
+    const auto r = run_demo(o, log);
+    INFO(r.model);
+    CHECK(r.lossless);
+    CHECK(r.generated == 64);
+    CHECK(r.stats.tau() >= 1.0);
+    // the budget caps every verified tree: at most 12 drafted nodes a step
+    CHECK(r.stats.tree_nodes <= 12 * r.stats.steps);
+    CHECK(r.stats.tree_nodes > 2 * r.stats.steps);  // and the trees are not chains of 1-2 tokens
+    print_report(o, r, out);
+    CHECK(r.model.find(t == demo_tree::cape ? "CAPE tree" : "beam tree [4, 16, 16, 16, 16], best 12 nodes") !=
+          std::string::npos);
+    if (t == demo_tree::beam) CHECK(out.str().find("the beam's 5 levels every step") != std::string::npos);
+  }
+  CHECK(demo_tree_from_name("cape") == demo_tree::cape);
+  CHECK(demo_tree_from_name("beam") == demo_tree::beam);
+  CHECK_THROWS_AS(demo_tree_from_name("forest"), specdec::invalid_argument);
+  demo_options o = tiny_options(32);
+  o.drafter = demo_drafter::ngram;
+  o.tree = demo_tree::cape;  // prompt lookup brings its own chain: refused, not ignored
+  std::ostringstream log;
+  CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
+  o.drafter = demo_drafter::longspec;
+  o.tree_nodes = -1;
+  CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
 }
 
 TEST_CASE("demo live progress: rewritten lines with growing token counts, tok/s and tau", "[examples][demo]") {
