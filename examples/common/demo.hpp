@@ -400,6 +400,16 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
      << (o.drafter == demo_drafter::ngram ? std::string("draft: an n-gram index over the context (no model state)")
                                           : "draft state " + std::to_string(r.draft_bytes) + " bytes (constant in the context length)")
      << ", target KV " << r.target_kv_bytes << " bytes\n";
+  // one key=value line for scripts (benchmarks/demo_report.sh)
+  static constexpr const char* drafter_names[] = {"longspec", "tokenswift", "ngram"};
+  static constexpr const char* tree_names[] = {"chain", "cartesian", "cape", "beam"};
+  os << "summary:      drafter=" << drafter_names[static_cast<int>(o.drafter)]
+     << " tree=" << (o.drafter == demo_drafter::longspec ? tree_names[static_cast<int>(o.tree)] : "own")
+     << " temperature=" << o.temperature << " top_p=" << o.top_p << " prompt=" << r.prompt_tokens
+     << " new=" << r.generated << " tau=" << s.tau() << " alpha=" << s.alpha() << " ar_tok_s=" << r.ar_tokens_per_s
+     << " spec_tok_s=" << r.spec_tokens_per_s << " speedup=" << r.spec_tokens_per_s / r.ar_tokens_per_s
+     << " lossless=" << (r.sampled ? "distribution" : r.lossless ? "yes" : "NO") << " draft_bytes=" << r.draft_bytes
+     << " target_kv_bytes=" << r.target_kv_bytes << "\n";
 }
 
 }  // namespace specdec::examples
