@@ -42,6 +42,10 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
   CHECK(out.str().find("lossless:     yes") != std::string::npos);
   CHECK(out.str().find("NOT trained") != std::string::npos);
   CHECK(out.str().find("depth: adaptive in [0, 4]") != std::string::npos);  // the default
+  // the key=value line benchmarks/demo_report.sh reads
+  CHECK(out.str().find("summary:      drafter=longspec tree=chain temperature=0 top_p=1 prompt=96 new=64 tau=") !=
+        std::string::npos);
+  CHECK(out.str().find(" lossless=yes draft_bytes=" + std::to_string(small.draft_bytes)) != std::string::npos);
   CHECK(small.stats.calibrate_s > 0.0);  // the step cost curve was measured once
   o.prompt_tokens = 300;
   o.adaptive = false;
@@ -74,6 +78,8 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
     CHECK(r.stats.draft_depth > 0);  // the drafter proposed tokens
     print_report(o, r, out);
     CHECK(out.str().find("lossless:     yes") != std::string::npos);
+    CHECK(out.str().find(d == demo_drafter::tokenswift ? "drafter=tokenswift tree=own" : "drafter=ngram tree=own") !=
+          std::string::npos);
     if (d == demo_drafter::tokenswift) {
       CHECK(r.model.find("TokenSwift self-drafting") != std::string::npos);
       CHECK(r.draft_bytes > 0);
@@ -101,6 +107,8 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
     print_report(o, r, out);
     CHECK(out.str().find("sampled (temperature 0.7") != std::string::npos);
     CHECK(out.str().find("lossless:     in distribution") != std::string::npos);
+    CHECK(out.str().find("temperature=0.7 top_p=0.9") != std::string::npos);
+    CHECK(out.str().find("lossless=distribution") != std::string::npos);
     o.temperature = -1.0f;
     CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
   }
