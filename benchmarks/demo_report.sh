@@ -8,6 +8,10 @@
 # the demo's own A/B (autoregressive, then speculative, same process), so a speedup is never compared across
 # runs. A greedy run whose output differs from autoregressive decoding stops the script.
 set -euo pipefail
+if (( $# < 2 )); then
+  echo "usage: $0 BIN OUT_DIR [NEW_TOKENS [CONTEXT ...]]" >&2
+  exit 2
+fi
 bin=$1; out=$2; new=${3:-256}; shift $(( $# >= 3 ? 3 : $# ))
 contexts=("$@"); (( ${#contexts[@]} )) || contexts=(4096 16384 32768)
 mkdir -p "$out"
@@ -30,9 +34,9 @@ for ctx in "${contexts[@]}"; do
       IFS='|' read -r mode margs <<<"$m"
       [[ -n "${only:-}" && "$mode" != "$only" ]] && continue
       # shellcheck disable=SC2086
-      res=$("$bin" --quiet --prompt "$ctx" --new "$new" $args $margs 2>&1) ||
+      res=$("$bin" --quiet --show 0 --prompt "$ctx" --new "$new" $args $margs 2>&1) ||
         { echo "run failed or not lossless: $bin --prompt $ctx --new $new $args $margs" >&2; echo "$res" >&2; exit 1; }
-      line=$(grep '^summary:' <<<"$res")
+      line=$(grep -m1 '^summary:' <<<"$res") || { echo "no summary line from: $bin $args $margs" >&2; echo "$res" >&2; exit 1; }
       get() { grep -oP "\\b$1=\\K[^ ]+" <<<"$line"; }
       printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$mode" "$ctx" "$(get tau)" "$(get alpha)" \
         "$(get ar_tok_s)" "$(get spec_tok_s)" "$(get speedup)" "$(get lossless)" "$(get draft_bytes)" | tee -a "$tsv"

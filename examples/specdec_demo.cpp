@@ -37,7 +37,13 @@ int main(int argc, char** argv) {
         std::cerr << "specdec_demo: " << a << " needs a value\n";
         std::exit(2);
       }
-      return std::strtof(argv[++i], nullptr);
+      char* end = nullptr;
+      const float v = std::strtof(argv[++i], &end);
+      if (end == argv[i] || *end != 0) {
+        std::cerr << "specdec_demo: " << a << " needs a number, got '" << argv[i] << "'\n";
+        std::exit(2);
+      }
+      return v;
     };
     if (a == "--prompt") o.prompt_tokens = static_cast<int>(next());
     else if (a == "--new") o.new_tokens = static_cast<int>(next());

@@ -14,6 +14,7 @@
 //! /usr/include at run time; the report then shows the end of the prompt and the generated continuation.
 //! demo_options::random_model selects the seeded random model and a draft derived from it instead.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -120,12 +121,12 @@ enum class demo_tree {
 }
 
 //! The demo's verifier: greedy verification at temperature 0, sample-and-match above it, chosen per run
-//! (one decoder type per drafter and tree instead of two). Both accept any tree and need no draft q.
+//! (one decoder type per drafter and tree instead of two). Both accept any tree and need no draft q. No
+//! default constructor: the choice must be made with the run's temperature (verify_input does not carry it).
 struct demo_verifier {
   static constexpr bool is_lossless_for_sampling = true;
   static constexpr tree_shape accepts = tree_shape::tree;
   static constexpr bool needs_draft_q = false;
-  demo_verifier() = default;
   explicit demo_verifier(bool sampled) : sampled_(sampled) {}
   void verify(const verify_input& in, verify_result& out) {
     if (sampled_) sampler_.verify(in, out);
@@ -184,6 +185,7 @@ struct demo_report {
   int generated = 0;
   int prompt_tokens = 0;
   std::vector<std::int32_t> prompt_tail, continuation;  //!< trained pair: what print_report shows
+  std::vector<std::int32_t> output;                     //!< the speculative run's tokens
 };
 
 //! Runs both decodings. O(prompt prefill + new_tokens target steps) twice.
@@ -192,6 +194,8 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   require(o.tree_nodes >= 0, "specdec::examples::run_demo", "tree_nodes", ">= 0 (0 = no cap)", o.tree_nodes);
+  const sampling_params sp{.temperature = o.temperature, .top_p = o.top_p};
+  validate_sampling_params(sp, "specdec::examples::run_demo");
   require(o.drafter == demo_drafter::longspec || o.tree == demo_tree::chain, "specdec::examples::run_demo", "tree",
           "chain unless the drafter is longspec (TokenSwift and prompt lookup bring their own trees)",
           static_cast<int>(o.tree));
@@ -242,9 +246,14 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
       switch (o.tree) {
         case demo_tree::chain: rep.model += "chain"; break;
         case demo_tree::cartesian: rep.model += "Cartesian tree [1, 2, 2, 1]"; break;
-        case demo_tree::cape: rep.model += "CAPE tree (GLIDE 4.2 bins, <= " + std::to_string(o.tree_nodes) + " nodes)"; break;
+        case demo_tree::cape:
+          rep.model += "CAPE tree (GLIDE 4.2 bins, " +
+                       (o.tree_nodes > 0 ? "<= " + std::to_string(o.tree_nodes) + " nodes)" : std::string("no node cap)"));
+          break;
         case demo_tree::beam:
-          rep.model += "beam tree [4, 16, 16, 16, 16], best " + std::to_string(o.tree_nodes) + " nodes, 5 levels";
+          rep.model += "beam tree [4, 16, 16, 16, 16], " +
+                       (o.tree_nodes > 0 ? "best " + std::to_string(o.tree_nodes) + " nodes" : std::string("no node cap")) +
+                       ", 5 levels";
           break;
       }
       break;
@@ -258,14 +267,15 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   }
   rep.model += std::string("; target KV ") + (o.paged ? "paged (16-token pages)" : "contiguous");
   rep.prompt_tokens = static_cast<int>(prompt.size());
-  const int capacity = static_cast<int>(prompt.size()) + o.new_tokens + 64;
+  // room for the last step's whole tree past new_tokens: the beam (68 nodes uncapped) and TokenSwift (64)
+  // verify their full trees even when fewer tokens are left; CAPE adds up to 7 per depth
+  const int max_tree = std::max({68, 8 * o.draft_depth, o.tree_nodes});
+  const int capacity = static_cast<int>(prompt.size()) + o.new_tokens + max_tree + 1;
   llama_model<float> target(c, std::move(w), 1, capacity,
                             {.storage = o.paged ? kv_storage::paged : kv_storage::contiguous, .page_size = 16});
 
   // 1. Autoregressive decoding: greedy, the reference the speculative output must equal; sampled, a draw
   // of the same processed distribution (the speed reference).
-  const sampling_params sp{.temperature = o.temperature, .top_p = o.top_p};
-  validate_sampling_params(sp, "specdec::examples::run_demo");
   rep.sampled = o.temperature > 0.0f;
   std::vector<std::int32_t> context(prompt);  // sampled: the processing's penalty context (none are set here)
   sampling_workspace ws;
@@ -329,7 +339,10 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
         case demo_tree::cape: spec = run(drafter_t(draft), cape_tree_builder(o.tree_nodes), 8); break;
         case demo_tree::beam: {
           const std::vector<int> widths{4, 16, 16, 16, 16};  // LongSpec Appendix B
-          spec = run(drafter_t(draft, widths), trie_tree_builder(o.tree_nodes), 2, static_cast<int>(widths.size()));
+          // the budget inside the beam (beam_tree_builder keeps its best tree_nodes nodes by cumulative
+          // log-probability), not in the trie builder, whose budget would keep the first sequences listed
+          spec = run(drafter_t(draft, beam_tree_params{widths, o.tree_nodes}), trie_tree_builder{}, 2,
+                     static_cast<int>(widths.size()));
           break;
         }
       }
@@ -349,6 +362,7 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   }
   if (o.progress) log << "\n";
   rep.generated = static_cast<int>(spec.size());
+  rep.output = spec;
   rep.lossless = !rep.sampled && spec == ar;
   for (std::size_t i = 0; !rep.sampled && i < std::min(spec.size(), ar.size()) && rep.first_mismatch < 0; ++i)
     if (spec[i] != ar[i]) rep.first_mismatch = static_cast<int>(i);

@@ -74,8 +74,8 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
     INFO(r.model);
     CHECK(r.lossless);
     CHECK(r.generated == 64);
-    CHECK(r.stats.tau() >= 1.0);
     CHECK(r.stats.draft_depth > 0);  // the drafter proposed tokens
+    CHECK(r.stats.accepted > 0);     // and the target accepted some
     print_report(o, r, out);
     CHECK(out.str().find("lossless:     yes") != std::string::npos);
     CHECK(out.str().find(d == demo_drafter::tokenswift ? "drafter=tokenswift tree=own" : "drafter=ngram tree=own") !=
@@ -99,11 +99,9 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
     std::ostringstream log, out;
     const auto r = run_demo(o, log);
     CHECK(r.sampled);
-    CHECK_FALSE(r.lossless);  // not claimed: nothing was compared
-    CHECK(r.first_mismatch == -1);
     CHECK(r.generated == 64);
-    CHECK(r.stats.tau() >= 1.0);
     CHECK(r.stats.draft_depth > 0);
+    CHECK(r.stats.accepted > 0);
     print_report(o, r, out);
     CHECK(out.str().find("sampled (temperature 0.7") != std::string::npos);
     CHECK(out.str().find("lossless:     in distribution") != std::string::npos);
@@ -111,6 +109,22 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
     CHECK(out.str().find("lossless=distribution") != std::string::npos);
     o.temperature = -1.0f;
     CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
+  }
+  // the sampled run really samples: its output differs from the greedy output of the same model and prompt
+  // (64 tokens at T = 0.7 from a 128-token vocabulary), and another seed gives another draw
+  {
+    demo_options o = tiny_options(96);
+    const auto greedy = run_demo(o, std::cerr);
+    o.temperature = 0.7f;
+    std::ostringstream log;
+    const auto a = run_demo(o, log);
+    o.seed = 2;  // (also reseeds the random model: compared with its own greedy run)
+    const auto b = run_demo(o, log);
+    o.temperature = 0.0f;
+    const auto greedy_b = run_demo(o, log);
+    CHECK(greedy.output.size() == 64);
+    CHECK(a.output != greedy.output);
+    CHECK(b.output != greedy_b.output);
   }
   CHECK(demo_drafter_from_name("tokenswift") == demo_drafter::tokenswift);
   CHECK(demo_drafter_from_name("ngram") == demo_drafter::ngram);
@@ -129,8 +143,9 @@ TEST_CASE("demo with each LongSpec tree: CAPE and the beam tree under a node bud
     INFO(r.model);
     CHECK(r.lossless);
     CHECK(r.generated == 64);
-    CHECK(r.stats.tau() >= 1.0);
-    // the budget caps every verified tree: at most 12 drafted nodes a step
+    CHECK(r.stats.accepted > 0);
+    // the budget caps every verified tree: at most 12 drafted nodes a step (which nodes the beam keeps:
+    // test_longspec_beam_tree.cpp)
     CHECK(r.stats.tree_nodes <= 12 * r.stats.steps);
     CHECK(r.stats.tree_nodes > 2 * r.stats.steps);  // and the trees are not chains of 1-2 tokens
     print_report(o, r, out);

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <limits>
+#include <map>
 #include <random>
 
 #include "../../examples/common/longspec_draft.hpp"
@@ -191,4 +193,58 @@ TEMPLATE_TEST_CASE("LongSpec beam drafter: step_tree proposes what the path-by-p
           }
         }
   CHECK(compared == 3 * 2 * 2 * 3 * 3);
+}
+
+TEST_CASE("LongSpec beam drafter with a node budget proposes the full beam tree's best nodes", "[longspec][tree]") {
+  using T = double;
+  // token path -> cumulative log-probability of every node of a proposal (chain and sequences share prefixes)
+  const auto nodes_of = [](const draft_candidates& c) {
+    std::map<std::vector<std::int32_t>, double> out;
+    const auto add = [&](const std::vector<draft_token>& seq) {
+      std::vector<std::int32_t> path;
+      double score = 0;
+      for (const auto& t : seq) {
+        path.push_back(t.token);
+        score += t.logprob;
+        out.emplace(path, score);
+      }
+    };
+    add(c.chain);
+    for (const auto& s : c.sequences) add(s);
+    return out;
+  };
+  int compared = 0;
+  for (std::uint64_t seed : {1u, 2u, 3u})
+    for (const int budget : {1, 5, 12, 30}) {
+      setup<T> s(seed, 16, 1, 20);
+      counting_draft<T, true> full_model{&s.a}, budget_model{&s.b};
+      const std::vector<int> widths{4, 16, 16, 16, 16};
+      longspec_drafter<counting_draft<T, true>> full(full_model, widths);
+      longspec_drafter<counting_draft<T, true>> capped(budget_model, beam_tree_params{widths, budget});
+      const draft_request req{.request = 1, .tokens = s.prompt, .depth = 5};
+      draft_candidates a, b;
+      full.propose(req, a);
+      capped.propose(req, b);
+      const auto all = nodes_of(a), kept = nodes_of(b);
+      INFO("seed " << seed << " budget " << budget);
+      REQUIRE(kept.size() == std::min<std::size_t>(all.size(), static_cast<std::size_t>(budget)));
+      // every kept node is a node of the full tree with the same score, and none scores below a dropped one
+      // (a child never scores above its parent, so the best `budget` nodes are ancestor-closed)
+      double worst_kept = 0, best_dropped = -std::numeric_limits<double>::infinity();
+      for (const auto& [path, score] : kept) {
+        const auto it = all.find(path);
+        REQUIRE(it != all.end());
+        CHECK(close<T>(it->second, score));
+        worst_kept = std::min(worst_kept, score);
+      }
+      for (const auto& [path, score] : all)
+        if (!kept.contains(path)) best_dropped = std::max(best_dropped, score);
+      CHECK(worst_kept >= best_dropped - 1e-9);
+      ++compared;
+    }
+  CHECK(compared == 12);
+  setup<T> s(1, 16, 1, 20);
+  counting_draft<T, true> m{&s.a};
+  using drafter_t = longspec_drafter<counting_draft<T, true>>;
+  CHECK_THROWS_AS(drafter_t(m, beam_tree_params{{}, 4}), specdec::invalid_argument);
 }

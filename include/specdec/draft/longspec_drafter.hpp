@@ -76,6 +76,13 @@ class longspec_drafter {
   explicit longspec_drafter(Model& model, std::vector<int> beam_widths = {})
       : model_(&model), beam_(beam_widths.empty() ? beam_tree_params{} : beam_tree_params{beam_widths, 0}),
         use_beam_(!beam_widths.empty()) {}
+  //! Beam mode with a node budget: the tree keeps its best beam.max_nodes nodes (ancestor-closed, by
+  //! cumulative log-probability; beam_tree_builder), so a builder without a budget of its own (e.g.
+  //! trie_tree_builder{}) verifies exactly those. beam.beam_widths must be non-empty.
+  longspec_drafter(Model& model, beam_tree_params beam) : model_(&model), beam_(std::move(beam)), use_beam_(true) {
+    require(!beam_.beam_widths.empty(), "specdec::longspec_drafter", "beam.beam_widths", "non-empty (beam mode)",
+            beam_.beam_widths.size());
+  }
   //! Multi-draft mode (see multi_draft_params): k = width independent sampled drafts.
   longspec_drafter(Model& model, multi_draft_params multi) : model_(&model), use_beam_(false), multi_(multi) {}
 
