@@ -15,10 +15,12 @@ fi
 bin=$1; out=$2; new=${3:-256}; shift $(( $# >= 3 ? 3 : $# ))
 contexts=("$@"); (( ${#contexts[@]} )) || contexts=(4096 16384 32768)
 mkdir -p "$out"
-# label | demo arguments (the vanilla draft only greedy: LongSpec Table 2's question is tau)
+# label | demo arguments | modes (empty: both). Fixed depth 4 greedy, anchor-offset vs vanilla-index draft: LongSpec
+# Table 2's question is tau, which adaptive depth would hide by drafting less.
 configs=(
   "LongSpec chain|--drafter longspec --tree chain"
-  "LongSpec chain, vanilla-index draft|--drafter longspec --tree chain --draft-weights longspec_draft_vanilla.safetensors|greedy"
+  "LongSpec chain, fixed depth 4|--drafter longspec --tree chain --fixed-depth --depth 4|greedy"
+  "LongSpec chain, fixed depth 4, vanilla-index draft|--drafter longspec --tree chain --fixed-depth --depth 4 --draft-weights longspec_draft_vanilla.safetensors|greedy"
   "LongSpec beam [4,16,16,16,16], 12 nodes|--drafter longspec --tree beam --nodes 12"
   "LongSpec + CAPE, 12 nodes|--drafter longspec --tree cape --nodes 12"
   "TokenSwift self-drafting|--drafter tokenswift"

@@ -7,7 +7,7 @@
 //                          [--window W] [--seed S]]
 // Default: the trained byte-level pair of examples/weights (target.safetensors, longspec_draft.safetensors;
 // --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
-// on N (default 1024) bytes of a header file held out of training, from byte --prompt-offset (8192); --random: the seeded
+// on N (default 16384) bytes of a header file held out of training, from byte --prompt-offset (8192); --random: the seeded
 // random model with a draft derived from it. Runs the target autoregressively and speculatively (--drafter:
 // the LongSpec draft, the default, over --tree: its chain, a Cartesian tree, GLIDE's CAPE or LongSpec's beam
 // tree, the last two capped at --nodes N (32); TokenSwift self-drafting with the trained residual heads; prompt lookup;

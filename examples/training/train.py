@@ -52,6 +52,7 @@ def openblas_coretype_from_flags():
 openblas_coretype_from_flags()
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import specdec_indices as idx  # noqa: E402
@@ -65,14 +66,16 @@ CONFIGS = {
     "full": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=768, seq=512, batch=16,
                  target_steps=800, lr=2e-3, eval_windows=48, max_len=32768,
                  long_seq=4096, long_batch=2, long_steps=180, long_lr=1e-3, long_theta=500000.0,
-                 draft_seq=2048, draft_batch=4, draft_steps=150, draft_lr=2e-3,
-                 heads_seq=1024, heads_batch=8, heads_steps=120,
+                 long16_seq=16384, long16_steps=24, long16_lr=5e-4,
+                 draft_seq=4096, draft_batch=2, draft_steps=100, draft_lr=2e-3,
+                 heads_seq=1024, heads_batch=8, heads_steps=100,
                  eval_contexts=[512, 1024, 2048, 4096, 8192, 16384], context_at=20000, context_span=256,
                  long_eval_windows=3, long_eval_tail=1024),
     # a few steps, for the test that keeps this script from rotting
     "smoke": dict(hidden=128, layers=2, heads=2, kv_heads=1, head_dim=64, ffn=128, seq=64, batch=2,
                   target_steps=3, lr=1e-3, eval_windows=2, max_len=1024,
                   long_seq=128, long_batch=2, long_steps=3, long_lr=1e-3, long_theta=50000.0,
+                  long16_seq=256, long16_steps=2, long16_lr=1e-3,
                   draft_seq=96, draft_batch=2, draft_steps=3, draft_lr=1e-3,
                   heads_seq=64, heads_batch=2, heads_steps=3,
                   eval_contexts=[32, 128], context_at=20000, context_span=16, long_eval_windows=1,
@@ -80,6 +83,7 @@ CONFIGS = {
 }
 ROPE_THETA = 10000.0  # the short stage's RoPE base; the long stage raises it to c["long_theta"]
 ATTEND_BLOCK = 1024   # query rows per block in attend()
+CHECKPOINT_ROWS = 8192  # windows this long recompute attention scores in the backward pass
 NORM_EPS = 1e-6
 WINDOW = 512       # LongSpec's sliding window (§3.1)
 GAMMA = 5          # Algorithm 2: j = RandomInt(1, 4), i.e. [1, gamma) with gamma = 5 (a depth-4 chain)
@@ -143,8 +147,11 @@ class Visibility:
     5/8 of the work of a 4K window in blocks of 1K), and whether some row sees no key at all."""
 
     def __init__(self, mask):
-        self.bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))[:, None]
-        self.empty_rows = not bool(mask.any(-1).all())
+        seen = mask.any(-1, keepdim=True)  # [B or 1, T, 1]
+        # a row that sees no key gets a zero bias (finite scores) and a zero output: -inf everywhere would
+        # make its softmax NaN, and the NaN would reach the gradients of q and k through the product
+        self.bias = torch.zeros(mask.shape).masked_fill_(~mask & seen, float("-inf"))[:, None]
+        self.row_ok = seen.float()[:, None] if not bool(seen.all()) else None
         self.blocks = []
         for t0 in range(0, mask.shape[1], ATTEND_BLOCK):
             t1 = min(mask.shape[1], t0 + ATTEND_BLOCK)
@@ -163,13 +170,19 @@ def attend(q, k, v, vis):
     kt = k.repeat_interleave(g, 2).permute(0, 2, 3, 1)  # [B, Hq, D, S]
     vh = v.repeat_interleave(g, 2).transpose(1, 2)      # [B, Hq, S, D]
     out = []
+    def block(qb, kb, vb, bias):
+        s = torch.matmul(qb, kb)
+        s.add_(bias)
+        return torch.matmul(torch.softmax(s, -1), vb)
+    # above CHECKPOINT_ROWS rows, each block's scores are recomputed in the backward pass instead of kept
+    # (a 16K window would keep 2 x 2 GB per layer): ~1.3x the time, a block's memory
+    ckpt = torch.is_grad_enabled() and q.shape[1] >= CHECKPOINT_ROWS
     for t0, t1, k0, k1 in vis.blocks:
-        s = torch.matmul(qh[:, :, t0:t1], kt[..., k0:k1])
-        s.add_(vis.bias[:, :, t0:t1, k0:k1])
-        p = torch.softmax(s, -1)
-        if vis.empty_rows:
-            p = p.nan_to_num(0.0)
-        out.append(torch.matmul(p, vh[:, :, k0:k1]))
+        args = (qh[:, :, t0:t1], kt[..., k0:k1], vh[:, :, k0:k1], vis.bias[:, :, t0:t1, k0:k1])
+        o = torch.utils.checkpoint.checkpoint(block, *args, use_reentrant=False) if ckpt else block(*args)
+        if vis.row_ok is not None:
+            o = o * vis.row_ok[:, :, t0:t1]
+        out.append(o)
     o = out[0] if len(out) == 1 else torch.cat(out, 2)
     return o.transpose(1, 2)
 
@@ -438,8 +451,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", choices=sorted(CONFIGS), default="full")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "weights"))
-    ap.add_argument("--stages", nargs="+", default=["target", "long", "draft", "ablation", "heads"],
-                    choices=["target", "long", "draft", "ablation", "heads"])
+    ap.add_argument("--stages", nargs="+", default=["target", "long", "long16", "draft", "ablation", "heads"],
+                    choices=["target", "long", "long16", "draft", "ablation", "heads"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--init", metavar="DIR", help="start the drafts and the TokenSwift heads from DIR's files (an "
                     "earlier run's weights, e.g. a short-context pair) instead of random weights")
@@ -477,27 +490,42 @@ def main():
     else:
         from_file(target, tpath)
 
-    if "long" in a.stages:
-        # Long-context continued pre-training: windows of long_seq bytes with the RoPE base raised to long_theta
-        # (adjusted base frequency, as Code Llama §2.4 extends LLaMA 2 from 4K to 16K), so the relative
-        # distances of a 16K-32K context turn the slow RoPE dimensions by angles the 4K windows cover.
-        log["target_short_context_bits_per_byte"] = eval_context(target, test, c)
-        print("context bits/byte before the long stage:", log["target_short_context_bits_per_byte"], flush=True)
-        target.theta = c["long_theta"]
-        B, T, lgen = c["long_batch"], c["long_seq"], torch.Generator().manual_seed(SEED + 4)
+    def save_log():  # after every stage, so a run stopped part-way keeps what it measured
+        with open(log_path, "w") as f:
+            json.dump(log, f, indent=1)
 
-        def long_loss(step):
+    # Long-context continued pre-training, in two phases: windows of long_seq bytes with the RoPE base raised
+    # to long_theta (adjusted base frequency, as Code Llama §2.4 extends LLaMA 2 from 4K to 16K), then windows
+    # of long16_seq bytes. The first phase alone works to its 4K windows and no further (bits/byte of a fixed
+    # held-out span: 0.53 at 4K context, 1.01 at 8K, 2.05 at 16K), hence the second.
+    for stage, T, B, steps, lr in (("long", c["long_seq"], c["long_batch"], c["long_steps"], c["long_lr"]),
+                                   ("long16", c["long16_seq"], 1, c["long16_steps"], c["long16_lr"])):
+        if stage not in a.stages:
+            continue
+        if stage == "long":
+            log["target_short_context_bits_per_byte"] = eval_context(target, test, c)
+            print("context bits/byte before the long stage:", log["target_short_context_bits_per_byte"], flush=True)
+            target.theta = c["long_theta"]
+        elif target.theta != c["long_theta"]:
+            raise SystemExit("train.py: the long16 stage continues the long stage's target (rope_theta "
+                             f"{c['long_theta']}); {tpath} has {target.theta}")
+        for p in target.parameters():
+            p.requires_grad_(True)
+        lgen = torch.Generator().manual_seed(SEED + (4 if stage == "long" else 5))
+
+        def long_loss(step, B=B, T=T, lgen=lgen):
             x, y = batch(data, B, T, lgen)
             pos = positions(c, step, B, T, anchor=step % 2 == 1)
             return F.cross_entropy(target(x, pos)[1].reshape(-1, 256), y.reshape(-1))
-        train_loop("target_long", target, list(target.parameters()), c["long_steps"], c["long_lr"], long_loss, log)
+        train_loop("target_" + stage, target, list(target.parameters()), steps, lr, long_loss, log)
         round_fp16_(target)
-        log["target_long_held_out_bits_per_byte"] = round(
+        log[f"target_{stage}_held_out_bits_per_byte"] = round(
             eval_target(target, test, c, torch.Generator().manual_seed(1)), 4)
+        log[f"target_{stage}_context_bits_per_byte"] = eval_context(target, test, c)
+        print(f"context bits/byte after {stage}:", log[f"target_{stage}_context_bits_per_byte"], flush=True)
         save_target(target, c, tpath, a.config, dict(long_seq=T, long_theta=c["long_theta"]))
+        save_log()
     log["geometry"] = geometry(c, target.theta)
-    log["target_context_bits_per_byte"] = eval_context(target, test, c)
-    print("context bits/byte:", log["target_context_bits_per_byte"], flush=True)
     for p in target.parameters():
         p.requires_grad_(False)
     meta = dict(geometry(c, target.theta), format="specdec-byte-llama", config=a.config)
@@ -540,6 +568,7 @@ def main():
                          dict(meta, format="specdec-longspec-draft", draft_layers=1, window=WINDOW,
                               layer_map=c["layers"] - 1, anchor_offset=int(anchor), noisy_gamma=GAMMA,
                               anchor_max_len=c["max_len"], train_seq=T))
+        save_log()
 
     if "heads" in a.stages:
         heads = Heads(c, NUM_HEADS_TS)
@@ -566,8 +595,7 @@ def main():
         raw["check.heads_logits"] = torch.stack(hs, 0)[:, 0].float()  # [heads, tokens, 256]
         save_safetensors(tpath, raw, dict(file_meta, tokenswift_heads=NUM_HEADS_TS))
 
-    with open(log_path, "w") as f:
-        json.dump(log, f, indent=1)
+    save_log()
     print("wrote", a.out)
 
 
