@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Trains the demo's model pair on this machine's C and C++ headers (issue #26; CPU, no downloads).
 
-  /usr/bin/python3 examples/training/train.py [--config full|smoke] [--out DIR] [--stages ...]
+  /usr/bin/python3 examples/training/train.py [--config full|smoke] [--out DIR] [--stages ...] [--init DIR]
 
 Stages, in order (each reads what the earlier ones wrote to --out):
   target      a byte-level LLaMA-style target (RMSNorm, RoPE rotate-half, GQA, SwiGLU, vocabulary 256),
-              the architecture of examples/common/llama.hpp, trained from scratch;
+              the architecture of examples/common/llama.hpp, trained from scratch on 512-byte windows;
+  long        the target continued on 4K windows with the RoPE base raised to 5e5 (adjusted base frequency);
+  long16      the target continued on 16K windows (attention blocks recomputed in the backward pass), so it
+              keeps its held-out bits per byte to 16K of context;
   draft       a one-layer LongSpec draft (LongSpec §3.1: sliding-window self-attention, cache-free
               cross-attention into the target's last-layer KV, SwiGLU; the target's embedding, final norm
               and LM head shared and frozen), the architecture of examples/common/longspec_draft.hpp,
@@ -14,6 +17,7 @@ Stages, in order (each reads what the earlier ones wrote to --out):
   ablation    the same draft trained with vanilla indices 0..n-1 (LongSpec Table 2's question);
   heads       TokenSwift residual heads (TokenSwift §3.2, Eq. 1, identity activation, as
               examples/common/tokenswift_draft.hpp runs them) on the frozen target's final-normed state.
+--init DIR starts the drafts and heads from DIR's files (an earlier run) instead of random weights.
 
 Data: every regular file under /usr/include/c++/<newest version>/ (the C++ standard library) and every
 /usr/include/*.h (the C headers), minus HELD_OUT, which is only evaluated. Outputs (fp16 safetensors,
