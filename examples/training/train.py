@@ -83,7 +83,7 @@ CONFIGS = {
                   draft_seq=96, draft_batch=2, draft_steps=3, draft_lr=1e-3,
                   heads_seq=64, heads_batch=2, heads_steps=3,
                   eval_contexts=[32, 128], context_at=20000, context_span=16, long_eval_windows=1,
-                  long_eval_tail=32),
+                  long_eval_tail=32, attend_block=32, checkpoint_rows=128, window=48),
 }
 ROPE_THETA = 10000.0  # the short stage's RoPE base; the long stage raises it to c["long_theta"]
 ATTEND_BLOCK = 1024   # query rows per block in attend()
@@ -192,10 +192,13 @@ def attend(q, k, v, vis):
 
 
 def causal_mask(t, window=None):
+    """[1, t, t] causal mask; with a window W, query t sees keys t - W .. t: the W tokens before it and itself,
+    as the C++ draft does (its ring holds the W newest committed tokens, and the token attends to those and
+    to itself before it enters the ring; specdec::sliding_window_attention)."""
     i = torch.arange(t)
     m = i[None, :] <= i[:, None]
     if window is not None:
-        m &= i[None, :] > i[:, None] - window
+        m &= i[None, :] >= i[:, None] - window
     return m[None]
 
 
@@ -378,9 +381,13 @@ def eval_target(target, test, c, gen):
 
 @torch.no_grad()
 def eval_context(target, test, c):
-    """Held-out bits per byte of one fixed span (c["context_span"] bytes of stl_deque.h from byte
-    c["context_at"]) by how many bytes precede it: does the target use, or at least survive, a long context?"""
+    """Held-out bits per byte of one fixed span of stl_deque.h (the c["context_span"] bytes after byte
+    c["context_at"]), each predicted from at least ctx + 1 bytes before it, for each ctx in c["eval_contexts"]:
+    does the target use, or at least survive, a long context?"""
     d, at, n = test[HELD_OUT.index("bits/stl_deque.h")], c["context_at"], c["context_span"]
+    if not (max(c["eval_contexts"]) <= at and at + n + 1 <= d.numel()):
+        raise SystemExit(f"train.py: eval_contexts up to {max(c['eval_contexts'])} and context_at {at} do not fit "
+                         f"the {d.numel()}-byte stl_deque.h")
     res = {}
     for ctx in c["eval_contexts"]:
         x = d[at - ctx:at + n + 1][None]
@@ -396,6 +403,8 @@ def eval_draft(target, draft, test, seq, windows, tail, gen):
     over the last `tail` positions of `windows` windows of `seq` bytes (spread over the held-out files long
     enough for one)."""
     files = [d for d in test if d.numel() > seq + 1]
+    if not files:
+        raise SystemExit(f"train.py: no held-out file is longer than {seq + 1} bytes (eval_draft)")
     tot, agree, n = [0.0] * GAMMA, [0] * GAMMA, [0] * GAMMA
     g = torch.Generator().manual_seed(gen)
     for w in range(windows):
@@ -440,10 +449,15 @@ CHECK_TEXT = b"template <typename _Tp>\n  inline void\n  swap(_Tp& __a, _Tp& __b
 
 
 def save_target(target, c, path, config, extra_meta=None):
-    """The target's fp16 weights, with check tensors (logits PyTorch computes from them) and the geometry."""
+    """The target's fp16 weights, with check tensors (logits PyTorch computes from them) and the geometry.
+    TokenSwift heads already in the file are dropped with a warning: they were fitted to the old weights
+    (the heads stage refits them)."""
     check = torch.tensor(list(CHECK_TEXT), dtype=torch.long)[None]
     with torch.no_grad():
         _, logits, _ = target(check, torch.arange(check.shape[1])[None])
+    if os.path.exists(path) and "tokenswift.heads.weight" in from_file_raw(path):
+        print(f"train.py: {path}'s TokenSwift heads were fitted to the old target and are dropped; run the heads "
+              "stage to refit them", flush=True)
     t = {k: v.half() for k, v in target.named_tensors().items()}
     t["check.tokens"] = check[0].float()
     t["check.logits"] = logits[0].float()
@@ -464,6 +478,11 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(SEED)
     c = CONFIGS[a.config]
+    # the smoke configuration shrinks these so its tiny windows take the same paths as the full run's:
+    # several attention blocks, checkpointed blocks, a sliding window shorter than the draft's windows
+    global ATTEND_BLOCK, CHECKPOINT_ROWS, WINDOW
+    ATTEND_BLOCK, CHECKPOINT_ROWS, WINDOW = (c.get("attend_block", ATTEND_BLOCK), c.get("checkpoint_rows", CHECKPOINT_ROWS),
+                                             c.get("window", WINDOW))
     os.makedirs(a.out, exist_ok=True)
     log_path = os.path.join(a.out, "train_log.json")
     log = json.load(open(log_path)) if os.path.exists(log_path) else {}
@@ -474,6 +493,20 @@ def main():
     gen = torch.Generator().manual_seed(SEED)
     check = torch.tensor(list(CHECK_TEXT), dtype=torch.long)[None]
     check_pos = torch.arange(check.shape[1])[None]
+
+    def save_log():  # after every stage, so a run stopped part-way keeps what it measured
+        with open(log_path, "w") as f:
+            json.dump(log, f, indent=1)
+
+    if a.init:  # fail now, not after the target stages have trained
+        for name in ["target.safetensors"] * ("heads" in a.stages) + \
+                [f for st, f in (("draft", "longspec_draft.safetensors"),
+                                 ("ablation", "longspec_draft_vanilla.safetensors")) if st in a.stages]:
+            if not os.path.exists(os.path.join(a.init, name)):
+                raise SystemExit(f"train.py: --init {a.init} has no {name}")
+        if "heads" in a.stages and os.path.realpath(a.init) == os.path.realpath(a.out) and \
+                ({"target", "long", "long16"} & set(a.stages)):
+            raise SystemExit("train.py: --init is --out, whose target (and its heads) the target stages overwrite")
 
     target = Target(c)
     tpath = os.path.join(a.out, "target.safetensors")
@@ -491,12 +524,9 @@ def main():
         log["target_held_out_bits_per_byte"] = round(eval_target(target, test, c, torch.Generator().manual_seed(1)), 4)
         print("target held-out bits/byte:", log["target_held_out_bits_per_byte"], flush=True)
         save_target(target, c, tpath, a.config)
+        save_log()
     else:
         from_file(target, tpath)
-
-    def save_log():  # after every stage, so a run stopped part-way keeps what it measured
-        with open(log_path, "w") as f:
-            json.dump(log, f, indent=1)
 
     # Long-context continued pre-training, in two phases: windows of long_seq bytes with the RoPE base raised
     # to long_theta (adjusted base frequency, as Code Llama §2.4 extends LLaMA 2 from 4K to 16K), then windows
@@ -629,11 +659,8 @@ def load_into(module, path):
 
 
 def from_file(target, path):
-    raw, meta = from_file_raw(path, with_metadata=True)
-    target.theta = float(meta.get("rope_theta", ROPE_THETA))
-    with torch.no_grad():
-        for k, p in target.named_tensors().items():
-            p.copy_(raw[k].float())
+    load_into(target, path)
+    target.theta = float(from_file_raw(path, with_metadata=True)[1].get("rope_theta", ROPE_THETA))
 
 
 if __name__ == "__main__":
