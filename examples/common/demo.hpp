@@ -5,8 +5,9 @@
 //! with speculative_decoder<llama, drafter, tree builder, verifier>, then a report. Greedy (the default):
 //! the greedy verifier, and the two outputs compared token for token. Sampled (temperature > 0, top-p):
 //! sample-and-match verification, which is exact in distribution (tests/verify's chi-square tests), so
-//! the two runs are two different draws and only their speed and acceptance are compared. The drafter (demo_drafter) is LongSpec's draft model (chain or Cartesian
-//! tree), TokenSwift self-drafting, or prompt lookup.
+//! the two runs are two different draws and only their speed and acceptance are compared. The drafter
+//! (demo_drafter) is LongSpec's draft model over one of four trees (demo_tree), TokenSwift self-drafting,
+//! or prompt lookup.
 //!
 //! By default the models are the trained byte-level pair of examples/weights (examples/training/
 //! train.py: a LLaMA-style target and a LongSpec draft trained on this machine's C/C++ headers) and the
@@ -20,8 +21,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "longspec_draft.hpp"
@@ -92,13 +95,25 @@ enum class demo_drafter {
   ngram,       //!< prompt lookup: the continuations of the context's latest 1-4-gram matches (no model)
 };
 
-//! demo_drafter by name ("longspec", "tokenswift", "ngram"); throws naming the accepted names otherwise.
+//! The names of demo_drafter's values, in enum order (the --drafter flag and the report's summary line).
+inline constexpr std::string_view demo_drafter_names[] = {"longspec", "tokenswift", "ngram"};
+
+namespace detail {
+//! The value of an enum whose names (in enum order) are `names`; throws naming them all otherwise.
+template <class E, std::size_t N>
+[[nodiscard]] E enum_from_name(std::string_view name, const std::string_view (&names)[N], std::string_view fn) {
+  std::string all;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<E>(i);
+    all += (i == 0 ? "" : i + 1 == N ? " or " : ", ") + std::string(names[i]);
+  }
+  throw_invalid_argument(fn, "name", all, std::string(name));
+}
+}  // namespace detail
+
+//! demo_drafter by name (demo_drafter_names); throws naming the accepted names otherwise.
 [[nodiscard]] inline demo_drafter demo_drafter_from_name(std::string_view name) {
-  if (name == "longspec") return demo_drafter::longspec;
-  if (name == "tokenswift") return demo_drafter::tokenswift;
-  if (name == "ngram") return demo_drafter::ngram;
-  throw_invalid_argument("specdec::examples::demo_drafter_from_name", "name", "longspec, tokenswift or ngram",
-                         std::string(name));
+  return detail::enum_from_name<demo_drafter>(name, demo_drafter_names, "specdec::examples::demo_drafter_from_name");
 }
 
 //! The token tree the LongSpec draft proposes (the other drafters bring their own: TokenSwift's Cartesian +
@@ -110,14 +125,15 @@ enum class demo_tree {
   beam,       //!< LongSpec's dynamic beam tree (Appendix B, widths [4, 16, 16, 16, 16]), its best tree_nodes nodes
 };
 
-//! demo_tree by name ("chain", "cartesian", "cape", "beam"); throws naming the accepted names otherwise.
+//! The names of demo_tree's values, in enum order.
+inline constexpr std::string_view demo_tree_names[] = {"chain", "cartesian", "cape", "beam"};
+
+//! LongSpec's beam widths (Appendix B): demo_tree::beam drafts one level per width.
+inline constexpr int demo_beam_widths[] = {4, 16, 16, 16, 16};
+
+//! demo_tree by name (demo_tree_names); throws naming the accepted names otherwise.
 [[nodiscard]] inline demo_tree demo_tree_from_name(std::string_view name) {
-  if (name == "chain") return demo_tree::chain;
-  if (name == "cartesian") return demo_tree::cartesian;
-  if (name == "cape") return demo_tree::cape;
-  if (name == "beam") return demo_tree::beam;
-  throw_invalid_argument("specdec::examples::demo_tree_from_name", "name", "chain, cartesian, cape or beam",
-                         std::string(name));
+  return detail::enum_from_name<demo_tree>(name, demo_tree_names, "specdec::examples::demo_tree_from_name");
 }
 
 //! The demo's verifier: greedy verification at temperature 0, sample-and-match above it, chosen per run
@@ -253,7 +269,7 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
         case demo_tree::beam:
           rep.model += "beam tree [4, 16, 16, 16, 16], " +
                        (o.tree_nodes > 0 ? "best " + std::to_string(o.tree_nodes) + " nodes" : std::string("no node cap")) +
-                       ", 5 levels";
+                       ", " + std::to_string(std::size(demo_beam_widths)) + " levels";
           break;
       }
       break;
@@ -277,7 +293,6 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   // 1. Autoregressive decoding: greedy, the reference the speculative output must equal; sampled, a draw
   // of the same processed distribution (the speed reference).
   rep.sampled = o.temperature > 0.0f;
-  std::vector<std::int32_t> context(prompt);  // sampled: the processing's penalty context (none are set here)
   sampling_workspace ws;
   philox_stream ar_rng(o.seed, 0xa7);
   auto t0 = clock::now();
@@ -291,9 +306,8 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     target.forward(0, root, token_tree{}, logits);
     target.commit(0, {});
     if (rep.sampled) {
-      process_logits(logits, sp, context, ws);
+      process_logits(logits, sp, {}, ws);  // sp sets no penalties, so no context is read
       root = sample_token(logits, ar_rng);
-      context.push_back(root);
     } else {
       root = greedy_token(logits);
     }
@@ -337,14 +351,12 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
         case demo_tree::cartesian: spec = run(drafter_t(draft), cartesian_tree_builder({1, 2, 2, 1}), 2); break;
         // width 8: the draft's top 8 per depth, so the §4.2 bins' largest expansion set (7) is full
         case demo_tree::cape: spec = run(drafter_t(draft), cape_tree_builder(o.tree_nodes), 8); break;
-        case demo_tree::beam: {
-          const std::vector<int> widths{4, 16, 16, 16, 16};  // LongSpec Appendix B
+        case demo_tree::beam:
           // the budget inside the beam (beam_tree_builder keeps its best tree_nodes nodes by cumulative
           // log-probability), not in the trie builder, whose budget would keep the first sequences listed
-          spec = run(drafter_t(draft, beam_tree_params{widths, o.tree_nodes}), trie_tree_builder{}, 2,
-                     static_cast<int>(widths.size()));
+          spec = run(drafter_t(draft, beam_tree_params{{std::begin(demo_beam_widths), std::end(demo_beam_widths)}, o.tree_nodes}),
+                     trie_tree_builder{}, 2, static_cast<int>(std::size(demo_beam_widths)));
           break;
-        }
       }
       rep.draft_bytes = draft.state_bytes();
       break;
@@ -398,7 +410,7 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
   os
      << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << ";  depth: "
      << (o.drafter == demo_drafter::longspec && o.tree == demo_tree::beam
-             ? std::string("the beam's 5 levels every step, mean drafted ")
+             ? "the beam's " + std::to_string(std::size(demo_beam_widths)) + " levels every step, mean drafted "
          : o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
                       : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")
      << (s.steps ? static_cast<double>(s.draft_depth) / static_cast<double>(s.steps) : 0.0) << "\n"
@@ -415,10 +427,8 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
                                           : "draft state " + std::to_string(r.draft_bytes) + " bytes (constant in the context length)")
      << ", target KV " << r.target_kv_bytes << " bytes\n";
   // one key=value line for scripts (benchmarks/demo_report.sh)
-  static constexpr const char* drafter_names[] = {"longspec", "tokenswift", "ngram"};
-  static constexpr const char* tree_names[] = {"chain", "cartesian", "cape", "beam"};
-  os << "summary:      drafter=" << drafter_names[static_cast<int>(o.drafter)]
-     << " tree=" << (o.drafter == demo_drafter::longspec ? tree_names[static_cast<int>(o.tree)] : "own")
+  os << "summary:      drafter=" << demo_drafter_names[static_cast<int>(o.drafter)]
+     << " tree=" << (o.drafter == demo_drafter::longspec ? demo_tree_names[static_cast<int>(o.tree)] : "own")
      << " temperature=" << o.temperature << " top_p=" << o.top_p << " prompt=" << r.prompt_tokens
      << " new=" << r.generated << " tau=" << s.tau() << " alpha=" << s.alpha() << " ar_tok_s=" << r.ar_tokens_per_s
      << " spec_tok_s=" << r.spec_tokens_per_s << " speedup=" << r.spec_tokens_per_s / r.ar_tokens_per_s
