@@ -1,6 +1,7 @@
 // Host attention benchmarks: hybrid_tree_attention, decode_attention, tree_attention, lse_merge at
 // D = 128, 32 query heads / 8 KV heads, cache 4K and 32K, tree 1/16/63/64/128, fp16 and fp32 K/V
-// (and decode_attention at tree 2/4/8, 32K), plus this machine's roofline (read bandwidth, FMA
+// (and decode_attention at tree 2/4/8, 32K; hybrid at the demo target's shape, D 64, 4/2 heads, fp32,
+// four layers, trees 1-8 at 4K and 16K), plus this machine's roofline (read bandwidth, FMA
 // peak) measured the same way, so every figure can be read as a % of roofline. Counters: "GB/s"
 // (bytes that must be read/written at least once: cache K/V, tree K/V, Q, O) and "GFLOP/s" (2
 // FLOPs per multiply-add of QK^T and PV over the keys each query actually sees). Problem sizes
@@ -36,16 +37,25 @@ namespace {
 
 constexpr int kHq = 32, kHkv = 8, kD = 128, kPage = 16;
 
+//! Heads and head_dim of a problem: #3's grid (32/8 heads, D 128) unless a cell says otherwise.
+struct attention_shape {
+  int hq = kHq, hkv = kHkv, d = kD;
+};
+//! The demo target's attention (examples/weights/target.safetensors: 4 query / 2 kv heads, head_dim 64).
+constexpr attention_shape demo_target_shape{4, 2, 64};
+
 template <class T>
 struct problem {
   int cache = 0, tree = 0;
+  int kHq = ::kHq, kHkv = ::kHkv, kD = ::kD;  // this problem's shape (the names shadow the grid's defaults)
   std::vector<T> kp, vp, q, sk, sv, out;
   std::vector<float> lse;
   std::vector<std::int32_t> page_indptr, page_indices, lens, q_indptr;
   std::vector<specdec::mask_word> mask;
   std::int64_t visible_pairs = 0;  // sum over tree rows of set mask bits
 
-  problem(int cache_len, int tree_n) : cache(cache_len), tree(tree_n) {
+  problem(int cache_len, int tree_n, attention_shape shape = {})
+      : cache(cache_len), tree(tree_n), kHq(shape.hq), kHkv(shape.hkv), kD(shape.d) {
     specdec::philox_stream rng(1234, 1);
     auto rnd = [&] { return specdec::from_float<T>(2.0f * rng.uniform() - 1.0f); };
     const int pages = (cache + kPage - 1) / kPage;
@@ -108,6 +118,28 @@ void BM_hybrid_tree_attention(benchmark::State& st) {
     benchmark::DoNotOptimize(p.out.data());
   }
   set_counters(st, p.cache_bytes() + p.tree_bytes() + p.qo_bytes(), p.cache_flops() + p.tree_flops());
+}
+
+// The demo target's verification step: its shape, fp32 KV as the demo stores it, and its four layers,
+// each call of an iteration over its own cache (one layer's 16 MB at 16K stays in a large L3 across
+// iterations, which the model's 67 MB of caches do not; with one cache the tile kernel's cells read
+// 2-3x faster than the model runs them). Args {cache, tree, threads}. At GQA 2 trees 1-4 run the rows
+// kernel (2-8 rows per kv head), trees 5-8 the tile kernel.
+template <class T>
+void BM_hybrid_demo_shape(benchmark::State& st) {
+  constexpr int layers = 4;
+  std::vector<problem<T>> ps;
+  for (int l = 0; l < layers; ++l) ps.emplace_back(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), demo_target_shape);
+  const specdec::host pol{.num_threads = static_cast<int>(st.range(2))};
+  specdec::attention_workspace ws(specdec::hybrid_tree_attention_workspace_bytes(pol, ps[0].qv(), ps[0].layout(), ps[0].iv()));
+  for (auto _ : st)
+    for (auto& p : ps) {
+      specdec::hybrid_tree_attention(pol, p.qv(), p.layout(), p.kv(), p.vv(), p.iv(), p.mv(), p.ov(), p.lv(),
+                                     {.workspace = &ws});
+      benchmark::DoNotOptimize(p.out.data());
+    }
+  const auto& p = ps[0];
+  set_counters(st, layers * (p.cache_bytes() + p.tree_bytes() + p.qo_bytes()), layers * (p.cache_flops() + p.tree_flops()));
 }
 
 template <class T>
@@ -346,6 +378,16 @@ void small_hybrid_args(benchmark::internal::Benchmark* b) {
   if (Threads != 1) b->UseRealTime();
 }
 
+// The demo target's shape (BM_hybrid_demo_shape, four layers per iteration): trees 1-8 over a 4K and a
+// 16K cache.
+template <int Threads>
+void demo_shape_args(benchmark::internal::Benchmark* b) {
+  for (int cache : {4096, 16384})
+    for (int tree = 1; tree <= 8; ++tree) b->Args({cache, tree, Threads});
+  b->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
+  if (Threads != 1) b->UseRealTime();
+}
+
 // Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
 // tree of 2 (8 query rows per kv head at GQA 4, the rows kernel's limit), 4K and 32K, one thread. The
 // automatic choice is the rows kernel in all four; these cells show what the tile kernel would cost.
@@ -378,6 +420,8 @@ SPECDEC_ATTN_BENCH(BM_lse_merge, tree_args);
 SPECDEC_ATTN_BENCH(BM_decode_attention, small_tree_args);
 BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_hybrid_args<1>);
 BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_hybrid_args<0>);
+BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(demo_shape_args<1>);
+BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(demo_shape_args<0>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, float)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, specdec::half)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);
