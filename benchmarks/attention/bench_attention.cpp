@@ -47,19 +47,18 @@ constexpr attention_shape demo_target_shape{4, 2, 64};
 template <class T>
 struct problem {
   int cache = 0, tree = 0;
-  int kHq = ::kHq, kHkv = ::kHkv, kD = ::kD;  // this problem's shape (the names shadow the grid's defaults)
+  attention_shape shape;
   std::vector<T> kp, vp, q, sk, sv, out;
   std::vector<float> lse;
   std::vector<std::int32_t> page_indptr, page_indices, lens, q_indptr;
   std::vector<specdec::mask_word> mask;
   std::int64_t visible_pairs = 0;  // sum over tree rows of set mask bits
 
-  problem(int cache_len, int tree_n, attention_shape shape = {})
-      : cache(cache_len), tree(tree_n), kHq(shape.hq), kHkv(shape.hkv), kD(shape.d) {
+  problem(int cache_len, int tree_n, attention_shape s = {}) : cache(cache_len), tree(tree_n), shape(s) {
     specdec::philox_stream rng(1234, 1);
     auto rnd = [&] { return specdec::from_float<T>(2.0f * rng.uniform() - 1.0f); };
     const int pages = (cache + kPage - 1) / kPage;
-    kp.resize(static_cast<std::size_t>(std::max(pages, 1)) * kPage * kHkv * kD);
+    kp.resize(static_cast<std::size_t>(std::max(pages, 1)) * kPage * shape.hkv * shape.d);
     vp.resize(kp.size());
     for (auto& x : kp) x = rnd();
     for (auto& x : vp) x = rnd();
@@ -68,11 +67,11 @@ struct problem {
     for (int i = 0; i < pages; ++i) page_indices[i] = i;
     lens = {cache};
     q_indptr = {0, tree};
-    q.resize(static_cast<std::size_t>(tree) * kHq * kD);
+    q.resize(static_cast<std::size_t>(tree) * shape.hq * shape.d);
     for (auto& x : q) x = rnd();
     out.resize(q.size());
-    lse.resize(static_cast<std::size_t>(tree) * kHq);
-    sk.resize(static_cast<std::size_t>(tree) * kHkv * kD);
+    lse.resize(static_cast<std::size_t>(tree) * shape.hq);
+    sk.resize(static_cast<std::size_t>(tree) * shape.hkv * shape.d);
     sv.resize(sk.size());
     for (auto& x : sk) x = rnd();
     for (auto& x : sv) x = rnd();
@@ -88,48 +87,31 @@ struct problem {
   }
   specdec::paged_kv<T> layout() {
     return {kp.data(), vp.data(), page_indptr.data(), page_indices.data(), lens.data(), 1,
-            static_cast<int>(page_indices.size()), kPage, kHkv, kD};
+            static_cast<int>(page_indices.size()), kPage, shape.hkv, shape.d};
   }
-  auto qv() { return specdec::make_view<3>(q.data(), {tree, kHq, kD}); }
-  auto ov() { return specdec::make_view<3>(out.data(), {tree, kHq, kD}); }
-  auto lv() { return specdec::make_view<2>(lse.data(), {tree, kHq}); }
-  auto kv() { return specdec::make_view<3>(sk.data(), {tree, kHkv, kD}); }
-  auto vv() { return specdec::make_view<3>(sv.data(), {tree, kHkv, kD}); }
+  auto qv() { return specdec::make_view<3>(q.data(), {tree, shape.hq, shape.d}); }
+  auto ov() { return specdec::make_view<3>(out.data(), {tree, shape.hq, shape.d}); }
+  auto lv() { return specdec::make_view<2>(lse.data(), {tree, shape.hq}); }
+  auto kv() { return specdec::make_view<3>(sk.data(), {tree, shape.hkv, shape.d}); }
+  auto vv() { return specdec::make_view<3>(sv.data(), {tree, shape.hkv, shape.d}); }
   auto iv() { return specdec::make_view<1>(q_indptr.data(), {2}); }
   auto mv() { return specdec::make_view<1>(mask.data(), {static_cast<std::int64_t>(mask.size())}); }
-  double cache_bytes() const { return 2.0 * cache * kHkv * kD * sizeof(T); }
-  double tree_bytes() const { return 2.0 * tree * kHkv * kD * sizeof(T); }
-  double qo_bytes() const { return 2.0 * tree * kHq * kD * sizeof(T) + 4.0 * tree * kHq; }
-  double cache_flops() const { return 4.0 * tree * kHq * static_cast<double>(cache) * kD; }
-  double tree_flops() const { return 4.0 * kHq * static_cast<double>(visible_pairs) * kD; }
+  double cache_bytes() const { return 2.0 * cache * shape.hkv * shape.d * sizeof(T); }
+  double tree_bytes() const { return 2.0 * tree * shape.hkv * shape.d * sizeof(T); }
+  double qo_bytes() const { return 2.0 * tree * shape.hq * shape.d * sizeof(T) + 4.0 * tree * shape.hq; }
+  double cache_flops() const { return 4.0 * tree * shape.hq * static_cast<double>(cache) * shape.d; }
+  double tree_flops() const { return 4.0 * shape.hq * static_cast<double>(visible_pairs) * shape.d; }
 };
 
 using specdec_bench::set_counters;
 
+// hybrid_tree_attention over `layers` problems of one shape per iteration, each over its own cache: with
+// several, the caches stream from memory as a model's layers do (one layer's cache can stay in a large
+// L3 across iterations). Args {cache, tree, threads}.
 template <class T>
-void BM_hybrid_tree_attention(benchmark::State& st) {
-  problem<T> p(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
-  const specdec::host pol{.num_threads = static_cast<int>(st.range(2))};
-  const auto cache = p.layout();
-  specdec::attention_workspace ws(specdec::hybrid_tree_attention_workspace_bytes(pol, p.qv(), cache, p.iv()));
-  for (auto _ : st) {
-    specdec::hybrid_tree_attention(pol, p.qv(), cache, p.kv(), p.vv(), p.iv(), p.mv(), p.ov(), p.lv(),
-                                   {.workspace = &ws});
-    benchmark::DoNotOptimize(p.out.data());
-  }
-  set_counters(st, p.cache_bytes() + p.tree_bytes() + p.qo_bytes(), p.cache_flops() + p.tree_flops());
-}
-
-// The demo target's verification step: its shape, fp32 KV as the demo stores it, and its four layers,
-// each call of an iteration over its own cache (one layer's 16 MB at 16K stays in a large L3 across
-// iterations, which the model's 67 MB of caches do not; with one cache the tile kernel's cells read
-// 2-3x faster than the model runs them). Args {cache, tree, threads}. At GQA 2 trees 1-4 run the rows
-// kernel (2-8 rows per kv head), trees 5-8 the tile kernel.
-template <class T>
-void BM_hybrid_demo_shape(benchmark::State& st) {
-  constexpr int layers = 4;
+void run_hybrid_tree_attention(benchmark::State& st, attention_shape shape, int layers) {
   std::vector<problem<T>> ps;
-  for (int l = 0; l < layers; ++l) ps.emplace_back(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), demo_target_shape);
+  for (int l = 0; l < layers; ++l) ps.emplace_back(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), shape);
   const specdec::host pol{.num_threads = static_cast<int>(st.range(2))};
   specdec::attention_workspace ws(specdec::hybrid_tree_attention_workspace_bytes(pol, ps[0].qv(), ps[0].layout(), ps[0].iv()));
   for (auto _ : st)
@@ -140,6 +122,20 @@ void BM_hybrid_demo_shape(benchmark::State& st) {
     }
   const auto& p = ps[0];
   set_counters(st, layers * (p.cache_bytes() + p.tree_bytes() + p.qo_bytes()), layers * (p.cache_flops() + p.tree_flops()));
+}
+
+template <class T>
+void BM_hybrid_tree_attention(benchmark::State& st) {
+  run_hybrid_tree_attention<T>(st, {}, 1);
+}
+
+// The demo target's verification step: its shape, fp32 KV as the demo stores it, and its four layers
+// (one layer's 16 MB at 16K stays in a large L3 across iterations, which the model's 67 MB of caches do
+// not; with one cache the tile kernel's cells read 2-3x faster than the model runs them). At GQA 2 trees
+// 1-4 run the rows kernel (2-8 rows per kv head), trees 5-8 the tile kernel.
+template <class T>
+void BM_hybrid_demo_shape(benchmark::State& st) {
+  run_hybrid_tree_attention<T>(st, demo_target_shape, 4);
 }
 
 template <class T>
@@ -171,7 +167,7 @@ template <class T>
 void BM_tree_attention(benchmark::State& st) {
   problem<T> p(0, static_cast<int>(st.range(0)));
   const specdec::host pol{.num_threads = static_cast<int>(st.range(1))};
-  specdec::attention_workspace ws(specdec::tree_attention_workspace_bytes(pol, p.qv(), kHkv, p.iv()));
+  specdec::attention_workspace ws(specdec::tree_attention_workspace_bytes(pol, p.qv(), p.shape.hkv, p.iv()));
   for (auto _ : st) {
     specdec::tree_attention(pol, p.qv(), p.kv(), p.vv(), p.iv(), p.mv(), p.ov(), p.lv(), {.workspace = &ws});
     benchmark::DoNotOptimize(p.out.data());
@@ -367,23 +363,15 @@ void small_tree_args(benchmark::internal::Benchmark* b) {
   if (Threads != 1) b->UseRealTime();
 }
 
-// #24 item 4's grid: hybrid tree attention with 2-8 tree tokens (8-32 query rows per kv head at
-// GQA 4) over a 4K and a 32K cache, the trees a CPU verifies. Tree 2 runs the rows kernel (8 rows),
-// trees 3-8 the tile kernel (12-32 rows).
-template <int Threads>
-void small_hybrid_args(benchmark::internal::Benchmark* b) {
-  for (int cache : {4096, 32768})
-    for (int tree = 2; tree <= 8; ++tree) b->Args({cache, tree, Threads});
-  b->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
-  if (Threads != 1) b->UseRealTime();
-}
-
-// The demo target's shape (BM_hybrid_demo_shape, four layers per iteration): trees 1-8 over a 4K and a
-// 16K cache.
-template <int Threads>
-void demo_shape_args(benchmark::internal::Benchmark* b) {
-  for (int cache : {4096, 16384})
-    for (int tree = 1; tree <= 8; ++tree) b->Args({cache, tree, Threads});
+// Small trees over a 4K and a larger cache, trees FirstTree..8, the trees a CPU verifies:
+// - small_tree_grid<Threads, 32768, 2>: #24 item 4's grid, hybrid fp16 at 32/8 heads (GQA 4): tree 2 runs
+//   the rows kernel (8 rows per kv head), trees 3-8 the tile kernel (12-32 rows);
+// - small_tree_grid<Threads, 16384, 1>: the demo target's shape (BM_hybrid_demo_shape, four layers per
+//   iteration).
+template <int Threads, int LargeCache, int FirstTree>
+void small_tree_grid(benchmark::internal::Benchmark* b) {
+  for (int cache : {4096, LargeCache})
+    for (int tree = FirstTree; tree <= 8; ++tree) b->Args({cache, tree, Threads});
   b->ArgNames({"cache", "tree", "threads"})->Unit(benchmark::kMillisecond);
   if (Threads != 1) b->UseRealTime();
 }
@@ -418,10 +406,10 @@ SPECDEC_ATTN_BENCH(BM_decode_attention, hybrid_args);
 SPECDEC_ATTN_BENCH(BM_tree_attention, tree_args);
 SPECDEC_ATTN_BENCH(BM_lse_merge, tree_args);
 SPECDEC_ATTN_BENCH(BM_decode_attention, small_tree_args);
-BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_hybrid_args<1>);
-BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_hybrid_args<0>);
-BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(demo_shape_args<1>);
-BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(demo_shape_args<0>);
+BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_tree_grid<1, 32768, 2>);
+BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_tree_grid<0, 32768, 2>);
+BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(small_tree_grid<1, 16384, 1>);
+BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(small_tree_grid<0, 16384, 1>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, float)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, specdec::half)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);

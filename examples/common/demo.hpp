@@ -120,7 +120,7 @@ template <class E, std::size_t N>
 //! n-gram tree, prompt lookup's chain).
 enum class demo_tree {
   chain,      //!< the draft's greedy chain
-  cartesian,  //!< Cartesian [1, 2, 2, 1] over the draft's alternatives (TokenSwift §3.4's shape)
+  cartesian,  //!< Cartesian (demo_cartesian_widths) over the draft's alternatives (TokenSwift §3.4's shape)
   cape,       //!< GLIDE's confidence-aware proposal expansion (§4.2 bins) of the chain, capped at tree_nodes
   beam,       //!< LongSpec's dynamic beam tree (Appendix B, widths [4, 16, 16, 16, 16]), its best tree_nodes nodes
 };
@@ -130,6 +130,18 @@ inline constexpr std::string_view demo_tree_names[] = {"chain", "cartesian", "ca
 
 //! LongSpec's beam widths (Appendix B): demo_tree::beam drafts one level per width.
 inline constexpr int demo_beam_widths[] = {4, 16, 16, 16, 16};
+//! demo_tree::cartesian's widths per depth.
+inline constexpr int demo_cartesian_widths[] = {1, 2, 2, 1};
+
+namespace detail {
+//! "[a, b, ...]": a width list as the report's model line shows it.
+template <std::size_t N>
+[[nodiscard]] std::string bracketed(const int (&v)[N]) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < N; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+}  // namespace detail
 
 //! demo_tree by name (demo_tree_names); throws naming the accepted names otherwise.
 [[nodiscard]] inline demo_tree demo_tree_from_name(std::string_view name) {
@@ -261,13 +273,13 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
                    (o.random_model ? "derived from the target" : "trained") + ", ";
       switch (o.tree) {
         case demo_tree::chain: rep.model += "chain"; break;
-        case demo_tree::cartesian: rep.model += "Cartesian tree [1, 2, 2, 1]"; break;
+        case demo_tree::cartesian: rep.model += "Cartesian tree " + detail::bracketed(demo_cartesian_widths); break;
         case demo_tree::cape:
           rep.model += "CAPE tree (GLIDE 4.2 bins, " +
                        (o.tree_nodes > 0 ? "<= " + std::to_string(o.tree_nodes) + " nodes)" : std::string("no node cap)"));
           break;
         case demo_tree::beam:
-          rep.model += "beam tree [4, 16, 16, 16, 16], " +
+          rep.model += "beam tree " + detail::bracketed(demo_beam_widths) + ", " +
                        (o.tree_nodes > 0 ? "best " + std::to_string(o.tree_nodes) + " nodes" : std::string("no node cap")) +
                        ", " + std::to_string(std::size(demo_beam_widths)) + " levels";
           break;
@@ -348,7 +360,10 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
       using drafter_t = longspec_drafter<longspec_draft_model<float>>;
       switch (o.tree) {
         case demo_tree::chain: spec = run(drafter_t(draft), chain_tree_builder{}, 2); break;
-        case demo_tree::cartesian: spec = run(drafter_t(draft), cartesian_tree_builder({1, 2, 2, 1}), 2); break;
+        case demo_tree::cartesian:
+          spec = run(drafter_t(draft),
+                     cartesian_tree_builder({std::begin(demo_cartesian_widths), std::end(demo_cartesian_widths)}), 2);
+          break;
         // width 8: the draft's top 8 per depth, so the §4.2 bins' largest expansion set (7) is full
         case demo_tree::cape: spec = run(drafter_t(draft), cape_tree_builder(o.tree_nodes), 8); break;
         case demo_tree::beam:
