@@ -227,8 +227,8 @@ static_assert(!sd::detail::kv_rows_from_bases<hiding_kv>);
 }  // namespace
 
 TEST_CASE("a null K or V row inside a request's cache is an error, not a read through nullptr") {
-  // Two requests over 40 and 37 cached tokens; the rows kernel (2 query rows per kv head) and the
-  // tile kernel, one split and many, and the hybrid form; the hole anywhere but the first and last row.
+  // Two requests over 40 and 37 cached tokens; the rows kernel (2 query rows per kv head), the lanes
+  // kernel and the tile kernel, one split and many, and the hybrid form; the hole anywhere but the first and last row.
   batch<float> b(3, 4, 2, 64, {40, 37}, {1, 1});
   std::vector<std::int32_t> lens = b.lens;
   const user_nhd base{b.k_nhd.data(), b.v_nhd.data(), lens.data(), 2, b.capacity, 2, 64};
@@ -238,7 +238,7 @@ TEST_CASE("a null K or V row inside a request's cache is an error, not a read th
   auto l = b.lse_view();
   for (int hole : {1, 17, 38}) {
     for (bool in_v : {false, true}) {
-      for (auto kernel : {sd::attention_kernel::rows, sd::attention_kernel::tiles}) {
+      for (auto kernel : {sd::attention_kernel::rows, sd::attention_kernel::tiles, sd::attention_kernel::lanes}) {
         for (int split : {0, 8}) {
           holed_nhd c{base};
           c.hole = hole;

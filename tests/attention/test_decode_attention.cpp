@@ -114,7 +114,7 @@ TEST_CASE("attention workspace: identical results, no allocation, too small is a
                       Catch::Contains("options.workspace"));
 }
 
-TEST_CASE("attention_options::kernel pins the rows or the tile kernel; each matches the reference") {
+TEST_CASE("attention_options::kernel pins the rows, lanes or tile kernel; each matches the reference") {
   // GQA 4 (8 query heads, 2 kv heads): requests of 1 and 2 tokens have 4 and 8 rows per kv head, so
   // automatic runs the rows kernel on them; pinning tiles must give the same answers within fp32
   // tolerance, and pinning rows the same bits as automatic.
@@ -124,7 +124,7 @@ TEST_CASE("attention_options::kernel pins the rows or the tile kernel; each matc
   const auto hyb = specdec::reference::hybrid_tree_attention(b.q_view(), layout, b.k_view(), b.v_view(),
                                                              b.indptr_view(), b.mask_view());
   for (auto kernel : {specdec::attention_kernel::automatic, specdec::attention_kernel::rows,
-                      specdec::attention_kernel::tiles}) {
+                      specdec::attention_kernel::tiles, specdec::attention_kernel::lanes}) {
     DYNAMIC_SECTION("kernel " << static_cast<int>(kernel)) {
       b.reset_outputs();
       specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(),
@@ -164,4 +164,14 @@ TEST_CASE("attention_options::kernel pins the rows or the tile kernel; each matc
                                             big.out_view(), big.lse_view(),
                                             {.kernel = static_cast<specdec::attention_kernel>(7)}),
                   specdec::invalid_argument);
+  // lanes takes those 12 rows; with more than 16 (5 tokens x GQA 4 = 20) it is an error too.
+  big.reset_outputs();
+  specdec::decode_attention(specdec::host{}, big.q_view(), big.paged(), big.indptr_view(), big.out_view(),
+                            big.lse_view(), {.kernel = specdec::attention_kernel::lanes});
+  check_against(big, specdec::reference::decode_attention(big.q_view(), big.paged(), big.indptr_view()));
+  batch<float> bigger(33, 8, 2, 64, {100}, {5});
+  CHECK_THROWS_WITH(specdec::decode_attention(specdec::host{}, bigger.q_view(), bigger.paged(), bigger.indptr_view(),
+                                              bigger.out_view(), bigger.lse_view(),
+                                              {.kernel = specdec::attention_kernel::lanes}),
+                    Catch::Matchers::Contains("attention_kernel::lanes") && Catch::Matchers::Contains("20 in request 0"));
 }

@@ -32,3 +32,32 @@ TEST_CASE("decode row kernel fp32: equals the tile kernel on the same inputs") {
     }
   row_kernel_matches_tile_kernel<256, float, 8>(77, 5, 10, 300, 2e-6);
 }
+
+// The lanes kernel: 9-16 query rows per kv head (a small tree at GQA 1-8), the same sweep.
+TEST_CASE("decode lanes kernel fp32: rows 9..16, GQA ratios, head dims, layouts, splits, hybrid") {
+  using specdec::attention_kernel;
+  std::uint64_t seed = 4600;
+  for (int ratio : {1, 2, 4, 8})
+    for (int d : {64, 128, 256}) {
+      DYNAMIC_SECTION("ratio " << ratio << " d " << d) {
+        row_kernel_sweep<float>(++seed, ratio, d, {layout_kind::paged, layout_kind::nhd}, {}, false, attention_kernel::lanes);
+      }
+    }
+  row_kernel_sweep<float>(4700, 4, 128, {layout_kind::hnd}, {}, true, attention_kernel::lanes);
+  for (int split : {1, 31, 64, 1000})
+    DYNAMIC_SECTION("split " << split) {
+      row_kernel_sweep<float>(4701 + split, 2, 64, {layout_kind::paged}, {.kv_split_size = split}, true,
+                              attention_kernel::lanes);
+    }
+  // Pinned: lanes on a request the automatic choice gives the rows kernel (4 rows) is the same maths.
+  row_kernel_sweep<float>(4800, 1, 64, {layout_kind::nhd}, {.kernel = attention_kernel::lanes}, true);
+}
+
+TEST_CASE("decode lanes kernel fp32: equals the tile kernel on the same inputs") {
+  for (int rows = 1; rows <= 16; ++rows)
+    for (int n : {0, 1, 31, 33, 37, 100}) {
+      row_kernel_matches_tile_kernel<64, float, 0>(rows * 100 + n + 7, rows, 3, 3 + n, 2e-6);
+      row_kernel_matches_tile_kernel<128, float, 0>(rows * 100 + n, rows, 0, n, 2e-6);
+    }
+  row_kernel_matches_tile_kernel<256, float, 0>(78, 13, 10, 300, 2e-6);
+}

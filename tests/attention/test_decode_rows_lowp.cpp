@@ -24,3 +24,20 @@ TEST_CASE("decode row kernel fp16/bf16: equals the tile kernel on the same input
     row_kernel_matches_tile_kernel<64, specdec::bfloat16, 8>(rows + 50, rows, 5, 40, 2e-6);
   }
 }
+
+TEST_CASE("decode lanes kernel fp16/bf16: rows 9..16, GQA ratios, head dims; equals the tile kernel") {
+  using specdec::attention_kernel;
+  std::uint64_t seed = 5600;
+  for (int ratio : {1, 2, 4, 8})
+    for (int d : {64, 128}) {
+      DYNAMIC_SECTION("ratio " << ratio << " d " << d) {
+        row_kernel_sweep<specdec::half>(++seed, ratio, d, {layout_kind::paged}, {}, false, attention_kernel::lanes);
+        row_kernel_sweep<specdec::bfloat16>(++seed, ratio, d, {layout_kind::nhd}, {}, false, attention_kernel::lanes);
+      }
+    }
+  row_kernel_sweep<specdec::half>(5700, 2, 128, {layout_kind::hnd}, {.kv_split_size = 100}, true, attention_kernel::lanes);
+  for (int rows = 9; rows <= 16; ++rows) {
+    row_kernel_matches_tile_kernel<128, specdec::half, 0>(rows, rows, 0, 65, 2e-6);
+    row_kernel_matches_tile_kernel<64, specdec::bfloat16, 0>(rows + 50, rows, 5, 40, 2e-6);
+  }
+}

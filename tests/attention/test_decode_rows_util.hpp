@@ -1,9 +1,10 @@
 #pragma once
-// Differential sweep of the dot-product ("row") kernel that host decode runs when a request has at
-// most detail::max_dot_rows query rows per kv head (tokens x Hq/Hkv <= 8): every row count 1..8,
-// GQA 1/2/4/8, head dims 64/128/256, cache lengths 0, 1, odd and longer than the split size,
-// paged and contiguous (NHD, HND) caches, against the double reference; plus the kernel itself
-// against the tile kernel on identical inputs.
+// Differential sweep of the kernels host decode runs on the cache of a request with few query rows
+// per kv head: the dot-product ("row") kernel up to detail::max_dot_rows (tokens x Hq/Hkv <= 8) and
+// the lanes kernel from 9 to detail::max_lane_rows (16): every token count of the range, GQA
+// 1/2/4/8, head dims 64/128/256, cache lengths 0, 1, odd and longer than the split size, paged and
+// contiguous (NHD, HND) caches, against the double reference; plus each kernel itself against the
+// tile kernel on identical inputs.
 #include "attention_fixture.hpp"
 
 #include "specdec/attention/decode_attention.hpp"
@@ -15,17 +16,24 @@ namespace attn_test {
 //! 16-token page or the 64-key tile), and 700 (> the automatic 256-token split: several parts).
 inline std::vector<int> row_sweep_lengths() { return {0, 1, 37, 700}; }
 
-//! decode_attention (and, for hybrid = true, hybrid_tree_attention) on requests whose row counts
-//! cover 1 .. 8 / ratio tokens, every layout kind in `kinds`, against the double reference.
+//! decode_attention (and, for hybrid = true, hybrid_tree_attention) on requests whose token counts
+//! are those the automatic choice runs `kernel` (rows or lanes) on (rows: 1 .. 8 / ratio tokens;
+//! lanes: rows 9-16), every layout kind in `kinds`, against the double reference.
 template <class T>
 void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_list<layout_kind> kinds,
-                      specdec::attention_options opt = {}, bool hybrid = false) {
-  const int hkv = ratio == 8 ? 1 : 2, max_tokens = specdec::detail::max_dot_rows / ratio;
+                      specdec::attention_options opt = {}, bool hybrid = false,
+                      specdec::attention_kernel kernel = specdec::attention_kernel::rows) {
+  using specdec::detail::max_dot_rows;
+  const bool lanes = kernel == specdec::attention_kernel::lanes;
+  const int hkv = ratio == 8 ? 1 : 2;
+  const int min_tokens = lanes ? max_dot_rows / ratio + 1 : 1;
+  const int max_tokens = (lanes ? specdec::detail::max_lane_rows : max_dot_rows) / ratio;
   const std::vector<int> lens = row_sweep_lengths();
   std::vector<int> tokens;
-  for (std::size_t r = 0; r < lens.size(); ++r) tokens.push_back(1 + static_cast<int>((r + seed) % max_tokens));
+  for (std::size_t r = 0; r < lens.size(); ++r)
+    tokens.push_back(min_tokens + static_cast<int>((r + seed) % (max_tokens - min_tokens + 1)));
   batch<T> b(seed, hkv * ratio, hkv, d, lens, tokens);
-  for (int n : tokens) REQUIRE(specdec::detail::uses_row_kernel(n * ratio));  // the path under test
+  for (int n : tokens) REQUIRE(specdec::detail::automatic_cache_kernel(n * ratio) == kernel);  // the path under test
   for (auto kind : kinds) {
     INFO("layout " << name(kind) << " ratio " << ratio << " d " << d << " split " << opt.kv_split_size);
     b.with_layout(kind, [&](auto layout) {
@@ -46,8 +54,9 @@ void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_lis
   }
 }
 
-//! attend_part_rows<D, T, RB> vs attend_part (the tile kernel) on the same transposed query panel
-//! and K/V rows, one kv head, keys [k0, k1): partial O rows and LSEs agree to `tol`.
+//! attend_part_rows<D, T, RB> (RB = 0: attend_part_lanes<D, T>) vs attend_part (the tile kernel) on
+//! the same transposed query panel and K/V rows, one kv head, keys [k0, k1): partial O rows and
+//! LSEs agree to `tol`.
 template <int D, class T, int RB>
 void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int k1, double tol) {
   using namespace specdec::detail;
@@ -63,7 +72,8 @@ void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int 
   auto krow = [&](int t, int) { return static_cast<const T*>(k.data() + static_cast<std::size_t>(t) * D); };
   auto vrow = [&](int t, int) { return static_cast<const T*>(v.data() + static_cast<std::size_t>(t) * D); };
   auto qt_of = [&](int) { return static_cast<const float*>(qt.data()); };
-  attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  if constexpr (RB == 0) attend_part_lanes<D, T>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
   attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0);
   double worst = 0;
   for (int i = 0; i < m_rows; ++i) {

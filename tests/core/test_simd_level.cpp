@@ -2,7 +2,7 @@
 //  - the API: set_simd_level / active_simd_level / reset_simd_level and SPECDEC_ISA (a ceiling,
 //    refused above the CPU, an unknown value an error that names the variable);
 //  - the vector layer (simd_cases.inl) at every level this CPU runs, each level's own copy;
-//  - the dispatched host attention (decode: rows kernel; hybrid: tiles kernel under a tree mask;
+//  - the dispatched host attention (decode: rows and lanes kernels; hybrid: tiles kernel under a tree mask;
 //    tree: masked tiles alone; fp32) at every level against the double reference, switching levels
 //    in-process (the attention and residual-head tests run per level under ctest, fp16/bf16 included).
 // Built again for x86-64-v3 with SPECDEC_TEST_VECTOR_LAYER_ONLY (tests/CMakeLists.txt): the API and
@@ -255,7 +255,7 @@ TEST_CASE("simd_level: topk (its dispatched block scan) and any_nan at every lev
 }
 
 #ifndef SPECDEC_TEST_VECTOR_LAYER_ONLY
-TEST_CASE("simd_level: host attention at every level agrees with the reference (rows and tiles kernels)") {
+TEST_CASE("simd_level: host attention at every level agrees with the reference (rows, lanes and tiles kernels)") {
   level_guard g;
   std::uint64_t seed = 8800;
   for (int l : runnable_levels()) {
@@ -264,6 +264,9 @@ TEST_CASE("simd_level: host attention at every level agrees with the reference (
     DYNAMIC_SECTION("level " << to_string(static_cast<simd_level>(l))) {
       // Decode steps and small trees: the rows kernel (and hybrid's masked tree part).
       attn_test::row_kernel_sweep<float>(++seed, 4, 128, {attn_test::layout_kind::paged}, {}, true);
+      // Trees of 9-16 query rows per kv head: the lanes kernel over the cache.
+      attn_test::row_kernel_sweep<float>(++seed, 4, 128, {attn_test::layout_kind::paged}, {}, true,
+                                         specdec::attention_kernel::lanes);
       // Larger trees: the tile kernel over the cache and the masked tree tiles.
       attn_test::batch<float> b(++seed, 8, 2, 128, {300, 0, 77}, {40, 9, 70});
       // Tree attention alone (no cache part): the masked tile kernel.

@@ -38,14 +38,18 @@ class attention_workspace;
 //! attention always runs the masked tile kernel). Pinning one is for tests and benchmarks; the
 //! default picks per request.
 enum class attention_kernel {
-  //! host: the rows kernel for requests with at most 8 query rows per kv head (tokens x Hq / Hkv: a
-  //! decode step, a small tree), the tile kernel otherwise; cuda: its tile kernel.
+  //! host: for the cache of a request with at most 8 query rows per kv head (tokens x Hq / Hkv: a
+  //! decode step, a small tree) the rows kernel, with 9-16 the lanes kernel, else the tile kernel
+  //! (tree tokens always run the tile kernel); cuda: its tile kernel.
   automatic,
   //! The host rows kernel (vectorised along head_dim, one dot product per key and query row). Needs at
   //! most 8 query rows per kv head in every request; host only.
   rows,
   //! The tile kernel (vectorised over query rows: 64-key tiles through score and PV microkernels).
   tiles,
+  //! The host lanes kernel (a request's query rows in the lanes of one vector, K/V rows read in
+  //! place in 32-key blocks). Needs at most 16 query rows per kv head in every request; host only.
+  lanes,
 };
 
 //! Options shared by decode_attention, tree_attention and hybrid_tree_attention.

@@ -79,7 +79,7 @@ void run_cuda_attention(std::string_view fn, const cuda& policy, const attention
   using DT = device_type_t<T>;
   require(options.kv_split_size >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", options.kv_split_size);
   require(options.kernel == attention_kernel::automatic || options.kernel == attention_kernel::tiles, fn,
-          "options.kernel", "automatic or tiles (the cuda backend's one kernel; rows is host only)",
+          "options.kernel", "automatic or tiles (the cuda backend's one kernel; rows and lanes are host only)",
           static_cast<int>(options.kernel));
   const auto pl = plan_cuda_attention(fn, HasCache, HasTree, io.total_tokens, io.num_requests, io.num_qo_heads,
                                       io.num_kv_heads, io.head_dim);

@@ -31,21 +31,26 @@ template <bool HasCache, class T, class L>
     return 1;
 }
 
-//! options.kernel of a host call, checked: one of the enumerators, and `rows` only when every
-//! request has at most max_dot_rows query rows per kv head (the rows kernel's register block).
+//! options.kernel of a host call, checked: one of the enumerators, and `rows` (`lanes`) only when
+//! every request has at most max_dot_rows (max_lane_rows) query rows per kv head, the kernel's
+//! register block.
 template <class T>
 [[nodiscard]] attention_kernel host_kernel(std::string_view fn, const attention_io_params<T>& io,
                                            const attention_options& options) {
   const auto k = options.kernel;
-  require(k == attention_kernel::automatic || k == attention_kernel::rows || k == attention_kernel::tiles, fn,
-          "options.kernel", "automatic, rows or tiles", static_cast<int>(k));
-  if (k == attention_kernel::rows) {
+  require(k == attention_kernel::automatic || k == attention_kernel::rows || k == attention_kernel::tiles ||
+              k == attention_kernel::lanes,
+          fn, "options.kernel", "automatic, rows, tiles or lanes", static_cast<int>(k));
+  if (k == attention_kernel::rows || k == attention_kernel::lanes) {
+    const bool rows_kernel = k == attention_kernel::rows;
+    const int most = rows_kernel ? max_dot_rows : max_lane_rows;
     const int group = io.num_qo_heads / io.num_kv_heads;
     for (int r = 0; r < io.num_requests; ++r) {
       const std::int64_t rows = static_cast<std::int64_t>(io.q_indptr[r + 1] - io.q_indptr[r]) * group;
-      if (rows > max_dot_rows) [[unlikely]]
+      if (rows > most) [[unlikely]]
         throw_invalid_argument(fn, "options.kernel",
-                               "attention_kernel::rows only with at most " + std::to_string(max_dot_rows) +
+                               std::string(rows_kernel ? "attention_kernel::rows" : "attention_kernel::lanes") +
+                                   " only with at most " + std::to_string(most) +
                                    " query rows per kv head (tokens x Hq / Hkv) in every request",
                                std::to_string(rows) + " in request " + std::to_string(r));
     }

@@ -5,5 +5,6 @@
 // #include of a header, no namespace.
 #include "specdec/attention/detail/host/tile.inl"
 #include "specdec/attention/detail/host/attend_rows.inl"
+#include "specdec/attention/detail/host/attend_lanes.inl"
 #include "specdec/attention/detail/host/attend_tiles.inl"
 #include "specdec/attention/detail/host/passes.inl"

@@ -17,14 +17,16 @@
 //!     columns microkernel). The item writes a normalised partial (O, LSE) into the workspace.
 //!     A cache part of a request with at most max_dot_rows (8) query rows per kv head (a decode
 //!     step: one token x the GQA group) runs attend_part_rows instead, which vectorises along
-//!     head_dim (a dot product per key and row) rather than over rows, and streams K token-major.
+//!     head_dim (a dot product per key and row) rather than over rows, and streams K token-major;
+//!     one with 9-16 rows (a small tree) runs attend_part_lanes: the rows in one vector's lanes
+//!     like the tiles, but K/V read in place and streamed like the rows kernel's.
 //!  3. merge: every (request, kv head) combines its parts by log-sum-exp (LongSpec Appendix A,
 //!     Proposition A.1, applied n-way) and writes O (storage type) and LSE (natural log).
 //!
-//! The backend by level (attention/detail/host/): tile.hpp (microkernels on one staged tile),
-//! attend_tiles.hpp / attend_rows.hpp (one part of one work item), merge.hpp (one row's parts),
-//! plan.hpp (work items and workspace), this file (the three passes of a call and the workspace
-//! entry), backend.hpp (the attention_backend<host> the entry points call).
+//! The backend by level (attention/detail/host/): tile.hpp (microkernels on a few K/V rows),
+//! attend_tiles.hpp / attend_rows.hpp / attend_lanes.hpp (one part of one work item), merge.hpp
+//! (one row's parts), plan.hpp (work items and workspace), this file (the three passes of a call
+//! and the workspace entry), backend.hpp (the attention_backend<host> the entry points call).
 
 #include <algorithm>
 #include <cstddef>
@@ -34,6 +36,7 @@
 #include <string_view>
 
 #include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/host/attend_lanes.hpp"
 #include "specdec/attention/detail/host/attend_rows.hpp"
 #include "specdec/attention/detail/host/attend_tiles.hpp"
 #include "specdec/attention/detail/host/merge.hpp"

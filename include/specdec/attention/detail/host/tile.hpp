@@ -1,10 +1,11 @@
 #pragma once
 //! \file tile.hpp
 //! Level 1 of the host attention backend (see run.hpp for the whole call): the tile geometry and the
-//! register-blocked microkernels every pass is built from -- the score tile S^T = K Qt, the PV tile
-//! O = alpha O + P^T V, row staging (widen to fp32, prefetch the next tile) and the masked tiles'
-//! non-finite-value handling. Each works on one staged tile in L1 and knows nothing of requests,
-//! parts or plans.
+//! register-blocked microkernels every pass is built from -- the score block S^T = K Qt (score_keys,
+//! on a few fp32 K rows wherever they lie; score_tile over a staged tile), the PV block
+//! O = alpha O + P^T V (pv_rows / pv_blocks on V rows in storage type; pv_tile over a staged tile),
+//! row staging (widen to fp32, prefetch the next tile) and the masked tiles' non-finite-value
+//! handling. Each works on rows in L1/L2 and knows nothing of requests, parts or plans.
 
 #include <algorithm>
 #include <cmath>

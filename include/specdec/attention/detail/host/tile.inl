@@ -10,29 +10,114 @@ inline constexpr float log2e_f = 1.4426950408889634f;
 //! count of a query panel set and of a part's partial O.
 [[nodiscard]] constexpr int padded_rows(int rows) noexcept { return static_cast<int>(round_up(rows, 2 * vlanes)); }
 
-//! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, 8), RV row vectors.
+//! Native registers per 16-lane vector (1 with AVX-512, 2 with AVX2, 4 with SSE or NEON).
+inline constexpr int vreg_parts = vlanes / native_lanes;
+
+//! Keys per register block of the score microkernel with `rv` row vectors: as many as fit KB x rv
+//! accumulators beside the rv query vectors and the broadcast key element, at most 8 (the AVX-512
+//! block as tuned). AVX2: 6 keys for one row vector (12 of 16 ymm accumulate), 2 for two. Four keys
+//! (8 accumulators, what a power-of-two block gave) do not hide the FMA latency on a Zen 3 core:
+//! 1.1 FMAs per cycle there against 1.9 for six (benchmarks/RESULTS.md, session 34).
+[[nodiscard]] constexpr int score_block_keys(int rv) noexcept {
+  return std::clamp((native_vregs - rv * vreg_parts - 1) / (rv * vreg_parts), 1, 8);
+}
+//! Rows a staged tile is padded to (zeroed past nb): a multiple of every score block.
+inline constexpr int stage_pad = score_block_keys(1);
+static_assert(stage_pad % score_block_keys(2) == 0, "the staging pad covers both score blocks");
+//! Column vectors per register block of the PV microkernel: 4 with AVX-512 (a 64-column slice),
+//! 1 where the register file is smaller.
+inline constexpr int pv_cols = fit_block(4 + 1, 1, 4);
+//! Query rows per register block of the PV microkernel (an even number): 4 with AVX-512 (4 x 4
+//! accumulators as tuned); with one column vector as many as fit beside it and the broadcast
+//! weight (AVX2: 6 rows, 12 ymm accumulators, for the reason given at score_block_keys).
+inline constexpr int pv_rows_block =
+    pv_cols > 1 ? 4 : std::clamp((native_vregs - vreg_parts - 1) / vreg_parts / 2 * 2, 2, 8);
+
+//! The score microkernel: S^T[jj][r * 16 + lane] = sum_d K_jj[d] * Qt[d][r * 16 + lane] for the KB
+//! keys whose fp32 rows are kr[0..KB) and RV row vectors of the [D][32] query panel `qt`; row jj
+//! of the result at s + jj * SS. The key's dot product runs over d in order whatever KB is, so
+//! every block size gives the same bits.
+template <int D, int RV, int KB, int SS>
+SPECDEC_FORCEINLINE void score_keys(const float* __restrict qt, const float* const (&kr)[KB], float* __restrict s) noexcept {
+  vf16 acc[KB][RV];
+  for (int jj = 0; jj < KB; ++jj)
+    for (int r = 0; r < RV; ++r) acc[jj][r] = vf16{};
+  for (int d = 0; d < D; ++d) {
+    vf16 qv[RV];
+    for (int r = 0; r < RV; ++r) qv[r] = vload(qt + d * (2 * vlanes) + r * vlanes);
+    for (int jj = 0; jj < KB; ++jj) {
+      const vf16 kk = vbroadcast(kr[jj][d]);
+      for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
+    }
+  }
+  for (int jj = 0; jj < KB; ++jj)
+    for (int r = 0; r < RV; ++r) vstore(s + jj * SS + r * vlanes, acc[jj][r]);
+}
+
+//! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, KB), RV row vectors.
 //! The panel is [D][32] contiguous floats (GEMM-style packing), so its 16 KB stream through L1 without
-//! the set conflicts a [D][Mpad] layout with a power-of-two row stride would cause. Keys per
-//! register block: 8 with AVX-512 (8 x RV accumulators), fewer where the register file is smaller.
+//! the set conflicts a [D][Mpad] layout with a power-of-two row stride would cause.
 template <int D, int RV>
 SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __restrict kf, int nb,
                                     float* __restrict s) noexcept {
-  constexpr int KB = fit_block(RV, RV + 1, 8);  // keys per block; divides the 8-row staging pad
+  constexpr int KB = score_block_keys(RV);  // divides the staging pad
   for (int j0 = 0; j0 < nb; j0 += KB) {
-    vf16 acc[KB][RV];
-    for (int jj = 0; jj < KB; ++jj)
-      for (int r = 0; r < RV; ++r) acc[jj][r] = vf16{};
-    const float* kb = kf + j0 * D;
-    for (int d = 0; d < D; ++d) {
-      vf16 qv[RV];
-      for (int r = 0; r < RV; ++r) qv[r] = vload(qt + d * (2 * vlanes) + r * vlanes);
-      for (int jj = 0; jj < KB; ++jj) {
-        const vf16 kk = vbroadcast(kb[jj * D + d]);
-        for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
-      }
+    const float* kr[KB];
+    for (int jj = 0; jj < KB; ++jj) kr[jj] = kf + (j0 + jj) * D;
+    score_keys<D, RV, KB, 2 * vlanes>(qt, kr, s + j0 * (2 * vlanes));
+  }
+}
+
+//! The PV microkernel: O[i][c0 + c] = alpha[i] * O[i][c0 + c] + sum_{j < nb} P[j][i] * V_j[c0 + c]
+//! for R rows i (O rows D apart, P[j][i] at pt[j * PS + i]) and CW column vectors from c0; V_j is
+//! vrow(j) in storage type, widened in registers. per_key(j) runs before key j is read (a
+//! prefetch hook). Keys are accumulated in order whatever R and CW are (same bits for any block).
+template <int D, int R, int CW, int PS, class VRowFn, class PerKey>
+SPECDEC_FORCEINLINE void pv_rows(float* o, const float* alpha, const float* pt, VRowFn&& vrow, int nb, int c0,
+                                 PerKey&& per_key) noexcept {
+  vf16 acc[R][CW];
+  for (int ii = 0; ii < R; ++ii) {
+    const vf16 a = vbroadcast(alpha[ii]);
+    for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + ii * D + c0 + c * vlanes) * a;
+  }
+  for (int j = 0; j < nb; ++j) {
+    per_key(j);
+    const auto* v = vrow(j);
+    vf16 vv[CW];
+    for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(v + c0 + c * vlanes);
+    for (int ii = 0; ii < R; ++ii) {
+      const vf16 p = vbroadcast(pt[j * PS + ii]);
+      for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
     }
-    for (int jj = 0; jj < KB; ++jj)
-      for (int r = 0; r < RV; ++r) vstore(s + (j0 + jj) * (2 * vlanes) + r * vlanes, acc[jj][r]);
+  }
+  for (int ii = 0; ii < R; ++ii)
+    for (int c = 0; c < CW; ++c) vstore(o + ii * D + c0 + c * vlanes, acc[ii][c]);
+}
+
+//! O = alpha O + P^T V over `rows` (a multiple of 4) rows of O from `o`: pv_rows blocks of
+//! pv_rows_block rows, then blocks of 4 and 2 for the rest; P[j][i] at pt[j * PS + i];
+//! per_key(c0, j) as pv_rows' hook.
+template <int D, int PS, class VRowFn, class PerKey>
+SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
+                                   VRowFn&& vrow, int nb, int rows, PerKey&& per_key) noexcept {
+  constexpr int CW = pv_cols, PR = pv_rows_block;
+  // Column slices outer: one CW-vector slice of the V rows stays in L1 while every row block
+  // consumes it.
+  for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
+    int i0 = 0;
+    auto block = [&]<int R>() {
+      pv_rows<D, R, CW, PS>(o + i0 * D, alpha + i0, pt + i0, vrow, nb, c0, [&](int j) {
+        if (i0 == 0) per_key(c0, j);
+      });
+      i0 += R;
+    };
+    while (i0 + PR <= rows) block.template operator()<PR>();
+    if constexpr (PR > 4) {
+      if (i0 + 4 <= rows) block.template operator()<4>();
+    }
+    if constexpr (PR > 2) {
+      if (i0 < rows) block.template operator()<2>();
+    }
   }
 }
 
@@ -40,29 +125,7 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __r
 template <int D>
 SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                  const float* __restrict vf, int nb, int rows) noexcept {
-  // Column slices outer: one CW-vector (64 columns with AVX-512) slice of the V tile stays in L1
-  // while every 4-row group of the block consumes it. CW: 4 with AVX-512 (4 x 4 accumulators),
-  // fewer where the register file is smaller.
-  constexpr int CW = fit_block(4 + 1, 1, 4);
-  for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
-    for (int i0 = 0; i0 < rows; i0 += 4) {
-      vf16 acc[4][CW];
-      for (int ii = 0; ii < 4; ++ii) {
-        const vf16 a = vbroadcast(alpha[i0 + ii]);
-        for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
-      }
-      for (int j = 0; j < nb; ++j) {
-        vf16 vv[CW];
-        for (int c = 0; c < CW; ++c) vv[c] = vload(vf + j * D + c0 + c * vlanes);
-        for (int ii = 0; ii < 4; ++ii) {
-          const vf16 p = vbroadcast(pt[j * (2 * vlanes) + i0 + ii]);
-          for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
-        }
-      }
-      for (int ii = 0; ii < 4; ++ii)
-        for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
-    }
-  }
+  pv_blocks<D, 2 * vlanes>(o, alpha, pt, [&](int j) { return vf + j * D; }, nb, rows, [](int, int) {});
 }
 
 //! Software-prefetches one K or V row (D elements), a 64-byte line at a time, with
@@ -74,8 +137,8 @@ SPECDEC_FORCEINLINE void prefetch_row(const T* row) noexcept {
   for (int c = 0; c < D; c += line_elems) __builtin_prefetch(row + c, 0, Locality);
 }
 
-//! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
-//! so the 8-key score microkernel never reads garbage. While staging row j it prefetches row j of
+//! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile + stage_pad][D]; rows
+//! nb..roundup(nb, stage_pad) are zeroed so the score microkernel's key blocks never read garbage. While staging row j it prefetches row j of
 //! the next tile (`pf_nb` rows starting at k + kv_tile) into L2: cache rows of one kv head are
 //! usually a page apart (NHD, paged), which the hardware streamer does not follow across 4 KB pages.
 //! L2, not L1: the tile is consumed only after a whole tile of compute, and 64 KB of prefetched
@@ -89,7 +152,7 @@ SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float
     if constexpr (std::is_same_v<T, float>) std::memcpy(dst + j * D, src, sizeof(float) * D);
     else widen_row(src, dst + j * D, D);
   }
-  const int pad = static_cast<int>(round_up(nb, 8));
+  const int pad = static_cast<int>(round_up(nb, stage_pad));
   if (pad > nb) std::memset(dst + nb * D, 0, sizeof(float) * D * (pad - nb));
 }
 
