@@ -109,7 +109,8 @@ using specdec_bench::set_counters;
 // several, the caches stream from memory as a model's layers do (one layer's cache can stay in a large
 // L3 across iterations). Args {cache, tree, threads}.
 template <class T>
-void run_hybrid_tree_attention(benchmark::State& st, attention_shape shape, int layers) {
+void run_hybrid_tree_attention(benchmark::State& st, attention_shape shape, int layers,
+                               specdec::attention_kernel kernel = specdec::attention_kernel::automatic) {
   std::vector<problem<T>> ps;
   for (int l = 0; l < layers; ++l) ps.emplace_back(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), shape);
   const specdec::host pol{.num_threads = static_cast<int>(st.range(2))};
@@ -117,7 +118,7 @@ void run_hybrid_tree_attention(benchmark::State& st, attention_shape shape, int 
   for (auto _ : st)
     for (auto& p : ps) {
       specdec::hybrid_tree_attention(pol, p.qv(), p.layout(), p.kv(), p.vv(), p.iv(), p.mv(), p.ov(), p.lv(),
-                                     {.workspace = &ws});
+                                     {.workspace = &ws, .kernel = kernel});
       benchmark::DoNotOptimize(p.out.data());
     }
   const auto& p = ps[0];
@@ -132,10 +133,17 @@ void BM_hybrid_tree_attention(benchmark::State& st) {
 // The demo target's verification step: its shape, fp32 KV as the demo stores it, and its four layers
 // (one layer's 16 MB at 16K stays in a large L3 across iterations, which the model's 67 MB of caches do
 // not; with one cache the tile kernel's cells read 2-3x faster than the model runs them). At GQA 2 trees
-// 1-4 run the rows kernel (2-8 rows per kv head), trees 5-8 the tile kernel.
+// 1-4 run the rows kernel (2-8 rows per kv head), trees 5-8 the lanes kernel (10-16 rows).
 template <class T>
 void BM_hybrid_demo_shape(benchmark::State& st) {
   run_hybrid_tree_attention<T>(st, demo_target_shape, 4);
+}
+
+// The same with the cache kernel pinned, args {cache, tree, threads, kernel}: trees 5-8 through the
+// tile kernel (2) and the lanes kernel (3, what automatic runs there), side by side in one run.
+template <class T>
+void BM_hybrid_demo_shape_pinned(benchmark::State& st) {
+  run_hybrid_tree_attention<T>(st, demo_target_shape, 4, static_cast<specdec::attention_kernel>(st.range(3)));
 }
 
 template <class T>
@@ -365,7 +373,8 @@ void small_tree_args(benchmark::internal::Benchmark* b) {
 
 // Small trees over a 4K and a larger cache, trees FirstTree..8, the trees a CPU verifies:
 // - small_tree_grid<Threads, 32768, 2>: #24 item 4's grid, hybrid fp16 at 32/8 heads (GQA 4): tree 2 runs
-//   the rows kernel (8 rows per kv head), trees 3-8 the tile kernel (12-32 rows);
+//   the rows kernel (8 rows per kv head), trees 3-4 the lanes kernel (12-16 rows), trees 5-8 the tile
+//   kernel (20-32 rows);
 // - small_tree_grid<Threads, 16384, 1>: the demo target's shape (BM_hybrid_demo_shape, four layers per
 //   iteration).
 template <int Threads, int LargeCache, int FirstTree>
@@ -379,6 +388,14 @@ void small_tree_grid(benchmark::internal::Benchmark* b) {
 // Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
 // tree of 2 (8 query rows per kv head at GQA 4, the rows kernel's limit), 4K and 32K, one thread. The
 // automatic choice is the rows kernel in all four; these cells show what the tile kernel would cost.
+template <int Threads>
+void demo_pinned_args(benchmark::internal::Benchmark* b) {
+  for (int tree = 5; tree <= 8; ++tree)
+    for (int kernel : {2, 3}) b->Args({16384, tree, Threads, kernel});
+  b->ArgNames({"cache", "tree", "threads", "kernel"})->Unit(benchmark::kMillisecond);
+  if (Threads != 1) b->UseRealTime();
+}
+
 template <int Threads>
 void pinned_kernel_args(benchmark::internal::Benchmark* b) {
   for (int kernel : {1, 2})
@@ -410,6 +427,8 @@ BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_tree_gr
 BENCHMARK_TEMPLATE(BM_hybrid_tree_attention, specdec::half)->Apply(small_tree_grid<0, 32768, 2>);
 BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(small_tree_grid<1, 16384, 1>);
 BENCHMARK_TEMPLATE(BM_hybrid_demo_shape, float)->Apply(small_tree_grid<0, 16384, 1>);
+BENCHMARK_TEMPLATE(BM_hybrid_demo_shape_pinned, float)->Apply(demo_pinned_args<1>);
+BENCHMARK_TEMPLATE(BM_hybrid_demo_shape_pinned, float)->Apply(demo_pinned_args<0>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, float)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, specdec::half)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);

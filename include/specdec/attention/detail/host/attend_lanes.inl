@@ -93,11 +93,14 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
         vstore(lrow[hh], vload(lrow[hh]) * vload(alpha) + sum);
         vstore(mrow[hh], mx);
         // O = alpha O + P V from the V rows in place (in L2 by now), prefetching the next block's.
-        pv_blocks<D, vlanes>(part_of(h0 + hh), alpha, &st[hh][0][0], [&](int j) { return vp[hh][j]; }, nb, rows4,
-                     [&](int c0, int j) {
-                       if (j < nnb)
-                         for (int e = 0; e < pv_cols * vlanes; e += line_elems) __builtin_prefetch(vn[hh][j] + c0 + e, 0, 2);
-                     });
+        const T* const* vph = vp[hh];
+        const T* const* vnh = vn[hh];
+        pv_blocks<D, vlanes>(part_of(h0 + hh), alpha, &st[hh][0][0], [vph](int j) { return vph[j]; }, nb, rows4,
+                             [vnh, nnb](int c0, int j) {
+                               if (j < nnb)
+                                 for (int e = 0; e < pv_cols * vlanes; e += line_elems)
+                                   __builtin_prefetch(vnh[j] + c0 + e, 0, 2);
+                             });
       }
     }
     // Normalise and write the LSE (natural log) where attend_part puts it: after Mpad rows of O.

@@ -68,55 +68,46 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __r
   }
 }
 
-//! The PV microkernel: O[i][c0 + c] = alpha[i] * O[i][c0 + c] + sum_{j < nb} P[j][i] * V_j[c0 + c]
-//! for R rows i (O rows D apart, P[j][i] at pt[j * PS + i]) and CW column vectors from c0; V_j is
-//! vrow(j) in storage type, widened in registers. per_key(j) runs before key j is read (a
-//! prefetch hook). Keys are accumulated in order whatever R and CW are (same bits for any block).
-template <int D, int R, int CW, int PS, class VRowFn, class PerKey>
-SPECDEC_FORCEINLINE void pv_rows(float* o, const float* alpha, const float* pt, VRowFn&& vrow, int nb, int c0,
-                                 PerKey&& per_key) noexcept {
-  vf16 acc[R][CW];
-  for (int ii = 0; ii < R; ++ii) {
-    const vf16 a = vbroadcast(alpha[ii]);
-    for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + ii * D + c0 + c * vlanes) * a;
-  }
-  for (int j = 0; j < nb; ++j) {
-    per_key(j);
-    const auto* v = vrow(j);
-    vf16 vv[CW];
-    for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(v + c0 + c * vlanes);
-    for (int ii = 0; ii < R; ++ii) {
-      const vf16 p = vbroadcast(pt[j * PS + ii]);
-      for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
-    }
-  }
-  for (int ii = 0; ii < R; ++ii)
-    for (int c = 0; c < CW; ++c) vstore(o + ii * D + c0 + c * vlanes, acc[ii][c]);
-}
-
-//! O = alpha O + P^T V over `rows` (a multiple of 4) rows of O from `o`: pv_rows blocks of
-//! pv_rows_block rows, then blocks of 4 and 2 for the rest; P[j][i] at pt[j * PS + i];
-//! per_key(c0, j) as pv_rows' hook.
+//! The PV microkernel: O[i][c] = alpha[i] * O[i][c] + sum_{j < nb} P[j][i] * V_j[c] for `rows` (a
+//! multiple of 4) rows i of O from `o` (rows D apart; P[j][i] at pt[j * PS + i]); V_j is vrow(j) in
+//! storage type, widened in registers. Register blocks of pv_rows_block rows x pv_cols column
+//! vectors, then blocks of 4 and 2 rows for the rest; column slices outer, so one slice of the V
+//! rows stays in L1 while every row block consumes it. per_key(c0, j) runs before the first row
+//! block of slice c0 reads key j (a prefetch hook). Keys are accumulated in order whatever the
+//! blocks are, so every block size gives the same bits.
 template <int D, int PS, class VRowFn, class PerKey>
 SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                    VRowFn&& vrow, int nb, int rows, PerKey&& per_key) noexcept {
   constexpr int CW = pv_cols, PR = pv_rows_block;
-  // Column slices outer: one CW-vector slice of the V rows stays in L1 while every row block
-  // consumes it.
+  auto block = [&]<int R>(int c0, int i0) {
+    vf16 acc[R][CW];
+    for (int ii = 0; ii < R; ++ii) {
+      const vf16 a = vbroadcast(alpha[i0 + ii]);
+      for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
+    }
+    for (int j = 0; j < nb; ++j) {
+      if (i0 == 0) per_key(c0, j);
+      vf16 vv[CW];
+      for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
+      for (int ii = 0; ii < R; ++ii) {
+        const vf16 p = vbroadcast(pt[j * PS + i0 + ii]);
+        for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
+      }
+    }
+    for (int ii = 0; ii < R; ++ii)
+      for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
+  };
   for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
     int i0 = 0;
-    auto block = [&]<int R>() {
-      pv_rows<D, R, CW, PS>(o + i0 * D, alpha + i0, pt + i0, vrow, nb, c0, [&](int j) {
-        if (i0 == 0) per_key(c0, j);
-      });
-      i0 += R;
-    };
-    while (i0 + PR <= rows) block.template operator()<PR>();
+    for (; i0 + PR <= rows; i0 += PR) block.template operator()<PR>(c0, i0);
     if constexpr (PR > 4) {
-      if (i0 + 4 <= rows) block.template operator()<4>();
+      if (i0 + 4 <= rows) {
+        block.template operator()<4>(c0, i0);
+        i0 += 4;
+      }
     }
     if constexpr (PR > 2) {
-      if (i0 < rows) block.template operator()<2>();
+      if (i0 < rows) block.template operator()<2>(c0, i0);
     }
   }
 }
