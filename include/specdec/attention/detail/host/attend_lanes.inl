@@ -13,7 +13,7 @@ inline constexpr int max_lane_rows = vlanes;
 }
 //! Keys per online-softmax block of attend_part_lanes: whole score blocks, about 32 keys (the rows
 //! kernel's dot_block).
-inline constexpr int lanes_block = score_block_keys(1) * ((dot_block + score_block_keys(1) - 1) / score_block_keys(1));
+inline constexpr int lanes_block = lanes_score_keys * ((dot_block + lanes_score_keys - 1) / lanes_score_keys);
 
 //! Unmasked online-softmax attention of max_dot_rows < m_rows <= 16 query rows per kv head over keys
 //! [k_begin, k_end) of `nheads` kv heads. Why a third kernel: with 9-16 rows the rows kernel's
@@ -32,7 +32,7 @@ template <int D, class T, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
                        int k_begin, int k_end) noexcept {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  constexpr int KB = score_block_keys(1);
+  constexpr int KB = lanes_score_keys;
   constexpr bool widen = !std::is_same_v<T, float>;
   constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
   alignas(64) float st[dot_heads][lanes_block][vlanes];  // S, then P, key-major: a key's 16 rows together
@@ -95,7 +95,7 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
         // O = alpha O + P V from the V rows in place (in L2 by now), prefetching the next block's.
         const T* const* vph = vp[hh];
         const T* const* vnh = vn[hh];
-        pv_blocks<D, vlanes>(part_of(h0 + hh), alpha, &st[hh][0][0], [vph](int j) { return vph[j]; }, nb, rows4,
+        pv_blocks<D, vlanes, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], [vph](int j) { return vph[j]; }, nb, rows4,
                              [vnh, nnb](int c0, int j) {
                                if (j < nnb)
                                  for (int e = 0; e < pv_cols * vlanes; e += line_elems)

@@ -24,10 +24,9 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
     std::fill(m + mp, m + 2 * mp, 0.0f);
   }
 
-  // Staged rows and scores have stage_pad rows past the tile: the last score block may run past nb.
-  alignas(64) float kf[(kv_tile + stage_pad) * D];
-  alignas(64) float vf[(kv_tile + stage_pad) * D];
-  alignas(64) float st[(kv_tile + stage_pad) * 2 * vlanes];
+  alignas(64) float kf[kv_tile * D];
+  alignas(64) float vf[kv_tile * D];
+  alignas(64) float st[kv_tile * 2 * vlanes];
   alignas(64) float alpha[2 * vlanes];
 
   for (int k = k_begin; k < k_end; k += kv_tile) {

@@ -13,24 +13,26 @@ inline constexpr float log2e_f = 1.4426950408889634f;
 //! Native registers per 16-lane vector (1 with AVX-512, 2 with AVX2, 4 with SSE or NEON).
 inline constexpr int vreg_parts = vlanes / native_lanes;
 
-//! Keys per register block of the score microkernel with `rv` row vectors: as many as fit KB x rv
-//! accumulators beside the rv query vectors and the broadcast key element, at most 8 (the AVX-512
-//! block as tuned). AVX2: 6 keys for one row vector (12 of 16 ymm accumulate), 2 for two. Four keys
-//! (8 accumulators, what a power-of-two block gave) do not hide the FMA latency on a Zen 3 core:
-//! 1.1 FMAs per cycle there against 1.9 for six (benchmarks/RESULTS.md, session 34).
-[[nodiscard]] constexpr int score_block_keys(int rv) noexcept {
-  return std::clamp((native_vregs - rv * vreg_parts - 1) / (rv * vreg_parts), 1, 8);
-}
-//! Rows a staged tile is padded to (zeroed past nb): a multiple of every score block.
-inline constexpr int stage_pad = score_block_keys(1);
-static_assert(stage_pad % score_block_keys(2) == 0, "the staging pad covers both score blocks");
+//! Keys per register block of the tile kernel's score microkernel with `rv` row vectors (8 with
+//! AVX-512, fewer where the register file is smaller); a power of two that divides the 8-row
+//! staging pad.
+[[nodiscard]] constexpr int tile_score_keys(int rv) noexcept { return fit_block(rv, rv + 1, 8); }
+//! Keys per register block of the lanes kernel's score microkernel (one row vector, K rows read in
+//! place): as many KB accumulators as fit beside the query vector and the broadcast key element,
+//! at most 8 (AVX-512 8, AVX2 6: 12 of 16 ymm accumulate, SSE 2). Measured on a Zen 3 core
+//! (benchmarks/RESULTS.md, session 34): the 6-key block ran at 1.9 FMAs per cycle in isolation
+//! against 1.1 for 4 keys (8 ymm accumulators do not hide the FMA latency there). The tile kernel
+//! keeps tile_score_keys: the same change made its cells 10-25% slower on that core.
+inline constexpr int lanes_score_keys = std::clamp((native_vregs - vreg_parts - 1) / vreg_parts, 1, 8);
 //! Column vectors per register block of the PV microkernel: 4 with AVX-512 (a 64-column slice),
 //! 1 where the register file is smaller.
 inline constexpr int pv_cols = fit_block(4 + 1, 1, 4);
-//! Query rows per register block of the PV microkernel (an even number): 4 with AVX-512 (4 x 4
-//! accumulators as tuned); with one column vector as many as fit beside it and the broadcast
-//! weight (AVX2: 6 rows, 12 ymm accumulators, for the reason given at score_block_keys).
-inline constexpr int pv_rows_block =
+//! Query rows per register block of the tile kernel's PV microkernel.
+inline constexpr int tile_pv_rows = 4;
+//! Query rows per register block of the lanes kernel's PV microkernel (an even number): 4 with
+//! AVX-512; with one column vector as many as fit beside it and the broadcast weight (AVX2: 6
+//! rows, 12 ymm accumulators, for the reason given at lanes_score_keys).
+inline constexpr int lanes_pv_rows =
     pv_cols > 1 ? 4 : std::clamp((native_vregs - vreg_parts - 1) / vreg_parts / 2 * 2, 2, 8);
 
 //! The score microkernel: S^T[jj][r * 16 + lane] = sum_d K_jj[d] * Qt[d][r * 16 + lane] for the KB
@@ -54,13 +56,13 @@ SPECDEC_FORCEINLINE void score_keys(const float* __restrict qt, const float* con
     for (int r = 0; r < RV; ++r) vstore(s + jj * SS + r * vlanes, acc[jj][r]);
 }
 
-//! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, KB), RV row vectors.
+//! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, 8), RV row vectors.
 //! The panel is [D][32] contiguous floats (GEMM-style packing), so its 16 KB stream through L1 without
 //! the set conflicts a [D][Mpad] layout with a power-of-two row stride would cause.
 template <int D, int RV>
 SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __restrict kf, int nb,
                                     float* __restrict s) noexcept {
-  constexpr int KB = score_block_keys(RV);  // divides the staging pad
+  constexpr int KB = tile_score_keys(RV);  // divides the 8-row staging pad
   for (int j0 = 0; j0 < nb; j0 += KB) {
     const float* kr[KB];
     for (int jj = 0; jj < KB; ++jj) kr[jj] = kf + (j0 + jj) * D;
@@ -70,15 +72,16 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __r
 
 //! The PV microkernel: O[i][c] = alpha[i] * O[i][c] + sum_{j < nb} P[j][i] * V_j[c] for `rows` (a
 //! multiple of 4) rows i of O from `o` (rows D apart; P[j][i] at pt[j * PS + i]); V_j is vrow(j) in
-//! storage type, widened in registers. Register blocks of pv_rows_block rows x pv_cols column
-//! vectors, then blocks of 4 and 2 rows for the rest; column slices outer, so one slice of the V
+//! storage type, widened in registers. Register blocks of PR rows x pv_cols column vectors, then
+//! blocks of 4 and 2 rows for the rest; column slices outer, so one slice of the V
 //! rows stays in L1 while every row block consumes it. per_key(c0, j) runs before the first row
 //! block of slice c0 reads key j (a prefetch hook). Keys are accumulated in order whatever the
 //! blocks are, so every block size gives the same bits.
-template <int D, int PS, class VRowFn, class PerKey>
+template <int D, int PS, int PR, class VRowFn, class PerKey>
 SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                    VRowFn&& vrow, int nb, int rows, PerKey&& per_key) noexcept {
-  constexpr int CW = pv_cols, PR = pv_rows_block;
+  static_assert(PR % 2 == 0);
+  constexpr int CW = pv_cols;
   auto block = [&]<int R>(int c0, int i0) {
     vf16 acc[R][CW];
     for (int ii = 0; ii < R; ++ii) {
@@ -116,7 +119,7 @@ SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict 
 template <int D>
 SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                  const float* __restrict vf, int nb, int rows) noexcept {
-  pv_blocks<D, 2 * vlanes>(o, alpha, pt, [&](int j) { return vf + j * D; }, nb, rows, [](int, int) {});
+  pv_blocks<D, 2 * vlanes, tile_pv_rows>(o, alpha, pt, [&](int j) { return vf + j * D; }, nb, rows, [](int, int) {});
 }
 
 //! Software-prefetches one K or V row (D elements), a 64-byte line at a time, with
@@ -128,8 +131,8 @@ SPECDEC_FORCEINLINE void prefetch_row(const T* row) noexcept {
   for (int c = 0; c < D; c += line_elems) __builtin_prefetch(row + c, 0, Locality);
 }
 
-//! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile + stage_pad][D]; rows
-//! nb..roundup(nb, stage_pad) are zeroed so the score microkernel's key blocks never read garbage. While staging row j it prefetches row j of
+//! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
+//! so the 8-key score microkernel never reads garbage. While staging row j it prefetches row j of
 //! the next tile (`pf_nb` rows starting at k + kv_tile) into L2: cache rows of one kv head are
 //! usually a page apart (NHD, paged), which the hardware streamer does not follow across 4 KB pages.
 //! L2, not L1: the tile is consumed only after a whole tile of compute, and 64 KB of prefetched
@@ -143,7 +146,7 @@ SPECDEC_FORCEINLINE void stage_rows(RowFn&& row, int k, int nb, int pf_nb, float
     if constexpr (std::is_same_v<T, float>) std::memcpy(dst + j * D, src, sizeof(float) * D);
     else widen_row(src, dst + j * D, D);
   }
-  const int pad = static_cast<int>(round_up(nb, stage_pad));
+  const int pad = static_cast<int>(round_up(nb, 8));
   if (pad > nb) std::memset(dst + nb * D, 0, sizeof(float) * D * (pad - nb));
 }
 
