@@ -385,9 +385,7 @@ void small_tree_grid(benchmark::internal::Benchmark* b) {
   if (Threads != 1) b->UseRealTime();
 }
 
-// Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
-// tree of 2 (8 query rows per kv head at GQA 4, the rows kernel's limit), 4K and 32K, one thread. The
-// automatic choice is the rows kernel in all four; these cells show what the tile kernel would cost.
+// BM_hybrid_demo_shape_pinned's cells: trees 5-8 at 16K, kernel 2 (tiles) and 3 (lanes) side by side.
 template <int Threads>
 void demo_pinned_args(benchmark::internal::Benchmark* b) {
   for (int tree = 5; tree <= 8; ++tree)
@@ -395,6 +393,10 @@ void demo_pinned_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"cache", "tree", "threads", "kernel"})->Unit(benchmark::kMillisecond);
   if (Threads != 1) b->UseRealTime();
 }
+
+// Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
+// tree of 2 (8 query rows per kv head at GQA 4, the rows kernel's limit), 4K and 32K, one thread. The
+// automatic choice is the rows kernel in all four; these cells show what the tile kernel would cost.
 
 template <int Threads>
 void pinned_kernel_args(benchmark::internal::Benchmark* b) {

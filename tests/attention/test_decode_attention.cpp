@@ -116,8 +116,8 @@ TEST_CASE("attention workspace: identical results, no allocation, too small is a
 
 TEST_CASE("attention_options::kernel pins the rows, lanes or tile kernel; each matches the reference") {
   // GQA 4 (8 query heads, 2 kv heads): requests of 1 and 2 tokens have 4 and 8 rows per kv head, so
-  // automatic runs the rows kernel on them; pinning tiles must give the same answers within fp32
-  // tolerance, and pinning rows the same bits as automatic.
+  // automatic runs the rows kernel on them; pinning tiles or lanes must give the same answers within
+  // fp32 tolerance, and pinning rows the same bits as automatic.
   batch<float> b(31, 8, 2, 128, {900, 70, 0}, {1, 2, 2});
   const auto layout = b.paged();
   const auto ref = specdec::reference::decode_attention(b.q_view(), layout, b.indptr_view());

@@ -49,7 +49,10 @@ TEST_CASE("decode lanes kernel fp32: rows 9..16, GQA ratios, head dims, layouts,
       row_kernel_sweep<float>(4701 + split, 2, 64, {layout_kind::paged}, {.kv_split_size = split}, true,
                               attention_kernel::lanes);
     }
-  // Pinned: lanes on a request the automatic choice gives the rows kernel (4 rows) is the same maths.
+  // GQA 1: every row count 9-16 through the public API (two seeds: four consecutive counts each).
+  for (std::uint64_t s : {4900, 4904})
+    row_kernel_sweep<float>(s, 1, 64, {layout_kind::nhd}, {}, true, attention_kernel::lanes);
+  // Pinned: lanes on a request the automatic choice gives the rows kernel (1-4 rows) is the same maths.
   row_kernel_sweep<float>(4800, 1, 64, {layout_kind::nhd}, {.kernel = attention_kernel::lanes}, true);
 }
 

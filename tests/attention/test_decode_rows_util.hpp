@@ -1,8 +1,8 @@
 #pragma once
 // Differential sweep of the kernels host decode runs on the cache of a request with few query rows
 // per kv head: the dot-product ("row") kernel up to detail::max_dot_rows (tokens x Hq/Hkv <= 8) and
-// the lanes kernel from 9 to detail::max_lane_rows (16): every token count of the range, GQA
-// 1/2/4/8, head dims 64/128/256, cache lengths 0, 1, odd and longer than the split size, paged and
+// the lanes kernel from 9 to detail::max_lane_rows (16): token counts of the range (each call takes
+// four consecutive ones from its seed), GQA 1/2/4/8, head dims 64/128/256, cache lengths 0, 1, odd and longer than the split size, paged and
 // contiguous (NHD, HND) caches, against the double reference; plus each kernel itself against the
 // tile kernel on identical inputs.
 #include "attention_fixture.hpp"
@@ -76,13 +76,15 @@ void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int 
   else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
   attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0);
   double worst = 0;
+  // A NaN difference must stick (std::max(worst, NaN) would drop it): worst becomes NaN and stays.
+  auto note = [&](double e) { worst = std::isnan(e) ? e : std::max(worst, e); };
   for (int i = 0; i < m_rows; ++i) {
     for (int c = 0; c < D; ++c) {
       const std::size_t at = static_cast<std::size_t>(i) * D + c;
-      worst = std::max(worst, std::abs(static_cast<double>(part_rows[at]) - part_tile[at]));
+      note(std::abs(static_cast<double>(part_rows[at]) - part_tile[at]));
     }
     const std::size_t l = static_cast<std::size_t>(mp) * D + i;
-    if (k1 > k0) worst = std::max(worst, std::abs(static_cast<double>(part_rows[l]) - part_tile[l]) / std::max(1.0f, std::abs(part_tile[l])));
+    if (k1 > k0) note(std::abs(static_cast<double>(part_rows[l]) - part_tile[l]) / std::max(1.0f, std::abs(part_tile[l])));
     else CHECK(part_rows[l] == -std::numeric_limits<float>::infinity());
   }
   INFO("D " << D << " RB " << RB << " rows " << m_rows << " keys [" << k0 << ", " << k1 << ") worst " << worst);

@@ -15,10 +15,10 @@ inline constexpr int max_lane_rows = vlanes;
 //! kernel's dot_block).
 inline constexpr int lanes_block = lanes_score_keys * ((dot_block + lanes_score_keys - 1) / lanes_score_keys);
 
-//! Unmasked online-softmax attention of max_dot_rows < m_rows <= 16 query rows per kv head over keys
-//! [k_begin, k_end) of `nheads` kv heads. Why a third kernel: with 9-16 rows the rows kernel's
-//! register block (8 rows x head_dim) no longer fits, and the tile kernel stages each 64-key tile
-//! into an fp32 buffer before computing on it, so its memory reads stall the core instead of
+//! Unmasked online-softmax attention of m_rows <= 16 query rows per kv head over keys [k_begin,
+//! k_end) of `nheads` kv heads (automatic runs it for 9-16 rows; pinned, it takes 1-16). Why a
+//! third kernel: with 9-16 rows the rows kernel's register block (8 rows x head_dim) no longer
+//! fits, and the tile kernel stages each 64-key tile into an fp32 buffer before computing on it, so its memory reads stall the core instead of
 //! overlapping the FMAs: on a Zen 3 core (AVX2) the demo target's 5-token verification read its
 //! cache at 2.6-3.0 GB/s through the tile kernel and at 4.2-5.7 through this one (RESULTS.md,
 //! session 34).
