@@ -18,10 +18,10 @@ inline constexpr int lanes_block = lanes_score_keys * ((dot_block + lanes_score_
 //! Unmasked online-softmax attention of m_rows <= 16 query rows per kv head over keys [k_begin,
 //! k_end) of `nheads` kv heads (automatic runs it for 9-16 rows; pinned, it takes 1-16). Why a
 //! third kernel: with 9-16 rows the rows kernel's register block (8 rows x head_dim) no longer
-//! fits, and the tile kernel stages each 64-key tile into an fp32 buffer before computing on it, so its memory reads stall the core instead of
-//! overlapping the FMAs: on a Zen 3 core (AVX2) the demo target's 5-token verification read its
-//! cache at 2.6-3.0 GB/s through the tile kernel and at 4.2-5.7 through this one (RESULTS.md,
-//! session 34).
+//! fits, and the tile kernel stages each 64-key tile into an fp32 buffer before computing on it, so
+//! its memory reads stall the core instead of overlapping the FMAs: on a Zen 3 core (AVX2) the demo
+//! target's 5-token verification read its cache at 2.8 GB/s through the tile kernel and at 4.3
+//! through this one (BM_hybrid_demo_shape_pinned, one thread; RESULTS.md, session 34).
 //!
 //! Per block of lanes_block keys: scores token-major over the heads (score_keys on the K rows in
 //! place; fp16/bf16 rows are widened into a small L1 buffer first), prefetching K kpf_dist tokens
@@ -95,12 +95,12 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
         // O = alpha O + P V from the V rows in place (in L2 by now), prefetching the next block's.
         const T* const* vph = vp[hh];
         const T* const* vnh = vn[hh];
-        pv_blocks<D, vlanes, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], [vph](int j) { return vph[j]; }, nb, rows4,
-                             [vnh, nnb](int c0, int j) {
-                               if (j < nnb)
-                                 for (int e = 0; e < pv_cols * vlanes; e += line_elems)
-                                   __builtin_prefetch(vnh[j] + c0 + e, 0, 2);
-                             });
+        const auto v_row = [vph](int j) { return vph[j]; };
+        const auto prefetch_next = [vnh, nnb](int c0, int j) {
+          if (j < nnb)
+            for (int e = 0; e < pv_cols * vlanes; e += line_elems) __builtin_prefetch(vnh[j] + c0 + e, 0, 2);
+        };
+        pv_blocks<D, vlanes, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
       }
     }
     // Normalise and write the LSE (natural log) where attend_part puts it: after Mpad rows of O.
