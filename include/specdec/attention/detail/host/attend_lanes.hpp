@@ -12,6 +12,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/host/attend_rows.hpp"
 #include "specdec/attention/detail/host/tile.hpp"
 #include "specdec/attention/detail/merge_state.hpp"
