@@ -79,19 +79,7 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
       }
       for (int hh = 0; hh < hc; ++hh) {
         // Online softmax over the block, the rows in lanes (as attend_part's, one row vector).
-        const vf16 mold = vload(mrow[hh]);
-        vf16 mx = mold;
-        for (int j = 0; j < nb; ++j) mx = vmax(mx, vload(st[hh][j]));
-        const vf16 mref = vselect(mx == ninf, vf16{}, mx);
-        vstore(alpha, vexp2(mold - mref));
-        vf16 sum{};
-        for (int j = 0; j < nb; ++j) {
-          const vf16 p = vexp2(vload(st[hh][j]) - mref);
-          vstore(st[hh][j], p);
-          sum += p;
-        }
-        vstore(lrow[hh], vload(lrow[hh]) * vload(alpha) + sum);
-        vstore(mrow[hh], mx);
+        softmax_block<vlanes>(&st[hh][0][0], nb, mrow[hh], lrow[hh], alpha);
         // O = alpha O + P V from the V rows in place (in L2 by now), prefetching the next block's.
         const T* const* vph = vp[hh];
         const T* const* vnh = vn[hh];
@@ -103,18 +91,11 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
         pv_blocks<D, vlanes, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
       }
     }
-    // Normalise and write the LSE (natural log) where attend_part puts it: after Mpad rows of O.
+    // Normalise and write the LSE where attend_part puts it: after Mpad rows of O.
     const int mp = padded_rows(m_rows);
     for (int hh = 0; hh < hc; ++hh) {
       float* o = part_of(h0 + hh);
-      float* m = o + static_cast<std::int64_t>(mp) * D;
-      for (int i = 0; i < m_rows; ++i) {
-        float* oi = o + static_cast<std::int64_t>(i) * D;
-        const softmax_part_end e = end_softmax_base2(mrow[hh][i], lrow[hh][i], k_end > k_begin);
-        if (e.empty) std::fill(oi, oi + D, 0.0f);
-        else for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * vbroadcast(e.inv_l));
-        m[i] = e.lse;
-      }
+      finish_part<D>(o, o + static_cast<std::int64_t>(mp) * D, m_rows, k_end > k_begin ? m_rows : 0, mrow[hh], lrow[hh]);
     }
   }
 }

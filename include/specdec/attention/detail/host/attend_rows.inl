@@ -196,18 +196,11 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
         }
       }
     }
-    // Normalise and write the LSE (natural log) where attend_part puts it: after Mpad rows of O.
+    // Normalise and write the LSE where attend_part puts it: after Mpad rows of O.
     const int mp = padded_rows(m_rows);
     for (int hh = 0; hh < hc; ++hh) {
       float* o = part_of(h0 + hh);
-      float* m = o + static_cast<std::int64_t>(mp) * D;
-      for (int i = 0; i < m_rows; ++i) {
-        float* oi = o + i * D;
-        const softmax_part_end e = end_softmax_base2(mrow[hh][i], lrow[hh][i], k_end > k_begin);
-        if (e.empty) std::fill(oi, oi + D, 0.0f);
-        else for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * vbroadcast(e.inv_l));
-        m[i] = e.lse;
-      }
+      finish_part<D>(o, o + static_cast<std::int64_t>(mp) * D, m_rows, k_end > k_begin ? m_rows : 0, mrow[hh], lrow[hh]);
     }
   }
 }

@@ -86,21 +86,7 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
               vstore(sp, vselect(bit != 0u, vload(sp), vbroadcast(ninf)));
             }
           }
-          vf16 mold = vload(m + row0 + r * vlanes);
-          vf16 mx = mold;
-          for (int j = 0; j < nb; ++j) mx = vmax(mx, vload(st + j * (2 * vlanes) + r * vlanes));
-          const vf16 mref = vselect(mx == ninf, vf16{}, mx);
-          vstore(alpha + r * vlanes, vexp2(mold - mref));
-          vf16 sum{};
-          for (int j = 0; j < nb; ++j) {
-            float* sp = st + j * (2 * vlanes) + r * vlanes;
-            const vf16 pj = vexp2(vload(sp) - mref);
-            vstore(sp, pj);
-            sum += pj;
-          }
-          float* lp = l + row0 + r * vlanes;
-          vstore(lp, vload(lp) * vload(alpha + r * vlanes) + sum);
-          vstore(m + row0 + r * vlanes, mx);
+          softmax_block<2 * vlanes>(st + r * vlanes, nb, m + row0 + r * vlanes, l + row0 + r * vlanes, alpha + r * vlanes);
         }
         pv_tile<D>(o + static_cast<std::int64_t>(row0) * D, alpha, st, vf, nb, static_cast<int>(round_up(rows, 4)));
         if constexpr (Masked) {
@@ -111,17 +97,10 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
       }
     }
   }
-  // Normalise: O /= l, LSE = ln(2) * (m + log2 l) (scores are in base 2: Qt carries log2(e)).
+  // Normalise every padded row (the pad rows: zeros, LSE -inf); the LSE replaces m.
   for (int hh = 0; hh < nheads; ++hh) {
     float* o = part_of(hh);
     float* m = o + static_cast<std::int64_t>(mp) * D;
-    float* l = m + mp;
-    for (int i = 0; i < mp; ++i) {
-      float* oi = o + static_cast<std::int64_t>(i) * D;
-      const softmax_part_end e = end_softmax_base2(m[i], l[i], k_end > k_begin && i < m_rows);
-      if (e.empty) std::fill(oi, oi + D, 0.0f);
-      else for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * vbroadcast(e.inv_l));
-      m[i] = e.lse;
-    }
+    finish_part<D>(o, m, mp, k_end > k_begin ? m_rows : 0, m, m + mp);
   }
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 
+#include "specdec/attention/detail/merge_state.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/detail/simd.hpp"

@@ -70,6 +70,47 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __r
   }
 }
 
+//! One online-softmax step of 16 query rows (one per lane) over a block of nb base-2 scores, key j's
+//! vector at s + j * SS: the rows' running max m and sum l (16 each) are updated in place, alpha
+//! gets exp2(m_old - m_new), the factor by which the rows' O is scaled before this block's P V is
+//! added, and the scores become P = exp2(s - m_new). A row that has seen only -inf scores keeps
+//! m = -inf and gets P = 0, alpha = 0 (its reference max is taken as 0: no inf - inf). Shared by the
+//! tile and lanes kernels.
+template <int SS>
+SPECDEC_FORCEINLINE void softmax_block(float* __restrict s, int nb, float* __restrict m, float* __restrict l,
+                                       float* __restrict alpha) noexcept {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const vf16 mold = vload(m);
+  vf16 mx = mold;
+  for (int j = 0; j < nb; ++j) mx = vmax(mx, vload(s + j * SS));
+  const vf16 mref = vselect(mx == ninf, vf16{}, mx);
+  vstore(alpha, vexp2(mold - mref));
+  vf16 sum{};
+  for (int j = 0; j < nb; ++j) {
+    const vf16 p = vexp2(vload(s + j * SS) - mref);
+    vstore(s + j * SS, p);
+    sum += p;
+  }
+  vstore(l, vload(l) * vload(alpha) + sum);
+  vstore(m, mx);
+}
+
+//! The end of a part, rows [0, rows) of its O (`o`, rows D apart): O /= l, or zeros for a row
+//! without keys, and the row's LSE in natural log, ln 2 * (m + log2 l) or -inf without keys
+//! (end_softmax_base2), written to lse[i]. Rows [0, with_keys) had keys; m and l are the rows'
+//! running max (base 2) and sum. lse may be m (attend_part keeps m where the LSE goes). Shared by
+//! the three host kernels.
+template <int D>
+void finish_part(float* o, float* lse, int rows, int with_keys, const float* m, const float* l) noexcept {
+  for (int i = 0; i < rows; ++i) {
+    float* oi = o + static_cast<std::int64_t>(i) * D;
+    const softmax_part_end e = end_softmax_base2(m[i], l[i], i < with_keys);
+    if (e.empty) std::fill(oi, oi + D, 0.0f);
+    else for (int c = 0; c < D; c += vlanes) vstore(oi + c, vload(oi + c) * vbroadcast(e.inv_l));
+    lse[i] = e.lse;
+  }
+}
+
 //! The PV microkernel: O[i][c] = alpha[i] * O[i][c] + sum_{j < nb} P[j][i] * V_j[c] for `rows` (a
 //! multiple of 4) rows i of O from `o` (rows D apart; P[j][i] at pt[j * PS + i]); V_j is vrow(j) in
 //! storage type, widened in registers. Register blocks of PR rows x pv_cols column vectors, then
