@@ -1,11 +1,9 @@
-// The one Catch2 main shared by every test executable (compiled once).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+// The one Catch2 main shared by every test executable (compiled once; Catch2 itself is in catch_impl.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 
+#include "catch_run.hpp"
 #include "specdec/core/simd_level.hpp"
 
 int main(int argc, char* argv[]) {
@@ -25,7 +23,7 @@ int main(int argc, char* argv[]) {
       return 1;
     }
   }
-  const int rc = Catch::Session().run(argc, argv);
+  const int rc = specdec_test::run_catch(argc, argv);
 #if SPECDEC_ISA_DISPATCH
   // Which copies ran: the dispatching tests are built with SPECDEC_ISA_DISPATCH_TRACE=1 and run by
   // ctest with SPECDEC_TEST_EXPECT_DISPATCH=1 (tests/CMakeLists.txt). Every dispatched call must

@@ -10,13 +10,12 @@
 // Built with SPECDEC_CUDA_TEST_DEVICE_CODE=CHECK (the default where configure found no GPU), the
 // executables carry unoptimized PTX for compile checks only, and they skip the GPU tests the same
 // way on a machine that has a device: what they would time and compare is not the code users run.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <string>
+
+#include "catch_run.hpp"
 
 int main(int argc, char** argv) {
   std::string skip;  // why the GPU tests do not run here; empty when they do
@@ -31,12 +30,9 @@ int main(int argc, char** argv) {
            (status != cudaSuccess ? cudaGetErrorString(status) : "device count is 0") + ")";
 #endif
   if (!skip.empty()) {
-    Catch::Session session;
-    if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-    session.configData().testsOrTags = {"[nogpu]"};
-    if (const int failed = session.run(); failed != 0) return failed;
+    if (const int failed = specdec_test::run_catch(argc, argv, "[nogpu]"); failed != 0) return failed;
     std::printf("SKIPPED: %s\n([nogpu] test cases, if any, ran above and passed)\n", skip.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return specdec_test::run_catch(argc, argv);
 }
