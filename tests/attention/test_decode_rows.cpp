@@ -56,6 +56,20 @@ TEST_CASE("decode lanes kernel fp32: rows 9..16, GQA ratios, head dims, layouts,
   row_kernel_sweep<float>(4800, 1, 64, {layout_kind::nhd}, {.kernel = attention_kernel::lanes}, true);
 }
 
+// A decode-like work item holds all Hkv heads and runs them dot_heads at a time: Hkv = dot_heads + 3
+// makes a full chunk and a partial one, for both kernels.
+TEST_CASE("decode row and lanes kernels fp32: more kv heads than one chunk of a work item") {
+  using specdec::attention_kernel;
+  const int hkv = specdec::detail::dot_heads + 3;
+  for (int ratio : {1, 2})
+    DYNAMIC_SECTION("ratio " << ratio) {
+      row_kernel_sweep<float>(5000 + ratio, ratio, 64, {layout_kind::paged, layout_kind::nhd}, {}, true,
+                              attention_kernel::rows, hkv);
+      row_kernel_sweep<float>(5010 + ratio, ratio, 128, {layout_kind::paged, layout_kind::hnd}, {}, true,
+                              attention_kernel::lanes, hkv);
+    }
+}
+
 TEST_CASE("decode lanes kernel fp32: equals the tile kernel on the same inputs") {
   for (int rows = 1; rows <= 16; ++rows)
     for (int n : {0, 1, 31, 33, 37, 100}) {

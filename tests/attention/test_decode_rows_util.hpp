@@ -18,14 +18,15 @@ inline std::vector<int> row_sweep_lengths() { return {0, 1, 37, 700}; }
 
 //! decode_attention (and, for hybrid = true, hybrid_tree_attention) on requests whose token counts
 //! are those the automatic choice runs `kernel` (rows or lanes) on (rows: 1 .. 8 / ratio tokens;
-//! lanes: rows 9-16), every layout kind in `kinds`, against the double reference.
+//! lanes: rows 9-16), every layout kind in `kinds`, against the double reference. kv_heads: Hkv (0:
+//! 1 at GQA 8, else 2; more than detail::dot_heads runs a work item's heads in several chunks).
 template <class T>
 void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_list<layout_kind> kinds,
                       specdec::attention_options opt = {}, bool hybrid = false,
-                      specdec::attention_kernel kernel = specdec::attention_kernel::rows) {
+                      specdec::attention_kernel kernel = specdec::attention_kernel::rows, int kv_heads = 0) {
   using specdec::detail::max_dot_rows;
   const bool lanes = kernel == specdec::attention_kernel::lanes;
-  const int hkv = ratio == 8 ? 1 : 2;
+  const int hkv = kv_heads > 0 ? kv_heads : ratio == 8 ? 1 : 2;
   const int min_tokens = lanes ? max_dot_rows / ratio + 1 : 1;
   const int max_tokens = (lanes ? specdec::detail::max_lane_rows : max_dot_rows) / ratio;
   const std::vector<int> lens = row_sweep_lengths();
