@@ -133,6 +133,12 @@ SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict 
       if (i0 == 0) per_key(c0, j);
       vf16 vv[CW];
       for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
+      // Unrolled here, before GCC's -O3 unroll-and-jam sees a loop nest: it unrolled the key loop
+      // by 2 around this loop (two keys' V vectors live at once), which spilled an accumulator to
+      // the stack on AVX2 (6 rows x 2 ymm; its store-reload chain bound the loop). Without the jam
+      // the lanes and tile kernels ran 1.03-1.40x faster on a Zen 3 core (RESULTS.md, session 35);
+      // -O2 never jams. (#pragma GCC unroll on the key loop itself does not stop the jam.)
+#pragma GCC unroll 16
       for (int ii = 0; ii < R; ++ii) {
         const vf16 p = vbroadcast(pt[j * PS + i0 + ii]);
         for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
