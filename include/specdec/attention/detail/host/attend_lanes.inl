@@ -56,7 +56,7 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
       for (int j0 = 0; j0 < nb; j0 += KB) {
         for (int hh = 0; hh < hc; ++hh) {
           const float* kr[KB];
-          for (int jj = 0; jj < KB; ++jj) {
+          SPECDEC_UNROLL for (int jj = 0; jj < KB; ++jj) {
             // A key past nb repeats the block's last one (its score is never read).
             const int j = std::min(j0 + jj, nb - 1);
             const T* src = krow(b + j, h0 + hh);
@@ -86,7 +86,7 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
         const auto v_row = [vph](int j) { return vph[j]; };
         const auto prefetch_next = [vnh, nnb](int c0, int j) {
           if (j < nnb)
-            for (int e = 0; e < pv_cols * vlanes; e += line_elems) __builtin_prefetch(vnh[j] + c0 + e, 0, 2);
+            SPECDEC_UNROLL for (int e = 0; e < pv_cols * vlanes; e += line_elems) __builtin_prefetch(vnh[j] + c0 + e, 0, 2);
         };
         pv_blocks<D, vlanes, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
       }

@@ -90,7 +90,7 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
         const int nt = std::min(kt, nb - j);
         for (int hh = 0; hh < hc; ++hh) {
           const T* kr[kt];
-          for (int t = 0; t < kt; ++t) {
+          SPECDEC_UNROLL for (int t = 0; t < kt; ++t) {
             // A missing last token of an odd block repeats the one before (its scores are dropped).
             kr[t] = krow(b + j + std::min(t, nt - 1), h0 + hh);
             if (t >= nt) continue;
@@ -104,10 +104,10 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
             // Two keys per step: each query vector is loaded once for both (the score pass is
             // bound by L1 loads otherwise: one per FMA). RB accumulators per key.
             vf16 a0[RB], a1[RB];
-            for (int i = 0; i < RB; ++i) a0[i] = a1[i] = vf16{};
+            SPECDEC_UNROLL for (int i = 0; i < RB; ++i) a0[i] = a1[i] = vf16{};
             for (int c = 0; c < dv; ++c) {
               const vf16 k0 = vload_as_float(kr[0] + c * vlanes), k1 = vload_as_float(kr[1] + c * vlanes);
-              for (int i = 0; i < RB; ++i) {
+              SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
                 const vf16 q = vload(&qb[hh][i][c * vlanes]);
                 a0[i] += k0 * q;
                 a1[i] += k1 * q;
@@ -117,24 +117,24 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
             // odd block's repeated last key, j + 1 = nb <= 31, overwritten with -inf below).
             static_assert(2 * RB == vlanes);
             vf16 all[vlanes];
-            for (int i = 0; i < RB; ++i) {
+            SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
               all[i] = a0[i];
               all[RB + i] = a1[i];
             }
             vstore(&sb[hh][j][0], vhsum16(all));
           } else {
             vf16 acc[qs][RB];
-            for (int u = 0; u < qs; ++u)
-              for (int i = 0; i < RB; ++i) acc[u][i] = vf16{};
+            SPECDEC_UNROLL for (int u = 0; u < qs; ++u)
+              SPECDEC_UNROLL for (int i = 0; i < RB; ++i) acc[u][i] = vf16{};
             for (int c = 0; c < dv; c += qs) {
               vf16 kv[qs];
-              for (int u = 0; u < qs; ++u) kv[u] = vload_as_float(kr[0] + (c + u) * vlanes);
-              for (int i = 0; i < RB; ++i)
-                for (int u = 0; u < qs; ++u) acc[u][i] += kv[u] * vload(&qb[hh][i][(c + u) * vlanes]);
+              SPECDEC_UNROLL for (int u = 0; u < qs; ++u) kv[u] = vload_as_float(kr[0] + (c + u) * vlanes);
+              SPECDEC_UNROLL for (int i = 0; i < RB; ++i)
+                SPECDEC_UNROLL for (int u = 0; u < qs; ++u) acc[u][i] += kv[u] * vload(&qb[hh][i][(c + u) * vlanes]);
             }
-            for (int i = 0; i < RB; ++i) {
+            SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
               vf16 sum = acc[0][i];
-              for (int u = 1; u < qs; ++u) sum += acc[u][i];
+              SPECDEC_UNROLL for (int u = 1; u < qs; ++u) sum += acc[u][i];
               sb[hh][j][i] = vhsum(sum);
             }
           }
@@ -150,13 +150,13 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
         for (int v = 1; v < nvec; ++v) mv = vmax(mv, vload(s + v * vlanes));
         alignas(64) float lanes[vlanes];
         vstore(lanes, mv);
-        for (int i = 0; i < RB; ++i) {
+        SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
           float mx = mrow[hh][i];
-          for (int l = i; l < vlanes; l += RB) mx = std::max(mx, lanes[l]);
+          SPECDEC_UNROLL for (int l = i; l < vlanes; l += RB) mx = std::max(mx, lanes[l]);
           const float mref = mx == ninf ? 0.0f : mx;
           alpha[hh][i] = std::exp2(mrow[hh][i] - mref);
           mrow[hh][i] = mx;
-          for (int l = i; l < vlanes; l += RB) lanes[l] = mref;
+          SPECDEC_UNROLL for (int l = i; l < vlanes; l += RB) lanes[l] = mref;
         }
         const vf16 mref = vload(lanes);
         vf16 sum{};
@@ -166,9 +166,9 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
           sum += p;
         }
         vstore(lanes, sum);
-        for (int i = 0; i < RB; ++i) {
+        SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
           float l = 0.0f;
-          for (int k = i; k < vlanes; k += RB) l += lanes[k];
+          SPECDEC_UNROLL for (int k = i; k < vlanes; k += RB) l += lanes[k];
           lrow[hh][i] = lrow[hh][i] * alpha[hh][i] + l;
         }
       }
@@ -177,22 +177,22 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
         float* o = part_of(h0 + hh);
         for (int c0 = 0; c0 < dv; c0 += cw) {
           vf16 acc[RB][cw];
-          for (int i = 0; i < RB; ++i) {
+          SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
             const vf16 a = vbroadcast(alpha[hh][i]);
-            for (int c = 0; c < cw; ++c) acc[i][c] = vload(o + i * D + (c0 + c) * vlanes) * a;
+            SPECDEC_UNROLL for (int c = 0; c < cw; ++c) acc[i][c] = vload(o + i * D + (c0 + c) * vlanes) * a;
           }
           for (int j = 0; j < nb; ++j) {
             if (j < nnb)
-              for (int e = 0; e < slice_elems; e += line_elems) __builtin_prefetch(vn[hh][j] + c0 * vlanes + e, 0, 2);
+              SPECDEC_UNROLL for (int e = 0; e < slice_elems; e += line_elems) __builtin_prefetch(vn[hh][j] + c0 * vlanes + e, 0, 2);
             vf16 v[cw];
-            for (int c = 0; c < cw; ++c) v[c] = vload_as_float(vp[hh][j] + (c0 + c) * vlanes);
-            for (int i = 0; i < RB; ++i) {
+            SPECDEC_UNROLL for (int c = 0; c < cw; ++c) v[c] = vload_as_float(vp[hh][j] + (c0 + c) * vlanes);
+            SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
               const vf16 pij = vbroadcast(sb[hh][j][i]);
-              for (int c = 0; c < cw; ++c) acc[i][c] += pij * v[c];
+              SPECDEC_UNROLL for (int c = 0; c < cw; ++c) acc[i][c] += pij * v[c];
             }
           }
-          for (int i = 0; i < RB; ++i)
-            for (int c = 0; c < cw; ++c) vstore(o + i * D + (c0 + c) * vlanes, acc[i][c]);
+          SPECDEC_UNROLL for (int i = 0; i < RB; ++i)
+            SPECDEC_UNROLL for (int c = 0; c < cw; ++c) vstore(o + i * D + (c0 + c) * vlanes, acc[i][c]);
         }
       }
     }

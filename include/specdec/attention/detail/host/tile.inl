@@ -42,18 +42,18 @@ inline constexpr int lanes_pv_rows =
 template <int D, int RV, int KB, int SS>
 SPECDEC_FORCEINLINE void score_keys(const float* __restrict qt, const float* const (&kr)[KB], float* __restrict s) noexcept {
   vf16 acc[KB][RV];
-  for (int jj = 0; jj < KB; ++jj)
-    for (int r = 0; r < RV; ++r) acc[jj][r] = vf16{};
+  SPECDEC_UNROLL for (int jj = 0; jj < KB; ++jj)
+    SPECDEC_UNROLL for (int r = 0; r < RV; ++r) acc[jj][r] = vf16{};
   for (int d = 0; d < D; ++d) {
     vf16 qv[RV];
-    for (int r = 0; r < RV; ++r) qv[r] = vload(qt + d * (2 * vlanes) + r * vlanes);
-    for (int jj = 0; jj < KB; ++jj) {
+    SPECDEC_UNROLL for (int r = 0; r < RV; ++r) qv[r] = vload(qt + d * (2 * vlanes) + r * vlanes);
+    SPECDEC_UNROLL for (int jj = 0; jj < KB; ++jj) {
       const vf16 kk = vbroadcast(kr[jj][d]);
-      for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
+      SPECDEC_UNROLL for (int r = 0; r < RV; ++r) acc[jj][r] += kk * qv[r];
     }
   }
-  for (int jj = 0; jj < KB; ++jj)
-    for (int r = 0; r < RV; ++r) vstore(s + jj * SS + r * vlanes, acc[jj][r]);
+  SPECDEC_UNROLL for (int jj = 0; jj < KB; ++jj)
+    SPECDEC_UNROLL for (int r = 0; r < RV; ++r) vstore(s + jj * SS + r * vlanes, acc[jj][r]);
 }
 
 //! S^T[j][lane] = sum_d Kf[j][d] * Qt_panel[d][lane] for j < roundup(nb, 8), RV row vectors.
@@ -65,7 +65,7 @@ SPECDEC_FORCEINLINE void score_tile(const float* __restrict qt, const float* __r
   constexpr int KB = tile_score_keys(RV);  // divides the 8-row staging pad
   for (int j0 = 0; j0 < nb; j0 += KB) {
     const float* kr[KB];
-    for (int jj = 0; jj < KB; ++jj) kr[jj] = kf + (j0 + jj) * D;
+    SPECDEC_UNROLL for (int jj = 0; jj < KB; ++jj) kr[jj] = kf + (j0 + jj) * D;
     score_keys<D, RV, KB, 2 * vlanes>(qt, kr, s + j0 * (2 * vlanes));
   }
 }
@@ -125,27 +125,27 @@ SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict 
   constexpr int CW = pv_cols;
   auto block = [&]<int R>(int c0, int i0) {
     vf16 acc[R][CW];
-    for (int ii = 0; ii < R; ++ii) {
+    SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii) {
       const vf16 a = vbroadcast(alpha[i0 + ii]);
-      for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
+      SPECDEC_UNROLL for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
     }
     for (int j = 0; j < nb; ++j) {
       if (i0 == 0) per_key(c0, j);
       vf16 vv[CW];
-      for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
-      // Unrolled here, before GCC's -O3 unroll-and-jam sees a loop nest: it unrolled the key loop
-      // by 2 around this loop (two keys' V vectors live at once), which spilled an accumulator to
-      // the stack on AVX2 (6 rows x 2 ymm; its store-reload chain bound the loop). Without the jam
-      // the lanes and tile kernels ran 1.03-1.40x faster on a Zen 3 core (RESULTS.md, session 35);
-      // -O2 never jams. (#pragma GCC unroll on the key loop itself does not stop the jam.)
-#pragma GCC unroll 16
-      for (int ii = 0; ii < R; ++ii) {
+      SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
+      // Unrolled (SPECDEC_UNROLL) before GCC's -O3 unroll-and-jam sees a loop nest, which matters
+      // beyond -O2: the jam unrolled the key loop by 2 around this loop (two keys' V vectors live
+      // at once), which spilled an accumulator to the stack on AVX2 (6 rows x 2 ymm; its
+      // store-reload chain bound the loop). Without the jam the lanes and tile kernels ran
+      // 1.03-1.40x faster on a Zen 3 core (RESULTS.md, session 35). (#pragma GCC unroll on the
+      // key loop itself does not stop the jam.)
+      SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii) {
         const vf16 p = vbroadcast(pt[j * PS + i0 + ii]);
-        for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
+        SPECDEC_UNROLL for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
       }
     }
-    for (int ii = 0; ii < R; ++ii)
-      for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
+    SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii)
+      SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
   };
   for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
     int i0 = 0;
@@ -175,7 +175,7 @@ SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict al
 template <int D, int Locality = 2, class T>
 SPECDEC_FORCEINLINE void prefetch_row(const T* row) noexcept {
   constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
-  for (int c = 0; c < D; c += line_elems) __builtin_prefetch(row + c, 0, Locality);
+  SPECDEC_UNROLL for (int c = 0; c < D; c += line_elems) __builtin_prefetch(row + c, 0, Locality);
 }
 
 //! Stages rows [k, k + nb) widened to fp32 into dst[kv_tile][D]; rows nb..roundup(nb, 8) are zeroed
