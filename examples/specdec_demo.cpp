@@ -1,5 +1,5 @@
 // specdec_demo: long-context speculative decoding end to end on the reference model.
-//   specdec_demo [--prompt N] [--new N] [--drafter longspec|tokenswift|ngram] [--temperature T [--top-p P]]
+//   specdec_demo [--prompt N] [--new N] [--drafter longspec|tokenswift|ngram|lookup+longspec] [--temperature T [--top-p P]]
 //                [--tree chain|cartesian|cape|beam] [--nodes N] [--depth D] [--fixed-depth] [--cartesian] [--paged]
 //                [--quiet]
 //                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--prompt-offset N] [--show N]
@@ -11,6 +11,7 @@
 // random model with a draft derived from it. Runs the target autoregressively and speculatively (--drafter:
 // the LongSpec draft, the default, over --tree: its chain, a Cartesian tree, GLIDE's CAPE or LongSpec's beam
 // tree, the last two capped at --nodes N (32); TokenSwift self-drafting with the trained residual heads; prompt lookup;
+// lookup+longspec: prompt lookup where the last 3-4 tokens occurred before, the LongSpec draft's chain elsewhere;
 // greedy verification, or with --temperature T > 0 sampling verified by sample-and-match; each step's depth in [0, D] chosen from the verification cost measured on
 // this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
     else if (a == "--ffn") o.model.ffn_hidden = static_cast<int>(next());
     else if (a == "--window") o.window = static_cast<int>(next());
     else if (a == "--depth") o.draft_depth = static_cast<int>(next());
+    else if (a == "--lookup-min") o.lookup_min = static_cast<int>(next());
+    else if (a == "--lookup-max") o.lookup_max = static_cast<int>(next());
     else if (a == "--temperature") o.temperature = next_float();
     else if (a == "--top-p") o.top_p = next_float();
     else if (a == "--seed") o.seed = static_cast<std::uint64_t>(next());

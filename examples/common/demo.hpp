@@ -30,6 +30,7 @@
 #include "longspec_draft.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/decoder/tree_builders.hpp"
+#include "specdec/draft/lookup_first_drafter.hpp"
 #include "specdec/draft/ngram_drafter.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "tokenswift_draft.hpp"
@@ -93,10 +94,12 @@ enum class demo_drafter {
   tokenswift,  //!< TokenSwift self-drafting: the target itself over a 256-token partial view of its KV, 3 residual
                //!< heads and 4-gram reuse, TokenSwift's Cartesian + n-gram tree
   ngram,       //!< prompt lookup: the continuations of the context's latest 1-4-gram matches (no model)
+  //! lookup_first_drafter: prompt lookup where the last 3-4 tokens occurred before, else the LongSpec draft
+  lookup_longspec,
 };
 
 //! The names of demo_drafter's values, in enum order (the --drafter flag and the report's summary line).
-inline constexpr std::string_view demo_drafter_names[] = {"longspec", "tokenswift", "ngram"};
+inline constexpr std::string_view demo_drafter_names[] = {"longspec", "tokenswift", "ngram", "lookup+longspec"};
 
 namespace detail {
 //! The value of an enum whose names (in enum order) are `names`; throws naming them all otherwise.
@@ -114,6 +117,11 @@ template <class E, std::size_t N>
 //! demo_drafter by name (demo_drafter_names); throws naming the accepted names otherwise.
 [[nodiscard]] inline demo_drafter demo_drafter_from_name(std::string_view name) {
   return detail::enum_from_name<demo_drafter>(name, demo_drafter_names, "specdec::examples::demo_drafter_from_name");
+}
+
+//! True for the drafters that run the LongSpec draft model (and so load its weights).
+[[nodiscard]] constexpr bool uses_longspec_draft(demo_drafter d) noexcept {
+  return d == demo_drafter::longspec || d == demo_drafter::lookup_longspec;
 }
 
 //! The token tree the LongSpec draft proposes (the other drafters bring their own: TokenSwift's Cartesian +
@@ -192,6 +200,9 @@ struct demo_options {
   int window = 512;           //!< LongSpec draft sliding window (random model; the trained draft's is in its file)
   demo_drafter drafter = demo_drafter::longspec;
   demo_tree tree = demo_tree::chain;  //!< LongSpec drafter only
+  //! lookup+longspec: the lookup's n-gram lengths (lookup_first_drafter: a match of >= lookup_min tokens
+  //! drafts instead of the model; the longest match up to lookup_max is used)
+  int lookup_min = 3, lookup_max = 4;
   int tree_nodes = 32;        //!< cape / beam: most tree nodes verified per step (GLIDE verifies at most 32)
   float temperature = 0.0f;   //!< 0 = greedy; > 0: sampled (with top_p), verified by sample-and-match
   float top_p = 1.0f;         //!< nucleus mass with temperature > 0 (1 = off)
@@ -212,6 +223,7 @@ struct demo_report {
   std::size_t draft_bytes = 0, target_kv_bytes = 0;
   int generated = 0;
   int prompt_tokens = 0;
+  std::int64_t lookup_steps = 0, model_steps = 0;  //!< lookup+longspec: steps drafted by each
   std::vector<std::int32_t> prompt_tail, continuation;  //!< trained pair: what print_report shows
   std::vector<std::int32_t> output;                     //!< the speculative run's tokens
 };
@@ -225,7 +237,8 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   const sampling_params sp{.temperature = o.temperature, .top_p = o.top_p};
   validate_sampling_params(sp, "specdec::examples::run_demo");
   require(o.drafter == demo_drafter::longspec || o.tree == demo_tree::chain, "specdec::examples::run_demo", "tree",
-          "chain unless the drafter is longspec (TokenSwift and prompt lookup bring their own trees)",
+          "chain unless the drafter is longspec (TokenSwift and prompt lookup bring their own trees; lookup+longspec "
+          "drafts a chain)",
           static_cast<int>(o.tree));
   demo_report rep;
   llama_config c = o.model;
@@ -243,7 +256,7 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   if (o.random_model) {
     w = random_llama_weights<float>(c, o.seed);
     dc.window = o.window;
-    if (o.drafter == demo_drafter::longspec) dw = derive_longspec_draft(w, dc);
+    if (uses_longspec_draft(o.drafter)) dw = derive_longspec_draft(w, dc);
     // TokenSwift's heads for an untrained model: fitted by ridge regression on its own greedy text after
     // another random prompt (examples/common/tokenswift_draft.hpp, as examples/tokenswift_decoder --random)
     if (o.drafter == demo_drafter::tokenswift)
@@ -254,13 +267,13 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     const auto tf = safetensors_file::load(o.weights_dir + "/target.safetensors");
     c = llama_config_from_metadata(tf);
     w = load_llama_weights<float>(tf, c);
-    if (o.drafter == demo_drafter::longspec)
+    if (uses_longspec_draft(o.drafter))
       dw = load_longspec_draft<float>(safetensors_file::load(o.weights_dir + "/" + o.draft_file), c, dc);
     if (o.drafter == demo_drafter::tokenswift) heads = load_residual_heads<float>(tf, c.hidden);
     const std::string file = o.prompt_file.empty() ? default_prompt_file() : o.prompt_file;
     prompt = read_byte_tokens(file, o.prompt_tokens, o.prompt_tokens, o.prompt_offset);
     rep.model = "trained byte-level pair from " + o.weights_dir + " (target.safetensors" +
-                (o.drafter == demo_drafter::longspec ? ", " + o.draft_file : std::string()) + "); prompt: " +
+                (uses_longspec_draft(o.drafter) ? ", " + o.draft_file : std::string()) + "); prompt: " +
                 std::to_string(prompt.size()) + " bytes of " + file + " from byte " + std::to_string(o.prompt_offset) +
                 " (held out of training)";
   }
@@ -291,6 +304,12 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
       break;
     case demo_drafter::ngram:
       rep.model += "prompt lookup (1-4-grams, no model), chain";
+      break;
+    case demo_drafter::lookup_longspec:
+      rep.model += "prompt lookup where the last " + std::to_string(o.lookup_min) + "-" + std::to_string(o.lookup_max) +
+                   " tokens occurred before, else the " + std::to_string(dc.layers) +
+                   "-layer LongSpec (window " + std::to_string(dc.window) + ") " +
+                   (o.random_model ? "derived from the target" : "trained") + "; chain";
       break;
   }
   rep.model += std::string("; target KV ") + (o.paged ? "paged (16-token pages)" : "contiguous");
@@ -350,6 +369,10 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     };
     auto out = dec.generate(prompt, g);
     rep.stats = dec.stats();
+    if constexpr (requires { dec.drafter().lookup_steps(); }) {
+      rep.lookup_steps = dec.drafter().lookup_steps();
+      rep.model_steps = dec.drafter().model_steps();
+    }
     rep.spec_tokens_per_s = static_cast<double>(out.tokens.size()) / rep.stats.total_s();
     return out.tokens;
   };
@@ -386,6 +409,14 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     case demo_drafter::ngram:
       spec = run(ngram_drafter{.max_ngram = 4}, chain_tree_builder{}, 2);
       break;
+    case demo_drafter::lookup_longspec: {
+      longspec_draft_model<float> draft(target, dc, std::move(dw));
+      spec = run(lookup_first_drafter(longspec_drafter<longspec_draft_model<float>>(draft),
+                                      ngram_drafter{.max_ngram = o.lookup_max, .min_ngram = o.lookup_min}),
+                 chain_tree_builder{}, 2);
+      rep.draft_bytes = draft.state_bytes();
+      break;
+    }
   }
   if (o.progress) log << "\n";
   rep.generated = static_cast<int>(spec.size());
@@ -428,7 +459,12 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
              ? "the beam's " + std::to_string(std::size(demo_beam_widths)) + " levels every step, mean drafted "
          : o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
                       : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")
-     << (s.steps ? static_cast<double>(s.draft_depth) / static_cast<double>(s.steps) : 0.0) << "\n"
+     << (s.steps ? static_cast<double>(s.draft_depth) / static_cast<double>(s.steps) : 0.0)
+     << (o.drafter == demo_drafter::lookup_longspec
+             ? ";  drafted by prompt lookup on " + std::to_string(r.lookup_steps) + " steps, by LongSpec on " +
+                   std::to_string(r.model_steps)
+             : std::string())
+     << "\n"
      << "tokens/s:     autoregressive " << r.ar_tokens_per_s << ", speculative " << r.spec_tokens_per_s
      << "  (speedup " << r.spec_tokens_per_s / r.ar_tokens_per_s << "x; prefill excluded: " << r.ar_prefill_s << " s"
      << (s.calibrate_s > 0 ? "; step-cost calibration excluded: " + std::to_string(s.calibrate_s) +

@@ -48,6 +48,7 @@
 #include "specdec/draft/draft_candidates.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/longspec_drafter.hpp"
+#include "specdec/draft/lookup_first_drafter.hpp"
 #include "specdec/draft/multi_draft_sampler.hpp"
 #include "specdec/draft/ngram_drafter.hpp"
 #include "specdec/draft/ngram_pool.hpp"

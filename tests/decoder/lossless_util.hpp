@@ -17,6 +17,7 @@
 #include "../../examples/common/longspec_draft.hpp"
 #include "../../examples/common/tokenswift_draft.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/draft/lookup_first_drafter.hpp"
 
 namespace lossless {
 
@@ -166,6 +167,17 @@ inline auto make_longspec(std::vector<int> beam, std::optional<multi_draft_param
     return longspec_holder{std::make_unique<longspec_draft_model<double>>(target, dc, std::move(dw)), beam, multi};
   };
 }
+//! Prompt lookup where the last 2-4 tokens occurred before, else the LongSpec chain (lookup_first_drafter):
+//! over this vocabulary of 48 both run often, so the LongSpec draft catches up on the tokens of the
+//! steps it skipped (its ring cache and absorbed count) again and again.
+struct lookup_longspec_holder {
+  using policy = lookup_first_drafter<longspec_drafter<longspec_draft_model<double>>>;
+  longspec_holder inner;
+  policy policy_object() const { return policy(inner.policy_object(), ngram_drafter{.max_ngram = 4, .min_ngram = 2}); }
+};
+inline auto make_lookup_longspec = [](model& target, const fixture& fx) {
+  return lookup_longspec_holder{make_longspec({})(target, fx)};
+};
 // Multi-draft drafters sample a greedy request's drafts at temperature 0.5: diverse enough that the k
 // drafts differ, peaked enough that they are accepted about as often as a chain (fewer target forwards).
 inline auto make_longspec_multi(draft_sampling mode) {

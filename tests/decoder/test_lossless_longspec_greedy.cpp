@@ -12,3 +12,9 @@ TEST_CASE("lossless: longspec drafter, greedy and multi-draft verifiers", "[deco
   check_combination<greedy_verifier>(trie_tree_builder{}, make_longspec({}), "longspec/trie/greedy");
   check_combination<multi_draft_verifier>(chain_tree_builder{}, make_longspec({}), "longspec/chain/multi_draft (one-hot q)");
 }
+
+TEST_CASE("lossless: prompt lookup first, else the longspec chain (lookup_first_drafter)", "[decoder][lossless]") {
+  check_combination<greedy_verifier>(chain_tree_builder{}, make_lookup_longspec, "lookup+longspec/chain/greedy");
+  check_combination<sample_and_match_verifier>(chain_tree_builder{}, make_lookup_longspec, "lookup+longspec/chain/sample_and_match");
+  check_combination<chain_speculative_verifier>(chain_tree_builder{}, make_lookup_longspec, "lookup+longspec/chain/chain_speculative");
+}

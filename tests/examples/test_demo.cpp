@@ -65,7 +65,7 @@ TEST_CASE("demo at tiny sizes: lossless report, constant draft memory", "[exampl
 TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup are lossless too", "[examples][demo]") {
   // The tiny random model's greedy text soon repeats itself, so prompt lookup finds matches in it; the
   // TokenSwift heads are fitted to that text (demo.hpp).
-  for (const auto d : {demo_drafter::tokenswift, demo_drafter::ngram}) {
+  for (const auto d : {demo_drafter::tokenswift, demo_drafter::ngram, demo_drafter::lookup_longspec}) {
     demo_options o = tiny_options(96);
     o.drafter = d;
     o.adaptive = false;  // always draft: every step goes through the drafter and the verifier
@@ -78,9 +78,17 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
     CHECK(r.stats.accepted > 0);     // and the target accepted some
     print_report(o, r, out);
     CHECK(out.str().find("lossless:     yes") != std::string::npos);
-    CHECK(out.str().find(d == demo_drafter::tokenswift ? "drafter=tokenswift tree=own" : "drafter=ngram tree=own") !=
+    CHECK(out.str().find("drafter=" + std::string(demo_drafter_names[static_cast<int>(d)]) + " tree=own") !=
           std::string::npos);
-    if (d == demo_drafter::tokenswift) {
+    if (d == demo_drafter::lookup_longspec) {
+      // both parts drafted: the lookup where the random model's text repeats, LongSpec elsewhere
+      CHECK(r.lookup_steps > 0);
+      CHECK(r.model_steps > 0);
+      CHECK(out.str().find("drafted by prompt lookup on " + std::to_string(r.lookup_steps) + " steps, by LongSpec on " +
+                           std::to_string(r.model_steps)) != std::string::npos);
+      CHECK(r.model.find("else the 1-layer LongSpec (window 16)") != std::string::npos);
+      CHECK(r.draft_bytes > 0);
+    } else if (d == demo_drafter::tokenswift) {
       CHECK(r.model.find("TokenSwift self-drafting") != std::string::npos);
       CHECK(r.draft_bytes > 0);
     } else {
@@ -90,7 +98,7 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
   }
   // sampled (T = 0.7, top-p 0.9): sample-and-match verification with every drafter; the two runs are two
   // draws, so the report says so instead of comparing them, and a bad temperature is refused up front
-  for (const auto d : {demo_drafter::longspec, demo_drafter::tokenswift, demo_drafter::ngram}) {
+  for (const auto d : {demo_drafter::longspec, demo_drafter::tokenswift, demo_drafter::ngram, demo_drafter::lookup_longspec}) {
     demo_options o = tiny_options(96);
     o.drafter = d;
     o.adaptive = false;
@@ -129,6 +137,7 @@ TEST_CASE("demo with each drafter: TokenSwift self-drafting and prompt lookup ar
   CHECK(demo_drafter_from_name("tokenswift") == demo_drafter::tokenswift);
   CHECK(demo_drafter_from_name("ngram") == demo_drafter::ngram);
   CHECK(demo_drafter_from_name("longspec") == demo_drafter::longspec);
+  CHECK(demo_drafter_from_name("lookup+longspec") == demo_drafter::lookup_longspec);
   CHECK_THROWS_AS(demo_drafter_from_name("medusa"), specdec::invalid_argument);
 }
 
@@ -160,6 +169,8 @@ TEST_CASE("demo with each LongSpec tree: CAPE and the beam tree under a node bud
   o.drafter = demo_drafter::ngram;
   o.tree = demo_tree::cape;  // prompt lookup brings its own chain: refused, not ignored
   std::ostringstream log;
+  CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
+  o.drafter = demo_drafter::lookup_longspec;  // drafts a chain only
   CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
   o.drafter = demo_drafter::longspec;
   o.tree_nodes = -1;
