@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -152,19 +153,21 @@ TEST_CASE("simd_level: the sampling row kernels (sampling/detail/vec.hpp) at eve
   for (int l : runnable_levels()) {
     REQUIRE(set_simd_level(static_cast<simd_level>(l)));
     DYNAMIC_SECTION("level " << to_string(static_cast<simd_level>(l))) {
-      // Lengths around the 16-lane body, the 64-element blocks and the 256-token exp chunks.
+      // Lengths around the 16-lane body, first_index_of's 256-element blocks and the 256-token exp chunks.
       for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{63},
-                            std::size_t{64}, std::size_t{65}, std::size_t{255}, std::size_t{257}, std::size_t{1000},
-                            std::size_t{4099}}) {
+                            std::size_t{64}, std::size_t{65}, std::size_t{255}, std::size_t{256}, std::size_t{257},
+                            std::size_t{513}, std::size_t{1000}, std::size_t{4099}}) {
         INFO("n = " << n);
         std::vector<float> x(n);
         for (auto& v : x) v = rng.uniform() * 20.0f - 10.0f;
-        for (int variant = 0; variant < 4; ++variant) {
+        for (int variant = 0; variant < 5; ++variant) {
           INFO("variant " << variant);
           std::vector<float> y = x;
           if (n > 0 && variant == 1) y[index(n)] = -inf;                        // a masked token
           if (n > 0 && variant == 2) y[index(n)] = nan;                         // NaN: bad, no part in max/min
           if (n > 0 && variant == 3) y[n - 1] = inf, y[index(n)] = -inf;        // +inf in the tail: bad
+          if (variant == 4)  // only signed zeros and -inf: which zero the max and min keep follows the lane order
+            for (auto& v : y) v = rng.next_u32() % 3 == 0 ? -inf : rng.next_u32() % 2 ? 0.0f : -0.0f;
           // scan_logits against one scalar pass.
           float mx = -inf, mn = inf;
           bool bad = false;
@@ -177,6 +180,48 @@ TEST_CASE("simd_level: the sampling row kernels (sampling/detail/vec.hpp) at eve
           CHECK(sc.max == mx);
           CHECK(sc.min == mn);
           CHECK(sc.bad == bad);
+          {  // bit for bit (the sign of a zero max or min): 16 lane chains combined in lane order, then the tail
+            float lmx[lanes], lmn[lanes];
+            std::fill(std::begin(lmx), std::end(lmx), -inf);
+            std::fill(std::begin(lmn), std::end(lmn), inf);
+            const std::size_t body = n - n % lanes;
+            for (std::size_t i = 0; i < body; ++i) {
+              const float v = y[i], f = v > -inf ? v : inf;
+              lmx[i % lanes] = v > lmx[i % lanes] ? v : lmx[i % lanes];
+              lmn[i % lanes] = f < lmn[i % lanes] ? f : lmn[i % lanes];
+            }
+            float bmx = -inf, bmn = inf;
+            for (int j = 0; j < lanes; ++j) bmx = lmx[j] > bmx ? lmx[j] : bmx, bmn = lmn[j] < bmn ? lmn[j] : bmn;
+            for (std::size_t i = body; i < n; ++i) {
+              bmx = y[i] > bmx ? y[i] : bmx;
+              bmn = y[i] > -inf && y[i] < bmn ? y[i] : bmn;
+            }
+            CHECK(std::bit_cast<std::uint32_t>(sc.max) == std::bit_cast<std::uint32_t>(bmx));
+            CHECK(std::bit_cast<std::uint32_t>(sc.min) == std::bit_cast<std::uint32_t>(bmn));
+          }
+          // The elementwise row steps against their scalar expressions, bit for bit (NaN stays NaN).
+          const auto same_bits = [&](const std::vector<float>& got, auto&& want) {
+            for (std::size_t i = 0; i < n; ++i) {
+              const float w = want(y[i]);
+              if (!(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(w) ||
+                    (std::isnan(got[i]) && std::isnan(w))))
+                FAIL_CHECK("element " << i << ": " << got[i] << " vs " << w);
+            }
+          };
+          {
+            std::vector<float> a = y;
+            scale_row(a.data(), n, 1.0f / 0.7f);
+            same_bits(a, [](float v) { return v * (1.0f / 0.7f); });
+            a = y;
+            shift_divide_row(a.data(), n, 2.5f, 0.7f);
+            same_bits(a, [](float v) { return (v - 2.5f) / 0.7f; });
+            a = y;
+            mask_below(a.data(), n, 0.25f);
+            same_bits(a, [&](float v) { return v >= 0.25f ? v : -inf; });
+            a = y;
+            fill_row(a.data(), n, -inf);
+            same_bits(a, [&](float) { return -inf; });
+          }
           // first_index_of: the maximum's first position, and a value that is absent.
           std::int64_t first = -1;
           for (std::size_t i = 0; i < n; ++i)
@@ -192,7 +237,7 @@ TEST_CASE("simd_level: the sampling row kernels (sampling/detail/vec.hpp) at eve
           CHECK_FALSE(any_inadmissible_prob(p.data(), n));
           if (n > 0) {
             const float bads[] = {-1e-30f, nan, inf, -inf};
-            p[index(n)] = bads[variant];
+            p[index(n)] = bads[variant % 4];
             CHECK(any_inadmissible_prob(p.data(), n));
           }
           // lane_sum: 16 fixed partial sums, the tail, then the lanes in order (bit-exact emulation).
@@ -202,6 +247,15 @@ TEST_CASE("simd_level: the sampling row kernels (sampling/detail/vec.hpp) at eve
           for (std::size_t i = body; i < n; ++i) want += x[i];
           for (double a : acc) want += a;
           CHECK(lane_sum(x.data(), n) == want);
+          {  // and over doubles (not float-representable), the same order
+            std::vector<double> xd(n);
+            for (std::size_t i = 0; i < n; ++i) xd[i] = static_cast<double>(x[i]) * (1.0 + 1e-9 * static_cast<double>(i));
+            double accd[lanes] = {}, wantd = 0.0;
+            for (std::size_t i = 0; i < body; ++i) accd[i % lanes] += xd[i];
+            for (std::size_t i = body; i < n; ++i) wantd += xd[i];
+            for (double a : accd) wantd += a;
+            CHECK(lane_sum(xd.data(), n) == wantd);
+          }
           // exp_sum with m = the row's max: each out[i] and the sum against double exp.
           if (variant <= 1 && mx > -inf) {  // (precondition: m >= every x[i], m finite)
             std::vector<float> out(n, -1.0f);

@@ -17,8 +17,10 @@
 
 // With dispatch every intrinsic is needed whatever the file's flags (GCC and Clang declare them
 // all, so the level regions can use the AVX2/AVX-512 ones); otherwise only the file's own.
-#if SPECDEC_ISA_DISPATCH || defined(__F16C__) || defined(__AVX512F__)
+#if SPECDEC_ISA_DISPATCH || defined(__F16C__) || defined(__AVX__) || defined(__AVX512F__)
 #include <immintrin.h>
+#elif (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__) && !defined(__CUDACC__)
+#include <xmmintrin.h>  // vmax / vmin's SSE form
 #endif
 
 // A 64-byte vector passed or returned by value has a different ABI with and without AVX-512.

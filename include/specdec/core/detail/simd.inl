@@ -110,6 +110,7 @@ typedef vpack<nvu, std::uint32_t> vu16;
 SPECDEC_VPACK_BINOP(+)
 SPECDEC_VPACK_BINOP(-)
 SPECDEC_VPACK_BINOP(*)
+SPECDEC_VPACK_BINOP(/)
 SPECDEC_VPACK_BINOP(&)
 SPECDEC_VPACK_BINOP(|)
 #undef SPECDEC_VPACK_BINOP
@@ -282,7 +283,39 @@ SPECDEC_FORCEINLINE vf16 vexp2(const vf16& x_in) noexcept {
   return vbitcast<vf16>(bits);
 }
 
-SPECDEC_FORCEINLINE vf16 vmax(const vf16& a, const vf16& b) noexcept { return vselect(a > b, a, b); }
+//! Lane-wise a > b ? a : b, and vmin: a < b ? a : b (b where the lanes are unordered or equal, so the
+//! sign of a zero result and NaN follow the operand order). On x86 that is exactly the max / min
+//! instruction with these operands, one operation instead of a compare and a blend.
+SPECDEC_FORCEINLINE vf16 vmax(const vf16& a, const vf16& b) noexcept {
+#if SPECDEC_SIMD_AVX512
+  return _mm512_maskz_max_ps(static_cast<__mmask16>(0xFFFF), a, b);  // maskz: see reduce_to_4
+#elif SPECDEC_SIMD_AVX
+  vf16 r;
+  SPECDEC_UNROLL_PARTS for (int k = 0; k < vparts; ++k) r.p[k] = _mm256_max_ps(a.p[k], b.p[k]);
+  return r;
+#elif (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__) && !defined(__CUDACC__)
+  vf16 r;
+  SPECDEC_UNROLL_PARTS for (int k = 0; k < vparts; ++k) r.p[k] = _mm_max_ps(a.p[k], b.p[k]);
+  return r;
+#else
+  return vselect(a > b, a, b);
+#endif
+}
+SPECDEC_FORCEINLINE vf16 vmin(const vf16& a, const vf16& b) noexcept {
+#if SPECDEC_SIMD_AVX512
+  return _mm512_maskz_min_ps(static_cast<__mmask16>(0xFFFF), a, b);
+#elif SPECDEC_SIMD_AVX
+  vf16 r;
+  SPECDEC_UNROLL_PARTS for (int k = 0; k < vparts; ++k) r.p[k] = _mm256_min_ps(a.p[k], b.p[k]);
+  return r;
+#elif (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__) && !defined(__CUDACC__)
+  vf16 r;
+  SPECDEC_UNROLL_PARTS for (int k = 0; k < vparts; ++k) r.p[k] = _mm_min_ps(a.p[k], b.p[k]);
+  return r;
+#else
+  return vselect(a < b, a, b);
+#endif
+}
 
 typedef float vf4 __attribute__((vector_size(16)));
 
@@ -349,6 +382,9 @@ SPECDEC_FORCEINLINE float vhmax(const vf16& v) noexcept {
   return x > y ? x : y;
 #endif
 }
+
+//! True if any lane of m (a comparison's mask, or an OR of masks: -1 or 0 per lane) is set.
+SPECDEC_FORCEINLINE bool vany(const vi16& m) noexcept { return vhmax(vcvt_f32(m & 1)) > 0.0f; }
 
 //! Sixteen horizontal sums at once: lane k of the result is vhsum(a[k]), bit for bit (every sum
 //! pairs its lanes as vhsum does: i with i + 8, then i + 4, i + 2, i + 1). With AVX-512 a butterfly

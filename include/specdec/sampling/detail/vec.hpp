@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "specdec/core/isa.hpp"
 #include "specdec/core/simd_level.hpp"

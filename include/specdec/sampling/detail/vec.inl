@@ -1,6 +1,11 @@
 // vec.inl: the row kernels of sampling/detail/vec.hpp (see there), compiled at the including file's
-// flags and once per run-time dispatch level (core/detail/isa_levels.inl). Plain loops that the
-// compiler vectorizes for each level's instruction set. No include guard, no #include, no namespace.
+// flags and once per run-time dispatch level (core/detail/isa_levels.inl). The reductions and the
+// elementwise row steps are written in the vector layer (core/detail/simd.inl: 16-lane vectors, one
+// partial result per lane): GCC 12's -O2 cost model (what the examples and most distributions build
+// with) left their plain loops scalar, 1.5-3.8x slower than -O3 (benchmarks/RESULTS.md, "The sampling
+// rows at -O2"). The rest are plain loops that the compiler vectorizes at both levels. Every kernel
+// computes what its scalar form does, lane for lane, so the bits do not depend on the level or the
+// optimization flags. No include guard, no #include, no namespace.
 // The *_kernel functions are reached through vec.hpp's dispatching entry points of the same name
 // without the suffix.
 
@@ -33,46 +38,49 @@ inline bool admissible_prob(float v) noexcept { return v >= 0.0f && v <= std::nu
 
 // The policy checks below are out of line: inlined into a large caller, GCC sometimes left their lane
 // loops scalar (sample_from_probs took 150 us for 128K tokens where the sum alone takes 7). Out of line
-// they vectorize at -O2 and -O3 alike, and their flags are int lanes ORed with & (a bool flag or a
-// short-circuit && kept them scalar). Measured at V = 128K, scan_logits: 6 us with AVX-512, 9 us
+// and in the vector layer they are vector code at -O2 and -O3 alike (their flags are vector masks: a
+// bool flag or a short-circuit && had kept the earlier plain loops scalar). Measured at V = 128K, scan_logits: 6 us with AVX-512, 9 us
 // with AVX2, 26-35 us on baseline x86-64 (the max pass and the NaN scan it replaces took 60-70 us).
 
-//! first_index_of's body: index of the first element equal to v, or -1. Blocks of 64 are tested
-//! with an int flag (vectorizes; a bool flag did not: 45-75 us at V = 128K against 5-12 us), then
-//! the hit block is scanned.
+//! first_index_of's body: index of the first element equal to v, or -1. Blocks of 256 (16 vectors)
+//! are tested with one OR of their compare masks, then the hit block is scanned.
 [[gnu::noinline]] inline std::int64_t first_index_of_kernel(const float* x, std::size_t n, float v) noexcept {
-  constexpr std::size_t block = 64;
+  constexpr std::size_t block = 16 * vlanes;
+  const vf16 vv = vbroadcast(v);
   std::size_t i = 0;
   for (; i + block <= n; i += block) {
-    int any = 0;
-    for (std::size_t j = 0; j < block; ++j) any |= x[i + j] == v;
-    if (any) break;
+    vi16 hit = vload(x + i) == vv;
+    for (std::size_t j = vlanes; j < block; j += vlanes) hit = hit | (vload(x + i + j) == vv);
+    if (vany(hit)) break;
   }
   for (; i < n; ++i)
     if (x[i] == v) return static_cast<std::int64_t>(i);
   return -1;
 }
 
-//! scan_logits' body: `lanes` independent max / min / flag chains, then the tail.
+//! scan_logits' body: `lanes` independent max / min / flag chains (one vector lane each; the vector
+//! layer, so -O2 vectorizes it as -O3 does), combined in lane order (which zero's sign a max or min
+//! of +-0 keeps is fixed), then the tail.
 [[gnu::noinline]] inline logit_scan scan_logits_kernel(const float* x, std::size_t n) noexcept {
+  static_assert(lanes == vlanes, "scan_logits_kernel: one chain per vector lane");
   constexpr float inf = std::numeric_limits<float>::infinity();
-  float mx[lanes], mn[lanes];
-  int bad[lanes];
-  for (int j = 0; j < lanes; ++j) mx[j] = -inf, mn[j] = inf, bad[j] = 0;
+  const vf16 pinf = vbroadcast(inf), ninf = vbroadcast(-inf);
+  vf16 mx = ninf, mn = pinf;
+  vi16 bad{};
   const std::size_t body = n - n % lanes;
-  for (std::size_t i = 0; i < body; i += lanes)
-    for (int j = 0; j < lanes; ++j) {
-      const float v = x[i + j];
-      mx[j] = v > mx[j] ? v : mx[j];
-      const float finite_or_inf = v > -inf ? v : inf;  // -inf takes no part in the minimum
-      mn[j] = finite_or_inf < mn[j] ? finite_or_inf : mn[j];
-      bad[j] |= !(v < inf);  // NaN or +inf
-    }
-  logit_scan r{-inf, inf, false};
+  for (std::size_t i = 0; i < body; i += lanes) {
+    const vf16 v = vload(x + i);
+    mx = vmax(v, mx);
+    mn = vmin(vselect(v > ninf, v, pinf), mn);  // -inf takes no part in the minimum
+    bad = bad | (v != v) | (v == pinf);  // NaN or +inf
+  }
+  float mxs[lanes], mns[lanes];
+  vstore(mxs, mx);
+  vstore(mns, mn);
+  logit_scan r{-inf, inf, body > 0 && vany(bad)};
   for (int j = 0; j < lanes; ++j) {
-    r.max = mx[j] > r.max ? mx[j] : r.max;
-    r.min = mn[j] < r.min ? mn[j] : r.min;
-    r.bad |= bad[j] != 0;
+    r.max = mxs[j] > r.max ? mxs[j] : r.max;
+    r.min = mns[j] < r.min ? mns[j] : r.min;
   }
   for (std::size_t i = body; i < n; ++i) {
     const float v = x[i];
@@ -84,31 +92,43 @@ inline bool admissible_prob(float v) noexcept { return v >= 0.0f && v <= std::nu
 }
 
 //! any_inadmissible_prob's body: true if some x[i], i in [0, n), is not an admissible probability
-//! (`lanes` int flags, then the tail).
+//! (a vector of flags: negative, above the largest finite float, or NaN; then the tail).
 [[gnu::noinline]] inline bool any_inadmissible_prob_kernel(const float* x, std::size_t n) noexcept {
-  int bad[lanes] = {};
-  const std::size_t body = n - n % lanes;
-  for (std::size_t i = 0; i < body; i += lanes)
-    for (int j = 0; j < lanes; ++j) {
-      const float v = x[i + j];
-      bad[j] |= ((v >= 0.0f) & (v <= std::numeric_limits<float>::max())) ? 0 : 1;
-    }
-  bool r = false;
-  for (int j = 0; j < lanes; ++j) r |= bad[j] != 0;
+  const vf16 zero = vbroadcast(0.0f), fmax = vbroadcast(std::numeric_limits<float>::max());
+  vi16 bad{};
+  const std::size_t body = n - n % vlanes;
+  for (std::size_t i = 0; i < body; i += vlanes) {
+    const vf16 v = vload(x + i);
+    bad = bad | (v < zero) | (v > fmax) | (v != v);
+  }
+  bool r = body > 0 && vany(bad);
   for (std::size_t i = body; i < n; ++i) r |= !admissible_prob(x[i]);
   return r;
 }
 
-//! lane_sum's body: `lanes` fixed partial sums, then added in lane order (deterministic).
+//! lane_sum's body: `lanes` fixed partial sums (lane j: x[j], x[j + lanes], ... in order), then a
+//! sum of the tail and the lanes in lane order (deterministic). The partial sums are native double
+//! vectors of half a float vector's lanes each (2 with AVX-512, 4 with AVX2, 8 with SSE or NEON), so
+//! the loop is vector code at -O2 as at -O3; each lane adds exactly what the scalar loop would.
 template <class T>
 inline double lane_sum_kernel(const T* x, std::size_t n) noexcept {
-  double acc[lanes] = {};
+  static_assert(lanes == vlanes, "lane_sum_kernel: one partial sum per vector lane");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "lane_sum_kernel: float or double rows");
+  constexpr int per = native_lanes / 2;  // doubles per native-width vector
+  typedef double nvd __attribute__((vector_size(per * sizeof(double))));
+  constexpr int parts = vlanes / per;
+  // per consecutive elements as doubles; element-wise, which GCC 12 turns into one widening convert
+  // (its __builtin_convertvector of a float vector to doubles went through the stack)
+  const auto load = [&]<std::size_t... e>(const T* p, std::index_sequence<e...>) {
+    return nvd{static_cast<double>(p[e])...};
+  };
+  nvd acc[parts] = {};
   const std::size_t body = n - n % lanes;
   for (std::size_t i = 0; i < body; i += lanes)
-    for (int j = 0; j < lanes; ++j) acc[j] += x[i + j];
+    SPECDEC_UNROLL for (int k = 0; k < parts; ++k) acc[k] += load(x + i + k * per, std::make_index_sequence<per>{});
   double s = 0.0;
   for (std::size_t i = body; i < n; ++i) s += x[i];
-  for (int j = 0; j < lanes; ++j) s += acc[j];
+  for (int j = 0; j < lanes; ++j) s += acc[j / per][j % per];
   return s;
 }
 
@@ -141,18 +161,28 @@ inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float
 
 //! x[i] *= s for i in [0, n) (temperature: l * (1/t)).
 [[gnu::noinline]] inline void scale_kernel(float* x, std::size_t n, float s) noexcept {
-  for (std::size_t i = 0; i < n; ++i) x[i] *= s;
+  std::size_t i = 0;
+  for (; i + vlanes <= n; i += vlanes) vstore(x + i, vload(x + i) * s);
+  for (; i < n; ++i) x[i] *= s;
 }
 
 //! x[i] = (x[i] - m) / t for i in [0, n) (temperature on the shifted row).
 [[gnu::noinline]] inline void shift_divide_kernel(float* x, std::size_t n, float m, float t) noexcept {
-  for (std::size_t i = 0; i < n; ++i) x[i] = (x[i] - m) / t;
+  std::size_t i = 0;
+  for (; i + vlanes <= n; i += vlanes) vstore(x + i, (vload(x + i) - m) / t);
+  for (; i < n; ++i) x[i] = (x[i] - m) / t;
 }
 
 //! x[i] = x[i] >= cut ? x[i] : -inf for i in [0, n) (min-p on logits).
 [[gnu::noinline]] inline void mask_below_kernel(float* x, std::size_t n, float cut) noexcept {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < n; ++i) x[i] = x[i] >= cut ? x[i] : ninf;
+  const vf16 vcut = vbroadcast(cut), vninf = vbroadcast(ninf);
+  std::size_t i = 0;
+  for (; i + vlanes <= n; i += vlanes) {
+    const vf16 v = vload(x + i);
+    vstore(x + i, vselect((v > vcut) | (v == vcut), v, vninf));  // x >= cut (NaN: false)
+  }
+  for (; i < n; ++i) x[i] = x[i] >= cut ? x[i] : ninf;
 }
 
 //! sum over i with w[i] > 0 of w[i] * (x[i] - m), in double: `lanes` partial sums, the tail, then
@@ -179,7 +209,10 @@ inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float
 
 //! x[i] = v for i in [0, n) (a row set to -inf before top-k writes its k survivors back).
 [[gnu::noinline]] inline void fill_kernel(float* x, std::size_t n, float v) noexcept {
-  for (std::size_t i = 0; i < n; ++i) x[i] = v;
+  const vf16 vv = vbroadcast(v);
+  std::size_t i = 0;
+  for (; i + vlanes <= n; i += vlanes) vstore(x + i, vv);
+  for (; i < n; ++i) x[i] = v;
 }
 
 //! Top-p histogram bin of a weight: monotone non-decreasing in w >= 0, and always in [0, top_p_bins)
