@@ -25,6 +25,7 @@ configs=(
   "LongSpec + CAPE, 12 nodes|--drafter longspec --tree cape --nodes 12"
   "TokenSwift self-drafting|--drafter tokenswift"
   "prompt lookup|--drafter ngram"
+  "prompt lookup, else the LongSpec chain|--drafter lookup+longspec"
 )
 modes=("greedy|" "T=0.7 top-p 0.9|--temperature 0.7 --top-p 0.9")
 tsv=$out/demo_report.tsv
