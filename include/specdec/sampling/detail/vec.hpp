@@ -11,9 +11,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
-#include <utility>
 
 #include "specdec/core/isa.hpp"
 #include "specdec/core/simd_level.hpp"

@@ -117,15 +117,20 @@ inline double lane_sum_kernel(const T* x, std::size_t n) noexcept {
   constexpr int per = native_lanes / 2;  // doubles per native-width vector
   typedef double nvd __attribute__((vector_size(per * sizeof(double))));
   constexpr int parts = vlanes / per;
-  // per consecutive elements as doubles; element-wise, which GCC 12 turns into one widening convert
-  // (its __builtin_convertvector of a float vector to doubles went through the stack)
-  const auto load = [&]<std::size_t... e>(const T* p, std::index_sequence<e...>) {
-    return nvd{static_cast<double>(p[e])...};
-  };
   nvd acc[parts] = {};
   const std::size_t body = n - n % lanes;
   for (std::size_t i = 0; i < body; i += lanes)
-    SPECDEC_UNROLL for (int k = 0; k < parts; ++k) acc[k] += load(x + i + k * per, std::make_index_sequence<per>{});
+    SPECDEC_UNROLL for (int k = 0; k < parts; ++k) {
+      // per consecutive elements as doubles, element by element: GCC 12 makes that one widening
+      // convert (its __builtin_convertvector of a float vector to doubles went through the stack).
+      // A plain loop, not a pack expansion: nvcc's front end, which also compiles this file in CUDA
+      // translation units, failed on a lambda with a template parameter pack here (internal error).
+      double t[per];
+      SPECDEC_UNROLL for (int e = 0; e < per; ++e) t[e] = static_cast<double>(x[i + k * per + e]);
+      nvd v;
+      std::memcpy(&v, t, sizeof v);
+      acc[k] += v;
+    }
   double s = 0.0;
   for (std::size_t i = body; i < n; ++i) s += x[i];
   for (int j = 0; j < lanes; ++j) s += acc[j / per][j % per];
