@@ -3,7 +3,8 @@
 // choice (the exhaustive optimum for one request, a local optimum for a batch), and the batch
 // driving it: a perfect drafter under a flat cost goes to full depth, under a cost linear in the rows
 // it never drafts, calibration times the target without changing it, and outputs stay the target's
-// greedy decoding whatever the depths.
+// greedy decoding whatever the depths; a drafter of two sources (one always accepted, one never) is
+// planned per source.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -317,4 +318,77 @@ TEST_CASE("adaptive depth: a target sized for prompt + max_new_tokens has room f
     CHECK(dec.batch().cost_curve().points() >= (n == 1 ? 0 : n == 2 ? 2 : n == 5 ? 4 : 6));
     CHECK((dec.stats().calibrate_s > 0.0) == (n > 1));
   }
+}
+
+namespace {
+// A drafter of two sources (draft/drafter.hpp): where tokens.size() % 7 < 4 the target's own chain
+// (source 0: always accepted), elsewhere that chain with every token shifted (source 1: never
+// accepted). It counts the proposals of each source and the depths source 0 was asked for.
+struct two_source_drafter {
+  static constexpr int draft_sources = 2;
+  explicit two_source_drafter(drafter_t d) : inner(std::move(d)) {}
+  drafter_t inner;
+  int proposals[2] = {0, 0};
+  std::vector<int> good_depths;
+  static int source_of(std::size_t len) { return len % 7 < 4 ? 0 : 1; }
+  void reset(int r) { inner.reset(r); }
+  int draft_source(const draft_request& req) const { return source_of(req.tokens.size()); }
+  void propose(const draft_request& req, draft_candidates& out) {
+    inner.propose(req, out);
+    const int k = source_of(req.tokens.size());
+    ++proposals[k];
+    if (k == 0) {
+      good_depths.push_back(req.depth);
+      return;
+    }
+    for (auto& t : out.chain) t.token = (t.token + 1) % cfg.vocab_size;
+    for (auto& a : out.alternatives)
+      for (auto& t : a) t.token = (t.token + 1) % cfg.vocab_size;
+  }
+};
+static_assert(draft_sources_v<two_source_drafter> == 2 && draft_sources_v<drafter_t> == 1);
+
+struct bad_source_drafter : two_source_drafter {
+  using two_source_drafter::two_source_drafter;
+  int draft_source(const draft_request&) const { return 2; }
+};
+}  // namespace
+
+TEST_CASE("adaptive depth: a drafter's sources are planned apart (the accepted one deep, the rejected one not at all)",
+          "[decoder][adaptive]") {
+  const int n = 120;
+  target_t target(cfg, weights(), 1, 512);
+  target_t same(cfg, weights(), 1, 512);
+  speculative_decoder<target_t, two_source_drafter, chain_tree_builder, greedy_verifier> dec(
+      target, two_source_drafter(drafter_t(same)));
+  adaptive_depth_options o;
+  o.learn_costs = false;
+  o.explore_budget = 0.0;      // no probes: the plan alone decides
+  o.prior_acceptance = 0.8;    // both sources start out worth drafting
+  dec.batch().set_adaptive_options(o);
+  // each row costs half a target forward: a depth-d draft pays only while it adds more than d/2 tokens
+  dec.batch().set_cost_curve(curve_of({{1, 1.0}, {2, 1.5}, {9, 5.0}}));
+  const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
+  CHECK(out.tokens == greedy_of(prompt, n));
+  const auto& d = dec.batch().drafter();
+  INFO("proposals: accepted source " << d.proposals[0] << ", rejected source " << d.proposals[1]);
+  // the rejected source: its estimate falls below the break-even after one to three misses, and it is
+  // never asked again (18 and 1 proposals here). With one estimate for both (the same drafter without
+  // draft_sources), the misses pull the shared estimate below the break-even within three steps and
+  // neither source is asked again (1 and 2 proposals): the checks on source 0 below fail.
+  CHECK(d.proposals[1] >= 1);
+  CHECK(d.proposals[1] <= 3);
+  // the accepted source: full depth once its first steps were accepted (a shorter depth only where
+  // the request had fewer tokens left)
+  REQUIRE(d.proposals[0] >= 10);
+  int full = 0;
+  for (const int depth : d.good_depths) full += depth == 5;
+  CHECK(full >= d.proposals[0] - 4);
+
+  // a source outside [0, draft_sources) is named before anything is drafted
+  target_t t2(cfg, weights(), 1, 512);
+  target_t s2(cfg, weights(), 1, 512);
+  speculative_decoder<target_t, bad_source_drafter, chain_tree_builder, greedy_verifier> bad(
+      t2, bad_source_drafter(drafter_t(s2)));
+  CHECK_THROWS_WITH(bad.generate(prompt, {.max_new_tokens = 8, .draft_depth = 3}), Contains("draft_source"));
 }

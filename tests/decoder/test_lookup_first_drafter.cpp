@@ -1,6 +1,6 @@
 // lookup_first_drafter: the lookup's proposal wherever the context's last min_ngram+ tokens occurred
 // before (the model drafter then not run), the model drafter's everywhere else, with the same request;
-// reset reaches both; its pairing traits. Losslessness over a real draft model is in
+// reset reaches both; draft_source names the part propose then uses; its pairing traits. Losslessness over a real draft model is in
 // test_lossless_longspec_greedy.cpp.
 #include <catch2/catch.hpp>
 
@@ -38,6 +38,7 @@ struct recording_drafter {
 };
 static_assert(check_drafter<recording_drafter>());
 static_assert(check_drafter<lookup_first_drafter<recording_drafter>>());
+static_assert(draft_sources_v<lookup_first_drafter<recording_drafter>> == 2);  // 0: the lookup, 1: the model
 
 // A drafter declaring both outputs (as longspec_drafter does).
 struct q_drafter : recording_drafter {
@@ -67,8 +68,14 @@ TEST_CASE("lookup_first_drafter: the lookup's proposal where it matches, else th
       const draft_request req{.request = r, .tokens = t, .depth = static_cast<int>(rng.below(6)),
                               .width = 1 + static_cast<int>(rng.below(3))};
       const std::size_t before = log.contexts.size();
+      // draft_source, asked on half the steps before propose (as speculative_batch does), runs the
+      // lookup only and changes nothing that propose then does
+      const bool ask = req.depth >= 1 && rng.below(2) == 0;
+      const int source = ask ? d.draft_source(req) : -1;
+      CHECK(log.contexts.size() == before);
       d.propose(req, got);
       oracle.propose(req, want);
+      if (ask) CHECK(source == (want.empty() ? 1 : 0));
       INFO("seed " << seed << " step " << step << " L " << t.size() << " depth " << req.depth);
       if (req.depth <= 0) {
         CHECK(got.empty());

@@ -225,12 +225,10 @@ class speculative_batch {
     s.prompt_len = s.tokens.size();
     s.reason = stop_reason::max_tokens;
     s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
-    s.acceptance = {};
-    s.nodes = per_depth_median(adaptive_.cost_window);
-    s.draft_time = per_depth_median(adaptive_.cost_window);
-    s.explore_saved = s.catch_up_rate = s.catch_up_max = 0;
-    s.drafted_len = 0;
-    s.drafted_last = s.explore_down = false;
+    s.src.fill(source_estimates(adaptive_.cost_window));
+    s.source = 0;
+    s.explore_saved = 0;
+    s.explore_down = false;
     ++active_;
     return slot;
   }
@@ -432,7 +430,7 @@ class speculative_batch {
     o.validate("specdec::speculative_batch::set_adaptive_options");
     adaptive_ = o;
     if (cost_.empty()) cost_ = step_cost_curve(o.cost_window);
-    nodes_ = draft_time_ = per_depth_median(o.cost_window);
+    for (auto& b : batch_src_) b.nodes = b.draft_time = per_depth_median(o.cost_window);
     verify_per_row_ = running_median(o.cost_window);
   }
   [[nodiscard]] const adaptive_depth_options& adaptive_options() const noexcept { return adaptive_; }
@@ -490,6 +488,23 @@ class speculative_batch {
   }
   static double seconds(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
 
+  //! The number of draft sources of the drafter (draft/drafter.hpp; 1 unless it declares them).
+  static constexpr int sources = draft_sources_v<Drafter>;
+  //! The adaptive depth's running estimates of one draft source, per request (its own) and for the
+  //! batch (every request's prior).
+  struct source_estimates {
+    explicit source_estimates(int window = 9) : nodes(window), draft_time(window) {}
+    acceptance_estimate acceptance;
+    per_depth_median nodes, draft_time;  //!< tree size / drafting seconds by requested depth
+    //! A resumed source's catch-up: extra drafting seconds per skipped token, and the most a catch-up
+    //! took, the first draft's pass over the prompt included (LongSpec's draft re-reads at most its
+    //! window, so the cost stops growing); 0 = not measured.
+    double catch_up_rate = 0, catch_up_max = 0;
+    // (per request)
+    std::size_t drafted_len = 0;  //!< tokens.size() when this source last drafted (0: never)
+    bool drafted_last = false;    //!< it drafted the previous step (drafting times of resumed steps differ)
+  };
+
   struct request_state {
     bool used = false;
     bool finished_now = false;
@@ -509,16 +524,11 @@ class speculative_batch {
     std::size_t emitted_begin = 0;  //!< tokens[emitted_begin ..) were emitted by the last step
     double phase_draft = 0, phase_build = 0, phase_verify = 0, phase_commit = 0;
     int depth = -1;  //!< this step's draft depth (-1: nothing left to generate)
-    // adaptive depth (decoder/adaptive_depth.hpp); the running estimates are kept for every request
-    acceptance_estimate acceptance;
-    per_depth_median nodes, draft_time;  //!< tree size / drafting seconds by requested depth
+    // adaptive depth (decoder/adaptive_depth.hpp); the running estimates are kept for every request,
+    // one set per draft source
+    std::array<source_estimates, sources> src;
+    int source = 0;            //!< the draft source of this step (drafter's draft_source; 0 with one)
     double explore_saved = 0;  //!< explore budget set aside (seconds)
-    //! A resumed drafter's catch-up: extra drafting seconds per skipped token, and the most a catch-up
-    //! took, the first draft's pass over the prompt included (LongSpec's draft re-reads at most its
-    //! window, so the cost stops growing); 0 = not measured.
-    double catch_up_rate = 0, catch_up_max = 0;
-    std::size_t drafted_len = 0;  //!< tokens.size() when this request last drafted (0: never)
-    bool drafted_last = false; //!< the previous step drafted (drafting times of resumed steps differ)
     bool probing = false;      //!< this step explores a depth other than the planned one
     bool explore_down = false; //!< the next exploration goes shallower
     bool probe_down = false;   //!< this step's probe goes shallower
@@ -637,6 +647,15 @@ class speculative_batch {
       s.depth = left <= 0 ? -1 : std::min(s.opt.draft_depth, std::max(0, left - 1));
       s.probing = false;
       s.planned = s.depth;
+      s.source = 0;
+      if constexpr (sources > 1) {
+        if (s.depth > 0) {
+          const draft_request dr{r, s.tokens, s.depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng};
+          s.source = static_cast<int>(drafter_.draft_source(dr));
+          require(s.source >= 0 && s.source < sources, "specdec::speculative_batch::step", "drafter.draft_source()",
+                  "in [0, draft_sources = " + std::to_string(sources) + ")", s.source);
+        }
+      }
       adaptive = adaptive || (s.depth > 0 && s.opt.adaptive_depth);
     }
     if (!adaptive) return;
@@ -646,11 +665,15 @@ class speculative_batch {
           calibrate(r);
           break;
         }
-    // candidates: depths 0..depth of adaptive requests, the fixed depth of the others; the batch's
-    // acceptance (every request's prior) once for the deepest of them
+    // candidates: depths 0..depth of adaptive requests, the fixed depth of the others, each with the
+    // estimates of the source about to draft; the batch's acceptance per source (every request's
+    // prior) once for the deepest of them
     int deepest = 0;
     for (const int r : order_) deepest = std::max(deepest, req_[static_cast<std::size_t>(r)].depth);
-    acceptance_.conditional(deepest, nullptr, adaptive_, prior_q_);
+    prior_q_.resize(sources);
+    for (int k = 0; k < sources; ++k)
+      batch_src_[static_cast<std::size_t>(k)].acceptance.conditional(deepest, nullptr, adaptive_,
+                                                                      prior_q_[static_cast<std::size_t>(k)]);
     plan_in_.clear();
     plan_vals_.clear();
     plan_req_.clear();
@@ -658,21 +681,24 @@ class speculative_batch {
       auto& s = req_[static_cast<std::size_t>(r)];
       if (s.depth < 0) continue;
       const int lo = s.opt.adaptive_depth ? 0 : s.depth;
-      s.acceptance.conditional(s.depth, &acceptance_, prior_q_, adaptive_, q_);
+      const auto k = static_cast<std::size_t>(s.source);
+      const source_estimates& e = s.src[k];
+      const source_estimates& b = batch_src_[k];
+      e.acceptance.conditional(s.depth, &b.acceptance, prior_q_[k], adaptive_, q_);
       expected_tokens(q_, tok_);
       for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(tok_[static_cast<std::size_t>(d)]);
       // what the batch measured stands in for what this request has not measured yet
-      for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(d == 0 ? 0.0 : s.nodes.at(d, nodes_.at(d, d)));
-      // a request that drafted before, but not last step, pays its drafter's catch-up on the tokens
-      // since (its first draft's pass over the prompt is a one-time cost, like prefill: not charged)
-      const bool own = s.catch_up_max > 0;
+      for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(d == 0 ? 0.0 : e.nodes.at(d, b.nodes.at(d, d)));
+      // a source that drafted for this request before, but not last step, pays its catch-up on the
+      // tokens since (its first draft's pass over the prompt is a one-time cost, like prefill: not charged)
+      const bool own = e.catch_up_max > 0;
       const double catch_up =
-          s.drafted_last || s.drafted_len == 0
+          e.drafted_last || e.drafted_len == 0
               ? 0.0
-              : std::min((own ? s.catch_up_rate : catch_up_rate_) * static_cast<double>(s.tokens.size() - s.drafted_len),
-                         own ? s.catch_up_max : catch_up_max_);
+              : std::min((own ? e.catch_up_rate : b.catch_up_rate) * static_cast<double>(s.tokens.size() - e.drafted_len),
+                         own ? e.catch_up_max : b.catch_up_max);
       for (int d = lo; d <= s.depth; ++d)
-        plan_vals_.push_back(d == 0 ? 0.0 : s.draft_time.at(d, draft_time_.at(d, 0.0)) + catch_up);
+        plan_vals_.push_back(d == 0 ? 0.0 : e.draft_time.at(d, b.draft_time.at(d, 0.0)) + catch_up);
       plan_req_.push_back(r);
     }
     std::size_t off = 0;
@@ -733,36 +759,40 @@ class speculative_batch {
       adaptive = adaptive || s.opt.adaptive_depth;
       const int depth = s.tree.max_depth() + 1;
       const auto acc = static_cast<int>(s.result.accepted.size());
-      s.acceptance.record(depth, acc, adaptive_.decay);
-      acceptance_.record(depth, acc, adaptive_.decay);
+      source_estimates& e = s.src[static_cast<std::size_t>(s.source)];
+      source_estimates& b = batch_src_[static_cast<std::size_t>(s.source)];
+      e.acceptance.record(depth, acc, adaptive_.decay);
+      b.acceptance.record(depth, acc, adaptive_.decay);
       const double drafting = s.phase_draft + s.phase_build;
       if (s.depth > 0) {
-        s.nodes.record(s.depth, static_cast<double>(s.tree.size()));
-        nodes_.record(s.depth, static_cast<double>(s.tree.size()));
-        if (s.drafted_last) {
-          s.draft_time.record(s.depth, drafting);
-          draft_time_.record(s.depth, drafting);
-        } else if (s.drafted_len == 0) {
+        e.nodes.record(s.depth, static_cast<double>(s.tree.size()));
+        b.nodes.record(s.depth, static_cast<double>(s.tree.size()));
+        if (e.drafted_last) {
+          e.draft_time.record(s.depth, drafting);
+          b.draft_time.record(s.depth, drafting);
+        } else if (e.drafted_len == 0) {
           // the first draft read the whole prompt (as far as the drafter looks back): a catch-up on
           // tokens.size() tokens, and a bound for later ones (a LongSpec draft re-reads at most its
           // window however long it skipped, so the cost per skipped token alone would overcharge)
-          s.catch_up_max = std::max(s.catch_up_max, drafting);
-          s.catch_up_rate = drafting / static_cast<double>(std::max<std::size_t>(1, s.emitted_begin));
-          catch_up_max_ = std::max(catch_up_max_, drafting);
-          if (catch_up_rate_ == 0) catch_up_rate_ = s.catch_up_rate;
+          e.catch_up_max = std::max(e.catch_up_max, drafting);
+          e.catch_up_rate = drafting / static_cast<double>(std::max<std::size_t>(1, s.emitted_begin));
+          b.catch_up_max = std::max(b.catch_up_max, drafting);
+          if (b.catch_up_rate == 0) b.catch_up_rate = e.catch_up_rate;
         } else {  // resumed drafting: the time beyond a steady step's is the catch-up
-          const double steady = s.draft_time.at(s.depth, draft_time_.at(s.depth, -1.0));
+          const double steady = e.draft_time.at(s.depth, b.draft_time.at(s.depth, -1.0));
           if (steady >= 0.0) {  // (unknown before a first steady step)
             const double catch_up = std::max(drafting - steady, 1e-9);
-            s.catch_up_rate = catch_up / static_cast<double>(std::max<std::size_t>(1, s.emitted_begin - s.drafted_len));
-            s.catch_up_max = std::max(s.catch_up_max, catch_up);
-            catch_up_rate_ = s.catch_up_rate;
-            catch_up_max_ = std::max(catch_up_max_, catch_up);
+            e.catch_up_rate = catch_up / static_cast<double>(std::max<std::size_t>(1, s.emitted_begin - e.drafted_len));
+            e.catch_up_max = std::max(e.catch_up_max, catch_up);
+            b.catch_up_rate = e.catch_up_rate;
+            b.catch_up_max = std::max(b.catch_up_max, catch_up);
           }
         }
       }
-      s.drafted_last = s.depth > 0;
-      if (s.depth > 0) s.drafted_len = s.emitted_begin;  // the tokens the drafter has now seen
+      // the source that drafted has now seen the tokens; the others skipped this step
+      for (auto& other : s.src) other.drafted_last = false;
+      e.drafted_last = s.depth > 0;
+      if (s.depth > 0) e.drafted_len = s.emitted_begin;
       if (s.probing) {  // the probe ran: its savings are spent; the next one goes the other way
         s.explore_saved = 0;
         s.explore_down = !s.probe_down && s.planned > 0;
@@ -920,13 +950,12 @@ class speculative_batch {
   // adaptive depth
   adaptive_depth_options adaptive_;
   step_cost_curve cost_;
-  // the whole batch's estimates: the priors of each request's
-  acceptance_estimate acceptance_;
-  per_depth_median nodes_, draft_time_;
-  double catch_up_rate_ = 0, catch_up_max_ = 0;
+  // the whole batch's estimates per draft source: the priors of each request's
+  std::array<source_estimates, sources> batch_src_;
   running_median verify_per_row_;  //!< verification + commit seconds per target row
   std::vector<depth_choice_input> plan_in_;
-  std::vector<double> plan_vals_, prior_q_, q_, tok_;
+  std::vector<double> plan_vals_, q_, tok_;
+  std::vector<std::vector<double>> prior_q_;  //!< [source][depth]: the batch's conditional acceptance
   std::vector<int> plan_req_, plan_out_;
   std::vector<float> rows_;
   std::vector<step_output> outputs_;

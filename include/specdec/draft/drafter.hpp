@@ -65,11 +65,42 @@ concept drafter_has_propose = requires(D& d, const draft_request& req, draft_can
 template <class D>
 concept drafter = drafter_has_reset<D> && drafter_has_propose<D>;
 
+// ---- draft sources (optional) ----------------------------------------------------------------------
+
+//! A drafter made of parts whose cost and acceptance differ (lookup_first_drafter: prompt lookup where
+//! the context repeats, a draft model elsewhere) may say which part drafts a request's next step:
+//! `static constexpr int draft_sources` (>= 1) and `int draft_source(const draft_request&)`, a value in
+//! [0, draft_sources) for the request's committed tokens (req.depth: the deepest the step may draft,
+//! >= 1). The adaptive depth (decoder/adaptive_depth.hpp) then keeps its acceptance, tree-size and
+//! drafting-time estimates per source and plans each step's depth with the estimates of the source
+//! about to draft: a free lookup draft that the target mostly accepts is planned deep, a costly model
+//! draft shallow or not at all. Contract: draft_source neither draws from req.rng nor changes what the
+//! next propose() for those tokens does, and it names the part that propose() then uses at any depth
+//! >= 1 (the decoder checks the range, not this).
+template <class D>
+concept drafter_has_sources = requires(D& d, const draft_request& req) {
+  { D::draft_sources } -> std::convertible_to<int>;
+  { d.draft_source(req) } -> std::convertible_to<int>;
+};
+
+namespace detail {
+template <class D>
+consteval int drafter_sources() {
+  if constexpr (drafter_has_sources<D>) return static_cast<int>(D::draft_sources);
+  else return 1;
+}
+}  // namespace detail
+
+//! The number of draft sources of D (1 without draft_sources).
+template <class D>
+inline constexpr int draft_sources_v = detail::drafter_sources<D>();
+
 template <class D>
 consteval bool check_drafter() {
   static_assert(drafter_has_reset<D>, "drafter: missing member function 'reset(int request)'");
   static_assert(drafter_has_propose<D>,
                 "drafter: missing member function 'propose(const specdec::draft_request&, specdec::draft_candidates&)'");
+  static_assert(draft_sources_v<D> >= 1 && draft_sources_v<D> <= 64, "drafter: draft_sources must be in [1, 64]");
   return true;
 }
 

@@ -19,6 +19,8 @@
 //! lookup step is deterministic and carries none: verifiers read that as a one-hot q, exactly as for
 //! ngram_drafter), and drops i.i.d. drafts: a lookup step is one chain, not k independent draws, so
 //! multi_draft_verifier over multi_draft_tree_builder refuses the pair at compile time.
+//! The two parts are its draft sources (draft/drafter.hpp): with adaptive_depth, speculative_batch
+//! plans lookup steps and model steps each with its own acceptance and drafting cost.
 
 #include <cstdint>
 #include <utility>
@@ -48,12 +50,24 @@ class lookup_first_drafter {
   //! model drafter's. Nothing at depth <= 0.
   void propose(const draft_request& req, draft_candidates& out) {
     lookup_.propose(req, out);
-    if (req.depth <= 0 || !out.empty()) {
-      if (!out.empty()) ++lookup_steps_;
+    if (req.depth <= 0) return;
+    if (!out.empty()) {
+      ++lookup_steps_;
       return;
     }
     model_.propose(req, out);
     ++model_steps_;
+  }
+
+  //! Draft sources (draft/drafter.hpp): 0 = the lookup, 1 = the model drafter. draft_source(req) is
+  //! the part that propose(req) uses at any depth >= 1: whether a lookup match exists does not depend on
+  //! the depth. It runs the lookup (indexing the tokens propose would index), not the model drafter.
+  static constexpr int draft_sources = 2;
+  [[nodiscard]] int draft_source(const draft_request& req) {
+    draft_request probe = req;
+    probe.depth = 1;
+    lookup_.propose(probe, probe_);
+    return probe_.empty() ? 1 : 0;
   }
 
   //! Steps drafted by the lookup and by the model drafter since construction (all requests).
@@ -67,6 +81,7 @@ class lookup_first_drafter {
  private:
   D model_;
   ngram_drafter lookup_;
+  draft_candidates probe_;  //!< draft_source's scratch
   std::int64_t lookup_steps_ = 0, model_steps_ = 0;
 };
 
