@@ -12,8 +12,8 @@
 // the LongSpec draft, the default, over --tree: its chain, a Cartesian tree, GLIDE's CAPE or LongSpec's beam
 // tree, the last two capped at --nodes N (32); TokenSwift self-drafting with the trained residual heads; prompt lookup;
 // lookup+longspec: prompt lookup where the last 3-4 tokens occurred before, the LongSpec draft's chain elsewhere;
-// greedy verification, or with --temperature T > 0 sampling verified by sample-and-match; each step's depth in [0, D] chosen from the verification cost measured on
-// this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
+// greedy verification, or with --temperature T > 0 sampling verified by sample-and-match; each step's depth in [0, D] (the beam: its
+// levels in [0, 5]) chosen from the verification cost measured on this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
 // stdout.
 #include <cstdlib>

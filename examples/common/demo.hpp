@@ -350,14 +350,14 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   if (o.progress) log << "\n";
 
   // 2. Speculative decoding. One code path for every drafter and tree builder: they differ only in type.
-  // depth: the beam drafter's depth is its number of levels, whatever the request asks, so a beam run
-  // drafts it every step (adaptive depth would price a deeper tree than it chose).
+  // depth: the most a step drafts, o.draft_depth unless given (the beam: its number of levels; the
+  // drafter drafts the first min(depth, levels) of them, so adaptive depth plans beams by level count).
   auto run = [&](auto drafter, auto builder, int width, int depth = 0) {
     speculative_decoder<llama_model<float>, decltype(drafter), decltype(builder), demo_verifier> dec(
         target, std::move(drafter), std::move(builder), demo_verifier(rep.sampled));
     generation_options g{.max_new_tokens = o.new_tokens, .sampling = sp, .seed = o.seed,
                          .draft_depth = depth > 0 ? depth : o.draft_depth, .draft_width = width,
-                         .adaptive_depth = o.adaptive && depth == 0};
+                         .adaptive_depth = o.adaptive};
     const auto t1 = clock::now();
     int done = 0;
     g.on_tokens = [&](int, std::span<const std::int32_t> toks) {
@@ -456,7 +456,8 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
   os
      << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << ";  depth: "
      << (o.drafter == demo_drafter::longspec && o.tree == demo_tree::beam
-             ? "the beam's " + std::to_string(std::size(demo_beam_widths)) + " levels every step, mean drafted "
+             ? (o.adaptive ? "adaptive in [0, " + std::to_string(std::size(demo_beam_widths)) + "] beam levels, mean drafted "
+                           : "the beam's " + std::to_string(std::size(demo_beam_widths)) + " levels every step, mean drafted ")
          : o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
                       : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")
      << (s.steps ? static_cast<double>(s.draft_depth) / static_cast<double>(s.steps) : 0.0)

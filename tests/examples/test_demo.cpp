@@ -162,6 +162,19 @@ TEST_CASE("demo with each LongSpec tree: CAPE and the beam tree under a node bud
           std::string::npos);
     if (t == demo_tree::beam) CHECK(out.str().find("the beam's 5 levels every step") != std::string::npos);
   }
+  {  // adaptive depth plans the beam's level count: still lossless, never deeper than its 5 levels
+    demo_options o = tiny_options(96);
+    o.tree = demo_tree::beam;
+    o.tree_nodes = 12;
+    std::ostringstream log, out;
+    const auto r = run_demo(o, log);
+    CHECK(r.lossless);
+    CHECK(r.generated == 64);
+    CHECK(r.stats.draft_depth <= 5 * r.stats.steps);
+    CHECK(r.stats.tree_nodes <= 12 * r.stats.steps);
+    print_report(o, r, out);
+    CHECK(out.str().find("adaptive in [0, 5] beam levels") != std::string::npos);
+  }
   CHECK(demo_tree_from_name("cape") == demo_tree::cape);
   CHECK(demo_tree_from_name("beam") == demo_tree::beam);
   CHECK_THROWS_AS(demo_tree_from_name("forest"), specdec::invalid_argument);

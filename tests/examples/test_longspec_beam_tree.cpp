@@ -3,7 +3,8 @@
 // path (double: exactly; float: within rounding, the batched attention may use other host kernels);
 // longspec_drafter's beam mode through step_tree (one forward per beam level) proposes exactly what
 // the path-by-path fallback proposes (a wrapper that hides step_tree forces it), with far fewer draft
-// tokens; windows smaller than context + tree depth (8) exercise the sliding window.
+// tokens; windows smaller than context + tree depth (8) exercise the sliding window; the request's depth
+// caps the beam's levels.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -247,4 +248,34 @@ TEST_CASE("LongSpec beam drafter with a node budget proposes the full beam tree'
   counting_draft<T, true> m{&s.a};
   using drafter_t = longspec_drafter<counting_draft<T, true>>;
   CHECK_THROWS_AS(drafter_t(m, beam_tree_params{{}, 4}), specdec::invalid_argument);
+}
+
+TEST_CASE("LongSpec beam drafter: req.depth caps the levels (a shallower beam, as adaptive depth plans it)",
+          "[longspec][tree]") {
+  using T = double;
+  const std::vector<int> widths{4, 16, 16, 16, 16};
+  int compared = 0;
+  for (std::uint64_t seed : {1u, 2u})
+    for (const int budget : {0, 12})
+      for (const int depth : {1, 2, 3, 5, 7}) {
+        setup<T> s(seed, 16, 1, 20);
+        counting_draft<T, true> full_model{&s.a}, short_model{&s.b};
+        const auto levels = static_cast<std::size_t>(std::min<int>(depth, static_cast<int>(widths.size())));
+        const std::vector<int> first(widths.begin(), widths.begin() + static_cast<std::ptrdiff_t>(levels));
+        longspec_drafter<counting_draft<T, true>> capped(full_model, beam_tree_params{widths, budget});
+        longspec_drafter<counting_draft<T, true>> shallow(short_model, beam_tree_params{first, budget});
+        draft_candidates a, b;
+        capped.propose({.request = 1, .tokens = s.prompt, .depth = depth}, a);
+        shallow.propose({.request = 1, .tokens = s.prompt, .depth = static_cast<int>(levels)}, b);
+        INFO("seed " << seed << " budget " << budget << " depth " << depth);
+        CHECK(a.chain == b.chain);
+        CHECK(a.sequences == b.sequences);
+        // the chain is the deepest best path: the beam's last level, unless the budget cut it off
+        if (budget == 0) CHECK(a.chain.size() == levels);
+        CHECK(a.chain.size() <= levels);
+        for (const auto& q : a.sequences) CHECK(q.size() <= levels);
+        CHECK(full_model.spec_tokens == short_model.spec_tokens);  // the levels not drafted cost nothing
+        ++compared;
+      }
+  CHECK(compared == 2 * 2 * 5);
 }

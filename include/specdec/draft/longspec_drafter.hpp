@@ -63,7 +63,8 @@ concept tree_draft_model =
 
 //! LongSpec drafting (§3.1, Appendix B). With empty beam_widths: a chain of req.depth tokens (greedy or
 //! sampled) with top-width alternatives per depth. With beam widths (LongSpec uses [4, 16, 16, 16, 16]):
-//! the dynamic beam tree, returned as the tree's root-to-leaf sequences for trie_tree_builder. With a
+//! the dynamic beam tree of its first min(req.depth, levels) levels, returned as the tree's
+//! root-to-leaf sequences for trie_tree_builder. With a
 //! tree_draft_model each beam level is ONE step_tree forward over the level's new frontier nodes (the
 //! cost LongSpec assumes: sum of the widths but the last draft tokens per proposal, 52 for the
 //! defaults); any other model re-runs the draft token by token along each frontier node's root path
@@ -132,7 +133,11 @@ class longspec_drafter {
       model_->discard_speculation(r);
       return;
     }
-    beam_tree_builder builder(beam_);
+    // req.depth caps the levels: the beam's first min(req.depth, levels) widths, so a decoder that
+    // plans the depth (adaptive_depth) prices and gets a shallower beam, not the whole one
+    const auto levels = std::min(beam_.beam_widths.size(), static_cast<std::size_t>(req.depth));
+    beam_tree_builder builder(beam_tree_params{
+        {beam_.beam_widths.begin(), beam_.beam_widths.begin() + static_cast<std::ptrdiff_t>(levels)}, beam_.max_nodes});
     spec_id_.clear();
     model_->discard_speculation(r);  // (already empty) the model numbers the beam's nodes from 0
     next_spec_id_ = 0;
