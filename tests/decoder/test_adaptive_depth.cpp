@@ -7,7 +7,9 @@
 // planned per source.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "../../examples/common/llama.hpp"
 #include "small_model.hpp"
@@ -391,4 +393,47 @@ TEST_CASE("adaptive depth: a drafter's sources are planned apart (the accepted o
   speculative_decoder<target_t, bad_source_drafter, chain_tree_builder, greedy_verifier> bad(
       t2, bad_source_drafter(drafter_t(s2)));
   CHECK_THROWS_WITH(bad.generate(prompt, {.max_new_tokens = 8, .draft_depth = 3}), Contains("draft_source"));
+}
+
+namespace {
+// Two perfect sources that alternate step by step (so neither drafts twice in a row); source 1 sleeps
+// 20 ms on every proposal after its first (its first pass over the prompt is cheap).
+struct alternating_drafter {
+  static constexpr int draft_sources = 2;
+  explicit alternating_drafter(drafter_t d) : inner(std::move(d)) {}
+  drafter_t inner;
+  int asked = 0, proposals[2] = {0, 0};
+  int current = 0;
+  void reset(int r) { inner.reset(r); }
+  int draft_source(const draft_request&) { return current = asked++ % 2; }
+  void propose(const draft_request& req, draft_candidates& out) {
+    inner.propose(req, out);
+    if (current == 1 && proposals[1] > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ++proposals[current];
+  }
+};
+}  // namespace
+
+TEST_CASE("adaptive depth: a source that never drafts twice in a row is priced by its resumed steps", "[decoder][adaptive]") {
+  const int n = 80;
+  target_t target(cfg, weights(), 1, 512);
+  target_t same(cfg, weights(), 1, 512);
+  speculative_decoder<target_t, alternating_drafter, chain_tree_builder, greedy_verifier> dec(
+      target, alternating_drafter(drafter_t(same)));
+  adaptive_depth_options o;
+  o.learn_costs = false;
+  o.explore_budget = 0.0;
+  dec.batch().set_adaptive_options(o);
+  // 1 ms a step, nearly flat in the rows: a perfect draft at depth 5 is worth 6 tokens for 1.2 ms, but
+  // not 20 ms of drafting more
+  dec.batch().set_cost_curve(curve_of({{1, 1e-3}, {6, 1.2e-3}}));
+  const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
+  CHECK(out.tokens == greedy_of(prompt, n));
+  const auto& d = dec.batch().drafter();
+  INFO("proposals: free source " << d.proposals[0] << ", 20 ms source " << d.proposals[1] << " of " << d.asked
+                                 << " steps asked");
+  CHECK(d.proposals[0] >= 6);
+  // the first (cheap) pass and one measured 20 ms step; unpriced, it would draft on every other step
+  CHECK(d.proposals[1] >= 1);
+  CHECK(d.proposals[1] <= 3);
 }

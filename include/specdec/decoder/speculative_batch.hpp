@@ -786,6 +786,12 @@ class speculative_batch {
             e.catch_up_max = std::max(e.catch_up_max, catch_up);
             b.catch_up_rate = e.catch_up_rate;
             b.catch_up_max = std::max(b.catch_up_max, catch_up);
+          } else {
+            // no steady step measured yet: a source that never drafts twice in a row (a model drafter
+            // between lookup steps) would otherwise stay priced at nothing. Its resumed time, catch-up
+            // included, stands for its cost until steady steps are measured.
+            e.draft_time.record(s.depth, drafting);
+            b.draft_time.record(s.depth, drafting);
           }
         }
       }
