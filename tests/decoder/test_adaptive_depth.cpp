@@ -323,6 +323,22 @@ TEST_CASE("adaptive depth: a target sized for prompt + max_new_tokens has room f
 }
 
 namespace {
+// A one-request decoder over the small model, its drafter D made over a copy of the target (drafts that
+// the target accepts), planning from the given cost curve alone: no cost learning, no probes.
+template <class D>
+struct planned_decoder {
+  target_t target{cfg, weights(), 1, 512}, same{cfg, weights(), 1, 512};
+  speculative_decoder<target_t, D, chain_tree_builder, greedy_verifier> dec{target, D(drafter_t(same))};
+  explicit planned_decoder(step_cost_curve curve, double prior_acceptance = 0.5) {
+    adaptive_depth_options o;
+    o.learn_costs = false;
+    o.explore_budget = 0.0;
+    o.prior_acceptance = prior_acceptance;
+    dec.batch().set_adaptive_options(o);
+    dec.batch().set_cost_curve(std::move(curve));
+  }
+};
+
 // A drafter of two sources (draft/drafter.hpp): where tokens.size() % 7 < 4 the target's own chain
 // (source 0: always accepted), elsewhere that chain with every token shifted (source 1: never
 // accepted). It counts the proposals of each source and the depths source 0 was asked for.
@@ -359,17 +375,10 @@ struct bad_source_drafter : two_source_drafter {
 TEST_CASE("adaptive depth: a drafter's sources are planned apart (the accepted one deep, the rejected one not at all)",
           "[decoder][adaptive]") {
   const int n = 120;
-  target_t target(cfg, weights(), 1, 512);
-  target_t same(cfg, weights(), 1, 512);
-  speculative_decoder<target_t, two_source_drafter, chain_tree_builder, greedy_verifier> dec(
-      target, two_source_drafter(drafter_t(same)));
-  adaptive_depth_options o;
-  o.learn_costs = false;
-  o.explore_budget = 0.0;      // no probes: the plan alone decides
-  o.prior_acceptance = 0.8;    // both sources start out worth drafting
-  dec.batch().set_adaptive_options(o);
-  // each row costs half a target forward: a depth-d draft pays only while it adds more than d/2 tokens
-  dec.batch().set_cost_curve(curve_of({{1, 1.0}, {2, 1.5}, {9, 5.0}}));
+  // each row costs half a target forward: a depth-d draft pays only while it adds more than d/2 tokens;
+  // a prior acceptance of 0.8: both sources start out worth drafting
+  planned_decoder<two_source_drafter> p(curve_of({{1, 1.0}, {2, 1.5}, {9, 5.0}}), 0.8);
+  auto& dec = p.dec;
   const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
   CHECK(out.tokens == greedy_of(prompt, n));
   const auto& d = dec.batch().drafter();
@@ -416,17 +425,10 @@ struct alternating_drafter {
 
 TEST_CASE("adaptive depth: a source that never drafts twice in a row is priced by its resumed steps", "[decoder][adaptive]") {
   const int n = 80;
-  target_t target(cfg, weights(), 1, 512);
-  target_t same(cfg, weights(), 1, 512);
-  speculative_decoder<target_t, alternating_drafter, chain_tree_builder, greedy_verifier> dec(
-      target, alternating_drafter(drafter_t(same)));
-  adaptive_depth_options o;
-  o.learn_costs = false;
-  o.explore_budget = 0.0;
-  dec.batch().set_adaptive_options(o);
   // 1 ms a step, nearly flat in the rows: a perfect draft at depth 5 is worth 6 tokens for 1.2 ms, but
   // not 20 ms of drafting more
-  dec.batch().set_cost_curve(curve_of({{1, 1e-3}, {6, 1.2e-3}}));
+  planned_decoder<alternating_drafter> p(curve_of({{1, 1e-3}, {6, 1.2e-3}}));
+  auto& dec = p.dec;
   const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
   CHECK(out.tokens == greedy_of(prompt, n));
   const auto& d = dec.batch().drafter();
