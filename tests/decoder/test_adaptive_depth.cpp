@@ -323,13 +323,14 @@ TEST_CASE("adaptive depth: a target sized for prompt + max_new_tokens has room f
 }
 
 namespace {
-// A one-request decoder over the small model, its drafter D made over a copy of the target (drafts that
-// the target accepts), planning from the given cost curve alone: no cost learning, no probes.
+// A one-request decoder over the small model, its drafter D made by make(a copy of the target), planning
+// from the given cost curve alone: no cost learning, no probes.
 template <class D>
 struct planned_decoder {
   target_t target{cfg, weights(), 1, 512}, same{cfg, weights(), 1, 512};
-  speculative_decoder<target_t, D, chain_tree_builder, greedy_verifier> dec{target, D(drafter_t(same))};
-  explicit planned_decoder(step_cost_curve curve, double prior_acceptance = 0.5) {
+  speculative_decoder<target_t, D, chain_tree_builder, greedy_verifier> dec;
+  template <class Make>
+  planned_decoder(Make make, step_cost_curve curve, double prior_acceptance = 0.5) : dec(target, make(same)) {
     adaptive_depth_options o;
     o.learn_costs = false;
     o.explore_budget = 0.0;
@@ -377,7 +378,8 @@ TEST_CASE("adaptive depth: a drafter's sources are planned apart (the accepted o
   const int n = 120;
   // each row costs half a target forward: a depth-d draft pays only while it adds more than d/2 tokens;
   // a prior acceptance of 0.8: both sources start out worth drafting
-  planned_decoder<two_source_drafter> p(curve_of({{1, 1.0}, {2, 1.5}, {9, 5.0}}), 0.8);
+  planned_decoder<two_source_drafter> p([](target_t& m) { return two_source_drafter(drafter_t(m)); },
+                                        curve_of({{1, 1.0}, {2, 1.5}, {9, 5.0}}), 0.8);
   auto& dec = p.dec;
   const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
   CHECK(out.tokens == greedy_of(prompt, n));
@@ -405,19 +407,22 @@ TEST_CASE("adaptive depth: a drafter's sources are planned apart (the accepted o
 }
 
 namespace {
-// Two perfect sources that alternate step by step (so neither drafts twice in a row); source 1 sleeps
-// 20 ms on every proposal after its first (its first pass over the prompt is cheap).
+// Two perfect sources that alternate step by step (so neither drafts twice in a row). Both propose the
+// target's own greedy continuation, read from `text` (no model runs, so source 0 costs microseconds in
+// any build); source 1 sleeps 200 ms on every proposal after its first (its first pass is cheap).
 struct alternating_drafter {
   static constexpr int draft_sources = 2;
-  explicit alternating_drafter(drafter_t d) : inner(std::move(d)) {}
-  drafter_t inner;
+  explicit alternating_drafter(std::vector<std::int32_t> t) : text(std::move(t)) {}
+  std::vector<std::int32_t> text;  //!< the prompt and its greedy continuation
   int asked = 0, proposals[2] = {0, 0};
   int current = 0;
-  void reset(int r) { inner.reset(r); }
+  void reset(int) {}
   int draft_source(const draft_request&) { return current = asked++ % 2; }
   void propose(const draft_request& req, draft_candidates& out) {
-    inner.propose(req, out);
-    if (current == 1 && proposals[1] > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    out.clear();
+    for (std::size_t i = req.tokens.size(); i < std::min(text.size(), req.tokens.size() + static_cast<std::size_t>(req.depth)); ++i)
+      out.chain.push_back({text[i], 0.0f});
+    if (current == 1 && proposals[1] > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     ++proposals[current];
   }
 };
@@ -425,17 +430,21 @@ struct alternating_drafter {
 
 TEST_CASE("adaptive depth: a source that never drafts twice in a row is priced by its resumed steps", "[decoder][adaptive]") {
   const int n = 80;
-  // 1 ms a step, nearly flat in the rows: a perfect draft at depth 5 is worth 6 tokens for 1.2 ms, but
-  // not 20 ms of drafting more
-  planned_decoder<alternating_drafter> p(curve_of({{1, 1e-3}, {6, 1.2e-3}}));
+  // 10 ms a step, nearly flat in the rows: a perfect draft at depth 5 is worth 6 tokens for 12 ms plus
+  // its drafting time (source 0: microseconds), but not for 200 ms more
+  const auto want = greedy_of(prompt, n);
+  std::vector<std::int32_t> text = prompt;
+  text.insert(text.end(), want.begin(), want.end());
+  planned_decoder<alternating_drafter> p([&](target_t&) { return alternating_drafter(text); },
+                                         curve_of({{1, 10e-3}, {6, 12e-3}}));
   auto& dec = p.dec;
   const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
-  CHECK(out.tokens == greedy_of(prompt, n));
+  CHECK(out.tokens == want);
   const auto& d = dec.batch().drafter();
-  INFO("proposals: free source " << d.proposals[0] << ", 20 ms source " << d.proposals[1] << " of " << d.asked
+  INFO("proposals: free source " << d.proposals[0] << ", 200 ms source " << d.proposals[1] << " of " << d.asked
                                  << " steps asked");
   CHECK(d.proposals[0] >= 6);
-  // the first (cheap) pass and one measured 20 ms step; unpriced, it would draft on every other step
+  // the first (cheap) pass and one measured 200 ms step; unpriced, it would draft on every other step
   CHECK(d.proposals[1] >= 1);
   CHECK(d.proposals[1] <= 3);
 }
