@@ -248,6 +248,10 @@ TEST_CASE("LongSpec beam drafter with a node budget proposes the full beam tree'
   counting_draft<T, true> m{&s.a};
   using drafter_t = longspec_drafter<counting_draft<T, true>>;
   CHECK_THROWS_AS(drafter_t(m, beam_tree_params{{}, 4}), specdec::invalid_argument);
+  // every level's width is checked when the drafter is made, also those a capped step never drafts
+  CHECK_THROWS_WITH(drafter_t(m, beam_tree_params{{4, 16, 0}, 4}), Catch::Contains("params.beam_widths[2]"));
+  CHECK_THROWS_WITH(drafter_t(m, std::vector<int>{4, beam_tree_params::max_width + 1}), Catch::Contains("params.beam_widths[1]"));
+  CHECK_THROWS_WITH(drafter_t(m, beam_tree_params{{4, 16}, -1}), Catch::Contains("params.max_nodes"));
 }
 
 TEST_CASE("LongSpec beam drafter: req.depth caps the levels (a shallower beam, as adaptive depth plans it)",

@@ -16,9 +16,13 @@
 //! c the measured cost of the target's forward on that many rows (step_cost_curve: calibrated once by
 //! timed forwards, then the median of the latest steps at each row count), v the measured
 //! verification and commit time per row, nodes_r(d) and draft_r(d) the medians of the tree size and
-//! the drafting time request r (else the batch) had at depth d, plus, for a request that drafted
-//! before but not last step, its drafter's catch-up on the tokens since (measured per skipped token,
-//! bounded by the draft's first pass over the prompt: a LongSpec draft re-reads at most its window).
+//! the steady drafting time (a step right after one that drafted) request r (else the batch) had at
+//! depth d, plus, for a request that drafted before but not last step, its drafter's catch-up on the
+//! tokens since (measured per skipped token, bounded by the draft's first pass over the prompt: a
+//! LongSpec draft re-reads at most its window). A source with no steady time yet (one that never
+//! drafts twice in a row) is priced by the median of its resumed steps' whole times instead. With a
+//! drafter of several draft sources (draft/drafter.hpp), all of these estimates are per source, and
+//! each step uses those of the source about to draft.
 //! choose_depths picks the depths that maximise sum_r tokens_r(d_r) / cost; d = 0 is plain decoding
 //! (no draft, one row), so a request falls back to autoregressive decoding whenever speculation does
 //! not pay on this machine.
@@ -26,7 +30,9 @@
 //! Exploration: a request learns nothing about depths it does not run, so each step it sets aside
 //! explore_budget of its step time; when the savings cover the expected regret of running one level
 //! deeper (or, alternately, shallower: the cost of fewer rows goes stale too), it runs that depth once
-//! and spends the savings. The regret counts the seconds the probe adds or saves (a resumed drafter's
+//! and spends the savings. With several draft sources the savings and the probes are per source (each
+//! step's savings go to the source that planned it), so every source's estimates keep being refreshed,
+//! however often the others probe. The regret counts the seconds the probe adds or saves (a resumed drafter's
 //! catch-up included) less the tokens it adds or loses at the plan's rate, so exploring costs at most
 //! about explore_budget of the decoding time. What remains is one-time: the first steps before the
 //! estimates settle, the draft's first pass over the prompt, and the calibration (stats().calibrate_s;

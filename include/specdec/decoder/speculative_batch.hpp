@@ -227,8 +227,6 @@ class speculative_batch {
     s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
     s.src.fill(source_estimates(adaptive_.cost_window));
     s.source = 0;
-    s.explore_saved = 0;
-    s.explore_down = false;
     ++active_;
     return slot;
   }
@@ -430,7 +428,7 @@ class speculative_batch {
     o.validate("specdec::speculative_batch::set_adaptive_options");
     adaptive_ = o;
     if (cost_.empty()) cost_ = step_cost_curve(o.cost_window);
-    for (auto& b : batch_src_) b.nodes = b.draft_time = per_depth_median(o.cost_window);
+    for (auto& b : batch_src_) b.nodes = b.draft_time = b.resumed_time = per_depth_median(o.cost_window);
     verify_per_row_ = running_median(o.cost_window);
   }
   [[nodiscard]] const adaptive_depth_options& adaptive_options() const noexcept { return adaptive_; }
@@ -493,9 +491,13 @@ class speculative_batch {
   //! The adaptive depth's running estimates of one draft source, per request (its own) and for the
   //! batch (every request's prior).
   struct source_estimates {
-    explicit source_estimates(int window = 9) : nodes(window), draft_time(window) {}
+    explicit source_estimates(int window = 9) : nodes(window), draft_time(window), resumed_time(window) {}
     acceptance_estimate acceptance;
-    per_depth_median nodes, draft_time;  //!< tree size / drafting seconds by requested depth
+    per_depth_median nodes, draft_time;  //!< tree size / drafting seconds of steady steps, by requested depth
+    //! The whole drafting seconds of resumed steps (catch-up included), by requested depth: the price of a
+    //! source while no steady step is measured (one that never drafts twice in a row, such as the model
+    //! behind lookup_first_drafter, may never have one).
+    per_depth_median resumed_time;
     //! A resumed source's catch-up: extra drafting seconds per skipped token, and the most a catch-up
     //! took, the first draft's pass over the prompt included (LongSpec's draft re-reads at most its
     //! window, so the cost stops growing); 0 = not measured.
@@ -503,6 +505,12 @@ class speculative_batch {
     // (per request)
     std::size_t drafted_len = 0;  //!< tokens.size() when this source last drafted (0: never)
     bool drafted_last = false;    //!< it drafted the previous step (drafting times of resumed steps differ)
+    //! Exploration, per source: the budget set aside on this source's steps (seconds), and whether its
+    //! next probe goes shallower. Per source, because a source's probes are what refresh its estimates:
+    //! with one purse per request, the cheap probes of a source planned at full depth (one level
+    //! shallower) spent every saving, and a source priced out by one slow step was never probed again.
+    double explore_saved = 0;
+    bool explore_down = false;
   };
 
   struct request_state {
@@ -528,9 +536,7 @@ class speculative_batch {
     // one set per draft source
     std::array<source_estimates, sources> src;
     int source = 0;            //!< the draft source of this step (drafter's draft_source; 0 with one)
-    double explore_saved = 0;  //!< explore budget set aside (seconds)
     bool probing = false;      //!< this step explores a depth other than the planned one
-    bool explore_down = false; //!< the next exploration goes shallower
     bool probe_down = false;   //!< this step's probe goes shallower
     int planned = 0;           //!< the planned depth (before exploring)
   };
@@ -651,7 +657,7 @@ class speculative_batch {
       if constexpr (sources > 1) {
         if (s.depth > 0) {
           const draft_request dr{r, s.tokens, s.depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng};
-          s.source = static_cast<int>(drafter_.draft_source(dr));
+          s.source = drafter_.draft_source(dr);  // exactly int (drafter_has_sources)
           require(s.source >= 0 && s.source < sources, "specdec::speculative_batch::step", "drafter.draft_source()",
                   "in [0, draft_sources = " + std::to_string(sources) + ")", s.source);
         }
@@ -691,14 +697,18 @@ class speculative_batch {
       for (int d = lo; d <= s.depth; ++d) plan_vals_.push_back(d == 0 ? 0.0 : e.nodes.at(d, b.nodes.at(d, d)));
       // a source that drafted for this request before, but not last step, pays its catch-up on the
       // tokens since (its first draft's pass over the prompt is a one-time cost, like prefill: not charged)
+      // on top of a steady step's time; without a steady time, the time of its resumed steps (which holds
+      // their catch-up) is the price; with neither, nothing
       const bool own = e.catch_up_max > 0;
       const double catch_up =
           e.drafted_last || e.drafted_len == 0
               ? 0.0
               : std::min((own ? e.catch_up_rate : b.catch_up_rate) * static_cast<double>(s.tokens.size() - e.drafted_len),
                          own ? e.catch_up_max : b.catch_up_max);
-      for (int d = lo; d <= s.depth; ++d)
-        plan_vals_.push_back(d == 0 ? 0.0 : e.draft_time.at(d, b.draft_time.at(d, 0.0)) + catch_up);
+      for (int d = lo; d <= s.depth; ++d) {
+        const double steady = d == 0 ? 0.0 : e.draft_time.at(d, b.draft_time.at(d, -1.0));
+        plan_vals_.push_back(d == 0 ? 0.0 : steady >= 0.0 ? steady + catch_up : e.resumed_time.at(d, b.resumed_time.at(d, 0.0)));
+      }
       plan_req_.push_back(r);
     }
     std::size_t off = 0;
@@ -727,7 +737,7 @@ class speculative_batch {
       // Exploring: one level deeper or shallower (alternately where both exist), when the saved budget
       // covers the expected regret of that step: the seconds it adds (or saves; a drafter's catch-up
       // included) less the worth of the tokens it adds (or loses) at the plan's rate. A probe spends
-      // all the savings, so probes never come in bursts.
+      // the savings before it (only its own step's share is left), so probes never come in bursts.
       const auto& c = plan_in_[i];
       const auto u = static_cast<std::size_t>(d);
       auto regret = [&](std::size_t to) {
@@ -736,9 +746,10 @@ class speculative_batch {
       };
       const bool up = u + 1 < c.tokens.size(), down = d > 0;
       if (!up && !down) continue;
-      const std::size_t to = up && (!down || !s.explore_down) ? u + 1 : u - 1;
+      const source_estimates& e = s.src[static_cast<std::size_t>(s.source)];
+      const std::size_t to = up && (!down || !e.explore_down) ? u + 1 : u - 1;
       const double cost = regret(to);
-      if (s.explore_saved >= cost) {  // the savings are spent in learn(), once the probe ran
+      if (e.explore_saved >= cost) {  // the savings are spent in learn(), once the probe ran
         s.probing = true;
         s.probe_down = to < u;
         s.depth = static_cast<int>(to);
@@ -779,6 +790,12 @@ class speculative_batch {
           b.catch_up_max = std::max(b.catch_up_max, drafting);
           if (b.catch_up_rate == 0) b.catch_up_rate = e.catch_up_rate;
         } else {  // resumed drafting: the time beyond a steady step's is the catch-up
+          // Every resumed time is kept apart from the steady ones: it prices a source that has no steady
+          // time (plan_depths). Recorded as a steady time instead, a first resumed sample became the
+          // "steady" time against which every later resumed step was read as catch-up and none was
+          // recorded again, so a source that never drafts twice in a row kept its first price for good.
+          e.resumed_time.record(s.depth, drafting);
+          b.resumed_time.record(s.depth, drafting);
           const double steady = e.draft_time.at(s.depth, b.draft_time.at(s.depth, -1.0));
           if (steady >= 0.0) {  // (unknown before a first steady step)
             const double catch_up = std::max(drafting - steady, 1e-9);
@@ -786,12 +803,6 @@ class speculative_batch {
             e.catch_up_max = std::max(e.catch_up_max, catch_up);
             b.catch_up_rate = e.catch_up_rate;
             b.catch_up_max = std::max(b.catch_up_max, catch_up);
-          } else {
-            // no steady step measured yet: a source that never drafts twice in a row (a model drafter
-            // between lookup steps) would otherwise stay priced at nothing. Its resumed time, catch-up
-            // included, stands for its cost until steady steps are measured.
-            e.draft_time.record(s.depth, drafting);
-            b.draft_time.record(s.depth, drafting);
           }
         }
       }
@@ -799,11 +810,15 @@ class speculative_batch {
       for (auto& other : s.src) other.drafted_last = false;
       e.drafted_last = s.depth > 0;
       if (s.depth > 0) e.drafted_len = s.emitted_begin;
-      if (s.probing) {  // the probe ran: its savings are spent; the next one goes the other way
-        s.explore_saved = 0;
-        s.explore_down = !s.probe_down && s.planned > 0;
-      } else if (s.opt.adaptive_depth) {
-        s.explore_saved += adaptive_.explore_budget * (step_s / B + drafting);
+      // every step's time earns its source explore_budget of it, a probe's too (once the probe ran,
+      // the savings before it are spent and the next probe goes the other way): the budget is a share
+      // of all the decoding time, and a probe that found its source slow has paid for the next look
+      if (s.opt.adaptive_depth) {
+        if (s.probing) {
+          e.explore_saved = 0;
+          e.explore_down = !s.probe_down && s.planned > 0;
+        }
+        e.explore_saved += adaptive_.explore_budget * (step_s / B + drafting);
       }
     }
     if (adaptive && adaptive_.learn_costs && !cost_.empty()) {

@@ -76,12 +76,19 @@ concept drafter = drafter_has_reset<D> && drafter_has_propose<D>;
 //! about to draft: a free lookup draft that the target mostly accepts is planned deep, a costly model
 //! draft shallow or not at all. Contract: draft_source neither draws from req.rng nor changes what the
 //! next propose() for those tokens does, and it names the part that propose() then uses at any depth
-//! >= 1 (the decoder checks the range, not this).
+//! >= 1 (the decoder checks the range, not this). draft_source returns exactly int, so the range check
+//! sees the value itself (a wider type would be narrowed first, and 2^32 would pass as source 0).
+//! A drafter that declares draft_sources without that member is an error (check_drafter), not one
+//! source.
 template <class D>
 concept drafter_has_sources = requires(D& d, const draft_request& req) {
   { D::draft_sources } -> std::convertible_to<int>;
-  { d.draft_source(req) } -> std::convertible_to<int>;
+  { d.draft_source(req) } -> std::same_as<int>;
 };
+
+//! D declares a draft_sources member (whether or not the rest of drafter_has_sources holds).
+template <class D>
+concept drafter_declares_sources = requires { D::draft_sources; };
 
 namespace detail {
 template <class D>
@@ -100,6 +107,9 @@ consteval bool check_drafter() {
   static_assert(drafter_has_reset<D>, "drafter: missing member function 'reset(int request)'");
   static_assert(drafter_has_propose<D>,
                 "drafter: missing member function 'propose(const specdec::draft_request&, specdec::draft_candidates&)'");
+  static_assert(!drafter_declares_sources<D> || drafter_has_sources<D>,
+                "drafter: declares 'draft_sources' but has no member function 'int draft_source(const "
+                "specdec::draft_request&)' (returning exactly int), or 'draft_sources' is not an int constant");
   static_assert(draft_sources_v<D> >= 1 && draft_sources_v<D> <= 64, "drafter: draft_sources must be in [1, 64]");
   return true;
 }

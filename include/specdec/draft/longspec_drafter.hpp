@@ -74,8 +74,11 @@ class longspec_drafter {
  public:
   //! q rows when sampling its chain; i.i.d. drafts in multi-draft mode (the beam mode gives neither).
   static constexpr draft_output provides = draft_output::q_rows | draft_output::iid_drafts;
+  //! Beam widths are checked here, every level's (beam_tree_builder's limits): a step may draft only
+  //! the first levels (req.depth caps them), so a bad deeper width would otherwise surface only on the
+  //! first step planned that deep, or never.
   explicit longspec_drafter(Model& model, std::vector<int> beam_widths = {})
-      : model_(&model), beam_(beam_widths.empty() ? beam_tree_params{} : beam_tree_params{beam_widths, 0}),
+      : model_(&model), beam_(beam_widths.empty() ? beam_tree_params{} : checked({beam_widths, 0})),
         use_beam_(!beam_widths.empty()) {}
   //! Beam mode with a node budget: the tree keeps its best beam.max_nodes nodes (ancestor-closed, by
   //! cumulative log-probability; beam_tree_builder), so a builder without a budget of its own (e.g.
@@ -83,6 +86,7 @@ class longspec_drafter {
   longspec_drafter(Model& model, beam_tree_params beam) : model_(&model), beam_(std::move(beam)), use_beam_(true) {
     require(!beam_.beam_widths.empty(), "specdec::longspec_drafter", "beam.beam_widths", "non-empty (beam mode)",
             beam_.beam_widths.size());
+    beam_ = checked(std::move(beam_));
   }
   //! Multi-draft mode (see multi_draft_params): k = width independent sampled drafts.
   longspec_drafter(Model& model, multi_draft_params multi) : model_(&model), use_beam_(false), multi_(multi) {}
@@ -181,6 +185,12 @@ class longspec_drafter {
   }
 
  private:
+  //! `p` if beam_tree_builder accepts it (its invalid_argument otherwise).
+  static beam_tree_params checked(beam_tree_params p) {
+    (void)beam_tree_builder(p);
+    return p;
+  }
+
   // One beam level through step_tree: the frontier nodes not yet run (with any ancestor not yet run,
   // which the beam builder never produces: each level's frontier is the previous level's new nodes)
   // go through the model in one call, tree order; each frontier row is the log-softmax of its logits.

@@ -13,6 +13,7 @@ specdec_add_compile_fail_cases(decoder ${CMAKE_CURRENT_LIST_DIR}/decoder_policie
   "missing_commit|MISSING_COMMIT|target_model: missing member function 'commit\\(int request"
   "missing_reset|MISSING_RESET|drafter: missing member function 'reset\\(int request\\)'"
   "missing_propose|MISSING_PROPOSE|drafter: missing member function 'propose\\("
+  "mistyped_draft_source|MISTYPED_DRAFT_SOURCE|drafter: declares 'draft_sources' but has no member function 'int draft_source\\(const specdec::draft_request&\\)'"
   "missing_build|MISSING_BUILD|tree_builder: missing member function 'build\\("
   "missing_verify|MISSING_VERIFY|verifier: missing member function 'verify\\("
   "missing_trait|MISSING_TRAIT|verifier: missing 'static constexpr bool is_lossless_for_sampling'")

@@ -1,7 +1,8 @@
 // Compile-fail cases for the decoder's policy concepts. Each -D macro removes one member from an
 // otherwise valid policy; instantiating speculative_decoder must then fail with the static_assert of
 // check_target_model / check_drafter / check_tree_builder / check_verifier naming that member.
-// Without a macro the file compiles (positive control).
+// MISTYPED_DRAFT_SOURCE instead declares draft sources with a mistyped member. Without a macro the file
+// compiles (positive control).
 #include <span>
 
 #include "specdec/decoder/speculative_decoder.hpp"
@@ -33,6 +34,10 @@ struct drafter {
 #endif
 #ifndef MISSING_PROPOSE
   void propose(const specdec::draft_request&, specdec::draft_candidates&) {}
+#endif
+#ifdef MISTYPED_DRAFT_SOURCE  // draft sources (draft/drafter.hpp) whose draft_source does not return int
+  static constexpr int draft_sources = 2;
+  std::int64_t draft_source(const specdec::draft_request&) { return 0; }
 #endif
 };
 
