@@ -453,13 +453,15 @@ inline void print_report(const demo_options& o, const demo_report& r, std::ostre
   else
     os << "lossless:     " << (r.lossless ? "yes" : "NO") << " (speculative output == autoregressive output, " << r.generated
        << " tokens" << (r.first_mismatch >= 0 ? ", first mismatch at " + std::to_string(r.first_mismatch) : "") << ")\n";
+  // The depth: for the LongSpec beam it counts beam levels (longspec_drafter drafts min(depth, levels)).
+  const bool beam = o.drafter == demo_drafter::longspec && o.tree == demo_tree::beam;
+  const std::string depth_max = beam ? std::to_string(std::size(demo_beam_widths)) : std::to_string(o.draft_depth);
+  std::string depth;
+  if (o.adaptive) depth = "adaptive in [0, " + depth_max + (beam ? "] beam levels" : "]");
+  else depth = beam ? "the beam's " + depth_max + " levels every step" : "fixed " + depth_max;
   os
-     << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << ";  depth: "
-     << (o.drafter == demo_drafter::longspec && o.tree == demo_tree::beam
-             ? (o.adaptive ? "adaptive in [0, " + std::to_string(std::size(demo_beam_widths)) + "] beam levels, mean drafted "
-                           : "the beam's " + std::to_string(std::size(demo_beam_widths)) + " levels every step, mean drafted ")
-         : o.adaptive ? "adaptive in [0, " + std::to_string(o.draft_depth) + "], mean drafted "
-                      : "fixed " + std::to_string(o.draft_depth) + ", mean drafted ")
+     << "tau:          " << s.tau() << " tokens per target forward;  alpha: " << s.alpha() << ";  depth: " << depth
+     << ", mean drafted "
      << (s.steps ? static_cast<double>(s.draft_depth) / static_cast<double>(s.steps) : 0.0)
      << (o.drafter == demo_drafter::lookup_longspec
              ? ";  drafted by prompt lookup on " + std::to_string(r.lookup_steps) + " steps, by LongSpec on " +
