@@ -450,7 +450,7 @@ TEST_CASE("adaptive depth: a source that never drafts twice in a row is priced b
 }
 
 namespace {
-// alternating_drafter whose source 1 sleeps 200 ms once, on its second proposal (its first resumed
+// alternating_drafter whose source 1 sleeps 1 s once, on its second proposal (its first resumed
 // step), and drafts in microseconds otherwise.
 struct hiccup_drafter : alternating_drafter {
   using alternating_drafter::alternating_drafter;
@@ -458,7 +458,7 @@ struct hiccup_drafter : alternating_drafter {
     out.clear();
     for (std::size_t i = req.tokens.size(); i < std::min(text.size(), req.tokens.size() + static_cast<std::size_t>(req.depth)); ++i)
       out.chain.push_back({text[i], 0.0f});
-    if (current == 1 && proposals[1] == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (current == 1 && proposals[1] == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     if (current == 1) depths += std::to_string(req.depth) + " ";
     ++proposals[current];
   }
@@ -472,17 +472,20 @@ TEST_CASE("adaptive depth: a source priced out by one slow resumed step is probe
   const auto want = greedy_of(prompt, n);
   std::vector<std::int32_t> text = prompt;
   text.insert(text.end(), want.begin(), want.end());
-  planned_decoder<hiccup_drafter> p([&](target_t&) { return hiccup_drafter(text); }, curve_of({{1, 10e-3}, {6, 12e-3}}));
+  // a 50 ms step scale: a pause of the machine of a few ms inside a cheap draft (a loaded CI box) stays
+  // far below a level's worth, so it cannot price a source out by itself (at 10 ms it could)
+  planned_decoder<hiccup_drafter> p([&](target_t&) { return hiccup_drafter(text); }, curve_of({{1, 50e-3}, {6, 60e-3}}));
   auto& dec = p.dec;
   adaptive_depth_options o = dec.batch().adaptive_options();
-  o.explore_budget = 1.0;  // the 200 ms step sets aside 200 ms for its source's probes
+  o.explore_budget = 1.0;  // the 1 s step sets aside 1 s for its source's probes
   dec.batch().set_adaptive_options(o);
   const auto out = dec.generate(prompt, {.max_new_tokens = n, .draft_depth = 5, .adaptive_depth = true});
   CHECK(out.tokens == want);
   const auto& d = dec.batch().drafter();
   INFO("proposals: source 0 " << d.proposals[0] << ", source 1 " << d.proposals[1] << " of " << d.asked
                                 << " steps asked; source 1's depths: " << d.depths);
-  // Both sources are perfect and cheap but for that one step. Before the fix source 1 drafted twice:
+  // Both sources are perfect and cheap but for that one step. Before the fix source 1 drafted twice (with
+  // 200 ms on a 10 ms scale):
   // its first resumed time stood as its steady price for good (later resumed steps were read as
   // catch-up against it and never recorded), and the savings of its slow step were spent by source 0's
   // cheap probes one level shallower (one purse per request).

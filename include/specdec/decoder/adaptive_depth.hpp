@@ -20,7 +20,8 @@
 //! depth d, plus, for a request that drafted before but not last step, its drafter's catch-up on the
 //! tokens since (measured per skipped token, bounded by the draft's first pass over the prompt: a
 //! LongSpec draft re-reads at most its window). A source with no steady time yet (one that never
-//! drafts twice in a row) is priced by the median of its resumed steps' whole times instead. With a
+//! drafts twice in a row) is priced by the median of its resumed steps' whole times instead (before
+//! its first resumed step, by the catch-up alone). With a
 //! drafter of several draft sources (draft/drafter.hpp), all of these estimates are per source, and
 //! each step uses those of the source about to draft.
 //! choose_depths picks the depths that maximise sum_r tokens_r(d_r) / cost; d = 0 is plain decoding
@@ -31,8 +32,8 @@
 //! explore_budget of its step time; when the savings cover the expected regret of running one level
 //! deeper (or, alternately, shallower: the cost of fewer rows goes stale too), it runs that depth once
 //! and spends the savings. With several draft sources the savings and the probes are per source (each
-//! step's savings go to the source that planned it), so every source's estimates keep being refreshed,
-//! however often the others probe. The regret counts the seconds the probe adds or saves (a resumed drafter's
+//! step's savings go to the source that planned it, a probe's step included), so every source's
+//! estimates keep being refreshed, however often the others probe. The regret counts the seconds the probe adds or saves (a resumed drafter's
 //! catch-up included) less the tokens it adds or loses at the plan's rate, so exploring costs at most
 //! about explore_budget of the decoding time. What remains is one-time: the first steps before the
 //! estimates settle, the draft's first pass over the prompt, and the calibration (stats().calibrate_s;

@@ -493,7 +493,8 @@ class speculative_batch {
   struct source_estimates {
     explicit source_estimates(int window = 9) : nodes(window), draft_time(window), resumed_time(window) {}
     acceptance_estimate acceptance;
-    per_depth_median nodes, draft_time;  //!< tree size / drafting seconds of steady steps, by requested depth
+    per_depth_median nodes;       //!< tree size by requested depth (every drafting step)
+    per_depth_median draft_time;  //!< drafting seconds of steady steps (right after one that drafted), by depth
     //! The whole drafting seconds of resumed steps (catch-up included), by requested depth: the price of a
     //! source while no steady step is measured (one that never drafts twice in a row, such as the model
     //! behind lookup_first_drafter, may never have one).
@@ -698,7 +699,7 @@ class speculative_batch {
       // a source that drafted for this request before, but not last step, pays its catch-up on the
       // tokens since (its first draft's pass over the prompt is a one-time cost, like prefill: not charged)
       // on top of a steady step's time; without a steady time, the time of its resumed steps (which holds
-      // their catch-up) is the price; with neither, nothing
+      // their catch-up) is the price; with neither, the catch-up alone
       const bool own = e.catch_up_max > 0;
       const double catch_up =
           e.drafted_last || e.drafted_len == 0
@@ -707,7 +708,8 @@ class speculative_batch {
                          own ? e.catch_up_max : b.catch_up_max);
       for (int d = lo; d <= s.depth; ++d) {
         const double steady = d == 0 ? 0.0 : e.draft_time.at(d, b.draft_time.at(d, -1.0));
-        plan_vals_.push_back(d == 0 ? 0.0 : steady >= 0.0 ? steady + catch_up : e.resumed_time.at(d, b.resumed_time.at(d, 0.0)));
+        const double resumed = d == 0 ? 0.0 : e.resumed_time.at(d, b.resumed_time.at(d, -1.0));
+        plan_vals_.push_back(d == 0 ? 0.0 : steady >= 0.0 ? steady + catch_up : resumed >= 0.0 ? resumed : catch_up);
       }
       plan_req_.push_back(r);
     }
@@ -737,7 +739,9 @@ class speculative_batch {
       // Exploring: one level deeper or shallower (alternately where both exist), when the saved budget
       // covers the expected regret of that step: the seconds it adds (or saves; a drafter's catch-up
       // included) less the worth of the tokens it adds (or loses) at the plan's rate. A probe spends
-      // the savings before it (only its own step's share is left), so probes never come in bursts.
+      // the savings before it; its own step's share starts the next (learn()), so at a small budget (the
+      // default 0.01) probes stay rare, and a budget near 1 may probe nearly every step: exploring takes
+      // at most about that share of the time either way.
       const auto& c = plan_in_[i];
       const auto u = static_cast<std::size_t>(d);
       auto regret = [&](std::size_t to) {

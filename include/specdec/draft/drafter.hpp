@@ -9,6 +9,7 @@
 //! definition without including decoder/.
 
 #include <concepts>
+#include <type_traits>
 #include <cstdint>
 
 #include "specdec/draft/draft_candidates.hpp"
@@ -76,13 +77,13 @@ concept drafter = drafter_has_reset<D> && drafter_has_propose<D>;
 //! about to draft: a free lookup draft that the target mostly accepts is planned deep, a costly model
 //! draft shallow or not at all. Contract: draft_source neither draws from req.rng nor changes what the
 //! next propose() for those tokens does, and it names the part that propose() then uses at any depth
-//! >= 1 (the decoder checks the range, not this). draft_source returns exactly int, so the range check
-//! sees the value itself (a wider type would be narrowed first, and 2^32 would pass as source 0).
+//! >= 1 (the decoder checks the range, not this). Both are exactly int, so every check sees the value
+//! itself (a wider type would be narrowed first: 2^32 would pass as source 0, 2^32 + 2 sources as 2).
 //! A drafter that declares draft_sources without that member is an error (check_drafter), not one
 //! source.
 template <class D>
 concept drafter_has_sources = requires(D& d, const draft_request& req) {
-  { D::draft_sources } -> std::convertible_to<int>;
+  requires std::same_as<std::remove_cv_t<decltype(D::draft_sources)>, int>;
   { d.draft_source(req) } -> std::same_as<int>;
 };
 
