@@ -182,20 +182,18 @@ void check_poisoned_tree(std::uint64_t seed, int hq, int hkv, int d, std::vector
 template <class T, class Runner = host_runner>
 void check_poisoned_grid(int d, Runner runner = {}) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float xs[] = {nan, inf, -inf};
+  constexpr poison_target whats[] = {poison_target::k, poison_target::v, poison_target::kv};
   constexpr layout_kind kinds[] = {layout_kind::nhd, layout_kind::hnd, layout_kind::paged};
   std::uint64_t seed = 4000;
-  int xi = 0;
-  for (float x : {nan, inf, -inf}) {
-    int wi = 0;
-    for (poison_target what : {poison_target::k, poison_target::v, poison_target::kv}) {
-      check_poisoned_tree<T>(++seed, 8, 2, d, {0, 0, 0}, {10, 70, 130}, layout_kind::nhd, false, x, what, {}, runner);
+  for (int xi = 0; xi < 3; ++xi)
+    for (int wi = 0; wi < 3; ++wi) {
+      check_poisoned_tree<T>(++seed, 8, 2, d, {0, 0, 0}, {10, 70, 130}, layout_kind::nhd, false, xs[xi], whats[wi], {},
+                             runner);
       for (int k = 0; k < 3; ++k)
         if (sweep_cell(xi + wi, k, 3))
-          check_poisoned_tree<T>(++seed, 8, 2, d, {33, 300, 1}, {2, 70, 1}, kinds[k], true, x, what, {}, runner);
-      ++wi;
+          check_poisoned_tree<T>(++seed, 8, 2, d, {33, 300, 1}, {2, 70, 1}, kinds[k], true, xs[xi], whats[wi], {}, runner);
     }
-    ++xi;
-  }
   // Forced small splits (many cache parts per request) and a tree wider than one 64-key tile.
   check_poisoned_tree<T>(++seed, 4, 4, d, {200, 5}, {130, 9}, layout_kind::paged, true, nan, poison_target::kv,
                          {.kv_split_size = 64}, runner);

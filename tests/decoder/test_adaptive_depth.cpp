@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "../../examples/common/llama.hpp"
@@ -409,20 +410,28 @@ TEST_CASE("adaptive depth: a drafter's sources are planned apart (the accepted o
 namespace {
 // Two perfect sources that alternate step by step (so neither drafts twice in a row). Both propose the
 // target's own greedy continuation, read from `text` (no model runs, so source 0 costs microseconds in
-// any build); source 1 sleeps 200 ms on every proposal after its first (its first pass is cheap).
+// any build); source 1 sleeps `sleep_ms` on its proposals after its first (its first pass is cheap),
+// or, with `sleep_once`, on its second only.
 struct alternating_drafter {
   static constexpr int draft_sources = 2;
-  explicit alternating_drafter(std::vector<std::int32_t> t) : text(std::move(t)) {}
+  explicit alternating_drafter(std::vector<std::int32_t> t, int sleep = 200, bool once = false)
+      : text(std::move(t)), sleep_ms(sleep), sleep_once(once) {}
   std::vector<std::int32_t> text;  //!< the prompt and its greedy continuation
+  int sleep_ms;
+  bool sleep_once;
   int asked = 0, proposals[2] = {0, 0};
   int current = 0;
+  std::string depths;  //!< source 1's depths, in order
   void reset(int) {}
   int draft_source(const draft_request&) { return current = asked++ % 2; }
   void propose(const draft_request& req, draft_candidates& out) {
     out.clear();
     for (std::size_t i = req.tokens.size(); i < std::min(text.size(), req.tokens.size() + static_cast<std::size_t>(req.depth)); ++i)
       out.chain.push_back({text[i], 0.0f});
-    if (current == 1 && proposals[1] > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (current == 1) {
+      if (sleep_once ? proposals[1] == 1 : proposals[1] > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+      depths += std::to_string(req.depth) + " ";
+    }
     ++proposals[current];
   }
 };
@@ -449,23 +458,6 @@ TEST_CASE("adaptive depth: a source that never drafts twice in a row is priced b
   CHECK(d.proposals[1] <= 3);
 }
 
-namespace {
-// alternating_drafter whose source 1 sleeps 1 s once, on its second proposal (its first resumed
-// step), and drafts in microseconds otherwise.
-struct hiccup_drafter : alternating_drafter {
-  using alternating_drafter::alternating_drafter;
-  void propose(const draft_request& req, draft_candidates& out) {
-    out.clear();
-    for (std::size_t i = req.tokens.size(); i < std::min(text.size(), req.tokens.size() + static_cast<std::size_t>(req.depth)); ++i)
-      out.chain.push_back({text[i], 0.0f});
-    if (current == 1 && proposals[1] == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    if (current == 1) depths += std::to_string(req.depth) + " ";
-    ++proposals[current];
-  }
-  std::string depths;  //!< source 1's depths, in order
-};
-}  // namespace
-
 TEST_CASE("adaptive depth: a source priced out by one slow resumed step is probed on its own savings and recovers",
           "[decoder][adaptive]") {
   const int n = 120;
@@ -474,7 +466,10 @@ TEST_CASE("adaptive depth: a source priced out by one slow resumed step is probe
   text.insert(text.end(), want.begin(), want.end());
   // a 50 ms step scale: a pause of the machine of a few ms inside a cheap draft (a loaded CI box) stays
   // far below a level's worth, so it cannot price a source out by itself (at 10 ms it could)
-  planned_decoder<hiccup_drafter> p([&](target_t&) { return hiccup_drafter(text); }, curve_of({{1, 50e-3}, {6, 60e-3}}));
+  // source 1 sleeps 1 s once, on its second proposal (its first resumed step), and drafts in
+  // microseconds otherwise
+  planned_decoder<alternating_drafter> p([&](target_t&) { return alternating_drafter(text, 1000, true); },
+                                         curve_of({{1, 50e-3}, {6, 60e-3}}));
   auto& dec = p.dec;
   adaptive_depth_options o = dec.batch().adaptive_options();
   o.explore_budget = 1.0;  // the 1 s step sets aside 1 s for its source's probes

@@ -707,9 +707,12 @@ class speculative_batch {
               : std::min((own ? e.catch_up_rate : b.catch_up_rate) * static_cast<double>(s.tokens.size() - e.drafted_len),
                          own ? e.catch_up_max : b.catch_up_max);
       for (int d = lo; d <= s.depth; ++d) {
-        const double steady = d == 0 ? 0.0 : e.draft_time.at(d, b.draft_time.at(d, -1.0));
-        const double resumed = d == 0 ? 0.0 : e.resumed_time.at(d, b.resumed_time.at(d, -1.0));
-        plan_vals_.push_back(d == 0 ? 0.0 : steady >= 0.0 ? steady + catch_up : resumed >= 0.0 ? resumed : catch_up);
+        double price = 0.0;
+        if (d > 0) {
+          const double steady = e.draft_time.at(d, b.draft_time.at(d, -1.0));
+          price = steady >= 0.0 ? steady + catch_up : e.resumed_time.at(d, b.resumed_time.at(d, catch_up));
+        }
+        plan_vals_.push_back(price);
       }
       plan_req_.push_back(r);
     }
