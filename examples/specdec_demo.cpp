@@ -1,6 +1,7 @@
 // specdec_demo: long-context speculative decoding end to end on the reference model.
-//   specdec_demo [--prompt N] [--new N] [--drafter longspec|tokenswift|ngram|lookup+longspec] [--temperature T [--top-p P]]
+//   specdec_demo [--prompt N] [--new N] [--drafter lookup+longspec|longspec|tokenswift|ngram] [--temperature T [--top-p P]]
 //                [--tree chain|cartesian|cape|beam] [--nodes N] [--depth D] [--fixed-depth] [--cartesian] [--paged]
+//                [--lookup-min N] [--lookup-max M]
 //                [--quiet]
 //                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--prompt-offset N] [--show N]
 //                [--random [--vocab V] [--hidden H] [--layers L] [--heads Hq] [--kv-heads Hkv] [--ffn F]
@@ -9,9 +10,11 @@
 // --draft-weights longspec_draft_vanilla.safetensors is the draft trained without anchor-offset indices)
 // on N (default 16384) bytes of a header file held out of training, from byte --prompt-offset (8192); --random: the seeded
 // random model with a draft derived from it. Runs the target autoregressively and speculatively (--drafter:
-// the LongSpec draft, the default, over --tree: its chain, a Cartesian tree, GLIDE's CAPE or LongSpec's beam
-// tree, the last two capped at --nodes N (32); TokenSwift self-drafting with the trained residual heads; prompt lookup;
-// lookup+longspec: prompt lookup where the last 3-4 tokens occurred before, the LongSpec draft's chain elsewhere;
+// lookup+longspec, the default: prompt lookup where the last --lookup-min (2) to --lookup-max (12) tokens occurred
+// before, the LongSpec draft's chain elsewhere; longspec: the LongSpec draft alone over --tree: its chain, a
+// Cartesian tree, GLIDE's CAPE or LongSpec's beam tree, the last two capped at --nodes N (32) -- a --tree other
+// than chain without --drafter selects longspec; tokenswift: TokenSwift self-drafting with the trained residual
+// heads; ngram: prompt lookup alone, 1 to --lookup-max tokens);
 // greedy verification, or with --temperature T > 0 sampling verified by sample-and-match; each step's depth in [0, D] (the beam: its
 // levels in [0, 5]) chosen from the verification cost measured on this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
@@ -24,6 +27,7 @@
 
 int main(int argc, char** argv) {
   specdec::examples::demo_options o;
+  bool drafter_given = false;  // --tree beam alone means the LongSpec draft's beam (the trees are its)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> long {
@@ -72,7 +76,7 @@ int main(int argc, char** argv) {
     else if (a == "--drafter" || a == "--tree") {
       if (i + 1 >= argc) return std::cerr << "specdec_demo: " << a << " needs a name\n", 2;
       try {
-        if (a == "--drafter") o.drafter = specdec::examples::demo_drafter_from_name(argv[++i]);
+        if (a == "--drafter") o.drafter = specdec::examples::demo_drafter_from_name(argv[++i]), drafter_given = true;
         else o.tree = specdec::examples::demo_tree_from_name(argv[++i]);
       } catch (const std::exception& e) {
         return std::cerr << "specdec_demo: " << e.what() << "\n", 2;
@@ -85,6 +89,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!drafter_given && o.tree != specdec::examples::demo_tree::chain) o.drafter = specdec::examples::demo_drafter::longspec;
   try {
     const auto report = specdec::examples::run_demo(o, std::cerr);
     specdec::examples::print_report(o, report, std::cout);

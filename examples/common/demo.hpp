@@ -93,8 +93,9 @@ enum class demo_drafter {
   longspec,    //!< LongSpec's one-layer draft: sliding-window self-attention + cross-attention into the target's KV
   tokenswift,  //!< TokenSwift self-drafting: the target itself over a 256-token partial view of its KV, 3 residual
                //!< heads and 4-gram reuse, TokenSwift's Cartesian + n-gram tree
-  ngram,       //!< prompt lookup: the continuations of the context's latest 1-4-gram matches (no model)
-  //! lookup_first_drafter: prompt lookup where the last 3-4 tokens occurred before, else the LongSpec draft
+  ngram,       //!< prompt lookup: the continuation of the context's longest (1 to lookup_max tokens) latest match (no model)
+  //! lookup_first_drafter: prompt lookup where the last lookup_min (2) or more tokens occurred before, else the
+  //! LongSpec draft (the default)
   lookup_longspec,
 };
 
@@ -198,11 +199,17 @@ struct demo_options {
   //! decoding when speculation does not pay. false: always draft_depth.
   bool adaptive = true;
   int window = 512;           //!< LongSpec draft sliding window (random model; the trained draft's is in its file)
-  demo_drafter drafter = demo_drafter::longspec;
+  //! The default is prompt lookup with the LongSpec draft where the lookup finds nothing: on this 4-layer target
+  //! a LongSpec draft token costs about a third of a target step (its cross-attention reads the target's last
+  //! layer, a quarter of the target's KV), so where the context repeats itself the free lookup pays more
+  //! (benchmarks/RESULTS.md, "Longer lookup matches").
+  demo_drafter drafter = demo_drafter::lookup_longspec;
   demo_tree tree = demo_tree::chain;  //!< LongSpec drafter only
-  //! lookup+longspec: the lookup's n-gram lengths (lookup_first_drafter: a match of >= lookup_min tokens
-  //! drafts instead of the model; the longest match up to lookup_max is used)
-  int lookup_min = 3, lookup_max = 4;
+  //! Prompt lookup's n-gram lengths. lookup+longspec: a match of >= lookup_min tokens drafts instead of the
+  //! model (lookup_first_drafter); ngram: every length from 1. Both use the longest match up to lookup_max.
+  //! A byte says less than a BPE token (PLD's usual 3-5), so this byte-level pair matches up to 12: at 16K,
+  //! tau 2.4-2.6 against 2.1-2.3 with 1-4 (RESULTS.md, same section).
+  int lookup_min = 2, lookup_max = 12;
   int tree_nodes = 32;        //!< cape / beam: most tree nodes verified per step (GLIDE verifies at most 32)
   float temperature = 0.0f;   //!< 0 = greedy; > 0: sampled (with top_p), verified by sample-and-match
   float top_p = 1.0f;         //!< nucleus mass with temperature > 0 (1 = off)
@@ -234,6 +241,12 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   require(o.tree_nodes >= 0, "specdec::examples::run_demo", "tree_nodes", ">= 0 (0 = no cap)", o.tree_nodes);
+  if (o.drafter == demo_drafter::ngram || o.drafter == demo_drafter::lookup_longspec) {  // before the long runs
+    require(o.lookup_min >= 1 && o.lookup_min <= o.lookup_max, "specdec::examples::run_demo", "lookup_min",
+            ">= 1 and <= lookup_max", o.lookup_min);
+    require(o.lookup_max <= prompt_lookup_params::max_ngram_limit, "specdec::examples::run_demo", "lookup_max",
+            "<= prompt_lookup_params::max_ngram_limit", o.lookup_max);
+  }
   const sampling_params sp{.temperature = o.temperature, .top_p = o.top_p};
   validate_sampling_params(sp, "specdec::examples::run_demo");
   require(o.drafter == demo_drafter::longspec || o.tree == demo_tree::chain, "specdec::examples::run_demo", "tree",
@@ -303,7 +316,7 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
                    " residual heads " + (o.random_model ? "fitted" : "trained") + ", 4-grams; tree [1, 3, 3, 3], 64 nodes)";
       break;
     case demo_drafter::ngram:
-      rep.model += "prompt lookup (1-4-grams, no model), chain";
+      rep.model += "prompt lookup (1-" + std::to_string(o.lookup_max) + "-grams, no model), chain";
       break;
     case demo_drafter::lookup_longspec:
       rep.model += "prompt lookup where the last " + std::to_string(o.lookup_min) + "-" + std::to_string(o.lookup_max) +
@@ -407,7 +420,7 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
       break;
     }
     case demo_drafter::ngram:
-      spec = run(ngram_drafter{.max_ngram = 4}, chain_tree_builder{}, 2);
+      spec = run(ngram_drafter{.max_ngram = o.lookup_max, .min_ngram = 1}, chain_tree_builder{}, 2);
       break;
     case demo_drafter::lookup_longspec: {
       longspec_draft_model<float> draft(target, dc, std::move(dw));

@@ -23,6 +23,7 @@ demo_options tiny_options(int prompt_tokens) {
   o.prompt_tokens = prompt_tokens;
   o.new_tokens = 64;
   o.window = 16;
+  o.drafter = demo_drafter::longspec;  // most cases here check the LongSpec draft's own paths (the default is lookup+longspec)
   return o;
 }
 }  // namespace
@@ -235,6 +236,41 @@ TEST_CASE("demo live progress: rewritten lines with growing token counts, tok/s 
   CHECK(quiet.str().empty());
   o.progress_every = 0;  // would divide by zero: rejected up front
   CHECK_THROWS_AS(run_demo(o, quiet), specdec::invalid_argument);
+}
+
+TEST_CASE("specdec_demo main: the default drafter, and --tree alone selects the LongSpec draft", "[examples][demo]") {
+  CHECK(demo_options{}.drafter == demo_drafter::lookup_longspec);
+  CHECK(demo_options{}.lookup_min == 2);
+  CHECK(demo_options{}.lookup_max == 12);
+  // specdec_demo_main's report goes to std::cout: captured here
+  auto run_main = [](std::vector<const char*> args, std::string& out) {
+    std::ostringstream buf;
+    auto* old = std::cout.rdbuf(buf.rdbuf());
+    const int rc = specdec_demo_main(static_cast<int>(args.size()), const_cast<char**>(args.data()));
+    std::cout.rdbuf(old);
+    out = buf.str();
+    return rc;
+  };
+  const std::vector<const char*> tiny{"specdec_demo", "--random", "--prompt", "40", "--new", "16", "--vocab", "64", "--hidden", "16",
+                                      "--layers", "2", "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--window", "8", "--quiet"};
+  std::string out;
+  REQUIRE(run_main(tiny, out) == 0);
+  CHECK(out.find("drafter=lookup+longspec tree=own") != std::string::npos);
+  CHECK(out.find("prompt lookup where the last 2-12 tokens occurred before") != std::string::npos);
+  auto with = [&](std::initializer_list<const char*> extra) {
+    auto a = tiny;
+    a.insert(a.end(), extra);
+    return a;
+  };
+  REQUIRE(run_main(with({"--tree", "cartesian"}), out) == 0);  // the trees are the LongSpec draft's
+  CHECK(out.find("drafter=longspec tree=cartesian") != std::string::npos);
+  REQUIRE(run_main(with({"--lookup-min", "3", "--lookup-max", "5"}), out) == 0);
+  CHECK(out.find("prompt lookup where the last 3-5 tokens occurred before") != std::string::npos);
+  REQUIRE(run_main(with({"--drafter", "ngram", "--lookup-max", "6"}), out) == 0);
+  CHECK(out.find("prompt lookup (1-6-grams, no model)") != std::string::npos);
+  // an explicit drafter keeps the rule that only the LongSpec draft takes a tree
+  CHECK(run_main(with({"--drafter", "lookup+longspec", "--tree", "beam"}), out) == 2);
+  CHECK(run_main(with({"--lookup-min", "5", "--lookup-max", "4"}), out) == 2);  // the library's range check
 }
 
 TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
