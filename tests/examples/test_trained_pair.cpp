@@ -115,6 +115,7 @@ TEST_CASE("trained pair on a held-out file: lossless, and the draft is accepted"
     return;
   }
   demo_options o;
+  o.drafter = demo_drafter::longspec;  // the trained LongSpec draft's own acceptance (the demo's default adds prompt lookup)
 #ifdef SPECDEC_TEST_SANITIZED  // the -O0 sanitizer build of CI: a shorter run
   o.prompt_tokens = 256;
 #else
