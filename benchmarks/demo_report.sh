@@ -15,7 +15,9 @@ fi
 bin=$1; out=$2; new=${3:-256}; shift $(( $# >= 3 ? 3 : $# ))
 contexts=("$@"); (( ${#contexts[@]} )) || contexts=(4096 16384 32768)
 mkdir -p "$out"
-# label | demo arguments | modes (empty: both). Fixed depth 4 greedy, anchor-offset vs vanilla-index draft: LongSpec
+# label | demo arguments | modes (empty: both). The grids in RESULTS.md before session 39 ran prompt lookup
+# with 1-4 tokens and lookup+longspec with 3-4 (then the defaults); the lookup rows now name their lengths.
+# Fixed depth 4 greedy, anchor-offset vs vanilla-index draft: LongSpec
 # Table 2's question is tau, which adaptive depth would hide by drafting less.
 configs=(
   "LongSpec chain|--drafter longspec --tree chain"
@@ -24,8 +26,8 @@ configs=(
   "LongSpec beam [4,16,16,16,16], 12 nodes|--drafter longspec --tree beam --nodes 12"
   "LongSpec + CAPE, 12 nodes|--drafter longspec --tree cape --nodes 12"
   "TokenSwift self-drafting|--drafter tokenswift"
-  "prompt lookup|--drafter ngram"
-  "prompt lookup, else the LongSpec chain|--drafter lookup+longspec"
+  "prompt lookup, 1-12 tokens|--drafter ngram --lookup-max 12"
+  "prompt lookup of 2-12 tokens, else the LongSpec chain (the default)|--drafter lookup+longspec --lookup-min 2 --lookup-max 12"
 )
 modes=("greedy|" "T=0.7 top-p 0.9|--temperature 0.7 --top-p 0.9")
 tsv=$out/demo_report.tsv

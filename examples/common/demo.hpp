@@ -6,8 +6,9 @@
 //! the greedy verifier, and the two outputs compared token for token. Sampled (temperature > 0, top-p):
 //! sample-and-match verification, which is exact in distribution (tests/verify's chi-square tests), so
 //! the two runs are two different draws and only their speed and acceptance are compared. The drafter
-//! (demo_drafter) is LongSpec's draft model over one of four trees (demo_tree), TokenSwift self-drafting,
-//! or prompt lookup.
+//! (demo_drafter) is, by default, prompt lookup where the context repeats and LongSpec's draft model
+//! elsewhere; or LongSpec's draft model alone over one of four trees (demo_tree), TokenSwift
+//! self-drafting, or prompt lookup alone.
 //!
 //! By default the models are the trained byte-level pair of examples/weights (examples/training/
 //! train.py: a LLaMA-style target and a LongSpec draft trained on this machine's C/C++ headers) and the
@@ -241,12 +242,13 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   require(o.tree_nodes >= 0, "specdec::examples::run_demo", "tree_nodes", ">= 0 (0 = no cap)", o.tree_nodes);
-  if (o.drafter == demo_drafter::ngram || o.drafter == demo_drafter::lookup_longspec) {  // before the long runs
+  // the lookup's lengths, before the long runs (ngram matches from 1 token and reads only lookup_max)
+  if (o.drafter == demo_drafter::lookup_longspec)
     require(o.lookup_min >= 1 && o.lookup_min <= o.lookup_max, "specdec::examples::run_demo", "lookup_min",
             ">= 1 and <= lookup_max", o.lookup_min);
-    require(o.lookup_max <= prompt_lookup_params::max_ngram_limit, "specdec::examples::run_demo", "lookup_max",
-            "<= prompt_lookup_params::max_ngram_limit", o.lookup_max);
-  }
+  if (o.drafter == demo_drafter::ngram || o.drafter == demo_drafter::lookup_longspec)
+    require(o.lookup_max >= 1 && o.lookup_max <= prompt_lookup_params::max_ngram_limit, "specdec::examples::run_demo",
+            "lookup_max", ">= 1 and <= prompt_lookup_params::max_ngram_limit (256)", o.lookup_max);
   const sampling_params sp{.temperature = o.temperature, .top_p = o.top_p};
   validate_sampling_params(sp, "specdec::examples::run_demo");
   require(o.drafter == demo_drafter::longspec || o.tree == demo_tree::chain, "specdec::examples::run_demo", "tree",

@@ -245,9 +245,11 @@ TEST_CASE("specdec_demo main: the default drafter, and --tree alone selects the 
   // specdec_demo_main's report goes to std::cout: captured here
   auto run_main = [](std::vector<const char*> args, std::string& out) {
     std::ostringstream buf;
-    auto* old = std::cout.rdbuf(buf.rdbuf());
+    struct restore {  // std::cout gets its buffer back however the call ends
+      std::streambuf* old;
+      ~restore() { std::cout.rdbuf(old); }
+    } r{std::cout.rdbuf(buf.rdbuf())};
     const int rc = specdec_demo_main(static_cast<int>(args.size()), const_cast<char**>(args.data()));
-    std::cout.rdbuf(old);
     out = buf.str();
     return rc;
   };
@@ -264,13 +266,20 @@ TEST_CASE("specdec_demo main: the default drafter, and --tree alone selects the 
   };
   REQUIRE(run_main(with({"--tree", "cartesian"}), out) == 0);  // the trees are the LongSpec draft's
   CHECK(out.find("drafter=longspec tree=cartesian") != std::string::npos);
+  REQUIRE(run_main(with({"--cartesian"}), out) == 0);  // the older spelling of --tree cartesian
+  CHECK(out.find("drafter=longspec tree=cartesian") != std::string::npos);
+  REQUIRE(run_main(with({"--tree", "chain"}), out) == 0);  // the default drafter drafts a chain: kept
+  CHECK(out.find("drafter=lookup+longspec tree=own") != std::string::npos);
   REQUIRE(run_main(with({"--lookup-min", "3", "--lookup-max", "5"}), out) == 0);
   CHECK(out.find("prompt lookup where the last 3-5 tokens occurred before") != std::string::npos);
   REQUIRE(run_main(with({"--drafter", "ngram", "--lookup-max", "6"}), out) == 0);
   CHECK(out.find("prompt lookup (1-6-grams, no model)") != std::string::npos);
   // an explicit drafter keeps the rule that only the LongSpec draft takes a tree
   CHECK(run_main(with({"--drafter", "lookup+longspec", "--tree", "beam"}), out) == 2);
-  CHECK(run_main(with({"--lookup-min", "5", "--lookup-max", "4"}), out) == 2);  // the library's range check
+  CHECK(run_main(with({"--lookup-min", "5", "--lookup-max", "4"}), out) == 2);  // checked before the runs
+  CHECK(run_main(with({"--lookup-max", "0"}), out) == 2);
+  REQUIRE(run_main(with({"--drafter", "ngram", "--lookup-max", "1"}), out) == 0);  // ngram reads no lookup_min
+  CHECK(out.find("prompt lookup (1-1-grams, no model)") != std::string::npos);
 }
 
 TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
