@@ -65,11 +65,13 @@ void BM_ngram_pool_query_top20(benchmark::State& state) {
 }
 BENCHMARK(BM_ngram_pool_query_top20)->Unit(benchmark::kMicrosecond);
 
+// Arg: max_ngram (3: PLD's usual lengths; 12: the byte-level demo's).
 void BM_prompt_lookup_100k(benchmark::State& state) {
   const auto text = synthetic_text(100000, 2);
   std::size_t proposed = 0;
+  const auto max_ngram = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    specdec::prompt_lookup pl({.min_ngram = 1, .max_ngram = 3, .num_tokens = 10});
+    specdec::prompt_lookup pl({.min_ngram = 1, .max_ngram = max_ngram, .num_tokens = 10});
     for (std::size_t i = 0; i < text.size(); ++i) {
       pl.push(text[i]);
       if ((i & 15) == 0) proposed += pl.propose().size();  // one proposal per "step"
@@ -82,6 +84,6 @@ void BM_prompt_lookup_100k(benchmark::State& state) {
                                                       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.SetItemsProcessed(static_cast<std::int64_t>(text.size()) * state.iterations());
 }
-BENCHMARK(BM_prompt_lookup_100k)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prompt_lookup_100k)->Arg(3)->Arg(12)->Unit(benchmark::kMillisecond);
 
 }  // namespace

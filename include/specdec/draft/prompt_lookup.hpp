@@ -79,8 +79,9 @@ class prompt_lookup {
   [[nodiscard]] const prompt_lookup_params& params() const noexcept { return p_; }
   [[nodiscard]] std::span<const std::int32_t> context() const noexcept { return ctx_; }
 
-  //! Appends one token. Amortized O(max_ngram - min_ngram + 1) hash updates of O(m) each.
-  //! Precondition: the context stays below 2^31 tokens.
+  //! Appends one token: O(max_ngram) hashing (the grams ending at the previous token share their
+  //! hash steps) plus amortized O(max_ngram - min_ngram + 1) table updates, each comparing an equal
+  //! gram's O(m) tokens. Precondition: the context stays below 2^31 tokens.
   void push(std::int32_t token) {
     // The token at L-1 now has a successor: register the m-grams ending at L-1.
     const auto L = static_cast<std::int64_t>(ctx_.size());
@@ -88,13 +89,19 @@ class prompt_lookup {
     ctx_.push_back(token);
     if (L == 0) return;
     const std::int64_t end = L - 1;  // inclusive end of the grams being registered
-    for (int m = p_.min_ngram; m <= p_.max_ngram && end - m + 1 >= 0; ++m) {
+    // The hash reads a gram from its last token back to its first, so the hash of the m-gram ending
+    // at `end` is one step on from the (m-1)-gram's: O(max_ngram) steps for all lengths, not
+    // O(max_ngram^2) (with lengths 1-12, indexing a 16K-token prompt took 12-16 ms before).
+    std::uint64_t h = hash_seed;
+    for (int m = 1; m <= p_.max_ngram && end - m + 1 >= 0; ++m) {
       const auto start = static_cast<std::int32_t>(end - m + 1);
+      h = hash_step(h, ctx_[static_cast<std::size_t>(start)]);
+      if (m < p_.min_ngram) continue;
       // distinct grams sharing a hash stay separate (the predicate compares tokens); an equal gram
       // gets its latest start, and the start it replaces becomes this occurrence's predecessor
       // (starts of one length arrive in order 0, 1, 2, ..., so prev_[.][start] is a push_back)
       const auto mi = static_cast<std::size_t>(m - p_.min_ngram);
-      prev_[mi].push_back(maps_[mi].upsert(hash(start, m), start, [&](std::int32_t s) { return same(s, start, m); }));
+      prev_[mi].push_back(maps_[mi].upsert(h, start, [&](std::int32_t s) { return same(s, start, m); }));
     }
   }
 
@@ -152,13 +159,17 @@ class prompt_lookup {
   }
 
  private:
+  // FNV-1a-style steps with a shift mix, over a gram's tokens from its last to its first (push
+  // extends one length's hash to the next). One table per length, so the length is not hashed.
+  static constexpr std::uint64_t hash_seed = 0xCBF29CE484222325ull;
+  static std::uint64_t hash_step(std::uint64_t h, std::int32_t token) noexcept {
+    h ^= static_cast<std::uint32_t>(token);
+    h *= 0x100000001B3ull;
+    return h ^ (h >> 29);
+  }
   std::uint64_t hash(std::int64_t start, int m) const {
-    std::uint64_t h = 0xCBF29CE484222325ull ^ static_cast<std::uint64_t>(m);
-    for (int i = 0; i < m; ++i) {
-      h ^= static_cast<std::uint32_t>(ctx_[static_cast<std::size_t>(start + i)]);
-      h *= 0x100000001B3ull;
-      h ^= h >> 29;
-    }
+    std::uint64_t h = hash_seed;
+    for (int i = m - 1; i >= 0; --i) h = hash_step(h, ctx_[static_cast<std::size_t>(start + i)]);
     return h;
   }
   bool same(std::int64_t a, std::int64_t b, int m) const {
