@@ -242,13 +242,10 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   require(o.tree_nodes >= 0, "specdec::examples::run_demo", "tree_nodes", ">= 0 (0 = no cap)", o.tree_nodes);
-  // the lookup's lengths, before the long runs (ngram matches from 1 token and reads only lookup_max)
-  if (o.drafter == demo_drafter::lookup_longspec)
-    require(o.lookup_min >= 1 && o.lookup_min <= o.lookup_max, "specdec::examples::run_demo", "lookup_min",
-            ">= 1 and <= lookup_max", o.lookup_min);
+  // the lookup's lengths, by the library's own check, before the long runs (ngram matches from 1 token)
   if (o.drafter == demo_drafter::ngram || o.drafter == demo_drafter::lookup_longspec)
-    require(o.lookup_max >= 1 && o.lookup_max <= prompt_lookup_params::max_ngram_limit, "specdec::examples::run_demo",
-            "lookup_max", ">= 1 and <= prompt_lookup_params::max_ngram_limit (256)", o.lookup_max);
+    specdec::detail::validate_pld("specdec::examples::run_demo (lookup_min, lookup_max)",
+                                  {.min_ngram = o.drafter == demo_drafter::ngram ? 1 : o.lookup_min, .max_ngram = o.lookup_max});
   const sampling_params sp{.temperature = o.temperature, .top_p = o.top_p};
   validate_sampling_params(sp, "specdec::examples::run_demo");
   require(o.drafter == demo_drafter::longspec || o.tree == demo_tree::chain, "specdec::examples::run_demo", "tree",
