@@ -9,7 +9,8 @@ namespace specdec_test {
 int run_catch(int argc, char** argv, const char* only_tests) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  if (only_tests != nullptr) session.configData().testsOrTags = {only_tests};
+  // Catch2 ANDs separate test-spec arguments: a bundle's file tag ([#test_x]) and only_tests both apply.
+  if (only_tests != nullptr) session.configData().testsOrTags.push_back(only_tests);
   return session.run();
 }
 

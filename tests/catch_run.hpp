@@ -5,8 +5,8 @@
 
 namespace specdec_test {
 
-//! Runs the test cases that argc/argv select, or, when only_tests is not null, those that the test
-//! spec only_tests selects (e.g. "[nogpu]"; the other command-line options still apply). Returns
+//! Runs the test cases that argc/argv select; when only_tests is not null, only those of them that the
+//! test spec only_tests selects too (e.g. "[nogpu]"; a command line without a test spec selects all). Returns
 //! what Catch::Session::run returns: the number of failed assertions (capped), or a non-zero status
 //! for a bad command line.
 int run_catch(int argc, char** argv, const char* only_tests = nullptr);
