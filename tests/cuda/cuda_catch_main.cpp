@@ -1,4 +1,4 @@
-// Catch2 main shared by every tests/cuda/test_*.cu executable (tests/CMakeLists.txt links it in).
+// Catch2 main shared by every CUDA test executable (tests/CMakeLists.txt links it in).
 //
 // How to write a CUDA test: add tests/cuda/test_<name>.cu with TEST_CASEs only (no main, no
 // CATCH_CONFIG_MAIN); it is registered as ctest test cuda.test_<name> with label `cuda`. This main
@@ -10,6 +10,9 @@
 // Built with SPECDEC_CUDA_TEST_DEVICE_CODE=CHECK (the default where configure found no GPU), the
 // executables carry unoptimized PTX for compile checks only, and they skip the GPU tests the same
 // way on a machine that has a device: what they would time and compare is not the code users run.
+// There the files are also compiled several to an executable (cuda_check_bundle_<i>, each file in a
+// namespace of its own; ctest runs a file's cases by its tag [#test_<name>]): keep every #include at
+// the top of a file, #undef a file's macros at its end, and keep test case names unique across files.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>

@@ -183,3 +183,5 @@ TEST_CASE("cuda split-KV walk: the key tiles of all parts cover the cache exactl
           REQUIRE(iterations <= 2 * tiles + nchunks);
         }
 }
+
+#undef EXPECT_ARG  // (the CUDA CHECK build compiles this file in a bundle with others)
