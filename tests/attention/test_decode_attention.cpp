@@ -164,14 +164,20 @@ TEST_CASE("attention_options::kernel pins the rows, lanes or tile kernel; each m
                                             big.out_view(), big.lse_view(),
                                             {.kernel = static_cast<specdec::attention_kernel>(7)}),
                   specdec::invalid_argument);
-  // lanes takes those 12 rows; with more than 16 (5 tokens x GQA 4 = 20) it is an error too.
+  // lanes takes those 12 rows, and 32 (8 tokens x GQA 4); with more (9 tokens x GQA 4 = 36) it is an
+  // error too, on every CPU.
   big.reset_outputs();
   specdec::decode_attention(specdec::host{}, big.q_view(), big.paged(), big.indptr_view(), big.out_view(),
                             big.lse_view(), {.kernel = specdec::attention_kernel::lanes});
   check_against(big, specdec::reference::decode_attention(big.q_view(), big.paged(), big.indptr_view()));
-  batch<float> bigger(33, 8, 2, 64, {100}, {5});
+  batch<float> widest(34, 8, 2, 64, {100}, {8});
+  specdec::decode_attention(specdec::host{}, widest.q_view(), widest.paged(), widest.indptr_view(), widest.out_view(),
+                            widest.lse_view(), {.kernel = specdec::attention_kernel::lanes});
+  check_against(widest, specdec::reference::decode_attention(widest.q_view(), widest.paged(), widest.indptr_view()));
+  batch<float> bigger(33, 8, 2, 64, {100}, {9});
   CHECK_THROWS_WITH(specdec::decode_attention(specdec::host{}, bigger.q_view(), bigger.paged(), bigger.indptr_view(),
                                               bigger.out_view(), bigger.lse_view(),
                                               {.kernel = specdec::attention_kernel::lanes}),
-                    Catch::Matchers::Contains("attention_kernel::lanes") && Catch::Matchers::Contains("20 in request 0"));
+                    Catch::Matchers::Contains("attention_kernel::lanes") && Catch::Matchers::Contains("36 in request 0") &&
+                        Catch::Matchers::Contains("at most 32"));
 }

@@ -74,7 +74,31 @@ TEST_CASE("decode row and lanes kernels fp32: more kv heads than one chunk of a 
     }
 }
 
+// The lanes kernel's two-row-vector form: 17-32 query rows per kv head (a tree of 5-8 tokens at GQA
+// 4), pinned, so every level runs it (automatic takes it where a row vector is one register).
+TEST_CASE("decode lanes kernel fp32: rows 17..32 (two row vectors), GQA ratios, head dims, layouts, splits, hybrid") {
+  using specdec::attention_kernel;
+  std::uint64_t seed = 5200;
+  for (int ratio : {1, 2, 4, 8})
+    for (int d : {64, 128, 256}) {
+      ++seed;
+      if (!sweep_cell(std::countr_zero(unsigned(ratio)), d / 128, 3)) continue;  // (the -O0 sanitizer build)
+      DYNAMIC_SECTION("ratio " << ratio << " d " << d) {
+        row_kernel_sweep<float>(seed, ratio, d, {layout_kind::paged, layout_kind::nhd}, {}, ratio == 4,
+                                attention_kernel::lanes, 0, true);
+      }
+    }
+  row_kernel_sweep<float>(5300, 4, 128, {layout_kind::hnd}, {.kv_split_size = 45}, true, attention_kernel::lanes,
+                          specdec::detail::dot_heads + 3, true);
+  // GQA 1: every row count 17-32 (four seeds: four consecutive counts each).
+  for (std::uint64_t s : {5400, 5404, 5408, 5412})
+    row_kernel_sweep<float>(s, 1, 64, {layout_kind::nhd}, {}, true, attention_kernel::lanes, 0, true);
+}
+
 TEST_CASE("decode lanes kernel fp32: equals the tile kernel on the same inputs") {
+  for (int rows = 17; rows <= 32; ++rows)
+    for (int n : {0, 1, 33, 100}) row_kernel_matches_tile_kernel<64, float, 0>(rows * 100 + n + 9, rows, 2, 2 + n, 2e-6);
+  row_kernel_matches_tile_kernel<128, float, 0>(79, 29, 0, 200, 2e-6);
   for (int rows = 1; rows <= 16; ++rows)
     for (int n : {0, 1, 31, 33, 37, 100}) {
       row_kernel_matches_tile_kernel<64, float, 0>(rows * 100 + n + 7, rows, 3, 3 + n, 2e-6);

@@ -1,7 +1,7 @@
 #pragma once
 // Differential sweep of the kernels host decode runs on the cache of a request with few query rows
 // per kv head: the dot-product ("row") kernel up to detail::max_dot_rows (tokens x Hq/Hkv <= 8) and
-// the lanes kernel from 9 to detail::max_lane_rows (16): token counts of the range (each call takes
+// the lanes kernel from 9 to 16 (one row vector) and 17 to detail::max_lane_rows (32, two): token counts of the range (each call takes
 // four consecutive ones from its seed), GQA 1/2/4/8, head dims 64/128/256, cache lengths 0, 1, odd and longer than the split size, paged and
 // contiguous (NHD, HND) caches, against the double reference; plus each kernel itself against the
 // tile kernel on identical inputs.
@@ -17,24 +17,33 @@ namespace attn_test {
 inline std::vector<int> row_sweep_lengths() { return {0, 1, 37, 700}; }
 
 //! decode_attention (and, for hybrid = true, hybrid_tree_attention) on requests whose token counts
-//! are those the automatic choice runs `kernel` (rows or lanes) on (rows: 1 .. 8 / ratio tokens;
-//! lanes: rows 9-16), every layout kind in `kinds`, against the double reference. kv_heads: Hkv (0:
-//! 1 at GQA 8, else 2; more than detail::dot_heads runs a work item's heads in several chunks).
+//! are those the automatic choice runs `kernel` (rows or lanes) on at every level (rows: 1 .. 8 /
+//! ratio tokens; lanes: rows 9-16), every layout kind in `kinds`, against the double reference.
+//! kv_heads: Hkv (0: 1 at GQA 8, else 2; more than detail::dot_heads runs a work item's heads in
+//! several chunks). wide_lanes: rows 17-32 with the lanes kernel pinned (its two-row-vector form,
+//! which automatic runs only where a row vector is one register, detail::lanes_auto_rows).
 template <class T>
 void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_list<layout_kind> kinds,
                       specdec::attention_options opt = {}, bool hybrid = false,
-                      specdec::attention_kernel kernel = specdec::attention_kernel::rows, int kv_heads = 0) {
+                      specdec::attention_kernel kernel = specdec::attention_kernel::rows, int kv_heads = 0,
+                      bool wide_lanes = false) {
   using specdec::detail::max_dot_rows;
+  using specdec::detail::vlanes;
   const bool lanes = kernel == specdec::attention_kernel::lanes;
+  REQUIRE((!wide_lanes || lanes));
+  if (wide_lanes) opt.kernel = specdec::attention_kernel::lanes;
   const int hkv = kv_heads > 0 ? kv_heads : ratio == 8 ? 1 : 2;
-  const int min_tokens = lanes ? max_dot_rows / ratio + 1 : 1;
-  const int max_tokens = (lanes ? specdec::detail::max_lane_rows : max_dot_rows) / ratio;
+  const int first_row = wide_lanes ? vlanes + 1 : lanes ? max_dot_rows + 1 : 1;
+  const int last_row = wide_lanes ? specdec::detail::max_lane_rows : lanes ? vlanes : max_dot_rows;
+  const int min_tokens = (first_row + ratio - 1) / ratio, max_tokens = last_row / ratio;
+  REQUIRE(min_tokens <= max_tokens);
   const std::vector<int> lens = row_sweep_lengths();
   std::vector<int> tokens;
   for (std::size_t r = 0; r < lens.size(); ++r)
     tokens.push_back(min_tokens + static_cast<int>((r + seed) % (max_tokens - min_tokens + 1)));
   batch<T> b(seed, hkv * ratio, hkv, d, lens, tokens);
-  for (int n : tokens) REQUIRE(specdec::detail::automatic_cache_kernel(n * ratio) == kernel);  // the path under test
+  if (!wide_lanes)
+    for (int n : tokens) REQUIRE(specdec::detail::automatic_cache_kernel(n * ratio) == kernel);  // the path under test
   for (auto kind : kinds) {
     INFO("layout " << name(kind) << " ratio " << ratio << " d " << d << " split " << opt.kv_split_size);
     b.with_layout(kind, [&](auto layout) {
@@ -55,7 +64,7 @@ void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_lis
   }
 }
 
-//! attend_part_rows<D, T, RB> (RB = 0: attend_part_lanes<D, T>) vs attend_part (the tile kernel) on
+//! attend_part_rows<D, T, RB> (RB = 0: attend_part_lanes<D, T, RV>, RV = 1 up to 16 rows, else 2) vs attend_part (the tile kernel) on
 //! the same transposed query panel and K/V rows, one kv head, keys [k0, k1): partial O rows and
 //! LSEs agree to `tol`.
 template <int D, class T, int RB>
@@ -73,8 +82,10 @@ void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int 
   auto krow = [&](int t, int) { return static_cast<const T*>(k.data() + static_cast<std::size_t>(t) * D); };
   auto vrow = [&](int t, int) { return static_cast<const T*>(v.data() + static_cast<std::size_t>(t) * D); };
   auto qt_of = [&](int) { return static_cast<const float*>(qt.data()); };
-  if constexpr (RB == 0) attend_part_lanes<D, T>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
-  else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  if constexpr (RB == 0) {
+    if (m_rows <= vlanes) attend_part_lanes<D, T, 1>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+    else attend_part_lanes<D, T, 2>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  } else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
   attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0);
   double worst = 0;
   // A NaN difference must stick (std::max(worst, NaN) would drop it): worst becomes NaN and stays.

@@ -321,6 +321,9 @@ TEST_CASE("simd_level: host attention at every level agrees with the reference (
       // Trees of 9-16 query rows per kv head: the lanes kernel over the cache.
       attn_test::row_kernel_sweep<float>(++seed, 4, 128, {attn_test::layout_kind::paged}, {}, true,
                                          specdec::attention_kernel::lanes);
+      // 17-32 rows: the lanes kernel's two-row-vector form, pinned (automatic runs it on AVX-512 only).
+      attn_test::row_kernel_sweep<float>(++seed, 4, 128, {attn_test::layout_kind::paged}, {}, true,
+                                         specdec::attention_kernel::lanes, 0, true);
       // Larger trees: the tile kernel over the cache and the masked tree tiles.
       attn_test::batch<float> b(++seed, 8, 2, 128, {300, 0, 77}, {40, 9, 70});
       // Tree attention alone (no cache part): the masked tile kernel.

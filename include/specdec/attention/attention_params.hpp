@@ -39,16 +39,17 @@ class attention_workspace;
 //! default picks per request.
 enum class attention_kernel {
   //! host: for the cache of a request with at most 8 query rows per kv head (tokens x Hq / Hkv: a
-  //! decode step, a small tree) the rows kernel, with 9-16 the lanes kernel, else the tile kernel
-  //! (tree tokens always run the tile kernel); cuda: its tile kernel.
+  //! decode step, a small tree) the rows kernel, with 9-16 the lanes kernel, with 17-32 the lanes
+  //! kernel where the CPU runs AVX-512 and the tile kernel elsewhere, else the tile kernel (tree
+  //! tokens always run the tile kernel); cuda: its tile kernel.
   automatic,
   //! The host rows kernel (vectorised along head_dim, one dot product per key and query row). Needs at
   //! most 8 query rows per kv head in every request; host only.
   rows,
   //! The tile kernel (vectorised over query rows: 64-key tiles through score and PV microkernels).
   tiles,
-  //! The host lanes kernel (a request's query rows in the lanes of one vector, K/V rows read in
-  //! place in 32-key blocks). Needs at most 16 query rows per kv head in every request; host only.
+  //! The host lanes kernel (a request's query rows in the lanes of one or two vectors, K/V rows read
+  //! in place in 32-key blocks). Needs at most 32 query rows per kv head in every request; host only.
   lanes,
 };
 

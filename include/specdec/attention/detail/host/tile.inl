@@ -23,7 +23,13 @@ inline constexpr int vreg_parts = vlanes / native_lanes;
 //! (benchmarks/RESULTS.md, session 34): the 6-key block ran at 1.9 FMAs per cycle in isolation
 //! against 1.1 for 4 keys (8 ymm accumulators do not hide the FMA latency there). The tile kernel
 //! keeps tile_score_keys: the same change made its cells 10-25% slower on that core.
-inline constexpr int lanes_score_keys = std::clamp((native_vregs - vreg_parts - 1) / vreg_parts, 1, 8);
+//! With rv = 2 row vectors (17-32 rows): AVX-512 8 (16 of 32 zmm accumulate), AVX2 2, which is why
+//! automatic runs the lanes kernel past 16 rows only where a row vector is one register
+//! (lanes_auto_rows, attend_lanes.inl).
+[[nodiscard]] constexpr int lanes_score_keys_for(int rv) noexcept {
+  return std::clamp((native_vregs - rv * vreg_parts - 1) / (rv * vreg_parts), 1, 8);
+}
+inline constexpr int lanes_score_keys = lanes_score_keys_for(1);
 //! Column vectors per register block of the PV microkernel: 4 with AVX-512 (a 64-column slice),
 //! 1 where the register file is smaller.
 inline constexpr int pv_cols = fit_block(4 + 1, 1, 4);
