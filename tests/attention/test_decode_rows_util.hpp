@@ -1,10 +1,11 @@
 #pragma once
 // Differential sweep of the kernels host decode runs on the cache of a request with few query rows
 // per kv head: the dot-product ("row") kernel up to detail::max_dot_rows (tokens x Hq/Hkv <= 8) and
-// the lanes kernel from 9 to 16 (one row vector) and 17 to detail::max_lane_rows (32, two): token counts of the range (each call takes
-// four consecutive ones from its seed), GQA 1/2/4/8, head dims 64/128/256, cache lengths 0, 1, odd and longer than the split size, paged and
-// contiguous (NHD, HND) caches, against the double reference; plus each kernel itself against the
-// tile kernel on identical inputs.
+// the lanes kernel from 9 to 16 (one row vector) and 17 to detail::max_lane_rows (32, two, pinned):
+// token counts of the range (each call takes four consecutive ones from its seed), GQA 1/2/4/8, head
+// dims 64/128/256, cache lengths 0, 1, odd and longer than the split size, paged and contiguous (NHD,
+// HND) caches, against the double reference; plus each kernel itself against the tile kernel on
+// identical inputs.
 #include "attention_fixture.hpp"
 
 #include "specdec/attention/decode_attention.hpp"

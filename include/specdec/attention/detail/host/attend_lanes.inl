@@ -25,6 +25,13 @@ inline constexpr int lanes_auto_rows = vreg_parts == 1 ? 2 * vlanes : vlanes;
   return kb * ((dot_block + kb - 1) / kb);
 }
 inline constexpr int lanes_block = lanes_block_for(1);
+//! Tokens ahead at which attend_part_lanes software-prefetches K rows, into L1 (prefetcht0), where
+//! the rows kernel goes kpf_dist (32) ahead into L2. This kernel computes 2-4x longer per byte, and
+//! on a Zen 5 core (AVX-512) the near L1 form ran #24's fp16 grid at a 32K cache 1.24-1.37x faster
+//! than the rows kernel's schedule (trees 3-8 at GQA 4, one thread; 8 tokens ahead was as good, 32
+//! into L1 between the two), with the 4K cells unchanged (RESULTS.md, session 41). Not measured on
+//! other cores; on a Zen 4 core the rows kernel's far L1 form was the slow one (attend_rows.inl).
+inline constexpr int lanes_kpf_dist = 16;
 
 //! Unmasked online-softmax attention of m_rows <= 16 * RV query rows per kv head over keys
 //! [k_begin, k_end) of `nheads` kv heads (automatic runs it for 9 to lanes_auto_rows rows, RV = 2
@@ -38,10 +45,10 @@ inline constexpr int lanes_block = lanes_block_for(1);
 //!
 //! Per block of lanes_block_for(RV) keys: scores token-major over the heads (score_keys on the K
 //! rows in place, RV row vectors; fp16/bf16 rows are widened into a small L1 buffer first),
-//! prefetching K kpf_dist tokens ahead and the block's V rows into L2 as the rows kernel does; an
-//! online softmax per head and row vector with the rows in lanes; then O += P V per head (pv_blocks
-//! on the V rows in place, m_rows rounded up to 4), prefetching the next block's V. Score lanes
-//! m_rows..16 * RV - 1 have zero queries and are computed but never written out.
+//! prefetching K lanes_kpf_dist tokens ahead into L1 and the block's V rows into L2 as the rows
+//! kernel does; an online softmax per head and row vector with the rows in lanes; then O += P V per
+//! head (pv_blocks on the V rows in place, m_rows rounded up to 4), prefetching the next block's V.
+//! Score lanes m_rows..16 * RV - 1 have zero queries and are computed but never written out.
 template <int D, class T, int RV = 1, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
                        int k_begin, int k_end) noexcept {
@@ -81,7 +88,7 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
               vp[hh][j] = vr;
               if (j < nnb) vn[hh][j] = vrow(b + LB + j, h0 + hh);
               prefetch_row<D>(vr);
-              if (b + j + kpf_dist < k_end) prefetch_row<D>(krow(b + j + kpf_dist, h0 + hh));
+              if (b + j + lanes_kpf_dist < k_end) prefetch_row<D, 3>(krow(b + j + lanes_kpf_dist, h0 + hh));
             }
             if constexpr (widen) {
               widen_row(src, kw + jj * D, D);
