@@ -88,11 +88,23 @@ TEST_CASE("decode lanes kernel fp32: rows 17..32 (two row vectors), GQA ratios, 
                                 attention_kernel::lanes, 0, true);
       }
     }
-  row_kernel_sweep<float>(5300, 4, 128, {layout_kind::hnd}, {.kv_split_size = 45}, true, attention_kernel::lanes,
+  row_kernel_sweep<float>(5300, 4, 64, {layout_kind::hnd}, {.kv_split_size = 45}, true, attention_kernel::lanes,
                           specdec::detail::dot_heads + 3, true);
-  // GQA 1: every row count 17-32 (four seeds: four consecutive counts each).
-  for (std::uint64_t s : {5400, 5404, 5408, 5412})
+  // GQA 1: every row count 17-32 with a non-empty cache (request 0's is empty): six seeds of four
+  // consecutive counts each.
+  for (std::uint64_t s : {5394, 5397, 5400, 5403, 5406, 5407})
     row_kernel_sweep<float>(s, 1, 64, {layout_kind::nhd}, {}, true, attention_kernel::lanes, 0, true);
+}
+
+TEST_CASE("decode kernels: the automatic choice by query rows per kv head") {
+  using specdec::attention_kernel;
+  using namespace specdec::detail;
+  for (int rows : {1, 4, 8}) CHECK(automatic_cache_kernel(rows) == attention_kernel::rows);
+  for (int rows : {9, 16}) CHECK(automatic_cache_kernel(rows) == attention_kernel::lanes);
+  // 17-32: two row vectors where one is a register (this file's own level), else the tile kernel.
+  for (int rows : {17, 24, 32})
+    CHECK(automatic_cache_kernel(rows) == (vreg_parts == 1 ? attention_kernel::lanes : attention_kernel::tiles));
+  for (int rows : {33, 64}) CHECK(automatic_cache_kernel(rows) == attention_kernel::tiles);
 }
 
 TEST_CASE("decode lanes kernel fp32: equals the tile kernel on the same inputs") {

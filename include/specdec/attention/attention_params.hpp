@@ -40,8 +40,8 @@ class attention_workspace;
 enum class attention_kernel {
   //! host: for the cache of a request with at most 8 query rows per kv head (tokens x Hq / Hkv: a
   //! decode step, a small tree) the rows kernel, with 9-16 the lanes kernel, with 17-32 the lanes
-  //! kernel where the CPU runs AVX-512 and the tile kernel elsewhere, else the tile kernel (tree
-  //! tokens always run the tile kernel); cuda: its tile kernel.
+  //! kernel at the avx512 SIMD level (active_simd_level) and the tile kernel below it, else the
+  //! tile kernel (tree tokens always run the tile kernel); cuda: its tile kernel.
   automatic,
   //! The host rows kernel (vectorised along head_dim, one dot product per key and query row). Needs at
   //! most 8 query rows per kv head in every request; host only.

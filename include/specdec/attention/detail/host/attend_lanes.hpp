@@ -2,10 +2,10 @@
 //! \file attend_lanes.hpp
 //! Level 2 of the host attention backend (see run.hpp): the lanes pass attend_part_lanes, for cache
 //! parts with 9-16 query rows per kv head (a small tree: 5-8 tokens at GQA 2, 3-4 at GQA 4), and
-//! 17-32 where a 16-lane vector is one register (AVX-512; 5-8 tokens at GQA 4): the query rows in
-//! the lanes of one or two vectors, like the tile kernel's microkernels, and the K/V rows
-//! read where they lie, streamed token-major in 32-key blocks with the rows kernel's prefetch
-//! schedule. Same interface and partial format as attend_part (attend_tiles.hpp).
+//! 17-32 where a 16-lane vector is one register (the avx512 level; 5-8 tokens at GQA 4): the query
+//! rows in the lanes of one or two vectors, like the tile kernel's microkernels, and the K/V rows
+//! read where they lie, streamed token-major in 32-key blocks with K and V prefetched ahead
+//! (lanes_kpf_dist). Same interface and partial format as attend_part (attend_tiles.hpp).
 
 #include <algorithm>
 #include <cmath>

@@ -8,9 +8,10 @@
 inline constexpr int max_lane_rows = 2 * vlanes;
 //! Query rows per kv head up to which attention_kernel::automatic runs a cache part with more than
 //! max_dot_rows through the lanes kernel instead of the tile kernel: 32 (two row vectors) where a
-//! row vector is one register (AVX-512: 8-key score blocks with 16 accumulators), else 16 (AVX2's
-//! two-vector score block would hold 2 keys; the tile kernel's staged 4-key blocks do better there).
-//! Measured on a Zen 5 core (RESULTS.md, session 41).
+//! row vector is one register (the avx512 level: 8-key score blocks with 16 accumulators; on a Zen 5
+//! core 1.25-1.3x faster than the tile kernel at a 4K cache, RESULTS.md, session 41), else 16. At
+//! 17-32 rows both kernels' score blocks hold 2 keys on AVX2, and which is faster there has not
+//! been measured, so AVX2 keeps the tile kernel it had.
 inline constexpr int lanes_auto_rows = vreg_parts == 1 ? 2 * vlanes : vlanes;
 //! The kernel attention_kernel::automatic runs on the cache parts of a request with `rows` query
 //! rows per kv head (tokens x Hq / Hkv).
@@ -24,14 +25,16 @@ inline constexpr int lanes_auto_rows = vreg_parts == 1 ? 2 * vlanes : vlanes;
   const int kb = lanes_score_keys_for(rv);
   return kb * ((dot_block + kb - 1) / kb);
 }
-inline constexpr int lanes_block = lanes_block_for(1);
-//! Tokens ahead at which attend_part_lanes software-prefetches K rows, into L1 (prefetcht0), where
-//! the rows kernel goes kpf_dist (32) ahead into L2. This kernel computes 2-4x longer per byte, and
-//! on a Zen 5 core (AVX-512) the near L1 form ran #24's fp16 grid at a 32K cache 1.24-1.37x faster
-//! than the rows kernel's schedule (trees 3-8 at GQA 4, one thread; 8 tokens ahead was as good, 32
-//! into L1 between the two), with the 4K cells unchanged (RESULTS.md, session 41). Not measured on
-//! other cores; on a Zen 4 core the rows kernel's far L1 form was the slow one (attend_rows.inl).
-inline constexpr int lanes_kpf_dist = 16;
+//! Tokens ahead at which attend_part_lanes software-prefetches K rows, and the __builtin_prefetch
+//! locality: at the avx512 level 16 into L1 (prefetcht0), elsewhere the rows kernel's kpf_dist (32)
+//! into L2. The lanes kernel computes 2-4x longer per byte than the rows kernel, and on a Zen 5
+//! core the near L1 form ran #24's fp16 grid at a 32K cache 1.24-1.37x faster than the rows
+//! kernel's schedule (trees 3-8 at GQA 4, one thread; 8 tokens ahead was as good, 32 into L1
+//! between the two), with the 4K cells unchanged (RESULTS.md, session 41). Not measured on other
+//! cores, so AVX2 and the portable levels keep the schedule their figures were taken with (on a
+//! Zen 4 core the rows kernel's far L1 form was the slow one, attend_rows.inl).
+inline constexpr int lanes_kpf_dist = vreg_parts == 1 ? 16 : kpf_dist;
+inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 
 //! Unmasked online-softmax attention of m_rows <= 16 * RV query rows per kv head over keys
 //! [k_begin, k_end) of `nheads` kv heads (automatic runs it for 9 to lanes_auto_rows rows, RV = 2
@@ -52,7 +55,7 @@ inline constexpr int lanes_kpf_dist = 16;
 template <int D, class T, int RV = 1, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
                        int k_begin, int k_end) noexcept {
-  static_assert(RV == 1 || RV == 2);
+  static_assert(RV == 1 || RV == 2);  // m_rows <= 16 * RV: passes.inl picks RV by the row count
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   constexpr int KB = lanes_score_keys_for(RV), LB = lanes_block_for(RV), NH = dot_heads;
   constexpr int W = RV * vlanes;  // rows per score vector set
@@ -88,7 +91,7 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
               vp[hh][j] = vr;
               if (j < nnb) vn[hh][j] = vrow(b + LB + j, h0 + hh);
               prefetch_row<D>(vr);
-              if (b + j + lanes_kpf_dist < k_end) prefetch_row<D, 3>(krow(b + j + lanes_kpf_dist, h0 + hh));
+              if (b + j + lanes_kpf_dist < k_end) prefetch_row<D, lanes_kpf_locality>(krow(b + j + lanes_kpf_dist, h0 + hh));
             }
             if constexpr (widen) {
               widen_row(src, kw + jj * D, D);

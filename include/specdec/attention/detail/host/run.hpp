@@ -18,8 +18,9 @@
 //!     A cache part of a request with at most max_dot_rows (8) query rows per kv head (a decode
 //!     step: one token x the GQA group) runs attend_part_rows instead, which vectorises along
 //!     head_dim (a dot product per key and row) rather than over rows, and streams K token-major;
-//!     one with 9-16 rows (a small tree) runs attend_part_lanes: the rows in one vector's lanes
-//!     like the tiles, but K/V read in place and streamed like the rows kernel's.
+//!     one with 9-16 rows (a small tree; 17-32 at the avx512 level, lanes_auto_rows) runs
+//!     attend_part_lanes: the rows in the lanes of one or two vectors like the tiles, but K/V read
+//!     in place and streamed token-major like the rows kernel's.
 //!  3. merge: every (request, kv head) combines its parts by log-sum-exp (LongSpec Appendix A,
 //!     Proposition A.1, applied n-way) and writes O (storage type) and LSE (natural log).
 //!

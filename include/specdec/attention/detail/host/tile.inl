@@ -23,13 +23,10 @@ inline constexpr int vreg_parts = vlanes / native_lanes;
 //! (benchmarks/RESULTS.md, session 34): the 6-key block ran at 1.9 FMAs per cycle in isolation
 //! against 1.1 for 4 keys (8 ymm accumulators do not hide the FMA latency there). The tile kernel
 //! keeps tile_score_keys: the same change made its cells 10-25% slower on that core.
-//! With rv = 2 row vectors (17-32 rows): AVX-512 8 (16 of 32 zmm accumulate), AVX2 2, which is why
-//! automatic runs the lanes kernel past 16 rows only where a row vector is one register
-//! (lanes_auto_rows, attend_lanes.inl).
+//! With rv = 2 row vectors (17-32 rows): AVX-512 8 (16 of 32 zmm accumulate), AVX2 2.
 [[nodiscard]] constexpr int lanes_score_keys_for(int rv) noexcept {
   return std::clamp((native_vregs - rv * vreg_parts - 1) / (rv * vreg_parts), 1, 8);
 }
-inline constexpr int lanes_score_keys = lanes_score_keys_for(1);
 //! Column vectors per register block of the PV microkernel: 4 with AVX-512 (a 64-column slice),
 //! 1 where the register file is smaller.
 inline constexpr int pv_cols = fit_block(4 + 1, 1, 4);
@@ -37,7 +34,7 @@ inline constexpr int pv_cols = fit_block(4 + 1, 1, 4);
 inline constexpr int tile_pv_rows = 4;
 //! Query rows per register block of the lanes kernel's PV microkernel (an even number): 4 with
 //! AVX-512; with one column vector as many as fit beside it and the broadcast weight (AVX2: 6
-//! rows, 12 ymm accumulators, for the reason given at lanes_score_keys).
+//! rows, 12 ymm accumulators, for the reason given at lanes_score_keys_for).
 inline constexpr int lanes_pv_rows =
     pv_cols > 1 ? 4 : std::clamp((native_vregs - vreg_parts - 1) / vreg_parts / 2 * 2, 2, 8);
 
@@ -176,8 +173,9 @@ SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict al
 }
 
 //! Software-prefetches one K or V row (D elements), a 64-byte line at a time, with
-//! __builtin_prefetch locality `Locality`: 2 = prefetcht1 (into L2), the hint every kernel here
-//! uses for rows it reads a tile or a block later (see stage_rows and kpf_dist for why not L1).
+//! __builtin_prefetch locality `Locality`: 2 = prefetcht1 (into L2), the hint the kernels here use
+//! for rows they read a tile or a block later (see stage_rows and kpf_dist for why not L1), except
+//! the lanes kernel's K at the avx512 level (lanes_kpf_locality).
 template <int D, int Locality = 2, class T>
 SPECDEC_FORCEINLINE void prefetch_row(const T* row) noexcept {
   constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
