@@ -90,6 +90,9 @@ TEST_CASE("decode lanes kernel fp32: rows 17..32 (two row vectors), GQA ratios, 
     }
   row_kernel_sweep<float>(5300, 4, 64, {layout_kind::hnd}, {.kv_split_size = 45}, true, attention_kernel::lanes,
                           specdec::detail::dot_heads + 3, true);
+  // The tile kernel pinned on the same rows (automatic no longer runs it there at the avx512 level).
+  row_kernel_sweep<float>(5500, 4, 128, {layout_kind::paged}, {.kernel = attention_kernel::tiles}, true,
+                          attention_kernel::lanes, 0, true);
   // GQA 1: every row count 17-32 with a non-empty cache (request 0's is empty): six seeds of four
   // consecutive counts each.
   for (std::uint64_t s : {5394, 5397, 5400, 5403, 5406, 5407})
@@ -105,6 +108,14 @@ TEST_CASE("decode kernels: the automatic choice by query rows per kv head") {
   for (int rows : {17, 24, 32})
     CHECK(automatic_cache_kernel(rows) == (vreg_parts == 1 ? attention_kernel::lanes : attention_kernel::tiles));
   for (int rows : {33, 64}) CHECK(automatic_cache_kernel(rows) == attention_kernel::tiles);
+#if SPECDEC_ISA_DISPATCH
+  // The levels the run-time dispatch picks from, whatever this file's flags (test_simd_level checks
+  // that the dispatched call runs them).
+  for (int rows : {17, 32}) CHECK(lvl_avx512::automatic_cache_kernel(rows) == attention_kernel::lanes);
+#if SPECDEC_NATIVE_SIMD_LEVEL <= 1
+  for (int rows : {17, 32}) CHECK(lvl_avx2::automatic_cache_kernel(rows) == attention_kernel::tiles);
+#endif
+#endif
 }
 
 TEST_CASE("decode lanes kernel fp32: equals the tile kernel on the same inputs") {

@@ -22,7 +22,8 @@ inline std::vector<int> row_sweep_lengths() { return {0, 1, 37, 700}; }
 //! ratio tokens; lanes: rows 9-16), every layout kind in `kinds`, against the double reference.
 //! kv_heads: Hkv (0: 1 at GQA 8, else 2; more than detail::dot_heads runs a work item's heads in
 //! several chunks). wide_lanes: rows 17-32 with the lanes kernel pinned (its two-row-vector form,
-//! which automatic runs only where a row vector is one register, detail::lanes_auto_rows).
+//! which automatic runs only where a row vector is one register, detail::lanes_auto_rows), unless
+//! opt.kernel pins another.
 template <class T>
 void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_list<layout_kind> kinds,
                       specdec::attention_options opt = {}, bool hybrid = false,
@@ -32,7 +33,7 @@ void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_lis
   using specdec::detail::vlanes;
   const bool lanes = kernel == specdec::attention_kernel::lanes;
   REQUIRE((!wide_lanes || lanes));
-  if (wide_lanes) opt.kernel = specdec::attention_kernel::lanes;
+  if (wide_lanes && opt.kernel == specdec::attention_kernel::automatic) opt.kernel = specdec::attention_kernel::lanes;
   const int hkv = kv_heads > 0 ? kv_heads : ratio == 8 ? 1 : 2;
   const int first_row = wide_lanes ? vlanes + 1 : lanes ? max_dot_rows + 1 : 1;
   const int last_row = wide_lanes ? specdec::detail::max_lane_rows : lanes ? vlanes : max_dot_rows;

@@ -324,6 +324,22 @@ TEST_CASE("simd_level: host attention at every level agrees with the reference (
       // 17-32 rows: the lanes kernel's two-row-vector form, pinned (automatic runs it on AVX-512 only).
       attn_test::row_kernel_sweep<float>(++seed, 4, 128, {attn_test::layout_kind::paged}, {}, true,
                                          specdec::attention_kernel::lanes, 0, true);
+      {
+        // ... and automatic on 24 rows (6 tokens x GQA 4) runs the lanes kernel at avx512, the tile
+        // kernel below: the same bits as that kernel pinned, not the other's.
+        using specdec::attention_kernel;
+        attn_test::batch<float> w(++seed, 8, 2, 64, {200}, {6});
+        auto run = [&](attention_kernel k) {
+          w.reset_outputs();
+          specdec::decode_attention(specdec::host{}, w.q_view(), w.paged(), w.indptr_view(), w.out_view(),
+                                    w.lse_view(), {.kernel = k});
+          return w.out;
+        };
+        const bool wide = static_cast<simd_level>(l) == simd_level::avx512;
+        const auto autom = run(attention_kernel::automatic);
+        CHECK(autom == run(wide ? attention_kernel::lanes : attention_kernel::tiles));
+        CHECK(autom != run(wide ? attention_kernel::tiles : attention_kernel::lanes));
+      }
       // Larger trees: the tile kernel over the cache and the masked tree tiles.
       attn_test::batch<float> b(++seed, 8, 2, 128, {300, 0, 77}, {40, 9, 70});
       // Tree attention alone (no cache part): the masked tile kernel.

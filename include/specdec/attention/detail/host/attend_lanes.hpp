@@ -4,8 +4,8 @@
 //! parts with 9-16 query rows per kv head (a small tree: 5-8 tokens at GQA 2, 3-4 at GQA 4), and
 //! 17-32 where a 16-lane vector is one register (the avx512 level; 5-8 tokens at GQA 4): the query
 //! rows in the lanes of one or two vectors, like the tile kernel's microkernels, and the K/V rows
-//! read where they lie, streamed token-major in 32-key blocks with K and V prefetched ahead
-//! (lanes_kpf_dist). Same interface and partial format as attend_part (attend_tiles.hpp).
+//! read where they lie, streamed token-major in 32-key blocks with K (lanes_kpf_dist) and V
+//! prefetched ahead. Same interface and partial format as attend_part (attend_tiles.hpp).
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@ inline constexpr int max_lane_rows = 2 * vlanes;
 //! Query rows per kv head up to which attention_kernel::automatic runs a cache part with more than
 //! max_dot_rows through the lanes kernel instead of the tile kernel: 32 (two row vectors) where a
 //! row vector is one register (the avx512 level: 8-key score blocks with 16 accumulators; on a Zen 5
-//! core 1.25-1.3x faster than the tile kernel at a 4K cache, RESULTS.md, session 41), else 16. At
+//! core 1.2-1.4x faster than the tile kernel at a 4K cache, RESULTS.md, session 41), else 16. At
 //! 17-32 rows both kernels' score blocks hold 2 keys on AVX2, and which is faster there has not
 //! been measured, so AVX2 keeps the tile kernel it had.
 inline constexpr int lanes_auto_rows = vreg_parts == 1 ? 2 * vlanes : vlanes;
@@ -28,9 +28,9 @@ inline constexpr int lanes_auto_rows = vreg_parts == 1 ? 2 * vlanes : vlanes;
 //! Tokens ahead at which attend_part_lanes software-prefetches K rows, and the __builtin_prefetch
 //! locality: at the avx512 level 16 into L1 (prefetcht0), elsewhere the rows kernel's kpf_dist (32)
 //! into L2. The lanes kernel computes 2-4x longer per byte than the rows kernel, and on a Zen 5
-//! core the near L1 form ran #24's fp16 grid at a 32K cache 1.24-1.37x faster than the rows
-//! kernel's schedule (trees 3-8 at GQA 4, one thread; 8 tokens ahead was as good, 32 into L1
-//! between the two), with the 4K cells unchanged (RESULTS.md, session 41). Not measured on other
+//! core the near L1 form ran #24's fp16 grid at a 32K cache 1.27-1.36x faster than the rows
+//! kernel's schedule (trees 3-8 at GQA 4, one thread; 8 tokens ahead was close, 32 into L1
+//! between the two), with the 4K cells within 5% (RESULTS.md, session 41). Not measured on other
 //! cores, so AVX2 and the portable levels keep the schedule their figures were taken with (on a
 //! Zen 4 core the rows kernel's far L1 form was the slow one, attend_rows.inl).
 inline constexpr int lanes_kpf_dist = vreg_parts == 1 ? 16 : kpf_dist;
@@ -44,14 +44,15 @@ inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 //! overlapping the FMAs: on a Zen 3 core (AVX2) the demo target's 5-token verification read its
 //! cache at 2.8 GB/s through the tile kernel and at 4.3 through this one (BM_hybrid_demo_shape_pinned,
 //! one thread; RESULTS.md, session 34); on a Zen 5 core (AVX-512, RV = 2) #24's fp16 trees of 5-8
-//! tokens at GQA 4 ran 1.3-1.45x faster than through the tile kernel (session 41).
+//! tokens at GQA 4 ran 1.2-1.4x faster than through the tile kernel (session 41).
 //!
 //! Per block of lanes_block_for(RV) keys: scores token-major over the heads (score_keys on the K
 //! rows in place, RV row vectors; fp16/bf16 rows are widened into a small L1 buffer first),
-//! prefetching K lanes_kpf_dist tokens ahead into L1 and the block's V rows into L2 as the rows
-//! kernel does; an online softmax per head and row vector with the rows in lanes; then O += P V per
-//! head (pv_blocks on the V rows in place, m_rows rounded up to 4), prefetching the next block's V.
-//! Score lanes m_rows..16 * RV - 1 have zero queries and are computed but never written out.
+//! prefetching K lanes_kpf_dist tokens ahead (into L1 at the avx512 level, L2 elsewhere) and the
+//! block's V rows into L2 as the rows kernel does; an online softmax per head and row vector with
+//! the rows in lanes; then O += P V per head (pv_blocks on the V rows in place, m_rows rounded up to
+//! 4), prefetching the next block's V. Score lanes m_rows..16 * RV - 1 have zero queries and are
+//! computed but never written out.
 template <int D, class T, int RV = 1, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
                        int k_begin, int k_end) noexcept {
