@@ -35,18 +35,25 @@ TEST_CASE("decode row kernel fp32: equals the tile kernel on the same inputs") {
   row_kernel_matches_tile_kernel<256, float, 8>(77, 5, 10, 300, 2e-6);
 }
 
-// The lanes kernel: 9-16 query rows per kv head (a small tree at GQA 1-8), the same sweep.
-TEST_CASE("decode lanes kernel fp32: rows 9..16, GQA ratios, head dims, layouts, splits, hybrid") {
-  using specdec::attention_kernel;
-  std::uint64_t seed = 4600;
+// The lanes kernel's sweep over GQA 1/2/4/8 x head dims 64/128/256 (cells thinned in the -O0
+// sanitizer build), paged and NHD, seeds seed + 1.. per cell: rows 9-16, or with `wide` rows 17-32
+// pinned (hybrid too at GQA 4).
+static void lanes_ratio_grid(std::uint64_t seed, bool wide) {
   for (int ratio : {1, 2, 4, 8})
     for (int d : {64, 128, 256}) {
       ++seed;
-      if (!sweep_cell(std::countr_zero(unsigned(ratio)), d / 128, 3)) continue;  // (the -O0 sanitizer build)
+      if (!sweep_cell(std::countr_zero(unsigned(ratio)), d / 128, 3)) continue;
       DYNAMIC_SECTION("ratio " << ratio << " d " << d) {
-        row_kernel_sweep<float>(seed, ratio, d, {layout_kind::paged, layout_kind::nhd}, {}, false, attention_kernel::lanes);
+        row_kernel_sweep<float>(seed, ratio, d, {layout_kind::paged, layout_kind::nhd}, {}, wide && ratio == 4,
+                                specdec::attention_kernel::lanes, 0, wide);
       }
     }
+}
+
+// The lanes kernel: 9-16 query rows per kv head (a small tree at GQA 1-8), the same sweep.
+TEST_CASE("decode lanes kernel fp32: rows 9..16, GQA ratios, head dims, layouts, splits, hybrid") {
+  using specdec::attention_kernel;
+  lanes_ratio_grid(4600, false);
   row_kernel_sweep<float>(4700, 4, 128, {layout_kind::hnd}, {}, true, attention_kernel::lanes);
   for (int split : {1, 31, 64, 1000})
     DYNAMIC_SECTION("split " << split) {
@@ -78,16 +85,7 @@ TEST_CASE("decode row and lanes kernels fp32: more kv heads than one chunk of a 
 // 4), pinned, so every level runs it (automatic takes it where a row vector is one register).
 TEST_CASE("decode lanes kernel fp32: rows 17..32 (two row vectors), GQA ratios, head dims, layouts, splits, hybrid") {
   using specdec::attention_kernel;
-  std::uint64_t seed = 5200;
-  for (int ratio : {1, 2, 4, 8})
-    for (int d : {64, 128, 256}) {
-      ++seed;
-      if (!sweep_cell(std::countr_zero(unsigned(ratio)), d / 128, 3)) continue;  // (the -O0 sanitizer build)
-      DYNAMIC_SECTION("ratio " << ratio << " d " << d) {
-        row_kernel_sweep<float>(seed, ratio, d, {layout_kind::paged, layout_kind::nhd}, {}, ratio == 4,
-                                attention_kernel::lanes, 0, true);
-      }
-    }
+  lanes_ratio_grid(5200, true);
   row_kernel_sweep<float>(5300, 4, 64, {layout_kind::hnd}, {.kv_split_size = 45}, true, attention_kernel::lanes,
                           specdec::detail::dot_heads + 3, true);
   // The tile kernel pinned on the same rows (automatic no longer runs it there at the avx512 level).

@@ -66,7 +66,7 @@ void row_kernel_sweep(std::uint64_t seed, int ratio, int d, std::initializer_lis
   }
 }
 
-//! attend_part_rows<D, T, RB> (RB = 0: attend_part_lanes<D, T, RV>, RV = 1 up to 16 rows, else 2) vs attend_part (the tile kernel) on
+//! attend_part_rows<D, T, RB> (RB = 0: attend_part_lanes<D, T>, one or two row vectors) vs attend_part (the tile kernel) on
 //! the same transposed query panel and K/V rows, one kv head, keys [k0, k1): partial O rows and
 //! LSEs agree to `tol`.
 template <int D, class T, int RB>
@@ -84,10 +84,8 @@ void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int 
   auto krow = [&](int t, int) { return static_cast<const T*>(k.data() + static_cast<std::size_t>(t) * D); };
   auto vrow = [&](int t, int) { return static_cast<const T*>(v.data() + static_cast<std::size_t>(t) * D); };
   auto qt_of = [&](int) { return static_cast<const float*>(qt.data()); };
-  if constexpr (RB == 0) {
-    if (m_rows <= vlanes) attend_part_lanes<D, T, 1>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
-    else attend_part_lanes<D, T, 2>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
-  } else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  if constexpr (RB == 0) attend_part_lanes<D, T>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
   attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0);
   double worst = 0;
   // A NaN difference must stick (std::max(worst, NaN) would drop it): worst becomes NaN and stays.

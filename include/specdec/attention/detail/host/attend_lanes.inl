@@ -53,10 +53,10 @@ inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 //! the rows in lanes; then O += P V per head (pv_blocks on the V rows in place, m_rows rounded up to
 //! 4), prefetching the next block's V. Score lanes m_rows..16 * RV - 1 have zero queries and are
 //! computed but never written out.
-template <int D, class T, int RV = 1, class QtFn, class PartFn, class KRow, class VRow>
-void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
-                       int k_begin, int k_end) noexcept {
-  static_assert(RV == 1 || RV == 2);  // m_rows <= 16 * RV: passes.inl picks RV by the row count
+template <int D, class T, int RV, class QtFn, class PartFn, class KRow, class VRow>
+void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
+                          int k_begin, int k_end) noexcept {
+  static_assert(RV == 1 || RV == 2);  // m_rows <= 16 * RV: attend_part_lanes picks RV by the row count
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   constexpr int KB = lanes_score_keys_for(RV), LB = lanes_block_for(RV), NH = dot_heads;
   constexpr int W = RV * vlanes;  // rows per score vector set
@@ -126,4 +126,12 @@ void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, K
       finish_part<D>(o, o + static_cast<std::int64_t>(mp) * D, m_rows, k_end > k_begin ? m_rows : 0, mrow[hh], lrow[hh]);
     }
   }
+}
+
+//! attend_part_lanes_rv with one row vector for m_rows <= 16, two up to max_lane_rows (32).
+template <int D, class T, class QtFn, class PartFn, class KRow, class VRow>
+void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
+                       int k_begin, int k_end) noexcept {
+  if (m_rows <= vlanes) attend_part_lanes_rv<D, T, 1>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end);
+  else attend_part_lanes_rv<D, T, 2>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end);
 }

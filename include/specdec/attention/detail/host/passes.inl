@@ -86,13 +86,12 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
         auto krow = [&](int t, int hh) { return static_cast<const T*>(cache.k_row(r, t, g0 + hh)); };
         auto vrow = [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); };
         // Few query rows per kv head (decode steps, small trees): vectorise along head_dim up to 8,
-        // rows in the lanes of one or two vectors up to 16 or 32 (lanes_auto_rows), else tiles. (attention_options::kernel pins
-        // one; the backend checked that the rows fit it.)
+        // rows in the lanes of one or two vectors up to 16 or 32 (lanes_auto_rows), else tiles.
+        // (attention_options::kernel pins one; the backend checked that the rows fit it.)
         const attention_kernel k = kernel != attention_kernel::automatic ? kernel : automatic_cache_kernel(rows);
         if (k == attention_kernel::rows && rows <= 4) attend_part_rows<D, T, 4>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
         else if (k == attention_kernel::rows) attend_part_rows<D, T, 8>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
-        else if (k == attention_kernel::lanes && rows <= vlanes) attend_part_lanes<D, T, 1>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
-        else if (k == attention_kernel::lanes) attend_part_lanes<D, T, 2>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
+        else if (k == attention_kernel::lanes) attend_part_lanes<D, T>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
         else attend_part<D, T, false>(hpi, qt_of, part_of, rows, G, krow, vrow, k0, k1, nullptr, 0);
         return;
       }
