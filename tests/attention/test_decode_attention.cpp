@@ -181,3 +181,74 @@ TEST_CASE("attention_options::kernel pins the rows, lanes or tile kernel; each m
                     Catch::Matchers::Contains("attention_kernel::lanes") && Catch::Matchers::Contains("36 in request 0") &&
                         Catch::Matchers::Contains("at most 32"));
 }
+
+#if __has_include(<pthread.h>)
+#include <pthread.h>
+
+TEST_CASE("host attention runs on a thread with a 128 KiB stack at head_dim 256 in every kernel") {
+  // The kernels stage K/V tiles and query rows in the workspace, not on the stack (attention/detail/
+  // host/scratch.hpp): at head_dim 256 the tile kernel's frame held 128 KiB of tiles and overflowed
+  // a thread with musl's default 128 KiB stack. num_threads = 1 keeps every pass on that thread.
+  // Caches of 300 tokens, trees of 1 / 3 / 6 tokens at GQA 4: 4, 12 and 24 rows per kv head, so
+  // automatic runs rows, lanes and (tree part, or below AVX-512 at 24 rows) tiles; each kernel is
+  // also pinned where it takes the rows.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr std::size_t stack_bytes = std::size_t{1} << 20;  // sanitizer frames are several times larger
+#else
+  constexpr std::size_t stack_bytes = std::size_t{128} << 10;
+#endif
+  batch<float> b(41, 8, 2, 256, {300, 300, 300}, {1, 3, 6});
+  const auto layout = b.paged();
+  const auto hyb = specdec::reference::hybrid_tree_attention(b.q_view(), layout, b.k_view(), b.v_view(),
+                                                             b.indptr_view(), b.mask_view());
+  const auto dec = specdec::reference::decode_attention(b.q_view(), layout, b.indptr_view());
+  struct job {
+    batch<float>* b;
+    specdec::attention_kernel kernel;
+    bool hybrid;
+    std::string error;
+  };
+  auto run_on_small_stack = [&](job& j) {
+    pthread_attr_t attr;
+    REQUIRE(pthread_attr_init(&attr) == 0);
+    REQUIRE(pthread_attr_setstacksize(&attr, stack_bytes) == 0);
+    pthread_t th;
+    auto body = [](void* arg) -> void* {
+      auto& jb = *static_cast<job*>(arg);
+      try {
+        const specdec::host one{.num_threads = 1};
+        if (jb.hybrid)
+          specdec::hybrid_tree_attention(one, jb.b->q_view(), jb.b->paged(), jb.b->k_view(), jb.b->v_view(),
+                                         jb.b->indptr_view(), jb.b->mask_view(), jb.b->out_view(), jb.b->lse_view(),
+                                         {.kv_split_size = 128, .kernel = jb.kernel});
+        else
+          specdec::decode_attention(one, jb.b->q_view(), jb.b->paged(), jb.b->indptr_view(), jb.b->out_view(),
+                                    jb.b->lse_view(), {.kv_split_size = 128, .kernel = jb.kernel});
+      } catch (const std::exception& e) {
+        jb.error = e.what();
+      }
+      return nullptr;
+    };
+    REQUIRE(pthread_create(&th, &attr, body, &j) == 0);
+    REQUIRE(pthread_join(th, nullptr) == 0);
+    pthread_attr_destroy(&attr);
+    REQUIRE(j.error.empty());
+  };
+  for (bool hybrid : {true, false})
+    for (auto kernel : {specdec::attention_kernel::automatic, specdec::attention_kernel::tiles,
+                        specdec::attention_kernel::lanes}) {
+      DYNAMIC_SECTION((hybrid ? "hybrid" : "decode") << " kernel " << static_cast<int>(kernel)) {
+        b.reset_outputs();
+        job j{&b, kernel, hybrid, {}};
+        run_on_small_stack(j);
+        check_against(b, hybrid ? hyb : dec);
+      }
+    }
+  // The rows kernel takes at most 8 rows per kv head: a batch of 1-2 token trees.
+  batch<float> r(42, 8, 2, 256, {300, 300}, {1, 2});
+  const auto rdec = specdec::reference::decode_attention(r.q_view(), r.paged(), r.indptr_view());
+  job j{&r, specdec::attention_kernel::rows, false, {}};
+  run_on_small_stack(j);
+  check_against(r, rdec);
+}
+#endif

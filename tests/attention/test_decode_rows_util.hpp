@@ -84,9 +84,11 @@ void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int 
   auto krow = [&](int t, int) { return static_cast<const T*>(k.data() + static_cast<std::size_t>(t) * D); };
   auto vrow = [&](int t, int) { return static_cast<const T*>(v.data() + static_cast<std::size_t>(t) * D); };
   auto qt_of = [&](int) { return static_cast<const float*>(qt.data()); };
+  std::vector<float> staging(host_kernel_scratch_floats(D));  // the kernels' workspace slot (scratch.hpp)
+  float* const scratch = staging.data();
   if constexpr (RB == 0) attend_part_lanes<D, T>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
-  else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
-  attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0);
+  else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1, scratch);
+  attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0, scratch);
   double worst = 0;
   // A NaN difference must stick (std::max(worst, NaN) would drop it): worst becomes NaN and stays.
   auto note = [&](double e) { worst = std::isnan(e) ? e : std::max(worst, e); };

@@ -63,7 +63,10 @@ struct attention_options {
   int kv_split_size = 0;
   //! Caller-owned scratch memory. When set, the call performs no heap allocation and throws
   //! invalid_argument if the workspace is smaller than the matching *_workspace_bytes(...) result.
-  //! When null the call allocates its scratch internally.
+  //! When null the call allocates its scratch internally. Host: the size includes one staging slot
+  //! per thread the policy lets a call use (2 x 64 x head_dim floats each: the kernels' K/V tiles,
+  //! kept off the stack so that every kernel runs on a thread with a 128 KiB stack), so size it with
+  //! the policy (num_threads) of the calls or one allowing more threads.
   attention_workspace* workspace = nullptr;
   //! The kernel for the cache parts; automatic unless a test or benchmark pins one.
   attention_kernel kernel = attention_kernel::automatic;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "specdec/attention/detail/host/scratch.hpp"
 #include "specdec/attention/detail/host/tile.hpp"
 #include "specdec/attention/detail/merge_state.hpp"
 #include "specdec/core/detail/simd.hpp"

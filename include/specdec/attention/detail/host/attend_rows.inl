@@ -43,10 +43,13 @@ inline constexpr int kpf_dist = 32;
 //! "Spreading the prefetches over both passes"): fp32 32K decode 15.7-17.7 -> 21.7-24.0 GB/s.
 //! The same-token V prefetch is kept (redundant after the first block, but it measured 1-2 GB/s
 //! better than dropping it).
+//! `scratch`: host_kernel_scratch_floats(D) floats (the calling thread's slot of the workspace,
+//! scratch.hpp), which hold the query rows of the heads in flight.
 template <int D, class T, int RB, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
-                      int k_begin, int k_end) noexcept {
+                      int k_begin, int k_end, float* scratch) noexcept {
   static_assert(RB == 4 || RB == 8, "attend_part_rows: 4 or 8 rows");
+  static_assert(dot_heads * RB * static_cast<std::size_t>(D) <= host_kernel_scratch_floats(D));
   static_assert(D % (2 * vlanes) == 0, "attend_part_rows: head_dim a multiple of 32");
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   constexpr int dv = D / vlanes;                       // vectors per row
@@ -59,7 +62,9 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   // operand, plus spills, and a decode step got 25% slower in cache; so 1 there, with qs
   // accumulator sets per row.
   constexpr int kt = RB == 8 && 2 * RB + 3 <= vregs16 ? 2 : 1;
-  alignas(64) float qb[dot_heads][RB][D];
+  // The heads' query rows, row-major (64 KiB at head_dim 256): in the workspace, not on the stack
+  // (scratch.hpp).
+  float(*const __restrict qb)[RB][D] = reinterpret_cast<float(*)[RB][D]>(scratch);
   alignas(64) float sb[dot_heads][dot_block][RB];  // scores key-major: a key's RB rows together
   float mrow[dot_heads][RB], lrow[dot_heads][RB], alpha[dot_heads][RB];
   const T* vp[dot_heads][dot_block];

@@ -10,10 +10,12 @@
 //! head), which keeps a large tree's accumulators in L2. Optionally under the tree mask (`mask` =
 //! the request's n x n mask, rows `wpr` words; key index = tree token index, query row i is tree
 //! token i / group). Writes each head's normalised partial O [Mpad][D] and LSE (natural log; -inf
-//! when a row saw no key).
+//! when a row saw no key). `scratch`: host_kernel_scratch_floats(D) floats (the calling thread's
+//! slot of the workspace, scratch.hpp), where the K and V tiles are staged.
 template <int D, class T, bool Masked, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int group, KRow&& krow, VRow&& vrow,
-                 int k_begin, int k_end, const mask_word* mask, int wpr) noexcept {
+                 int k_begin, int k_end, const mask_word* mask, int wpr, float* scratch) noexcept {
+  static_assert(2 * kv_tile * static_cast<std::size_t>(D) <= host_kernel_scratch_floats(D));
   const int mp = padded_rows(m_rows);
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   for (int hh = 0; hh < nheads; ++hh) {
@@ -24,8 +26,9 @@ void attend_part(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, int gro
     std::fill(m + mp, m + 2 * mp, 0.0f);
   }
 
-  alignas(64) float kf[kv_tile * D];
-  alignas(64) float vf[kv_tile * D];
+  // The staged K and V tiles (128 KiB at head_dim 256): in the workspace, not on the stack (scratch.hpp).
+  float* const __restrict kf = scratch;
+  float* const __restrict vf = scratch + kv_tile * D;
   alignas(64) float st[kv_tile * 2 * vlanes];
   alignas(64) float alpha[2 * vlanes];
 

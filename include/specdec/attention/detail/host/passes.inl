@@ -17,6 +17,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
   p.has_cache = HasCache;
   p.has_tree = HasTree;
   p.heads_per_item = heads_per_item(io);
+  p.scratch_slots = host_threads(policy);
   const std::size_t planned = plan_host_attention(p, io.q_indptr, [&](int r) {
     if constexpr (HasCache) return static_cast<int>(cache.length(r));
     else return 0 * r;
@@ -58,6 +59,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
   // keep one head's accumulators cache-resident).
   const int hpi = p.heads_per_item;
   const int groups = hkv / hpi;
+  scratch_slots slots(p.scratch_slots);
   parallel_for(policy, p.total_items, [&](std::int64_t item) {
     const int r = static_cast<int>(std::upper_bound(p.item_begin, p.item_begin + R + 1, item) - p.item_begin) - 1;
     const int parts = plan_parts(p, r);
@@ -69,6 +71,8 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
       return p.floats + p.part_off[r] + (static_cast<std::int64_t>(g0 + hh) * parts + part) * mp * (D + 2);
     };
     const int cache_parts = HasTree ? parts - 1 : parts;
+    // The kernels' staging (K/V tiles, query rows): this thread's slot of the workspace (scratch.hpp).
+    float* const scratch = p.scratch + static_cast<std::int64_t>(slots.mine()) * host_kernel_scratch_floats(D);
     if constexpr (HasCache) {
       if (part < cache_parts) {
         const int k0 = part * split;  // < cache.length(r): the plan made ceil(length / split) parts
@@ -89,10 +93,10 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
         // rows in the lanes of one or two vectors up to 16 or 32 (lanes_auto_rows), else tiles.
         // (attention_options::kernel pins one; the backend checked that the rows fit it.)
         const attention_kernel k = kernel != attention_kernel::automatic ? kernel : automatic_cache_kernel(rows);
-        if (k == attention_kernel::rows && rows <= 4) attend_part_rows<D, T, 4>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
-        else if (k == attention_kernel::rows) attend_part_rows<D, T, 8>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
+        if (k == attention_kernel::rows && rows <= 4) attend_part_rows<D, T, 4>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1, scratch);
+        else if (k == attention_kernel::rows) attend_part_rows<D, T, 8>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1, scratch);
         else if (k == attention_kernel::lanes) attend_part_lanes<D, T>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
-        else attend_part<D, T, false>(hpi, qt_of, part_of, rows, G, krow, vrow, k0, k1, nullptr, 0);
+        else attend_part<D, T, false>(hpi, qt_of, part_of, rows, G, krow, vrow, k0, k1, nullptr, 0, scratch);
         return;
       }
     }
@@ -102,7 +106,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
           hpi, qt_of, part_of, rows, G,
           [&](int t, int hh) { return tree->k + (t0 + t) * tree->k_stride_token + (g0 + hh) * tree->k_stride_head; },
           [&](int t, int hh) { return tree->v + (t0 + t) * tree->v_stride_token + (g0 + hh) * tree->v_stride_head; },
-          0, n, tree->mask + p.mask_off[r], words_per_row(n));
+          0, n, tree->mask + p.mask_off[r], words_per_row(n), scratch);
     }
     (void)cache_parts;
     (void)groups;

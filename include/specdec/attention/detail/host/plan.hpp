@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "specdec/attention/attention_params.hpp"
+#include "specdec/attention/detail/host/scratch.hpp"
 #include "specdec/attention/detail/host/tile.hpp"
 #include "specdec/core/bitmask.hpp"
 #include "specdec/core/error.hpp"
@@ -80,16 +81,19 @@ int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int 
 }
 
 
-//! Layout of one call's scratch: four int64 arrays of per-request offsets, then the float areas.
+//! Layout of one call's scratch: four int64 arrays of per-request offsets, then the float areas: the
+//! query panels and partials per request, then one kernel staging slot per thread (scratch.hpp).
 struct host_plan {
   int num_requests = 0, hkv = 0, group = 0, head_dim = 0, split = 1;
   int heads_per_item = 1;  //!< kv heads one work item processes together (1 or hkv)
   bool has_cache = false, has_tree = false;
+  int scratch_slots = 1;  //!< threads that may run pass 2 at once (host_threads), one staging slot each
   std::int64_t* item_begin = nullptr;  //!< [R+1] first work item of each request
   std::int64_t* qt_off = nullptr;      //!< [R] float offset of the request's Qt blocks (Hkv of them)
   std::int64_t* part_off = nullptr;    //!< [R] float offset of its partials (Hkv * parts)
   std::int64_t* mask_off = nullptr;    //!< [R] word offset of its mask
   float* floats = nullptr;
+  float* scratch = nullptr;  //!< scratch_slots x host_kernel_scratch_floats(head_dim), 64-byte aligned in the floats
   std::int64_t total_items = 0;
 
   [[nodiscard]] int tokens(const std::int32_t* ip, int r) const noexcept { return ip[r + 1] - ip[r]; }
@@ -133,6 +137,10 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
   }
   if (ws) p.item_begin[R] = items;
   p.total_items = items;
+  // The kernels' staging slots (scratch.hpp), one per thread of pass 2, after the partials.
+  floats = round_up(floats, 16);
+  if (ws) p.scratch = p.floats + floats;
+  floats += static_cast<std::int64_t>(p.scratch_slots) * static_cast<std::int64_t>(host_kernel_scratch_floats(p.head_dim));
   return static_cast<std::size_t>(header + floats * 4);
 }
 
