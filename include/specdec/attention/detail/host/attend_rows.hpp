@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "specdec/attention/detail/host/scratch.hpp"
 #include "specdec/attention/detail/host/tile.hpp"
