@@ -185,70 +185,89 @@ TEST_CASE("attention_options::kernel pins the rows, lanes or tile kernel; each m
 #if __has_include(<pthread.h>)
 #include <pthread.h>
 
-TEST_CASE("host attention runs on a thread with a 128 KiB stack at head_dim 256 in every kernel") {
+namespace {
+
+// Address and thread sanitizers enlarge frames and need larger thread stacks (GCC defines the
+// __SANITIZE_* macros, clang answers __has_feature).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized_build = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool sanitized_build = true;
+#else
+constexpr bool sanitized_build = false;
+#endif
+#else
+constexpr bool sanitized_build = false;
+#endif
+
+//! Runs hybrid_tree_attention (or decode_attention) on b with one thread (every pass inline on the
+//! calling thread) on a new thread with a stack of `stack_bytes`; returns the error message, if any.
+template <class T>
+std::string attention_on_small_stack(batch<T>& b, specdec::attention_kernel kernel, bool hybrid, std::size_t stack_bytes) {
+  struct job {
+    batch<T>* b;
+    specdec::attention_kernel kernel;
+    bool hybrid;
+    std::string error;
+  } j{&b, kernel, hybrid, {}};
+  auto body = [](void* arg) -> void* {
+    auto& jb = *static_cast<job*>(arg);
+    try {
+      const specdec::host one{.num_threads = 1};
+      if (jb.hybrid)
+        specdec::hybrid_tree_attention(one, jb.b->q_view(), jb.b->paged(), jb.b->k_view(), jb.b->v_view(),
+                                       jb.b->indptr_view(), jb.b->mask_view(), jb.b->out_view(), jb.b->lse_view(),
+                                       {.kv_split_size = 128, .kernel = jb.kernel});
+      else
+        specdec::decode_attention(one, jb.b->q_view(), jb.b->paged(), jb.b->indptr_view(), jb.b->out_view(),
+                                  jb.b->lse_view(), {.kv_split_size = 128, .kernel = jb.kernel});
+    } catch (const std::exception& e) {
+      jb.error = e.what();
+    }
+    return nullptr;
+  };
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return "pthread_attr_init failed";
+  std::string err;
+  pthread_t th;
+  if (pthread_attr_setstacksize(&attr, stack_bytes) != 0) err = "pthread_attr_setstacksize failed";
+  else if (pthread_create(&th, &attr, body, &j) != 0) err = "pthread_create failed";
+  else if (pthread_join(th, nullptr) != 0) err = "pthread_join failed";
+  pthread_attr_destroy(&attr);
+  return err.empty() ? j.error : err;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("host attention runs on a thread with a 128 KiB stack at head_dim 256 in every kernel", "", float,
+                   specdec::half) {
   // The kernels stage K/V tiles and query rows in the workspace, not on the stack (attention/detail/
   // host/scratch.hpp): at head_dim 256 the tile kernel's frame held 128 KiB of tiles and overflowed
   // a thread with musl's default 128 KiB stack. num_threads = 1 keeps every pass on that thread.
   // Caches of 300 tokens, trees of 1 / 3 / 6 tokens at GQA 4: 4, 12 and 24 rows per kv head, so
-  // automatic runs rows, lanes and (tree part, or below AVX-512 at 24 rows) tiles; each kernel is
-  // also pinned where it takes the rows.
-#if defined(__SANITIZE_ADDRESS__)
-  constexpr std::size_t stack_bytes = std::size_t{1} << 20;  // sanitizer frames are several times larger
-#else
-  constexpr std::size_t stack_bytes = std::size_t{128} << 10;
-#endif
-  batch<float> b(41, 8, 2, 256, {300, 300, 300}, {1, 3, 6});
-  const auto layout = b.paged();
-  const auto hyb = specdec::reference::hybrid_tree_attention(b.q_view(), layout, b.k_view(), b.v_view(),
+  // automatic runs rows, lanes and (the tree part, and below AVX-512 the 24 rows) tiles; each kernel
+  // is also pinned where it takes the rows. fp16 adds the lanes kernel's widened K rows, its largest
+  // frame. Sanitizer frames are several times larger: 1 MiB there (a 128 KiB thread does not even
+  // start under ThreadSanitizer).
+  const std::size_t stack_bytes = sanitized_build ? std::size_t{1} << 20 : std::size_t{128} << 10;
+  batch<TestType> b(41, 8, 2, 256, {300, 300, 300}, {1, 3, 6});
+  const auto hyb = specdec::reference::hybrid_tree_attention(b.q_view(), b.paged(), b.k_view(), b.v_view(),
                                                              b.indptr_view(), b.mask_view());
-  const auto dec = specdec::reference::decode_attention(b.q_view(), layout, b.indptr_view());
-  struct job {
-    batch<float>* b;
-    specdec::attention_kernel kernel;
-    bool hybrid;
-    std::string error;
-  };
-  auto run_on_small_stack = [&](job& j) {
-    pthread_attr_t attr;
-    REQUIRE(pthread_attr_init(&attr) == 0);
-    REQUIRE(pthread_attr_setstacksize(&attr, stack_bytes) == 0);
-    pthread_t th;
-    auto body = [](void* arg) -> void* {
-      auto& jb = *static_cast<job*>(arg);
-      try {
-        const specdec::host one{.num_threads = 1};
-        if (jb.hybrid)
-          specdec::hybrid_tree_attention(one, jb.b->q_view(), jb.b->paged(), jb.b->k_view(), jb.b->v_view(),
-                                         jb.b->indptr_view(), jb.b->mask_view(), jb.b->out_view(), jb.b->lse_view(),
-                                         {.kv_split_size = 128, .kernel = jb.kernel});
-        else
-          specdec::decode_attention(one, jb.b->q_view(), jb.b->paged(), jb.b->indptr_view(), jb.b->out_view(),
-                                    jb.b->lse_view(), {.kv_split_size = 128, .kernel = jb.kernel});
-      } catch (const std::exception& e) {
-        jb.error = e.what();
-      }
-      return nullptr;
-    };
-    REQUIRE(pthread_create(&th, &attr, body, &j) == 0);
-    REQUIRE(pthread_join(th, nullptr) == 0);
-    pthread_attr_destroy(&attr);
-    REQUIRE(j.error.empty());
-  };
+  const auto dec = specdec::reference::decode_attention(b.q_view(), b.paged(), b.indptr_view());
   for (bool hybrid : {true, false})
     for (auto kernel : {specdec::attention_kernel::automatic, specdec::attention_kernel::tiles,
                         specdec::attention_kernel::lanes}) {
       DYNAMIC_SECTION((hybrid ? "hybrid" : "decode") << " kernel " << static_cast<int>(kernel)) {
         b.reset_outputs();
-        job j{&b, kernel, hybrid, {}};
-        run_on_small_stack(j);
+        REQUIRE(attention_on_small_stack(b, kernel, hybrid, stack_bytes) == std::string());
         check_against(b, hybrid ? hyb : dec);
       }
     }
   // The rows kernel takes at most 8 rows per kv head: a batch of 1-2 token trees.
-  batch<float> r(42, 8, 2, 256, {300, 300}, {1, 2});
+  batch<TestType> r(42, 8, 2, 256, {300, 300}, {1, 2});
   const auto rdec = specdec::reference::decode_attention(r.q_view(), r.paged(), r.indptr_view());
-  job j{&r, specdec::attention_kernel::rows, false, {}};
-  run_on_small_stack(j);
+  REQUIRE(attention_on_small_stack(r, specdec::attention_kernel::rows, false, stack_bytes) == std::string());
   check_against(r, rdec);
 }
 #endif

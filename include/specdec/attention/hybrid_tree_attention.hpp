@@ -34,7 +34,8 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 //! Bytes of workspace hybrid_tree_attention(policy, q, cache, ..., q_indptr, ...) needs with the same
 //! options (host memory for specdec::host, device memory for specdec::cuda: see
 //! decode_attention_workspace_bytes); size an attention_workspace with it once to make calls
-//! allocation-free. Host: O(requests); cuda: O(1), from shapes only.
+//! allocation-free. Host: O(requests), and the size grows with
+//! the policy's thread count (a kernel staging slot per thread: attention_options::workspace); cuda: O(1), from shapes only.
 template <execution_policy P, tensor_like Q, class L, tensor_like I>
 [[nodiscard]] std::size_t hybrid_tree_attention_workspace_bytes(const P& policy, const Q& q, const L& cache,
                                                                 const I& q_indptr,

@@ -27,6 +27,7 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 //! Bytes of workspace tree_attention(policy, q, ..., q_indptr, ...) needs (see attention_workspace
 //! and decode_attention_workspace_bytes for the memory each backend wants). Validates q (storage
 //! type, head_dim) and q_indptr. `num_kv_heads` is spec_k.extent(1). Host: O(requests); cuda: O(1).
+//! The host size grows with the policy's thread count (attention_options::workspace).
 template <execution_policy P, tensor_like Q, tensor_like I>
 [[nodiscard]] std::size_t tree_attention_workspace_bytes(const P& policy, const Q& q, int num_kv_heads,
                                                          const I& q_indptr, const attention_options& options = {}) {

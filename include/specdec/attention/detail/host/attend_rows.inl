@@ -61,9 +61,10 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   // rows GCC 12 turns the two-key loop into query vectors held in registers with K as the memory
   // operand, plus spills, and a decode step got 25% slower in cache; so 1 there, with qs
   // accumulator sets per row. Also 1 for fp32 rows of head_dim 64 (the demo target's cache): on a
-  // Zen 5 core its 3-4-token verification at 16K (6-8 rows at GQA 2, four layers) took 3.7-5.3 ms
-  // with one key per step against 5.4-5.7 with two, and fp32 D64 at 32/8 heads was within 3%;
-  // fp16 at D64 and every D128 shape measured ran as fast or faster with two (RESULTS.md, session 42).
+  // Zen 5 core its 3-4-token verification at 16K (6-8 rows at GQA 2, four layers, one thread) took
+  // 3.6-3.7 ms with one key per step against 4.5-5.5 with two (minimum over interleaved rounds, in
+  // either order), and fp32 D64 at 32/8 heads was within 3%; fp16 at D64 and every D128 shape
+  // measured ran as fast or faster with two (RESULTS.md, "Kernel staging off the stack", session 42).
   constexpr bool one_key_rows = std::is_same_v<T, float> && D == 64;
   constexpr int kt = RB == 8 && !one_key_rows && 2 * RB + 3 <= vregs16 ? 2 : 1;
   // The heads' query rows, row-major (64 KiB at head_dim 256): in the workspace, not on the stack

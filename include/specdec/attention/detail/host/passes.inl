@@ -59,7 +59,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
   // keep one head's accumulators cache-resident).
   const int hpi = p.heads_per_item;
   const int groups = hkv / hpi;
-  scratch_slots slots(p.scratch_slots);
+  std::fill(p.slot_flags, p.slot_flags + p.scratch_slots, 0);  // every slot free (scratch_lease)
   parallel_for(policy, p.total_items, [&](std::int64_t item) {
     const int r = static_cast<int>(std::upper_bound(p.item_begin, p.item_begin + R + 1, item) - p.item_begin) - 1;
     const int parts = plan_parts(p, r);
@@ -71,8 +71,9 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
       return p.floats + p.part_off[r] + (static_cast<std::int64_t>(g0 + hh) * parts + part) * mp * (D + 2);
     };
     const int cache_parts = HasTree ? parts - 1 : parts;
-    // The kernels' staging (K/V tiles, query rows): this thread's slot of the workspace (scratch.hpp).
-    float* const scratch = p.scratch + static_cast<std::int64_t>(slots.mine()) * host_kernel_scratch_floats(D);
+    // The kernels' staging (K/V tiles, query rows): a slot of the workspace held for this item (scratch.hpp).
+    const scratch_lease lease(p.slot_flags, p.scratch_slots);
+    float* const scratch = p.scratch + static_cast<std::int64_t>(lease.slot()) * host_kernel_scratch_floats(D);
     if constexpr (HasCache) {
       if (part < cache_parts) {
         const int k0 = part * split;  // < cache.length(r): the plan made ceil(length / split) parts

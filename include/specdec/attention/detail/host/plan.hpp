@@ -82,7 +82,8 @@ int resolve_kv_split(std::string_view fn, const L& cache, int num_requests, int 
 
 
 //! Layout of one call's scratch: four int64 arrays of per-request offsets, then the float areas: the
-//! query panels and partials per request, then one kernel staging slot per thread (scratch.hpp).
+//! query panels and partials per request, then one kernel staging slot per thread and the slots'
+//! lease flags (scratch.hpp).
 struct host_plan {
   int num_requests = 0, hkv = 0, group = 0, head_dim = 0, split = 1;
   int heads_per_item = 1;  //!< kv heads one work item processes together (1 or hkv)
@@ -93,7 +94,8 @@ struct host_plan {
   std::int64_t* part_off = nullptr;    //!< [R] float offset of its partials (Hkv * parts)
   std::int64_t* mask_off = nullptr;    //!< [R] word offset of its mask
   float* floats = nullptr;
-  float* scratch = nullptr;  //!< scratch_slots x host_kernel_scratch_floats(head_dim), 64-byte aligned in the floats
+  float* scratch = nullptr;  //!< scratch_slots x host_kernel_scratch_floats(head_dim) (64-byte aligned when the workspace is)
+  std::int32_t* slot_flags = nullptr;  //!< [scratch_slots] the slots' leases (scratch_lease), after them
   std::int64_t total_items = 0;
 
   [[nodiscard]] int tokens(const std::int32_t* ip, int r) const noexcept { return ip[r + 1] - ip[r]; }
@@ -141,6 +143,8 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
   floats = round_up(floats, 16);
   if (ws) p.scratch = p.floats + floats;
   floats += static_cast<std::int64_t>(p.scratch_slots) * static_cast<std::int64_t>(host_kernel_scratch_floats(p.head_dim));
+  if (ws) p.slot_flags = reinterpret_cast<std::int32_t*>(p.floats + floats);
+  floats += p.scratch_slots;  // one int32 flag per slot
   return static_cast<std::size_t>(header + floats * 4);
 }
 

@@ -8,9 +8,10 @@
 //! overflowed a thread with a small stack (musl gives new threads 128 KiB), the caller's own thread or
 //! a pool worker alike. The plan (plan.hpp) now reserves one slot of host_kernel_scratch_floats per
 //! thread that can run pass 2 (host_threads: the caller plus the pool workers the policy allows), and
-//! each thread takes its slot through scratch_slots; with a caller workspace the kernels still
-//! allocate nothing. What stays on the stack is at most about 40 KiB per kernel frame at head_dim 256
-//! (the lanes kernel's scores), a few KiB at 64-128.
+//! each work item leases a free slot (scratch_lease); with a caller workspace the kernels still
+//! allocate nothing. What stays on the stack is the lanes kernel's score block (32 KiB at any head_dim,
+//! plus its widened K rows for fp16/bf16: 47 KiB in all at head_dim 256, -fstack-usage) and at most
+//! about 16 KiB in the other kernels.
 
 #include <atomic>
 #include <cstddef>
@@ -26,42 +27,31 @@ namespace specdec::detail {
   return 2 * 64 * static_cast<std::size_t>(d);
 }
 
-//! Slot numbers for the threads of one parallel pass: the first item a thread runs claims the next
-//! slot, its later items of the same pass reuse it (a per-thread record of the pass it claimed for).
-//! A pass runs on at most `count` threads (host_threads of the policy: thread_pool::parallel_for
-//! never uses more), so slots stay below `count`; one more would be a planning bug, reported by an
-//! exception rather than a write past the workspace.
-class scratch_slots {
+//! One work item's hold on a staging slot: the first free one of `count` (flags[s] != 0 while slot s
+//! is held), released when the item ends. A pass runs at most `count` items at once (one per thread,
+//! and at most host_threads of the policy: thread_pool::parallel_for never uses more), so a free slot
+//! always exists; finding none would be a planning bug, reported by an exception rather than a write
+//! past the workspace. A pass run inline inside an item (a nested call on the same thread) has its
+//! own workspace and flags. The flags must be zero when the pass starts.
+class scratch_lease {
  public:
-  explicit scratch_slots(int count) noexcept : id_(next_id()), count_(count) {}
-  scratch_slots(const scratch_slots&) = delete;
-  scratch_slots& operator=(const scratch_slots&) = delete;
-
-  //! The calling thread's slot in [0, count) for this pass.
-  [[nodiscard]] int mine() {
-    thread_local claim c;
-    if (c.pass != id_) {
-      const int s = next_.fetch_add(1, std::memory_order_relaxed);
-      if (s >= count_) [[unlikely]]
-        throw std::logic_error("specdec host attention: more threads in one pass than the plan has staging slots for");
-      c.pass = id_;
-      c.slot = s;
-    }
-    return c.slot;
+  scratch_lease(std::int32_t* flags, int count) : flags_(flags) {
+    for (int s = 0; s < count; ++s)
+      if (std::atomic_ref<std::int32_t>(flags[s]).exchange(1, std::memory_order_acquire) == 0) {
+        slot_ = s;
+        return;
+      }
+    throw std::logic_error("specdec host attention: more concurrent work items than the plan has staging slots for");
   }
+  ~scratch_lease() { std::atomic_ref<std::int32_t>(flags_[slot_]).store(0, std::memory_order_release); }
+  scratch_lease(const scratch_lease&) = delete;
+  scratch_lease& operator=(const scratch_lease&) = delete;
+
+  [[nodiscard]] int slot() const noexcept { return slot_; }
 
  private:
-  struct claim {
-    std::uint64_t pass = 0;  // 0: none (pass ids start at 1)
-    int slot = 0;
-  };
-  static std::uint64_t next_id() noexcept {
-    static std::atomic<std::uint64_t> n{0};
-    return n.fetch_add(1, std::memory_order_relaxed) + 1;
-  }
-  std::uint64_t id_;
-  std::atomic<int> next_{0};
-  int count_;
+  std::int32_t* flags_;
+  int slot_ = 0;
 };
 
 }  // namespace specdec::detail
