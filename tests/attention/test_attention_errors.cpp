@@ -367,12 +367,14 @@ TEST_CASE("attention entry points reject negative extents, null data and sizes p
     const auto ip1v = sd::make_view<1>(ip1.data(), {2});
     const auto o = sd::make_view<3>(ob.data(), {1, 1, D});
     const auto l = sd::make_view<2>(lb.data(), {1, 1});
-    sd::attention_workspace null_ws(nullptr, 1 << 15);
+    // Large enough (the size check comes first), so only the pointer is wrong.
+    const std::size_t need = sd::decode_attention_workspace_bytes(one, q, cache, ip1v);
+    sd::attention_workspace null_ws(nullptr, need);
     REQUIRE_BAD(sd::decode_attention(one, q, cache, ip1v, o, l, {.workspace = &null_ws}), "non-null data");
-    std::vector<std::int64_t> raw((1 << 15) / 8 + 1);
-    sd::attention_workspace odd(reinterpret_cast<char*>(raw.data()) + 3, 1 << 15);
+    std::vector<std::int64_t> raw(need / 8 + 2);
+    sd::attention_workspace odd(reinterpret_cast<char*>(raw.data()) + 3, need);
     REQUIRE_BAD(sd::decode_attention(one, q, cache, ip1v, o, l, {.workspace = &odd}), "aligned");
-    sd::attention_workspace fine(raw.data(), 1 << 15);
+    sd::attention_workspace fine(raw.data(), need);
     sd::decode_attention(one, q, cache, ip1v, o, l, {.workspace = &fine});  // control
   }
 }
