@@ -30,6 +30,13 @@
 //                           cache, 32 query / 8 kv heads, D = 128, every request `context` tokens
 //                           long: bytes = the K rows read once + the scores written; read_us = those
 //                           bytes / copy bandwidth (the kernel reads nothing else of size)
+//   BM_partial_kv_select_batch
+//                           partial_kv_select_batch(cuda) (TokenSwift's partial-cache selection) on
+//                           random float scores [batch, 8 kv heads, context], |B| = 4096, |S| = 64,
+//                           per kv head: a block per (request, kv head) reads its row four times
+//                           (radix select) and once more (gather), then sorts 4032 keys. bytes = the
+//                           scores read once + the lists written; read_us = those bytes / copy
+//                           bandwidth (the re-reads are L2 hits at these sizes)
 //   BM_kv_commit_batch      kv_commit_in_place_batch(cuda) over 32 layers of bf16 NHD contiguous caches
 //                           (8 kv heads, D = 128): every request moves its accepted path (nodes 0, 4,
 //                           8, ... of a 64-node tree; node 0 is already in place) to the committed
@@ -370,6 +377,54 @@ void BM_kv_importance_batch(benchmark::State& state) {
   state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
 }
 BENCHMARK(BM_kv_importance_batch)
+    ->ArgNames({"batch", "context"})
+    ->Args({1, 32768})
+    ->Args({8, 32768})
+    ->Args({1, 131072})
+    ->Args({8, 131072})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_partial_kv_select_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
+  constexpr int hkv = 8, budget = 4096, sink = 64;
+  const std::size_t s_bytes = static_cast<std::size_t>(batch) * hkv * context * sizeof(float);
+  const int sets = specdec_bench::l2_rotation_sets(s_bytes, graph_calls);
+  std::vector<std::unique_ptr<dmem>> scores;
+  for (int i = 0; i < sets; ++i) {
+    scores.push_back(std::make_unique<dmem>(s_bytes));
+    specdec_bench::fill_uniform(scores.back()->as<float>(), static_cast<std::size_t>(batch) * hkv * context, 31u + i,
+                                -1.0f, 1.0f);
+  }
+  const std::vector<std::int32_t> lens(static_cast<std::size_t>(batch), context);
+  const std::size_t list_bytes = static_cast<std::size_t>(batch) * hkv * (2 * budget - sink) * 4;
+  dmem k(static_cast<std::size_t>(batch) * context * hkv * 4), len(lens.size() * 4),
+      index(static_cast<std::size_t>(batch) * hkv * budget * 4), evict(static_cast<std::size_t>(batch) * hkv * (budget - sink) * 4),
+      sizes(static_cast<std::size_t>(batch) * 4), st(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(len.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  const specdec::contiguous_kv<const float> cache{k.as<const float>(), k.as<const float>(), len.as<const std::int32_t>(),
+                                                  batch, context, hkv, 1, memory_space::device};
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  graph_time(state, stream, [&](int i) {
+    specdec::partial_kv_select_batch(
+        specdec::cuda{.stream = stream},
+        specdec::make_view<3>(scores[i % sets]->as<const float>(), {batch, hkv, context}, memory_space::device), cache, budget,
+        sink, specdec::partial_kv_selection::per_kv_head,
+        specdec::make_view<3>(index.as<std::int32_t>(), {batch, hkv, budget}, memory_space::device),
+        specdec::make_view<3>(evict.as<std::int32_t>(), {batch, hkv, budget - sink}, memory_space::device),
+        specdec::make_view<1>(sizes.as<std::int32_t>(), {batch}, memory_space::device),
+        specdec::make_view<1>(st.as<std::int32_t>(), {3}, memory_space::device));
+  });
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError("partial_kv_select_batch reported a device error");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = static_cast<double>(s_bytes + list_bytes);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+}
+BENCHMARK(BM_partial_kv_select_batch)
     ->ArgNames({"batch", "context"})
     ->Args({1, 32768})
     ->Args({8, 32768})

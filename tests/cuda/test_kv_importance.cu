@@ -3,12 +3,15 @@
 // lengths 0 .. 3000 in one batch; scores equal to the host's up to float summation order (the summed
 // queries are the same floats; the dot products are summed in another order) and never written past
 // a request's length; a length above the scores' columns reported in status; graph capture;
-// arguments refused before any CUDA call.
+// arguments refused before any CUDA call. partial_kv_select_batch(cuda{}) (TokenSwift's partial-cache
+// selection) against the host backend on random scores with ties, NaN and infinities, per kv head
+// and shared: the same lists, nothing written past the shown slots; status; graph replay; refusals.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
@@ -192,4 +195,175 @@ TEST_CASE("cuda kv_importance_batch refuses host memory and too many kv_heads x 
   CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(big_q.data(), {2, 128, 128}, memory_space::device),
                                                  wide, specdec::make_view<3>(s.data(), {2, 128, 4}, memory_space::device), std_),
                     Catch::Contains("12288"));
+}
+
+namespace {
+
+//! Random Eq. 2-like scores [R, hkv, cols] with ties, NaN, +-0 and infinities in some requests.
+std::vector<float> select_scores(int R, int hkv, int cols, std::uint64_t seed) {
+  specdec::philox_stream rng(seed, 8);
+  std::vector<float> s(static_cast<std::size_t>(R) * hkv * cols);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const float u = 8.0f * rng.uniform() - 4.0f;
+    switch ((i / static_cast<std::size_t>(cols)) % 4) {  // a (request, head) row's kind
+      case 1: s[i] = std::round(u); break;  // ties
+      case 2: s[i] = rng.below(8) == 0 ? std::numeric_limits<float>::quiet_NaN() : rng.below(8) == 1 ? -0.0f : u; break;
+      case 3: s[i] = rng.below(6) == 0 ? std::numeric_limits<float>::infinity() : u; break;
+      default: s[i] = u; break;
+    }
+  }
+  return s;
+}
+
+//! The lists of partial_kv_select_batch under `policy` (arrays pre-filled with -7); on the device the
+//! call runs on a device copy of the scores and lengths and the results come back.
+struct select_lists {
+  std::vector<std::int32_t> index, evict, sizes, status;
+  bool operator==(const select_lists&) const = default;
+};
+
+select_lists host_select(const std::vector<float>& scores, const std::vector<std::int32_t>& lens, int hkv, int cols, int budget,
+                         int sink, specdec::partial_kv_selection sel) {
+  const int R = static_cast<int>(lens.size()), cap = std::max(cols, 1);
+  std::vector<float> k(static_cast<std::size_t>(R) * cap * hkv);
+  const specdec::contiguous_kv<float> cache{k.data(), k.data(), lens.data(), R, cap, hkv, 1};
+  select_lists out{std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * budget, -7),
+                   std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * (budget - sink), -7),
+                   std::vector<std::int32_t>(static_cast<std::size_t>(R), -7), std::vector<std::int32_t>(3, 5)};
+  specdec::partial_kv_select_batch(specdec::host{}, specdec::make_view<3>(scores.data(), {R, hkv, cols}), cache, budget, sink,
+                                   sel, specdec::make_view<3>(out.index.data(), {R, hkv, budget}),
+                                   specdec::make_view<3>(out.evict.data(), {R, hkv, budget - sink}),
+                                   specdec::make_view<1>(out.sizes.data(), {R}), specdec::make_view<1>(out.status.data(), {3}));
+  return out;
+}
+
+struct device_select {
+  int R, hkv, cols, budget, sink, cap;
+  device_buffer<float> k, scores;
+  device_buffer<std::int32_t> lens, index, evict, sizes, status;
+  device_select(const std::vector<float>& s, const std::vector<std::int32_t>& l, int hkv_, int cols_, int budget_, int sink_)
+      : R(static_cast<int>(l.size())), hkv(hkv_), cols(cols_), budget(budget_), sink(sink_), cap(std::max(cols_, 1)),
+        k(std::vector<float>(static_cast<std::size_t>(R) * cap * hkv_)), scores(s), lens(l),
+        index(std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv_ * budget_, -7)),
+        evict(std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv_ * (budget_ - sink_), -7)),
+        sizes(std::vector<std::int32_t>(static_cast<std::size_t>(R), -7)), status(std::vector<std::int32_t>{5, 5, 5}) {}
+  void run(cudaStream_t stream, specdec::partial_kv_selection sel) {
+    const specdec::contiguous_kv<float> cache{k.data(), k.data(), lens.data(), R, cap, hkv, 1, memory_space::device};
+    specdec::partial_kv_select_batch(specdec::cuda{.stream = stream},
+                                     specdec::make_view<3>(scores.data(), {R, hkv, cols}, memory_space::device), cache, budget,
+                                     sink, sel, specdec::make_view<3>(index.data(), {R, hkv, budget}, memory_space::device),
+                                     specdec::make_view<3>(evict.data(), {R, hkv, budget - sink}, memory_space::device),
+                                     dv(sizes), dv(status));
+  }
+  select_lists download() { return {index.download(), evict.download(), sizes.download(), status.download()}; }
+  void reset() {
+    index.upload(std::vector<std::int32_t>(index.size(), -7));
+    evict.upload(std::vector<std::int32_t>(evict.size(), -7));
+    sizes.upload(std::vector<std::int32_t>(sizes.size(), -7));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda partial_kv_select_batch writes the host backend's lists", "[cuda][kv][partial]") {
+  using sel_t = specdec::partial_kv_selection;
+  specdec::philox_stream rng(21, 0);
+  int selected = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int R = 1 + static_cast<int>(rng.below(8)), hkv = 1 + static_cast<int>(rng.below(8));
+    const int cols = 1 + static_cast<int>(rng.below(trial % 3 == 0 ? 40000 : 3000));
+    const int sink = static_cast<int>(rng.below(80));
+    // |B| - |S| up to the device's 4096, now and then exactly it
+    const int budget = sink + (trial % 5 == 0 ? specdec::detail::partial_kv_select_max_device
+                                              : 1 + static_cast<int>(rng.below(trial % 2 ? 4096 : 300)));
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(R));
+    for (auto& l : lens) l = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(cols + 1)));
+    lens[0] = cols;
+    const auto scores = select_scores(R, hkv, cols, 300 + static_cast<std::uint64_t>(trial));
+    for (const auto sel : {sel_t::per_kv_head, sel_t::shared}) {
+      const auto want = host_select(scores, lens, hkv, cols, budget, sink, sel);
+      device_select d(scores, lens, hkv, cols, budget, sink);
+      d.run(nullptr, sel);
+      specdec_test::sync_check("partial_kv_select_batch");
+      INFO("trial " << trial << " R " << R << " hkv " << hkv << " cols " << cols << " budget " << budget << " sink " << sink
+                    << " shared " << (sel == sel_t::shared));
+      const auto got = d.download();
+      CHECK(got.status == std::vector<std::int32_t>{0, -1, -1});
+      CHECK(got.sizes == want.sizes);
+      CHECK(got.index == want.index);  // the unwritten slots keep -7 on both sides
+      CHECK(got.evict == want.evict);
+    }
+    selected += cols > budget;
+  }
+  CHECK(selected > 8);
+}
+
+TEST_CASE("cuda partial_kv_select_batch reports a length above the scores' columns and writes nothing for it",
+          "[cuda][kv][partial]") {
+  const int hkv = 2, cols = 500, budget = 64, sink = 4;
+  const std::vector<std::int32_t> lens{400, 501, 300};
+  const auto scores = select_scores(3, hkv, cols, 5);
+  device_select d(scores, lens, hkv, cols, budget, sink);
+  d.run(nullptr, specdec::partial_kv_selection::per_kv_head);
+  specdec_test::sync_check("partial_kv_select_batch (length)");
+  const auto got = d.download();
+  CHECK(got.status == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::length), 1, -1});
+  CHECK(got.sizes == std::vector<std::int32_t>{64, -7, 64});
+  CHECK(std::all_of(got.index.begin() + hkv * budget, got.index.begin() + 2 * hkv * budget, [](auto x) { return x == -7; }));
+  CHECK(std::all_of(got.evict.begin() + hkv * (budget - sink), got.evict.begin() + 2 * hkv * (budget - sink),
+                    [](auto x) { return x == -7; }));
+  // the other requests are as the host writes them
+  const auto want = host_select(scores, std::vector<std::int32_t>{400, 0, 300}, hkv, cols, budget, sink,
+                                specdec::partial_kv_selection::per_kv_head);
+  CHECK(std::equal(got.index.begin(), got.index.begin() + hkv * budget, want.index.begin()));
+  CHECK(std::equal(got.index.begin() + 2 * hkv * budget, got.index.end(), want.index.begin() + 2 * hkv * budget));
+}
+
+TEST_CASE("cuda partial_kv_select_batch is captured in a CUDA graph and replays", "[cuda][kv][partial]") {
+  const int hkv = 8, cols = 8192, budget = 2048 + 64, sink = 64;
+  const std::vector<std::int32_t> lens{8192, 5000, 100, 4000};
+  auto scores = select_scores(4, hkv, cols, 40);
+  device_select d(scores, lens, hkv, cols, budget, sink);
+  int round = 0;
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.run(s, specdec::partial_kv_selection::per_kv_head); },
+      [&] {
+        scores = select_scores(4, hkv, cols, static_cast<std::uint64_t>(100 + round++));
+        d.scores.upload(scores);
+        d.reset();
+      },
+      [&] {
+        CHECK(d.download() == host_select(scores, lens, hkv, cols, budget, sink, specdec::partial_kv_selection::per_kv_head));
+      });
+}
+
+TEST_CASE("cuda partial_kv_select_batch refuses host memory and budget - sink above 4096 before any CUDA call",
+          "[cuda][kv][partial][nogpu]") {
+  std::vector<float> k(2 * 8 * 2), s(2 * 2 * 8);
+  std::vector<std::int32_t> lens{8, 8}, index(2 * 2 * 5000), evict(2 * 2 * 5000), sizes(2), st(3);
+  const specdec::contiguous_kv<float> dev_cache{k.data(), k.data(), lens.data(), 2, 8, 2, 1, memory_space::device};
+  const specdec::contiguous_kv<float> host_cache{k.data(), k.data(), lens.data(), 2, 8, 2, 1};
+  const auto dev = memory_space::device;
+  const auto sd = specdec::make_view<3>(s.data(), {2, 2, 8}, dev);
+  const auto zd = specdec::make_view<1>(sizes.data(), {2}, dev);
+  const auto std_ = specdec::make_view<1>(st.data(), {3}, dev);
+  const auto per = specdec::partial_kv_selection::per_kv_head;
+  auto idx = [&](int b) { return specdec::make_view<3>(index.data(), {2, 2, b}, dev); };
+  auto ev = [&](int n) { return specdec::make_view<3>(evict.data(), {2, 2, n}, dev); };
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, host_cache, 8, 2, per, idx(8), ev(6), zd, std_),
+                    Catch::Contains("cache") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, specdec::make_view<3>(s.data(), {2, 2, 8}), dev_cache, 8, 2,
+                                                     per, idx(8), ev(6), zd, std_),
+                    Catch::Contains("'scores'") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 8, 2, per,
+                                                     specdec::make_view<3>(index.data(), {2, 2, 8}), ev(6), zd, std_),
+                    Catch::Contains("'index'") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 8, 2, per, idx(8), ev(6),
+                                                     specdec::make_view<1>(sizes.data(), {2}), std_),
+                    Catch::Contains("'sizes'") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 4098, 1, per, idx(4098), ev(4097), zd, std_),
+                    Catch::Contains("'budget'") && Catch::Contains("4096") && Catch::Contains("got 4097"));
+  // 4096 itself is accepted by the checks: the rejection above is the limit, not the shapes
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 4097, 1, per, idx(4097), ev(4097), zd, std_),
+                    Catch::Contains("'evict'") && Catch::Contains("shape"));
 }

@@ -3,7 +3,8 @@
 // decreasing order, ties by index); the append/replace policy and the rebuild trigger (TokenSwift
 // Algorithm 1, line 5); attention over indexed_kv equal to attention over a compacted copy
 // (contiguous and paged bases); no allocation and a fixed index buffer over 20K appends; bad inputs
-// named.
+// named; partial_kv_select_batch (the batch form a GPU engine calls) equal to rebuild's lists, per kv
+// head and shared, and the cuda kernel's selection rule, run serially, equal to the host's.
 #include <algorithm>
 #include <bit>
 #include <catch2/catch.hpp>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "specdec/attention/decode_attention.hpp"
+#include "specdec/core/topk_batch.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/kv/paged_kv.hpp"
 #include "specdec/kv/partial_kv.hpp"
@@ -562,4 +564,170 @@ TEST_CASE("partial_kv: bad inputs are named") {
   std::vector<std::int32_t> long_len = {5};
   const specdec::indexed_kv<contiguous_kv<float>> too_long{c64.layout(), bad_index.data(), long_len.data(), 4};
   CHECK_THROWS_WITH(specdec::validate_kv_layout(too_long, "f", "cache"), Contains("in [0, budget 4]") && Contains("got 5"));
+}
+
+namespace {
+
+// The cuda kernel's rule (kv/partial_kv.cuh, partial_kv_select_kernel), run serially: the threshold
+// key by the byte-wise radix select (topk_digit_pick, the kernel's), the tokens taken in index order
+// with a running count of the tied ones, then the eviction ranks from the taken tokens' keys sorted
+// ascending after the free slots.
+void kernel_rule_lists(const float* s, int len, int sink, int budget, std::int32_t* slots, std::int32_t* evict) {
+  const int keep = std::min(sink, len), shown = specdec::detail::partial_kv_shown(len, sink, budget);
+  const int rest = shown - keep, olen = len - keep;
+  for (int i = 0; i < keep; ++i) slots[i] = i;
+  if (rest == olen) {
+    for (int i = 0; i < olen; ++i) slots[keep + i] = keep + i;
+  } else if (rest > 0) {
+    std::uint32_t prefix = 0;
+    std::int32_t need = rest;
+    for (int pass = 0; pass < 4; ++pass) {
+      const int shift = 24 - 8 * pass;
+      std::int32_t hist[256] = {};
+      for (int i = keep; i < len; ++i) {
+        const std::uint32_t key = specdec::detail::topk_key(s[i]);
+        if (pass == 0 || (key >> (shift + 8)) == prefix) ++hist[(key >> shift) & 255u];
+      }
+      const int d = specdec::detail::topk_digit_pick(hist, need);
+      prefix = (prefix << 8) | static_cast<std::uint32_t>(d);
+    }
+    int taken = 0, ties = 0;
+    for (int i = keep; i < len; ++i) {
+      const std::uint32_t key = specdec::detail::topk_key(s[i]);
+      if (key > prefix || (key == prefix && ties++ < need)) slots[keep + taken++] = i;
+    }
+    REQUIRE(taken == rest);
+  }
+  const int free_slots = budget - std::max(shown, sink);
+  for (int i = 0; i < free_slots; ++i) evict[i] = budget - 1 - i;
+  std::vector<std::pair<std::uint64_t, std::int32_t>> ranked;
+  for (int p = 0; p < rest; ++p) {
+    const std::int32_t tok = slots[keep + p];
+    ranked.emplace_back(specdec::detail::partial_kv_rank_key(s[tok], tok), keep + p);
+  }
+  std::sort(ranked.begin(), ranked.end());
+  for (int p = 0; p < rest; ++p) evict[free_slots + p] = ranked[static_cast<std::size_t>(p)].second;
+}
+
+}  // namespace
+
+TEST_CASE("partial_kv: the cuda kernel's selection rule, run serially, gives the host's lists") {
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int len = static_cast<int>(rng() % 700), budget = 1 + static_cast<int>(rng() % 300);
+    const int sink = static_cast<int>(rng() % (budget + 1));
+    std::vector<float> s(static_cast<std::size_t>(len));
+    std::uniform_real_distribution<float> u(-4, 4);
+    for (auto& x : s) {
+      x = u(rng);
+      switch (trial % 5) {
+        case 1: x = std::round(x); break;  // many ties
+        case 2: x = rng() % 8 == 0 ? nan : rng() % 8 == 1 ? -0.0f : rng() % 8 == 2 ? 0.0f : x; break;
+        case 3: x = rng() % 4 == 0 ? inf : rng() % 4 == 1 ? -inf : x; break;
+        case 4: x = 1.0f; break;  // one value: every comparison is a tie
+        default: break;
+      }
+    }
+    std::vector<std::int32_t> slots(static_cast<std::size_t>(budget), -7), evict(static_cast<std::size_t>(budget - sink), -7);
+    std::vector<std::int32_t> slots2(slots), evict2(evict);
+    std::vector<std::uint64_t> order(static_cast<std::size_t>(len));
+    specdec::detail::partial_kv_select_lists(s.data(), len, sink, budget, slots.data(), evict.data(), order.data());
+    kernel_rule_lists(s.data(), len, sink, budget, slots2.data(), evict2.data());
+    INFO("trial " << trial << " len " << len << " budget " << budget << " sink " << sink);
+    CHECK(slots2 == slots);
+    CHECK(evict2 == evict);
+    checked += len > budget;
+  }
+  CHECK(checked > 100);  // most trials select (len > |B|), not only copy
+}
+
+TEST_CASE("partial_kv: partial_kv_select_batch writes rebuild's lists for every request, per kv head and shared") {
+  using specdec::make_view;
+  const int R = 5, cap = 400, hkv = 3, hq = 6, d = 16;
+  for (const auto selection : {specdec::partial_kv_selection::per_kv_head, specdec::partial_kv_selection::shared}) {
+    for (const auto& [budget, sink] : {std::pair{64, 4}, std::pair{7, 7}, std::pair{1, 0}, std::pair{500, 16}}) {
+      cache_data<float> c(R, cap, hkv, d, {0, 3, 70, 400, 251}, 31);
+      for (std::size_t i = 0; i < c.k.size(); i += 3) c.k[i] = std::round(c.k[i]);  // some equal scores
+      const auto q = random_q(R * hq, d, 32);
+      const int cols = cap + 5;
+      std::vector<float> scores(static_cast<std::size_t>(R) * hkv * cols, 0.0f);
+      std::vector<std::int32_t> status(3, 9);
+      specdec::kv_importance_batch(specdec::host{}, make_view<3>(q.data(), {R, hq, d}), c.layout(),
+                                   make_view<3>(scores.data(), {R, hkv, cols}), make_view<1>(status.data(), {3}));
+      std::vector<std::int32_t> index(static_cast<std::size_t>(R) * hkv * budget, -7),
+          evict(static_cast<std::size_t>(R) * hkv * (budget - sink), -7), sizes(R, -7);
+      status.assign(3, 9);
+      specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, cols}), c.layout(), budget,
+                                       sink, selection, make_view<3>(index.data(), {R, hkv, budget}),
+                                       make_view<3>(evict.data(), {R, hkv, budget - sink}), make_view<1>(sizes.data(), {R}),
+                                       make_view<1>(status.data(), {3}));
+      CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+      partial_kv_index idx(R, hkv, budget, sink, selection);
+      for (int r = 0; r < R; ++r) {
+        idx.rebuild(specdec::host{}, r, make_view<2>(q.data() + static_cast<std::size_t>(r) * hq * d, {hq, d}), c.layout());
+        INFO("budget " << budget << " sink " << sink << " request " << r << " shared "
+                       << (selection == specdec::partial_kv_selection::shared));
+        CHECK(sizes[static_cast<std::size_t>(r)] == idx.size(r));
+        for (int h = 0; h < hkv; ++h) {
+          const auto rh = static_cast<std::size_t>(r) * hkv + static_cast<std::size_t>(h);
+          const auto want = idx.indices(r, h);
+          const auto ev = idx.eviction_order(r, h);
+          CHECK(std::vector<std::int32_t>(index.begin() + static_cast<std::ptrdiff_t>(rh * budget),
+                                          index.begin() + static_cast<std::ptrdiff_t>(rh * budget + want.size())) ==
+                std::vector<std::int32_t>(want.begin(), want.end()));
+          // slots past the shown ones are not written
+          CHECK(std::all_of(index.begin() + static_cast<std::ptrdiff_t>(rh * budget + want.size()),
+                            index.begin() + static_cast<std::ptrdiff_t>((rh + 1) * budget), [](auto x) { return x == -7; }));
+          CHECK(std::vector<std::int32_t>(evict.begin() + static_cast<std::ptrdiff_t>(rh * ev.size()),
+                                          evict.begin() + static_cast<std::ptrdiff_t>((rh + 1) * ev.size())) ==
+                std::vector<std::int32_t>(ev.begin(), ev.end()));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("partial_kv: partial_kv_select_batch names bad arguments and writes nothing on a rejected call") {
+  using Catch::Matchers::Contains;
+  using specdec::make_view;
+  const int R = 2, hkv = 2, budget = 8, sink = 2;
+  cache_data<float> c(R, 16, hkv, 4, {16, 5}, 3);
+  std::vector<float> scores(static_cast<std::size_t>(R) * hkv * 16, 1.0f);
+  std::vector<std::int32_t> index(static_cast<std::size_t>(R) * hkv * budget, -7),
+      evict(static_cast<std::size_t>(R) * hkv * (budget - sink), -7), sizes(R, -7), status(3, 9);
+  const auto sel = specdec::partial_kv_selection::per_kv_head;
+  auto call = [&](int cols, int b, int s, auto sel_) {
+    specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, cols}), c.layout(), b, s, sel_,
+                                     make_view<3>(index.data(), {R, hkv, b}),
+                                     make_view<3>(evict.data(), {R, hkv, std::max(b - s, 0)}), make_view<1>(sizes.data(), {R}),
+                                     make_view<1>(status.data(), {3}));
+  };
+  CHECK_THROWS_WITH(call(15, budget, sink, sel), Contains("specdec::partial_kv_select_batch") && Contains("'scores'") &&
+                                                     Contains("request 0 has length 16"));
+  CHECK_THROWS_WITH(call(16, 0, 0, sel), Contains("'budget'") && Contains("got 0"));
+  CHECK_THROWS_WITH(call(16, 4, 5, sel), Contains("'sink'") && Contains("got 5"));
+  CHECK_THROWS_WITH(call(16, budget, sink, static_cast<specdec::partial_kv_selection>(7)), Contains("'selection'"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
+                                                     budget, sink, sel, make_view<3>(index.data(), {R, hkv, budget - 1}),
+                                                     make_view<3>(evict.data(), {R, hkv, budget - sink}),
+                                                     make_view<1>(sizes.data(), {R}), make_view<1>(status.data(), {3})),
+                    Contains("'index'") && Contains("shape"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
+                                                     budget, sink, sel, make_view<3>(index.data(), {R, hkv, budget}),
+                                                     make_view<3>(evict.data(), {R, hkv, budget}),
+                                                     make_view<1>(sizes.data(), {R}), make_view<1>(status.data(), {3})),
+                    Contains("'evict'") && Contains("shape"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
+                                                     budget, sink, sel, make_view<3>(index.data(), {R, hkv, budget}),
+                                                     make_view<3>(evict.data(), {R, hkv, budget - sink}),
+                                                     make_view<1>(sizes.data(), {R - 1}), make_view<1>(status.data(), {3})),
+                    Contains("'sizes'"));
+  CHECK(std::all_of(index.begin(), index.end(), [](auto x) { return x == -7; }));
+  CHECK(std::all_of(evict.begin(), evict.end(), [](auto x) { return x == -7; }));
+  CHECK(std::all_of(sizes.begin(), sizes.end(), [](auto x) { return x == -7; }));
+  CHECK(status == std::vector<std::int32_t>(3, 9));
+  call(16, budget, sink, sel);
+  CHECK(sizes == std::vector<std::int32_t>{8, 5});
 }

@@ -32,6 +32,51 @@ namespace detail {
 inline constexpr int topk_batch_threads = 512;
 inline constexpr int topk_batch_items = topk_batch_max_k_device / topk_batch_threads;  // keys per thread in the sort
 
+//! Block-shared state of block_radix_select.
+struct radix_select_shared {
+  std::int32_t hist[256];
+  std::uint32_t prefix;
+  std::int32_t need, kth_count;
+};
+
+//! What block_radix_select returns to every thread: the k-th largest key, how many entries equal to
+//! it are among the k largest (>= 1), and how many entries equal it in all.
+struct radix_select_result {
+  std::uint32_t kth;
+  std::int32_t need, kth_count;
+};
+
+//! The k-th largest of the uint32 keys a block's threads visit (1 <= k <= their number), a byte per
+//! pass, most significant first: each pass a 256-bin shared histogram of one byte among the keys
+//! that match the bytes chosen so far, then one thread picks the byte (topk_digit_pick, shared with
+//! the host twins). for_each_key(visit) calls visit(key) for each of the calling thread's entries,
+//! the same ones in every pass; it is called four times. Contains __syncthreads: call from every
+//! thread of the block; `sh` may be reused only after a further barrier.
+template <int Threads, class ForEachKey>
+__device__ radix_select_result block_radix_select(const ForEachKey& for_each_key, std::int32_t k, radix_select_shared& sh) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) sh.prefix = 0u, sh.need = k;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int d = t; d < 256; d += Threads) sh.hist[d] = 0;
+    __syncthreads();  // hist cleared, prefix and need written
+    const std::uint32_t prefix = sh.prefix;
+    for_each_key([&](std::uint32_t key) {
+      if (pass == 0 || (key >> (shift + 8)) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1);
+    });
+    __syncthreads();
+    if (t == 0) {
+      std::int32_t need = sh.need;
+      const int d = topk_digit_pick(sh.hist, need);
+      sh.need = need;
+      sh.prefix = (prefix << 8) | static_cast<std::uint32_t>(d);
+      if (pass == 3) sh.kth_count = sh.hist[d];  // entries equal to the k-th key, in all
+    }
+    __syncthreads();  // every thread has read hist and the old prefix before the next pass
+  }
+  return {sh.prefix, sh.need, sh.kth_count};
+}
+
 __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const topk_batch_args a) {
   using scan_t = cub::BlockScan<std::int32_t, topk_batch_threads>;
   using sort_t = cub::BlockRadixSort<std::uint64_t, topk_batch_threads, topk_batch_items>;
@@ -39,38 +84,22 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
     typename scan_t::TempStorage scan;
     typename sort_t::TempStorage sort;
   } tmp;
-  __shared__ std::int32_t hist[256];
+  __shared__ radix_select_shared select;
   __shared__ std::uint64_t chosen[topk_batch_max_k_device];
-  __shared__ std::uint32_t prefix_s;
-  __shared__ std::int32_t need_s, above_s, ties_s, kth_count_s;
+  __shared__ std::int32_t above_s, ties_s;
   const int t = static_cast<int>(threadIdx.x);
   for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const float* row = a.values + r * a.value_stride;
     // 1. The k-th largest key, a byte per pass.
-    if (t == 0) prefix_s = 0u, need_s = a.k;
-    for (int pass = 0; pass < 4; ++pass) {
-      const int shift = 24 - 8 * pass;
-      for (int d = t; d < 256; d += topk_batch_threads) hist[d] = 0;
-      __syncthreads();  // hist cleared, prefix_s and need_s written
-      const std::uint32_t prefix = prefix_s;
-      for_each_strided(row, a.n, t, topk_batch_threads, [&](float v, std::int64_t) {
-        const std::uint32_t key = topk_key(v);
-        if (pass == 0 || (key >> (shift + 8)) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
-      });
-      __syncthreads();
-      if (t == 0) {
-        std::int32_t need = need_s;
-        const int d = topk_digit_pick(hist, need);
-        need_s = need;
-        prefix_s = (prefix << 8) | static_cast<std::uint32_t>(d);
-        if (pass == 3) kth_count_s = hist[d];  // entries equal to the k-th key, in the whole row
-      }
-      __syncthreads();  // every thread has read hist and the old prefix before the next pass
-    }
-    const std::uint32_t kth = prefix_s;
-    const std::int32_t need = need_s;  // entries equal to kth among the k best (>= 1)
+    const radix_select_result sel = block_radix_select<topk_batch_threads>(
+        [&](const auto& visit) {
+          for_each_strided(row, a.n, t, topk_batch_threads, [&](float v, std::int64_t) { visit(topk_key(v)); });
+        },
+        a.k, select);
+    const std::uint32_t kth = sel.kth;
+    const std::int32_t need = sel.need;  // entries equal to kth among the k best (>= 1)
     const std::int32_t above = a.k - need;
-    const bool all_ties = kth_count_s == need;
+    const bool all_ties = sel.kth_count == need;
     const auto word_of = [](std::uint32_t key, std::int64_t i) {
       return (static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(~static_cast<std::uint32_t>(i));
     };
@@ -124,7 +153,7 @@ __global__ void __launch_bounds__(topk_batch_threads) topk_batch_kernel(const to
         a.out_values[r * a.out_value_stride + slot] = row[idx];
       }
     }
-    __syncthreads();  // chosen, hist and the sort storage are free for the next row
+    __syncthreads();  // chosen, the select state and the sort storage are free for the next row
   }
 }
 

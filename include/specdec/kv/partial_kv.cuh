@@ -1,8 +1,10 @@
 #pragma once
 //! \file partial_kv.cuh
-//! CUDA backend of kv_importance_batch (kv/partial_kv.hpp): kv_importance_backend<cuda>. After the
-//! status reset, one kernel on policy.stream over (request, chunk of 256 tokens) work items,
-//! grid-stride:
+//! CUDA backends of kv/partial_kv.hpp's batch forms: kv_importance_backend<cuda> and
+//! partial_kv_select_backend<cuda>.
+//!
+//! kv_importance_batch: after the status reset, one kernel on policy.stream over (request, chunk of
+//! 256 tokens) work items, grid-stride:
 //!  1. the item's request length from the layout (device_error::length when it is negative or above
 //!     the scores' columns: that request writes nothing);
 //!  2. the summed queries of every kv head into shared memory (detail::importance_qsum: the host's
@@ -10,13 +12,32 @@
 //!  3. a warp per importance_rows_per_warp adjacent (token, kv head) rows, loaded together: lanes
 //!     stride over head_dim, a shuffle reduction per row, lane 0 writes the scores. Rows of one
 //!     token's heads are adjacent in NHD and paged layouts, so a warp reads consecutive memory.
+//!
+//! partial_kv_select_batch: after the status reset, one kernel on policy.stream, a block of 512
+//! threads per (request, ranked kv head) (every kv head, or head 0 alone when the selection is shared),
+//! grid-stride:
+//!  1. the request's length from the layout (device_error::length when it is negative or above the
+//!     scores' columns: nothing of that request is written);
+//!  2. the threshold: the rest-th largest ranking key (topk_key of the score; block_radix_select,
+//!     core/topk_batch.cuh, shared with topk_batch) and how many of the keys equal to it are taken;
+//!  3. the ordered gather: the tokens in index order, a chunk of 512 at a time, two CUB block scans
+//!     (the rank among the tied keys, then the slot among the taken tokens), so the taken tokens
+//!     land in token order in their slots and the lowest indices win the ties;
+//!  4. the eviction order: the taken tokens' (partial_kv_rank_key, slot) pairs in a CUB block radix
+//!     sort, ascending, after the free slots.
+//! The lists equal the host backend's: the same keys, the same rule, no arithmetic on the scores but
+//! the shared mode's sum (partial_kv_shared_score: the same float).
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+
 #include "specdec/core/device_types.cuh"
+#include "specdec/core/topk_batch.cuh"
 #include "specdec/kv/partial_kv.hpp"
 
 namespace specdec {
@@ -84,6 +105,117 @@ __global__ void __launch_bounds__(importance_threads) kv_importance_kernel(const
   }
 }
 
+inline constexpr int select_threads = 512;
+inline constexpr int select_items = partial_kv_select_max_device / select_threads;  // keys per thread in the sort
+
+template <class L>
+__global__ void __launch_bounds__(select_threads) partial_kv_select_kernel(const partial_kv_select_args<L> a) {
+  using scan_t = cub::BlockScan<std::int32_t, select_threads>;
+  using sort_t = cub::BlockRadixSort<std::uint64_t, select_threads, select_items, std::int32_t>;
+  __shared__ union {
+    typename scan_t::TempStorage scan;
+    typename sort_t::TempStorage sort;
+  } tmp;
+  __shared__ radix_select_shared select;
+  __shared__ std::int32_t taken_s, ties_s;
+  const L& cache = a.cache;
+  const int hkv = cache.num_kv_heads(), ranked = a.shared ? 1 : hkv, n = a.budget - a.sink;
+  const int t = static_cast<int>(threadIdx.x);
+  const std::int64_t rows = static_cast<std::int64_t>(cache.num_requests()) * ranked;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const auto r = static_cast<int>(row / ranked);
+    const auto h = static_cast<int>(row % ranked);
+    const int len = cache.length(r);
+    if (len < 0 || len > a.columns) {  // uniform over the block
+      if (h == 0 && t == 0) device_report(a.status, device_error::length, r, -1);
+      continue;
+    }
+    const int keep = len < a.sink ? len : a.sink, shown = partial_kv_shown(len, a.sink, a.budget);
+    const int rest = shown - keep, olen = len - keep;
+    const float* s = a.scores + r * a.s_stride_request;
+    const auto key_of = [&](std::int64_t tok) {
+      const float v = a.shared ? partial_kv_shared_score(s, a.s_stride_head, hkv, tok) : s[h * a.s_stride_head + tok];
+      return topk_key(v);
+    };
+    // The lists this block writes: its own head's, or every head's when the selection is shared.
+    const int h_end = a.shared ? hkv : h + 1;
+    std::int32_t* const index = a.index + r * a.i_stride_request;
+    std::int32_t* const evict = a.evict + r * a.e_stride_request;
+    const auto put_slot = [&](int slot, std::int32_t tok) {
+      for (int g = h; g < h_end; ++g) index[g * a.i_stride_head + slot] = tok;
+    };
+    for (int i = t; i < keep; i += select_threads) put_slot(i, i);
+    // 2-3. Threshold and ordered gather (every token of [keep, len) is taken when rest == olen).
+    if (rest == olen) {
+      for (int i = t; i < olen; i += select_threads) put_slot(keep + i, keep + i);
+    } else if (rest > 0) {
+      const radix_select_result sel = block_radix_select<select_threads>(
+          [&](const auto& visit) {
+            constexpr int batch = 8;  // keys loaded before any is counted: the loads are in flight together
+            int i = t;
+            for (; i + (batch - 1) * select_threads < olen; i += batch * select_threads) {
+              std::uint32_t k[batch];
+#pragma unroll
+              for (int u = 0; u < batch; ++u) k[u] = key_of(keep + i + u * select_threads);
+#pragma unroll
+              for (int u = 0; u < batch; ++u) visit(k[u]);
+            }
+            for (; i < olen; i += select_threads) visit(key_of(keep + i));
+          },
+          rest, select);
+      if (t == 0) taken_s = 0, ties_s = 0;
+      __syncthreads();
+      for (int base = 0; base < olen; base += select_threads) {  // uniform trip count
+        const int i = base + t;
+        const bool live = i < olen;
+        const std::uint32_t key = live ? key_of(keep + i) : 0u;
+        const bool tie = live && key == sel.kth;
+        std::int32_t tie_rank, tied, slot_rank, taken;
+        scan_t(tmp.scan).ExclusiveSum(tie ? 1 : 0, tie_rank, tied);
+        const std::int32_t ties_before = ties_s, taken_before = taken_s;
+        const bool take = (live && key > sel.kth) || (tie && ties_before + tie_rank < sel.need);
+        __syncthreads();  // the scan storage is read by every thread before it is reused
+        scan_t(tmp.scan).ExclusiveSum(take ? 1 : 0, slot_rank, taken);
+        if (take) put_slot(keep + taken_before + slot_rank, keep + i);
+        __syncthreads();  // every thread has read ties_s and taken_s, and the scan storage is free
+        if (t == 0) ties_s = ties_before + tied, taken_s = taken_before + taken;
+        if (taken_before + taken == rest) break;  // uniform: every thread has the same sums
+        __syncthreads();  // the new counts are written
+      }
+    }
+    // 4. The eviction order: the free slots, then the taken tokens' slots, least important first.
+    const int free_slots = a.budget - (shown > a.sink ? shown : a.sink);
+    for (int i = t; i < free_slots; i += select_threads)
+      for (int g = h; g < h_end; ++g) evict[g * a.e_stride_head + i] = a.budget - 1 - i;
+    if (rest > 0) {
+      __syncthreads();  // the block's slot writes are visible to every thread
+      std::uint64_t keys[select_items];
+      std::int32_t slots[select_items];
+#pragma unroll
+      for (int j = 0; j < select_items; ++j) {
+        const int p = t * select_items + j;  // blocked: position t * items + j
+        slots[j] = keep + p;
+        if (p < rest) {
+          const std::int32_t tok = index[h * a.i_stride_head + keep + p];
+          const float v = a.shared ? partial_kv_shared_score(s, a.s_stride_head, hkv, tok) : s[h * a.s_stride_head + tok];
+          keys[j] = partial_kv_rank_key(v, tok);
+        } else {
+          keys[j] = ~std::uint64_t{0};  // padding sorts after every key (a stable sort keeps it there on a tie)
+        }
+      }
+      sort_t(tmp.sort).SortBlockedToStriped(keys, slots);
+#pragma unroll
+      for (int j = 0; j < select_items; ++j) {
+        const int p = j * select_threads + t;  // striped: position j * threads + t
+        if (p < rest)
+          for (int g = h; g < h_end; ++g) evict[g * a.e_stride_head + free_slots + p] = slots[j];
+      }
+    }
+    if (h == 0 && t == 0) a.sizes[r] = shown;
+    __syncthreads();  // the select state, the counts and the scan and sort storage are free for the next row
+  }
+}
+
 //! The cuda backend (the seam in partial_kv.hpp): the entry point has checked shapes, strides, memory
 //! spaces and the shared-memory bound. Clears status and launches the kernel on policy.stream; no
 //! synchronisation. A failed launch throws cuda_error.
@@ -99,6 +231,20 @@ struct kv_importance_backend<cuda> {
     const std::size_t smem = static_cast<std::size_t>(a.cache.num_kv_heads()) * a.cache.head_dim() * sizeof(float);
     kv_importance_kernel<QT, L><<<blocks, importance_threads, smem, policy.stream>>>(a, chunks);
     cuda_check(cudaGetLastError(), "kv_importance_kernel");
+  }
+};
+
+//! The cuda backend of partial_kv_select_batch (the seam in partial_kv.hpp): the entry point has
+//! checked shapes, strides, memory spaces and |B| - |S|. Clears status and launches the kernel on
+//! policy.stream; no synchronisation. A failed launch throws cuda_error.
+template <>
+struct partial_kv_select_backend<cuda> {
+  template <class L>
+  static void run(const cuda& policy, const partial_kv_select_args<L>& a) {
+    clear_device_status(a.status, policy.stream);
+    const std::int64_t rows = static_cast<std::int64_t>(a.cache.num_requests()) * (a.shared ? 1 : a.cache.num_kv_heads());
+    if (rows == 0) return;
+    launch_per_request<select_threads>(partial_kv_select_kernel<L>, rows, policy.stream, "partial_kv_select_kernel", a);
   }
 };
 

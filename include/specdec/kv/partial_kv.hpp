@@ -21,6 +21,10 @@
 //!    needs_rebuild() turns true (Algorithm 1, line 5: |C_full| - e > |B| - |S|) and the caller
 //!    recomputes the selection from a fresh query (rebuild(), line 6). Further tokens before that
 //!    rebuild replace in the same order again (the newest win), so the view is always valid.
+//!    partial_kv_select_batch(policy, scores, cache, ...) computes rebuild()'s lists for every
+//!    request at once from kv_importance_batch's scores into the caller's arrays, on the host or a
+//!    CUDA device (kv/partial_kv.cuh), for an engine that keeps the index on the GPU; indexed_kv
+//!    shows them in place. The appends' placement stays with partial_kv_index (host memory).
 //!
 //! Where this differs from the paper's picture, and why: §3.3 stores the selected pairs in
 //! decreasing importance. Here a rebuild stores them in token order and keeps the replacement
@@ -338,6 +342,67 @@ enum class partial_kv_selection : std::uint8_t {
   shared,
 };
 
+namespace detail {
+
+//! A rebuild's ranking key of token t with Eq. 2 score s, larger = more important: the score in
+//! topk's order as an unsigned integer (topk_key: -0 is +0, a NaN score, from a NaN in the key row,
+//! ranks below every number) above the complemented token index (ties: lower index first). The keys
+//! of distinct tokens differ, so the selection is unique whatever the scores.
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint64_t partial_kv_rank_key(float s, std::int32_t t) noexcept {
+  return (static_cast<std::uint64_t>(topk_key(s)) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(t));
+}
+
+//! Tokens a rebuild shows for a request of `len` cached tokens (the same for every kv head): the
+//! min(|S|, len) sinks, then min(|B| - |S|, len - sinks) selected tokens.
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr int partial_kv_shown(int len, int sink, int budget) noexcept {
+  const int keep = len < sink ? len : sink;
+  return keep + (budget - sink < len - keep ? budget - sink : len - keep);
+}
+
+//! The shared selection's score of token t: the kv heads' Eq. 2 scores s[h * head_stride + t] added
+//! in head order, in float (rebuild, the batch form's host backend and its cuda kernel: the same
+//! float).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline float partial_kv_shared_score(const float* s, std::int64_t head_stride, int heads,
+                                                                       std::int64_t t) noexcept {
+  float sum = s[t];
+  for (int h = 1; h < heads; ++h) sum += s[h * head_stride + t];
+  return sum;
+}
+
+//! One (request, kv head)'s lists after a rebuild (partial_kv_index::rebuild, partial_kv_select_batch's
+//! host backend; the cuda kernel computes the same lists): slots[0, keep) = the sinks 0 .. keep - 1,
+//! slots[keep, keep + rest) = the rest tokens of [keep, len) with the largest partial_kv_rank_key of
+//! s[t], in token order; evict[0, |B| - |S|) = the slots left free (from |B| - 1 down), then the
+//! selected tokens' slots from the least important up. Slots past keep + rest are not written.
+//! `order`: scratch of len - keep keys. O(len + rest log rest).
+inline void partial_kv_select_lists(const float* s, int len, int sink, int budget, std::int32_t* slots,
+                                    std::int32_t* evict, std::uint64_t* order) {
+  const int keep = std::min(sink, len), rest = partial_kv_shown(len, sink, budget) - keep;
+  std::iota(slots, slots + keep, 0);
+  // The keys are plain integers in contiguous memory: the selection compares them instead of
+  // chasing scores by index.
+  const auto olen = static_cast<std::size_t>(len - keep);
+  for (std::size_t i = 0; i < olen; ++i) {
+    const int t = keep + static_cast<int>(i);
+    order[i] = partial_kv_rank_key(s[t], t);
+  }
+  auto token = [](std::uint64_t key) { return static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key)); };
+  // Select, then rank the selected: O(length + k log k), k = |B| - |S| (a partial_sort, O(length
+  // log k), made a 32K-token rebuild 3-4x slower than the importance scores themselves).
+  if (static_cast<std::size_t>(rest) < olen) std::nth_element(order, order + rest, order + olen, std::greater<>{});
+  std::sort(order, order + rest, std::greater<>{});
+  // Token order in the slots; the eviction list: free slots (newest-filled first), then the
+  // selected tokens' slots from the least important up.
+  for (int i = 0; i < rest; ++i) slots[keep + i] = token(order[i]);
+  std::sort(slots + keep, slots + keep + rest);
+  int e = 0;
+  for (int slot = budget - 1; slot >= keep + rest && slot >= sink; --slot) evict[e++] = slot;
+  for (int i = rest - 1; i >= 0; --i)
+    evict[e++] = keep + static_cast<int>(std::lower_bound(slots + keep, slots + keep + rest, token(order[i])) - (slots + keep));
+}
+
+}  // namespace detail
+
 //! Budgeted per-(request, kv head) token lists of TokenSwift's dynamic partial KV cache, and the
 //! update policy of §3.3 (see the file comment). Owns its index memory (fixed size); reads the full
 //! cache only through the kv_layout passed to rebuild() and through layout().
@@ -408,10 +473,9 @@ class partial_kv_index {
       const int len = cache.length(r), cols = std::max(len, 1);  // a [heads, 0] view is still [heads, 1]
       scores_.resize(static_cast<std::size_t>(heads_) * cols);
       kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, cols}));
-      const int keep = std::min(sink_, len), rest = std::min(budget_ - sink_, len - keep), n = budget_ - sink_;
+      const int keep = std::min(sink_, len), n = budget_ - sink_;
       if (selection_ == partial_kv_selection::shared)  // rank by the heads' summed scores, in row 0
-        for (int h = 1; h < heads_; ++h)
-          for (int i = 0; i < len; ++i) scores_[static_cast<std::size_t>(i)] += scores_[static_cast<std::size_t>(h) * cols + i];
+        for (int i = 0; i < len; ++i) scores_[static_cast<std::size_t>(i)] = detail::partial_kv_shared_score(scores_.data(), cols, heads_, i);
       // One selection per kv head (only head 0's when shared), in parallel on the pool; each head
       // uses its own row of the order_ scratch.
       const int ranked = selection_ == partial_kv_selection::shared ? 1 : heads_;
@@ -419,41 +483,17 @@ class partial_kv_index {
       order_.resize(static_cast<std::size_t>(ranked) * olen);
       parallel_for(policy, ranked, [&](std::int64_t hi) {
         const int h = static_cast<int>(hi);
-        std::int32_t* slots = index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
-        std::int32_t* evict = evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n;
-        std::iota(slots, slots + keep, 0);
-        const float* s = scores_.data() + static_cast<std::size_t>(h) * cols;
-        // Ranking keys, larger = more important: the score in topk's order as an unsigned integer
-        // (detail::topk_key: -0 is +0, a NaN score, from a NaN in the key row, ranks below every
-        // number) above the complemented token index (ties: lower index first), so the selection
-        // compares plain integers in contiguous memory instead of chasing scores by index.
-        const auto order = order_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(h) * olen);
-        for (std::size_t i = 0; i < olen; ++i) {
-          const int t = keep + static_cast<int>(i);
-          order[static_cast<std::ptrdiff_t>(i)] =
-              (static_cast<std::uint64_t>(detail::topk_key(s[t])) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(t));
-        }
-        auto token = [](std::uint64_t key) { return static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key)); };
-        // Select, then rank the selected: O(length + k log k), k = |B| - |S| (a partial_sort, O(length
-        // log k), made a 32K-token rebuild 3-4x slower than the importance scores themselves).
-        const auto end = order + static_cast<std::ptrdiff_t>(olen);
-        if (static_cast<std::size_t>(rest) < olen) std::nth_element(order, order + rest, end, std::greater<>{});
-        std::sort(order, order + rest, std::greater<>{});
-        // Token order in the slots; the eviction list: free slots (newest-filled first), then the
-        // selected tokens' slots from the least important up.
-        for (int i = 0; i < rest; ++i) slots[keep + i] = token(order[i]);
-        std::sort(slots + keep, slots + keep + rest);
-        int e = 0;
-        for (int slot = budget_ - 1; slot >= keep + rest && slot >= sink_; --slot) evict[e++] = slot;
-        for (int i = rest - 1; i >= 0; --i)
-          evict[e++] = keep + static_cast<int>(std::lower_bound(slots + keep, slots + keep + rest, token(order[i])) - (slots + keep));
+        detail::partial_kv_select_lists(scores_.data() + static_cast<std::size_t>(h) * cols, len, sink_, budget_,
+                                        index_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_,
+                                        evict_.data() + (static_cast<std::size_t>(r) * heads_ + h) * n,
+                                        order_.data() + static_cast<std::size_t>(h) * olen);
       });
       for (int h = ranked; h < heads_; ++h) {  // shared: every head shows head 0's lists
         const std::size_t h0 = static_cast<std::size_t>(r) * heads_;
         std::copy_n(index_.data() + h0 * budget_, budget_, index_.data() + (h0 + h) * budget_);
         std::copy_n(evict_.data() + h0 * n, n, evict_.data() + (h0 + h) * n);
       }
-      size_[r] = keep + rest;
+      size_[r] = detail::partial_kv_shown(len, sink_, budget_);
       seen_[r] = len;
       placed_[r] = 0;
     }
@@ -535,6 +575,161 @@ class partial_kv_index {
   std::vector<float> scores_;                        // rebuild scratch [heads, length]
   std::vector<std::uint64_t> order_;                 // rebuild scratch [ranked heads, length]: ranking keys
 };
+
+namespace detail {
+
+//! partial_kv_select_batch's arguments, as pointers and the layout (a kernel parameter).
+template <class L>
+struct partial_kv_select_args {
+  const float* scores = nullptr;
+  std::int64_t s_stride_request = 0, s_stride_head = 0, columns = 0;
+  L cache;
+  int budget = 0, sink = 0;
+  bool shared = false;
+  std::int32_t* index = nullptr;  //!< [R, Hkv, budget]
+  std::int64_t i_stride_request = 0, i_stride_head = 0;
+  std::int32_t* evict = nullptr;  //!< [R, Hkv, budget - sink]
+  std::int64_t e_stride_request = 0, e_stride_head = 0;
+  std::int32_t* sizes = nullptr;  //!< [R]
+  std::int32_t* status = nullptr;
+};
+
+//! The seam between partial_kv_select_batch and its backends:
+//!   template <class L> static void run(const Policy&, const partial_kv_select_args<L>&);
+//! The host backend is below, the cuda one in kv/partial_kv.cuh.
+SPECDEC_BACKEND_SEAM(partial_kv_select_backend, "partial_kv_select_batch", "specdec/kv/partial_kv.cuh");
+
+template <>
+struct partial_kv_select_backend<host> {
+  template <class L>
+  static void run(const host& policy, const partial_kv_select_args<L>& a) {
+    constexpr std::string_view fn = "specdec::partial_kv_select_batch";
+    const int R = a.cache.num_requests(), hkv = a.cache.num_kv_heads(), n = a.budget - a.sink;
+    for (int r = 0; r < R; ++r)  // every length first: a rejected call writes nothing
+      if (a.cache.length(r) > a.columns) [[unlikely]]
+        throw_invalid_argument(fn, "scores",
+                               "at least cache.length(r) columns for every request (request " + std::to_string(r) +
+                                   " has length " + std::to_string(a.cache.length(r)) + ")",
+                               a.columns);
+    const int ranked = a.shared ? 1 : hkv;
+    std::vector<float> sum;
+    std::vector<std::uint64_t> order;
+    for (int r = 0; r < R; ++r) {
+      const int len = a.cache.length(r), keep = std::min(a.sink, len);
+      const float* s = a.scores + r * a.s_stride_request;
+      if (a.shared) {
+        sum.resize(static_cast<std::size_t>(len));
+        for (int i = 0; i < len; ++i) sum[static_cast<std::size_t>(i)] = partial_kv_shared_score(s, a.s_stride_head, hkv, i);
+      }
+      const auto olen = static_cast<std::size_t>(len - keep);
+      order.resize(static_cast<std::size_t>(ranked) * olen);
+      parallel_for(policy, ranked, [&](std::int64_t h) {
+        partial_kv_select_lists(a.shared ? sum.data() : s + h * a.s_stride_head, len, a.sink, a.budget,
+                                a.index + r * a.i_stride_request + h * a.i_stride_head,
+                                a.evict + r * a.e_stride_request + h * a.e_stride_head,
+                                order.data() + static_cast<std::size_t>(h) * olen);
+      });
+      for (int h = ranked; h < hkv; ++h) {  // shared: every head shows head 0's lists
+        std::copy_n(a.index + r * a.i_stride_request, partial_kv_shown(len, a.sink, a.budget),
+                    a.index + r * a.i_stride_request + h * a.i_stride_head);
+        std::copy_n(a.evict + r * a.e_stride_request, n, a.evict + r * a.e_stride_request + h * a.e_stride_head);
+      }
+      a.sizes[r] = partial_kv_shown(len, a.sink, a.budget);
+    }
+    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+  }
+};
+
+//! Largest |B| - |S| of partial_kv_select_batch under specdec::cuda (the kernel ranks a request's
+//! selected tokens in one block-wide sort in shared memory).
+inline constexpr int partial_kv_select_max_device = 4096;
+
+}  // namespace detail
+
+//! TokenSwift's partial-cache selection (§3.3; Algorithm 1, line 2 at prefill and line 6) for every
+//! request of a batch at once, from Eq. 2 scores (kv_importance_batch's output): the slot and eviction
+//! lists partial_kv_index::rebuild computes, written to the caller's arrays, so a GPU engine rebuilds
+//! its requests' partial caches without a copy to the host. Per request r (length len = cache.length(r))
+//! and kv head h, ranked by scores[r][h] (per_kv_head) or by the heads' scores added in head order
+//! (shared; every head gets the same lists):
+//!   index[r][h][0, keep)            the sinks 0 .. keep - 1, keep = min(|S|, len)
+//!   index[r][h][keep, sizes[r])     the min(|B| - |S|, len - keep) other tokens of highest score
+//!                                   (ties: lower token index; a NaN score ranks below every number),
+//!                                   in token order; slots past sizes[r] are not written
+//!   evict[r][h][0, |B| - |S|)       the slots new tokens replace once the |B| slots are full: those
+//!                                   left free (from |B| - 1 down), then the selected tokens' slots,
+//!                                   least important first (partial_kv_index::eviction_order)
+//!   sizes[r]                        the tokens shown, keep + min(|B| - |S|, len - keep)
+//! indexed_kv{cache, index, sizes, budget} over contiguous index arrays shows the selection in place.
+//!   scores  float [R, Hkv, columns], unit inner stride; columns >= every cache.length(r)
+//!   cache   any kv_layout (only its lengths and head count are read); R = cache.num_requests()
+//!   budget  |B| >= 1; sink |S| in [0, budget]
+//!   index   int32 [R, Hkv, budget], evict int32 [R, Hkv, budget - sink], unit inner stride
+//!   sizes   int32 [R]; status int32 [3]: {0, -1, -1}, or the device's report (device_error::length:
+//!           a request whose length exceeds the columns or is negative; nothing of it is written)
+//! specdec::host: host-accessible memory; lengths checked before anything is written
+//! (invalid_argument). The lists equal partial_kv_index::rebuild's for the same scores.
+//! specdec::cuda (needs kv/partial_kv.cuh and nvcc): device-accessible memory; |B| - |S| <= 4096; a
+//! block per (request, ranked kv head): a radix select of the threshold key, an ordered gather and a
+//! block sort of the selected keys. The lists equal the host backend's for the same scores (a selection
+//! by keys and indices only, no arithmetic but the shared mode's sum, the same float). Enqueued on
+//! policy.stream without synchronisation, graph-capturable.
+//! O(sum_r length_r x ranked heads) plus a sort of |B| - |S| keys per (request, ranked head).
+template <execution_policy Policy, tensor_like S, class L, tensor_like I, tensor_like E, class Z, class ST>
+  requires(detail::int32_output<Z> && detail::int32_output<ST>)
+void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& cache, int budget, int sink,
+                             partial_kv_selection selection, const I& index_in, const E& evict_in, const Z& sizes_in,
+                             const ST& status_in) {
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::partial_kv_select_batch";
+    static_assert(std::is_same_v<std::remove_cv_t<typename S::element_type>, float> && S::rank == 3,
+                  "specdec::partial_kv_select_batch: scores must be a float tensor [requests, Hkv, columns]");
+    static_assert(std::is_same_v<typename I::element_type, std::int32_t> && I::rank == 3,
+                  "specdec::partial_kv_select_batch: index must be a writable int32 tensor [requests, Hkv, budget]");
+    static_assert(std::is_same_v<typename E::element_type, std::int32_t> && E::rank == 3,
+                  "specdec::partial_kv_select_batch: evict must be a writable int32 tensor [requests, Hkv, budget - sink]");
+    validate_kv_layout(cache, fn, "cache");
+    require_policy_memory<Policy>(fn, "cache", cache);
+    require(budget >= 1, fn, "budget", ">= 1 (|B|, TokenSwift §3.3)", budget);
+    if (!(sink >= 0 && sink <= budget)) [[unlikely]]
+      throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
+    require(selection == partial_kv_selection::per_kv_head || selection == partial_kv_selection::shared, fn,
+            "selection", "partial_kv_selection::per_kv_head or ::shared", static_cast<int>(selection));
+    if constexpr (on_device_v<Policy>)
+      require(budget - sink <= detail::partial_kv_select_max_device, fn, "budget",
+              "budget - sink <= " + std::to_string(detail::partial_kv_select_max_device) + " under specdec::cuda",
+              budget - sink);
+    const auto scores = as_view(scores_in);
+    const auto index = as_view(index_in);
+    const auto evict = as_view(evict_in);
+    const auto sizes = as_view(sizes_in);
+    const auto status = as_view(status_in);
+    const int R = cache.num_requests(), hkv = cache.num_kv_heads();
+    require_policy_memory<Policy>(fn, "scores", scores);
+    require_shape(fn, "scores", scores, {R, hkv, -1});
+    require_unit_inner_stride(fn, "scores", scores);
+    require(R == 0 || scores.extent(2) == 0 || scores.data() != nullptr, fn, "scores", "a non-null data pointer",
+            "nullptr");
+    require_policy_memory<Policy>(fn, "index", index);
+    require_shape(fn, "index", index, {R, hkv, budget});
+    require_unit_inner_stride(fn, "index", index);
+    require_unique_elements(fn, "index", index);
+    require(R == 0 || index.data() != nullptr, fn, "index", "a non-null data pointer", "nullptr");
+    require_policy_memory<Policy>(fn, "evict", evict);
+    require_shape(fn, "evict", evict, {R, hkv, budget - sink});
+    require_unit_inner_stride(fn, "evict", evict);
+    require_unique_elements(fn, "evict", evict);
+    require(R == 0 || budget == sink || evict.data() != nullptr, fn, "evict", "a non-null data pointer", "nullptr");
+    require_policy_array<Policy>(fn, "sizes", sizes, R);
+    require_policy_array<Policy>(fn, "status", status, 3);
+    detail::partial_kv_select_args<L> a{scores.data(),  scores.stride(0), scores.stride(1), scores.extent(2),
+                                        cache,          budget,           sink,             selection == partial_kv_selection::shared,
+                                        index.data(),   index.stride(0),  index.stride(1),  evict.data(),
+                                        evict.stride(0), evict.stride(1), sizes.data(),     status.data()};
+    detail::partial_kv_select_backend<Policy>::run(policy, a);
+  }
+}
 
 //! A compacted copy of a partial_kv_index's view: the rows it shows for each (request, kv head),
 //! stored densely in their slot order as a contiguous NHD cache [requests, |B|, kv_heads, D], kept
