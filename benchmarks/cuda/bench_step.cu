@@ -400,7 +400,8 @@ void BM_partial_kv_select_batch(benchmark::State& state) {
   const std::size_t list_bytes = static_cast<std::size_t>(batch) * hkv * (2 * budget - sink) * 4;
   dmem k(static_cast<std::size_t>(batch) * context * hkv * 4), len(lens.size() * 4),
       index(static_cast<std::size_t>(batch) * hkv * budget * 4), evict(static_cast<std::size_t>(batch) * hkv * (budget - sink) * 4),
-      sizes(static_cast<std::size_t>(batch) * 4), st(12);
+      sizes(static_cast<std::size_t>(batch) * 4), seen(static_cast<std::size_t>(batch) * 4),
+      placed(static_cast<std::size_t>(batch) * 4), st(12);
   SPECDEC_CUDA_CHECK(cudaMemcpy(len.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
   const specdec::contiguous_kv<const float> cache{k.as<const float>(), k.as<const float>(), len.as<const std::int32_t>(),
                                                   batch, context, hkv, 1, memory_space::device};
@@ -414,6 +415,8 @@ void BM_partial_kv_select_batch(benchmark::State& state) {
         specdec::make_view<3>(index.as<std::int32_t>(), {batch, hkv, budget}, memory_space::device),
         specdec::make_view<3>(evict.as<std::int32_t>(), {batch, hkv, budget - sink}, memory_space::device),
         specdec::make_view<1>(sizes.as<std::int32_t>(), {batch}, memory_space::device),
+        specdec::make_view<1>(seen.as<std::int32_t>(), {batch}, memory_space::device),
+        specdec::make_view<1>(placed.as<std::int32_t>(), {batch}, memory_space::device),
         specdec::make_view<1>(st.as<std::int32_t>(), {3}, memory_space::device));
   });
   std::int32_t status[3];

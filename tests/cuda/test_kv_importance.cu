@@ -218,7 +218,7 @@ std::vector<float> select_scores(int R, int hkv, int cols, std::uint64_t seed) {
 //! The lists of partial_kv_select_batch under `policy` (arrays pre-filled with -7); on the device the
 //! call runs on a device copy of the scores and lengths and the results come back.
 struct select_lists {
-  std::vector<std::int32_t> index, evict, sizes, status;
+  std::vector<std::int32_t> index, evict, sizes, seen, placed, status;
   bool operator==(const select_lists&) const = default;
 };
 
@@ -229,33 +229,52 @@ select_lists host_select(const std::vector<float>& scores, const std::vector<std
   const specdec::contiguous_kv<float> cache{k.data(), k.data(), lens.data(), R, cap, hkv, 1};
   select_lists out{std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * budget, -7),
                    std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * (budget - sink), -7),
+                   std::vector<std::int32_t>(static_cast<std::size_t>(R), -7),
+                   std::vector<std::int32_t>(static_cast<std::size_t>(R), -7),
                    std::vector<std::int32_t>(static_cast<std::size_t>(R), -7), std::vector<std::int32_t>(3, 5)};
   specdec::partial_kv_select_batch(specdec::host{}, specdec::make_view<3>(scores.data(), {R, hkv, cols}), cache, budget, sink,
                                    sel, specdec::make_view<3>(out.index.data(), {R, hkv, budget}),
                                    specdec::make_view<3>(out.evict.data(), {R, hkv, budget - sink}),
-                                   specdec::make_view<1>(out.sizes.data(), {R}), specdec::make_view<1>(out.status.data(), {3}));
+                                   specdec::make_view<1>(out.sizes.data(), {R}), specdec::make_view<1>(out.seen.data(), {R}),
+                                   specdec::make_view<1>(out.placed.data(), {R}), specdec::make_view<1>(out.status.data(), {3}));
   return out;
 }
 
 struct device_select {
   int R, hkv, cols, budget, sink, cap;
   device_buffer<float> k, scores;
-  device_buffer<std::int32_t> lens, index, evict, sizes, status;
+  device_buffer<std::int32_t> lens, index, evict, sizes, seen, placed, status;
   device_select(const std::vector<float>& s, const std::vector<std::int32_t>& l, int hkv_, int cols_, int budget_, int sink_)
       : R(static_cast<int>(l.size())), hkv(hkv_), cols(cols_), budget(budget_), sink(sink_), cap(std::max(cols_, 1)),
         k(std::vector<float>(static_cast<std::size_t>(R) * cap * hkv_)), scores(s), lens(l),
         index(std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv_ * budget_, -7)),
         evict(std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv_ * (budget_ - sink_), -7)),
-        sizes(std::vector<std::int32_t>(static_cast<std::size_t>(R), -7)), status(std::vector<std::int32_t>{5, 5, 5}) {}
-  void run(cudaStream_t stream, specdec::partial_kv_selection sel) {
-    const specdec::contiguous_kv<float> cache{k.data(), k.data(), lens.data(), R, cap, hkv, 1, memory_space::device};
-    specdec::partial_kv_select_batch(specdec::cuda{.stream = stream},
-                                     specdec::make_view<3>(scores.data(), {R, hkv, cols}, memory_space::device), cache, budget,
-                                     sink, sel, specdec::make_view<3>(index.data(), {R, hkv, budget}, memory_space::device),
-                                     specdec::make_view<3>(evict.data(), {R, hkv, budget - sink}, memory_space::device),
-                                     dv(sizes), dv(status));
+        sizes(std::vector<std::int32_t>(static_cast<std::size_t>(R), -7)),
+        seen(std::vector<std::int32_t>(static_cast<std::size_t>(R), -7)),
+        placed(std::vector<std::int32_t>(static_cast<std::size_t>(R), -7)), status(std::vector<std::int32_t>{5, 5, 5}) {}
+  specdec::contiguous_kv<float> cache() const {
+    return {k.data(), k.data(), lens.data(), R, cap, hkv, 1, memory_space::device};
   }
-  select_lists download() { return {index.download(), evict.download(), sizes.download(), status.download()}; }
+  void run(cudaStream_t stream, specdec::partial_kv_selection sel) {
+    specdec::partial_kv_select_batch(specdec::cuda{.stream = stream},
+                                     specdec::make_view<3>(scores.data(), {R, hkv, cols}, memory_space::device), cache(),
+                                     budget, sink, sel,
+                                     specdec::make_view<3>(index.data(), {R, hkv, budget}, memory_space::device),
+                                     specdec::make_view<3>(evict.data(), {R, hkv, budget - sink}, memory_space::device),
+                                     dv(sizes), dv(seen), dv(placed), dv(status));
+  }
+  void append(cudaStream_t stream) {
+    specdec::partial_kv_append_batch(specdec::cuda{.stream = stream}, cache(), budget, sink,
+                                     specdec::make_view<3>(index.data(), {R, hkv, budget}, memory_space::device),
+                                     specdec::make_view<3>(evict.data(), {R, hkv, budget - sink}, memory_space::device),
+                                     dv(sizes), dv(seen), dv(placed), dv(status));
+  }
+  select_lists download() {
+    return {index.download(), evict.download(), sizes.download(), seen.download(), placed.download(), status.download()};
+  }
+  void upload(const select_lists& l) {
+    index.upload(l.index), evict.upload(l.evict), sizes.upload(l.sizes), seen.upload(l.seen), placed.upload(l.placed);
+  }
   void reset() {
     index.upload(std::vector<std::int32_t>(index.size(), -7));
     evict.upload(std::vector<std::int32_t>(evict.size(), -7));
@@ -290,6 +309,8 @@ TEST_CASE("cuda partial_kv_select_batch writes the host backend's lists", "[cuda
       const auto got = d.download();
       CHECK(got.status == std::vector<std::int32_t>{0, -1, -1});
       CHECK(got.sizes == want.sizes);
+      CHECK(got.seen == lens);
+      CHECK(got.placed == std::vector<std::int32_t>(lens.size(), 0));
       CHECK(got.index == want.index);  // the unwritten slots keep -7 on both sides
       CHECK(got.evict == want.evict);
     }
@@ -340,30 +361,116 @@ TEST_CASE("cuda partial_kv_select_batch is captured in a CUDA graph and replays"
 TEST_CASE("cuda partial_kv_select_batch refuses host memory and budget - sink above 4096 before any CUDA call",
           "[cuda][kv][partial][nogpu]") {
   std::vector<float> k(2 * 8 * 2), s(2 * 2 * 8);
-  std::vector<std::int32_t> lens{8, 8}, index(2 * 2 * 5000), evict(2 * 2 * 5000), sizes(2), st(3);
+  std::vector<std::int32_t> lens{8, 8}, index(2 * 2 * 5000), evict(2 * 2 * 5000), sizes(2), seen(2), placed(2), st(3);
   const specdec::contiguous_kv<float> dev_cache{k.data(), k.data(), lens.data(), 2, 8, 2, 1, memory_space::device};
   const specdec::contiguous_kv<float> host_cache{k.data(), k.data(), lens.data(), 2, 8, 2, 1};
   const auto dev = memory_space::device;
   const auto sd = specdec::make_view<3>(s.data(), {2, 2, 8}, dev);
   const auto zd = specdec::make_view<1>(sizes.data(), {2}, dev);
+  const auto nd = specdec::make_view<1>(seen.data(), {2}, dev);
+  const auto pd = specdec::make_view<1>(placed.data(), {2}, dev);
   const auto std_ = specdec::make_view<1>(st.data(), {3}, dev);
   const auto per = specdec::partial_kv_selection::per_kv_head;
   auto idx = [&](int b) { return specdec::make_view<3>(index.data(), {2, 2, b}, dev); };
   auto ev = [&](int n) { return specdec::make_view<3>(evict.data(), {2, 2, n}, dev); };
-  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, host_cache, 8, 2, per, idx(8), ev(6), zd, std_),
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, host_cache, 8, 2, per, idx(8), ev(6), zd, nd, pd, std_),
                     Catch::Contains("cache") && Catch::Contains("device-accessible"));
   CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, specdec::make_view<3>(s.data(), {2, 2, 8}), dev_cache, 8, 2,
-                                                     per, idx(8), ev(6), zd, std_),
+                                                     per, idx(8), ev(6), zd, nd, pd, std_),
                     Catch::Contains("'scores'") && Catch::Contains("device-accessible"));
   CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 8, 2, per,
-                                                     specdec::make_view<3>(index.data(), {2, 2, 8}), ev(6), zd, std_),
+                                                     specdec::make_view<3>(index.data(), {2, 2, 8}), ev(6), zd, nd, pd, std_),
                     Catch::Contains("'index'") && Catch::Contains("device-accessible"));
   CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 8, 2, per, idx(8), ev(6),
-                                                     specdec::make_view<1>(sizes.data(), {2}), std_),
+                                                     specdec::make_view<1>(sizes.data(), {2}), nd, pd, std_),
                     Catch::Contains("'sizes'") && Catch::Contains("device-accessible"));
-  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 4098, 1, per, idx(4098), ev(4097), zd, std_),
+  // partial_kv_append_batch: the same memory checks
+  CHECK_THROWS_WITH(specdec::partial_kv_append_batch(specdec::cuda{}, host_cache, 8, 2, idx(8), ev(6), zd, nd, pd, std_),
+                    Catch::Contains("specdec::partial_kv_append_batch") && Catch::Contains("cache") &&
+                        Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::partial_kv_append_batch(specdec::cuda{}, dev_cache, 8, 2, idx(8), ev(6), zd,
+                                                     specdec::make_view<1>(seen.data(), {2}), pd, std_),
+                    Catch::Contains("'seen'") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::partial_kv_append_batch(specdec::cuda{}, dev_cache, 8, 2, idx(8),
+                                                     specdec::make_view<3>(evict.data(), {2, 2, 6}), zd, nd, pd, std_),
+                    Catch::Contains("'evict'") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 4098, 1, per, idx(4098), ev(4097), zd, nd, pd, std_),
                     Catch::Contains("'budget'") && Catch::Contains("4096") && Catch::Contains("got 4097"));
   // 4096 itself is accepted by the checks: the rejection above is the limit, not the shapes
-  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 4097, 1, per, idx(4097), ev(4097), zd, std_),
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 4097, 1, per, idx(4097), ev(4097), zd, nd, pd, std_),
                     Catch::Contains("'evict'") && Catch::Contains("shape"));
+}
+
+TEST_CASE("cuda partial_kv_append_batch follows the host backend step by step, across selections", "[cuda][kv][partial]") {
+  const int R = 16, hkv = 4, cols = 6000, budget = 300, sink = 4;
+  std::vector<std::int32_t> lens(static_cast<std::size_t>(R), 0);
+  // the state as partial_kv_index starts: nothing shown, eviction |B| - 1 down to |S|
+  select_lists host_state{std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * budget, -7),
+                          std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * (budget - sink)),
+                          std::vector<std::int32_t>(R, 0), std::vector<std::int32_t>(R, 0),
+                          std::vector<std::int32_t>(R, 0), std::vector<std::int32_t>(3, 5)};
+  for (std::size_t i = 0; i < host_state.evict.size(); ++i)
+    host_state.evict[i] = budget - 1 - static_cast<std::int32_t>(i % static_cast<std::size_t>(budget - sink));
+  auto scores = select_scores(R, hkv, cols, 77);
+  device_select d(scores, lens, hkv, cols, budget, sink);
+  d.upload(host_state);
+  std::vector<float> k(static_cast<std::size_t>(R) * cols * hkv);
+  specdec::philox_stream rng(3, 1);
+  int triggered = 0;
+  for (int step = 0; step < 120; ++step) {
+    for (auto& l : lens) l = std::min(cols, l + static_cast<std::int32_t>(step % 29 == 3 ? 400 : rng.below(9)));
+    d.lens.upload(lens);
+    const specdec::contiguous_kv<float> hcache{k.data(), k.data(), lens.data(), R, cols, hkv, 1};
+    if (step % 30 == 29) {  // a selection on both sides, then the appends go on from it
+      d.run(nullptr, specdec::partial_kv_selection::per_kv_head);
+      specdec::partial_kv_select_batch(
+          specdec::host{}, specdec::make_view<3>(scores.data(), {R, hkv, cols}), hcache, budget, sink,
+          specdec::partial_kv_selection::per_kv_head, specdec::make_view<3>(host_state.index.data(), {R, hkv, budget}),
+          specdec::make_view<3>(host_state.evict.data(), {R, hkv, budget - sink}),
+          specdec::make_view<1>(host_state.sizes.data(), {R}), specdec::make_view<1>(host_state.seen.data(), {R}),
+          specdec::make_view<1>(host_state.placed.data(), {R}), specdec::make_view<1>(host_state.status.data(), {3}));
+    } else {
+      d.append(nullptr);
+      specdec::partial_kv_append_batch(
+          specdec::host{}, hcache, budget, sink, specdec::make_view<3>(host_state.index.data(), {R, hkv, budget}),
+          specdec::make_view<3>(host_state.evict.data(), {R, hkv, budget - sink}),
+          specdec::make_view<1>(host_state.sizes.data(), {R}), specdec::make_view<1>(host_state.seen.data(), {R}),
+          specdec::make_view<1>(host_state.placed.data(), {R}), specdec::make_view<1>(host_state.status.data(), {3}));
+    }
+    specdec_test::sync_check("partial_kv_append_batch");
+    INFO("step " << step);
+    const auto got = d.download();
+    REQUIRE(got.status == std::vector<std::int32_t>{0, -1, -1});
+    REQUIRE(got == host_state);
+    for (int r = 0; r < R; ++r) triggered += specdec::detail::partial_kv_needs_rebuild(got.placed[static_cast<std::size_t>(r)], budget, sink);
+  }
+  CHECK(triggered > 0);
+}
+
+TEST_CASE("cuda partial_kv_append_batch reports a bad state or eviction slot and leaves that request as it was",
+          "[cuda][kv][partial]") {
+  const int R = 3, hkv = 2, cols = 64, budget = 8, sink = 2;
+  const std::vector<std::int32_t> lens{20, 20, 20};
+  device_select d(select_scores(R, hkv, cols, 9), lens, hkv, cols, budget, sink);
+  select_lists state{std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * budget, -7),
+                     std::vector<std::int32_t>(static_cast<std::size_t>(R) * hkv * (budget - sink), 5),
+                     std::vector<std::int32_t>{8, 8, 8}, std::vector<std::int32_t>{18, 21, 18},
+                     std::vector<std::int32_t>{0, 0, 0}, std::vector<std::int32_t>(3, 5)};
+  d.upload(state);
+  d.append(nullptr);  // request 1 has seen more than its cache holds
+  specdec_test::sync_check("partial_kv_append_batch (state)");
+  auto got = d.download();
+  CHECK(got.status == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::partial_state), 1, -1});
+  CHECK(got.seen == std::vector<std::int32_t>{20, 21, 20});
+  CHECK(std::all_of(got.index.begin() + hkv * budget, got.index.begin() + 2 * hkv * budget, [](auto x) { return x == -7; }));
+  state.seen = {18, 18, 18};
+  state.evict[static_cast<std::size_t>(2 * hkv * (budget - sink) + (budget - sink) + 1)] = -1;  // request 2, head 1, p = 1
+  d.upload(state);
+  d.append(nullptr);
+  specdec_test::sync_check("partial_kv_append_batch (evict)");
+  got = d.download();
+  CHECK(got.status == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::partial_state), 2, -1});
+  CHECK(got.seen == std::vector<std::int32_t>{20, 20, 18});
+  CHECK(got.placed == std::vector<std::int32_t>{2, 2, 0});
+  CHECK(std::all_of(got.index.begin() + 2 * hkv * budget, got.index.end(), [](auto x) { return x == -7; }));
 }

@@ -657,13 +657,16 @@ TEST_CASE("partial_kv: partial_kv_select_batch writes rebuild's lists for every 
       specdec::kv_importance_batch(specdec::host{}, make_view<3>(q.data(), {R, hq, d}), c.layout(),
                                    make_view<3>(scores.data(), {R, hkv, cols}), make_view<1>(status.data(), {3}));
       std::vector<std::int32_t> index(static_cast<std::size_t>(R) * hkv * budget, -7),
-          evict(static_cast<std::size_t>(R) * hkv * (budget - sink), -7), sizes(R, -7);
+          evict(static_cast<std::size_t>(R) * hkv * (budget - sink), -7), sizes(R, -7), seen(R, -7), placed(R, -7);
       status.assign(3, 9);
       specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, cols}), c.layout(), budget,
                                        sink, selection, make_view<3>(index.data(), {R, hkv, budget}),
                                        make_view<3>(evict.data(), {R, hkv, budget - sink}), make_view<1>(sizes.data(), {R}),
+                                       make_view<1>(seen.data(), {R}), make_view<1>(placed.data(), {R}),
                                        make_view<1>(status.data(), {3}));
       CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+      CHECK(seen == c.lens);
+      CHECK(placed == std::vector<std::int32_t>(R, 0));
       partial_kv_index idx(R, hkv, budget, sink, selection);
       for (int r = 0; r < R; ++r) {
         idx.rebuild(specdec::host{}, r, make_view<2>(q.data() + static_cast<std::size_t>(r) * hq * d, {hq, d}), c.layout());
@@ -696,13 +699,15 @@ TEST_CASE("partial_kv: partial_kv_select_batch names bad arguments and writes no
   cache_data<float> c(R, 16, hkv, 4, {16, 5}, 3);
   std::vector<float> scores(static_cast<std::size_t>(R) * hkv * 16, 1.0f);
   std::vector<std::int32_t> index(static_cast<std::size_t>(R) * hkv * budget, -7),
-      evict(static_cast<std::size_t>(R) * hkv * (budget - sink), -7), sizes(R, -7), status(3, 9);
+      evict(static_cast<std::size_t>(R) * hkv * (budget - sink), -7), sizes(R, -7), seen(R, -7), placed(R, -7), status(3, 9);
   const auto sel = specdec::partial_kv_selection::per_kv_head;
+  const auto seen_v = make_view<1>(seen.data(), {R});
+  const auto placed_v = make_view<1>(placed.data(), {R});
   auto call = [&](int cols, int b, int s, auto sel_) {
     specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, cols}), c.layout(), b, s, sel_,
                                      make_view<3>(index.data(), {R, hkv, b}),
                                      make_view<3>(evict.data(), {R, hkv, std::max(b - s, 0)}), make_view<1>(sizes.data(), {R}),
-                                     make_view<1>(status.data(), {3}));
+                                     seen_v, placed_v, make_view<1>(status.data(), {3}));
   };
   CHECK_THROWS_WITH(call(15, budget, sink, sel), Contains("specdec::partial_kv_select_batch") && Contains("'scores'") &&
                                                      Contains("request 0 has length 16"));
@@ -712,22 +717,124 @@ TEST_CASE("partial_kv: partial_kv_select_batch names bad arguments and writes no
   CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
                                                      budget, sink, sel, make_view<3>(index.data(), {R, hkv, budget - 1}),
                                                      make_view<3>(evict.data(), {R, hkv, budget - sink}),
-                                                     make_view<1>(sizes.data(), {R}), make_view<1>(status.data(), {3})),
+                                                     make_view<1>(sizes.data(), {R}), seen_v, placed_v,
+                                                     make_view<1>(status.data(), {3})),
                     Contains("'index'") && Contains("shape"));
   CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
                                                      budget, sink, sel, make_view<3>(index.data(), {R, hkv, budget}),
                                                      make_view<3>(evict.data(), {R, hkv, budget}),
-                                                     make_view<1>(sizes.data(), {R}), make_view<1>(status.data(), {3})),
+                                                     make_view<1>(sizes.data(), {R}), seen_v, placed_v,
+                                                     make_view<1>(status.data(), {3})),
                     Contains("'evict'") && Contains("shape"));
   CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
                                                      budget, sink, sel, make_view<3>(index.data(), {R, hkv, budget}),
                                                      make_view<3>(evict.data(), {R, hkv, budget - sink}),
-                                                     make_view<1>(sizes.data(), {R - 1}), make_view<1>(status.data(), {3})),
+                                                     make_view<1>(sizes.data(), {R - 1}), seen_v, placed_v,
+                                                     make_view<1>(status.data(), {3})),
                     Contains("'sizes'"));
   CHECK(std::all_of(index.begin(), index.end(), [](auto x) { return x == -7; }));
   CHECK(std::all_of(evict.begin(), evict.end(), [](auto x) { return x == -7; }));
   CHECK(std::all_of(sizes.begin(), sizes.end(), [](auto x) { return x == -7; }));
   CHECK(status == std::vector<std::int32_t>(3, 9));
+  CHECK_THROWS_WITH(call(16, (1 << 30), 0, sel), Contains("'budget'") && Contains("2^30 - 1"));
   call(16, budget, sink, sel);
   CHECK(sizes == std::vector<std::int32_t>{8, 5});
+  CHECK(seen == std::vector<std::int32_t>{16, 5});
+  CHECK(placed == std::vector<std::int32_t>{0, 0});
+}
+
+TEST_CASE("partial_kv: partial_kv_append_batch places new tokens as partial_kv_index::append, from the start and after a selection") {
+  using specdec::make_view;
+  const int R = 3, cap = 1200, hkv = 2, hq = 4, d = 8;
+  std::mt19937 rng(5);
+  for (const auto& [budget, sink] : {std::pair{16, 4}, std::pair{9, 9}, std::pair{40, 0}, std::pair{1, 0}}) {
+    for (const bool select_first : {false, true}) {
+      cache_data<float> c(R, cap, hkv, d, {0, 0, 0}, 41);
+      const auto q = random_q(R * hq, d, 42);
+      partial_kv_index idx(R, hkv, budget, sink);
+      // the arrays as partial_kv_index starts: nothing shown, eviction |B| - 1 down to |S|
+      std::vector<std::int32_t> index(static_cast<std::size_t>(R) * hkv * budget, -7),
+          evict(static_cast<std::size_t>(R) * hkv * (budget - sink)), sizes(R, 0), seen(R, 0), placed(R, 0), status(3, 9);
+      for (std::size_t i = 0; i < evict.size(); ++i)
+        evict[i] = budget - 1 - static_cast<std::int32_t>(i % static_cast<std::size_t>(budget - sink));
+      const auto index_v = make_view<3>(index.data(), {R, hkv, budget});
+      const auto evict_v = make_view<3>(evict.data(), {R, hkv, budget - sink});
+      const auto sizes_v = make_view<1>(sizes.data(), {R});
+      const auto seen_v = make_view<1>(seen.data(), {R});
+      const auto placed_v = make_view<1>(placed.data(), {R});
+      const auto status_v = make_view<1>(status.data(), {3});
+      int rebuilt = 0, triggered = 0;
+      for (int step = 0; step < 160; ++step) {
+        for (int r = 0; r < R; ++r) {  // 0-6 new tokens a step, now and then a jump of 50
+          const int grow = step % 37 == 5 ? 50 : static_cast<int>(rng() % 7);
+          c.lens[static_cast<std::size_t>(r)] = std::min(cap, c.lens[static_cast<std::size_t>(r)] + grow);
+          idx.append(r, c.lens[static_cast<std::size_t>(r)]);
+        }
+        specdec::partial_kv_append_batch(specdec::host{}, c.layout(), budget, sink, index_v, evict_v, sizes_v, seen_v,
+                                         placed_v, status_v);
+        REQUIRE(status == std::vector<std::int32_t>{0, -1, -1});
+        for (int r = 0; r < R; ++r) {
+          INFO("budget " << budget << " sink " << sink << " step " << step << " request " << r);
+          REQUIRE(sizes[static_cast<std::size_t>(r)] == idx.size(r));
+          REQUIRE(seen[static_cast<std::size_t>(r)] == idx.seen(r));
+          CHECK(specdec::detail::partial_kv_needs_rebuild(placed[static_cast<std::size_t>(r)], budget, sink) ==
+                idx.needs_rebuild(r));
+          CHECK(placed[static_cast<std::size_t>(r)] <= 2 * (budget - sink));
+          triggered += idx.needs_rebuild(r);
+          for (int h = 0; h < hkv; ++h) {
+            const auto want = idx.indices(r, h);
+            const auto at = (static_cast<std::size_t>(r) * hkv + static_cast<std::size_t>(h)) * budget;
+            REQUIRE(std::vector<std::int32_t>(index.begin() + static_cast<std::ptrdiff_t>(at),
+                                              index.begin() + static_cast<std::ptrdiff_t>(at + want.size())) ==
+                    std::vector<std::int32_t>(want.begin(), want.end()));
+          }
+        }
+        // a selection every 40 steps (both sides), the first one at step 20 when select_first
+        if (step % 40 == (select_first ? 20 : 39)) {
+          for (int r = 0; r < R; ++r)
+            idx.rebuild(specdec::host{}, r, make_view<2>(q.data() + static_cast<std::size_t>(r) * hq * d, {hq, d}), c.layout());
+          std::vector<float> scores(static_cast<std::size_t>(R) * hkv * cap);
+          specdec::kv_importance_batch(specdec::host{}, make_view<3>(q.data(), {R, hq, d}), c.layout(),
+                                       make_view<3>(scores.data(), {R, hkv, cap}), status_v);
+          specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, cap}), c.layout(), budget,
+                                           sink, specdec::partial_kv_selection::per_kv_head, index_v, evict_v, sizes_v,
+                                           seen_v, placed_v, status_v);
+          ++rebuilt;
+        }
+      }
+      CHECK(rebuilt >= 3);
+      if (budget > sink) CHECK(triggered > 0);  // the replacements ran past |B| - |S| between selections
+    }
+  }
+}
+
+TEST_CASE("partial_kv: partial_kv_append_batch refuses a shrinking cache, a bad state and a bad eviction slot") {
+  using Catch::Matchers::Contains;
+  using specdec::make_view;
+  const int R = 2, hkv = 2, budget = 4, sink = 1;
+  cache_data<float> c(R, 16, hkv, 4, {6, 6}, 3);
+  std::vector<std::int32_t> index(static_cast<std::size_t>(R) * hkv * budget, -7),
+      evict(static_cast<std::size_t>(R) * hkv * (budget - sink), 2), sizes{4, 4}, seen{4, 4}, placed{0, 0}, status(3, 9);
+  auto call = [&] {
+    specdec::partial_kv_append_batch(specdec::host{}, c.layout(), budget, sink, make_view<3>(index.data(), {R, hkv, budget}),
+                                     make_view<3>(evict.data(), {R, hkv, budget - sink}), make_view<1>(sizes.data(), {R}),
+                                     make_view<1>(seen.data(), {R}), make_view<1>(placed.data(), {R}),
+                                     make_view<1>(status.data(), {3}));
+  };
+  const auto untouched = index;
+  seen[1] = 7;  // above the cache's length 6
+  CHECK_THROWS_WITH(call(), Contains("specdec::partial_kv_append_batch") && Contains("for request 1") &&
+                                Contains("length 6, size 4, seen 7, placed 0"));
+  seen[1] = 4, sizes[0] = 5;
+  CHECK_THROWS_WITH(call(), Contains("for request 0") && Contains("size 5"));
+  sizes[0] = 4, placed[1] = 7;  // above 2 (|B| - |S|) = 6
+  CHECK_THROWS_WITH(call(), Contains("for request 1") && Contains("placed 7"));
+  placed[1] = 0;
+  CHECK(index == untouched);
+  CHECK(status == std::vector<std::int32_t>(3, 9));
+  evict[static_cast<std::size_t>(hkv * (budget - sink)) + 1] = 4;  // request 1, head 0, the second replacement
+  CHECK_THROWS_WITH(call(), Contains("'evict'") && Contains("request 1"));
+  CHECK(std::vector<std::int32_t>(index.begin() + hkv * budget, index.end()) ==
+        std::vector<std::int32_t>(untouched.begin() + hkv * budget, untouched.end()));  // request 1 untouched
+  CHECK(seen[1] == 4);
 }

@@ -37,6 +37,7 @@ enum class device_error : std::int32_t {
   sibling = 13,           //!< node `index` of `request` carries the token of an earlier sibling, but the children were drawn without replacement
   fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier can track (multi-draft: 1024 residual updates or rejected tokens)
   length = 15,            //!< the cache length of `request` is negative or exceeds what the output holds (kv_importance_batch: the scores' columns)
+  partial_state = 16,     //!< partial_kv_append_batch: the cache length of `request` is below seen[request], its sizes / seen / placed entry is outside [0, |B|] / [0, INT32_MAX] / [0, 2 (|B| - |S|)], or an eviction slot its appends would use is outside [0, |B|)
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -91,6 +92,11 @@ struct device_status {
                "siblings)";
       case device_error::length:
         return "the cache length of request " + r + " is negative or exceeds the output's columns";
+      case device_error::partial_state:
+        return "the partial-cache state of request " + r +
+               " is inconsistent: its cache length is below seen[" + r + "], or sizes[" + r + "] is outside [0, budget], seen[" + r +
+               "] is negative, placed[" + r + "] is outside [0, 2 (budget - sink)], or an eviction slot its appends "
+               "would use is outside [0, budget)";
       case device_error::fanout:
         return "node " + i + " of request " + r +
                " rejected more children than the device verifier can track (1024 residual updates or rejected tokens "

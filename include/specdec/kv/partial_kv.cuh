@@ -1,7 +1,7 @@
 #pragma once
 //! \file partial_kv.cuh
-//! CUDA backends of kv/partial_kv.hpp's batch forms: kv_importance_backend<cuda> and
-//! partial_kv_select_backend<cuda>.
+//! CUDA backends of kv/partial_kv.hpp's batch forms: kv_importance_backend<cuda>,
+//! partial_kv_select_backend<cuda> and partial_kv_append_backend<cuda>.
 //!
 //! kv_importance_batch: after the status reset, one kernel on policy.stream over (request, chunk of
 //! 256 tokens) work items, grid-stride:
@@ -12,6 +12,9 @@
 //!  3. a warp per importance_rows_per_warp adjacent (token, kv head) rows, loaded together: lanes
 //!     stride over head_dim, a shuffle reduction per row, lane 0 writes the scores. Rows of one
 //!     token's heads are adjacent in NHD and paged layouts, so a warp reads consecutive memory.
+//!
+//! partial_kv_append_batch: after the status reset, a thread per request checks its state and walks
+//! its new tokens with the host's partial_kv_place.
 //!
 //! partial_kv_select_batch: after the status reset, one kernel on policy.stream, a block of 512
 //! threads per (request, ranked kv head) (every kv head, or head 0 alone when the selection is shared),
@@ -211,7 +214,7 @@ __global__ void __launch_bounds__(select_threads) partial_kv_select_kernel(const
           for (int g = h; g < h_end; ++g) evict[g * a.e_stride_head + free_slots + p] = slots[j];
       }
     }
-    if (h == 0 && t == 0) a.sizes[r] = shown;
+    if (h == 0 && t == 0) a.sizes[r] = shown, a.seen[r] = len, a.placed[r] = 0;
     __syncthreads();  // the select state, the counts and the scan and sort storage are free for the next row
   }
 }
@@ -234,6 +237,31 @@ struct kv_importance_backend<cuda> {
   }
 };
 
+inline constexpr int append_threads = 128;
+
+//! partial_kv_append_batch: a thread per request (the state check, then partial_kv_place, the host's
+//! walk), grid-stride.
+template <class L>
+__global__ void __launch_bounds__(append_threads) partial_kv_append_kernel(const partial_kv_append_args<L> a) {
+  const L& cache = a.cache;
+  const int R = cache.num_requests(), hkv = cache.num_kv_heads();
+  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(append_threads) + threadIdx.x; r < R;
+       r += static_cast<std::int64_t>(gridDim.x) * append_threads) {
+    const int len = cache.length(static_cast<int>(r));
+    std::int32_t size = a.sizes[r], seen = a.seen[r], placed = a.placed[r];
+    if (!partial_kv_state_ok(len, size, seen, placed, a.budget, a.sink)) {
+      device_report(a.status, device_error::partial_state, static_cast<std::int32_t>(r), -1);
+      continue;
+    }
+    if (!partial_kv_place(len, hkv, a.budget, a.sink, a.index + r * a.i_stride_request, a.i_stride_head,
+                          a.evict + r * a.e_stride_request, a.e_stride_head, size, seen, placed)) {
+      device_report(a.status, device_error::partial_state, static_cast<std::int32_t>(r), -1);
+      continue;
+    }
+    a.sizes[r] = size, a.seen[r] = seen, a.placed[r] = placed;
+  }
+}
+
 //! The cuda backend of partial_kv_select_batch (the seam in partial_kv.hpp): the entry point has
 //! checked shapes, strides, memory spaces and |B| - |S|. Clears status and launches the kernel on
 //! policy.stream; no synchronisation. A failed launch throws cuda_error.
@@ -245,6 +273,22 @@ struct partial_kv_select_backend<cuda> {
     const std::int64_t rows = static_cast<std::int64_t>(a.cache.num_requests()) * (a.shared ? 1 : a.cache.num_kv_heads());
     if (rows == 0) return;
     launch_per_request<select_threads>(partial_kv_select_kernel<L>, rows, policy.stream, "partial_kv_select_kernel", a);
+  }
+};
+
+//! The cuda backend of partial_kv_append_batch (the seam in partial_kv.hpp): the entry point has
+//! checked shapes, strides and memory spaces. Clears status and launches the kernel on
+//! policy.stream; no synchronisation. A failed launch throws cuda_error.
+template <>
+struct partial_kv_append_backend<cuda> {
+  template <class L>
+  static void run(const cuda& policy, const partial_kv_append_args<L>& a) {
+    clear_device_status(a.status, policy.stream);
+    const int R = a.cache.num_requests();
+    if (R == 0) return;
+    const auto blocks = static_cast<unsigned>(std::min(65535, (R + append_threads - 1) / append_threads));
+    partial_kv_append_kernel<L><<<blocks, append_threads, 0, policy.stream>>>(a);
+    cuda_check(cudaGetLastError(), "partial_kv_append_kernel");
   }
 };
 

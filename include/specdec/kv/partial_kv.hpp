@@ -24,7 +24,8 @@
 //!    partial_kv_select_batch(policy, scores, cache, ...) computes rebuild()'s lists for every
 //!    request at once from kv_importance_batch's scores into the caller's arrays, on the host or a
 //!    CUDA device (kv/partial_kv.cuh), for an engine that keeps the index on the GPU; indexed_kv
-//!    shows them in place. The appends' placement stays with partial_kv_index (host memory).
+//!    shows them in place; partial_kv_append_batch then places each step's new tokens on those
+//!    lists, as append() does.
 //!
 //! Where this differs from the paper's picture, and why: §3.3 stores the selected pairs in
 //! decreasing importance. Here a rebuild stores them in token order and keeps the replacement
@@ -52,6 +53,7 @@
 #include "specdec/core/bfloat16.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/detail/simd.hpp"
+#include "specdec/core/device_status.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/half.hpp"
@@ -369,6 +371,55 @@ namespace detail {
   return sum;
 }
 
+//! Largest |B|: the appends' replacement count, kept at most 2 (|B| - |S|), stays an int32.
+inline constexpr int partial_kv_max_budget = (1 << 30) - 1;
+
+//! Algorithm 1, line 5's trigger: more than |B| - |S| tokens have replaced slots since the last
+//! rebuild (never when |S| = |B|: new tokens are not shown then).
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr bool partial_kv_needs_rebuild(std::int32_t placed, int budget, int sink) noexcept {
+  return budget > sink && placed > budget - sink;
+}
+
+//! One request's appends (partial_kv_index::append, partial_kv_append_batch's backends): each token
+//! seen .. len - 1 takes slot `size` while size < |B|, else (|B| > |S|) the next slot of each kv
+//! head's eviction order, evict[h][placed mod (|B| - |S|)] (placed counts the replacements since the
+//! rebuild, kept in [0, 2 (|B| - |S|)]), else it is not shown. index[h * i_stride + slot],
+//! evict[h * e_stride + p]. Returns false, having written nothing, when an eviction slot the walk
+//! would use is outside [0, |B|) (the lists are the caller's arrays in the batch form).
+//! Preconditions: len >= seen, 0 <= placed. O((len - seen) x heads).
+SPECDEC_HOST_DEVICE inline bool partial_kv_place(int len, int heads, int budget, int sink, std::int32_t* index,
+                                                 std::int64_t i_stride, const std::int32_t* evict, std::int64_t e_stride,
+                                                 std::int32_t& size, std::int32_t& seen, std::int32_t& placed) noexcept {
+  // The p-th replacement since the rebuild (p from 0) takes eviction_order[p mod (|B| - |S|)], which
+  // differs per kv head. The count is kept at most 2 (|B| - |S|), lowered by |B| - |S| past that
+  // (its residue and whether it exceeds |B| - |S| are all that count), so no number of appends
+  // overflows it: 2 (|B| - |S|) <= 2^31 - 2 for |B| < 2^30 (checked by every caller).
+  const int n = budget - sink;
+  const auto advance = [n](std::int32_t pl) { return pl + 1 > 2 * n ? pl + 1 - n : pl + 1; };
+  const int fills = budget - size < len - seen ? budget - size : len - seen;
+  if (n > 0) {  // the replacements' slots (they cycle: the first min(count, n) are all there are)
+    const int count = len - seen - fills;
+    std::int32_t pl = placed;
+    for (int k = 0; k < count && k < n; ++k, pl = advance(pl))
+      for (int h = 0; h < heads; ++h) {
+        const std::int32_t slot = evict[h * e_stride + pl % n];
+        if (slot < 0 || slot >= budget) return false;
+      }
+  }
+  for (int t = seen; t < len; ++t) {
+    if (size < budget) {
+      const int slot = size++;
+      for (int h = 0; h < heads; ++h) index[h * i_stride + slot] = t;
+    } else if (n > 0) {
+      const int p = placed % n;
+      placed = advance(placed);
+      for (int h = 0; h < heads; ++h) index[h * i_stride + evict[h * e_stride + p]] = t;
+    }
+  }
+  seen = len;
+  return true;
+}
+
 //! One (request, kv head)'s lists after a rebuild (partial_kv_index::rebuild, partial_kv_select_batch's
 //! host backend; the cuda kernel computes the same lists): slots[0, keep) = the sinks 0 .. keep - 1,
 //! slots[keep, keep + rest) = the rest tokens of [keep, len) with the largest partial_kv_rank_key of
@@ -419,7 +470,8 @@ class partial_kv_index {
             "partial_kv_selection::per_kv_head or ::shared", static_cast<int>(selection));
     require(requests >= 0, fn, "requests", ">= 0", requests);
     require(kv_heads >= 1, fn, "kv_heads", ">= 1", kv_heads);
-    require(budget >= 1, fn, "budget", ">= 1 (|B|, TokenSwift §3.3)", budget);
+    require(budget >= 1 && budget <= detail::partial_kv_max_budget, fn, "budget", "in [1, 2^30 - 1] (|B|, TokenSwift §3.3)",
+            budget);
     if (!(sink >= 0 && sink <= budget)) [[unlikely]]
       throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
     index_.assign(static_cast<std::size_t>(checked_size_product(fn, "budget", {requests, kv_heads, budget})), 0);
@@ -443,7 +495,7 @@ class partial_kv_index {
   [[nodiscard]] int seen(int r) const { return seen_.at(check_request(r, "seen")); }
   //! True once |B| - |S| tokens have replaced slots since the last rebuild (Algorithm 1, line 5).
   [[nodiscard]] bool needs_rebuild(int r) const {
-    return budget_ > sink_ && placed_.at(check_request(r, "needs_rebuild")) > budget_ - sink_;
+    return detail::partial_kv_needs_rebuild(placed_.at(check_request(r, "needs_rebuild")), budget_, sink_);
   }
   //! The full-cache token indices shown for (r, kv head h), slots 0 .. size(r) - 1.
   [[nodiscard]] std::span<const std::int32_t> indices(int r, int h) const {
@@ -517,25 +569,10 @@ class partial_kv_index {
     check_request(r, "append");
     if (new_length < seen_[r]) [[unlikely]]
       throw_invalid_argument(fn, "new_length", ">= seen(request) = " + std::to_string(seen_[r]), new_length);
-    for (int t = seen_[r]; t < new_length; ++t) {
-      int slot;
-      if (size_[r] < budget_) {
-        slot = size_[r]++;
-      } else if (budget_ > sink_) {
-        // The p-th replacement since the rebuild (p from 0) takes eviction_order[p mod (|B| - |S|)],
-        // which differs per kv head.
-        const int p = placed_[r]++ % (budget_ - sink_);
-        for (int h = 0; h < heads_; ++h) {
-          const std::size_t rh = static_cast<std::size_t>(r) * heads_ + h;
-          index_[rh * budget_ + evict_[rh * (budget_ - sink_) + p]] = t;
-        }
-        continue;
-      } else {
-        continue;
-      }
-      for (int h = 0; h < heads_; ++h) index_[(static_cast<std::size_t>(r) * heads_ + h) * budget_ + slot] = t;
-    }
-    seen_[r] = new_length;
+    const std::size_t rh = static_cast<std::size_t>(r) * heads_;
+    // the lists are this object's own (slots in range): the walk always succeeds
+    (void)detail::partial_kv_place(new_length, heads_, budget_, sink_, index_.data() + rh * budget_, budget_,
+                                   evict_.data() + rh * (budget_ - sink_), budget_ - sink_, size_[r], seen_[r], placed_[r]);
   }
 
   //! The partial view of `cache` (a kv_layout over the same requests and kv heads), read in place.
@@ -590,7 +627,9 @@ struct partial_kv_select_args {
   std::int64_t i_stride_request = 0, i_stride_head = 0;
   std::int32_t* evict = nullptr;  //!< [R, Hkv, budget - sink]
   std::int64_t e_stride_request = 0, e_stride_head = 0;
-  std::int32_t* sizes = nullptr;  //!< [R]
+  std::int32_t* sizes = nullptr;   //!< [R]
+  std::int32_t* seen = nullptr;    //!< [R]
+  std::int32_t* placed = nullptr;  //!< [R]
   std::int32_t* status = nullptr;
 };
 
@@ -634,7 +673,7 @@ struct partial_kv_select_backend<host> {
                     a.index + r * a.i_stride_request + h * a.i_stride_head);
         std::copy_n(a.evict + r * a.e_stride_request, n, a.evict + r * a.e_stride_request + h * a.e_stride_head);
       }
-      a.sizes[r] = partial_kv_shown(len, a.sink, a.budget);
+      a.sizes[r] = partial_kv_shown(len, a.sink, a.budget), a.seen[r] = len, a.placed[r] = 0;
     }
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
@@ -660,13 +699,16 @@ inline constexpr int partial_kv_select_max_device = 4096;
 //!                                   left free (from |B| - 1 down), then the selected tokens' slots,
 //!                                   least important first (partial_kv_index::eviction_order)
 //!   sizes[r]                        the tokens shown, keep + min(|B| - |S|, len - keep)
+//!   seen[r], placed[r]              len and 0: partial_kv_append_batch's state (the tokens accounted
+//!                                   for, the replacements since this selection)
 //! indexed_kv{cache, index, sizes, budget} over contiguous index arrays shows the selection in place.
 //!   scores  float [R, Hkv, columns], unit inner stride; columns >= every cache.length(r)
 //!   cache   any kv_layout (only its lengths and head count are read); R = cache.num_requests()
-//!   budget  |B| >= 1; sink |S| in [0, budget]
+//!   budget  |B| in [1, 2^30 - 1]; sink |S| in [0, budget]
 //!   index   int32 [R, Hkv, budget], evict int32 [R, Hkv, budget - sink], unit inner stride
-//!   sizes   int32 [R]; status int32 [3]: {0, -1, -1}, or the device's report (device_error::length:
-//!           a request whose length exceeds the columns or is negative; nothing of it is written)
+//!   sizes, seen, placed  int32 [R], written
+//!   status  int32 [3]: {0, -1, -1}, or the device's report (device_error::length: a request whose
+//!           length exceeds the columns or is negative; nothing of it is written)
 //! specdec::host: host-accessible memory; lengths checked before anything is written
 //! (invalid_argument). The lists equal partial_kv_index::rebuild's for the same scores.
 //! specdec::cuda (needs kv/partial_kv.cuh and nvcc): device-accessible memory; |B| - |S| <= 4096; a
@@ -675,11 +717,12 @@ inline constexpr int partial_kv_select_max_device = 4096;
 //! by keys and indices only, no arithmetic but the shared mode's sum, the same float). Enqueued on
 //! policy.stream without synchronisation, graph-capturable.
 //! O(sum_r length_r x ranked heads) plus a sort of |B| - |S| keys per (request, ranked head).
-template <execution_policy Policy, tensor_like S, class L, tensor_like I, tensor_like E, class Z, class ST>
-  requires(detail::int32_output<Z> && detail::int32_output<ST>)
+template <execution_policy Policy, tensor_like S, class L, tensor_like I, tensor_like E, class Z, class N, class P,
+          class ST>
+  requires(detail::int32_output<Z> && detail::int32_output<N> && detail::int32_output<P> && detail::int32_output<ST>)
 void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& cache, int budget, int sink,
                              partial_kv_selection selection, const I& index_in, const E& evict_in, const Z& sizes_in,
-                             const ST& status_in) {
+                             const N& seen_in, const P& placed_in, const ST& status_in) {
   static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
   if constexpr (kv_layout<L>) {
     constexpr std::string_view fn = "specdec::partial_kv_select_batch";
@@ -691,7 +734,8 @@ void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& 
                   "specdec::partial_kv_select_batch: evict must be a writable int32 tensor [requests, Hkv, budget - sink]");
     validate_kv_layout(cache, fn, "cache");
     require_policy_memory<Policy>(fn, "cache", cache);
-    require(budget >= 1, fn, "budget", ">= 1 (|B|, TokenSwift §3.3)", budget);
+    require(budget >= 1 && budget <= detail::partial_kv_max_budget, fn, "budget", "in [1, 2^30 - 1] (|B|, TokenSwift §3.3)",
+            budget);
     if (!(sink >= 0 && sink <= budget)) [[unlikely]]
       throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
     require(selection == partial_kv_selection::per_kv_head || selection == partial_kv_selection::shared, fn,
@@ -704,6 +748,8 @@ void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& 
     const auto index = as_view(index_in);
     const auto evict = as_view(evict_in);
     const auto sizes = as_view(sizes_in);
+    const auto seen = as_view(seen_in);
+    const auto placed = as_view(placed_in);
     const auto status = as_view(status_in);
     const int R = cache.num_requests(), hkv = cache.num_kv_heads();
     require_policy_memory<Policy>(fn, "scores", scores);
@@ -722,12 +768,139 @@ void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& 
     require_unique_elements(fn, "evict", evict);
     require(R == 0 || budget == sink || evict.data() != nullptr, fn, "evict", "a non-null data pointer", "nullptr");
     require_policy_array<Policy>(fn, "sizes", sizes, R);
+    require_policy_array<Policy>(fn, "seen", seen, R);
+    require_policy_array<Policy>(fn, "placed", placed, R);
     require_policy_array<Policy>(fn, "status", status, 3);
-    detail::partial_kv_select_args<L> a{scores.data(),  scores.stride(0), scores.stride(1), scores.extent(2),
-                                        cache,          budget,           sink,             selection == partial_kv_selection::shared,
-                                        index.data(),   index.stride(0),  index.stride(1),  evict.data(),
-                                        evict.stride(0), evict.stride(1), sizes.data(),     status.data()};
+    detail::partial_kv_select_args<L> a{scores.data(),   scores.stride(0), scores.stride(1), scores.extent(2),
+                                        cache,           budget,           sink,             selection == partial_kv_selection::shared,
+                                        index.data(),    index.stride(0),  index.stride(1),  evict.data(),
+                                        evict.stride(0), evict.stride(1),  sizes.data(),     seen.data(),
+                                        placed.data(),   status.data()};
     detail::partial_kv_select_backend<Policy>::run(policy, a);
+  }
+}
+
+namespace detail {
+
+//! partial_kv_append_batch's arguments, as pointers and the layout (a kernel parameter).
+template <class L>
+struct partial_kv_append_args {
+  L cache;
+  int budget = 0, sink = 0;
+  std::int32_t* index = nullptr;  //!< [R, Hkv, budget]
+  std::int64_t i_stride_request = 0, i_stride_head = 0;
+  const std::int32_t* evict = nullptr;  //!< [R, Hkv, budget - sink]
+  std::int64_t e_stride_request = 0, e_stride_head = 0;
+  std::int32_t* sizes = nullptr;   //!< [R]
+  std::int32_t* seen = nullptr;    //!< [R]
+  std::int32_t* placed = nullptr;  //!< [R]
+  std::int32_t* status = nullptr;
+};
+
+//! Whether request r's state admits its appends (the host backend throws, the kernel reports
+//! device_error::partial_state otherwise): length >= seen >= 0, size in [0, |B|], placed in
+//! [0, 2 (|B| - |S|)].
+SPECDEC_HOST_DEVICE inline bool partial_kv_state_ok(int len, std::int32_t size, std::int32_t seen, std::int32_t placed,
+                                                    int budget, int sink) noexcept {
+  return seen >= 0 && len >= seen && size >= 0 && size <= budget && placed >= 0 && placed <= 2 * (budget - sink);
+}
+
+//! The seam between partial_kv_append_batch and its backends:
+//!   template <class L> static void run(const Policy&, const partial_kv_append_args<L>&);
+//! The host backend is below, the cuda one in kv/partial_kv.cuh.
+SPECDEC_BACKEND_SEAM(partial_kv_append_backend, "partial_kv_append_batch", "specdec/kv/partial_kv.cuh");
+
+template <>
+struct partial_kv_append_backend<host> {
+  template <class L>
+  static void run(const host&, const partial_kv_append_args<L>& a) {
+    constexpr std::string_view fn = "specdec::partial_kv_append_batch";
+    const int R = a.cache.num_requests(), hkv = a.cache.num_kv_heads();
+    for (int r = 0; r < R; ++r)  // every request's state first
+      if (!partial_kv_state_ok(a.cache.length(r), a.sizes[r], a.seen[r], a.placed[r], a.budget, a.sink)) [[unlikely]]
+        throw_invalid_argument(fn, "sizes, seen, placed",
+                               "for request " + std::to_string(r) +
+                                   ": cache length >= seen >= 0, sizes in [0, budget], placed in [0, 2 (budget - sink)]",
+                               "length " + std::to_string(a.cache.length(r)) + ", size " + std::to_string(a.sizes[r]) +
+                                   ", seen " + std::to_string(a.seen[r]) + ", placed " + std::to_string(a.placed[r]));
+    for (int r = 0; r < R; ++r)
+      if (!partial_kv_place(a.cache.length(r), hkv, a.budget, a.sink, a.index + r * a.i_stride_request, a.i_stride_head,
+                            a.evict + r * a.e_stride_request, a.e_stride_head, a.sizes[r], a.seen[r], a.placed[r]))
+          [[unlikely]]
+        throw_invalid_argument(fn, "evict",
+                               "slots in [0, budget = " + std::to_string(a.budget) + ") where request " +
+                                   std::to_string(r) + "'s appends use them (requests before it were appended)",
+                               "a slot outside");
+    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+  }
+};
+
+}  // namespace detail
+
+//! partial_kv_index::append for every request of a batch at once, on lists in the caller's arrays
+//! (partial_kv_select_batch's outputs): each request's cache has grown to cache.length(r) committed
+//! tokens, and each new token seen[r] .. length - 1 takes slot sizes[r] while sizes[r] < |B|, else
+//! the next slot of each kv head's eviction order (evict[r][h][placed[r] mod (|B| - |S|)]), else
+//! (|S| = |B|) it is not shown. sizes, seen and placed (as partial_kv_select_batch left them, or
+//! all 0 before any selection, with evict then |B| - 1 down to |S| as partial_kv_index starts) are
+//! updated. placed counts the replacements since the selection, kept in [0, 2 (|B| - |S|)] (lowered
+//! by |B| - |S| past that); TokenSwift's trigger (Algorithm 1, line 5) is placed[r] > |B| - |S|
+//! (detail::partial_kv_needs_rebuild).
+//!   cache   any kv_layout (only its lengths and head count are read); R = cache.num_requests()
+//!   budget  |B| in [1, 2^30 - 1]; sink |S| in [0, budget]
+//!   index   int32 [R, Hkv, budget], evict int32 [R, Hkv, budget - sink] (read only), unit inner stride
+//!   sizes, seen, placed  int32 [R], read and written
+//!   status  int32 [3]: {0, -1, -1}, or the device's report (device_error::partial_state: a length below
+//!           seen[r], a state entry out of range, or an eviction slot the appends would use outside
+//!           [0, |B|); that request is left as it was)
+//! specdec::host: host-accessible memory; every request's state checked before anything is written,
+//! each request's eviction slots before its own appends (invalid_argument). The same lists as
+//! partial_kv_index::append.
+//! specdec::cuda (needs kv/partial_kv.cuh and nvcc): device-accessible memory; a thread per request
+//! walks its new tokens (a step's few; a long jump is what a selection is for). Enqueued on
+//! policy.stream without synchronisation, graph-capturable. O(sum_r new tokens_r x Hkv).
+template <execution_policy Policy, class L, tensor_like I, tensor_like E, class Z, class N, class P, class ST>
+  requires(detail::int32_output<Z> && detail::int32_output<N> && detail::int32_output<P> && detail::int32_output<ST>)
+void partial_kv_append_batch(const Policy& policy, const L& cache, int budget, int sink, const I& index_in,
+                             const E& evict_in, const Z& sizes_in, const N& seen_in, const P& placed_in,
+                             const ST& status_in) {
+  static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
+  if constexpr (kv_layout<L>) {
+    constexpr std::string_view fn = "specdec::partial_kv_append_batch";
+    static_assert(std::is_same_v<typename I::element_type, std::int32_t> && I::rank == 3,
+                  "specdec::partial_kv_append_batch: index must be a writable int32 tensor [requests, Hkv, budget]");
+    static_assert(std::is_same_v<std::remove_cv_t<typename E::element_type>, std::int32_t> && E::rank == 3,
+                  "specdec::partial_kv_append_batch: evict must be an int32 tensor [requests, Hkv, budget - sink]");
+    validate_kv_layout(cache, fn, "cache");
+    require_policy_memory<Policy>(fn, "cache", cache);
+    require(budget >= 1 && budget <= detail::partial_kv_max_budget, fn, "budget", "in [1, 2^30 - 1] (|B|, TokenSwift §3.3)",
+            budget);
+    if (!(sink >= 0 && sink <= budget)) [[unlikely]]
+      throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
+    const auto index = as_view(index_in);
+    const auto evict = as_view(evict_in);
+    const int R = cache.num_requests(), hkv = cache.num_kv_heads();
+    require_policy_memory<Policy>(fn, "index", index);
+    require_shape(fn, "index", index, {R, hkv, budget});
+    require_unit_inner_stride(fn, "index", index);
+    require_unique_elements(fn, "index", index);
+    require(R == 0 || index.data() != nullptr, fn, "index", "a non-null data pointer", "nullptr");
+    require_policy_memory<Policy>(fn, "evict", evict);
+    require_shape(fn, "evict", evict, {R, hkv, budget - sink});
+    require_unit_inner_stride(fn, "evict", evict);
+    require(R == 0 || budget == sink || evict.data() != nullptr, fn, "evict", "a non-null data pointer", "nullptr");
+    const auto sizes = as_view(sizes_in);
+    const auto seen = as_view(seen_in);
+    const auto placed = as_view(placed_in);
+    const auto status = as_view(status_in);
+    require_policy_array<Policy>(fn, "sizes", sizes, R);
+    require_policy_array<Policy>(fn, "seen", seen, R);
+    require_policy_array<Policy>(fn, "placed", placed, R);
+    require_policy_array<Policy>(fn, "status", status, 3);
+    detail::partial_kv_append_args<L> a{cache,        budget,          sink,          index.data(), index.stride(0),
+                                        index.stride(1), evict.data(), evict.stride(0), evict.stride(1), sizes.data(),
+                                        seen.data(),  placed.data(),   status.data()};
+    detail::partial_kv_append_backend<Policy>::run(policy, a);
   }
 }
 
