@@ -319,6 +319,69 @@ TEST_CASE("cuda partial_kv_select_batch writes the host backend's lists", "[cuda
   CHECK(selected > 8);
 }
 
+TEST_CASE("cuda partial_kv_select_batch: more rows than blocks, bad lengths among them, |B| = |S|, lengths below |S|",
+          "[cuda][kv][partial]") {
+  using sel_t = specdec::partial_kv_selection;
+  // 9000 x 8 = 72000 (request, kv head) rows: blocks take several rows each (the grid holds 65535)
+  const int R = 9000, hkv = 8, cols = 64;
+  specdec::philox_stream rng(13, 2);
+  std::vector<std::int32_t> lens(static_cast<std::size_t>(R));
+  for (auto& l : lens) l = static_cast<std::int32_t>(rng.below(cols + 1));
+  const auto scores = select_scores(R, hkv, cols, 19);
+  for (const auto& [budget, sink] : {std::pair{20, 4}, std::pair{6, 6}, std::pair{48, 40}}) {
+    for (const auto sel : {sel_t::per_kv_head, sel_t::shared}) {
+      auto bad = lens;
+      bad[17] = cols + 1, bad[4000] = -3;  // reported, nothing of them written; the rows after them still run
+      device_select d(scores, bad, hkv, cols, budget, sink);
+      d.run(nullptr, sel);
+      specdec_test::sync_check("partial_kv_select_batch (many rows)");
+      auto want_lens = bad;
+      want_lens[17] = 0, want_lens[4000] = 0;
+      auto want = host_select(scores, want_lens, hkv, cols, budget, sink, sel);
+      for (const int r : {17, 4000}) {  // the host wrote request r's empty selection: undo it for the comparison
+        std::fill_n(want.index.begin() + static_cast<std::ptrdiff_t>(r) * hkv * budget, hkv * budget, -7);
+        std::fill_n(want.evict.begin() + static_cast<std::ptrdiff_t>(r) * hkv * (budget - sink), hkv * (budget - sink), -7);
+        want.sizes[static_cast<std::size_t>(r)] = want.seen[static_cast<std::size_t>(r)] =
+            want.placed[static_cast<std::size_t>(r)] = -7;
+      }
+      INFO("budget " << budget << " sink " << sink << " shared " << (sel == sel_t::shared));
+      const auto got = d.download();
+      CHECK(got.status[0] == static_cast<std::int32_t>(specdec::device_error::length));
+      CHECK((got.status[1] == 17 || got.status[1] == 4000));
+      CHECK(got.sizes == want.sizes);
+      CHECK(got.seen == want.seen);
+      CHECK(got.placed == want.placed);
+      CHECK(got.index == want.index);
+      CHECK(got.evict == want.evict);
+    }
+  }
+}
+
+TEST_CASE("cuda partial_kv_append_batch goes on from a shared selection as the host does", "[cuda][kv][partial]") {
+  const int R = 6, hkv = 4, cols = 3000, budget = 100, sink = 8;
+  std::vector<std::int32_t> lens{0, 5, 200, 1000, 2500, 99};
+  const auto scores = select_scores(R, hkv, cols, 23);
+  device_select d(scores, lens, hkv, cols, budget, sink);
+  d.run(nullptr, specdec::partial_kv_selection::shared);
+  auto host_state = host_select(scores, lens, hkv, cols, budget, sink, specdec::partial_kv_selection::shared);
+  std::vector<float> k(static_cast<std::size_t>(R) * cols * hkv);
+  specdec::philox_stream rng(4, 4);
+  for (int step = 0; step < 60; ++step) {
+    for (auto& l : lens) l = std::min(cols, l + static_cast<std::int32_t>(rng.below(6)));
+    d.lens.upload(lens);
+    d.append(nullptr);
+    const specdec::contiguous_kv<float> hcache{k.data(), k.data(), lens.data(), R, cols, hkv, 1};
+    specdec::partial_kv_append_batch(
+        specdec::host{}, hcache, budget, sink, specdec::make_view<3>(host_state.index.data(), {R, hkv, budget}),
+        specdec::make_view<3>(host_state.evict.data(), {R, hkv, budget - sink}),
+        specdec::make_view<1>(host_state.sizes.data(), {R}), specdec::make_view<1>(host_state.seen.data(), {R}),
+        specdec::make_view<1>(host_state.placed.data(), {R}), specdec::make_view<1>(host_state.status.data(), {3}));
+    specdec_test::sync_check("partial_kv_append_batch (shared)");
+    INFO("step " << step);
+    REQUIRE(d.download() == host_state);
+  }
+}
+
 TEST_CASE("cuda partial_kv_select_batch reports a length above the scores' columns and writes nothing for it",
           "[cuda][kv][partial]") {
   const int hkv = 2, cols = 500, budget = 64, sink = 4;

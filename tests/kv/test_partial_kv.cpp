@@ -736,6 +736,19 @@ TEST_CASE("partial_kv: partial_kv_select_batch names bad arguments and writes no
   CHECK(std::all_of(evict.begin(), evict.end(), [](auto x) { return x == -7; }));
   CHECK(std::all_of(sizes.begin(), sizes.end(), [](auto x) { return x == -7; }));
   CHECK(status == std::vector<std::int32_t>(3, 9));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
+                                                     budget, sink, sel, make_view<3>(index.data(), {R, hkv, budget}),
+                                                     make_view<3>(evict.data(), {R, hkv, budget - sink}),
+                                                     make_view<1>(sizes.data(), {R}), seen_v, seen_v,
+                                                     make_view<1>(status.data(), {3})),
+                    Contains("'placed'") && Contains("memory disjoint from 'seen'"));
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::host{}, make_view<3>(scores.data(), {R, hkv, 16}), c.layout(),
+                                                     budget, sink, sel,
+                                                     make_view<3>(reinterpret_cast<std::int32_t*>(scores.data()), {R, hkv, budget}),
+                                                     make_view<3>(evict.data(), {R, hkv, budget - sink}),
+                                                     make_view<1>(sizes.data(), {R}), seen_v, placed_v,
+                                                     make_view<1>(status.data(), {3})),
+                    Contains("'index'") && Contains("memory disjoint from 'scores'"));
   CHECK_THROWS_WITH(call(16, (1 << 30), 0, sel), Contains("'budget'") && Contains("2^30 - 1"));
   call(16, budget, sink, sel);
   CHECK(sizes == std::vector<std::int32_t>{8, 5});
@@ -832,6 +845,20 @@ TEST_CASE("partial_kv: partial_kv_append_batch refuses a shrinking cache, a bad 
   placed[1] = 0;
   CHECK(index == untouched);
   CHECK(status == std::vector<std::int32_t>(3, 9));
+  // arrays that share memory: an index write into evict would turn a token into a slot
+  CHECK_THROWS_WITH(specdec::partial_kv_append_batch(specdec::host{}, c.layout(), budget, sink,
+                                                     make_view<3>(index.data(), {R, hkv, budget}),
+                                                     make_view<3>(index.data() + 1, {R, hkv, budget - sink}),
+                                                     make_view<1>(sizes.data(), {R}), make_view<1>(seen.data(), {R}),
+                                                     make_view<1>(placed.data(), {R}), make_view<1>(status.data(), {3})),
+                    Contains("'evict'") && Contains("memory disjoint from 'index'"));
+  CHECK_THROWS_WITH(specdec::partial_kv_append_batch(specdec::host{}, c.layout(), budget, sink,
+                                                     make_view<3>(index.data(), {R, hkv, budget}),
+                                                     make_view<3>(evict.data(), {R, hkv, budget - sink}),
+                                                     make_view<1>(sizes.data(), {R}), make_view<1>(sizes.data(), {R}),
+                                                     make_view<1>(placed.data(), {R}), make_view<1>(status.data(), {3})),
+                    Contains("'seen'") && Contains("memory disjoint from 'sizes'"));
+  CHECK(index == untouched);
   evict[static_cast<std::size_t>(hkv * (budget - sink)) + 1] = 4;  // request 1, head 0, the second replacement
   CHECK_THROWS_WITH(call(), Contains("'evict'") && Contains("request 1"));
   CHECK(std::vector<std::int32_t>(index.begin() + hkv * budget, index.end()) ==

@@ -175,6 +175,28 @@ concept int64_output = tensor_like<V> && (V::rank == 1) &&
 template <class V>
 concept uint64_array =
     tensor_like<V> && (V::rank == 1) && std::is_same_v<std::remove_cv_t<typename V::element_type>, std::uint64_t>;
+
+//! The first and last byte any index of v reaches ({1, 0}, empty, when an extent is 0).
+template <class V>
+[[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> view_byte_span(const V& v) noexcept {
+  std::int64_t lo = 0, hi = 0;
+  for (int d = 0; d < V::rank; ++d) {
+    if (v.extent(d) == 0) return {1, 0};
+    const std::int64_t reach = (v.extent(d) - 1) * v.stride(d);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(v.data());
+  const auto size = static_cast<std::int64_t>(sizeof(typename V::element_type));
+  return {base + static_cast<std::uintptr_t>(lo * size), base + static_cast<std::uintptr_t>(hi * size + size - 1)};
+}
+
+using named_span = std::pair<std::string_view, std::pair<std::uintptr_t, std::uintptr_t>>;
+inline void collect_spans(named_span*) noexcept {}
+template <class V, class... Rest>
+void collect_spans(named_span* out, std::string_view name, const V& v, const Rest&... rest) noexcept {
+  *out = {name, view_byte_span(v)};
+  collect_spans(out + 1, rest...);
+}
 }  // namespace detail
 
 // Validation helpers on every entry point's path: inside the ISA namespace (core/isa.hpp).
@@ -253,20 +275,29 @@ void require_unique_elements(std::string_view function, std::string_view argumen
 //! True when the memory spans of a and b (first to last byte any index reaches) intersect.
 template <class A, class B>
 [[nodiscard]] bool views_overlap(const A& a, const B& b) noexcept {
-  const auto span = [](const auto& v) -> std::pair<std::uintptr_t, std::uintptr_t> {
-    std::int64_t lo = 0, hi = 0;
-    for (int d = 0; d < std::remove_cvref_t<decltype(v)>::rank; ++d) {
-      if (v.extent(d) == 0) return {1, 0};
-      const std::int64_t reach = (v.extent(d) - 1) * v.stride(d);
-      (reach < 0 ? lo : hi) += reach;
-    }
-    const auto base = reinterpret_cast<std::uintptr_t>(v.data());
-    const auto size = static_cast<std::int64_t>(sizeof(typename std::remove_cvref_t<decltype(v)>::element_type));
-    return {base + static_cast<std::uintptr_t>(lo * size), base + static_cast<std::uintptr_t>(hi * size + size - 1)};
-  };
-  const auto [a0, a1] = span(a);
-  const auto [b0, b1] = span(b);
+  const auto [a0, a1] = detail::view_byte_span(a);
+  const auto [b0, b1] = detail::view_byte_span(b);
   return a0 <= a1 && b0 <= b1 && a0 <= b1 && b0 <= a1;
+}
+
+//! Arrays a primitive writes (and what it reads while writing them) must not share memory:
+//! require_disjoint(fn, "index", index, "evict", evict, ...) takes name, view pairs and throws
+//! invalid_argument naming function and the later argument of the first pair whose memory spans
+//! intersect (views_overlap).
+template <class... Args>
+void require_disjoint(std::string_view function, const Args&... args) {
+  static_assert(sizeof...(Args) % 2 == 0, "require_disjoint: name, view pairs");
+  constexpr std::size_t n = sizeof...(Args) / 2;
+  detail::named_span spans[n];
+  detail::collect_spans(spans, args...);
+  for (std::size_t j = 1; j < n; ++j)
+    for (std::size_t i = 0; i < j; ++i) {
+      const auto [a0, a1] = spans[i].second;
+      const auto [b0, b1] = spans[j].second;
+      if (a0 <= a1 && b0 <= b1 && a0 <= b1 && b0 <= a1) [[unlikely]]
+        throw_invalid_argument(function, spans[j].first, "memory disjoint from '" + std::string(spans[i].first) + "'",
+                               "an overlapping view");
+    }
 }
 
 //! Validates v's extents against `expected` (-1 = any), and that v describes an array

@@ -29,7 +29,7 @@
 //!  4. the eviction order: the taken tokens' (partial_kv_rank_key, slot) pairs in a CUB block radix
 //!     sort, ascending, after the free slots.
 //! The lists equal the host backend's: the same keys, the same rule, no arithmetic on the scores but
-//! the shared mode's sum (partial_kv_shared_score: the same float).
+//! the shared mode's sum (partial_kv_shared_score: the same float, with IEEE denormals).
 
 #include <cuda_runtime_api.h>
 
@@ -150,12 +150,12 @@ __global__ void __launch_bounds__(select_threads) partial_kv_select_kernel(const
     for (int i = t; i < keep; i += select_threads) put_slot(i, i);
     // 2-3. Threshold and ordered gather (every token of [keep, len) is taken when rest == olen).
     if (rest == olen) {
-      for (int i = t; i < olen; i += select_threads) put_slot(keep + i, keep + i);
+      for (std::int64_t i = t; i < olen; i += select_threads) put_slot(keep + static_cast<int>(i), keep + static_cast<int>(i));
     } else if (rest > 0) {
       const radix_select_result sel = block_radix_select<select_threads>(
           [&](const auto& visit) {
             constexpr int batch = 8;  // keys loaded before any is counted: the loads are in flight together
-            int i = t;
+            std::int64_t i = t;  // 64-bit: i + 7 x 512 must not overflow near INT32_MAX
             for (; i + (batch - 1) * select_threads < olen; i += batch * select_threads) {
               std::uint32_t k[batch];
 #pragma unroll
@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(select_threads) partial_kv_select_kernel(const
           rest, select);
       if (t == 0) taken_s = 0, ties_s = 0;
       __syncthreads();
-      for (int base = 0; base < olen; base += select_threads) {  // uniform trip count
-        const int i = base + t;
+      for (std::int64_t base = 0; base < olen; base += select_threads) {  // uniform trip count
+        const std::int64_t i = base + t;
         const bool live = i < olen;
         const std::uint32_t key = live ? key_of(keep + i) : 0u;
         const bool tie = live && key == sel.kth;
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(select_threads) partial_kv_select_kernel(const
         const bool take = (live && key > sel.kth) || (tie && ties_before + tie_rank < sel.need);
         __syncthreads();  // the scan storage is read by every thread before it is reused
         scan_t(tmp.scan).ExclusiveSum(take ? 1 : 0, slot_rank, taken);
-        if (take) put_slot(keep + taken_before + slot_rank, keep + i);
+        if (take && taken_before + slot_rank < rest) put_slot(keep + taken_before + slot_rank, keep + static_cast<int>(i));
         __syncthreads();  // every thread has read ties_s and taken_s, and the scan storage is free
         if (t == 0) ties_s = ties_before + tied, taken_s = taken_before + taken;
         if (taken_before + taken == rest) break;  // uniform: every thread has the same sums

@@ -702,6 +702,7 @@ inline constexpr int partial_kv_select_max_device = 4096;
 //!   seen[r], placed[r]              len and 0: partial_kv_append_batch's state (the tokens accounted
 //!                                   for, the replacements since this selection)
 //! indexed_kv{cache, index, sizes, budget} over contiguous index arrays shows the selection in place.
+//! The arrays (scores included) must not share memory (checked).
 //!   scores  float [R, Hkv, columns], unit inner stride; columns >= every cache.length(r)
 //!   cache   any kv_layout (only its lengths and head count are read); R = cache.num_requests()
 //!   budget  |B| in [1, 2^30 - 1]; sink |S| in [0, budget]
@@ -714,7 +715,8 @@ inline constexpr int partial_kv_select_max_device = 4096;
 //! specdec::cuda (needs kv/partial_kv.cuh and nvcc): device-accessible memory; |B| - |S| <= 4096; a
 //! block per (request, ranked kv head): a radix select of the threshold key, an ordered gather and a
 //! block sort of the selected keys. The lists equal the host backend's for the same scores (a selection
-//! by keys and indices only, no arithmetic but the shared mode's sum, the same float). Enqueued on
+//! by keys and indices only, no arithmetic but the shared mode's sum, the same float with IEEE
+//! denormals, nvcc's default, not under -ftz=true / --use_fast_math). Enqueued on
 //! policy.stream without synchronisation, graph-capturable.
 //! O(sum_r length_r x ranked heads) plus a sort of |B| - |S| keys per (request, ranked head).
 template <execution_policy Policy, tensor_like S, class L, tensor_like I, tensor_like E, class Z, class N, class P,
@@ -771,6 +773,9 @@ void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& 
     require_policy_array<Policy>(fn, "seen", seen, R);
     require_policy_array<Policy>(fn, "placed", placed, R);
     require_policy_array<Policy>(fn, "status", status, 3);
+    // the kernel reads back the slots it wrote and re-reads the scores between its passes
+    require_disjoint(fn, "scores", scores, "index", index, "evict", evict, "sizes", sizes, "seen", seen, "placed", placed,
+                     "status", status);
     detail::partial_kv_select_args<L> a{scores.data(),   scores.stride(0), scores.stride(1), scores.extent(2),
                                         cache,           budget,           sink,             selection == partial_kv_selection::shared,
                                         index.data(),    index.stride(0),  index.stride(1),  evict.data(),
@@ -823,14 +828,16 @@ struct partial_kv_append_backend<host> {
                                    ": cache length >= seen >= 0, sizes in [0, budget], placed in [0, 2 (budget - sink)]",
                                "length " + std::to_string(a.cache.length(r)) + ", size " + std::to_string(a.sizes[r]) +
                                    ", seen " + std::to_string(a.seen[r]) + ", placed " + std::to_string(a.placed[r]));
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+      std::int32_t size = a.sizes[r], seen = a.seen[r], placed = a.placed[r];
       if (!partial_kv_place(a.cache.length(r), hkv, a.budget, a.sink, a.index + r * a.i_stride_request, a.i_stride_head,
-                            a.evict + r * a.e_stride_request, a.e_stride_head, a.sizes[r], a.seen[r], a.placed[r]))
-          [[unlikely]]
+                            a.evict + r * a.e_stride_request, a.e_stride_head, size, seen, placed)) [[unlikely]]
         throw_invalid_argument(fn, "evict",
                                "slots in [0, budget = " + std::to_string(a.budget) + ") where request " +
                                    std::to_string(r) + "'s appends use them (requests before it were appended)",
                                "a slot outside");
+      a.sizes[r] = size, a.seen[r] = seen, a.placed[r] = placed;
+    }
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
 };
@@ -845,7 +852,7 @@ struct partial_kv_append_backend<host> {
 //! all 0 before any selection, with evict then |B| - 1 down to |S| as partial_kv_index starts) are
 //! updated. placed counts the replacements since the selection, kept in [0, 2 (|B| - |S|)] (lowered
 //! by |B| - |S| past that); TokenSwift's trigger (Algorithm 1, line 5) is placed[r] > |B| - |S|
-//! (detail::partial_kv_needs_rebuild).
+//! (detail::partial_kv_needs_rebuild). The arrays must not share memory (checked).
 //!   cache   any kv_layout (only its lengths and head count are read); R = cache.num_requests()
 //!   budget  |B| in [1, 2^30 - 1]; sink |S| in [0, budget]
 //!   index   int32 [R, Hkv, budget], evict int32 [R, Hkv, budget - sink] (read only), unit inner stride
@@ -897,6 +904,9 @@ void partial_kv_append_batch(const Policy& policy, const L& cache, int budget, i
     require_policy_array<Policy>(fn, "seen", seen, R);
     require_policy_array<Policy>(fn, "placed", placed, R);
     require_policy_array<Policy>(fn, "status", status, 3);
+    // the walk reads evict and the state while it writes index (an index write into evict would
+    // turn a token into a slot)
+    require_disjoint(fn, "index", index, "evict", evict, "sizes", sizes, "seen", seen, "placed", placed, "status", status);
     detail::partial_kv_append_args<L> a{cache,        budget,          sink,          index.data(), index.stride(0),
                                         index.stride(1), evict.data(), evict.stride(0), evict.stride(1), sizes.data(),
                                         seen.data(),  placed.data(),   status.data()};
