@@ -11,6 +11,7 @@
 #include "specdec/kv/partial_kv.cuh"
 #include "specdec/kv/ring_append.cuh"
 #include "specdec/position/rope.cuh"
+#include "specdec/sampling/logits_processor.cuh"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/attention/decode_attention.cuh"
 #include "specdec/attention/hybrid_tree_attention.cuh"

@@ -38,6 +38,7 @@ enum class device_error : std::int32_t {
   fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier can track (multi-draft: 1024 residual updates or rejected tokens)
   length = 15,            //!< the cache length of `request` is negative or exceeds what the output holds (kv_importance_batch: the scores' columns)
   partial_state = 16,     //!< partial_kv_append_batch: the cache length of `request` is below seen[request], its sizes / seen / placed entry is outside [0, |B|] / [0, INT32_MAX] / [0, 2 (|B| - |S|)], or an eviction slot its appends would use is outside [0, |B|)
+  params = 17,            //!< process_logits_batch: row `index` names sampling_params entry `request`, which is outside the params array, invalid, or applies a penalty
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -69,7 +70,7 @@ struct device_status {
       case device_error::mask_capacity: return "the ancestor masks need more words than the mask array holds";
       case device_error::token: return "the token of node " + i + " of request " + r + " is outside [0, vocabulary)";
       case device_error::row:
-        return "row " + i + " of request " + r +
+        return "row " + i + (request < 0 ? std::string() : " of request " + r) +
                " is not admissible (logits: NaN, +inf or no value above -inf; probabilities: NaN, an infinity, a "
                "negative entry or no positive entry)";
       case device_error::accepted:
@@ -97,6 +98,10 @@ struct device_status {
                " is inconsistent: its cache length is below seen[" + r + "], or sizes[" + r + "] is outside [0, budget], seen[" + r +
                "] is negative, placed[" + r + "] is outside [0, 2 (budget - sink)], or an eviction slot its appends "
                "would use is outside [0, budget)";
+      case device_error::params:
+        return "row " + i + " names sampling_params entry " + r +
+               ", which is outside the params array, fails validate_sampling_params, or applies a penalty (the batch "
+               "form gets no context)";
       case device_error::fanout:
         return "node " + i + " of request " + r +
                " rejected more children than the device verifier can track (1024 residual updates or rejected tokens "

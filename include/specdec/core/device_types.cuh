@@ -93,19 +93,27 @@ void launch_per_request(void (*kernel)(Params...), std::int64_t requests, cudaSt
 //! f(row[i], i) for i = first, first + step, ... < n (one thread's share of a block-strided row
 //! scan), in ascending i, with Batch loads in flight: each batch of the thread's entries is loaded
 //! before f sees any of it. One load at a time, a block read a row at about 14 GB/s on the H100
-//! (session 31), one SM's latency-bound share.
-template <int Batch = 8, class F>
+//! (session 31), one SM's latency-bound share. ReadOnly: the loads go through the read-only data
+//! cache (__ldg), for rows nothing writes while the kernel runs; false (plain loads) for a row the
+//! kernel itself has written (after a barrier), which that cache need not see.
+template <int Batch = 8, bool ReadOnly = true, class F>
 __device__ inline void for_each_strided(const float* row, std::int64_t n, std::int64_t first, std::int64_t step,
                                         const F& f) {
+  const auto load = [row](std::int64_t i) {
+    if constexpr (ReadOnly)
+      return __ldg(row + i);
+    else
+      return row[i];
+  };
   std::int64_t i = first;
   for (; i + (Batch - 1) * step < n; i += Batch * step) {
     float v[Batch];
 #pragma unroll
-    for (int u = 0; u < Batch; ++u) v[u] = __ldg(row + i + u * step);
+    for (int u = 0; u < Batch; ++u) v[u] = load(i + u * step);
 #pragma unroll
     for (int u = 0; u < Batch; ++u) f(v[u], i + u * step);
   }
-  for (; i < n; i += step) f(__ldg(row + i), i);
+  for (; i < n; i += step) f(load(i), i);
 }
 
 //! Block 0, thread 0: reports (device_error::node_indptr) an offsets array [requests + 1] whose first

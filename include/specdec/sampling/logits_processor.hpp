@@ -50,7 +50,9 @@
 #include <string>
 #include <vector>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/topk.hpp"
 #include "specdec/sampling/sampler.hpp"
@@ -222,7 +224,14 @@ inline void apply_top_p(std::span<float> row, float top_p, float m, sampling_wor
   std::vector<double>& wd = ws.boundary_weights;
   wd.resize(v);
   for (auto i : ws.idx) wd[static_cast<std::size_t>(i)] = w[i];
-  const std::size_t kept = select_top_p(wd.data(), row.data(), 1.0, need - above, ws.idx);
+  // The mass still needed, rounded up to the boundary bin's spacing (top_p_quantum): the bin's
+  // weights are multiples of it, so a prefix reaches the rounded mass exactly when it reaches the
+  // unrounded one, and every sum and difference the selection takes is exact. The kept set is then
+  // the smallest (logit desc, id asc) prefix reaching need - above, whatever order the selection
+  // visits the tokens in (the CUDA backend of process_logits_batch visits them in another).
+  const double q = top_p_quantum(boundary);
+  const double rest = std::ceil((need - above) / q) * q;
+  const std::size_t kept = select_top_p(wd.data(), row.data(), 1.0, rest, ws.idx);
   if (ws.mark.size() != v) ws.mark.assign(v, 0);
   for (std::size_t j = 0; j < kept; ++j) ws.mark[static_cast<std::size_t>(ws.idx[j])] = 1;
   top_p_mask(row.data(), w, ws.mark.data(), v, boundary);
@@ -404,6 +413,200 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
     scans[static_cast<std::size_t>(r)] = detail::check_row(row_at(r), params, committed, row_path(r), dp, ws, {fn, "logits", r});
   for (std::int64_t r = 0; r <= n; ++r)
     detail::process_row(row_at(r), params, committed, row_path(r), dp, ws, scans[static_cast<std::size_t>(r)]);
+}
+
+namespace detail {
+
+//! Whether p passes validate_sampling_params and applies no penalty: what process_logits_batch
+//! accepts (its rows come without their context). Host and device.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool batch_sampling_params_ok(const sampling_params& p) noexcept {
+  const bool valid = std::isfinite(p.temperature) && p.temperature >= 0.0f && p.top_k >= 0 && p.top_p > 0.0f &&
+                     p.top_p <= 1.0f && p.min_p >= 0.0f && p.min_p <= 1.0f && p.eta_epsilon >= 0.0f &&
+                     p.eta_epsilon < 1.0f && std::isfinite(p.eta_alpha) && p.eta_alpha != 0.0f &&
+                     std::isfinite(p.contextual_penalty) && p.contextual_penalty >= 1.0f && p.penalty_window >= 0;
+  return valid && p.repetition_penalty == 1.0f && (p.contextual_penalty == 1.0f || p.penalty_window == 0);
+}
+
+//! process_logits_batch's arguments (a kernel parameter).
+struct process_logits_batch_args {
+  float* logits = nullptr;
+  std::int64_t rows = 0, vocab = 0, stride = 0;
+  const sampling_params* params = nullptr;
+  std::int64_t num_params = 0;
+  const std::int32_t* row_params = nullptr;
+  std::int32_t* status = nullptr;
+};
+
+//! The seam between process_logits_batch and its backends: static void run(const Policy&, const
+//! process_logits_batch_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
+SPECDEC_BACKEND_SEAM(process_logits_backend, "process_logits_batch", "specdec/sampling/logits_processor.cuh");
+
+template <>
+struct process_logits_backend<host> {
+  static void run(const host&, const process_logits_batch_args& a) {
+    constexpr std::string_view fn = "specdec::process_logits_batch";
+    const auto v = static_cast<std::size_t>(a.vocab);
+    const auto row_at = [&](std::int64_t i) { return std::span<float>(a.logits + i * a.stride, v); };
+    sampling_workspace ws;
+    std::vector<logit_scan> scans(static_cast<std::size_t>(a.rows));
+    for (std::int64_t i = 0; i < a.rows; ++i) {  // every row first: a rejected call writes nothing
+      const std::int32_t e = a.row_params[i];
+      if (e < 0 || e >= a.num_params) [[unlikely]]
+        throw_invalid_argument(fn, "row_params",
+                               "entries in [0, params.extent(0) = " + std::to_string(a.num_params) + ") (at row " +
+                                   std::to_string(i) + ")",
+                               e);
+      const sampling_params& p = a.params[e];
+      validate_sampling_params(p, fn);
+      if (!batch_sampling_params_ok(p)) [[unlikely]]
+        throw_invalid_argument(fn, "params",
+                               "no repetition or contextual penalty (entry " + std::to_string(e) +
+                                   "): the batch form gets no context; apply penalties with process_tree_logits",
+                               "a penalty");
+      scans[static_cast<std::size_t>(i)] = check_row(row_at(i), p, {}, {}, nullptr, ws, {fn, "logits", i});
+    }
+    for (std::int64_t i = 0; i < a.rows; ++i)
+      process_row(row_at(i), a.params[a.row_params[i]], {}, {}, nullptr, ws, scans[static_cast<std::size_t>(i)]);
+    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+  }
+};
+
+}  // namespace detail
+
+//! The processor chain (process_logits, steps 3-7: temperature, top-k, top-p, min-p, eta) on every
+//! row of a batch at once, in place: row i with params[row_params[i]] (e.g. the request's
+//! sampling_params for each of its tree rows). The form a GPU engine calls on the logits its target
+//! left in device memory, before logits_to_probs_batch and the array-form verifiers; no other
+//! [rows, V] tensor is made. Penalties need each row's context, which the batch form does not get: an
+//! entry with a repetition or contextual penalty is refused (process_tree_logits applies them).
+//!   logits      float [rows, V], unit inner stride, rows that do not overlap; processed in place
+//!   params      sampling_params [P]
+//!   row_params  int32 [rows], entries in [0, P)
+//!   status      int32 [3]: {0, -1, -1}, or the device's report: device_error::params (request = the
+//!               entry, index = the row: an entry out of range, invalid, or with a penalty) or
+//!               device_error::row (request = the entry, index = the row: NaN, +inf or no logit above
+//!               -inf); a reported row is left as it was
+//! specdec::host: host-accessible memory; every row and entry checked before any row is written
+//! (invalid_argument naming the row); each row equals process_logits' result with an empty context.
+//! specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible memory; a block
+//! per row (sampling/logits_processor.cuh says how). Each row equals the host's bit for bit where the
+//! host's weights are fast_exp_fused's (its AVX2 and AVX-512 levels under the compilers' default
+//! contraction, not the portable level), the device keeps IEEE denormals (not -ftz=true /
+//! --use_fast_math), and apart from min-p's ln(p_base) and eta's entropy, which take the device's
+//! double log and exp (within 1 ulp of the host's, so a logit within that of a min-p or eta cut can
+//! be kept on one side only). Enqueued on policy.stream without synchronisation, graph-capturable.
+//! O(rows x V) per step that is on, and top-k and top-p read a row a few more times.
+template <execution_policy Policy, tensor_like Lg, tensor_like Pa, class RP, class ST>
+  requires(detail::int32_array<RP> && detail::int32_output<ST>)
+void process_logits_batch(const Policy& policy, const Lg& logits_in, const Pa& params_in, const RP& row_params_in,
+                          const ST& status_in) {
+  constexpr std::string_view fn = "specdec::process_logits_batch";
+  static_assert(std::is_same_v<typename Lg::element_type, float> && Lg::rank == 2,
+                "specdec::process_logits_batch: logits must be a writable float tensor [rows, V]");
+  static_assert(std::is_same_v<std::remove_cv_t<typename Pa::element_type>, sampling_params> && Pa::rank == 1,
+                "specdec::process_logits_batch: params must be a 1-D tensor of sampling_params");
+  const auto logits = as_view(logits_in);
+  const auto params = as_view(params_in);
+  const auto row_params = as_view(row_params_in);
+  const auto status = as_view(status_in);
+  require_policy_memory<Policy>(fn, "logits", logits);
+  require_array(fn, "logits", logits);
+  require_unit_inner_stride(fn, "logits", logits);
+  require_unique_elements(fn, "logits", logits);
+  const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
+  require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
+  require(vocab <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 columns", vocab);
+  require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
+  require_policy_memory<Policy>(fn, "params", params);
+  require_array(fn, "params", params);
+  require(params.extent(0) <= 1 || params.stride(0) == 1, fn, "params", "unit stride", params.stride(0));
+  require(params.extent(0) == 0 || params.data() != nullptr, fn, "params", "a non-null data pointer", "nullptr");
+  require_policy_array<Policy>(fn, "row_params", row_params, rows);
+  require_policy_array<Policy>(fn, "status", status, 3);
+  require_disjoint(fn, "logits", logits, "params", params, "row_params", row_params, "status", status);
+  detail::process_logits_batch_args a{logits.data(), rows,           vocab,            logits.stride(0),
+                                      params.data(), params.extent(0), row_params.data(), status.data()};
+  detail::process_logits_backend<Policy>::run(policy, a);
+}
+
+namespace detail {
+
+//! logits_to_probs_batch's arguments (a kernel parameter).
+struct logits_to_probs_batch_args {
+  const float* logits = nullptr;
+  float* probs = nullptr;
+  std::int64_t rows = 0, vocab = 0, l_stride = 0, p_stride = 0;
+  std::int32_t* status = nullptr;
+};
+
+//! The seam between logits_to_probs_batch and its backends: static void run(const Policy&, const
+//! logits_to_probs_batch_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
+SPECDEC_BACKEND_SEAM(logits_to_probs_backend, "logits_to_probs_batch", "specdec/sampling/logits_processor.cuh");
+
+template <>
+struct logits_to_probs_backend<host> {
+  static void run(const host&, const logits_to_probs_batch_args& a) {
+    constexpr std::string_view fn = "specdec::logits_to_probs_batch";
+    const auto v = static_cast<std::size_t>(a.vocab);
+    std::vector<float> max(static_cast<std::size_t>(a.rows));
+    for (std::int64_t i = 0; i < a.rows; ++i)  // every row first: a rejected call writes nothing
+      max[static_cast<std::size_t>(i)] =
+          checked_logit_scan(std::span<const float>(a.logits + i * a.l_stride, v), {fn, "logits", i}).max;
+    std::vector<float> w(v);  // the weights, then the probabilities: the rows may be the logits (in place)
+    for (std::int64_t i = 0; i < a.rows; ++i) {
+      const double s = exp_sum(a.logits + i * a.l_stride, v, max[static_cast<std::size_t>(i)], w.data());
+      scale_row(w.data(), v, static_cast<float>(1.0 / s));
+      std::copy(w.begin(), w.end(), a.probs + i * a.p_stride);
+    }
+    a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+  }
+};
+
+}  // namespace detail
+
+//! logits_to_probs on every row of a batch at once: probs[i] = exp(l - max) / sum of logits row i
+//! (process_logits_batch's output, say), the probability rows the array-form verifiers read.
+//!   logits  float [rows, V], unit inner stride
+//!   probs   float [rows, V], unit inner stride, rows that do not overlap: the logits themselves
+//!           (the same data and strides: in place) or memory disjoint from them
+//!   status  int32 [3]: {0, -1, -1}, or device_error::row (request -1, index = the row: NaN, +inf or
+//!           no logit above -inf; that row is not written)
+//! specdec::host: host-accessible memory; rows checked before any is written; each row equals
+//! logits_to_probs'. specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible
+//! memory; a block per row, the row sum in the host's order (chunks of 256, 16 lanes each), so each
+//! row equals the host's bit for bit under process_logits_batch's conditions (fast_exp_fused, IEEE
+//! denormals). Enqueued on policy.stream without synchronisation, graph-capturable. O(rows x V).
+template <execution_policy Policy, tensor_like Lg, tensor_like Pr, class ST>
+  requires(detail::int32_output<ST>)
+void logits_to_probs_batch(const Policy& policy, const Lg& logits_in, const Pr& probs_in, const ST& status_in) {
+  constexpr std::string_view fn = "specdec::logits_to_probs_batch";
+  static_assert(std::is_same_v<std::remove_cv_t<typename Lg::element_type>, float> && Lg::rank == 2,
+                "specdec::logits_to_probs_batch: logits must be a float tensor [rows, V]");
+  static_assert(std::is_same_v<typename Pr::element_type, float> && Pr::rank == 2,
+                "specdec::logits_to_probs_batch: probs must be a writable float tensor [rows, V]");
+  const auto logits = as_view(logits_in);
+  const auto probs = as_view(probs_in);
+  const auto status = as_view(status_in);
+  require_policy_memory<Policy>(fn, "logits", logits);
+  require_array(fn, "logits", logits);
+  require_unit_inner_stride(fn, "logits", logits);
+  const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
+  require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
+  require(vocab <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 columns", vocab);
+  require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
+  require_policy_memory<Policy>(fn, "probs", probs);
+  require_shape(fn, "probs", probs, {rows, vocab});
+  require_unit_inner_stride(fn, "probs", probs);
+  require_unique_elements(fn, "probs", probs);
+  require_policy_array<Policy>(fn, "status", status, 3);
+  const bool in_place = static_cast<const void*>(probs.data()) == static_cast<const void*>(logits.data()) &&
+                        (rows <= 1 || probs.stride(0) == logits.stride(0));
+  if (!in_place) require_disjoint(fn, "logits", logits, "probs", probs);
+  require_disjoint(fn, "logits", logits, "status", status);
+  require_disjoint(fn, "probs", probs, "status", status);
+  detail::logits_to_probs_batch_args a{logits.data(), probs.data(), rows, vocab, logits.stride(0), probs.stride(0),
+                                       status.data()};
+  detail::logits_to_probs_backend<Policy>::run(policy, a);
 }
 
 //! Softmax of a processed row into `probs` (same length): P = exp(l - max) / sum (exp by

@@ -15,6 +15,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "specdec/core/config.hpp"
+#include "specdec/core/detail/bits.hpp"
 #include "specdec/core/isa.hpp"
 #include "specdec/core/simd_level.hpp"
 #include "specdec/sampling/detail/cdf_search.hpp"  // lanes
@@ -24,6 +26,46 @@ namespace specdec::detail {
 //! Number of top-p histogram bins (sampling/logits_processor.hpp): float exponent and top 3 mantissa
 //! bits of a weight, an eighth of a binade each (weights exp(l - max) lie in [0, 1], keys <= 1016).
 inline constexpr std::uint32_t top_p_bins = 1024;
+
+//! Top-p histogram bin of a weight: monotone non-decreasing in w >= 0, and always in [0, top_p_bins)
+//! whatever the bits (an out-of-range weight -- NaN, negative, > 2 -- lands in the top bin instead of
+//! indexing past the histogram). Host and device (sampling/logits_processor.cuh).
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint32_t top_p_bin_of(float w) noexcept {
+  const std::uint32_t key = float_bits(w) >> 20;
+  return key < top_p_bins - 1 ? key : top_p_bins - 1;
+}
+
+//! The spacing of the weights in top-p bin b (< 1016): every weight in it is a multiple of
+//! 2^(E - 150) (2^-149 for the denormal binade, E = 0), E = b / 8 its exponent field. A bin's weights
+//! share one exponent, so their sums in double are exact (up to 2^29 of them) and do not depend on
+//! the order they are added in.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline double top_p_quantum(std::uint32_t bin) noexcept {
+  const int e = static_cast<int>(bin >> 3);
+  return std::ldexp(1.0, e == 0 ? -149 : e - 150);  // exact: a power of two
+}
+
+//! fast_exp (vec.inl) as the FMA-capable host levels compute it: GCC's default -ffp-contract=fast
+//! and clang's -ffp-contract=on fuse each multiply-add of the reduction and the polynomial into one
+//! rounding. Written with those fused multiply-adds explicit, so a CUDA device (which otherwise
+//! contracts as it likes) gives the same bits; tests/sampling check that the host's dispatched exp
+//! equals it at the AVX2 and AVX-512 levels. The portable level (no FMA) rounds each product, so its
+//! weights can differ in the last bit.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline float fast_exp_fused(float x) noexcept {
+  const float xc = x < -87.3f ? -87.3f : x;
+  const float t = std::fma(xc, 1.44269504088896341f, 12582912.0f);
+  const float n = t - 12582912.0f;
+  float r = std::fma(-n, 0.693359375f, xc);
+  r = std::fma(n, 2.12194440e-4f, r);
+  const float r2 = r * r;
+  float y = std::fma(1.9875691500e-4f, r, 1.3981999507e-3f);
+  y = std::fma(y, r, 8.3334519073e-3f);
+  y = std::fma(y, r, 4.1665795894e-2f);
+  y = std::fma(y, r, 1.6666665459e-1f);
+  y = std::fma(y, r, 5.0000001201e-1f);
+  y = std::fma(y, r2, r) + 1.0f;
+  const std::int32_t e = (static_cast<std::int32_t>(float_bits(t)) - 0x4B400000) + 127;
+  return x < -87.3f ? 0.0f : y * bits_float(static_cast<std::uint32_t>(e) << 23);
+}
 
 //! What the token-producing entry points need to know about a row of logits, from one pass: the
 //! largest value, the smallest value above -inf (+inf when there is none) and whether any entry is

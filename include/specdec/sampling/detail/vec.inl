@@ -4,8 +4,11 @@
 // partial result per lane): GCC 12's -O2 cost model (what the examples and most distributions build
 // with) left their plain loops scalar, 1.5-3.8x slower than -O3 (benchmarks/RESULTS.md, "The sampling
 // rows at -O2"). The rest are plain loops that the compiler vectorizes at both levels. Every kernel
-// computes what its scalar form does, lane for lane, so the bits do not depend on the level or the
-// optimization flags. No include guard, no #include, no namespace.
+// computes what its scalar form does, lane for lane, so the bits do not depend on the vector width or
+// the optimization level. They do depend on floating-point contraction where a product meets a sum:
+// fast_exp's multiply-adds are fused at the FMA-capable levels under the compilers' default
+// contraction and rounded twice at the portable level (see fast_exp_fused in vec.hpp). No include
+// guard, no #include, no namespace.
 // The *_kernel functions are reached through vec.hpp's dispatching entry points of the same name
 // without the suffix.
 
@@ -220,13 +223,8 @@ inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float
   for (; i < n; ++i) x[i] = v;
 }
 
-//! Top-p histogram bin of a weight: monotone non-decreasing in w >= 0, and always in [0, top_p_bins)
-//! whatever the bits (an out-of-range weight -- NaN, negative, > 2 -- lands in the top bin instead of
-//! indexing past the histogram).
-inline std::uint32_t top_p_bin(float w) noexcept {
-  const std::uint32_t key = std::bit_cast<std::uint32_t>(w) >> 20;
-  return key < top_p_bins - 1 ? key : top_p_bins - 1;
-}
+//! Top-p histogram bin of a weight (top_p_bin_of, vec.hpp: shared with the device).
+inline std::uint32_t top_p_bin(float w) noexcept { return top_p_bin_of(w); }
 
 //! Top-p's final pass over [0, n): x[i] stays where its weight's bin is above `boundary`, or is
 //! `boundary` with mark[i] set (the boundary bin's selected tokens); -inf elsewhere.

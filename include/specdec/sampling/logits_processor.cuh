@@ -1,0 +1,388 @@
+#pragma once
+//! \file logits_processor.cuh
+//! CUDA backends of process_logits_batch and logits_to_probs_batch (sampling/logits_processor.hpp):
+//! process_logits_backend<cuda> and logits_to_probs_backend<cuda>. After the status reset, one kernel
+//! on policy.stream, a block of 512 threads per row (grid-stride over rows), in place.
+//!
+//! process_logits_batch, per row, the host's process_row steps in the host's order:
+//!  0. the row's sampling_params entry, checked (batch_sampling_params_ok: device_error::params);
+//!  1. the max / min / non-finite scan (CUB block reductions; device_error::row);
+//!  2. temperature 0: one-hot at the first maximum; otherwise temperature as l * (1/t), or
+//!     (l - max) / t where that would leave the float range (apply_temperature's test);
+//!  3. top-k: the k-th largest topk_key by block_radix_select (core/topk_batch.cuh, shared with
+//!     topk_batch), ties at it taken in index order by a chunked CUB block scan (when only some of
+//!     them are kept);
+//!  4. top-p: the total weight in exp_sum's order (detail::exp_sum_block below), the bin masses
+//!     (exact sums in double: shared-memory atomics give the host's values in any order), the
+//!     boundary bin and its still-needed mass rounded to the bin's spacing by one thread as the host
+//!     does, then a weighted radix select over the boundary bin's logit keys (exact sums again) and
+//!     the ties at the last key by index;
+//!  5. min-p: l >= max + ln(p_base);
+//!  6. eta: the weight total and the entropy term in the host's orders (the entropy's 16 lane sums,
+//!     each a sequential chain over the row as on the host, by 16 threads), eta from the device's
+//!     double log and exp, the first maximum kept.
+//! logits_to_probs_batch: the scan, the total in exp_sum's order, then w * float(1 / total).
+//! The weights are fast_exp_fused's (sampling/detail/vec.hpp). Bit-identity with the host needs IEEE
+//! denormals and IEEE division on the device, nvcc's defaults (not -ftz=true, -prec-div=false or
+//! --use_fast_math). The rows are read with plain loads, not through the read-only cache: the kernel
+//! writes them between its passes.
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "specdec/core/device_types.cuh"
+#include "specdec/core/topk_batch.cuh"
+#include "specdec/sampling/logits_processor.hpp"
+
+namespace specdec {
+namespace detail {
+
+inline constexpr int process_threads = 512;
+//! exp_sum's chunk (vec.inl exp_sum_kernel) and lane_sum's lanes: a half-warp per chunk.
+inline constexpr int exp_chunk = 256;
+inline constexpr int exp_groups = process_threads / lanes;  // chunks summed per round
+
+//! Block-shared state of the row kernels.
+struct row_kernel_shared {
+  union {
+    typename cub::BlockReduce<float, process_threads>::TempStorage reduce_f;
+    typename cub::BlockReduce<std::int64_t, process_threads>::TempStorage reduce_i;
+    typename cub::BlockScan<std::int32_t, process_threads>::TempStorage scan;
+  } tmp;
+  radix_select_shared select;
+  double mass[top_p_bins];  //!< top-p bin masses
+  double wsum[256];         //!< top-p's weighted radix select: weight per digit
+  std::int32_t cnt[256];    //!< ... and count per digit
+  double part[exp_groups];  //!< a round's chunk sums; eta's lane sums
+  double total, need;
+  float fmax, fmin;
+  std::int64_t first;
+  std::uint32_t boundary, key;
+  std::int32_t ties_before, kept_ties, flag;
+};
+
+//! The row's maximum over non-NaN entries, its minimum over entries above -inf (+inf when none) and
+//! whether an entry is NaN or +inf, to every thread (sh.fmax, sh.fmin, returned flag).
+__device__ inline bool block_scan_row(const float* row, std::int64_t n, row_kernel_shared& sh) {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const int t = static_cast<int>(threadIdx.x);
+  float hi = -inf, lo = inf;
+  bool bad = false;
+  for_each_strided<8, false>(row, n, t, process_threads, [&](float v, std::int64_t) {
+    bad |= (v != v) || v == inf;
+    hi = v > hi ? v : hi;  // NaN: false
+    lo = v > -inf && v < lo ? v : lo;
+  });
+  const float bhi = cub::BlockReduce<float, process_threads>(sh.tmp.reduce_f).Reduce(hi, [](float x, float y) { return x > y ? x : y; });
+  __syncthreads();
+  const float blo = cub::BlockReduce<float, process_threads>(sh.tmp.reduce_f).Reduce(lo, [](float x, float y) { return x < y ? x : y; });
+  if (t == 0) sh.fmax = bhi, sh.fmin = blo;
+  return __syncthreads_or(bad ? 1 : 0) != 0;  // also publishes fmax and fmin
+}
+
+//! The first index i with row[i] == v (n when none), to every thread.
+__device__ inline std::int64_t block_first_index(const float* row, std::int64_t n, float v, row_kernel_shared& sh) {
+  const int t = static_cast<int>(threadIdx.x);
+  std::int64_t first = n;
+  for (std::int64_t i = t; i < n; i += process_threads)
+    if (row[i] == v) {
+      first = i;
+      break;
+    }
+  __syncthreads();  // sh.tmp may still be read by an earlier reduction
+  const std::int64_t b = cub::BlockReduce<std::int64_t, process_threads>(sh.tmp.reduce_i).Reduce(first, [](std::int64_t x, std::int64_t y) { return x < y ? x : y; });
+  if (t == 0) sh.first = b;
+  __syncthreads();
+  return sh.first;
+}
+
+//! exp_sum (vec.inl) of fast_exp_fused(row[i] - m) over [0, n), in its order: chunks of 256 tokens,
+//! each lane_sum's 16 lane sums (lane j: tokens j, j + 16, ... of the chunk's whole lanes, in
+//! order), then the chunk's tail and the lanes in lane order; the chunk sums added in chunk order.
+//! A half-warp per chunk, 32 chunks a round; one thread adds a round's chunk sums. To every thread.
+__device__ inline double exp_sum_block(const float* row, std::int64_t n, float m, row_kernel_shared& sh) {
+  const int t = static_cast<int>(threadIdx.x), j = t % lanes, g = t / lanes;
+  const std::int64_t chunks = (n + exp_chunk - 1) / exp_chunk;
+  if (t == 0) sh.total = 0.0;
+  for (std::int64_t c0 = 0; c0 < chunks; c0 += exp_groups) {  // uniform trip count
+    const std::int64_t c = c0 + g;
+    const std::int64_t lo = c * exp_chunk;
+    const int len = c < chunks ? static_cast<int>(n - lo < exp_chunk ? n - lo : exp_chunk) : 0;
+    const int body = len - len % lanes;
+    double acc = 0.0;
+    for (int i = j; i < body; i += lanes) acc += static_cast<double>(fast_exp_fused(row[lo + i] - m));
+    double s = 0.0;
+    for (int i = body; i < len; ++i) s += static_cast<double>(fast_exp_fused(row[lo + i] - m));  // the tail
+    for (int k = 0; k < lanes; ++k) {
+      const double a = __shfl_sync(0xffffffffu, acc, k, lanes);  // every lane takes part
+      s += a;
+    }
+    __syncthreads();  // the previous round's sums have been added
+    if (j == 0) sh.part[g] = s;
+    __syncthreads();
+    if (t == 0)
+      for (int k = 0; k < exp_groups && c0 + k < chunks; ++k) sh.total += sh.part[k];
+  }
+  __syncthreads();
+  return sh.total;
+}
+
+//! Keeps, among the entries of `row` selected by `candidate(i)`, those whose key(i) is above `kth`,
+//! and the first `take` (in index order) of those equal to it; the others of the candidates get -inf.
+//! Entries that are not candidates are left alone. The tie ranks come from a CUB block scan per chunk
+//! of 512 entries, in index order. Contains __syncthreads.
+template <class Candidate, class Key>
+__device__ void keep_above_and_first_ties(float* row, std::int64_t n, const Candidate& candidate, const Key& key,
+                                          std::uint32_t kth, std::int32_t take, row_kernel_shared& sh) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) sh.ties_before = 0;
+  __syncthreads();
+  for (std::int64_t base = 0; base < n; base += process_threads) {  // uniform trip count
+    const std::int64_t i = base + t;
+    const bool cand = i < n && candidate(i);
+    const std::uint32_t k = cand ? key(i) : 0u;
+    const bool tie = cand && k == kth;
+    std::int32_t rank, tied;
+    cub::BlockScan<std::int32_t, process_threads>(sh.tmp.scan).ExclusiveSum(tie ? 1 : 0, rank, tied);
+    const std::int32_t before = sh.ties_before;
+    if (cand && !(k > kth || (tie && before + rank < take))) row[i] = ninf;
+    __syncthreads();  // every thread has read ties_before; the scan storage is free
+    if (t == 0) sh.ties_before = before + tied;
+    __syncthreads();
+  }
+}
+
+//! Top-p (apply_top_p) on a row whose maximum is m.
+__device__ inline void block_top_p(float* row, std::int64_t n, float m, float top_p, row_kernel_shared& sh) {
+  const int t = static_cast<int>(threadIdx.x);
+  const auto weight = [&](std::int64_t i) { return fast_exp_fused(row[i] - m); };
+  const double total = exp_sum_block(row, n, m, sh);
+  for (int b = t; b < static_cast<int>(top_p_bins); b += process_threads) sh.mass[b] = 0.0;
+  __syncthreads();
+  for (std::int64_t i = t; i < n; i += process_threads) {
+    const float w = weight(i);
+    if (w > 0.0f) atomicAdd(&sh.mass[top_p_bin_of(w)], static_cast<double>(w));  // exact: one bin, one exponent
+  }
+  __syncthreads();
+  if (t == 0) {  // the boundary bin and the mass still needed there, as the host finds them
+    const double need = static_cast<double>(top_p) * total;
+    double above = 0.0;
+    std::uint32_t boundary = top_p_bins - 1;
+    for (; boundary > 0; --boundary) {
+      if (above + sh.mass[boundary] >= need) break;
+      above += sh.mass[boundary];
+    }
+    const double q = top_p_quantum(boundary);
+    sh.boundary = boundary;
+    sh.need = std::ceil((need - above) / q) * q;
+  }
+  __syncthreads();
+  const std::uint32_t boundary = sh.boundary;
+  const auto in_boundary = [&](std::int64_t i) {
+    const float w = weight(i);
+    return w > 0.0f && top_p_bin_of(w) == boundary;
+  };
+  const auto key = [&](std::int64_t i) { return topk_key(row[i]); };
+  // The smallest (logit desc, id asc) prefix of the boundary bin whose weight reaches sh.need: a
+  // byte of the logit key per pass, the digit where the weight above it first reaches what is needed.
+  std::uint32_t prefix = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int d = t; d < 256; d += process_threads) sh.wsum[d] = 0.0, sh.cnt[d] = 0;
+    __syncthreads();
+    for (std::int64_t i = t; i < n; i += process_threads)
+      if (in_boundary(i)) {
+        const std::uint32_t k = key(i);
+        if (pass == 0 || (k >> (shift + 8)) == prefix) {
+          atomicAdd(&sh.wsum[(k >> shift) & 255u], static_cast<double>(weight(i)));
+          atomicAdd(&sh.cnt[(k >> shift) & 255u], 1);
+        }
+      }
+    __syncthreads();
+    if (t == 0) {
+      double need = sh.need, acc = 0.0;
+      int d = 255;
+      for (; d > 0; --d) {
+        if (sh.cnt[d] > 0 && acc + sh.wsum[d] >= need) break;
+        acc += sh.wsum[d];
+      }
+      sh.need = need - acc;  // exact: multiples of the bin's spacing
+      sh.key = (prefix << 8) | static_cast<std::uint32_t>(d);
+      if (pass == 3) {
+        // the tokens with the last key share one logit, so one weight: the first ceil(need / w) of
+        // them (in index order) complete the prefix; all of them when even that is not enough
+        const std::uint32_t kk = sh.key;
+        const float v = bits_float(kk >= 0x80000000u ? kk & 0x7FFFFFFFu : ~kk);
+        const double w = static_cast<double>(fast_exp_fused(v - m));
+        const double j = w > 0.0 ? std::ceil(sh.need / w) : static_cast<double>(sh.cnt[d]);
+        sh.kept_ties = j < static_cast<double>(sh.cnt[d]) ? static_cast<std::int32_t>(j) : sh.cnt[d];
+      }
+    }
+    __syncthreads();
+    prefix = sh.key;
+  }
+  // Mask: the bins above the boundary stay, the boundary bin's prefix stays, the rest is -inf.
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const std::int32_t take = sh.kept_ties;
+  for (std::int64_t i = t; i < n; i += process_threads) {
+    const float w = weight(i);
+    const std::uint32_t b = top_p_bin_of(w);
+    if (b < boundary || (b == boundary && w == 0.0f)) row[i] = ninf;
+  }
+  __syncthreads();
+  keep_above_and_first_ties(row, n, in_boundary, key, prefix, take, sh);
+}
+
+//! Eta (process_row's last step) on a row whose maximum is m.
+__device__ inline void block_eta(float* row, std::int64_t n, float m, const sampling_params& p, row_kernel_shared& sh) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const int t = static_cast<int>(threadIdx.x);
+  const double sum = exp_sum_block(row, n, m, sh);
+  // weighted_shift_sum (vec.inl): lane j adds w (x - m) over tokens j, j + 16, ... of the whole
+  // lanes, in order; then the tail, then the lanes in order. One thread per lane.
+  const std::int64_t body = n - n % lanes;
+  if (t < lanes) {
+    double acc = 0.0;
+    for (std::int64_t i = t; i < body; i += lanes) {
+      const float w = fast_exp_fused(row[i] - m);
+      acc += w > 0.0f ? static_cast<double>(w) * (row[i] - m) : 0.0;
+    }
+    sh.part[t] = acc;
+  }
+  __syncthreads();
+  if (t == 0) {
+    double s = 0.0;
+    for (std::int64_t i = body; i < n; ++i) {
+      const float w = fast_exp_fused(row[i] - m);
+      s += w > 0.0f ? static_cast<double>(w) * (row[i] - m) : 0.0;
+    }
+    for (int j = 0; j < lanes; ++j) s += sh.part[j];
+    const double h = std::log(sum) - s / sum;
+    const double alpha = p.eta_alpha < 0.0f ? std::sqrt(static_cast<double>(p.eta_epsilon)) : p.eta_alpha;
+    const double eta = fmin(static_cast<double>(p.eta_epsilon), alpha * std::exp(-h));
+    sh.need = eta * sum;
+  }
+  const std::int64_t best = block_first_index(row, n, m, sh);  // its barriers publish sh.need
+  const double cut = sh.need;
+  for (std::int64_t i = t; i < n; i += process_threads)
+    if (static_cast<double>(fast_exp_fused(row[i] - m)) < cut && i != best) row[i] = ninf;
+}
+
+__global__ void __launch_bounds__(process_threads) process_logits_kernel(const process_logits_batch_args a) {
+  __shared__ row_kernel_shared sh;
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const int t = static_cast<int>(threadIdx.x);
+  const std::int64_t n = a.vocab;
+  for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    float* row = a.logits + r * a.stride;
+    const std::int32_t e = a.row_params[r];
+    if (e < 0 || e >= a.num_params || !batch_sampling_params_ok(a.params[e])) {  // uniform
+      if (t == 0) device_report(a.status, device_error::params, e, static_cast<std::int32_t>(r));
+      continue;
+    }
+    const sampling_params p = a.params[e];
+    const bool bad = block_scan_row(row, n, sh);
+    float m = sh.fmax;
+    const float lo = sh.fmin;
+    if (bad || !(m > ninf)) {
+      if (t == 0) device_report(a.status, device_error::row, e, static_cast<std::int32_t>(r));
+      __syncthreads();  // sh is read by every thread before the next row writes it
+      continue;
+    }
+    if (p.temperature == 0.0f) {  // greedy: one-hot at the first maximum
+      const std::int64_t top = block_first_index(row, n, m, sh);
+      for (std::int64_t i = t; i < n; i += process_threads) row[i] = i == top ? 0.0f : ninf;
+      __syncthreads();
+      continue;
+    }
+    if (p.temperature != 1.0f) {  // apply_temperature
+      const float inv = 1.0f / p.temperature;
+      const float hi = m * inv, low = lo * inv;
+      if (isfinite(hi) && isfinite(low)) {
+        for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] * inv;
+        m = hi;
+      } else {
+        for (std::int64_t i = t; i < n; i += process_threads) row[i] = (row[i] - sh.fmax) / p.temperature;
+        m = 0.0f;
+      }
+      __syncthreads();
+    }
+    if (p.top_k > 0 && p.top_k < n) {
+      const auto key = [&](std::int64_t i) { return topk_key(row[i]); };
+      const radix_select_result sel = block_radix_select<process_threads>(
+          [&](const auto& visit) {  // plain loads: the temperature step may have written the row
+            for_each_strided<8, false>(row, n, t, process_threads, [&](float v, std::int64_t) { visit(topk_key(v)); });
+          },
+          p.top_k, sh.select);
+      if (sel.kth_count == sel.need) {  // every entry equal to the k-th is kept (distinct values: the usual case)
+        for (std::int64_t i = t; i < n; i += process_threads)
+          if (key(i) < sel.kth) row[i] = ninf;
+        __syncthreads();
+      } else {
+        keep_above_and_first_ties(row, n, [](std::int64_t) { return true; }, key, sel.kth, sel.need, sh);
+      }
+    }
+    if (p.top_p < 1.0f) block_top_p(row, n, m, p.top_p, sh);
+    if (p.min_p > 0.0f) {
+      // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base) (the device's double log: within 1 ulp)
+      const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
+      for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] >= cut ? row[i] : ninf;
+      __syncthreads();
+    }
+    if (p.eta_epsilon > 0.0f) block_eta(row, n, m, p, sh);
+    __syncthreads();  // the row and sh are done before the next row
+  }
+}
+
+__global__ void __launch_bounds__(process_threads) logits_to_probs_kernel(const logits_to_probs_batch_args a) {
+  __shared__ row_kernel_shared sh;
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const int t = static_cast<int>(threadIdx.x);
+  const std::int64_t n = a.vocab;
+  for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const float* row = a.logits + r * a.l_stride;
+    const bool bad = block_scan_row(row, n, sh);
+    const float m = sh.fmax;
+    if (bad || !(m > ninf)) {
+      if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
+      __syncthreads();
+      continue;
+    }
+    const float inv = static_cast<float>(1.0 / exp_sum_block(row, n, m, sh));
+    float* out = a.probs + r * a.p_stride;  // may be the row itself: each entry is read, then written, by one thread
+    for (std::int64_t i = t; i < n; i += process_threads) out[i] = fast_exp_fused(row[i] - m) * inv;
+    __syncthreads();
+  }
+}
+
+//! The cuda backend of process_logits_batch (the seam in sampling/logits_processor.hpp): the entry
+//! point has checked shapes, strides and memory spaces. Clears status and launches the kernel on
+//! policy.stream; no synchronisation. A failed launch throws cuda_error.
+template <>
+struct process_logits_backend<cuda> {
+  static void run(const cuda& policy, const process_logits_batch_args& a) {
+    clear_device_status(a.status, policy.stream);
+    if (a.rows == 0) return;
+    launch_per_request<process_threads>(process_logits_kernel, a.rows, policy.stream, "process_logits_kernel", a);
+  }
+};
+
+//! The cuda backend of logits_to_probs_batch (the seam in sampling/logits_processor.hpp).
+template <>
+struct logits_to_probs_backend<cuda> {
+  static void run(const cuda& policy, const logits_to_probs_batch_args& a) {
+    clear_device_status(a.status, policy.stream);
+    if (a.rows == 0) return;
+    launch_per_request<process_threads>(logits_to_probs_kernel, a.rows, policy.stream, "logits_to_probs_kernel", a);
+  }
+};
+
+}  // namespace detail
+}  // namespace specdec

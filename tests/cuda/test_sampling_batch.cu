@@ -1,0 +1,238 @@
+// process_logits_batch(cuda{}) and logits_to_probs_batch(cuda{}) (sampling/logits_processor.cuh)
+// against their host backends, bit for bit: random batches of rows (V from 1 to 128K + 3; ties,
+// masked tokens, values near FLT_MAX, nearly flat rows) and parameters (temperature 0 and 1, tiny
+// temperatures, top-k, top-p, min-p, eta, several at once); a bad entry or row reported in status and
+// left as it was while the other rows are processed; in place and out of place probabilities; graph
+// replay; host memory refused before any CUDA call. The host side runs at its AVX2 level (when the
+// CPU has it), whose weights are fast_exp_fused's.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "cuda/cuda_test_util.cuh"
+#include "specdec/core/philox.hpp"
+#include "specdec/core/simd_level.hpp"
+#include "specdec/sampling/logits_processor.cuh"
+
+using specdec::memory_space;
+using specdec_test::device_buffer;
+using specdec_test::dv;
+
+namespace {
+
+constexpr float sb_ninf = -std::numeric_limits<float>::infinity();
+
+std::vector<float> sb_row(std::int64_t v, specdec::philox_stream& rng, int kind) {
+  std::vector<float> r(static_cast<std::size_t>(v));
+  for (auto& x : r) {
+    const float u = 2.0f * rng.uniform() - 1.0f;
+    switch (kind % 5) {
+      case 0: x = 8.0f * u; break;
+      case 1: x = std::round(4.0f * u); break;
+      case 2: x = u * 3.0e38f; break;
+      case 3: x = rng.below(3) == 0 ? sb_ninf : 20.0f * u; break;
+      default: x = 1e-3f * u; break;
+    }
+  }
+  r[static_cast<std::size_t>(rng.below(static_cast<std::uint32_t>(v)))] = 1.0f;  // a logit above -inf
+  return r;
+}
+
+specdec::sampling_params sb_params(specdec::philox_stream& rng, std::int64_t v) {
+  specdec::sampling_params p;
+  const auto pick = [&] { return rng.below(2) == 0; };
+  p.temperature = rng.below(8) == 0 ? 0.0f : rng.below(8) == 0 ? 1.0f : 0.2f + 1.8f * rng.uniform();
+  if (rng.below(16) == 0) p.temperature = 1e-30f;
+  if (pick()) p.top_k = 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(std::min<std::int64_t>(v + 2, 3000))));
+  if (pick()) p.top_p = rng.below(6) == 0 ? 1e-6f : 0.05f + 0.9f * rng.uniform();
+  if (pick()) p.min_p = 0.3f * rng.uniform();
+  if (pick()) p.eta_epsilon = 0.2f * rng.uniform();
+  return p;
+}
+
+bool sb_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+//! The host's processing of the rows (process_logits_batch(host)), at the AVX2 level when there is one.
+std::vector<float> sb_host_process(std::vector<float> logits, std::int64_t rows, std::int64_t v,
+                                   const std::vector<specdec::sampling_params>& params,
+                                   const std::vector<std::int32_t>& row_params) {
+  (void)specdec::set_simd_level(specdec::simd_level::avx2);
+  std::vector<std::int32_t> st(3);
+  specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                specdec::make_view<1>(params.data(), {static_cast<std::int64_t>(params.size())}),
+                                specdec::make_view<1>(row_params.data(), {rows}), specdec::make_view<1>(st.data(), {3}));
+  specdec::reset_simd_level();
+  return logits;
+}
+
+void sb_device_process(device_buffer<float>& logits, std::int64_t rows, std::int64_t v,
+                       const device_buffer<specdec::sampling_params>& params, const device_buffer<std::int32_t>& row_params,
+                       device_buffer<std::int32_t>& status, cudaStream_t stream = nullptr) {
+  specdec::process_logits_batch(specdec::cuda{.stream = stream},
+                                specdec::make_view<2>(logits.data(), {rows, v}, memory_space::device), dv(params),
+                                dv(row_params), dv(status));
+}
+
+}  // namespace
+
+TEST_CASE("cuda process_logits_batch equals the host backend bit for bit", "[cuda][sampling]") {
+  specdec::philox_stream rng(41, 0);
+  const bool small = specdec_test::sanitizer_sized();
+  for (const std::int64_t v : {1, 2, 33, 1000, 32000, 131075}) {
+    if (small && v > 32000) continue;
+    const std::int64_t rows = v > 32000 ? 12 : 40;
+    const int P = 8;
+    for (int round = 0; round < 3; ++round) {
+      std::vector<specdec::sampling_params> params;
+      for (int e = 0; e < P; ++e) params.push_back(sb_params(rng, v));
+      std::vector<std::int32_t> row_params;
+      std::vector<float> logits;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        row_params.push_back(static_cast<std::int32_t>(rng.below(P)));
+        const auto row = sb_row(v, rng, static_cast<int>(r));
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
+      const auto want = sb_host_process(logits, rows, v, params, row_params);
+      device_buffer<float> dl(logits);
+      device_buffer<specdec::sampling_params> dp(params);
+      device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5});
+      sb_device_process(dl, rows, v, dp, drp, st);
+      specdec_test::sync_check("process_logits_batch");
+      INFO("V " << v << " round " << round);
+      CHECK(st.download() == std::vector<std::int32_t>{0, -1, -1});
+      const auto got = dl.download();
+      CHECK(sb_same_bits(got, want));
+      if (!sb_same_bits(got, want))
+        for (std::int64_t r = 0; r < rows; ++r)
+          if (std::memcmp(got.data() + r * v, want.data() + r * v, static_cast<std::size_t>(v) * 4) != 0) {
+            const auto& p = params[static_cast<std::size_t>(row_params[static_cast<std::size_t>(r)])];
+            UNSCOPED_INFO("row " << r << " differs: t " << p.temperature << " k " << p.top_k << " p " << p.top_p << " min_p "
+                                 << p.min_p << " eta " << p.eta_epsilon);
+          }
+    }
+  }
+}
+
+TEST_CASE("cuda process_logits_batch reports a bad entry or row and leaves it as it was", "[cuda][sampling]") {
+  const std::int64_t rows = 6, v = 500;
+  specdec::philox_stream rng(3, 3);
+  std::vector<float> logits;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto row = sb_row(v, rng, 0);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  std::vector<specdec::sampling_params> params(3);
+  params[0].top_p = 0.8f;
+  params[1].repetition_penalty = 1.3f;  // refused: the batch form has no context
+  params[2].temperature = 0.7f;
+  std::vector<std::int32_t> row_params{0, 2, 1, 0, 7, 2};  // row 2: a penalty; row 4: entry 7 of 3
+  logits[static_cast<std::size_t>(5 * v + 9)] = std::numeric_limits<float>::quiet_NaN();  // row 5: NaN
+  device_buffer<float> dl(logits);
+  device_buffer<specdec::sampling_params> dp(params);
+  device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5});
+  sb_device_process(dl, rows, v, dp, drp, st);
+  specdec_test::sync_check("process_logits_batch (bad)");
+  const auto s = st.download();
+  CHECK((s[0] == static_cast<std::int32_t>(specdec::device_error::params) ||
+         s[0] == static_cast<std::int32_t>(specdec::device_error::row)));
+  CHECK((s[2] == 2 || s[2] == 4 || s[2] == 5));
+  const auto got = dl.download();
+  // the bad rows as they were; the others as the host processes them
+  auto good_params = row_params;
+  good_params[2] = 0, good_params[4] = 0, good_params[5] = 0;
+  auto clean = logits;
+  clean[static_cast<std::size_t>(5 * v + 9)] = 0.0f;
+  const auto want = sb_host_process(clean, rows, v, params, good_params);
+  for (const std::int64_t r : {0, 1, 3})
+    CHECK(std::memcmp(got.data() + r * v, want.data() + r * v, static_cast<std::size_t>(v) * 4) == 0);
+  for (const std::int64_t r : {2, 4, 5})
+    CHECK(std::memcmp(got.data() + r * v, logits.data() + r * v, static_cast<std::size_t>(v) * 4) == 0);
+}
+
+TEST_CASE("cuda logits_to_probs_batch equals the host backend, in place and not", "[cuda][sampling]") {
+  specdec::philox_stream rng(8, 8);
+  for (const std::int64_t v : {1, 16, 257, 50000}) {
+    const std::int64_t rows = 9;
+    std::vector<float> logits;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto row = sb_row(v, rng, static_cast<int>(r));
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    std::vector<float> want(logits.size());
+    std::vector<std::int32_t> hst(3);
+    (void)specdec::set_simd_level(specdec::simd_level::avx2);
+    specdec::logits_to_probs_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                   specdec::make_view<2>(want.data(), {rows, v}), specdec::make_view<1>(hst.data(), {3}));
+    specdec::reset_simd_level();
+    device_buffer<float> dl(logits), dpr(std::vector<float>(logits.size(), -1.0f));
+    device_buffer<std::int32_t> st(std::vector<std::int32_t>{5, 5, 5});
+    specdec::logits_to_probs_batch(specdec::cuda{}, specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device),
+                                   specdec::make_view<2>(dpr.data(), {rows, v}, memory_space::device), dv(st));
+    specdec_test::sync_check("logits_to_probs_batch");
+    INFO("V " << v);
+    CHECK(st.download() == std::vector<std::int32_t>{0, -1, -1});
+    CHECK(sb_same_bits(dpr.download(), want));
+    specdec::logits_to_probs_batch(specdec::cuda{}, specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device),
+                                   specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device), dv(st));
+    specdec_test::sync_check("logits_to_probs_batch (in place)");
+    CHECK(sb_same_bits(dl.download(), want));
+  }
+}
+
+TEST_CASE("cuda process_logits_batch is captured in a CUDA graph and replays", "[cuda][sampling]") {
+  const std::int64_t rows = 16, v = 32000;
+  specdec::philox_stream rng(77, 0);
+  std::vector<specdec::sampling_params> params(2);
+  params[0].temperature = 0.8f, params[0].top_p = 0.9f, params[0].top_k = 50;
+  params[1].temperature = 1.2f, params[1].min_p = 0.05f;
+  std::vector<std::int32_t> row_params;
+  for (std::int64_t r = 0; r < rows; ++r) row_params.push_back(static_cast<std::int32_t>(r % 2));
+  std::vector<float> logits;
+  device_buffer<float> dl(static_cast<std::size_t>(rows * v));
+  device_buffer<specdec::sampling_params> dp(params);
+  device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5});
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { sb_device_process(dl, rows, v, dp, drp, st, s); },
+      [&] {
+        logits.clear();
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const auto row = sb_row(v, rng, static_cast<int>(r));
+          logits.insert(logits.end(), row.begin(), row.end());
+        }
+        dl.upload(logits);
+      },
+      [&] { CHECK(sb_same_bits(dl.download(), sb_host_process(logits, rows, v, params, row_params))); });
+}
+
+TEST_CASE("cuda process_logits_batch and logits_to_probs_batch refuse host memory before any CUDA call",
+          "[cuda][sampling][nogpu]") {
+  std::vector<float> l(4 * 8);
+  std::vector<specdec::sampling_params> p(1);
+  std::vector<std::int32_t> rp(4), st(3);
+  const auto dev = memory_space::device;
+  CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {4, 8}),
+                                                  specdec::make_view<1>(p.data(), {1}, dev),
+                                                  specdec::make_view<1>(rp.data(), {4}, dev),
+                                                  specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("'logits'") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {4, 8}, dev),
+                                                  specdec::make_view<1>(p.data(), {1}), specdec::make_view<1>(rp.data(), {4}, dev),
+                                                  specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("'params'") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {4, 8}, dev),
+                                                  specdec::make_view<1>(p.data(), {1}, dev),
+                                                  specdec::make_view<1>(rp.data(), {3}, dev),
+                                                  specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("'row_params'") && Catch::Contains("extent(0) == 4"));
+  CHECK_THROWS_WITH(specdec::logits_to_probs_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {4, 8}, dev),
+                                                   specdec::make_view<2>(l.data(), {4, 8}),
+                                                   specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("'probs'") && Catch::Contains("device-accessible"));
+}

@@ -1,0 +1,344 @@
+// The batch forms a GPU engine calls on device logits, on the host: process_logits_batch equal to
+// process_logits per row (empty context) bit for bit, logits_to_probs_batch equal to logits_to_probs
+// (in place too); their refusals. And what their CUDA backends (sampling/logits_processor.cuh) rely
+// on, run serially here: fast_exp_fused equals the host's exp at the FMA-capable levels; exp_sum's
+// and weighted_shift_sum's orders as the kernels reproduce them; top-p's selection as the kernel
+// makes it (a weighted radix select over the boundary bin's logit keys, exact sums) equals
+// apply_top_p's; top-p no longer depends on the order the boundary bin is visited in.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "specdec/core/philox.hpp"
+#include "specdec/core/simd_level.hpp"
+#include "specdec/core/tensor.hpp"
+#include "specdec/core/topk.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+
+namespace {
+
+constexpr float ninf = -std::numeric_limits<float>::infinity();
+
+std::vector<float> batch_row(std::int64_t v, specdec::philox_stream& rng, int kind) {
+  std::vector<float> r(static_cast<std::size_t>(v));
+  for (auto& x : r) {
+    const float u = 2.0f * rng.uniform() - 1.0f;
+    switch (kind % 5) {
+      case 0: x = 8.0f * u; break;
+      case 1: x = std::round(4.0f * u); break;               // many ties
+      case 2: x = u * 3.0e38f; break;                         // near FLT_MAX: temperature's shifted path
+      case 3: x = rng.below(3) == 0 ? ninf : 20.0f * u; break;  // masked tokens
+      default: x = 1e-3f * u; break;                          // nearly flat
+    }
+  }
+  return r;
+}
+
+specdec::sampling_params batch_params(specdec::philox_stream& rng, std::int64_t v) {
+  specdec::sampling_params p;
+  const auto pick = [&] { return rng.below(2) == 0; };
+  p.temperature = rng.below(8) == 0 ? 0.0f : rng.below(8) == 0 ? 1.0f : 0.2f + 1.8f * rng.uniform();
+  if (rng.below(16) == 0) p.temperature = 1e-30f;
+  if (pick()) p.top_k = 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(v + 2)));
+  if (pick()) p.top_p = rng.below(6) == 0 ? 1e-6f : 0.05f + 0.9f * rng.uniform();
+  if (pick()) p.min_p = 0.3f * rng.uniform();
+  if (pick()) p.eta_epsilon = 0.2f * rng.uniform();
+  if (pick()) p.eta_alpha = 0.5f + rng.uniform();
+  return p;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("process_logits_batch (host) equals process_logits per row, bit for bit") {
+  specdec::philox_stream rng(17, 0);
+  for (const std::int64_t v : {1, 2, 17, 300, 5000}) {
+    const int rows = 24, P = 6;
+    std::vector<specdec::sampling_params> params;
+    for (int e = 0; e < P; ++e) params.push_back(batch_params(rng, v));
+    std::vector<std::int32_t> row_params;
+    std::vector<float> logits;
+    for (int r = 0; r < rows; ++r) {
+      row_params.push_back(static_cast<std::int32_t>(rng.below(P)));
+      auto row = batch_row(v, rng, r);
+      if (std::all_of(row.begin(), row.end(), [](float x) { return x == ninf; })) row[0] = 0.0f;
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    auto want = logits;
+    specdec::sampling_workspace ws;
+    for (int r = 0; r < rows; ++r)
+      specdec::process_logits(std::span<float>(want.data() + r * v, static_cast<std::size_t>(v)),
+                              params[static_cast<std::size_t>(row_params[static_cast<std::size_t>(r)])], {}, ws);
+    std::vector<std::int32_t> status(3, 9);
+    specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                  specdec::make_view<1>(params.data(), {P}),
+                                  specdec::make_view<1>(row_params.data(), {rows}), specdec::make_view<1>(status.data(), {3}));
+    INFO("V = " << v);
+    CHECK(same_bits(logits, want));
+    CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+  }
+}
+
+TEST_CASE("process_logits_batch refuses penalties, entries out of range and bad rows, writing nothing") {
+  using Catch::Matchers::Contains;
+  const int rows = 3, v = 8;
+  std::vector<float> logits(rows * v, 0.5f);
+  std::vector<specdec::sampling_params> params(2);
+  std::vector<std::int32_t> row_params{0, 1, 1}, status(3, 9);
+  const auto call = [&] {
+    specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                  specdec::make_view<1>(params.data(), {2}), specdec::make_view<1>(row_params.data(), {rows}),
+                                  specdec::make_view<1>(status.data(), {3}));
+  };
+  const auto before = logits;
+  params[1].repetition_penalty = 1.2f;
+  CHECK_THROWS_WITH(call(), Contains("specdec::process_logits_batch") && Contains("'params'") && Contains("penalty"));
+  params[1] = {};
+  params[1].contextual_penalty = 1.5f;  // with the default window of 1024
+  CHECK_THROWS_WITH(call(), Contains("'params'") && Contains("process_tree_logits"));
+  params[1].penalty_window = 0;  // a contextual penalty over no window applies nothing: accepted below
+  params[0].top_p = 0.0f;
+  CHECK_THROWS_WITH(call(), Contains("'params.top_p'"));
+  params[0].top_p = 0.9f;
+  row_params[2] = 2;
+  CHECK_THROWS_WITH(call(), Contains("'row_params'") && Contains("[0, params.extent(0) = 2)") && Contains("row 2"));
+  row_params[2] = 1;
+  logits[static_cast<std::size_t>(2 * v + 3)] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(call(), Contains("'logits'") && Contains("row 2"));
+  logits[static_cast<std::size_t>(2 * v + 3)] = 0.5f;
+  CHECK(logits == before);
+  CHECK(status == std::vector<std::int32_t>(3, 9));
+  // arrays that share memory
+  CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                                  specdec::make_view<1>(params.data(), {2}),
+                                                  specdec::make_view<1>(reinterpret_cast<std::int32_t*>(logits.data()), {rows}),
+                                                  specdec::make_view<1>(status.data(), {3})),
+                    Contains("'row_params'") && Contains("memory disjoint from 'logits'"));
+  call();
+  CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+}
+
+TEST_CASE("logits_to_probs_batch (host) equals logits_to_probs per row, in place and not") {
+  using Catch::Matchers::Contains;
+  specdec::philox_stream rng(5, 1);
+  for (const std::int64_t v : {1, 15, 16, 257, 4099}) {
+    const int rows = 10;
+    std::vector<float> logits;
+    for (int r = 0; r < rows; ++r) {
+      auto row = batch_row(v, rng, r);
+      row[0] = 1.0f;  // at least one logit above -inf
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    std::vector<float> want(logits.size()), probs(logits.size(), -1.0f);
+    for (int r = 0; r < rows; ++r)
+      specdec::logits_to_probs(std::span<const float>(logits.data() + r * v, static_cast<std::size_t>(v)),
+                               std::span<float>(want.data() + r * v, static_cast<std::size_t>(v)));
+    std::vector<std::int32_t> status(3, 9);
+    specdec::logits_to_probs_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                   specdec::make_view<2>(probs.data(), {rows, v}), specdec::make_view<1>(status.data(), {3}));
+    CHECK(same_bits(probs, want));
+    specdec::logits_to_probs_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                   specdec::make_view<2>(logits.data(), {rows, v}), specdec::make_view<1>(status.data(), {3}));
+    CHECK(same_bits(logits, want));
+    CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+  }
+  std::vector<float> l(4 * 8, 0.0f), p(4 * 8);
+  std::vector<std::int32_t> status(3, 9);
+  CHECK_THROWS_WITH(specdec::logits_to_probs_batch(specdec::host{}, specdec::make_view<2>(l.data(), {3, 8}),
+                                                   specdec::make_view<2>(l.data() + 8, {3, 8}),
+                                                   specdec::make_view<1>(status.data(), {3})),
+                    Contains("'probs'") && Contains("memory disjoint from 'logits'"));
+  l[9] = ninf;
+  std::fill(l.begin() + 8, l.begin() + 16, ninf);
+  CHECK_THROWS_WITH(specdec::logits_to_probs_batch(specdec::host{}, specdec::make_view<2>(l.data(), {4, 8}),
+                                                   specdec::make_view<2>(p.data(), {4, 8}), specdec::make_view<1>(status.data(), {3})),
+                    Contains("'logits'") && Contains("row 1"));
+}
+
+TEST_CASE("fast_exp_fused equals the host's exp at the FMA-capable levels") {
+  // Every 97th float in [-90, 0.5] (about 10 million), through the dispatched exp_sum's weights.
+  std::vector<float> xs;
+  for (std::uint32_t b = 0;; b += 97) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    if (f >= -90.0f && f <= 0.5f) xs.push_back(f);
+    if (b > 0xFFFFFFFFu - 97) break;
+  }
+  std::vector<float> w(xs.size());
+  int levels = 0;
+  for (const auto level : {specdec::simd_level::avx2, specdec::simd_level::avx512}) {
+    if (!specdec::set_simd_level(level)) continue;
+    ++levels;
+    (void)specdec::detail::exp_sum(xs.data(), xs.size(), 0.0f, w.data());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) differ += std::bit_cast<std::uint32_t>(w[i]) != std::bit_cast<std::uint32_t>(specdec::detail::fast_exp_fused(xs[i]));
+    INFO("level " << static_cast<int>(level) << ", " << xs.size() << " inputs");
+    CHECK(differ == 0);
+  }
+  specdec::reset_simd_level();
+  if (levels == 0) WARN("no FMA-capable level on this CPU: nothing compared");
+}
+
+namespace {
+
+// exp_sum's order (vec.inl), written the way exp_sum_block (sampling/logits_processor.cuh) computes
+// it: chunks of 256, in each the 16 lane sums over the whole lanes, then the tail, then the lanes.
+double exp_sum_twin(const float* x, std::size_t n, float m) {
+  double total = 0.0;
+  for (std::size_t lo = 0; lo < n; lo += 256) {
+    const std::size_t len = std::min<std::size_t>(256, n - lo), body = len - len % 16;
+    double acc[16] = {};
+    for (std::size_t j = 0; j < 16; ++j)
+      for (std::size_t i = j; i < body; i += 16) acc[j] += static_cast<double>(specdec::detail::fast_exp_fused(x[lo + i] - m));
+    double s = 0.0;
+    for (std::size_t i = body; i < len; ++i) s += static_cast<double>(specdec::detail::fast_exp_fused(x[lo + i] - m));
+    for (double a : acc) s += a;
+    total += s;
+  }
+  return total;
+}
+
+// Top-p as the kernel selects it (block_top_p), serially: the bin masses, the boundary and the
+// rounded need as the host finds them, then a byte of the logit key per pass, each digit's weight
+// summed (exact), and the ties at the last key by index. Returns the processed row.
+std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p) {
+  const std::size_t n = row.size();
+  const auto weight = [&](std::size_t i) { return specdec::detail::fast_exp_fused(row[i] - m); };
+  const double total = exp_sum_twin(row.data(), n, m);
+  std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    if (weight(i) > 0.0f) mass[specdec::detail::top_p_bin_of(weight(i))] += weight(i);
+  const double need0 = static_cast<double>(top_p) * total;
+  double above = 0.0;
+  std::uint32_t boundary = specdec::detail::top_p_bins - 1;
+  for (; boundary > 0; --boundary) {
+    if (above + mass[boundary] >= need0) break;
+    above += mass[boundary];
+  }
+  const double q = specdec::detail::top_p_quantum(boundary);
+  double need = std::ceil((need0 - above) / q) * q;
+  const auto cand = [&](std::size_t i) { return weight(i) > 0.0f && specdec::detail::top_p_bin_of(weight(i)) == boundary; };
+  std::uint32_t prefix = 0;
+  std::int32_t take = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    double wsum[256] = {};
+    std::int32_t cnt[256] = {};
+    for (std::size_t i = 0; i < n; ++i)
+      if (cand(i)) {
+        const std::uint32_t k = specdec::detail::topk_key(row[i]);
+        if (pass == 0 || (k >> (shift + 8)) == prefix) wsum[(k >> shift) & 255u] += weight(i), ++cnt[(k >> shift) & 255u];
+      }
+    double acc = 0.0;
+    int d = 255;
+    for (; d > 0; --d) {
+      if (cnt[d] > 0 && acc + wsum[d] >= need) break;
+      acc += wsum[d];
+    }
+    need -= acc;
+    prefix = (prefix << 8) | static_cast<std::uint32_t>(d);
+    if (pass == 3) {
+      const float v = specdec::detail::bits_float(prefix >= 0x80000000u ? prefix & 0x7FFFFFFFu : ~prefix);
+      const double w = specdec::detail::fast_exp_fused(v - m);
+      const double j = w > 0.0 ? std::ceil(need / w) : cnt[d];
+      take = j < cnt[d] ? static_cast<std::int32_t>(j) : cnt[d];
+    }
+  }
+  std::vector<float> out = row;
+  std::int32_t ties = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float w = weight(i);
+    const std::uint32_t b = specdec::detail::top_p_bin_of(w);
+    if (b < boundary || (b == boundary && w == 0.0f)) {
+      out[i] = ninf;
+    } else if (cand(i)) {
+      const std::uint32_t k = specdec::detail::topk_key(row[i]);
+      const bool keep = k > prefix || (k == prefix && ties++ < take);
+      if (!keep) out[i] = ninf;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the host's values") {
+  const bool fma_level = specdec::set_simd_level(specdec::simd_level::avx2);
+  if (!fma_level) {
+    WARN("no AVX2 level on this CPU: the host's weights are not fast_exp_fused's; nothing compared");
+    return;
+  }
+  specdec::philox_stream rng(23, 0);
+  int selective = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::int64_t v = 1 + static_cast<std::int64_t>(rng.below(trial % 10 == 0 ? 40000 : 700));
+    auto row = batch_row(v, rng, trial);
+    row[static_cast<std::size_t>(rng.below(static_cast<std::uint32_t>(v)))] = 2.0f;  // a maximum above -inf
+    const float m = *std::max_element(row.begin(), row.end());
+    // exp_sum's order
+    const double host_total = specdec::detail::exp_sum(row.data(), row.size(), m, nullptr);
+    REQUIRE(std::bit_cast<std::uint64_t>(host_total) == std::bit_cast<std::uint64_t>(exp_sum_twin(row.data(), row.size(), m)));
+    // top-p
+    const float top_p = trial % 7 == 0 ? 1e-6f : 0.02f + 0.97f * rng.uniform();
+    specdec::sampling_params p;
+    p.top_p = top_p;
+    auto want = row;
+    specdec::sampling_workspace ws;
+    specdec::process_logits(want, p, {}, ws);
+    const auto got = top_p_twin(row, m, top_p);
+    INFO("trial " << trial << " V " << v << " top_p " << top_p);
+    CHECK(same_bits(got, want));
+    selective += std::count(want.begin(), want.end(), ninf) > std::count(row.begin(), row.end(), ninf);
+  }
+  specdec::reset_simd_level();
+  CHECK(selective > 100);  // most trials cut tokens
+}
+
+TEST_CASE("top-p keeps the smallest (logit desc, id asc) prefix reaching p, checked against a sort") {
+  // A reference that sorts the whole row and adds exact weights in that order: top-p's result must
+  // not depend on how the boundary bin is visited (the host's quickselect, the device's radix passes).
+  specdec::philox_stream rng(29, 0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::int64_t v = 2 + static_cast<std::int64_t>(rng.below(3000));
+    auto row = batch_row(v, rng, trial % 2 == 0 ? 1 : 4);  // ties, or nearly flat: big boundary bins
+    row[0] = 1.0f;
+    const float m = *std::max_element(row.begin(), row.end());
+    const float top_p = 0.05f + 0.9f * rng.uniform();
+    specdec::sampling_params p;
+    p.top_p = top_p;
+    auto got = row;
+    specdec::sampling_workspace ws;
+    specdec::process_logits(got, p, {}, ws);
+    // reference: order by (weight desc, logit desc, id asc), keep whole bins above the boundary and
+    // the boundary bin's shortest prefix reaching the rounded need (the host's rule, by a full sort)
+    std::vector<float> w(row.size());
+    const double total = specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
+    std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
+    for (float x : w) mass[specdec::detail::top_p_bin_of(x)] += x;
+    const double need = static_cast<double>(top_p) * total;
+    double above = 0.0;
+    std::uint32_t b = specdec::detail::top_p_bins - 1;
+    for (; b > 0 && above + mass[b] < need; --b) above += mass[b];
+    std::vector<std::int32_t> idx;
+    for (std::size_t i = 0; i < row.size(); ++i)
+      if (w[i] > 0.0f && specdec::detail::top_p_bin_of(w[i]) == b) idx.push_back(static_cast<std::int32_t>(i));
+    std::sort(idx.begin(), idx.end(), [&](std::int32_t x, std::int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
+    double acc = 0.0;
+    std::size_t keep = 0;
+    while (keep < idx.size() && acc < need - above) acc += w[static_cast<std::size_t>(idx[keep++])];
+    std::vector<float> want(row.size(), ninf);
+    for (std::size_t i = 0; i < row.size(); ++i)
+      if (specdec::detail::top_p_bin_of(w[i]) > b) want[i] = row[i];
+    for (std::size_t j = 0; j < keep; ++j) want[static_cast<std::size_t>(idx[j])] = row[static_cast<std::size_t>(idx[j])];
+    INFO("trial " << trial << " V " << v);
+    CHECK(same_bits(got, want));
+  }
+}
