@@ -3,6 +3,9 @@
 // greedy_verifier, request by request (continuous batching: joins, aborts, stop rules), and each
 // output is the request's own greedy decoding; a penalty is refused before any CUDA call ([nogpu]);
 // a bad tree value found on the device is reported as invalid_argument with the device's message.
+// cuda_sample_and_match_verifier: the same at temperature > 0 with top-k / top-p / min-p, token for
+// token against sample_and_match_verifier on the host (at its AVX2 level, whose weights the device
+// reproduces); penalties and mismatched arrays refused before any CUDA call ([nogpu]).
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -15,6 +18,7 @@
 
 #include "cuda/cuda_test_util.cuh"
 #include "specdec/core/philox.hpp"
+#include "specdec/core/simd_level.hpp"
 #include "specdec/decoder/device_verifiers.cuh"
 #include "specdec/decoder/speculative_batch.hpp"
 
@@ -77,13 +81,16 @@ std::vector<std::int32_t> prompt_of(std::uint32_t id) {
 }
 
 template <class Batch>
-std::map<std::uint32_t, std::vector<std::int32_t>> run_all(Batch& batch, int requests) {
+std::map<std::uint32_t, std::vector<std::int32_t>> run_all(Batch& batch, int requests,
+                                                           specdec::sampling_params (*sampling)(std::uint32_t) = nullptr) {
   std::map<std::uint32_t, std::vector<std::int32_t>> got;
   std::uint32_t next = 0;
   int step = 0;
   while (next < static_cast<std::uint32_t>(requests) || batch.active() > 0) {
     while (next < static_cast<std::uint32_t>(requests) && batch.free_slots() > 0) {
-      batch.add_request(next, prompt_of(next), {.max_new_tokens = 10 + static_cast<int>(next % 9), .draft_depth = 1 + static_cast<int>(next % 4)});
+      specdec::generation_options opt{.max_new_tokens = 10 + static_cast<int>(next % 9), .draft_depth = 1 + static_cast<int>(next % 4)};
+      if (sampling != nullptr) opt.sampling = sampling(next), opt.seed = 1000 + next;
+      batch.add_request(next, prompt_of(next), opt);
       ++next;
     }
     if (step == 3 && batch.contains(1)) batch.abort(1);  // an abort between steps
@@ -156,4 +163,62 @@ TEST_CASE("cuda_greedy_verifier refuses penalties and a temperature before any C
   CHECK_THAT(refuse(plain, rep), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
   CHECK_THAT(refuse(plain, ctx), Catch::Contains("request 1") && Catch::Contains("contextual_penalty"));
   CHECK_THAT(refuse(plain, hot), Catch::Contains("request 1") && Catch::Contains("temperature"));
+}
+
+namespace {
+
+//! Request id's processing for the sampled tests: temperatures, top-k, top-p and min-p in turn.
+specdec::sampling_params sampled_params(std::uint32_t id) {
+  specdec::sampling_params p{.temperature = 0.5f + 0.25f * static_cast<float>(id % 4)};
+  if (id % 3 == 0) p.top_k = 5;
+  if (id % 3 == 1) p.top_p = 0.8f;
+  if (id % 5 == 2) p.min_p = 0.1f;
+  if (id == 7) p.temperature = 0.0f;  // greedy among sampled requests
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equals the host's, token for token",
+          "[cuda][decoder]") {
+  bigram_target t_host{false}, t_dev{true};
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
+                             specdec::sample_and_match_verifier>
+      on_host(t_host);
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
+                             specdec::cuda_sample_and_match_verifier>
+      on_dev(t_dev, {}, {}, specdec::cuda_sample_and_match_verifier{nullptr});
+  (void)specdec::set_simd_level(specdec::simd_level::avx2);  // the host's weights are fast_exp_fused's there
+  const auto want = run_all(on_host, 12, sampled_params);
+  specdec::reset_simd_level();
+  const auto got = run_all(on_dev, 12, sampled_params);
+  CHECK(got == want);
+  std::size_t tokens = 0;
+  for (const auto& [id, t] : want) tokens += t.size();
+  CHECK(tokens >= 100);
+}
+
+TEST_CASE("cuda_sample_and_match_verifier refuses penalties and mismatched arrays before any CUDA call",
+          "[cuda][decoder][nogpu]") {
+  const specdec::sampling_params hot{.temperature = 0.7f}, rep{.temperature = 0.7f, .repetition_penalty = 1.1f},
+      bad{.temperature = -1.0f};
+  const auto refuse = [](const specdec::sampling_params& first, const specdec::sampling_params& second, int seeds) {
+    const specdec::sampling_params* sp[] = {&first, &second};
+    const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
+    const std::vector<std::uint64_t> zero(static_cast<std::size_t>(seeds), 0);
+    specdec::cuda_sample_and_match_verifier v{nullptr};
+    specdec::verify_batch_result out;
+    const specdec::batch_verify_input in{
+        indptr, tokens, parents,
+        specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8}, memory_space::device), sp, zero, zero};
+    try {
+      v.verify_batch(in, out);
+    } catch (const specdec::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("not refused");
+  };
+  CHECK_THAT(refuse(hot, rep, 2), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
+  CHECK_THAT(refuse(bad, hot, 2), Catch::Contains("temperature"));
+  CHECK_THAT(refuse(hot, hot, 1), Catch::Contains("seeds.size()"));
 }
