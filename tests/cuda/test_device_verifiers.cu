@@ -188,7 +188,10 @@ TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equ
   specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
                              specdec::cuda_sample_and_match_verifier>
       on_dev(t_dev, {}, {}, specdec::cuda_sample_and_match_verifier{nullptr});
-  (void)specdec::set_simd_level(specdec::simd_level::avx2);  // the host's weights are fast_exp_fused's there
+  if (!specdec::set_simd_level(specdec::simd_level::avx2)) {  // the host's weights are fast_exp_fused's there
+    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    return;
+  }
   const auto want = run_all(on_host, 12, sampled_params);
   specdec::reset_simd_level();
   const auto got = run_all(on_dev, 12, sampled_params);

@@ -47,7 +47,7 @@ specdec::sampling_params sb_params(specdec::philox_stream& rng, std::int64_t v) 
   specdec::sampling_params p;
   const auto pick = [&] { return rng.below(2) == 0; };
   p.temperature = rng.below(8) == 0 ? 0.0f : rng.below(8) == 0 ? 1.0f : 0.2f + 1.8f * rng.uniform();
-  if (rng.below(16) == 0) p.temperature = 1e-30f;
+  if (rng.below(8) == 0) p.temperature = 1e-30f;
   if (pick()) p.top_k = 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(std::min<std::int64_t>(v + 2, 3000))));
   if (pick()) p.top_p = rng.below(6) == 0 ? 1e-6f : 0.05f + 0.9f * rng.uniform();
   if (pick()) p.min_p = 0.3f * rng.uniform();
@@ -72,6 +72,14 @@ std::vector<float> sb_host_process(std::vector<float> logits, std::int64_t rows,
   return logits;
 }
 
+//! Whether this CPU runs the host's AVX2 level (whose weights the device reproduces); the comparisons
+//! are skipped, with a warning, where it does not.
+bool sb_host_has_fma() {
+  const bool ok = specdec::set_simd_level(specdec::simd_level::avx2);
+  specdec::reset_simd_level();
+  return ok;
+}
+
 void sb_device_process(device_buffer<float>& logits, std::int64_t rows, std::int64_t v,
                        const device_buffer<specdec::sampling_params>& params, const device_buffer<std::int32_t>& row_params,
                        device_buffer<std::int32_t>& status, cudaStream_t stream = nullptr) {
@@ -83,6 +91,10 @@ void sb_device_process(device_buffer<float>& logits, std::int64_t rows, std::int
 }  // namespace
 
 TEST_CASE("cuda process_logits_batch equals the host backend bit for bit", "[cuda][sampling]") {
+  if (!sb_host_has_fma()) {
+    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    return;
+  }
   specdec::philox_stream rng(41, 0);
   const bool small = specdec_test::sanitizer_sized();
   for (const std::int64_t v : {1, 2, 33, 1000, 32000, 131075}) {
@@ -96,7 +108,12 @@ TEST_CASE("cuda process_logits_batch equals the host backend bit for bit", "[cud
       std::vector<float> logits;
       for (std::int64_t r = 0; r < rows; ++r) {
         row_params.push_back(static_cast<std::int32_t>(rng.below(P)));
-        const auto row = sb_row(v, rng, static_cast<int>(r));
+        auto row = sb_row(v, rng, static_cast<int>(r));
+        if (r % 7 == 6 && v >= 3) {  // a maximum of both zeros: temperature's shifted path must not depend on which
+          std::fill(row.begin(), row.end(), -1e30f);
+          row[static_cast<std::size_t>(rng.below(static_cast<std::uint32_t>(v)))] = -0.0f;
+          row[static_cast<std::size_t>(rng.below(static_cast<std::uint32_t>(v)))] = 0.0f;
+        }
         logits.insert(logits.end(), row.begin(), row.end());
       }
       const auto want = sb_host_process(logits, rows, v, params, row_params);
@@ -121,6 +138,10 @@ TEST_CASE("cuda process_logits_batch equals the host backend bit for bit", "[cud
 }
 
 TEST_CASE("cuda process_logits_batch reports a bad entry or row and leaves it as it was", "[cuda][sampling]") {
+  if (!sb_host_has_fma()) {
+    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    return;
+  }
   const std::int64_t rows = 6, v = 500;
   specdec::philox_stream rng(3, 3);
   std::vector<float> logits;
@@ -140,9 +161,8 @@ TEST_CASE("cuda process_logits_batch reports a bad entry or row and leaves it as
   sb_device_process(dl, rows, v, dp, drp, st);
   specdec_test::sync_check("process_logits_batch (bad)");
   const auto s = st.download();
-  CHECK((s[0] == static_cast<std::int32_t>(specdec::device_error::params) ||
-         s[0] == static_cast<std::int32_t>(specdec::device_error::row)));
-  CHECK((s[2] == 2 || s[2] == 4 || s[2] == 5));
+  CHECK(((s[0] == static_cast<std::int32_t>(specdec::device_error::params) && (s[2] == 2 || s[2] == 4)) ||
+         (s[0] == static_cast<std::int32_t>(specdec::device_error::row) && s[1] == -1 && s[2] == 5)));
   const auto got = dl.download();
   // the bad rows as they were; the others as the host processes them
   auto good_params = row_params;
@@ -157,6 +177,10 @@ TEST_CASE("cuda process_logits_batch reports a bad entry or row and leaves it as
 }
 
 TEST_CASE("cuda logits_to_probs_batch equals the host backend, in place and not", "[cuda][sampling]") {
+  if (!sb_host_has_fma()) {
+    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    return;
+  }
   specdec::philox_stream rng(8, 8);
   for (const std::int64_t v : {1, 16, 257, 50000}) {
     const std::int64_t rows = 9;
@@ -187,6 +211,10 @@ TEST_CASE("cuda logits_to_probs_batch equals the host backend, in place and not"
 }
 
 TEST_CASE("cuda process_logits_batch is captured in a CUDA graph and replays", "[cuda][sampling]") {
+  if (!sb_host_has_fma()) {
+    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    return;
+  }
   const std::int64_t rows = 16, v = 32000;
   specdec::philox_stream rng(77, 0);
   std::vector<specdec::sampling_params> params(2);

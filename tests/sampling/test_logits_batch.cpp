@@ -1,10 +1,11 @@
 // The batch forms a GPU engine calls on device logits, on the host: process_logits_batch equal to
 // process_logits per row (empty context) bit for bit, logits_to_probs_batch equal to logits_to_probs
 // (in place too); their refusals. And what their CUDA backends (sampling/logits_processor.cuh) rely
-// on, run serially here: fast_exp_fused equals the host's exp at the FMA-capable levels; exp_sum's
-// and weighted_shift_sum's orders as the kernels reproduce them; top-p's selection as the kernel
-// makes it (a weighted radix select over the boundary bin's logit keys, exact sums) equals
-// apply_top_p's; top-p no longer depends on the order the boundary bin is visited in.
+// on, run serially here at the AVX2 and AVX-512 levels: fast_exp_fused equals the host's exp there;
+// exp_sum's and weighted_shift_sum's orders as the kernels reproduce them; top-p's selection as the
+// kernel makes it (a weighted radix select over the boundary bin's logit keys, exact sums) equals
+// apply_top_p's; top-p no longer depends on the order the boundary bin is visited in; a maximum of
+// either zero gives the same shifted row.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -268,13 +269,32 @@ std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p) {
   return out;
 }
 
+// weighted_shift_sum's order (vec.inl), as block_eta computes it: 16 lane sums over the whole
+// lanes of the row, then the tail, then the lanes in order.
+double shift_sum_twin(const float* x, std::size_t n, float m) {
+  const std::size_t body = n - n % 16;
+  double acc[16] = {};
+  for (std::size_t j = 0; j < 16; ++j)
+    for (std::size_t i = j; i < body; i += 16) {
+      const float w = specdec::detail::fast_exp_fused(x[i] - m);
+      acc[j] += w > 0.0f ? static_cast<double>(w) * (x[i] - m) : 0.0;
+    }
+  double s = 0.0;
+  for (std::size_t i = body; i < n; ++i) {
+    const float w = specdec::detail::fast_exp_fused(x[i] - m);
+    s += w > 0.0f ? static_cast<double>(w) * (x[i] - m) : 0.0;
+  }
+  for (double a : acc) s += a;
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the host's values") {
-  const bool fma_level = specdec::set_simd_level(specdec::simd_level::avx2);
-  if (!fma_level) {
-    WARN("no AVX2 level on this CPU: the host's weights are not fast_exp_fused's; nothing compared");
-    return;
+ for (const auto level : {specdec::simd_level::avx2, specdec::simd_level::avx512}) {
+  if (!specdec::set_simd_level(level)) {
+    WARN("level " << static_cast<int>(level) << " not on this CPU: the host's weights there are not compared");
+    continue;
   }
   specdec::philox_stream rng(23, 0);
   int selective = 0;
@@ -284,8 +304,12 @@ TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the 
     row[static_cast<std::size_t>(rng.below(static_cast<std::uint32_t>(v)))] = 2.0f;  // a maximum above -inf
     const float m = *std::max_element(row.begin(), row.end());
     // exp_sum's order
-    const double host_total = specdec::detail::exp_sum(row.data(), row.size(), m, nullptr);
+    std::vector<float> w(row.size());
+    const double host_total = specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
     REQUIRE(std::bit_cast<std::uint64_t>(host_total) == std::bit_cast<std::uint64_t>(exp_sum_twin(row.data(), row.size(), m)));
+    // weighted_shift_sum's order (eta's entropy term)
+    const double host_shift = specdec::detail::weighted_shift_sum(w.data(), row.data(), row.size(), m);
+    REQUIRE(std::bit_cast<std::uint64_t>(host_shift) == std::bit_cast<std::uint64_t>(shift_sum_twin(row.data(), row.size(), m)));
     // top-p
     const float top_p = trial % 7 == 0 ? 1e-6f : 0.02f + 0.97f * rng.uniform();
     specdec::sampling_params p;
@@ -298,8 +322,25 @@ TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the 
     CHECK(same_bits(got, want));
     selective += std::count(want.begin(), want.end(), ninf) > std::count(row.begin(), row.end(), ninf);
   }
-  specdec::reset_simd_level();
   CHECK(selective > 100);  // most trials cut tokens
+ }
+  specdec::reset_simd_level();
+}
+
+TEST_CASE("temperature's shifted path gives the same zeros whichever zero is the maximum") {
+  // (x - max) / t with max = -0 or +0 would give -0 or +0 for a zero logit: the row's maximum is
+  // shifted as +0 either way, so the host and the CUDA reduction (which may meet the other zero
+  // first) write the same bits
+  for (const auto& row0 : {std::vector<float>{-0.0f, 0.0f, -1e30f}, std::vector<float>{0.0f, -0.0f, -1e30f}}) {
+    specdec::sampling_params p;
+    p.temperature = 1e-30f;  // |l| / t leaves the float range: the shifted path
+    auto row = row0;
+    specdec::sampling_workspace ws;
+    specdec::process_logits(row, p, {}, ws);
+    CHECK(std::signbit(row[0]) == std::signbit(row0[0]));  // -0 - (+0) = -0, +0 - (+0) = +0
+    CHECK(std::signbit(row[1]) == std::signbit(row0[1]));
+    CHECK(row[2] == ninf);
+  }
 }
 
 TEST_CASE("top-p keeps the smallest (logit desc, id asc) prefix reaching p, checked against a sort") {

@@ -172,7 +172,7 @@ __device__ inline void block_top_p(float* row, std::int64_t n, float m, float to
   }
   __syncthreads();
   if (t == 0) {  // the boundary bin and the mass still needed there, as the host finds them
-    const double need = static_cast<double>(top_p) * total;
+    const double need = __dmul_rn(static_cast<double>(top_p), total);  // never fused with a later add: the host's product
     double above = 0.0;
     std::uint32_t boundary = top_p_bins - 1;
     for (; boundary > 0; --boundary) {
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
     float m = sh.fmax;
     const float lo = sh.fmin;
     if (bad || !(m > ninf)) {
-      if (t == 0) device_report(a.status, device_error::row, e, static_cast<std::int32_t>(r));
+      if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
       __syncthreads();  // sh is read by every thread before the next row writes it
       continue;
     }
@@ -309,7 +309,8 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
         for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] * inv;
         m = hi;
       } else {
-        for (std::int64_t i = t; i < n; i += process_threads) row[i] = (row[i] - sh.fmax) / p.temperature;
+        const float shift = sh.fmax + 0.0f;  // +0 for either zero, as the host shifts
+        for (std::int64_t i = t; i < n; i += process_threads) row[i] = (row[i] - shift) / p.temperature;
         m = 0.0f;
       }
       __syncthreads();

@@ -192,7 +192,9 @@ inline float apply_temperature(std::span<float> row, float t, const logit_scan& 
     scale_row(row.data(), row.size(), inv);
     return hi;
   }
-  shift_divide_row(row.data(), row.size(), s.max, t);
+  // s.max + 0: +0 for either zero, so the shifted zeros' signs do not depend on which zero the
+  // scan met first (the CUDA backend's reduction may meet the other)
+  shift_divide_row(row.data(), row.size(), s.max + 0.0f, t);
   return 0.0f;
 }
 
@@ -427,6 +429,10 @@ namespace detail {
   return valid && p.repetition_penalty == 1.0f && (p.contextual_penalty == 1.0f || p.penalty_window == 0);
 }
 
+//! Largest V of process_logits_batch and logits_to_probs_batch: top-p's bin sums (and the CUDA
+//! backend's weighted selection) are exact up to 2^29 terms (sampling/detail/vec.hpp, top_p_quantum).
+inline constexpr std::int64_t batch_max_vocab = std::int64_t{1} << 29;
+
 //! process_logits_batch's arguments (a kernel parameter).
 struct process_logits_batch_args {
   float* logits = nullptr;
@@ -484,8 +490,9 @@ struct process_logits_backend<host> {
 //!   row_params  int32 [rows], entries in [0, P)
 //!   status      int32 [3]: {0, -1, -1}, or the device's report: device_error::params (request = the
 //!               entry, index = the row: an entry out of range, invalid, or with a penalty) or
-//!               device_error::row (request = the entry, index = the row: NaN, +inf or no logit above
-//!               -inf); a reported row is left as it was
+//!               device_error::row (request -1, index = the row: NaN, +inf or no logit above -inf); a
+//!               reported row is left as it was
+//! V <= 2^29 and rows <= 2^31 - 1 (checked).
 //! specdec::host: host-accessible memory; every row and entry checked before any row is written
 //! (invalid_argument naming the row); each row equals process_logits' result with an empty context.
 //! specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible memory; a block
@@ -515,7 +522,9 @@ void process_logits_batch(const Policy& policy, const Lg& logits_in, const Pa& p
   require_unique_elements(fn, "logits", logits);
   const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
   require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
-  require(vocab <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 columns", vocab);
+  // top-p's bin sums are exact, so independent of the order they are taken in, below 2^29 tokens
+  require(vocab <= detail::batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
+  require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
   require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
   require_policy_memory<Policy>(fn, "params", params);
   require_array(fn, "params", params);
@@ -592,7 +601,8 @@ void logits_to_probs_batch(const Policy& policy, const Lg& logits_in, const Pr& 
   require_unit_inner_stride(fn, "logits", logits);
   const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
   require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
-  require(vocab <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 columns", vocab);
+  require(vocab <= detail::batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
+  require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
   require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
   require_policy_memory<Policy>(fn, "probs", probs);
   require_shape(fn, "probs", probs, {rows, vocab});
