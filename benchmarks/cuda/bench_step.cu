@@ -20,6 +20,14 @@
 //                           of updates, O(V x rejections so far) per rejection), and the bonus is drawn
 //                           from it: bytes = the root's p and q rows read once per rejection and for
 //                           the draw; read_us = those bytes / copy bandwidth
+//   BM_sampled_step_batch   what cuda_sample_and_match_verifier enqueues for a step, on float logits
+//                           [batch * (tree + 1), V] (uniform in [-8, 8)): a copy of the rows to the
+//                           work buffer, process_logits_batch (mode 0: temperature 0.8; 1: and
+//                           top-p 0.9; 2: and top-k 50 first; 3: and min-p 0.05 and eta 0.02),
+//                           logits_to_probs_batch in place, verify_sample_and_match_batch (random
+//                           trees: the walk stops early). bytes = the logits read once; read_us =
+//                           those bytes / copy bandwidth (#23's target for the verification alone:
+//                           within 2 read_us at tree 64, V = 128K, batch 8)
 //   BM_topk_batch           topk_batch(cuda) on float rows [batch, V] (uniform values; kind 5 of
 //                           the tests, a fifth of them one tied maximum, with `ties` = 1): bytes = the
 //                           rows read once; read_us = those bytes / copy bandwidth. The radix select
@@ -63,6 +71,7 @@
 #include "specdec/kv/commit.cuh"
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/kv/partial_kv.cuh"
+#include "specdec/sampling/logits_processor.cuh"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/multi_draft.cuh"
@@ -249,6 +258,70 @@ void BM_verify_sample_and_match_batch(benchmark::State& state) {
 BENCHMARK(BM_verify_sample_and_match_batch)
     ->ArgNames({"batch", "tree", "vocab", "accept"})
     ->ArgsProduct({{1, 8, 64}, {16}, {32768, 131072}, {0, 4}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_sampled_step_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
+  const std::int64_t V = state.range(2);
+  const int mode = static_cast<int>(state.range(3));
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
+  const std::size_t bytes_rows = static_cast<std::size_t>(rows * V) * sizeof(float);
+  const int sets = specdec_bench::l2_rotation_sets(bytes_rows, graph_calls);
+  std::vector<std::int32_t> indptr{0}, parents, tokens, row_params;
+  specdec::philox_stream rng(8, 0);
+  for (int r = 0; r < batch; ++r) {
+    for (int i = 0; i < tree; ++i) {
+      parents.push_back(i == 0 ? -1 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i))));
+      tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
+    }
+    indptr.push_back(indptr.back() + tree);
+    for (int i = 0; i <= tree; ++i) row_params.push_back(r);
+  }
+  std::vector<std::unique_ptr<dmem>> logits;
+  for (int i = 0; i < sets; ++i) {
+    logits.push_back(std::make_unique<dmem>(bytes_rows));
+    specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 21u + i, -8.0f, 8.0f);
+  }
+  specdec::sampling_params sp{.temperature = 0.8f};
+  if (mode >= 1) sp.top_p = 0.9f;
+  if (mode >= 2) sp.top_k = 50;
+  if (mode >= 3) sp.min_p = 0.05f, sp.eta_epsilon = 0.02f;
+  const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(batch), sp);
+  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
+  for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
+  const device_tree_io io(indptr, tokens, parents, seeds, streams);
+  dmem work(bytes_rows), dparams(params.size() * sizeof(specdec::sampling_params)), drp(row_params.size() * 4), st1(12),
+      st2(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dparams.p, params.data(), params.size() * sizeof(specdec::sampling_params),
+                                cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(drp.p, row_params.data(), row_params.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto lg = specdec::make_view<2>(work.as<float>(), {rows, V}, memory_space::device);
+  graph_time(state, stream, [&](int i) {
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
+    const specdec::cuda pol{.stream = stream};
+    specdec::process_logits_batch(
+        pol, lg, specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device),
+        specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device),
+        specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device));
+    specdec::logits_to_probs_batch(pol, lg, lg, specdec::make_view<1>(st2.as<std::int32_t>(), {3}, memory_space::device));
+    specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
+                                           io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
+  });
+  std::int32_t s1[3], s2[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(s2, st2.p, 12, cudaMemcpyDeviceToHost));
+  if (io.error() != 0 || s1[0] != 0 || s2[0] != 0) state.SkipWithError("the sampled step reported a device error");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = static_cast<double>(bytes_rows);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+}
+BENCHMARK(BM_sampled_step_batch)
+    ->ArgNames({"batch", "tree", "vocab", "mode"})
+    ->ArgsProduct({{1, 8}, {64}, {32768, 131072}, {0, 1, 2, 3}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
