@@ -63,6 +63,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cuda/bench_util.cuh"
@@ -113,6 +114,18 @@ void graph_time(benchmark::State& state, cudaStream_t stream, F&& call) {
                            graph_calls);
   SPECDEC_CUDA_CHECK(cudaGraphExecDestroy(exec));
   SPECDEC_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+//! The end of a benchmark whose primitive reports into a device status array `st`: skips with an
+//! error when it reported one, destroys the stream, and sets GB/s and read_us (bytes / copy
+//! bandwidth) from `bytes` per call.
+void finish_with_status(benchmark::State& state, cudaStream_t stream, const dmem& st, const char* what, double bytes) {
+  std::int32_t status[3];
+  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
+  if (status[0] != 0) state.SkipWithError((std::string(what) + " reported a device error").c_str());
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
 }
 
 //! The tree arrays and outputs of an array-form verifier in device memory (uploaded once), and their
@@ -441,13 +454,7 @@ void BM_kv_importance_batch(benchmark::State& state) {
         specdec::make_view<3>(scores.as<float>(), {batch, hkv, context}, memory_space::device),
         specdec::make_view<1>(st.as<std::int32_t>(), {3}, memory_space::device));
   });
-  std::int32_t status[3];
-  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
-  if (status[0] != 0) state.SkipWithError("kv_importance_batch reported a device error");
-  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
-  const double bytes = static_cast<double>(k_bytes + s_bytes);
-  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+  finish_with_status(state, stream, st, "kv_importance_batch", static_cast<double>(k_bytes + s_bytes));
 }
 BENCHMARK(BM_kv_importance_batch)
     ->ArgNames({"batch", "context"})
@@ -492,13 +499,7 @@ void BM_partial_kv_select_batch(benchmark::State& state) {
         specdec::make_view<1>(placed.as<std::int32_t>(), {batch}, memory_space::device),
         specdec::make_view<1>(st.as<std::int32_t>(), {3}, memory_space::device));
   });
-  std::int32_t status[3];
-  SPECDEC_CUDA_CHECK(cudaMemcpy(status, st.p, 12, cudaMemcpyDeviceToHost));
-  if (status[0] != 0) state.SkipWithError("partial_kv_select_batch reported a device error");
-  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
-  const double bytes = static_cast<double>(s_bytes + list_bytes);
-  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+  finish_with_status(state, stream, st, "partial_kv_select_batch", static_cast<double>(s_bytes + list_bytes));
 }
 BENCHMARK(BM_partial_kv_select_batch)
     ->ArgNames({"batch", "context"})

@@ -615,6 +615,26 @@ class partial_kv_index {
 
 namespace detail {
 
+//! The checks partial_kv_select_batch and partial_kv_append_batch share: |B| in [1, 2^30 - 1], |S| in
+//! [0, |B|], and the lists index [R, Hkv, |B|] and evict [R, Hkv, |B| - |S|] in Policy's memory with
+//! unit inner stride (index written: elements that do not overlap). Throws invalid_argument.
+template <class Policy, class IV, class EV>
+void check_partial_kv_lists(std::string_view fn, int budget, int sink, const IV& index, const EV& evict, int R, int hkv) {
+  require(budget >= 1 && budget <= partial_kv_max_budget, fn, "budget", "in [1, 2^30 - 1] (|B|, TokenSwift §3.3)",
+          budget);
+  if (!(sink >= 0 && sink <= budget)) [[unlikely]]
+    throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
+  require_policy_memory<Policy>(fn, "index", index);
+  require_shape(fn, "index", index, {R, hkv, budget});
+  require_unit_inner_stride(fn, "index", index);
+  require_unique_elements(fn, "index", index);
+  require(R == 0 || index.data() != nullptr, fn, "index", "a non-null data pointer", "nullptr");
+  require_policy_memory<Policy>(fn, "evict", evict);
+  require_shape(fn, "evict", evict, {R, hkv, budget - sink});
+  require_unit_inner_stride(fn, "evict", evict);
+  require(R == 0 || budget == sink || evict.data() != nullptr, fn, "evict", "a non-null data pointer", "nullptr");
+}
+
 //! partial_kv_select_batch's arguments, as pointers and the layout (a kernel parameter).
 template <class L>
 struct partial_kv_select_args {
@@ -736,16 +756,6 @@ void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& 
                   "specdec::partial_kv_select_batch: evict must be a writable int32 tensor [requests, Hkv, budget - sink]");
     validate_kv_layout(cache, fn, "cache");
     require_policy_memory<Policy>(fn, "cache", cache);
-    require(budget >= 1 && budget <= detail::partial_kv_max_budget, fn, "budget", "in [1, 2^30 - 1] (|B|, TokenSwift §3.3)",
-            budget);
-    if (!(sink >= 0 && sink <= budget)) [[unlikely]]
-      throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
-    require(selection == partial_kv_selection::per_kv_head || selection == partial_kv_selection::shared, fn,
-            "selection", "partial_kv_selection::per_kv_head or ::shared", static_cast<int>(selection));
-    if constexpr (on_device_v<Policy>)
-      require(budget - sink <= detail::partial_kv_select_max_device, fn, "budget",
-              "budget - sink <= " + std::to_string(detail::partial_kv_select_max_device) + " under specdec::cuda",
-              budget - sink);
     const auto scores = as_view(scores_in);
     const auto index = as_view(index_in);
     const auto evict = as_view(evict_in);
@@ -754,21 +764,19 @@ void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& 
     const auto placed = as_view(placed_in);
     const auto status = as_view(status_in);
     const int R = cache.num_requests(), hkv = cache.num_kv_heads();
+    detail::check_partial_kv_lists<Policy>(fn, budget, sink, index, evict, R, hkv);
+    require_unique_elements(fn, "evict", evict);  // written here
+    require(selection == partial_kv_selection::per_kv_head || selection == partial_kv_selection::shared, fn,
+            "selection", "partial_kv_selection::per_kv_head or ::shared", static_cast<int>(selection));
+    if constexpr (on_device_v<Policy>)
+      require(budget - sink <= detail::partial_kv_select_max_device, fn, "budget",
+              "budget - sink <= " + std::to_string(detail::partial_kv_select_max_device) + " under specdec::cuda",
+              budget - sink);
     require_policy_memory<Policy>(fn, "scores", scores);
     require_shape(fn, "scores", scores, {R, hkv, -1});
     require_unit_inner_stride(fn, "scores", scores);
     require(R == 0 || scores.extent(2) == 0 || scores.data() != nullptr, fn, "scores", "a non-null data pointer",
             "nullptr");
-    require_policy_memory<Policy>(fn, "index", index);
-    require_shape(fn, "index", index, {R, hkv, budget});
-    require_unit_inner_stride(fn, "index", index);
-    require_unique_elements(fn, "index", index);
-    require(R == 0 || index.data() != nullptr, fn, "index", "a non-null data pointer", "nullptr");
-    require_policy_memory<Policy>(fn, "evict", evict);
-    require_shape(fn, "evict", evict, {R, hkv, budget - sink});
-    require_unit_inner_stride(fn, "evict", evict);
-    require_unique_elements(fn, "evict", evict);
-    require(R == 0 || budget == sink || evict.data() != nullptr, fn, "evict", "a non-null data pointer", "nullptr");
     require_policy_array<Policy>(fn, "sizes", sizes, R);
     require_policy_array<Policy>(fn, "seen", seen, R);
     require_policy_array<Policy>(fn, "placed", placed, R);
@@ -880,22 +888,10 @@ void partial_kv_append_batch(const Policy& policy, const L& cache, int budget, i
                   "specdec::partial_kv_append_batch: evict must be an int32 tensor [requests, Hkv, budget - sink]");
     validate_kv_layout(cache, fn, "cache");
     require_policy_memory<Policy>(fn, "cache", cache);
-    require(budget >= 1 && budget <= detail::partial_kv_max_budget, fn, "budget", "in [1, 2^30 - 1] (|B|, TokenSwift §3.3)",
-            budget);
-    if (!(sink >= 0 && sink <= budget)) [[unlikely]]
-      throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
     const auto index = as_view(index_in);
     const auto evict = as_view(evict_in);
     const int R = cache.num_requests(), hkv = cache.num_kv_heads();
-    require_policy_memory<Policy>(fn, "index", index);
-    require_shape(fn, "index", index, {R, hkv, budget});
-    require_unit_inner_stride(fn, "index", index);
-    require_unique_elements(fn, "index", index);
-    require(R == 0 || index.data() != nullptr, fn, "index", "a non-null data pointer", "nullptr");
-    require_policy_memory<Policy>(fn, "evict", evict);
-    require_shape(fn, "evict", evict, {R, hkv, budget - sink});
-    require_unit_inner_stride(fn, "evict", evict);
-    require(R == 0 || budget == sink || evict.data() != nullptr, fn, "evict", "a non-null data pointer", "nullptr");
+    detail::check_partial_kv_lists<Policy>(fn, budget, sink, index, evict, R, hkv);
     const auto sizes = as_view(sizes_in);
     const auto seen = as_view(seen_in);
     const auto placed = as_view(placed_in);
