@@ -456,14 +456,11 @@ void BM_kv_importance_batch(benchmark::State& state) {
   });
   finish_with_status(state, stream, st, "kv_importance_batch", static_cast<double>(k_bytes + s_bytes));
 }
-BENCHMARK(BM_kv_importance_batch)
-    ->ArgNames({"batch", "context"})
-    ->Args({1, 32768})
-    ->Args({8, 32768})
-    ->Args({1, 131072})
-    ->Args({8, 131072})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
+//! The partial-KV benchmarks' cells: batch 1 and 8 at 32K and 128K tokens.
+void partial_kv_cells(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch", "context"})->ArgsProduct({{1, 8}, {32768, 131072}});
+}
+BENCHMARK(BM_kv_importance_batch)->Apply(partial_kv_cells)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_partial_kv_select_batch(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
@@ -501,14 +498,7 @@ void BM_partial_kv_select_batch(benchmark::State& state) {
   });
   finish_with_status(state, stream, st, "partial_kv_select_batch", static_cast<double>(s_bytes + list_bytes));
 }
-BENCHMARK(BM_partial_kv_select_batch)
-    ->ArgNames({"batch", "context"})
-    ->Args({1, 32768})
-    ->Args({8, 32768})
-    ->Args({1, 131072})
-    ->Args({8, 131072})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_partial_kv_select_batch)->Apply(partial_kv_cells)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_kv_commit_batch(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0)), accept = static_cast<int>(state.range(1));

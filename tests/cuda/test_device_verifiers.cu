@@ -100,6 +100,27 @@ std::map<std::uint32_t, std::vector<std::int32_t>> run_all(Batch& batch, int req
   return got;
 }
 
+//! What Verifier::verify_batch says of a two-request step (one node each) whose entries carry
+//! `first` and `second`, with `seeds` seeds and streams: its logits pointer is null, so the step
+//! must be refused before anything reads it ("not refused" otherwise).
+template <class Verifier>
+std::string refusal(const specdec::sampling_params& first, const specdec::sampling_params& second, int seeds) {
+  const specdec::sampling_params* sp[] = {&first, &second};
+  const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
+  const std::vector<std::uint64_t> zero(static_cast<std::size_t>(seeds), 0);
+  Verifier v{nullptr};
+  specdec::verify_batch_result out;
+  const specdec::batch_verify_input in{
+      indptr, tokens, parents, specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8}, memory_space::device),
+      sp, zero, zero};
+  try {
+    v.verify_batch(in, out);
+  } catch (const specdec::invalid_argument& e) {
+    return std::string(e.what());
+  }
+  return std::string("not refused");
+}
+
 }  // namespace
 
 TEST_CASE("cuda_greedy_verifier: a step over device logits equals host greedy verification", "[cuda][decoder]") {
@@ -140,23 +161,8 @@ TEST_CASE("cuda_greedy_verifier refuses penalties and a temperature before any C
   const specdec::sampling_params plain{.temperature = 0.0f}, rep{.temperature = 0.0f, .repetition_penalty = 1.1f},
       ctx{.temperature = 0.0f, .contextual_penalty = 1.2f}, hot{.temperature = 0.7f},
       no_window{.temperature = 0.0f, .contextual_penalty = 1.2f, .penalty_window = 0};
-  // A two-request step (one node each) whose entries carry `first` and `second`; its logits pointer
-  // is null: every case here must be refused before anything reads it.
   const auto refuse = [](const specdec::sampling_params& first, const specdec::sampling_params& second) {
-    const specdec::sampling_params* sp[] = {&first, &second};
-    const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
-    const std::uint64_t zero[] = {0, 0};
-    specdec::cuda_greedy_verifier v{nullptr};
-    specdec::verify_batch_result out;
-    const specdec::batch_verify_input in{
-        indptr, tokens, parents,
-        specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8}, memory_space::device), sp, zero, zero};
-    try {
-      v.verify_batch(in, out);
-    } catch (const specdec::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("not refused");
+    return refusal<specdec::cuda_greedy_verifier>(first, second, 2);
   };
   // a contextual penalty over an empty window applies nothing: the first entry passes, the second is refused
   CHECK_THAT(refuse(no_window, rep), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
@@ -205,22 +211,7 @@ TEST_CASE("cuda_sample_and_match_verifier refuses penalties and mismatched array
           "[cuda][decoder][nogpu]") {
   const specdec::sampling_params hot{.temperature = 0.7f}, rep{.temperature = 0.7f, .repetition_penalty = 1.1f},
       bad{.temperature = -1.0f};
-  const auto refuse = [](const specdec::sampling_params& first, const specdec::sampling_params& second, int seeds) {
-    const specdec::sampling_params* sp[] = {&first, &second};
-    const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
-    const std::vector<std::uint64_t> zero(static_cast<std::size_t>(seeds), 0);
-    specdec::cuda_sample_and_match_verifier v{nullptr};
-    specdec::verify_batch_result out;
-    const specdec::batch_verify_input in{
-        indptr, tokens, parents,
-        specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8}, memory_space::device), sp, zero, zero};
-    try {
-      v.verify_batch(in, out);
-    } catch (const specdec::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("not refused");
-  };
+  const auto refuse = refusal<specdec::cuda_sample_and_match_verifier>;
   CHECK_THAT(refuse(hot, rep, 2), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
   CHECK_THAT(refuse(bad, hot, 2), Catch::Contains("temperature"));
   CHECK_THAT(refuse(hot, hot, 1), Catch::Contains("seeds.size()"));
