@@ -188,3 +188,78 @@ SPECDEC_FUZZ_TARGET(logits_processor, "process_logits / process_tree_logits: adm
     }
   }
 }
+
+namespace {
+//! The top-p keep set by the documented rule with a full sort (apply_top_p selects instead): bins
+//! above the boundary whole, then the boundary bin's tokens in (logit desc, id asc) order until
+//! their weight reaches what is still needed, the weights added exactly in that order.
+std::vector<float> top_p_by_sort(const std::vector<float>& row, float top_p) {
+  const float m = *std::max_element(row.begin(), row.end());
+  std::vector<float> w(row.size());
+  const double total = specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
+  std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
+  for (const float x : w) mass[specdec::detail::top_p_bin_of(x)] += x;
+  const double need = static_cast<double>(top_p) * total;
+  double above = 0.0;
+  std::uint32_t b = specdec::detail::top_p_bins - 1;
+  for (; b > 0 && above + mass[b] < need; --b) above += mass[b];
+  std::vector<std::int32_t> idx;
+  for (std::size_t i = 0; i < row.size(); ++i)
+    if (w[i] > 0.0f && specdec::detail::top_p_bin_of(w[i]) == b) idx.push_back(static_cast<std::int32_t>(i));
+  std::sort(idx.begin(), idx.end(), [&](std::int32_t x, std::int32_t y) {
+    return row[static_cast<std::size_t>(x)] > row[static_cast<std::size_t>(y)] ||
+           (row[static_cast<std::size_t>(x)] == row[static_cast<std::size_t>(y)] && x < y);
+  });
+  std::vector<float> out(row.size(), -inf);
+  for (std::size_t i = 0; i < row.size(); ++i)
+    if (specdec::detail::top_p_bin_of(w[i]) > b) out[i] = row[i];
+  double acc = 0.0;
+  for (std::size_t j = 0; j < idx.size() && acc < need - above; ++j) {
+    acc += w[static_cast<std::size_t>(idx[j])];
+    out[static_cast<std::size_t>(idx[j])] = row[static_cast<std::size_t>(idx[j])];
+  }
+  return out;
+}
+}  // namespace
+
+SPECDEC_FUZZ_TARGET(top_p, "process_logits' top-p against a full sort; process_logits_batch == process_logits per row") {
+  input in(data, size);
+  const int vocab = in.chance(10) ? in.range(300, 3000) : in.range(1, 60);
+  const int shape = in.range(0, 3);  // 0: palette; 1: few distinct values (ties); 2: nearly flat; 3: mostly -inf
+  std::vector<float> row(static_cast<std::size_t>(vocab));
+  const float base = in.logit();
+  for (float& x : row) {
+    if (shape == 1) x = static_cast<float>(in.range(-3, 3));
+    else if (shape == 2) x = base + in.real(0.0f, 1e-3f, 0);
+    else if (shape == 3) x = in.chance(80) ? -inf : in.logit();
+    else x = in.chance(10) ? -inf : in.logit();
+  }
+  if (std::none_of(row.begin(), row.end(), [](float x) { return x > -inf; })) row[0] = in.logit();
+  if (specdec_fuzz::any_nan_or_posinf(row)) return;  // the palette's NaN / +inf: the other targets check their refusal
+  specdec::sampling_params p;
+  p.top_p = in.real(1e-7f, 1.0f, 0);
+  if (in.coin()) p.temperature = in.real(0.05f, 4.0f, 0);
+  std::vector<float> got = row;
+  specdec::sampling_workspace ws;
+  specdec::process_logits(got, p, {}, ws);
+  std::vector<float> scaled = row;  // temperature as step 3 applies it, then the sort-based rule
+  if (p.temperature != 1.0f)
+    specdec::detail::apply_temperature(std::span<float>(scaled), p.temperature,
+                                       specdec::detail::scan_logits(scaled.data(), scaled.size()));
+  const auto want = p.top_p < 1.0f ? top_p_by_sort(scaled, p.top_p) : scaled;
+  FUZZ_CHECK(same_bits(got, want), "top-p differs from the full-sort rule (params " + what_params(p) + ", row " +
+                                       what_row(row) + " -> " + what_row(got) + ", want " + what_row(want) + ")");
+  // the batch form over two rows (this one and its reverse) gives the per-row results
+  std::vector<float> rev(row.rbegin(), row.rend()), both = row;
+  both.insert(both.end(), rev.begin(), rev.end());
+  specdec::process_logits(rev, p, {}, ws);
+  const std::vector<specdec::sampling_params> params{p};
+  const std::vector<std::int32_t> row_params{0, 0};
+  std::vector<std::int32_t> status(3);
+  specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(both.data(), {2, vocab}),
+                                specdec::make_view<1>(params.data(), {1}), specdec::make_view<1>(row_params.data(), {2}),
+                                specdec::make_view<1>(status.data(), {3}));
+  FUZZ_CHECK(std::memcmp(both.data(), got.data(), got.size() * sizeof(float)) == 0 &&
+                 std::memcmp(both.data() + vocab, rev.data(), rev.size() * sizeof(float)) == 0,
+             "process_logits_batch differs from process_logits per row");
+}
