@@ -4,7 +4,8 @@
 // row must stay a row a sampler accepts (no NaN, no +inf, some token above -inf, masked tokens stay
 // masked, the penalised argmax survives); NaN or +inf inputs must be rejected (the notes' policy 3);
 // a reused workspace must give what a fresh one gives; process_tree_logits must process row i+1 as
-// process_logits does with the node's root path as context.
+// process_logits does with the node's root path as context; top-p's kept set must be the documented
+// rule computed with a full sort, and process_logits_batch must process each row as process_logits.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
