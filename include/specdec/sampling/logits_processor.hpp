@@ -54,6 +54,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
+#include "specdec/core/thread_pool.hpp"
 #include "specdec/core/topk.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/sampling/detail/row_error.hpp"
@@ -449,7 +450,7 @@ SPECDEC_BACKEND_SEAM(process_logits_backend, "process_logits_batch", "specdec/sa
 
 template <>
 struct process_logits_backend<host> {
-  static void run(const host&, const process_logits_batch_args& a) {
+  static void run(const host& policy, const process_logits_batch_args& a) {
     constexpr std::string_view fn = "specdec::process_logits_batch";
     const auto v = static_cast<std::size_t>(a.vocab);
     const auto row_at = [&](std::int64_t i) { return std::span<float>(a.logits + i * a.stride, v); };
@@ -471,8 +472,10 @@ struct process_logits_backend<host> {
                                "a penalty");
       scans[static_cast<std::size_t>(i)] = check_row(row_at(i), p, {}, {}, nullptr, ws, {fn, "logits", i});
     }
-    for (std::int64_t i = 0; i < a.rows; ++i)
-      process_row(row_at(i), a.params[a.row_params[i]], {}, {}, nullptr, ws, scans[static_cast<std::size_t>(i)]);
+    parallel_for(policy, a.rows, [&](std::int64_t i) {  // rows on the host pool, a workspace per thread
+      thread_local sampling_workspace tws;
+      process_row(row_at(i), a.params[a.row_params[i]], {}, {}, nullptr, tws, scans[static_cast<std::size_t>(i)]);
+    });
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
 };
@@ -494,7 +497,8 @@ struct process_logits_backend<host> {
 //!               reported row is left as it was
 //! V <= 2^29 and rows <= 2^31 - 1 (checked).
 //! specdec::host: host-accessible memory; every row and entry checked before any row is written
-//! (invalid_argument naming the row); each row equals process_logits' result with an empty context.
+//! (invalid_argument naming the row), then the rows processed on the host pool (policy.num_threads);
+//! each row equals process_logits' result with an empty context.
 //! specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible memory; a block
 //! per row (sampling/logits_processor.cuh says how). Each row equals the host's bit for bit where the
 //! host's weights are fast_exp_fused's (its AVX2 and AVX-512 levels under the compilers' default
@@ -554,19 +558,20 @@ SPECDEC_BACKEND_SEAM(logits_to_probs_backend, "logits_to_probs_batch", "specdec/
 
 template <>
 struct logits_to_probs_backend<host> {
-  static void run(const host&, const logits_to_probs_batch_args& a) {
+  static void run(const host& policy, const logits_to_probs_batch_args& a) {
     constexpr std::string_view fn = "specdec::logits_to_probs_batch";
     const auto v = static_cast<std::size_t>(a.vocab);
     std::vector<float> max(static_cast<std::size_t>(a.rows));
     for (std::int64_t i = 0; i < a.rows; ++i)  // every row first: a rejected call writes nothing
       max[static_cast<std::size_t>(i)] =
           checked_logit_scan(std::span<const float>(a.logits + i * a.l_stride, v), {fn, "logits", i}).max;
-    std::vector<float> w(v);  // the weights, then the probabilities: the rows may be the logits (in place)
-    for (std::int64_t i = 0; i < a.rows; ++i) {
+    parallel_for(policy, a.rows, [&](std::int64_t i) {  // rows on the host pool
+      thread_local std::vector<float> w;  // the weights, then the probabilities: the rows may be the logits (in place)
+      w.resize(v);
       const double s = exp_sum(a.logits + i * a.l_stride, v, max[static_cast<std::size_t>(i)], w.data());
       scale_row(w.data(), v, static_cast<float>(1.0 / s));
       std::copy(w.begin(), w.end(), a.probs + i * a.p_stride);
-    }
+    });
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
 };
@@ -580,8 +585,8 @@ struct logits_to_probs_backend<host> {
 //!           (the same data and strides: in place) or memory disjoint from them
 //!   status  int32 [3]: {0, -1, -1}, or device_error::row (request -1, index = the row: NaN, +inf or
 //!           no logit above -inf; that row is not written)
-//! specdec::host: host-accessible memory; rows checked before any is written; each row equals
-//! logits_to_probs'. specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible
+//! specdec::host: host-accessible memory; rows checked before any is written, then converted on the
+//! host pool; each row equals logits_to_probs'. specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible
 //! memory; a block per row, the row sum in the host's order (chunks of 256, 16 lanes each), so each
 //! row equals the host's bit for bit under process_logits_batch's conditions (fast_exp_fused, IEEE
 //! denormals). Enqueued on policy.stream without synchronisation, graph-capturable. O(rows x V).
