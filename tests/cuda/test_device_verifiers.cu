@@ -4,8 +4,8 @@
 // output is the request's own greedy decoding; a penalty is refused before any CUDA call ([nogpu]);
 // a bad tree value found on the device is reported as invalid_argument with the device's message.
 // cuda_sample_and_match_verifier: the same at temperature > 0 with top-k / top-p / min-p, token for
-// token against sample_and_match_verifier on the host (at its AVX2 level, whose weights the device
-// reproduces); penalties and mismatched arrays refused before any CUDA call ([nogpu]).
+// token against sample_and_match_verifier on the host (this file's host code, built for x86-64-v3
+// where the machine runs it: weights the device reproduces); penalties and mismatched arrays refused before any CUDA call ([nogpu]).
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -18,7 +18,6 @@
 
 #include "cuda/cuda_test_util.cuh"
 #include "specdec/core/philox.hpp"
-#include "specdec/core/simd_level.hpp"
 #include "specdec/decoder/device_verifiers.cuh"
 #include "specdec/decoder/speculative_batch.hpp"
 
@@ -194,12 +193,11 @@ TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equ
   specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
                              specdec::cuda_sample_and_match_verifier>
       on_dev(t_dev, {}, {}, specdec::cuda_sample_and_match_verifier{nullptr});
-  if (!specdec::set_simd_level(specdec::simd_level::avx2)) {  // the host's weights are fast_exp_fused's there
-    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+  if (SPECDEC_NATIVE_SIMD_FMA == 0) {  // the host half is built for x86-64-v3 where the machine runs it
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
   }
   const auto want = run_all(on_host, 12, sampled_params);
-  specdec::reset_simd_level();
   const auto got = run_all(on_dev, 12, sampled_params);
   CHECK(got == want);
   std::size_t tokens = 0;

@@ -3,8 +3,8 @@
 // masked tokens, values near FLT_MAX, nearly flat rows) and parameters (temperature 0 and 1, tiny
 // temperatures, top-k, top-p, min-p, eta, several at once); a bad entry or row reported in status and
 // left as it was while the other rows are processed; in place and out of place probabilities; graph
-// replay; host memory refused before any CUDA call. The host side runs at its AVX2 level (when the
-// CPU has it), whose weights are fast_exp_fused's.
+// replay; host memory refused before any CUDA call. The host side is this file's host code, built for
+// x86-64-v3 where the machine runs it (tests/CMakeLists.txt): its weights are fast_exp_fused's.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 
 #include "cuda/cuda_test_util.cuh"
 #include "specdec/core/philox.hpp"
-#include "specdec/core/simd_level.hpp"
 #include "specdec/sampling/logits_processor.cuh"
 
 using specdec::memory_space;
@@ -59,26 +58,21 @@ bool sb_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-//! The host's processing of the rows (process_logits_batch(host)), at the AVX2 level when there is one.
+//! The host's processing of the rows (process_logits_batch(host)).
 std::vector<float> sb_host_process(std::vector<float> logits, std::int64_t rows, std::int64_t v,
                                    const std::vector<specdec::sampling_params>& params,
                                    const std::vector<std::int32_t>& row_params) {
-  (void)specdec::set_simd_level(specdec::simd_level::avx2);
   std::vector<std::int32_t> st(3);
   specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
                                 specdec::make_view<1>(params.data(), {static_cast<std::int64_t>(params.size())}),
                                 specdec::make_view<1>(row_params.data(), {rows}), specdec::make_view<1>(st.data(), {3}));
-  specdec::reset_simd_level();
   return logits;
 }
 
-//! Whether this CPU runs the host's AVX2 level (whose weights the device reproduces); the comparisons
-//! are skipped, with a warning, where it does not.
-bool sb_host_has_fma() {
-  const bool ok = specdec::set_simd_level(specdec::simd_level::avx2);
-  specdec::reset_simd_level();
-  return ok;
-}
+//! Whether this file's host code computes the FMA level's weights, the device's (tests/CMakeLists.txt
+//! builds the CUDA tests' host half for x86-64-v3 where the machine runs it); the comparisons are
+//! skipped, with a warning, where it does not.
+bool sb_host_has_fma() { return SPECDEC_NATIVE_SIMD_FMA != 0; }
 
 void sb_device_process(device_buffer<float>& logits, std::int64_t rows, std::int64_t v,
                        const device_buffer<specdec::sampling_params>& params, const device_buffer<std::int32_t>& row_params,
@@ -92,7 +86,7 @@ void sb_device_process(device_buffer<float>& logits, std::int64_t rows, std::int
 
 TEST_CASE("cuda process_logits_batch equals the host backend bit for bit", "[cuda][sampling]") {
   if (!sb_host_has_fma()) {
-    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
   }
   specdec::philox_stream rng(41, 0);
@@ -139,7 +133,7 @@ TEST_CASE("cuda process_logits_batch equals the host backend bit for bit", "[cud
 
 TEST_CASE("cuda process_logits_batch reports a bad entry or row and leaves it as it was", "[cuda][sampling]") {
   if (!sb_host_has_fma()) {
-    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
   }
   const std::int64_t rows = 6, v = 500;
@@ -178,7 +172,7 @@ TEST_CASE("cuda process_logits_batch reports a bad entry or row and leaves it as
 
 TEST_CASE("cuda logits_to_probs_batch equals the host backend, in place and not", "[cuda][sampling]") {
   if (!sb_host_has_fma()) {
-    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
   }
   specdec::philox_stream rng(8, 8);
@@ -191,10 +185,8 @@ TEST_CASE("cuda logits_to_probs_batch equals the host backend, in place and not"
     }
     std::vector<float> want(logits.size());
     std::vector<std::int32_t> hst(3);
-    (void)specdec::set_simd_level(specdec::simd_level::avx2);
     specdec::logits_to_probs_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
                                    specdec::make_view<2>(want.data(), {rows, v}), specdec::make_view<1>(hst.data(), {3}));
-    specdec::reset_simd_level();
     device_buffer<float> dl(logits), dpr(std::vector<float>(logits.size(), -1.0f));
     device_buffer<std::int32_t> st(std::vector<std::int32_t>{5, 5, 5});
     specdec::logits_to_probs_batch(specdec::cuda{}, specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device),
@@ -212,7 +204,7 @@ TEST_CASE("cuda logits_to_probs_batch equals the host backend, in place and not"
 
 TEST_CASE("cuda process_logits_batch is captured in a CUDA graph and replays", "[cuda][sampling]") {
   if (!sb_host_has_fma()) {
-    WARN("no AVX2 level on this CPU: the host's weights are not the device's; nothing compared");
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
   }
   const std::int64_t rows = 16, v = 32000;

@@ -70,7 +70,9 @@ TEST_CASE("cache constructors reject geometry whose element count wraps", "[kv][
   const int big = big_v;
   REQUIRE_THROWS_WITH((sd::ring_kv_cache<float>({.requests = 1, .kv_heads = big, .head_dim = 64, .window = big / 4})),
                       Contains("fits in int64"));
-  REQUIRE_THROWS_WITH(sd::partial_kv_index(big, big, big, 0), Contains("fits in int64"));
+  // (|B| is at most 2^30 - 1 now: the appends' replacement count stays an int32)
+  REQUIRE_THROWS_WITH(sd::partial_kv_index(big, big, big - 1, 0), Contains("fits in int64"));
+  REQUIRE_THROWS_WITH(sd::partial_kv_index(1, 1, big, 0), Contains("'budget'") && Contains("2^30 - 1"));
   REQUIRE_THROWS_WITH(sd::compact_partial_kv<float>(big, big, big, 64), Contains("fits in int64"));
   REQUIRE(sd::checked_size_product("f", "a", {0, std::int64_t{1} << 62, 8}) == 0);
   REQUIRE(sd::checked_size_product("f", "a", {std::int64_t{1} << 31, std::int64_t{1} << 31}) == std::int64_t{1} << 62);

@@ -1,9 +1,10 @@
 // The batch forms a GPU engine calls on device logits, on the host: process_logits_batch equal to
 // process_logits per row (empty context) bit for bit, logits_to_probs_batch equal to logits_to_probs
 // (in place too); their refusals. And what their CUDA backends (sampling/logits_processor.cuh) rely
-// on, run serially here at the AVX2 and AVX-512 levels: fast_exp_fused equals the host's exp there;
-// exp_sum's and weighted_shift_sum's orders as the kernels reproduce them; top-p's selection as the
-// kernel makes it (a weighted radix select over the boundary bin's logit keys, exact sums) equals
+// on, run serially here: fast_exp_fused equals the host's exp at the AVX2 and AVX-512 levels (and at
+// the file's own flags when they have FMA); at every level the build runs, exp_sum's and
+// weighted_shift_sum's orders as the kernels reproduce them and top-p's selection as the kernel makes
+// it (a weighted radix select over the boundary bin's logit keys, exact sums) equals
 // apply_top_p's; top-p no longer depends on the order the boundary bin is visited in; a maximum of
 // either zero gives the same shifted row.
 #include <catch2/catch.hpp>
@@ -176,7 +177,9 @@ TEST_CASE("fast_exp_fused equals the host's exp at the FMA-capable levels") {
   std::vector<float> w(xs.size());
   int levels = 0;
   for (const auto level : {specdec::simd_level::avx2, specdec::simd_level::avx512}) {
-    if (!specdec::set_simd_level(level)) continue;
+    // the level must be one this file's kernels run at: a build without dispatch (SPECDEC_ISA_DISPATCH=0)
+    // runs its own flags' copy whatever is requested
+    if (!specdec::set_simd_level(level) || specdec::active_simd_level() != level) continue;
     ++levels;
     (void)specdec::detail::exp_sum(xs.data(), xs.size(), 0.0f, w.data());
     std::size_t differ = 0;
@@ -185,26 +188,43 @@ TEST_CASE("fast_exp_fused equals the host's exp at the FMA-capable levels") {
     CHECK(differ == 0);
   }
   specdec::reset_simd_level();
-  if (levels == 0) WARN("no FMA-capable level on this CPU: nothing compared");
+  if (levels == 0) WARN("no FMA-capable level runs in this build on this CPU: nothing compared");
+#if SPECDEC_NATIVE_SIMD_FMA
+  // this file's own flags have FMA: its copy is the fused one too (at any optimization level)
+  const float x = -0x1.089598p-9f;  // one of the inputs where one rounding and two differ
+  CHECK(std::bit_cast<std::uint32_t>(specdec::detail::lvl_native::fast_exp(x)) ==
+        std::bit_cast<std::uint32_t>(specdec::detail::fast_exp_fused(x)));
+#endif
 }
 
 namespace {
 
+// The twins below take the weights w the host's dispatched exp gives (specdec::detail::exp_sum's
+// output), so they check the order and the selection at whatever level runs; that the device's
+// weights (fast_exp_fused) are those weights at the FMA levels is the test case above.
+
 // exp_sum's order (vec.inl), written the way exp_sum_block (sampling/logits_processor.cuh) computes
 // it: chunks of 256, in each the 16 lane sums over the whole lanes, then the tail, then the lanes.
-double exp_sum_twin(const float* x, std::size_t n, float m) {
+double exp_sum_twin(const float* w, std::size_t n) {
   double total = 0.0;
   for (std::size_t lo = 0; lo < n; lo += 256) {
     const std::size_t len = std::min<std::size_t>(256, n - lo), body = len - len % 16;
     double acc[16] = {};
     for (std::size_t j = 0; j < 16; ++j)
-      for (std::size_t i = j; i < body; i += 16) acc[j] += static_cast<double>(specdec::detail::fast_exp_fused(x[lo + i] - m));
+      for (std::size_t i = j; i < body; i += 16) acc[j] += static_cast<double>(w[lo + i]);
     double s = 0.0;
-    for (std::size_t i = body; i < len; ++i) s += static_cast<double>(specdec::detail::fast_exp_fused(x[lo + i] - m));
+    for (std::size_t i = body; i < len; ++i) s += static_cast<double>(w[lo + i]);
     for (double a : acc) s += a;
     total += s;
   }
   return total;
+}
+
+//! The host's weights of a row with maximum m.
+std::vector<float> host_weights(const std::vector<float>& row, float m) {
+  std::vector<float> w(row.size());
+  (void)specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
+  return w;
 }
 
 // Top-p as the kernel selects it (block_top_p), serially: the bin masses, the boundary and the
@@ -212,8 +232,9 @@ double exp_sum_twin(const float* x, std::size_t n, float m) {
 // summed (exact), and the ties at the last key by index. Returns the processed row.
 std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p) {
   const std::size_t n = row.size();
-  const auto weight = [&](std::size_t i) { return specdec::detail::fast_exp_fused(row[i] - m); };
-  const double total = exp_sum_twin(row.data(), n, m);
+  const auto w_all = host_weights(row, m);
+  const auto weight = [&](std::size_t i) { return w_all[i]; };
+  const double total = exp_sum_twin(w_all.data(), n);
   std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
   for (std::size_t i = 0; i < n; ++i)
     if (weight(i) > 0.0f) mass[specdec::detail::top_p_bin_of(weight(i))] += weight(i);
@@ -248,7 +269,8 @@ std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p) {
     prefix = (prefix << 8) | static_cast<std::uint32_t>(d);
     if (pass == 3) {
       const float v = specdec::detail::bits_float(prefix >= 0x80000000u ? prefix & 0x7FFFFFFFu : ~prefix);
-      const double w = specdec::detail::fast_exp_fused(v - m);
+      const std::vector<float> one{v};
+      const double w = host_weights(one, m)[0];  // the weight of the tied tokens' logit
       const double j = w > 0.0 ? std::ceil(need / w) : cnt[d];
       take = j < cnt[d] ? static_cast<std::int32_t>(j) : cnt[d];
     }
@@ -271,19 +293,13 @@ std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p) {
 
 // weighted_shift_sum's order (vec.inl), as block_eta computes it: 16 lane sums over the whole
 // lanes of the row, then the tail, then the lanes in order.
-double shift_sum_twin(const float* x, std::size_t n, float m) {
+double shift_sum_twin(const float* w, const float* x, std::size_t n, float m) {
   const std::size_t body = n - n % 16;
   double acc[16] = {};
   for (std::size_t j = 0; j < 16; ++j)
-    for (std::size_t i = j; i < body; i += 16) {
-      const float w = specdec::detail::fast_exp_fused(x[i] - m);
-      acc[j] += w > 0.0f ? static_cast<double>(w) * (x[i] - m) : 0.0;
-    }
+    for (std::size_t i = j; i < body; i += 16) acc[j] += w[i] > 0.0f ? static_cast<double>(w[i]) * (x[i] - m) : 0.0;
   double s = 0.0;
-  for (std::size_t i = body; i < n; ++i) {
-    const float w = specdec::detail::fast_exp_fused(x[i] - m);
-    s += w > 0.0f ? static_cast<double>(w) * (x[i] - m) : 0.0;
-  }
+  for (std::size_t i = body; i < n; ++i) s += w[i] > 0.0f ? static_cast<double>(w[i]) * (x[i] - m) : 0.0;
   for (double a : acc) s += a;
   return s;
 }
@@ -291,11 +307,8 @@ double shift_sum_twin(const float* x, std::size_t n, float m) {
 }  // namespace
 
 TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the host's values") {
- for (const auto level : {specdec::simd_level::avx2, specdec::simd_level::avx512}) {
-  if (!specdec::set_simd_level(level)) {
-    WARN("level " << static_cast<int>(level) << " not on this CPU: the host's weights there are not compared");
-    continue;
-  }
+ for (const auto level : {specdec::simd_level::portable, specdec::simd_level::avx2, specdec::simd_level::avx512}) {
+  if (!specdec::set_simd_level(level) || specdec::active_simd_level() != level) continue;  // levels this build runs
   specdec::philox_stream rng(23, 0);
   int selective = 0;
   for (int trial = 0; trial < 300; ++trial) {
@@ -306,10 +319,11 @@ TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the 
     // exp_sum's order
     std::vector<float> w(row.size());
     const double host_total = specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
-    REQUIRE(std::bit_cast<std::uint64_t>(host_total) == std::bit_cast<std::uint64_t>(exp_sum_twin(row.data(), row.size(), m)));
+    REQUIRE(std::bit_cast<std::uint64_t>(host_total) == std::bit_cast<std::uint64_t>(exp_sum_twin(w.data(), row.size())));
     // weighted_shift_sum's order (eta's entropy term)
     const double host_shift = specdec::detail::weighted_shift_sum(w.data(), row.data(), row.size(), m);
-    REQUIRE(std::bit_cast<std::uint64_t>(host_shift) == std::bit_cast<std::uint64_t>(shift_sum_twin(row.data(), row.size(), m)));
+    REQUIRE(std::bit_cast<std::uint64_t>(host_shift) ==
+            std::bit_cast<std::uint64_t>(shift_sum_twin(w.data(), row.data(), row.size(), m)));
     // top-p
     const float top_p = trial % 7 == 0 ? 1e-6f : 0.02f + 0.97f * rng.uniform();
     specdec::sampling_params p;

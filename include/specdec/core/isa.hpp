@@ -43,7 +43,7 @@
 #include <string_view>
 
 // ---- What this translation unit's own flags give ------------------------------------------------
-// SPECDEC_NATIVE_SIMD_{AVX512,AVX,F16C}: the vector features simd.inl may use at the file's flags
+// SPECDEC_NATIVE_SIMD_{AVX512,AVX,F16C,FMA}: the vector features simd.inl may use at the file's flags
 // (the choices simd.hpp always made from the compiler's macros); SPECDEC_NATIVE_SIMD_LEVEL: the
 // dispatch level those flags already reach.
 #if defined(__AVX512F__)
@@ -60,6 +60,13 @@
 #define SPECDEC_NATIVE_SIMD_F16C 1
 #else
 #define SPECDEC_NATIVE_SIMD_F16C 0
+#endif
+// Fused multiply-add instructions (kernels that fuse explicitly, so their rounding does not depend
+// on the compiler's contraction: fast_exp in sampling/detail/vec.inl).
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define SPECDEC_NATIVE_SIMD_FMA 1
+#else
+#define SPECDEC_NATIVE_SIMD_FMA 0
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)

@@ -46,6 +46,7 @@
 #define SPECDEC_SIMD_AVX512 SPECDEC_NATIVE_SIMD_AVX512
 #define SPECDEC_SIMD_AVX SPECDEC_NATIVE_SIMD_AVX
 #define SPECDEC_SIMD_F16C SPECDEC_NATIVE_SIMD_F16C
+#define SPECDEC_SIMD_FMA SPECDEC_NATIVE_SIMD_FMA
 
 // Level regions: every function defined between BEGIN and END (lambdas and templates included)
 // gets the level's target features. The target strings are what the CPU check below requires.

@@ -44,11 +44,10 @@ inline constexpr std::uint32_t top_p_bins = 1024;
   return std::ldexp(1.0, e == 0 ? -149 : e - 150);  // exact: a power of two
 }
 
-//! fast_exp (vec.inl) as the FMA-capable host levels compute it: GCC's default -ffp-contract=fast
-//! and clang's -ffp-contract=on fuse each multiply-add of the reduction and the polynomial into one
-//! rounding. Written with those fused multiply-adds explicit, so a CUDA device (which otherwise
-//! contracts as it likes) gives the same bits; tests/sampling check that the host's dispatched exp
-//! equals it at the AVX2 and AVX-512 levels. The portable level (no FMA) rounds each product, so its
+//! fast_exp (vec.inl) as the host levels with FMA instructions compute it (AVX2, AVX-512, aarch64:
+//! each multiply-add of the reduction and the polynomial fused explicitly), for a CUDA device, which
+//! otherwise contracts as it likes. tests/sampling check that the host's dispatched exp equals it at
+//! the AVX2 and AVX-512 levels. The portable x86-64 level (no FMA) rounds each product, so its
 //! weights can differ in the last bit.
 [[nodiscard]] SPECDEC_HOST_DEVICE inline float fast_exp_fused(float x) noexcept {
   const float xc = x < -87.3f ? -87.3f : x;

@@ -5,10 +5,10 @@
 // with) left their plain loops scalar, 1.5-3.8x slower than -O3 (benchmarks/RESULTS.md, "The sampling
 // rows at -O2"). The rest are plain loops that the compiler vectorizes at both levels. Every kernel
 // computes what its scalar form does, lane for lane, so the bits do not depend on the vector width or
-// the optimization level. They do depend on floating-point contraction where a product meets a sum:
-// fast_exp's multiply-adds are fused at the FMA-capable levels under the compilers' default
-// contraction and rounded twice at the portable level (see fast_exp_fused in vec.hpp). No include
-// guard, no #include, no namespace.
+// the optimization level. fast_exp differs between levels: its multiply-adds are fused (explicitly)
+// at the levels with FMA instructions and rounded twice at the portable level without them (see
+// fast_exp_fused in vec.hpp), so a weight can differ in its last bit there. No include guard, no
+// #include, no namespace.
 // The *_kernel functions are reached through vec.hpp's dispatching entry points of the same name
 // without the suffix.
 
@@ -18,19 +18,27 @@
 //! r = x - n ln 2 in two parts (Cody-Waite), evaluates Cephes' degree-5 polynomial and scales by 2^n
 //! through the exponent bits. Not valid for x > 0 or NaN (callers guarantee x <= 0).
 inline float fast_exp(float x) noexcept {
+  // Each a * b + c below is one fused multiply-add where the level has them (SPECDEC_SIMD_FMA),
+  // written as such, so the bits do not depend on the compiler's contraction or optimization level
+  // (they are fast_exp_fused's, vec.hpp, which the CUDA kernels use); two roundings elsewhere.
+#if SPECDEC_SIMD_FMA
+#define SPECDEC_EXP_MAD(a, b, c) __builtin_fmaf(a, b, c)
+#else
+#define SPECDEC_EXP_MAD(a, b, c) ((a) * (b) + (c))
+#endif
   const float xc = x < -87.3f ? -87.3f : x;
-  const float t = xc * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23: t's low mantissa bits = round(.)
+  const float t = SPECDEC_EXP_MAD(xc, 1.44269504088896341f, 12582912.0f);  // 1.5 * 2^23: t's low mantissa bits = round(.)
   const float n = t - 12582912.0f;
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
+  float r = SPECDEC_EXP_MAD(-n, 0.693359375f, xc);
+  r = SPECDEC_EXP_MAD(n, 2.12194440e-4f, r);
   const float r2 = r * r;
-  const float y = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
-                     1.6666665459e-1f) *
-                        r +
-                    5.0000001201e-1f) *
-                       r2 +
-                   r) +
-                  1.0f;
+  float p = SPECDEC_EXP_MAD(1.9875691500e-4f, r, 1.3981999507e-3f);
+  p = SPECDEC_EXP_MAD(p, r, 8.3334519073e-3f);
+  p = SPECDEC_EXP_MAD(p, r, 4.1665795894e-2f);
+  p = SPECDEC_EXP_MAD(p, r, 1.6666665459e-1f);
+  p = SPECDEC_EXP_MAD(p, r, 5.0000001201e-1f);
+  const float y = SPECDEC_EXP_MAD(p, r2, r) + 1.0f;
+#undef SPECDEC_EXP_MAD
   const std::int32_t e = (std::bit_cast<std::int32_t>(t) - 0x4B400000) + 127;  // n + bias, in [1, 127]
   const float scale = std::bit_cast<float>(e << 23);
   return x < -87.3f ? 0.0f : y * scale;
