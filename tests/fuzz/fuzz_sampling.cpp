@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../sampling/sampling_reference.hpp"  // ref::top_p_by_sort
 #include "fuzz_util.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
@@ -190,39 +191,6 @@ SPECDEC_FUZZ_TARGET(logits_processor, "process_logits / process_tree_logits: adm
   }
 }
 
-namespace {
-//! The top-p keep set by the documented rule with a full sort (apply_top_p selects instead): bins
-//! above the boundary whole, then the boundary bin's tokens in (logit desc, id asc) order until
-//! their weight reaches what is still needed, the weights added exactly in that order.
-std::vector<float> top_p_by_sort(const std::vector<float>& row, float top_p) {
-  const float m = *std::max_element(row.begin(), row.end());
-  std::vector<float> w(row.size());
-  const double total = specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
-  std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
-  for (const float x : w) mass[specdec::detail::top_p_bin_of(x)] += x;
-  const double need = static_cast<double>(top_p) * total;
-  double above = 0.0;
-  std::uint32_t b = specdec::detail::top_p_bins - 1;
-  for (; b > 0 && above + mass[b] < need; --b) above += mass[b];
-  std::vector<std::int32_t> idx;
-  for (std::size_t i = 0; i < row.size(); ++i)
-    if (w[i] > 0.0f && specdec::detail::top_p_bin_of(w[i]) == b) idx.push_back(static_cast<std::int32_t>(i));
-  std::sort(idx.begin(), idx.end(), [&](std::int32_t x, std::int32_t y) {
-    return row[static_cast<std::size_t>(x)] > row[static_cast<std::size_t>(y)] ||
-           (row[static_cast<std::size_t>(x)] == row[static_cast<std::size_t>(y)] && x < y);
-  });
-  std::vector<float> out(row.size(), -inf);
-  for (std::size_t i = 0; i < row.size(); ++i)
-    if (specdec::detail::top_p_bin_of(w[i]) > b) out[i] = row[i];
-  double acc = 0.0;
-  for (std::size_t j = 0; j < idx.size() && acc < need - above; ++j) {
-    acc += w[static_cast<std::size_t>(idx[j])];
-    out[static_cast<std::size_t>(idx[j])] = row[static_cast<std::size_t>(idx[j])];
-  }
-  return out;
-}
-}  // namespace
-
 SPECDEC_FUZZ_TARGET(top_p, "process_logits' top-p against a full sort; process_logits_batch == process_logits per row") {
   input in(data, size);
   const int vocab = in.chance(10) ? in.range(300, 3000) : in.range(1, 60);
@@ -247,7 +215,7 @@ SPECDEC_FUZZ_TARGET(top_p, "process_logits' top-p against a full sort; process_l
   if (p.temperature != 1.0f)
     specdec::detail::apply_temperature(std::span<float>(scaled), p.temperature,
                                        specdec::detail::scan_logits(scaled.data(), scaled.size()));
-  const auto want = p.top_p < 1.0f ? top_p_by_sort(scaled, p.top_p) : scaled;
+  const auto want = p.top_p < 1.0f ? ref::top_p_by_sort(scaled, p.top_p) : scaled;
   FUZZ_CHECK(same_bits(got, want), "top-p differs from the full-sort rule (params " + what_params(p) + ", row " +
                                        what_row(row) + " -> " + what_row(got) + ", want " + what_row(want) + ")");
   // the batch form over two rows (this one and its reverse) gives the per-row results

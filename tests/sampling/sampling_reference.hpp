@@ -91,4 +91,35 @@ inline void process(std::vector<float>& row, const specdec::sampling_params& p, 
   }
 }
 
+//! The top-p keep set by the documented rule with a full sort (apply_top_p selects instead): bins
+//! above the boundary whole, then the boundary bin's tokens in (logit desc, id asc) order until
+//! their weight reaches what is still needed, the weights added exactly in that order.
+inline std::vector<float> top_p_by_sort(const std::vector<float>& row, float top_p) {
+  const float m = *std::max_element(row.begin(), row.end());
+  std::vector<float> w(row.size());
+  const double total = specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
+  std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
+  for (const float x : w) mass[specdec::detail::top_p_bin_of(x)] += x;
+  const double need = static_cast<double>(top_p) * total;
+  double above = 0.0;
+  std::uint32_t b = specdec::detail::top_p_bins - 1;
+  for (; b > 0 && above + mass[b] < need; --b) above += mass[b];
+  std::vector<std::int32_t> idx;
+  for (std::size_t i = 0; i < row.size(); ++i)
+    if (w[i] > 0.0f && specdec::detail::top_p_bin_of(w[i]) == b) idx.push_back(static_cast<std::int32_t>(i));
+  std::sort(idx.begin(), idx.end(), [&](std::int32_t x, std::int32_t y) {
+    return row[static_cast<std::size_t>(x)] > row[static_cast<std::size_t>(y)] ||
+           (row[static_cast<std::size_t>(x)] == row[static_cast<std::size_t>(y)] && x < y);
+  });
+  std::vector<float> out(row.size(), -std::numeric_limits<float>::infinity());
+  for (std::size_t i = 0; i < row.size(); ++i)
+    if (specdec::detail::top_p_bin_of(w[i]) > b) out[i] = row[i];
+  double acc = 0.0;
+  for (std::size_t j = 0; j < idx.size() && acc < need - above; ++j) {
+    acc += w[static_cast<std::size_t>(idx[j])];
+    out[static_cast<std::size_t>(idx[j])] = row[static_cast<std::size_t>(idx[j])];
+  }
+  return out;
+}
+
 }  // namespace ref

@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "sampling/sampling_reference.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/simd_level.hpp"
 #include "specdec/core/tensor.hpp"
@@ -365,34 +366,13 @@ TEST_CASE("top-p keeps the smallest (logit desc, id asc) prefix reaching p, chec
     const std::int64_t v = 2 + static_cast<std::int64_t>(rng.below(3000));
     auto row = batch_row(v, rng, trial % 2 == 0 ? 1 : 4);  // ties, or nearly flat: big boundary bins
     row[0] = 1.0f;
-    const float m = *std::max_element(row.begin(), row.end());
     const float top_p = 0.05f + 0.9f * rng.uniform();
     specdec::sampling_params p;
     p.top_p = top_p;
     auto got = row;
     specdec::sampling_workspace ws;
     specdec::process_logits(got, p, {}, ws);
-    // reference: order by (weight desc, logit desc, id asc), keep whole bins above the boundary and
-    // the boundary bin's shortest prefix reaching the rounded need (the host's rule, by a full sort)
-    std::vector<float> w(row.size());
-    const double total = specdec::detail::exp_sum(row.data(), row.size(), m, w.data());
-    std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
-    for (float x : w) mass[specdec::detail::top_p_bin_of(x)] += x;
-    const double need = static_cast<double>(top_p) * total;
-    double above = 0.0;
-    std::uint32_t b = specdec::detail::top_p_bins - 1;
-    for (; b > 0 && above + mass[b] < need; --b) above += mass[b];
-    std::vector<std::int32_t> idx;
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (w[i] > 0.0f && specdec::detail::top_p_bin_of(w[i]) == b) idx.push_back(static_cast<std::int32_t>(i));
-    std::sort(idx.begin(), idx.end(), [&](std::int32_t x, std::int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
-    double acc = 0.0;
-    std::size_t keep = 0;
-    while (keep < idx.size() && acc < need - above) acc += w[static_cast<std::size_t>(idx[keep++])];
-    std::vector<float> want(row.size(), ninf);
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (specdec::detail::top_p_bin_of(w[i]) > b) want[i] = row[i];
-    for (std::size_t j = 0; j < keep; ++j) want[static_cast<std::size_t>(idx[j])] = row[static_cast<std::size_t>(idx[j])];
+    const auto want = ref::top_p_by_sort(row, top_p);  // the host's rule, by a full sort of the boundary bin
     INFO("trial " << trial << " V " << v);
     CHECK(same_bits(got, want));
   }

@@ -67,9 +67,13 @@ struct row_kernel_shared {
   std::int32_t ties_before, kept_ties, flag;
 };
 
-//! The row's maximum over non-NaN entries, its minimum over entries above -inf (+inf when none) and
-//! whether an entry is NaN or +inf, to every thread (sh.fmax, sh.fmin, returned flag).
-__device__ inline bool block_scan_row(const float* row, std::int64_t n, row_kernel_shared& sh) {
+//! The non-finite policy's row check (sampling/sampler.hpp), for every thread: the row's maximum over
+//! non-NaN entries (sh.fmax) and minimum over entries above -inf (sh.fmin, +inf when none), and
+//! whether the row is admissible: no NaN or +inf, some entry above -inf. Otherwise thread 0 reports
+//! device_error::row (request -1, index `r`) and false is returned after a barrier (the caller skips
+//! the row; sh is free again).
+__device__ inline bool block_admissible_row(const float* row, std::int64_t n, std::int32_t* status, std::int64_t r,
+                                            row_kernel_shared& sh) {
   constexpr float inf = std::numeric_limits<float>::infinity();
   const int t = static_cast<int>(threadIdx.x);
   float hi = -inf, lo = inf;
@@ -83,7 +87,10 @@ __device__ inline bool block_scan_row(const float* row, std::int64_t n, row_kern
   __syncthreads();
   const float blo = cub::BlockReduce<float, process_threads>(sh.tmp.reduce_f).Reduce(lo, [](float x, float y) { return x < y ? x : y; });
   if (t == 0) sh.fmax = bhi, sh.fmin = blo;
-  return __syncthreads_or(bad ? 1 : 0) != 0;  // also publishes fmax and fmin
+  if (__syncthreads_or(bad ? 1 : 0) == 0 && sh.fmax > -inf) return true;  // the barrier also publishes fmax, fmin
+  if (t == 0) device_report(status, device_error::row, -1, static_cast<std::int32_t>(r));
+  __syncthreads();  // sh is read by every thread before the next row writes it
+  return false;
 }
 
 //! The first index i with row[i] == v (n when none), to every thread.
@@ -288,14 +295,9 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
       continue;
     }
     const sampling_params p = a.params[e];
-    const bool bad = block_scan_row(row, n, sh);
+    if (!block_admissible_row(row, n, a.status, r, sh)) continue;
     float m = sh.fmax;
     const float lo = sh.fmin;
-    if (bad || !(m > ninf)) {
-      if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
-      __syncthreads();  // sh is read by every thread before the next row writes it
-      continue;
-    }
     if (p.temperature == 0.0f) {  // greedy: one-hot at the first maximum
       const std::int64_t top = block_first_index(row, n, m, sh);
       for (std::int64_t i = t; i < n; i += process_threads) row[i] = i == top ? 0.0f : ninf;
@@ -344,18 +346,12 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
 
 __global__ void __launch_bounds__(process_threads) logits_to_probs_kernel(const logits_to_probs_batch_args a) {
   __shared__ row_kernel_shared sh;
-  constexpr float ninf = -std::numeric_limits<float>::infinity();
   const int t = static_cast<int>(threadIdx.x);
   const std::int64_t n = a.vocab;
   for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const float* row = a.logits + r * a.l_stride;
-    const bool bad = block_scan_row(row, n, sh);
+    if (!block_admissible_row(row, n, a.status, r, sh)) continue;
     const float m = sh.fmax;
-    if (bad || !(m > ninf)) {
-      if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
-      __syncthreads();
-      continue;
-    }
     const float inv = static_cast<float>(1.0 / exp_sum_block(row, n, m, sh));
     float* out = a.probs + r * a.p_stride;  // may be the row itself: each entry is read, then written, by one thread
     for (std::int64_t i = t; i < n; i += process_threads) out[i] = fast_exp_fused(row[i] - m) * inv;
