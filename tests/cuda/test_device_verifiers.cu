@@ -1,11 +1,13 @@
 // cuda_greedy_verifier (decoder/device_verifiers.cuh): speculative_batch over a target whose
 // forward_batch returns its logits in device memory equals the same batch over host logits with
 // greedy_verifier, request by request (continuous batching: joins, aborts, stop rules), and each
-// output is the request's own greedy decoding; a penalty is refused before any CUDA call ([nogpu]);
+// output is the request's own greedy decoding; with repetition and contextual penalties (processed on
+// the device) the same against the host; penalties without committed tokens refused ([nogpu]);
 // a bad tree value found on the device is reported as invalid_argument with the device's message.
 // cuda_sample_and_match_verifier: the same at temperature > 0 with top-k / top-p / min-p, token for
 // token against sample_and_match_verifier on the host (this file's host code, built for x86-64-v3
-// where the machine runs it: weights the device reproduces); penalties and mismatched arrays refused before any CUDA call ([nogpu]).
+// where the machine runs it: weights the device reproduces), with penalties too; mismatched arrays
+// refused before any CUDA call ([nogpu]).
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -156,18 +158,46 @@ TEST_CASE("cuda_greedy_verifier reports a bad tree value found on the device", "
   REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("verify_batch") && Catch::Contains("token of node 1"));
 }
 
-TEST_CASE("cuda_greedy_verifier refuses penalties and a temperature before any CUDA call", "[cuda][decoder][nogpu]") {
+TEST_CASE("cuda_greedy_verifier refuses a temperature, and penalties without committed tokens, before any CUDA call",
+          "[cuda][decoder][nogpu]") {
   const specdec::sampling_params plain{.temperature = 0.0f}, rep{.temperature = 0.0f, .repetition_penalty = 1.1f},
-      ctx{.temperature = 0.0f, .contextual_penalty = 1.2f}, hot{.temperature = 0.7f},
-      no_window{.temperature = 0.0f, .contextual_penalty = 1.2f, .penalty_window = 0};
+      ctx{.temperature = 0.0f, .contextual_penalty = 1.2f}, hot{.temperature = 0.7f};
   const auto refuse = [](const specdec::sampling_params& first, const specdec::sampling_params& second) {
     return refusal<specdec::cuda_greedy_verifier>(first, second, 2);
   };
-  // a contextual penalty over an empty window applies nothing: the first entry passes, the second is refused
-  CHECK_THAT(refuse(no_window, rep), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
-  CHECK_THAT(refuse(plain, rep), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
-  CHECK_THAT(refuse(plain, ctx), Catch::Contains("request 1") && Catch::Contains("contextual_penalty"));
+  // refusal() passes no committed tokens: a penalty needs them
+  CHECK_THAT(refuse(plain, rep), Catch::Contains("committed.size()"));
+  CHECK_THAT(refuse(ctx, plain), Catch::Contains("committed.size()"));
   CHECK_THAT(refuse(plain, hot), Catch::Contains("request 1") && Catch::Contains("temperature"));
+}
+
+namespace {
+
+//! Greedy requests, some with a repetition or contextual penalty (which moves the argmax).
+specdec::sampling_params greedy_penalized(std::uint32_t id) {
+  specdec::sampling_params p{.temperature = 0.0f};
+  if (id % 3 == 0) p.repetition_penalty = 1.5f;
+  if (id % 3 == 1) p.contextual_penalty = 2.0f, p.penalty_window = 4, p.contextual_sign_aware = id % 2 == 0;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cuda_greedy_verifier with penalties equals host greedy verification over processed rows", "[cuda][decoder]") {
+  bigram_target t_host{false}, t_dev{true};
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, specdec::greedy_verifier>
+      on_host(t_host);
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
+                             specdec::cuda_greedy_verifier>
+      on_dev(t_dev, {}, {}, specdec::cuda_greedy_verifier{nullptr});
+  const auto want = run_all(on_host, 12, greedy_penalized);
+  const auto got = run_all(on_dev, 12, greedy_penalized);
+  CHECK(got == want);
+  // the penalties changed what was emitted (the plain greedy continuation of some request differs)
+  int moved = 0;
+  for (const auto& [id, tokens] : want)
+    moved += id != 1 && tokens != t_host.greedy(prompt_of(id).back(), static_cast<int>(tokens.size()));
+  CHECK(moved >= 4);
 }
 
 namespace {
@@ -205,12 +235,39 @@ TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equ
   CHECK(tokens >= 100);
 }
 
-TEST_CASE("cuda_sample_and_match_verifier refuses penalties and mismatched arrays before any CUDA call",
+TEST_CASE("cuda_sample_and_match_verifier with penalties equals the host's, token for token", "[cuda][decoder]") {
+  bigram_target t_host{false}, t_dev{true};
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
+                             specdec::sample_and_match_verifier>
+      on_host(t_host);
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
+                             specdec::cuda_sample_and_match_verifier>
+      on_dev(t_dev, {}, {}, specdec::cuda_sample_and_match_verifier{nullptr});
+  if (SPECDEC_NATIVE_SIMD_FMA == 0) {
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
+    return;
+  }
+  const auto penalized = [](std::uint32_t id) {
+    specdec::sampling_params p = sampled_params(id);
+    if (id % 2 == 0) p.repetition_penalty = 1.3f;
+    if (id % 3 != 2) p.contextual_penalty = 1.6f, p.penalty_window = 3 + static_cast<int>(id % 5);
+    return p;
+  };
+  const auto want = run_all(on_host, 12, +penalized);
+  const auto got = run_all(on_dev, 12, +penalized);
+  CHECK(got == want);
+  std::size_t tokens = 0;
+  for (const auto& [id, t] : want) tokens += t.size();
+  CHECK(tokens >= 100);
+}
+
+TEST_CASE("cuda_sample_and_match_verifier refuses penalties without committed tokens and mismatched arrays before "
+          "any CUDA call",
           "[cuda][decoder][nogpu]") {
   const specdec::sampling_params hot{.temperature = 0.7f}, rep{.temperature = 0.7f, .repetition_penalty = 1.1f},
       bad{.temperature = -1.0f};
   const auto refuse = refusal<specdec::cuda_sample_and_match_verifier>;
-  CHECK_THAT(refuse(hot, rep, 2), Catch::Contains("request 1") && Catch::Contains("repetition_penalty"));
+  CHECK_THAT(refuse(hot, rep, 2), Catch::Contains("committed.size()"));
   CHECK_THAT(refuse(bad, hot, 2), Catch::Contains("temperature"));
   CHECK_THAT(refuse(hot, hot, 1), Catch::Contains("seeds.size()"));
 }

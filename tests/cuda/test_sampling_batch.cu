@@ -3,7 +3,10 @@
 // masked tokens, values near FLT_MAX, nearly flat rows) and parameters (temperature 0 and 1, tiny
 // temperatures, top-k, top-p, min-p, eta, several at once); a bad entry or row reported in status and
 // left as it was while the other rows are processed; in place and out of place probabilities; graph
-// replay; host memory refused before any CUDA call. The host side is this file's host code, built for
+// replay; host memory refused before any CUDA call. With a penalty_context: random committed contexts
+// (up to 5000 tokens) and trees, repetition and contextual penalties with every other step, against
+// the host backend (itself tested against process_tree_logits); a malformed context or a row the
+// penalties empty reported and left as it was. The host side is this file's host code, built for
 // x86-64-v3 where the machine runs it (tests/CMakeLists.txt): its weights are fast_exp_fused's.
 #include <catch2/catch.hpp>
 
@@ -17,6 +20,7 @@
 #include "cuda/cuda_test_util.cuh"
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/logits_processor.cuh"
+#include "specdec/sampling/penalty_context.hpp"
 
 using specdec::memory_space;
 using specdec_test::device_buffer;
@@ -231,6 +235,128 @@ TEST_CASE("cuda process_logits_batch is captured in a CUDA graph and replays", "
       [&] { CHECK(sb_same_bits(dl.download(), sb_host_process(logits, rows, v, params, row_params))); });
 }
 
+namespace {
+
+//! A penalty_context_builder's seven arrays on the device.
+struct sb_device_context {
+  device_buffer<std::int32_t> distinct, last, indptr, length, row_context, path_indptr, path;
+  explicit sb_device_context(const specdec::penalty_context_builder& b)
+      : distinct(sb_vec(b.distinct())), last(sb_vec(b.last())), indptr(sb_vec(b.context_indptr())),
+        length(sb_vec(b.context_length())), row_context(sb_vec(b.row_context())), path_indptr(sb_vec(b.path_indptr())),
+        path(sb_vec(b.path())) {}
+  static std::vector<std::int32_t> sb_vec(std::span<const std::int32_t> s) { return {s.begin(), s.end()}; }
+  [[nodiscard]] specdec::penalty_context view() const {
+    return {dv(distinct), dv(last), dv(indptr), dv(length), dv(row_context), dv(path_indptr), dv(path)};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda process_logits_batch with a penalty_context equals the host backend bit for bit", "[cuda][sampling]") {
+  if (!sb_host_has_fma()) {
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
+    return;
+  }
+  specdec::philox_stream rng(43, 1);
+  const bool small = specdec_test::sanitizer_sized();
+  for (const std::int64_t v : {3, 50, 4000, 131075}) {
+    if (small && v > 4000) continue;
+    for (int round = 0; round < 3; ++round) {
+      const int requests = 1 + static_cast<int>(rng.below(5));
+      std::vector<specdec::sampling_params> params;
+      for (int e = 0; e < requests; ++e) {
+        auto p = sb_params(rng, v);
+        if (rng.below(4) != 0) p.repetition_penalty = 1.0f + 2.0f * rng.uniform();
+        if (rng.below(4) != 0) p.contextual_penalty = 1.0f + 2.0f * rng.uniform();
+        p.penalty_window = static_cast<int>(rng.below(3) == 0 ? 1024 : rng.below(20));
+        p.contextual_sign_aware = rng.below(2) == 0;
+        params.push_back(p);
+      }
+      specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+      std::vector<std::int32_t> row_params, committed, tokens, parents;
+      std::vector<float> logits;
+      for (int q = 0; q < requests; ++q) {
+        committed.clear(), tokens.clear(), parents.clear();
+        const auto len = rng.below(4) == 0 ? 0u : rng.below(5000);
+        for (std::uint32_t j = 0; j < len; ++j) committed.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
+        const int n = static_cast<int>(rng.below(17));
+        for (int i = 0; i < n; ++i) {
+          tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
+          parents.push_back(i == 0 ? -1 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1);
+        }
+        b.add_tree_rows(b.add_context(committed), tokens, parents);
+        for (int r = 0; r <= n; ++r) {
+          const auto row = sb_row(v, rng, static_cast<int>(rng.below(5)));
+          logits.insert(logits.end(), row.begin(), row.end());
+          row_params.push_back(q);
+        }
+      }
+      const std::int64_t rows = b.rows();
+      auto want = logits;
+      std::vector<std::int32_t> hst(3);
+      specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(want.data(), {rows, v}),
+                                    specdec::make_view<1>(params.data(), {requests}),
+                                    specdec::make_view<1>(row_params.data(), {rows}), b.view(),
+                                    specdec::make_view<1>(hst.data(), {3}));
+      const sb_device_context dc(b);
+      device_buffer<float> dl(logits);
+      device_buffer<specdec::sampling_params> dp(params);
+      device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5});
+      specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device),
+                                    dv(dp), dv(drp), dc.view(), dv(st));
+      specdec_test::sync_check("process_logits_batch (penalties)");
+      INFO("V " << v << " round " << round << ", " << rows << " rows");
+      CHECK(st.download() == std::vector<std::int32_t>{0, -1, -1});
+      CHECK(sb_same_bits(dl.download(), want));
+    }
+  }
+}
+
+TEST_CASE("cuda process_logits_batch reports a malformed penalty context or an emptied row, leaving it as it was",
+          "[cuda][sampling]") {
+  const std::int64_t rows = 2, v = 6;
+  std::vector<specdec::sampling_params> params(1);
+  params[0].repetition_penalty = 2.0f;
+  std::vector<std::int32_t> row_params{0, 0};
+  const std::vector<std::int32_t> distinct{1, 3}, last{2, 1}, indptr{0, 2}, length{3}, path_indptr{0, 1, 1}, path{4};
+  const auto run = [&](const std::vector<float>& logits, const std::vector<std::int32_t>& d, const std::vector<std::int32_t>& row_context) {
+    device_buffer<float> dl(logits);
+    device_buffer<specdec::sampling_params> dp(params);
+    device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5}), dd(d), dl2(last), di(indptr),
+        dln(length), drc(row_context), dpi(path_indptr), dpa(path);
+    specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device),
+                                  dv(dp), dv(drp),
+                                  specdec::penalty_context{dv(dd), dv(dl2), dv(di), dv(dln), dv(drc), dv(dpi), dv(dpa)},
+                                  dv(st));
+    specdec_test::sync_check("process_logits_batch (bad context)");
+    return std::pair{st.download(), dl.download()};
+  };
+  const std::vector<float> flat(static_cast<std::size_t>(rows * v), 0.5f);
+  {  // distinct tokens not ascending: both rows read context 0
+    const auto [s, got] = run(flat, {3, 1}, {0, 0});
+    CHECK(s[0] == static_cast<std::int32_t>(specdec::device_error::context));
+    CHECK(s[1] == 0);
+    CHECK(got == flat);
+  }
+  {  // row 1's context out of range; row 0 processed (token 1, 3 and 4 halved)
+    const auto [s, got] = run(flat, distinct, {0, 1});
+    CHECK(s == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::context), 1, 1});
+    CHECK(std::vector<float>(got.begin() + v, got.end()) == std::vector<float>(flat.begin() + v, flat.end()));
+    CHECK(got[1] == 0.25f);
+    CHECK(got[4] == 0.25f);
+    CHECK(got[0] == 0.5f);
+  }
+  {  // row 0: every admissible logit (tokens 1, 3, 4 at -FLT_MAX) overflows; row 1 keeps token 4
+    std::vector<float> l(static_cast<std::size_t>(rows * v), sb_ninf);
+    for (const int t : {1, 3, 4}) l[static_cast<std::size_t>(t)] = l[static_cast<std::size_t>(v + t)] = -std::numeric_limits<float>::max();
+    const auto [s, got] = run(l, distinct, {0, 0});
+    CHECK(s == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::row), -1, 0});
+    CHECK(std::vector<float>(got.begin(), got.begin() + v) == std::vector<float>(l.begin(), l.begin() + v));
+    CHECK(got[static_cast<std::size_t>(v + 4)] == -std::numeric_limits<float>::max());
+    CHECK(got[static_cast<std::size_t>(v + 1)] == sb_ninf);
+  }
+}
+
 TEST_CASE("cuda process_logits_batch and logits_to_probs_batch refuse host memory before any CUDA call",
           "[cuda][sampling][nogpu]") {
   std::vector<float> l(4 * 8);
@@ -255,4 +381,26 @@ TEST_CASE("cuda process_logits_batch and logits_to_probs_batch refuse host memor
                                                    specdec::make_view<2>(l.data(), {4, 8}),
                                                    specdec::make_view<1>(st.data(), {3}, dev)),
                     Catch::Contains("'probs'") && Catch::Contains("device-accessible"));
+  specdec::penalty_context_builder b(8);
+  b.add_tree_rows(b.add_context(std::vector<std::int32_t>{1, 2}), std::vector<std::int32_t>{3, 4, 5},
+                  std::vector<std::int32_t>{-1, 0, 0});
+  auto c = b.view();
+  const auto on_device = [&](specdec::strided_view<const std::int32_t, 1> a) {
+    return specdec::strided_view<const std::int32_t, 1>(a.data(), {a.extent(0)}, {1}, dev);
+  };
+  c.distinct = on_device(c.distinct), c.last = on_device(c.last), c.context_indptr = on_device(c.context_indptr);
+  c.context_length = on_device(c.context_length), c.row_context = on_device(c.row_context);
+  c.path_indptr = on_device(c.path_indptr);  // c.path stays in host memory
+  CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {4, 8}, dev),
+                                                  specdec::make_view<1>(p.data(), {1}, dev),
+                                                  specdec::make_view<1>(rp.data(), {4}, dev), c,
+                                                  specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("'context.path'") && Catch::Contains("device-accessible"));
+  c.path = on_device(c.path);
+  c.row_context = on_device(specdec::make_view<1>(rp.data(), {3}));
+  CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {4, 8}, dev),
+                                                  specdec::make_view<1>(p.data(), {1}, dev),
+                                                  specdec::make_view<1>(rp.data(), {4}, dev), c,
+                                                  specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("'context.row_context'") && Catch::Contains("extent(0) == 4"));
 }

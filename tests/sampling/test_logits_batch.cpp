@@ -22,6 +22,7 @@
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/topk.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 
 namespace {
 
@@ -106,7 +107,7 @@ TEST_CASE("process_logits_batch refuses penalties, entries out of range and bad 
   CHECK_THROWS_WITH(call(), Contains("specdec::process_logits_batch") && Contains("'params'") && Contains("penalty"));
   params[1] = {};
   params[1].contextual_penalty = 1.5f;  // with the default window of 1024
-  CHECK_THROWS_WITH(call(), Contains("'params'") && Contains("process_tree_logits"));
+  CHECK_THROWS_WITH(call(), Contains("'params'") && Contains("penalty_context"));
   params[1].penalty_window = 0;  // a contextual penalty over no window applies nothing: accepted below
   params[0].top_p = 0.0f;
   CHECK_THROWS_WITH(call(), Contains("'params.top_p'"));
@@ -127,6 +128,167 @@ TEST_CASE("process_logits_batch refuses penalties, entries out of range and bad 
                     Contains("'row_params'") && Contains("memory disjoint from 'logits'"));
   call();
   CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+}
+
+TEST_CASE("penalty_context_builder: each context's distinct tokens ascending with their last positions, tree paths") {
+  using Catch::Matchers::Contains;
+  specdec::penalty_context_builder b(10);
+  const std::vector<std::int32_t> c0{4, 1, 4, 9, 1, 4}, c1{};
+  CHECK(b.add_context(c0) == 0);
+  CHECK(b.add_context(c1) == 1);
+  const std::vector<std::int32_t> tokens{3, 4, 3}, parents{-1, 0, 1};
+  b.add_tree_rows(0, tokens, parents);
+  b.add_row(-1, std::vector<std::int32_t>{7});
+  const auto eq = [](std::span<const std::int32_t> a, std::vector<std::int32_t> w) {
+    return std::vector<std::int32_t>(a.begin(), a.end()) == w;
+  };
+  CHECK(eq(b.distinct(), {1, 4, 9}));
+  CHECK(eq(b.last(), {4, 5, 3}));
+  CHECK(eq(b.context_indptr(), {0, 3, 3}));
+  CHECK(eq(b.context_length(), {6, 0}));
+  CHECK(eq(b.row_context(), {0, 0, 0, 0, -1}));
+  CHECK(eq(b.path_indptr(), {0, 0, 1, 3, 6, 7}));
+  CHECK(eq(b.path(), {3, 3, 4, 3, 4, 3, 7}));
+  CHECK_THROWS_WITH(b.add_context(std::vector<std::int32_t>{2, 10}), Contains("'committed'") && Contains("position 1"));
+  CHECK(eq(b.distinct(), {1, 4, 9}));  // a refused context leaves nothing behind
+  CHECK(b.add_context(std::vector<std::int32_t>{2}) == 2);
+  CHECK(eq(b.last(), {4, 5, 3, 0}));
+  CHECK_THROWS_WITH(b.add_row(3, {}), Contains("'context'"));
+  CHECK_THROWS_WITH(b.add_row(0, std::vector<std::int32_t>{-1}), Contains("'path'"));
+  CHECK_THROWS_WITH(b.add_tree_rows(0, tokens, std::vector<std::int32_t>{-1, 1, 0}), Contains("'parents'"));
+  b.clear();
+  CHECK(b.rows() == 0);
+  CHECK(b.contexts() == 0);
+  CHECK(eq(b.path_indptr(), {0}));
+}
+
+TEST_CASE("process_logits_batch with a penalty_context equals process_tree_logits and process_logits, bit for bit") {
+  // random committed contexts (small vocabularies: many repeats), random trees, random penalties with
+  // every other step; each request's rows against process_tree_logits, context-free rows against
+  // process_logits with the suffix as the whole context
+  specdec::philox_stream rng(29, 3);
+  for (const std::int64_t v : {3, 40, 1000}) {
+    for (int round = 0; round < 16; ++round) {
+      const int requests = 1 + static_cast<int>(rng.below(4)), P = requests;
+      std::vector<specdec::sampling_params> params;
+      for (int e = 0; e < P; ++e) {
+        auto p = batch_params(rng, v);
+        if (rng.below(4) != 0) p.repetition_penalty = 1.0f + 2.0f * rng.uniform();
+        if (rng.below(4) != 0) p.contextual_penalty = 1.0f + 2.0f * rng.uniform();
+        p.penalty_window = static_cast<int>(rng.below(4) == 0 ? 1024 : rng.below(12));
+        p.contextual_sign_aware = rng.below(2) == 0;
+        params.push_back(p);
+      }
+      specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+      std::vector<std::vector<std::int32_t>> committed(static_cast<std::size_t>(requests)), tokens = committed,
+                                             parents = committed;
+      std::vector<std::int32_t> row_params;
+      std::vector<float> logits;
+      const auto add_rows = [&](int n, int e) {
+        for (int r = 0; r < n; ++r) {
+          auto row = batch_row(v, rng, static_cast<int>(rng.below(5)));
+          if (std::all_of(row.begin(), row.end(), [](float x) { return x == ninf; })) row[0] = 0.0f;
+          logits.insert(logits.end(), row.begin(), row.end());
+          row_params.push_back(e);
+        }
+      };
+      for (int q = 0; q < requests; ++q) {
+        auto& c = committed[static_cast<std::size_t>(q)];
+        const auto len = rng.below(3) == 0 ? 0u : rng.below(40);
+        for (std::uint32_t j = 0; j < len; ++j) c.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
+        const int n = static_cast<int>(rng.below(9));
+        for (int i = 0; i < n; ++i) {
+          tokens[static_cast<std::size_t>(q)].push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
+          parents[static_cast<std::size_t>(q)].push_back(i == 0 ? -1 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1);
+        }
+        b.add_tree_rows(b.add_context(c), tokens[static_cast<std::size_t>(q)], parents[static_cast<std::size_t>(q)]);
+        add_rows(n + 1, q);
+      }
+      std::vector<std::int32_t> loose;  // a context-free row: its suffix is its whole context
+      for (std::uint32_t j = 0, n = rng.below(6); j < n; ++j) loose.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
+      b.add_row(-1, loose);
+      add_rows(1, 0);
+      const std::int64_t rows = b.rows();
+      REQUIRE(static_cast<std::int64_t>(row_params.size()) == rows);
+      auto want = logits;
+      specdec::sampling_workspace ws;
+      std::int64_t first = 0;
+      for (int q = 0; q < requests; ++q) {
+        const auto n = static_cast<std::int64_t>(tokens[static_cast<std::size_t>(q)].size());
+        specdec::process_tree_logits(specdec::make_view<2>(want.data() + first * v, {n + 1, v}),
+                                     params[static_cast<std::size_t>(q)], committed[static_cast<std::size_t>(q)],
+                                     tokens[static_cast<std::size_t>(q)], parents[static_cast<std::size_t>(q)], ws);
+        first += n + 1;
+      }
+      specdec::process_logits(std::span<float>(want.data() + first * v, static_cast<std::size_t>(v)), params[0], {}, loose, ws);
+      std::vector<std::int32_t> status(3, 9);
+      specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                    specdec::make_view<1>(params.data(), {P}), specdec::make_view<1>(row_params.data(), {rows}),
+                                    b.view(), specdec::make_view<1>(status.data(), {3}));
+      INFO("V = " << v << ", round " << round);
+      CHECK(same_bits(logits, want));
+      CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+    }
+  }
+}
+
+TEST_CASE("process_logits_batch refuses a malformed penalty_context and a row the penalties empty, writing nothing") {
+  using Catch::Matchers::Contains;
+  const int rows = 2, v = 6;
+  std::vector<float> logits(rows * v, 0.5f);
+  std::vector<specdec::sampling_params> params(1);
+  params[0].repetition_penalty = 2.0f;
+  std::vector<std::int32_t> row_params{0, 0}, status(3, 9);
+  // context 0: committed {1, 3, 1} -> pairs (1, 2), (3, 1), length 3; row 0 suffix {4}, row 1 none
+  std::vector<std::int32_t> distinct{1, 3}, last{2, 1}, indptr{0, 2}, length{3}, row_context{0, 0}, path_indptr{0, 1, 1},
+      path{4};
+  const auto v1 = [](std::vector<std::int32_t>& a) { return specdec::make_view<1>(a.data(), {static_cast<std::int64_t>(a.size())}); };
+  const auto call = [&] {
+    const specdec::penalty_context c{v1(distinct), v1(last), v1(indptr), v1(length), v1(row_context), v1(path_indptr), v1(path)};
+    specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                  specdec::make_view<1>(params.data(), {1}), specdec::make_view<1>(row_params.data(), {rows}),
+                                  c, specdec::make_view<1>(status.data(), {3}));
+  };
+  const auto before = logits;
+  const auto refused = [&](auto& array, std::size_t at, std::int32_t value, const char* says) {
+    const std::int32_t keep = array[at];
+    array[at] = value;
+    CHECK_THROWS_WITH(call(), Contains("specdec::process_logits_batch") && Contains("'context'") && Contains(says));
+    CHECK(logits == before);
+    array[at] = keep;
+  };
+  refused(distinct, 1, 1, "strictly ascending");
+  refused(distinct, 1, 6, "[0, V)");
+  refused(last, 0, 3, "last positions in [0, context_length)");
+  refused(length, 0, 1, "at most context_length");
+  refused(indptr, 1, 3, "inside [0, 2]");
+  refused(row_context, 1, 1, "row_context entries in [-1, 1)");
+  refused(path_indptr, 1, 2, "path range");
+  refused(path, 0, 6, "path tokens in [0, V)");
+  distinct = {}, last = {}, indptr = {0, 0};
+  refused(length, 0, 3, "none exactly when the length is 0");
+  distinct = {1, 3}, last = {2, 1}, indptr = {0, 2};
+  // a row whose every admissible logit the penalty sends to -inf: tokens 1, 3 and 4 hold -FLT_MAX, the
+  // others -inf; row 1 keeps token 4 (not in its context)
+  for (int i = 0; i < v; ++i) logits[static_cast<std::size_t>(i)] = logits[static_cast<std::size_t>(v + i)] = ninf;
+  for (const int t : {1, 3, 4})
+    logits[static_cast<std::size_t>(t)] = logits[static_cast<std::size_t>(v + t)] = -std::numeric_limits<float>::max();
+  const auto emptied = logits;
+  CHECK_THROWS_WITH(call(), Contains("'logits'") && Contains("row 0") && Contains("after the penalties"));
+  CHECK(logits == emptied);
+  path = {5};  // token 4 is no longer in row 0's context
+  call();
+  CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+  CHECK(logits[4] == -std::numeric_limits<float>::max());
+  CHECK(logits[1] == ninf);
+  // the arrays written must not share memory with the context
+  const specdec::penalty_context c{v1(distinct), v1(last), v1(indptr), v1(length), v1(row_context), v1(path_indptr),
+                                   specdec::make_view<1>(status.data(), {1})};
+  CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
+                                                  specdec::make_view<1>(params.data(), {1}),
+                                                  specdec::make_view<1>(row_params.data(), {rows}), c,
+                                                  specdec::make_view<1>(status.data(), {3})),
+                    Contains("'context.path'") && Contains("memory disjoint from 'status'"));
 }
 
 TEST_CASE("logits_to_probs_batch (host) equals logits_to_probs per row, in place and not") {

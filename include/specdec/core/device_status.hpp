@@ -38,7 +38,8 @@ enum class device_error : std::int32_t {
   fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier can track (multi-draft: 1024 residual updates or rejected tokens)
   length = 15,            //!< the cache length of `request` is negative or exceeds what the output holds (kv_importance_batch: the scores' columns)
   partial_state = 16,     //!< partial_kv_append_batch: the cache length of `request` is below seen[request], its sizes / seen / placed entry is outside [0, |B|] / [0, INT32_MAX] / [0, 2 (|B| - |S|)], or an eviction slot its appends would use is outside [0, |B|)
-  params = 17,            //!< process_logits_batch: row `index` names sampling_params entry `request`, which is outside the params array, invalid, or applies a penalty
+  params = 17,            //!< process_logits_batch: row `index` names sampling_params entry `request`, which is outside the params array, invalid, or applies a penalty without a penalty_context
+  context = 18,           //!< process_logits_batch: the penalty context of row `index` (context `request`, -1: none) is malformed (penalty_context's rules)
 };
 
 //! Host-side reading of a device status array [error, request, index].
@@ -100,8 +101,13 @@ struct device_status {
                "would use is outside [0, budget)";
       case device_error::params:
         return "row " + i + " names sampling_params entry " + r +
-               ", which is outside the params array, fails validate_sampling_params, or applies a penalty (the batch "
-               "form gets no context)";
+               ", which is outside the params array, fails validate_sampling_params, or applies a penalty (the "
+               "five-argument batch form gets no context)";
+      case device_error::context:
+        return "the penalty context of row " + i + " (context " + r +
+               ") is malformed: row_context outside [-1, contexts), a context or suffix range outside its array, "
+               "more pairs than the context length (or none for a non-empty context), distinct tokens outside [0, "
+               "V) or not strictly ascending, a last position outside [0, length), or a suffix token outside [0, V)";
       case device_error::fanout:
         return "node " + i + " of request " + r +
                " rejected more children than the device verifier can track (1024 residual updates or rejected tokens "

@@ -217,6 +217,9 @@ struct batch_verify_input {
   strided_view<const float, 2> logits;               //!< [N + B, V]: entry b's rows from node_indptr[b] + b
   std::span<const sampling_params* const> sampling;  //!< [B]: entry b's logits processors
   std::span<const std::uint64_t> seeds, streams;     //!< [B]: entry b's philox_stream(seed, stream) this step
+  //! [B]: entry b's committed tokens (prompt and output so far), the penalty context of its rows
+  //! (process_tree_logits' `committed`); may be empty when no entry applies a penalty.
+  std::span<const std::span<const std::int32_t>> committed = {};
 };
 
 //! `verify_batch(const batch_verify_input&, verify_batch_result& out)` (optional): decides every

@@ -10,24 +10,30 @@
 //!                         the trees go up (three int32 arrays), verify_greedy_batch(cuda) decides
 //!                         every request, the results come down, one stream synchronisation. The
 //!                         result equals greedy_verifier's on the same rows bit for bit (argmax ties:
-//!                         lowest token id; verify/greedy.cuh).
+//!                         lowest token id; verify/greedy.cuh). When a request applies a penalty
+//!                         (which can move the argmax), the rows are first processed as the sampled
+//!                         verifier processes them (below), into a buffer of the verifier's.
 //!
 //!   cuda_sample_and_match_verifier
 //!                         sample_and_match_verifier plus verify_batch: the rows processed and turned
 //!                         into probabilities on the device (process_logits_batch, logits_to_probs_batch
 //!                         in a buffer of the verifier's), then verify_sample_and_match_batch(cuda).
 //!
-//! Penalties are not applied on the device yet (issue #23 item 2): they need each row's context, so a
-//! request with a repetition or contextual penalty is refused with invalid_argument naming the field,
-//! before anything is launched. Greedy verification needs no other processing: it runs at temperature
-//! 0 (speculative_batch requires it), where the processed row is one-hot at the argmax whatever
-//! top-k, top-p, min-p and eta say. Chain and multi-draft verification on the device (their array
-//! forms exist) are not offered as policies yet: they also need the draft's q rows there.
+//! Processing on the device (detail::device_step_rows) applies each request's whole chain: the
+//! repetition and contextual penalties over its committed tokens (batch_verify_input::committed)
+//! and each row's root path, through a penalty_context built on the host each step (O(committed) per
+//! request that applies a penalty, plus a sort of its distinct tokens; the seven arrays go up with
+//! the trees), then temperature, top-k, top-p, min-p and eta. Greedy verification needs nothing else:
+//! at temperature 0 (speculative_batch requires it) the processed row is one-hot at the penalized
+//! argmax whatever top-k, top-p, min-p and eta say. Chain and multi-draft verification on the device
+//! (their array forms exist) are not offered as policies yet: they also need the draft's q rows there.
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +43,7 @@
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/decoder/verifiers.hpp"
 #include "specdec/sampling/logits_processor.cuh"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 
@@ -74,28 +81,124 @@ class device_arrays {
 };
 using device_int32_arrays = device_arrays<std::int32_t>;
 
-//! Refuses a request whose processing needs its context (a repetition or contextual penalty): the
-//! device verifiers process rows without it (process_logits_batch).
-inline void require_no_penalties(std::span<const sampling_params* const> sampling, std::string_view fn) {
-  for (std::size_t b = 0; b < sampling.size(); ++b) {
-    const sampling_params& p = *sampling[b];
-    const std::string field = "sampling of request " + std::to_string(b) + " of the step: ";
-    require(p.repetition_penalty == 1.0f, fn, field + "repetition_penalty",
-            "1 (device verification applies no penalties yet: they need each row's context)", p.repetition_penalty);
-    require(p.contextual_penalty == 1.0f || p.penalty_window == 0, fn, field + "contextual_penalty",
-            "1 or a penalty_window of 0 (device verification applies no penalties yet: they need each row's context)",
-            p.contextual_penalty);
-  }
+//! Whether a request's processing reads its context (a repetition or contextual penalty).
+[[nodiscard]] inline bool applies_penalty(const sampling_params& p) noexcept {
+  return p.repetition_penalty != 1.0f || (p.contextual_penalty != 1.0f && p.penalty_window > 0);
 }
 
-//! Refuses a request whose processing could move the argmax (see the file comment).
-inline void require_argmax_preserving(std::span<const sampling_params* const> sampling, std::string_view fn) {
-  require_no_penalties(sampling, fn);
+//! Refuses a request that is not greedy (the greedy verifier's rows must come out one-hot).
+inline void require_greedy(std::span<const sampling_params* const> sampling, std::string_view fn) {
   for (std::size_t b = 0; b < sampling.size(); ++b)
     require(sampling[b]->temperature == 0.0f, fn,
             "sampling of request " + std::to_string(b) + " of the step: temperature", "0 (greedy verification)",
             sampling[b]->temperature);
 }
+
+//! The device verifiers' processing of a step's rows (see the file comment): a copy of the target's
+//! logits in a buffer of its own, processed in place by process_logits_batch on the device, with a
+//! penalty_context when some request applies a penalty. Host-side checks of the step's arrays first
+//! (invalid_argument naming `fn`); enqueued on `stream`, no synchronisation; the device's report goes
+//! to `status` (3 int32, device memory). Buffers grow as needed and are kept.
+class device_step_rows {
+ public:
+  //! The host half, before any CUDA call: checks the step's arrays and sampling_params
+  //! (invalid_argument naming `fn`), and builds the row-to-entry map and the penalty context.
+  void prepare(const batch_verify_input& in, std::string_view fn) {
+    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
+    const auto B = in.node_indptr.size() - 1;
+    require_equal(fn, "sampling.size()", B, in.sampling.size());
+    require_equal(fn, "parents.size()", in.tokens.size(), in.parents.size());
+    validate_indptr(fn, "node_indptr", "node_indptr", in.node_indptr.data(), static_cast<std::int64_t>(B),
+                    static_cast<std::int64_t>(in.tokens.size()), "tokens.size()");
+    bool penalties = false;
+    for (const sampling_params* p : in.sampling) {
+      validate_sampling_params(*p, fn);
+      penalties = penalties || applies_penalty(*p);
+    }
+    if (penalties) require_equal(fn, "committed.size() (a request applies a penalty)", B, in.committed.size());
+    const std::int64_t rows = static_cast<std::int64_t>(in.tokens.size() + B), V = in.logits.extent(1);
+    require_shape(fn, "logits", in.logits, {rows, -1});
+    require(V >= 1 && V <= std::numeric_limits<std::int32_t>::max() && in.logits.stride(1) == 1, fn, "logits",
+            "rows of unit inner stride, 1 <= vocab <= INT32_MAX", V);
+    // which sampling entry each row takes: request b's rows are node_indptr[b] + b .. node_indptr[b + 1] + b
+    // (checked on the host here: the row_params must stay in range whatever the offsets hold)
+    row_params_.assign(static_cast<std::size_t>(rows), 0);
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::int64_t lo = static_cast<std::int64_t>(in.node_indptr[b]) + static_cast<std::int64_t>(b),
+                         hi = static_cast<std::int64_t>(in.node_indptr[b + 1]) + static_cast<std::int64_t>(b) + 1;
+      if (!(lo >= 0 && lo < hi && hi <= rows)) [[unlikely]]
+        throw_invalid_argument(fn, "node_indptr", "offsets from 0, non-decreasing, ending at the node count",
+                               "entry " + std::to_string(b) + " = " + std::to_string(in.node_indptr[b]));
+      std::fill(row_params_.begin() + lo, row_params_.begin() + hi, static_cast<std::int32_t>(b));
+    }
+    if (penalties) {  // each request's committed tokens and its rows' root paths (process_tree_logits' contexts)
+      if (!builder_ || builder_->vocab() != V) builder_.emplace(static_cast<std::int32_t>(V));
+      builder_->clear();
+      for (std::size_t b = 0; b < B; ++b) {
+        const auto lo = static_cast<std::size_t>(in.node_indptr[b]), hi = static_cast<std::size_t>(in.node_indptr[b + 1]);
+        const auto tokens = in.tokens.subspan(lo, hi - lo), parents = in.parents.subspan(lo, hi - lo);
+        if (applies_penalty(*in.sampling[b])) {
+          builder_->add_tree_rows(builder_->add_context(in.committed[b]), tokens, parents);
+        } else {
+          for (std::size_t r = 0; r <= hi - lo; ++r) builder_->add_row(-1, {});
+        }
+      }
+    }
+    penalties_ = penalties, rows_count_ = rows, vocab_ = V;
+  }
+
+  //! The device half for the step prepare() saw: the processed rows [N + B, V] (device memory, valid
+  //! until the next call).
+  strided_view<float, 2> process(const batch_verify_input& in, cudaStream_t stream, std::int32_t* status) {
+    const std::int64_t rows = rows_count_, V = vocab_;
+    const bool penalties = penalties_;
+    const auto B = in.sampling.size();
+    auto& d = *ints_;
+    const auto up = [&](void* to, const void* from, std::size_t bytes) {
+      if (bytes > 0) SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream));
+    };
+    const auto up_ints = [&](std::size_t i, std::span<const std::int32_t> h) {
+      std::int32_t* p = d.get(i, h.size());
+      up(p, h.data(), h.size_bytes());
+      return make_view<1>(static_cast<const std::int32_t*>(p), {static_cast<std::int64_t>(h.size())}, memory_space::device);
+    };
+    const auto rp = up_ints(0, row_params_);
+    sampling_params* params = params_->get(0, B);
+    params_host_.clear();
+    for (const sampling_params* sp : in.sampling) params_host_.push_back(*sp);
+    up(params, params_host_.data(), params_host_.size() * sizeof(sampling_params));
+    float* buf = rows_->get(0, static_cast<std::size_t>(rows * V));
+    if (rows > 0)
+      SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(buf, static_cast<std::size_t>(V) * sizeof(float), in.logits.data(),
+                                           static_cast<std::size_t>(in.logits.stride(0)) * sizeof(float),
+                                           static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(rows),
+                                           cudaMemcpyDeviceToDevice, stream));
+    const auto lg = make_view<2>(buf, {rows, V}, memory_space::device);
+    const auto pv = make_view<1>(static_cast<const sampling_params*>(params), {static_cast<std::int64_t>(B)}, memory_space::device);
+    const auto st = make_view<1>(status, {3}, memory_space::device);
+    const cuda policy{.stream = stream};
+    if (penalties) {
+      const penalty_context c{up_ints(1, builder_->distinct()),    up_ints(2, builder_->last()),
+                              up_ints(3, builder_->context_indptr()), up_ints(4, builder_->context_length()),
+                              up_ints(5, builder_->row_context()), up_ints(6, builder_->path_indptr()),
+                              up_ints(7, builder_->path())};
+      process_logits_batch(policy, lg, pv, rp, c, st);
+    } else {
+      process_logits_batch(policy, lg, pv, rp, st);
+    }
+    return lg;
+  }
+
+ private:
+  std::unique_ptr<device_int32_arrays> ints_ = std::make_unique<device_int32_arrays>(8);
+  std::unique_ptr<device_arrays<sampling_params>> params_ = std::make_unique<device_arrays<sampling_params>>(1);
+  std::unique_ptr<device_arrays<float>> rows_ = std::make_unique<device_arrays<float>>(1);
+  std::optional<penalty_context_builder> builder_;
+  bool penalties_ = false;
+  std::int64_t rows_count_ = 0, vocab_ = 0;
+  std::vector<std::int32_t> row_params_;
+  std::vector<sampling_params> params_host_;
+};
 
 }  // namespace detail
 
@@ -109,7 +212,11 @@ class cuda_greedy_verifier : public greedy_verifier {
   explicit cuda_greedy_verifier(cudaStream_t stream) : stream_(stream) {}
   cuda_greedy_verifier(const cuda_greedy_verifier& o) : greedy_verifier(o), stream_(o.stream_) {}
   cuda_greedy_verifier& operator=(const cuda_greedy_verifier& o) {
-    if (this != &o) stream_ = o.stream_, buf_ = std::make_unique<detail::device_int32_arrays>(8), host_.clear();
+    if (this != &o) {
+      stream_ = o.stream_, host_.clear();
+      buf_ = std::make_unique<detail::device_int32_arrays>(int_count);
+      rows_ = std::make_unique<detail::device_step_rows>();
+    }
     return *this;
   }
   cuda_greedy_verifier(cuda_greedy_verifier&&) noexcept = default;
@@ -120,12 +227,19 @@ class cuda_greedy_verifier : public greedy_verifier {
     require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
     const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
     require_equal(fn, "sampling.size()", B, in.sampling.size());
-    detail::require_argmax_preserving(in.sampling, fn);
-    enum : std::size_t { indptr, tokens, parents, accepted, num, bonus, emitted, status, count };
+    detail::require_greedy(in.sampling, fn);
+    bool penalties = false;
+    for (const sampling_params* sp : in.sampling) penalties = penalties || detail::applies_penalty(*sp);
+    if (penalties) rows_->prepare(in, fn);
+    enum : std::size_t { indptr, tokens, parents, accepted, num, bonus, emitted, status, st_proc, count };
+    static_assert(count == int_count);
     auto& d = *buf_;
     std::int32_t* p[count];
-    const std::size_t sizes[count] = {B + 1, N, N, N, B, B, N + B, 3};
+    const std::size_t sizes[count] = {B + 1, N, N, N, B, B, N + B, 3, 3};
     for (std::size_t i = 0; i < count; ++i) p[i] = d.get(i, sizes[i]);
+    // a penalty can move the argmax: the rows processed first (one-hot at the penalized argmax)
+    strided_view<const float, 2> logits = in.logits;
+    if (penalties) logits = rows_->process(in, stream_, p[st_proc]);
     const auto up = [&](std::size_t i, std::span<const std::int32_t> h) {
       if (!h.empty())
         SPECDEC_CUDA_CHECK(cudaMemcpyAsync(p[i], h.data(), h.size_bytes(), cudaMemcpyHostToDevice, stream_));
@@ -134,42 +248,46 @@ class cuda_greedy_verifier : public greedy_verifier {
     const auto v = [&](std::size_t i) {
       return make_view<1>(p[i], {static_cast<std::int64_t>(sizes[i])}, memory_space::device);
     };
-    verify_greedy_batch(cuda{.stream = stream_}, v(indptr), v(tokens), v(parents), in.logits, v(accepted), v(num),
+    verify_greedy_batch(cuda{.stream = stream_}, v(indptr), v(tokens), v(parents), logits, v(accepted), v(num),
                         v(bonus), v(emitted), v(status));
-    host_.resize(N + 2 * B + 3);
+    host_.resize(N + 2 * B + 6);
     std::int32_t* h = host_.data();
     const auto down = [&](std::size_t i, std::int32_t* to) {
       if (sizes[i] > 0)
         SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, p[i], sizes[i] * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
     };
-    down(status, h), down(num, h + 3), down(bonus, h + 3 + B), down(accepted, h + 3 + 2 * B);
+    if (penalties) down(st_proc, h + 3);
+    down(status, h), down(num, h + 6), down(bonus, h + 6 + B), down(accepted, h + 6 + 2 * B);
     SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (penalties) device_status::from(std::span<const std::int32_t, 3>(h + 3, 3)).throw_if_error(fn);
     device_status::from(std::span<const std::int32_t, 3>(h, 3)).throw_if_error(fn);
     out = {};
     for (std::size_t b = 0; b < B; ++b) {
-      const std::int32_t* first = h + 3 + 2 * B + in.node_indptr[b];
-      out.push_back(verify_result{std::vector<std::int32_t>(first, first + h[3 + b]), h[3 + B + b]});
+      const std::int32_t* first = h + 6 + 2 * B + in.node_indptr[b];
+      out.push_back(verify_result{std::vector<std::int32_t>(first, first + h[6 + b]), h[6 + B + b]});
     }
   }
 
  private:
+  static constexpr std::size_t int_count = 9;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<detail::device_int32_arrays> buf_ = std::make_unique<detail::device_int32_arrays>(8);
+  std::unique_ptr<detail::device_int32_arrays> buf_ = std::make_unique<detail::device_int32_arrays>(int_count);
+  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
   std::vector<std::int32_t> host_;
 };
 static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batch<cuda_greedy_verifier>);
 
 //! sample_and_match_verifier (host logits: the same per-request path) plus verify_batch on a CUDA
 //! device: the step's logits are copied to a buffer of the verifier's on the device, processed there
-//! (process_logits_batch: each request's temperature, top-k, top-p, min-p, eta), turned into
-//! probabilities in place (logits_to_probs_batch), and verify_sample_and_match_batch decides every
-//! request from its seed and stream; N + 2B int32 come back, one stream synchronisation. The results
-//! equal sample_and_match_verifier's on the host's processed rows bit for bit under
-//! process_logits_batch's conditions (the host at an FMA-capable level, IEEE denormals and division
-//! on the device; min-p's and eta's cuts from the device's log and exp, within 1 ulp). A request with
-//! a repetition or contextual penalty is refused (they need each row's context). `stream` as for
-//! cuda_greedy_verifier. Device memory: the [N + B, V] float buffer (the target's logits are left as
-//! they are) and the step's arrays, grown as needed and kept.
+//! (detail::device_step_rows: each request's penalties over its committed tokens and each row's root
+//! path, temperature, top-k, top-p, min-p, eta), turned into probabilities in place
+//! (logits_to_probs_batch), and verify_sample_and_match_batch decides every request from its seed and
+//! stream; N + 2B int32 come back, one stream synchronisation. The results equal
+//! sample_and_match_verifier's on the host's processed rows bit for bit under process_logits_batch's
+//! conditions (the host at an FMA-capable level, IEEE denormals and division on the device; min-p's
+//! and eta's cuts from the device's log and exp, within 1 ulp). `stream` as for cuda_greedy_verifier.
+//! Device memory: the [N + B, V] float buffer (the target's logits are left as they are) and the
+//! step's arrays, grown as needed and kept.
 class cuda_sample_and_match_verifier : public sample_and_match_verifier {
  public:
   explicit cuda_sample_and_match_verifier(cudaStream_t stream) : stream_(stream) {}
@@ -180,8 +298,7 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
       stream_ = o.stream_;
       ints_ = std::make_unique<detail::device_int32_arrays>(int_count);
       words_ = std::make_unique<detail::device_arrays<std::uint64_t>>(2);
-      params_ = std::make_unique<detail::device_arrays<sampling_params>>(1);
-      rows_ = std::make_unique<detail::device_arrays<float>>(1);
+      rows_ = std::make_unique<detail::device_step_rows>();
       host_.clear();
     }
     return *this;
@@ -193,59 +310,31 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
     constexpr std::string_view fn = "specdec::cuda_sample_and_match_verifier::verify_batch";
     require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
     const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
-    require_equal(fn, "sampling.size()", B, in.sampling.size());
     require_equal(fn, "seeds.size()", B, in.seeds.size());
     require_equal(fn, "streams.size()", B, in.streams.size());
-    for (const sampling_params* p : in.sampling) validate_sampling_params(*p, fn);
-    detail::require_no_penalties(in.sampling, fn);
-    const std::int64_t rows = static_cast<std::int64_t>(N + B), V = in.logits.extent(1);
-    require_shape(fn, "logits", in.logits, {rows, -1});
-    require(V >= 1 && in.logits.stride(1) == 1, fn, "logits", "rows of unit inner stride, vocab >= 1", V);
-    // which sampling entry each row takes: request b's rows are node_indptr[b] + b .. node_indptr[b + 1] + b
-    // (checked on the host here: the row_params must stay in range whatever the offsets hold)
-    row_params_.assign(static_cast<std::size_t>(rows), 0);
-    for (std::size_t b = 0; b < B; ++b) {
-      const std::int64_t lo = static_cast<std::int64_t>(in.node_indptr[b]) + static_cast<std::int64_t>(b),
-                         hi = static_cast<std::int64_t>(in.node_indptr[b + 1]) + static_cast<std::int64_t>(b) + 1;
-      if (!(lo >= 0 && lo < hi && hi <= rows)) [[unlikely]]
-        throw_invalid_argument(fn, "node_indptr", "offsets from 0, non-decreasing, ending at the node count",
-                               "entry " + std::to_string(b) + " = " + std::to_string(in.node_indptr[b]));
-      std::fill(row_params_.begin() + lo, row_params_.begin() + hi, static_cast<std::int32_t>(b));
-    }
-    enum : std::size_t { indptr, tokens, parents, accepted, num, bonus, emitted, rowp, st_proc, st_prob, st_ver, count };
+    rows_->prepare(in, fn);  // every host-side check before any CUDA call
+    enum : std::size_t { indptr, tokens, parents, accepted, num, bonus, emitted, st_proc, st_prob, st_ver, count };
     static_assert(count == int_count);
     auto& d = *ints_;
     std::int32_t* p[count];
-    const std::size_t sizes[count] = {B + 1, N, N, N, B, B, N + B, static_cast<std::size_t>(rows), 3, 3, 3};
+    const std::size_t sizes[count] = {B + 1, N, N, N, B, B, N + B, 3, 3, 3};
     for (std::size_t i = 0; i < count; ++i) p[i] = d.get(i, sizes[i]);
+    const auto lg = rows_->process(in, stream_, p[st_proc]);
     std::uint64_t* seeds = words_->get(0, B);
     std::uint64_t* streams = words_->get(1, B);
-    sampling_params* params = params_->get(0, B);
-    float* buf = rows_->get(0, static_cast<std::size_t>(rows * V));
     const auto up = [&](void* to, const void* from, std::size_t bytes) {
       if (bytes > 0) SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_));
     };
     up(p[indptr], in.node_indptr.data(), in.node_indptr.size_bytes());
     up(p[tokens], in.tokens.data(), in.tokens.size_bytes());
     up(p[parents], in.parents.data(), in.parents.size_bytes());
-    up(p[rowp], row_params_.data(), row_params_.size() * sizeof(std::int32_t));
     up(seeds, in.seeds.data(), in.seeds.size_bytes());
     up(streams, in.streams.data(), in.streams.size_bytes());
-    params_host_.clear();
-    for (const sampling_params* sp : in.sampling) params_host_.push_back(*sp);
-    up(params, params_host_.data(), params_host_.size() * sizeof(sampling_params));
-    SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(buf, static_cast<std::size_t>(V) * sizeof(float), in.logits.data(),
-                                         static_cast<std::size_t>(in.logits.stride(0)) * sizeof(float),
-                                         static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(rows),
-                                         cudaMemcpyDeviceToDevice, stream_));
     const auto v = [&](std::size_t i) {
       return make_view<1>(p[i], {static_cast<std::int64_t>(sizes[i])}, memory_space::device);
     };
     const auto w = [&](std::uint64_t* x) { return make_view<1>(x, {static_cast<std::int64_t>(B)}, memory_space::device); };
-    const auto lg = make_view<2>(buf, {rows, V}, memory_space::device);
     const cuda policy{.stream = stream_};
-    process_logits_batch(policy, lg, make_view<1>(params, {static_cast<std::int64_t>(B)}, memory_space::device), v(rowp),
-                         v(st_proc));
     logits_to_probs_batch(policy, lg, lg, v(st_prob));
     verify_sample_and_match_batch(policy, v(indptr), v(tokens), v(parents), lg, w(seeds), w(streams), v(accepted),
                                   v(num), v(bonus), v(emitted), v(st_ver));
@@ -267,15 +356,12 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
   }
 
  private:
-  static constexpr std::size_t int_count = 11;
+  static constexpr std::size_t int_count = 10;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<detail::device_int32_arrays> ints_ = std::make_unique<detail::device_int32_arrays>(int_count);
   std::unique_ptr<detail::device_arrays<std::uint64_t>> words_ = std::make_unique<detail::device_arrays<std::uint64_t>>(2);
-  std::unique_ptr<detail::device_arrays<sampling_params>> params_ =
-      std::make_unique<detail::device_arrays<sampling_params>>(1);
-  std::unique_ptr<detail::device_arrays<float>> rows_ = std::make_unique<detail::device_arrays<float>>(1);
-  std::vector<std::int32_t> host_, row_params_;
-  std::vector<sampling_params> params_host_;
+  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
+  std::vector<std::int32_t> host_;
 };
 static_assert(check_verifier<cuda_sample_and_match_verifier>() &&
               verifier_has_verify_batch<cuda_sample_and_match_verifier>);

@@ -5,8 +5,14 @@
 //! on policy.stream, a block of 512 threads per row (grid-stride over rows), in place.
 //!
 //! process_logits_batch, per row, the host's process_row steps in the host's order:
-//!  0. the row's sampling_params entry, checked (batch_sampling_params_ok: device_error::params);
+//!  0. the row's sampling_params entry, checked (batch_sampling_params_ok: device_error::params),
+//!     and in the penalty form the row's penalty context (penalty_context.hpp's checks, the pairs
+//!     and suffix tokens spread over the block: device_error::context);
 //!  1. the max / min / non-finite scan (CUB block reductions; device_error::row);
+//!  1b. penalties (penalty form): when they could overflow every admissible logit to -inf
+//!     (penalty_growth), a count of what would survive first (device_error::row, the row untouched);
+//!     then each distinct context token by its one owner (detail::penalty_token), a thread per owner,
+//!     and the scan again;
 //!  2. temperature 0: one-hot at the first maximum; otherwise temperature as l * (1/t), or
 //!     (l - max) / t where that would leave the float range (apply_temperature's test);
 //!  3. top-k: the k-th largest topk_key by block_radix_select (core/topk_batch.cuh, shared with
@@ -282,6 +288,51 @@ __device__ inline void block_eta(float* row, std::int64_t n, float m, const samp
     if (static_cast<double>(fast_exp_fused(row[i] - m)) < cut && i != best) row[i] = ninf;
 }
 
+//! Row r's penalty view (row_penalty_of), with its context's pairs and its suffix tokens checked by
+//! the block (penalty_pair_ok; tokens in [0, V)). False, after thread 0 reports device_error::context
+//! (request = the row's context, index = r), when anything is malformed. Uniform.
+__device__ inline bool block_row_penalty(const process_logits_batch_args& a, std::int64_t r, const sampling_params& p,
+                                         row_penalty& rp) {
+  const int t = static_cast<int>(threadIdx.x);
+  std::int32_t c = -1;
+  bool ok = row_penalty_of(a, r, p, rp, c);  // the same values for every thread
+  if (ok && a.with_context) {
+    bool bad = false;
+    if (c >= 0) {
+      const std::int64_t lo = a.context_indptr[c], hi = a.context_indptr[c + 1];
+      for (std::int64_t j = lo + t; j < hi; j += process_threads)
+        bad |= !penalty_pair_ok(a.distinct, a.last, lo, j, a.vocab, a.context_length[c]);
+    }
+    for (std::int32_t k = t; k < rp.depth; k += process_threads) bad |= rp.path[k] < 0 || rp.path[k] >= a.vocab;
+    ok = __syncthreads_or(bad ? 1 : 0) == 0;
+  }
+  if (!ok && t == 0) device_report(a.status, device_error::context, c, static_cast<std::int32_t>(r));
+  return ok;
+}
+
+//! Whether some logit of the row stays above -inf after the penalties (the count check_row's copy
+//! makes on the host): admissible logits outside the context, plus context tokens whose penalized
+//! value is above -inf. To every thread.
+__device__ inline bool block_penalties_leave_some(const float* row, std::int64_t n, const row_penalty& rp,
+                                                  row_kernel_shared& sh) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const int t = static_cast<int>(threadIdx.x);
+  std::int64_t count = 0;
+  for (std::int64_t i = t; i < n; i += process_threads) count += row[i] > ninf;
+  for (std::int64_t j = t; j < rp.owners(); j += process_threads) {
+    std::int32_t token;
+    std::int64_t last;
+    if (!penalty_token(rp, j, token, last)) continue;
+    const float x = row[token];
+    count += (penalized_logit(rp, x, last) > ninf) - (x > ninf);
+  }
+  __syncthreads();  // sh.tmp may still be read by an earlier reduction
+  const std::int64_t total = cub::BlockReduce<std::int64_t, process_threads>(sh.tmp.reduce_i).Sum(count);
+  if (t == 0) sh.first = total;
+  __syncthreads();
+  return sh.first > 0;
+}
+
 __global__ void __launch_bounds__(process_threads) process_logits_kernel(const process_logits_batch_args a) {
   __shared__ row_kernel_shared sh;
   constexpr float ninf = -std::numeric_limits<float>::infinity();
@@ -290,12 +341,27 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
   for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     float* row = a.logits + r * a.stride;
     const std::int32_t e = a.row_params[r];
-    if (e < 0 || e >= a.num_params || !batch_sampling_params_ok(a.params[e])) {  // uniform
+    if (e < 0 || e >= a.num_params || !batch_sampling_params_ok(a.params[e], a.with_context)) {  // uniform
       if (t == 0) device_report(a.status, device_error::params, e, static_cast<std::int32_t>(r));
       continue;
     }
     const sampling_params p = a.params[e];
+    row_penalty rp;
+    if (!block_row_penalty(a, r, p, rp)) continue;
     if (!block_admissible_row(row, n, a.status, r, sh)) continue;
+    if (rp.active()) {  // steps 1-2 (penalty_context.hpp: one owner per distinct token, so no races)
+      if (!isfinite(sh.fmin * penalty_growth(p)) && !block_penalties_leave_some(row, n, rp, sh)) {
+        if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
+        continue;  // uniform; the barriers above leave sh free
+      }
+      for (std::int64_t j = t; j < rp.owners(); j += process_threads) {
+        std::int32_t token;
+        std::int64_t last;
+        if (penalty_token(rp, j, token, last)) row[token] = penalized_logit(rp, row[token], last);
+      }
+      __syncthreads();
+      (void)block_admissible_row(row, n, a.status, r, sh);  // admissible: penalties make no NaN or +inf
+    }
     float m = sh.fmax;
     const float lo = sh.fmin;
     if (p.temperature == 0.0f) {  // greedy: one-hot at the first maximum

@@ -56,6 +56,7 @@
 #include "specdec/core/tensor.hpp"
 #include "specdec/core/thread_pool.hpp"
 #include "specdec/core/topk.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/sampling/detail/row_error.hpp"
 #include "specdec/sampling/detail/select.hpp"
@@ -110,11 +111,6 @@ struct sampling_workspace {
 };
 
 namespace detail {
-
-inline float penalize(float l, float theta, bool sign_aware) noexcept {
-  if (sign_aware && l <= 0.0f) return l * theta;
-  return l / theta;
-}
 
 //! Token at position j of the concatenation prefix ++ suffix.
 inline std::int32_t context_at(std::span<const std::int32_t> prefix, std::span<const std::int32_t> suffix,
@@ -260,7 +256,7 @@ inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
 //! The largest factor the penalties together multiply a logit by (l * r for l <= 0; a token in the
 //! context window gets both, l * r * theta with the sign-aware contextual penalty), 1 when none does.
 //! May be +inf (r * theta > FLT_MAX): check_row then takes the exact path.
-inline float penalty_growth(const sampling_params& p) noexcept {
+SPECDEC_HOST_DEVICE inline float penalty_growth(const sampling_params& p) noexcept {
   float g = p.repetition_penalty;
   if (p.contextual_penalty != 1.0f && p.penalty_window > 0 && p.contextual_sign_aware) g *= p.contextual_penalty;
   return g;
@@ -420,21 +416,24 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
 
 namespace detail {
 
-//! Whether p passes validate_sampling_params and applies no penalty: what process_logits_batch
-//! accepts (its rows come without their context). Host and device.
-[[nodiscard]] SPECDEC_HOST_DEVICE inline bool batch_sampling_params_ok(const sampling_params& p) noexcept {
+//! Whether p passes validate_sampling_params and, unless `penalties` (process_logits_batch given a
+//! penalty_context), applies no penalty: what process_logits_batch accepts. Host and device.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool batch_sampling_params_ok(const sampling_params& p,
+                                                                       bool penalties) noexcept {
   const bool valid = std::isfinite(p.temperature) && p.temperature >= 0.0f && p.top_k >= 0 && p.top_p > 0.0f &&
                      p.top_p <= 1.0f && p.min_p >= 0.0f && p.min_p <= 1.0f && p.eta_epsilon >= 0.0f &&
                      p.eta_epsilon < 1.0f && std::isfinite(p.eta_alpha) && p.eta_alpha != 0.0f &&
+                     std::isfinite(p.repetition_penalty) && p.repetition_penalty >= 1.0f &&
                      std::isfinite(p.contextual_penalty) && p.contextual_penalty >= 1.0f && p.penalty_window >= 0;
-  return valid && p.repetition_penalty == 1.0f && (p.contextual_penalty == 1.0f || p.penalty_window == 0);
+  return valid && (penalties || (p.repetition_penalty == 1.0f && (p.contextual_penalty == 1.0f || p.penalty_window == 0)));
 }
 
 //! Largest V of process_logits_batch and logits_to_probs_batch: top-p's bin sums (and the CUDA
 //! backend's weighted selection) are exact up to 2^29 terms (sampling/detail/vec.hpp, top_p_quantum).
 inline constexpr std::int64_t batch_max_vocab = std::int64_t{1} << 29;
 
-//! process_logits_batch's arguments (a kernel parameter).
+//! process_logits_batch's arguments (a kernel parameter). The penalty context's arrays are null in
+//! the five-argument form (with_context false: a penalty is refused).
 struct process_logits_batch_args {
   float* logits = nullptr;
   std::int64_t rows = 0, vocab = 0, stride = 0;
@@ -442,7 +441,36 @@ struct process_logits_batch_args {
   std::int64_t num_params = 0;
   const std::int32_t* row_params = nullptr;
   std::int32_t* status = nullptr;
+  bool with_context = false;
+  const std::int32_t *distinct = nullptr, *last = nullptr, *context_indptr = nullptr, *context_length = nullptr,
+                     *row_context = nullptr, *path_indptr = nullptr, *path = nullptr;
+  std::int64_t pairs = 0, contexts = 0, path_tokens = 0;
 };
+
+//! Row r's penalty view under sampling_params p, from the context's headers: its context's range and
+//! length (penalty_context_header_ok) and its suffix range (penalty_path_range_ok). False when a
+//! header is malformed or row_context[r] is outside [-1, C) (`context` gets the row's context, -1
+//! for none); the pairs and suffix tokens themselves are checked by the caller (penalty_pair_ok).
+//! Without a context: an empty view (no penalty applies).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool row_penalty_of(const process_logits_batch_args& a, std::int64_t r,
+                                                             const sampling_params& p, row_penalty& rp,
+                                                             std::int32_t& context) noexcept {
+  rp = make_row_penalty(p.repetition_penalty, p.contextual_penalty, p.penalty_window, p.contextual_sign_aware,
+                        nullptr, nullptr, 0, 0, nullptr, 0);
+  context = -1;
+  if (!a.with_context) return true;
+  context = a.row_context[r];
+  const std::int32_t plo = a.path_indptr[r], phi = a.path_indptr[r + 1];
+  if (context < -1 || context >= a.contexts || !penalty_path_range_ok(plo, phi, a.path_tokens)) return false;
+  std::int32_t lo = 0, hi = 0, length = 0;
+  if (context >= 0) {
+    lo = a.context_indptr[context], hi = a.context_indptr[context + 1], length = a.context_length[context];
+    if (!penalty_context_header_ok(lo, hi, length, a.pairs)) return false;
+  }
+  rp = make_row_penalty(p.repetition_penalty, p.contextual_penalty, p.penalty_window, p.contextual_sign_aware,
+                        a.distinct + lo, a.last + lo, hi - lo, length, a.path + plo, phi - plo);
+  return true;
+}
 
 //! The seam between process_logits_batch and its backends: static void run(const Policy&, const
 //! process_logits_batch_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
@@ -452,10 +480,16 @@ template <>
 struct process_logits_backend<host> {
   static void run(const host& policy, const process_logits_batch_args& a) {
     constexpr std::string_view fn = "specdec::process_logits_batch";
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
     const auto v = static_cast<std::size_t>(a.vocab);
     const auto row_at = [&](std::int64_t i) { return std::span<float>(a.logits + i * a.stride, v); };
     sampling_workspace ws;
     std::vector<logit_scan> scans(static_cast<std::size_t>(a.rows));
+    std::vector<row_penalty> penalties(static_cast<std::size_t>(a.rows));
+    std::vector<std::uint8_t> context_checked(static_cast<std::size_t>(a.contexts), 0);
+    const auto bad_context = [&](std::int64_t i, const std::string& what, std::int64_t value) {
+      throw_invalid_argument(fn, "context", what + " (row " + std::to_string(i) + ")", value);
+    };
     for (std::int64_t i = 0; i < a.rows; ++i) {  // every row first: a rejected call writes nothing
       const std::int32_t e = a.row_params[i];
       if (e < 0 || e >= a.num_params) [[unlikely]]
@@ -465,53 +499,81 @@ struct process_logits_backend<host> {
                                e);
       const sampling_params& p = a.params[e];
       validate_sampling_params(p, fn);
-      if (!batch_sampling_params_ok(p)) [[unlikely]]
+      if (!batch_sampling_params_ok(p, a.with_context)) [[unlikely]]
         throw_invalid_argument(fn, "params",
                                "no repetition or contextual penalty (entry " + std::to_string(e) +
-                                   "): the batch form gets no context; apply penalties with process_tree_logits",
+                                   "): the five-argument form gets no context; pass a penalty_context",
                                "a penalty");
-      scans[static_cast<std::size_t>(i)] = check_row(row_at(i), p, {}, {}, nullptr, ws, {fn, "logits", i});
+      row_penalty& rp = penalties[static_cast<std::size_t>(i)];
+      std::int32_t c = -1;
+      if (!row_penalty_of(a, i, p, rp, c)) [[unlikely]] {
+        if (c < -1 || c >= a.contexts) bad_context(i, "row_context entries in [-1, " + std::to_string(a.contexts) + ")", c);
+        if (!penalty_path_range_ok(a.path_indptr[i], a.path_indptr[i + 1], a.path_tokens))
+          bad_context(i, "a path range [path_indptr[i], path_indptr[i + 1]) inside [0, " + std::to_string(a.path_tokens) + "]",
+                      a.path_indptr[i + 1]);
+        bad_context(i, "context " + std::to_string(c) +
+                           ": a range of context_indptr inside [0, " + std::to_string(a.pairs) +
+                           "] holding at most context_length tokens, none exactly when the length is 0",
+                    a.context_length[c]);
+      }
+      if (c >= 0 && !context_checked[static_cast<std::size_t>(c)]) {  // each context's pairs once
+        const std::int64_t lo = a.context_indptr[c], hi = a.context_indptr[c + 1];
+        for (std::int64_t j = lo; j < hi; ++j)
+          if (!penalty_pair_ok(a.distinct, a.last, lo, j, a.vocab, a.context_length[c])) [[unlikely]]
+            bad_context(i, "context " + std::to_string(c) + ": distinct tokens in [0, V) strictly ascending, last "
+                           "positions in [0, context_length) (at pair " + std::to_string(j) + ", token",
+                        a.distinct[j]);
+        context_checked[static_cast<std::size_t>(c)] = 1;
+      }
+      for (std::int32_t k = 0; k < rp.depth; ++k)
+        if (rp.path[k] < 0 || rp.path[k] >= a.vocab) [[unlikely]]
+          bad_context(i, "path tokens in [0, V) (at suffix position " + std::to_string(k) + ")", rp.path[k]);
+      const row_ref at{fn, "logits", i};
+      const logit_scan s = checked_logit_scan(std::span<const float>(row_at(i)), at);
+      scans[static_cast<std::size_t>(i)] = s;
+      if (rp.active() && !std::isfinite(s.min * penalty_growth(p))) [[unlikely]] {
+        // the penalties could overflow every admissible logit to -inf: count what would survive
+        std::int64_t admissible = 0, in_context = 0, surviving = 0;
+        for (float x : row_at(i)) admissible += x > ninf;
+        for (std::int64_t j = 0; j < rp.owners(); ++j) {
+          std::int32_t t;
+          std::int64_t last;
+          if (!penalty_token(rp, j, t, last)) continue;
+          const float x = row_at(i)[static_cast<std::size_t>(t)];
+          in_context += x > ninf;
+          surviving += penalized_logit(rp, x, last) > ninf;
+        }
+        if (admissible - in_context + surviving == 0)
+          throw_empty_row(at,
+                          "at least one logit above -inf after the penalties (every admissible logit overflows to "
+                          "-inf when multiplied by the penalty)",
+                          "all -inf");
+      }
     }
     parallel_for(policy, a.rows, [&](std::int64_t i) {  // rows on the host pool, a workspace per thread
       thread_local sampling_workspace tws;
-      process_row(row_at(i), a.params[a.row_params[i]], {}, {}, nullptr, tws, scans[static_cast<std::size_t>(i)]);
+      const auto row = row_at(i);
+      const row_penalty& rp = penalties[static_cast<std::size_t>(i)];
+      logit_scan s = scans[static_cast<std::size_t>(i)];
+      if (rp.active()) {  // steps 1-2, one owner per distinct token (penalty_context.hpp)
+        for (std::int64_t j = 0; j < rp.owners(); ++j) {
+          std::int32_t t;
+          std::int64_t last;
+          if (penalty_token(rp, j, t, last))
+            row[static_cast<std::size_t>(t)] = penalized_logit(rp, row[static_cast<std::size_t>(t)], last);
+        }
+        s = scan_logits(row.data(), row.size());
+      }
+      process_row(row, a.params[a.row_params[i]], {}, {}, nullptr, tws, s);
     });
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
 };
 
-}  // namespace detail
-
-//! The processor chain (process_logits, steps 3-7: temperature, top-k, top-p, min-p, eta) on every
-//! row of a batch at once, in place: row i with params[row_params[i]] (e.g. the request's
-//! sampling_params for each of its tree rows). The form a GPU engine calls on the logits its target
-//! left in device memory, before logits_to_probs_batch and the array-form verifiers; no other
-//! [rows, V] tensor is made. Penalties need each row's context, which the batch form does not get: an
-//! entry with a repetition or contextual penalty is refused (process_tree_logits applies them).
-//!   logits      float [rows, V], unit inner stride, rows that do not overlap; processed in place
-//!   params      sampling_params [P]
-//!   row_params  int32 [rows], entries in [0, P)
-//!   status      int32 [3]: {0, -1, -1}, or the device's report: device_error::params (request = the
-//!               entry, index = the row: an entry out of range, invalid, or with a penalty) or
-//!               device_error::row (request -1, index = the row: NaN, +inf or no logit above -inf); a
-//!               reported row is left as it was
-//! V <= 2^29 and rows <= 2^31 - 1 (checked).
-//! specdec::host: host-accessible memory; every row and entry checked before any row is written
-//! (invalid_argument naming the row), then the rows processed on the host pool (policy.num_threads);
-//! each row equals process_logits' result with an empty context.
-//! specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible memory; a block
-//! per row (sampling/logits_processor.cuh says how). Each row equals the host's bit for bit where the
-//! host's weights are fast_exp_fused's (its AVX2 and AVX-512 levels under the compilers' default
-//! contraction, not the portable level), the device keeps IEEE denormals (not -ftz=true /
-//! --use_fast_math), and apart from min-p's ln(p_base) and eta's entropy, which take the device's
-//! double log and exp (within 1 ulp of the host's, so a logit within that of a min-p or eta cut can
-//! be kept on one side only). Enqueued on policy.stream without synchronisation, graph-capturable.
-//! O(rows x V) per step that is on, and top-k and top-p read a row a few more times.
-template <execution_policy Policy, tensor_like Lg, tensor_like Pa, class RP, class ST>
-  requires(detail::int32_array<RP> && detail::int32_output<ST>)
-void process_logits_batch(const Policy& policy, const Lg& logits_in, const Pa& params_in, const RP& row_params_in,
-                          const ST& status_in) {
-  constexpr std::string_view fn = "specdec::process_logits_batch";
+//! process_logits_batch's checks of everything but the context, and its arguments.
+template <class Policy, class Lg, class Pa, class RP, class ST>
+process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg& logits_in, const Pa& params_in,
+                                                  const RP& row_params_in, const ST& status_in) {
   static_assert(std::is_same_v<typename Lg::element_type, float> && Lg::rank == 2,
                 "specdec::process_logits_batch: logits must be a writable float tensor [rows, V]");
   static_assert(std::is_same_v<std::remove_cv_t<typename Pa::element_type>, sampling_params> && Pa::rank == 1,
@@ -527,7 +589,7 @@ void process_logits_batch(const Policy& policy, const Lg& logits_in, const Pa& p
   const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
   require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
   // top-p's bin sums are exact, so independent of the order they are taken in, below 2^29 tokens
-  require(vocab <= detail::batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
+  require(vocab <= batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
   require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
   require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
   require_policy_memory<Policy>(fn, "params", params);
@@ -537,8 +599,89 @@ void process_logits_batch(const Policy& policy, const Lg& logits_in, const Pa& p
   require_policy_array<Policy>(fn, "row_params", row_params, rows);
   require_policy_array<Policy>(fn, "status", status, 3);
   require_disjoint(fn, "logits", logits, "params", params, "row_params", row_params, "status", status);
-  detail::process_logits_batch_args a{logits.data(), rows,           vocab,            logits.stride(0),
-                                      params.data(), params.extent(0), row_params.data(), status.data()};
+  return {logits.data(), rows, vocab, logits.stride(0), params.data(), params.extent(0), row_params.data(),
+          status.data()};
+}
+
+}  // namespace detail
+
+//! The processor chain (process_logits, steps 3-7: temperature, top-k, top-p, min-p, eta) on every
+//! row of a batch at once, in place: row i with params[row_params[i]] (e.g. the request's
+//! sampling_params for each of its tree rows). The form a GPU engine calls on the logits its target
+//! left in device memory, before logits_to_probs_batch and the array-form verifiers; no other
+//! [rows, V] tensor is made. Penalties need each row's context, which this form does not get: an
+//! entry with a repetition or contextual penalty is refused (the six-argument form below takes a
+//! penalty_context).
+//!   logits      float [rows, V], unit inner stride, rows that do not overlap; processed in place
+//!   params      sampling_params [P]
+//!   row_params  int32 [rows], entries in [0, P)
+//!   status      int32 [3]: {0, -1, -1}, or the device's report: device_error::params (request = the
+//!               entry, index = the row: an entry out of range, invalid, or with a penalty),
+//!               device_error::context (six-argument form; request = the row's context, index = the
+//!               row) or device_error::row (request -1, index = the row: NaN, +inf, no logit above
+//!               -inf, or none left above -inf by the penalties); a reported row is left as it was
+//! V <= 2^29 and rows <= 2^31 - 1 (checked).
+//! specdec::host: host-accessible memory; every row and entry checked before any row is written
+//! (invalid_argument naming the row), then the rows processed on the host pool (policy.num_threads);
+//! each row equals process_logits' result with an empty context.
+//! specdec::cuda (needs sampling/logits_processor.cuh and nvcc): device-accessible memory; a block
+//! per row (sampling/logits_processor.cuh says how). Each row equals the host's bit for bit where the
+//! host's weights are fast_exp_fused's (its AVX2 and AVX-512 levels under the compilers' default
+//! contraction, not the portable level), the device keeps IEEE denormals (not -ftz=true /
+//! --use_fast_math), and apart from min-p's ln(p_base) and eta's entropy, which take the device's
+//! double log and exp (within 1 ulp of the host's, so a logit within that of a min-p or eta cut can
+//! be kept on one side only). Enqueued on policy.stream without synchronisation, graph-capturable.
+//! O(rows x V) per step that is on, and top-k and top-p read a row a few more times.
+template <execution_policy Policy, tensor_like Lg, tensor_like Pa, class RP, class ST>
+  requires(detail::int32_array<RP> && detail::int32_output<ST>)
+void process_logits_batch(const Policy& policy, const Lg& logits, const Pa& params, const RP& row_params,
+                          const ST& status) {
+  const auto a = detail::process_logits_batch_of<Policy>("specdec::process_logits_batch", logits, params, row_params,
+                                                         status);
+  detail::process_logits_backend<Policy>::run(policy, a);
+}
+
+//! process_logits_batch with the penalties (process_logits' steps 1-2, then 3-7): row i's penalty
+//! context is its context's committed tokens followed by its suffix (penalty_context; e.g. a request's
+//! tokens and a tree node's root path, penalty_context_builder::add_tree_rows), and each row equals
+//! process_logits(row, params, committed, suffix) bit for bit (host), or under the conditions above
+//! (cuda; a penalty is a division or a multiplication, IEEE on both sides). The context's arrays are
+//! in memory the policy can read and must not overlap the logits or status; their values are checked
+//! as penalty_context says (host: before any row is written, invalid_argument naming the row; cuda:
+//! device_error::context for the row, which is left as it was). Extra cost per row: O(|pairs| x
+//! (1 + depth) + depth x (depth + log |pairs|)) reads, spread over the block on the device, plus one
+//! more scan of the row when a penalty applies.
+template <execution_policy Policy, tensor_like Lg, tensor_like Pa, class RP, class ST>
+  requires(detail::int32_array<RP> && detail::int32_output<ST>)
+void process_logits_batch(const Policy& policy, const Lg& logits, const Pa& params, const RP& row_params,
+                          const penalty_context& context, const ST& status) {
+  constexpr std::string_view fn = "specdec::process_logits_batch";
+  auto a = detail::process_logits_batch_of<Policy>(fn, logits, params, row_params, status);
+  const auto& c = context;
+  const std::int64_t lim = detail::penalty_context_max;
+  require_policy_array<Policy>(fn, "context.distinct", c.distinct, -1);
+  require(c.distinct.extent(0) <= lim, fn, "context.distinct", "at most INT32_MAX pairs", c.distinct.extent(0));
+  require_policy_array<Policy>(fn, "context.last", c.last, c.distinct.extent(0));
+  require_policy_array<Policy>(fn, "context.context_length", c.context_length, -1);
+  require(c.context_length.extent(0) < lim, fn, "context.context_length", "fewer than INT32_MAX contexts",
+          c.context_length.extent(0));
+  require_policy_array<Policy>(fn, "context.context_indptr", c.context_indptr, c.context_length.extent(0) + 1);
+  require_policy_array<Policy>(fn, "context.row_context", c.row_context, a.rows);
+  require_policy_array<Policy>(fn, "context.path_indptr", c.path_indptr, a.rows + 1);
+  require_policy_array<Policy>(fn, "context.path", c.path, -1);
+  require(c.path.extent(0) <= lim, fn, "context.path", "at most INT32_MAX tokens", c.path.extent(0));
+  const auto lg = as_view(logits);
+  const auto st = as_view(status);
+  for (const auto& [name, array] : {std::pair{"context.distinct", c.distinct}, {"context.last", c.last},
+                                     {"context.context_indptr", c.context_indptr},
+                                     {"context.context_length", c.context_length}, {"context.row_context", c.row_context},
+                                     {"context.path_indptr", c.path_indptr}, {"context.path", c.path}})
+    require_disjoint(fn, "logits", lg, "status", st, name, array);  // the arrays written; the context may share memory
+  a.with_context = true;
+  a.distinct = c.distinct.data(), a.last = c.last.data(), a.context_indptr = c.context_indptr.data();
+  a.context_length = c.context_length.data(), a.row_context = c.row_context.data();
+  a.path_indptr = c.path_indptr.data(), a.path = c.path.data();
+  a.pairs = c.distinct.extent(0), a.contexts = c.context_length.extent(0), a.path_tokens = c.path.extent(0);
   detail::process_logits_backend<Policy>::run(policy, a);
 }
 

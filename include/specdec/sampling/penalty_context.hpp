@@ -1,0 +1,295 @@
+#pragma once
+//! \file penalty_context.hpp
+//! The penalty context of a batch of logits rows, in the form a kernel reads: what
+//! process_logits_batch (sampling/logits_processor.hpp) needs to apply the repetition and contextual
+//! penalties (steps 1-2 of its chain) to rows whose context it is not given as one list per row.
+//!
+//! A row's penalty context is a committed context (a request's prompt and output so far) followed by
+//! the row's own suffix (a tree node's root path; process_tree_logits' rule). A long context repeated
+//! for each of a tree's rows would be read once per row and token, so each context is given once, as
+//! its distinct tokens in ascending order with the position of each one's last occurrence:
+//!   - the repetition penalty applies once to every distinct token of the context and the suffix;
+//!   - the contextual penalty applies once to every distinct token whose last occurrence in
+//!     context ++ suffix lies in the last W positions (TokenSwift §3.4, Eq. 3), i.e. at a position
+//!     >= max(0, length + depth - W), the suffix's k-th token being at position length + k.
+//! Every distinct token of a row's context is visited by one owner (detail::penalty_token): the
+//! context's pairs own their tokens, a suffix token owns itself at its last occurrence in the suffix
+//! unless the context holds it. The owners are distinct, so a CUDA block applies them in parallel
+//! without races, and each penalized value is computed as process_logits computes it (repetition,
+//! then contextual, on the original logit): bit for bit the same row.
+//!
+//! penalty_context_builder makes the arrays from committed token lists and trees, in host memory (a
+//! CUDA user copies the seven arrays to the device).
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/tensor.hpp"
+
+namespace specdec {
+
+//! The penalty context of the rows of process_logits_batch (see the file comment). All int32, 1-D,
+//! unit stride, in memory the call's policy can read. C contexts, T pairs, P suffix tokens:
+//!   distinct        [T]      context c's distinct tokens, strictly ascending, in [0, V), at
+//!                            [context_indptr[c], context_indptr[c + 1])
+//!   last            [T]      last[j]: the position of distinct[j]'s last occurrence in its context,
+//!                            in [0, context_length[c])
+//!   context_indptr  [C + 1]  offsets into distinct / last (each context's range in [0, T])
+//!   context_length  [C]      the committed length of context c: >= its pair count, and 0 exactly
+//!                            when it has none
+//!   row_context     [rows]   the context of row i, in [0, C), or -1: none (the suffix alone)
+//!   path_indptr     [rows+1] offsets into path (each row's range in [0, P])
+//!   path            [P]      row i's suffix, path[path_indptr[i] .. path_indptr[i + 1]), in [0, V)
+//! Offsets need not start at 0 or be shared: each row reads its context's range and its own.
+struct penalty_context {
+  strided_view<const std::int32_t, 1> distinct, last, context_indptr, context_length, row_context, path_indptr, path;
+};
+
+namespace detail {
+
+//! The largest pair count, committed length and suffix depth of a penalty context (positions are
+//! formed in int64, so only the arrays' own int32 range limits them).
+inline constexpr std::int64_t penalty_context_max = std::numeric_limits<std::int32_t>::max();
+
+//! One row's view of a penalty context and its sampling_params' penalties.
+struct row_penalty {
+  const std::int32_t* distinct = nullptr;  //!< the context's pairs: tokens ascending ...
+  const std::int32_t* last = nullptr;      //!< ... and last positions
+  std::int32_t count = 0;                  //!< pairs
+  std::int64_t length = 0;                 //!< committed length
+  const std::int32_t* path = nullptr;      //!< the row's suffix
+  std::int32_t depth = 0;                  //!< its length
+  float repetition = 1.0f;                 //!< r; 1 = off
+  float contextual = 1.0f;                 //!< theta; 1 = off (also when W = 0)
+  bool sign_aware = false;                 //!< contextual_sign_aware
+  std::int64_t window_start = 0;           //!< positions >= it are in the contextual window
+
+  //! Distinct tokens to visit: the pairs, then the suffix positions (some of which own nothing).
+  [[nodiscard]] SPECDEC_HOST_DEVICE std::int64_t owners() const noexcept {
+    return static_cast<std::int64_t>(count) + depth;
+  }
+  //! Whether any token of the row is penalized (process_row's has_penalties).
+  [[nodiscard]] SPECDEC_HOST_DEVICE bool active() const noexcept {
+    return (repetition != 1.0f || contextual != 1.0f) && owners() > 0;
+  }
+};
+
+//! row_penalty for a row with the given context (pairs may be null when count is 0) and suffix.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline row_penalty make_row_penalty(float repetition, float contextual, int window,
+                                                                    bool sign_aware, const std::int32_t* distinct,
+                                                                    const std::int32_t* last, std::int32_t count,
+                                                                    std::int64_t length, const std::int32_t* path,
+                                                                    std::int32_t depth) noexcept {
+  row_penalty rp;
+  rp.distinct = distinct, rp.last = last, rp.count = count, rp.length = length, rp.path = path, rp.depth = depth;
+  rp.repetition = repetition;
+  rp.contextual = window > 0 ? contextual : 1.0f;
+  rp.sign_aware = sign_aware;
+  const std::int64_t total = length + depth;
+  rp.window_start = total > window ? total - window : 0;
+  return rp;
+}
+
+//! Whether the sorted pairs hold `token` (binary search).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_pairs_hold(const row_penalty& rp, std::int32_t token) noexcept {
+  std::int32_t lo = 0, hi = rp.count;
+  while (lo < hi) {
+    const std::int32_t mid = lo + (hi - lo) / 2;
+    if (rp.distinct[mid] < token)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < rp.count && rp.distinct[lo] == token;
+}
+
+//! Owner j of the row's distinct tokens (j in [0, owners())): true with its token and the position of
+//! its last occurrence in context ++ suffix, or false when owner j (a suffix position) owns nothing
+//! (its token is a pair's, or occurs again later in the suffix).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_token(const row_penalty& rp, std::int64_t j, std::int32_t& token,
+                                                            std::int64_t& last) noexcept {
+  if (j < rp.count) {
+    token = rp.distinct[j];
+    last = rp.last[j];
+    if (rp.contextual != 1.0f && last < rp.window_start)  // a later occurrence in the suffix can bring it in
+      for (std::int32_t k = rp.depth - 1; k >= 0; --k)
+        if (rp.path[k] == token) {
+          last = rp.length + k;
+          break;
+        }
+    return true;
+  }
+  const auto k = static_cast<std::int32_t>(j - rp.count);
+  token = rp.path[k];
+  for (std::int32_t k2 = k + 1; k2 < rp.depth; ++k2)
+    if (rp.path[k2] == token) return false;
+  if (penalty_pairs_hold(rp, token)) return false;
+  last = rp.length + k;
+  return true;
+}
+
+//! The CTRL form l > 0 ? l / theta : l * theta when sign_aware, else l / theta (logits_processor.hpp's
+//! steps 1-2).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline float penalize(float l, float theta, bool sign_aware) noexcept {
+  if (sign_aware && l <= 0.0f) return l * theta;
+  return l / theta;
+}
+
+//! The penalized value of a logit `l` whose token last occurs at position `last`: repetition (always
+//! the sign-aware form), then contextual inside the window; process_logits' operations in its order.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline float penalized_logit(const row_penalty& rp, float l, std::int64_t last) noexcept {
+  if (rp.repetition != 1.0f) l = penalize(l, rp.repetition, true);
+  if (rp.contextual != 1.0f && last >= rp.window_start) l = penalize(l, rp.contextual, rp.sign_aware);
+  return l;
+}
+
+//! The checks a penalty context's values must pass, shared by the host backend (which throws) and the
+//! device (which reports device_error::context). Each returns true when the value is valid.
+//! Context c's header: 0 <= lo <= hi <= pairs, 0 <= hi - lo <= length, length == 0 iff hi == lo.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_context_header_ok(std::int32_t lo, std::int32_t hi,
+                                                                        std::int32_t length, std::int64_t pairs) noexcept {
+  return lo >= 0 && hi >= lo && hi <= pairs && length >= hi - lo && (length == 0) == (hi == lo);
+}
+//! Pair j of a context whose pairs start at lo: token in [0, V), above the previous pair's, last
+//! position in [0, length).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_pair_ok(const std::int32_t* distinct, const std::int32_t* last,
+                                                              std::int64_t lo, std::int64_t j, std::int64_t vocab,
+                                                              std::int32_t length) noexcept {
+  return distinct[j] >= 0 && distinct[j] < vocab && (j == lo || distinct[j - 1] < distinct[j]) && last[j] >= 0 &&
+         last[j] < length;
+}
+//! Row i's suffix range: 0 <= lo <= hi <= P.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_path_range_ok(std::int32_t lo, std::int32_t hi,
+                                                                    std::int64_t path_tokens) noexcept {
+  return lo >= 0 && hi >= lo && hi <= path_tokens;
+}
+
+}  // namespace detail
+
+//! Builds a penalty_context in host memory: add each committed context once, then the rows that use
+//! it (a tree's n + 1 verification rows with add_tree_rows). O(length) per context plus a sort of its
+//! distinct tokens; a vocabulary-sized scratch array is kept between builds. Throws invalid_argument
+//! on a token outside [0, vocab), a bad tree, or a size past INT32_MAX.
+class penalty_context_builder {
+ public:
+  //! An empty context for a vocabulary of `vocab` tokens (>= 1).
+  explicit penalty_context_builder(std::int32_t vocab) : vocab_(vocab) {
+    require(vocab >= 1, fn_, "vocab", ">= 1", vocab);
+    path_indptr_.push_back(0);
+    context_indptr_.push_back(0);
+  }
+
+  //! Forgets every context and row (keeps the memory).
+  void clear() {
+    distinct_.clear(), last_.clear(), context_length_.clear(), row_context_.clear(), path_.clear();
+    context_indptr_.assign(1, 0), path_indptr_.assign(1, 0);
+  }
+
+  //! Adds a committed context; returns its index for add_row / add_tree_rows.
+  std::int32_t add_context(std::span<const std::int32_t> committed) {
+    require(committed.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "committed",
+            "at most INT32_MAX tokens", committed.size());
+    require(context_length_.size() < static_cast<std::size_t>(detail::penalty_context_max), fn_, "contexts",
+            "fewer than INT32_MAX", context_length_.size());
+    if (seen_.size() != static_cast<std::size_t>(vocab_)) seen_.assign(static_cast<std::size_t>(vocab_), -1);
+    const std::size_t first = distinct_.size();
+    for (std::size_t j = 0; j < committed.size(); ++j) {
+      const std::int32_t t = committed[j];
+      if (t < 0 || t >= vocab_) [[unlikely]] {
+        for (std::size_t i = first; i < distinct_.size(); ++i) seen_[static_cast<std::size_t>(distinct_[i])] = -1;
+        distinct_.resize(first);
+        throw_invalid_argument(fn_, "committed",
+                               "token ids in [0, vocab = " + std::to_string(vocab_) + ") (at position " +
+                                   std::to_string(j) + ")",
+                               t);
+      }
+      if (seen_[static_cast<std::size_t>(t)] < 0) distinct_.push_back(t);
+      seen_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(j);
+    }
+    require(distinct_.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "committed",
+            "at most INT32_MAX distinct tokens in all contexts", distinct_.size());
+    std::sort(distinct_.begin() + static_cast<std::ptrdiff_t>(first), distinct_.end());
+    last_.resize(distinct_.size());
+    for (std::size_t i = first; i < distinct_.size(); ++i) {
+      auto& s = seen_[static_cast<std::size_t>(distinct_[i])];
+      last_[i] = s;
+      s = -1;
+    }
+    context_indptr_.push_back(static_cast<std::int32_t>(distinct_.size()));
+    context_length_.push_back(static_cast<std::int32_t>(committed.size()));
+    return static_cast<std::int32_t>(context_length_.size() - 1);
+  }
+
+  //! Adds a row with context `context` (an add_context result, or -1 for none) and suffix `path`.
+  void add_row(std::int32_t context, std::span<const std::int32_t> path) {
+    require(context >= -1 && context < contexts(), fn_, "context",
+            "-1 or an index from add_context (< " + std::to_string(contexts()) + ")", context);
+    require(row_context_.size() < static_cast<std::size_t>(detail::penalty_context_max), fn_, "rows",
+            "fewer than INT32_MAX", row_context_.size());
+    require(path_.size() + path.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "path",
+            "at most INT32_MAX suffix tokens in all rows", path_.size() + path.size());
+    for (std::size_t k = 0; k < path.size(); ++k)
+      if (path[k] < 0 || path[k] >= vocab_) [[unlikely]]
+        throw_invalid_argument(fn_, "path",
+                               "token ids in [0, vocab = " + std::to_string(vocab_) + ") (at position " +
+                                   std::to_string(k) + ")",
+                               path[k]);
+    path_.insert(path_.end(), path.begin(), path.end());
+    path_indptr_.push_back(static_cast<std::int32_t>(path_.size()));
+    row_context_.push_back(context);
+  }
+
+  //! Adds the n + 1 verification rows of a tree (process_tree_logits' rows): row 0 with an empty
+  //! suffix, row i + 1 with node i's root path (root child first, node i last). tokens[i], parents[i]
+  //! (-1 = a child of the root, else < i).
+  void add_tree_rows(std::int32_t context, std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents) {
+    require_equal(fn_, "parents.size()", tokens.size(), parents.size());
+    for (std::size_t i = 0; i < parents.size(); ++i)
+      if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i)) [[unlikely]]
+        throw_invalid_argument(fn_, "parents", "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i),
+                               parents[i]);
+    add_row(context, {});
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      scratch_.clear();
+      for (std::int64_t a = static_cast<std::int64_t>(i); a >= 0; a = parents[static_cast<std::size_t>(a)])
+        scratch_.push_back(tokens[static_cast<std::size_t>(a)]);
+      std::reverse(scratch_.begin(), scratch_.end());
+      add_row(context, scratch_);
+    }
+  }
+
+  [[nodiscard]] std::int32_t contexts() const noexcept { return static_cast<std::int32_t>(context_length_.size()); }
+  [[nodiscard]] std::int32_t rows() const noexcept { return static_cast<std::int32_t>(row_context_.size()); }
+  [[nodiscard]] std::int32_t vocab() const noexcept { return vocab_; }
+
+  // The seven arrays (host memory), e.g. to copy to a device.
+  [[nodiscard]] std::span<const std::int32_t> distinct() const noexcept { return distinct_; }
+  [[nodiscard]] std::span<const std::int32_t> last() const noexcept { return last_; }
+  [[nodiscard]] std::span<const std::int32_t> context_indptr() const noexcept { return context_indptr_; }
+  [[nodiscard]] std::span<const std::int32_t> context_length() const noexcept { return context_length_; }
+  [[nodiscard]] std::span<const std::int32_t> row_context() const noexcept { return row_context_; }
+  [[nodiscard]] std::span<const std::int32_t> path_indptr() const noexcept { return path_indptr_; }
+  [[nodiscard]] std::span<const std::int32_t> path() const noexcept { return path_; }
+
+  //! The context as host views (valid until the builder changes).
+  [[nodiscard]] penalty_context view() const noexcept {
+    const auto v = [](const std::vector<std::int32_t>& a) {
+      return make_view<1>(a.data(), {static_cast<std::int64_t>(a.size())});
+    };
+    return {v(distinct_), v(last_), v(context_indptr_), v(context_length_), v(row_context_), v(path_indptr_), v(path_)};
+  }
+
+ private:
+  static constexpr std::string_view fn_ = "specdec::penalty_context_builder";
+  std::int32_t vocab_;
+  std::vector<std::int32_t> distinct_, last_, context_indptr_, context_length_, row_context_, path_indptr_, path_;
+  std::vector<std::int32_t> seen_, scratch_;
+};
+
+}  // namespace specdec
