@@ -23,7 +23,11 @@
 //   BM_sampled_step_batch   what cuda_sample_and_match_verifier enqueues for a step, on float logits
 //                           [batch * (tree + 1), V] (uniform in [-8, 8)): a copy of the rows to the
 //                           work buffer, process_logits_batch (mode 0: temperature 0.8; 1: and
-//                           top-p 0.9; 2: and top-k 50 first; 3: and min-p 0.05 and eta 0.02),
+//                           top-p 0.9; 2: and top-k 50 first; 3: and min-p 0.05 and eta 0.02; 4:
+//                           mode 3 with a repetition penalty 1.1 and a contextual penalty 1.2 over
+//                           W = 1024, each request's committed context 32K random tokens and each
+//                           row's root path, the penalty_context uploaded once: the host's per-step
+//                           build and upload of it are not timed),
 //                           logits_to_probs_batch in place, verify_sample_and_match_batch (random
 //                           trees: the walk stops early). bytes = the logits read once; read_us =
 //                           those bytes / copy bandwidth (#23's target for the verification alone:
@@ -73,6 +77,7 @@
 #include "specdec/kv/contiguous_kv.hpp"
 #include "specdec/kv/partial_kv.cuh"
 #include "specdec/sampling/logits_processor.cuh"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/tree/tree_batch.cuh"
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/multi_draft.cuh"
@@ -300,7 +305,28 @@ void BM_sampled_step_batch(benchmark::State& state) {
   if (mode >= 1) sp.top_p = 0.9f;
   if (mode >= 2) sp.top_k = 50;
   if (mode >= 3) sp.min_p = 0.05f, sp.eta_epsilon = 0.02f;
+  if (mode >= 4) sp.repetition_penalty = 1.1f, sp.contextual_penalty = 1.2f, sp.penalty_window = 1024;
   const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(batch), sp);
+  specdec::penalty_context_builder ctx(static_cast<std::int32_t>(V));
+  if (mode >= 4) {
+    std::vector<std::int32_t> committed(32768);
+    for (int r = 0; r < batch; ++r) {
+      for (auto& t : committed) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V)));
+      const auto lo = static_cast<std::size_t>(indptr[static_cast<std::size_t>(r)]);
+      ctx.add_tree_rows(ctx.add_context(committed), std::span(tokens).subspan(lo, static_cast<std::size_t>(tree)),
+                        std::span(parents).subspan(lo, static_cast<std::size_t>(tree)));
+    }
+  }
+  std::vector<std::unique_ptr<dmem>> ctx_arrays;
+  const auto up = [&](std::span<const std::int32_t> h) {
+    ctx_arrays.push_back(std::make_unique<dmem>(std::max<std::size_t>(h.size_bytes(), 4)));
+    if (!h.empty()) SPECDEC_CUDA_CHECK(cudaMemcpy(ctx_arrays.back()->p, h.data(), h.size_bytes(), cudaMemcpyHostToDevice));
+    return specdec::make_view<1>(ctx_arrays.back()->as<const std::int32_t>(), {static_cast<std::int64_t>(h.size())},
+                                 memory_space::device);
+  };
+  const specdec::penalty_context dctx{up(ctx.distinct()),    up(ctx.last()),        up(ctx.context_indptr()),
+                                      up(ctx.context_length()), up(ctx.row_context()), up(ctx.path_indptr()),
+                                      up(ctx.path())};
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
   for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
   const device_tree_io io(indptr, tokens, parents, seeds, streams);
@@ -315,10 +341,13 @@ void BM_sampled_step_batch(benchmark::State& state) {
   graph_time(state, stream, [&](int i) {
     SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
     const specdec::cuda pol{.stream = stream};
-    specdec::process_logits_batch(
-        pol, lg, specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device),
-        specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device),
-        specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device));
+    const auto pv = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device);
+    const auto rv = specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device);
+    const auto sv = specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device);
+    if (mode >= 4)
+      specdec::process_logits_batch(pol, lg, pv, rv, dctx, sv);
+    else
+      specdec::process_logits_batch(pol, lg, pv, rv, sv);
     specdec::logits_to_probs_batch(pol, lg, lg, specdec::make_view<1>(st2.as<std::int32_t>(), {3}, memory_space::device));
     specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
                                            io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
@@ -334,7 +363,7 @@ void BM_sampled_step_batch(benchmark::State& state) {
 }
 BENCHMARK(BM_sampled_step_batch)
     ->ArgNames({"batch", "tree", "vocab", "mode"})
-    ->ArgsProduct({{1, 8}, {64}, {32768, 131072}, {0, 1, 2, 3}})
+    ->ArgsProduct({{1, 8}, {64}, {32768, 131072}, {0, 1, 2, 3, 4}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

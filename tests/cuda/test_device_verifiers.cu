@@ -122,17 +122,24 @@ std::string refusal(const specdec::sampling_params& first, const specdec::sampli
   return std::string("not refused");
 }
 
+//! run_all over host logits with HostVerifier (want) and over device logits with DeviceVerifier (got),
+//! 12 requests each.
+template <class HostVerifier, class DeviceVerifier>
+auto host_and_device(specdec::sampling_params (*sampling)(std::uint32_t) = nullptr) {
+  bigram_target t_host{false}, t_dev{true};
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, HostVerifier> on_host(
+      t_host);
+  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, DeviceVerifier> on_dev(
+      t_dev, {}, {}, DeviceVerifier{nullptr});  // the target uploads synchronously
+  auto want = run_all(on_host, 12, sampling);
+  return std::pair{want, run_all(on_dev, 12, sampling)};
+}
+
 }  // namespace
 
 TEST_CASE("cuda_greedy_verifier: a step over device logits equals host greedy verification", "[cuda][decoder]") {
-  bigram_target t_host{false}, t_dev{true};
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, specdec::greedy_verifier>
-      on_host(t_host);
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
-                             specdec::cuda_greedy_verifier>
-      on_dev(t_dev, {}, {}, specdec::cuda_greedy_verifier{nullptr});  // the target uploads synchronously
-  const auto want = run_all(on_host, 12);
-  const auto got = run_all(on_dev, 12);
+  const bigram_target t_host{false};
+  const auto [want, got] = host_and_device<specdec::greedy_verifier, specdec::cuda_greedy_verifier>();
   CHECK(got == want);
   int checked = 0;
   for (const auto& [id, tokens] : want) {
@@ -184,14 +191,8 @@ specdec::sampling_params greedy_penalized(std::uint32_t id) {
 }  // namespace
 
 TEST_CASE("cuda_greedy_verifier with penalties equals host greedy verification over processed rows", "[cuda][decoder]") {
-  bigram_target t_host{false}, t_dev{true};
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, specdec::greedy_verifier>
-      on_host(t_host);
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
-                             specdec::cuda_greedy_verifier>
-      on_dev(t_dev, {}, {}, specdec::cuda_greedy_verifier{nullptr});
-  const auto want = run_all(on_host, 12, greedy_penalized);
-  const auto got = run_all(on_dev, 12, greedy_penalized);
+  const bigram_target t_host{false};
+  const auto [want, got] = host_and_device<specdec::greedy_verifier, specdec::cuda_greedy_verifier>(greedy_penalized);
   CHECK(got == want);
   // the penalties changed what was emitted (the plain greedy continuation of some request differs)
   int moved = 0;
@@ -216,19 +217,12 @@ specdec::sampling_params sampled_params(std::uint32_t id) {
 
 TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equals the host's, token for token",
           "[cuda][decoder]") {
-  bigram_target t_host{false}, t_dev{true};
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
-                             specdec::sample_and_match_verifier>
-      on_host(t_host);
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
-                             specdec::cuda_sample_and_match_verifier>
-      on_dev(t_dev, {}, {}, specdec::cuda_sample_and_match_verifier{nullptr});
   if (SPECDEC_NATIVE_SIMD_FMA == 0) {  // the host half is built for x86-64-v3 where the machine runs it
     WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
   }
-  const auto want = run_all(on_host, 12, sampled_params);
-  const auto got = run_all(on_dev, 12, sampled_params);
+  const auto [want, got] =
+      host_and_device<specdec::sample_and_match_verifier, specdec::cuda_sample_and_match_verifier>(sampled_params);
   CHECK(got == want);
   std::size_t tokens = 0;
   for (const auto& [id, t] : want) tokens += t.size();
@@ -236,13 +230,6 @@ TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equ
 }
 
 TEST_CASE("cuda_sample_and_match_verifier with penalties equals the host's, token for token", "[cuda][decoder]") {
-  bigram_target t_host{false}, t_dev{true};
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
-                             specdec::sample_and_match_verifier>
-      on_host(t_host);
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder,
-                             specdec::cuda_sample_and_match_verifier>
-      on_dev(t_dev, {}, {}, specdec::cuda_sample_and_match_verifier{nullptr});
   if (SPECDEC_NATIVE_SIMD_FMA == 0) {
     WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
@@ -253,8 +240,8 @@ TEST_CASE("cuda_sample_and_match_verifier with penalties equals the host's, toke
     if (id % 3 != 2) p.contextual_penalty = 1.6f, p.penalty_window = 3 + static_cast<int>(id % 5);
     return p;
   };
-  const auto want = run_all(on_host, 12, +penalized);
-  const auto got = run_all(on_dev, 12, +penalized);
+  const auto [want, got] =
+      host_and_device<specdec::sample_and_match_verifier, specdec::cuda_sample_and_match_verifier>(+penalized);
   CHECK(got == want);
   std::size_t tokens = 0;
   for (const auto& [id, t] : want) tokens += t.size();
