@@ -57,6 +57,7 @@
 #include "specdec/draft/self_drafter.hpp"
 #include "specdec/sampling/draft_sampling.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/cross_attention.hpp"
