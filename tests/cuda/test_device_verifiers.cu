@@ -243,6 +243,12 @@ TEST_CASE("cuda_sample_and_match_verifier with penalties equals the host's, toke
   const auto [want, got] =
       host_and_device<specdec::sample_and_match_verifier, specdec::cuda_sample_and_match_verifier>(+penalized);
   CHECK(got == want);
+  // the penalties changed what was drawn (the same seeds without them give other tokens)
+  const auto plain =
+      host_and_device<specdec::sample_and_match_verifier, specdec::cuda_sample_and_match_verifier>(sampled_params).first;
+  int moved = 0;
+  for (const auto& [id, t] : want) moved += plain.count(id) == 0 || plain.at(id) != t;
+  CHECK(moved >= 4);
   std::size_t tokens = 0;
   for (const auto& [id, t] : want) tokens += t.size();
   CHECK(tokens >= 100);

@@ -318,18 +318,30 @@ TEST_CASE("cuda process_logits_batch reports a malformed penalty context or an e
   std::vector<specdec::sampling_params> params(1);
   params[0].repetition_penalty = 2.0f;
   std::vector<std::int32_t> row_params{0, 0};
-  const std::vector<std::int32_t> distinct{1, 3}, last{2, 1}, indptr{0, 2}, length{3}, path_indptr{0, 1, 1}, path{4};
-  const auto run = [&](const std::vector<float>& logits, const std::vector<std::int32_t>& d, const std::vector<std::int32_t>& row_context) {
+  // context 0: committed {1, 3, 1} -> pairs (1, 2), (3, 1), length 3; row 0's suffix {4}, row 1's none
+  struct arrays {
+    std::vector<std::int32_t> distinct{1, 3}, last{2, 1}, indptr{0, 2}, length{3}, row_context{0, 0}, path_indptr{0, 1, 1},
+        path{4};
+  };
+  const arrays good;
+  const std::vector<std::int32_t>& distinct = good.distinct;
+  const auto run_with = [&](const std::vector<float>& logits, const arrays& c) {
     device_buffer<float> dl(logits);
     device_buffer<specdec::sampling_params> dp(params);
-    device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5}), dd(d), dl2(last), di(indptr),
-        dln(length), drc(row_context), dpi(path_indptr), dpa(path);
+    device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5}), dd(c.distinct), dl2(c.last),
+        di(c.indptr), dln(c.length), drc(c.row_context), dpi(c.path_indptr), dpa(c.path);
     specdec::process_logits_batch(specdec::cuda{}, specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device),
                                   dv(dp), dv(drp),
                                   specdec::penalty_context{dv(dd), dv(dl2), dv(di), dv(dln), dv(drc), dv(dpi), dv(dpa)},
                                   dv(st));
     specdec_test::sync_check("process_logits_batch (bad context)");
     return std::pair{st.download(), dl.download()};
+  };
+  const auto run = [&](const std::vector<float>& logits, const std::vector<std::int32_t>& d,
+                       const std::vector<std::int32_t>& row_context) {
+    arrays c;
+    c.distinct = d, c.row_context = row_context;
+    return run_with(logits, c);
   };
   const std::vector<float> flat(static_cast<std::size_t>(rows * v), 0.5f);
   {  // distinct tokens not ascending: both rows read context 0
@@ -345,6 +357,41 @@ TEST_CASE("cuda process_logits_batch reports a malformed penalty context or an e
     CHECK(got[1] == 0.25f);
     CHECK(got[4] == 0.25f);
     CHECK(got[0] == 0.5f);
+  }
+  // each other rule of penalty_context, broken for context 0 (both rows) or row 0's suffix
+  const auto broken = [&](auto change, std::int32_t row) {
+    arrays c;
+    change(c);
+    const auto [s, got] = run_with(flat, c);
+    CHECK(s[0] == static_cast<std::int32_t>(specdec::device_error::context));
+    CHECK(s[1] == 0);  // the rows' context
+    if (row < 0) {  // both rows read context 0: either may report first; neither is written
+      CHECK((s[2] == 0 || s[2] == 1));
+      CHECK(got == flat);
+    } else {  // that row reported and left as it was
+      CHECK(s[2] == row);
+      CHECK(std::equal(got.begin() + row * v, got.begin() + (row + 1) * v, flat.begin() + row * v));
+    }
+  };
+  broken([](arrays& c) { c.indptr = {0, 3}; }, -1);             // a range past the pairs
+  broken([](arrays& c) { c.length = {1}; }, -1);                // more pairs than the length
+  broken([](arrays& c) { c.last = {3, 1}; }, -1);               // a last position outside the length
+  broken([](arrays& c) { c.distinct = {1, 6}; }, -1);           // a token outside [0, V)
+  broken([](arrays& c) { c.path_indptr = {0, 1, 2}; }, 1);     // row 1's suffix range past the path
+  broken([](arrays& c) { c.path = {6}; }, 0);                   // a suffix token outside [0, V)
+  {  // (min * r) * theta overflows where min * (r * theta) does not (found by review): reported, untouched
+    auto q = params;
+    params[0] = specdec::sampling_params{};
+    params[0].temperature = 0.0f, params[0].repetition_penalty = 0x1.0033dcp+0f, params[0].contextual_penalty = 0x1.66c9cap+0f;
+    params[0].penalty_window = 4, params[0].contextual_sign_aware = true;
+    std::vector<float> l(static_cast<std::size_t>(rows * v), sb_ninf);
+    l[1] = -0x1.6d079ap+127f, l[static_cast<std::size_t>(v)] = 1.0f;
+    arrays c;
+    c.path = {1};
+    const auto [s, got] = run_with(l, c);
+    CHECK(s == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::row), -1, 0});
+    CHECK(std::vector<float>(got.begin(), got.begin() + v) == std::vector<float>(l.begin(), l.begin() + v));
+    params = q;
   }
   {  // row 0: every admissible logit (tokens 1, 3, 4 at -FLT_MAX) overflows; row 1 keeps token 4
     std::vector<float> l(static_cast<std::size_t>(rows * v), sb_ninf);

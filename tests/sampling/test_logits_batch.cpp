@@ -156,6 +156,10 @@ TEST_CASE("penalty_context_builder: each context's distinct tokens ascending wit
   CHECK_THROWS_WITH(b.add_row(3, {}), Contains("'context'"));
   CHECK_THROWS_WITH(b.add_row(0, std::vector<std::int32_t>{-1}), Contains("'path'"));
   CHECK_THROWS_WITH(b.add_tree_rows(0, tokens, std::vector<std::int32_t>{-1, 1, 0}), Contains("'parents'"));
+  const auto rows_before = b.rows();
+  CHECK_THROWS_WITH(b.add_tree_rows(0, std::vector<std::int32_t>{3, 11}, std::vector<std::int32_t>{-1, 0}),
+                    Contains("'tokens'") && Contains("position 1"));
+  CHECK(b.rows() == rows_before);  // a refused tree adds no row
   b.clear();
   CHECK(b.rows() == 0);
   CHECK(b.contexts() == 0);
@@ -281,6 +285,27 @@ TEST_CASE("process_logits_batch refuses a malformed penalty_context and a row th
   CHECK(status == std::vector<std::int32_t>{0, -1, -1});
   CHECK(logits[4] == -std::numeric_limits<float>::max());
   CHECK(logits[1] == ninf);
+  // (min * r) * theta overflows where min * (r * theta) does not: the check must follow the penalties'
+  // own order (found by review), in process_logits and in the batch form alike
+  {
+    specdec::sampling_params q;
+    q.temperature = 0.0f, q.repetition_penalty = 0x1.0033dcp+0f, q.contextual_penalty = 0x1.66c9cap+0f;
+    q.penalty_window = 4, q.contextual_sign_aware = true;
+    REQUIRE(std::isfinite(-0x1.6d079ap+127f * (q.repetition_penalty * q.contextual_penalty)));
+    std::vector<float> one{-0x1.6d079ap+127f, ninf};
+    const std::vector<std::int32_t> ctx{0};
+    specdec::sampling_workspace ws;
+    CHECK_THROWS_WITH(specdec::process_logits(one, q, ctx, ws), Contains("after the penalties"));
+    CHECK(one == std::vector<float>{-0x1.6d079ap+127f, ninf});
+    specdec::penalty_context_builder pb(2);
+    pb.add_row(pb.add_context(ctx), {});
+    std::vector<std::int32_t> zero{0};
+    CHECK_THROWS_WITH(specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(one.data(), {1, 2}),
+                                                    specdec::make_view<1>(&q, {1}), specdec::make_view<1>(zero.data(), {1}),
+                                                    pb.view(), specdec::make_view<1>(status.data(), {3})),
+                      Contains("'logits'") && Contains("after the penalties"));
+    CHECK(one == std::vector<float>{-0x1.6d079ap+127f, ninf});
+  }
   // the arrays written must not share memory with the context
   const specdec::penalty_context c{v1(distinct), v1(last), v1(indptr), v1(length), v1(row_context), v1(path_indptr),
                                    specdec::make_view<1>(status.data(), {1})};

@@ -118,8 +118,11 @@ class device_step_rows {
     if (penalties) require_equal(fn, "committed.size() (a request applies a penalty)", B, in.committed.size());
     const std::int64_t rows = static_cast<std::int64_t>(in.tokens.size() + B), V = in.logits.extent(1);
     require_shape(fn, "logits", in.logits, {rows, -1});
-    require(V >= 1 && V <= std::numeric_limits<std::int32_t>::max() && in.logits.stride(1) == 1, fn, "logits",
-            "rows of unit inner stride, 1 <= vocab <= INT32_MAX", V);
+    require_policy_memory<cuda>(fn, "logits", in.logits);
+    require(V >= 1 && V <= detail::batch_max_vocab && in.logits.stride(1) == 1 && (rows <= 1 || in.logits.stride(0) >= V),
+            fn, "logits", "rows of unit inner stride, at least vocab apart, 1 <= vocab <= 2^29", V);
+    require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
+    require(rows == 0 || in.logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
     // which sampling entry each row takes: request b's rows are node_indptr[b] + b .. node_indptr[b + 1] + b
     // (checked on the host here: the row_params must stay in range whatever the offsets hold)
     row_params_.assign(static_cast<std::size_t>(rows), 0);
@@ -134,15 +137,17 @@ class device_step_rows {
     if (penalties) {  // each request's committed tokens and its rows' root paths (process_tree_logits' contexts)
       if (!builder_ || builder_->vocab() != V) builder_.emplace(static_cast<std::int32_t>(V));
       builder_->clear();
-      for (std::size_t b = 0; b < B; ++b) {
-        const auto lo = static_cast<std::size_t>(in.node_indptr[b]), hi = static_cast<std::size_t>(in.node_indptr[b + 1]);
-        const auto tokens = in.tokens.subspan(lo, hi - lo), parents = in.parents.subspan(lo, hi - lo);
-        if (applies_penalty(*in.sampling[b])) {
-          builder_->add_tree_rows(builder_->add_context(in.committed[b]), tokens, parents);
-        } else {
-          for (std::size_t r = 0; r <= hi - lo; ++r) builder_->add_row(-1, {});
+      delegate_call(fn, [&] {
+        for (std::size_t b = 0; b < B; ++b) {
+          const auto lo = static_cast<std::size_t>(in.node_indptr[b]), hi = static_cast<std::size_t>(in.node_indptr[b + 1]);
+          const auto tokens = in.tokens.subspan(lo, hi - lo), parents = in.parents.subspan(lo, hi - lo);
+          if (applies_penalty(*in.sampling[b])) {
+            builder_->add_tree_rows(builder_->add_context(in.committed[b]), tokens, parents);
+          } else {
+            for (std::size_t r = 0; r <= hi - lo; ++r) builder_->add_row(-1, {});
+          }
         }
-      }
+      });
     }
     penalties_ = penalties, rows_count_ = rows, vocab_ = V;
   }

@@ -10,7 +10,7 @@
 //!     and suffix tokens spread over the block: device_error::context);
 //!  1. the max / min / non-finite scan (CUB block reductions; device_error::row);
 //!  1b. penalties (penalty form): when they could overflow every admissible logit to -inf
-//!     (penalty_growth), a count of what would survive first (device_error::row, the row untouched);
+//!     (lowest_penalized), a count of what would survive first (device_error::row, the row untouched);
 //!     then each distinct context token by its one owner (detail::penalty_token), a thread per owner,
 //!     and the scan again;
 //!  2. temperature 0: one-hot at the first maximum; otherwise temperature as l * (1/t), or
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
     if (!block_row_penalty(a, r, p, rp)) continue;
     if (!block_admissible_row(row, n, a.status, r, sh)) continue;
     if (rp.active()) {  // steps 1-2 (penalty_context.hpp: one owner per distinct token, so no races)
-      if (!isfinite(sh.fmin * penalty_growth(p)) && !block_penalties_leave_some(row, n, rp, sh)) {
+      if (!isfinite(lowest_penalized(p, sh.fmin)) && !block_penalties_leave_some(row, n, rp, sh)) {
         if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
         continue;  // uniform; the barriers above leave sh free
       }

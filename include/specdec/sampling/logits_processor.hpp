@@ -253,13 +253,16 @@ inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
     if (!ws.keep[i]) row[i] = ninf;
 }
 
-//! The largest factor the penalties together multiply a logit by (l * r for l <= 0; a token in the
-//! context window gets both, l * r * theta with the sign-aware contextual penalty), 1 when none does.
-//! May be +inf (r * theta > FLT_MAX): check_row then takes the exact path.
-SPECDEC_HOST_DEVICE inline float penalty_growth(const sampling_params& p) noexcept {
-  float g = p.repetition_penalty;
-  if (p.contextual_penalty != 1.0f && p.penalty_window > 0 && p.contextual_sign_aware) g *= p.contextual_penalty;
-  return g;
+//! The smallest value the penalties can give the row's smallest logit `min` (> -inf): both penalties
+//! applied in their order, as apply_penalties rounds them (each step is monotone, so no logit of the
+//! row falls lower). Not finite when some logit could overflow to -inf: check_row then takes the
+//! exact path. (A single factor min * (r * theta) is not enough: (min * r) * theta can overflow
+//! where it does not.)
+[[nodiscard]] SPECDEC_HOST_DEVICE inline float lowest_penalized(const sampling_params& p, float min) noexcept {
+  float x = min;
+  if (p.repetition_penalty != 1.0f) x = penalize(x, p.repetition_penalty, true);
+  if (p.contextual_penalty != 1.0f && p.penalty_window > 0) x = penalize(x, p.contextual_penalty, p.contextual_sign_aware);
+  return x;
 }
 
 inline bool has_penalties(const sampling_params& p, std::span<const std::int32_t> prefix,
@@ -276,7 +279,7 @@ inline logit_scan check_row(std::span<const float> row, const sampling_params& p
                             std::span<const std::int32_t> suffix, const std::vector<std::int32_t>* distinct_prefix,
                             sampling_workspace& ws, const row_ref& at) {
   const logit_scan s = checked_logit_scan(row, at);
-  if (has_penalties(p, prefix, suffix) && !std::isfinite(s.min * penalty_growth(p))) [[unlikely]] {
+  if (has_penalties(p, prefix, suffix) && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
     ws.values.assign(row.begin(), row.end());
     apply_penalties(ws.values, p, prefix, suffix, distinct_prefix, ws);
     if (!(scan_logits(ws.values.data(), ws.values.size()).max > -std::numeric_limits<float>::infinity()))
@@ -531,7 +534,7 @@ struct process_logits_backend<host> {
       const row_ref at{fn, "logits", i};
       const logit_scan s = checked_logit_scan(std::span<const float>(row_at(i)), at);
       scans[static_cast<std::size_t>(i)] = s;
-      if (rp.active() && !std::isfinite(s.min * penalty_growth(p))) [[unlikely]] {
+      if (rp.active() && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
         // the penalties could overflow every admissible logit to -inf: count what would survive
         std::int64_t admissible = 0, in_context = 0, surviving = 0;
         for (float x : row_at(i)) admissible += x > ninf;

@@ -197,6 +197,10 @@ class penalty_context_builder {
             "at most INT32_MAX tokens", committed.size());
     require(context_length_.size() < static_cast<std::size_t>(detail::penalty_context_max), fn_, "contexts",
             "fewer than INT32_MAX", context_length_.size());
+    // the pairs' total stays in int32 whatever the context holds (checked before anything is added)
+    require(distinct_.size() + std::min(committed.size(), static_cast<std::size_t>(vocab_)) <=
+                static_cast<std::size_t>(detail::penalty_context_max),
+            fn_, "committed", "at most INT32_MAX distinct tokens in all contexts", distinct_.size());
     if (seen_.size() != static_cast<std::size_t>(vocab_)) seen_.assign(static_cast<std::size_t>(vocab_), -1);
     const std::size_t first = distinct_.size();
     for (std::size_t j = 0; j < committed.size(); ++j) {
@@ -212,8 +216,6 @@ class penalty_context_builder {
       if (seen_[static_cast<std::size_t>(t)] < 0) distinct_.push_back(t);
       seen_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(j);
     }
-    require(distinct_.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "committed",
-            "at most INT32_MAX distinct tokens in all contexts", distinct_.size());
     std::sort(distinct_.begin() + static_cast<std::ptrdiff_t>(first), distinct_.end());
     last_.resize(distinct_.size());
     for (std::size_t i = first; i < distinct_.size(); ++i) {
@@ -234,12 +236,7 @@ class penalty_context_builder {
             "fewer than INT32_MAX", row_context_.size());
     require(path_.size() + path.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "path",
             "at most INT32_MAX suffix tokens in all rows", path_.size() + path.size());
-    for (std::size_t k = 0; k < path.size(); ++k)
-      if (path[k] < 0 || path[k] >= vocab_) [[unlikely]]
-        throw_invalid_argument(fn_, "path",
-                               "token ids in [0, vocab = " + std::to_string(vocab_) + ") (at position " +
-                                   std::to_string(k) + ")",
-                               path[k]);
+    check_tokens("path", path);
     path_.insert(path_.end(), path.begin(), path.end());
     path_indptr_.push_back(static_cast<std::int32_t>(path_.size()));
     row_context_.push_back(context);
@@ -254,6 +251,9 @@ class penalty_context_builder {
       if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i)) [[unlikely]]
         throw_invalid_argument(fn_, "parents", "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i),
                                parents[i]);
+    check_tokens("tokens", tokens);  // every check before the first row is added
+    require(context >= -1 && context < contexts(), fn_, "context",
+            "-1 or an index from add_context (< " + std::to_string(contexts()) + ")", context);
     add_row(context, {});
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       scratch_.clear();
@@ -286,6 +286,15 @@ class penalty_context_builder {
   }
 
  private:
+  void check_tokens(std::string_view argument, std::span<const std::int32_t> t) const {
+    for (std::size_t k = 0; k < t.size(); ++k)
+      if (t[k] < 0 || t[k] >= vocab_) [[unlikely]]
+        throw_invalid_argument(fn_, argument,
+                               "token ids in [0, vocab = " + std::to_string(vocab_) + ") (at position " +
+                                   std::to_string(k) + ")",
+                               t[k]);
+  }
+
   static constexpr std::string_view fn_ = "specdec::penalty_context_builder";
   std::int32_t vocab_;
   std::vector<std::int32_t> distinct_, last_, context_indptr_, context_length_, row_context_, path_indptr_, path_;
