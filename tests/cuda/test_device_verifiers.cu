@@ -7,7 +7,9 @@
 // cuda_sample_and_match_verifier: the same at temperature > 0 with top-k / top-p / min-p, token for
 // token against sample_and_match_verifier on the host (this file's host code, built for x86-64-v3
 // where the machine runs it: weights the device reproduces), with penalties too; mismatched arrays
-// refused before any CUDA call ([nogpu]).
+// refused before any CUDA call ([nogpu]). cuda_chain_speculative_verifier: the same against
+// chain_speculative_verifier with a sampling chain drafter whose q rows are copied, viewed in host
+// memory, viewed in device memory, or absent (one-hot rows); bad drafts refused ([nogpu]).
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -124,13 +126,14 @@ std::string refusal(const specdec::sampling_params& first, const specdec::sampli
 
 //! run_all over host logits with HostVerifier (want) and over device logits with DeviceVerifier (got),
 //! 12 requests each.
-template <class HostVerifier, class DeviceVerifier>
-auto host_and_device(specdec::sampling_params (*sampling)(std::uint32_t) = nullptr) {
+template <class HostVerifier, class DeviceVerifier, class Drafter = specdec::ngram_drafter,
+          class Builder = specdec::trie_tree_builder>
+auto host_and_device(specdec::sampling_params (*sampling)(std::uint32_t) = nullptr, const Drafter& host_drafter = {},
+                     const Drafter& device_drafter = {}) {
   bigram_target t_host{false}, t_dev{true};
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, HostVerifier> on_host(
-      t_host);
-  specdec::speculative_batch<bigram_target, specdec::ngram_drafter, specdec::trie_tree_builder, DeviceVerifier> on_dev(
-      t_dev, {}, {}, DeviceVerifier{nullptr});  // the target uploads synchronously
+  specdec::speculative_batch<bigram_target, Drafter, Builder, HostVerifier> on_host(t_host, host_drafter);
+  specdec::speculative_batch<bigram_target, Drafter, Builder, DeviceVerifier> on_dev(
+      t_dev, device_drafter, {}, DeviceVerifier{nullptr});  // the target uploads synchronously
   auto want = run_all(on_host, 12, sampling);
   return std::pair{want, run_all(on_dev, 12, sampling)};
 }
@@ -263,4 +266,99 @@ TEST_CASE("cuda_sample_and_match_verifier refuses penalties without committed to
   CHECK_THAT(refuse(hot, rep, 2), Catch::Contains("committed.size()"));
   CHECK_THAT(refuse(bad, hot, 2), Catch::Contains("temperature"));
   CHECK_THAT(refuse(hot, hot, 1), Catch::Contains("seeds.size()"));
+}
+
+namespace {
+
+// A sampling chain drafter with a fixed q per depth, q_d(v) proportional to 1 + ((v + d) mod 3) (as
+// test_speculative_batch's): its q rows copied into draft_candidates::q (copy), handed over as a view
+// of its own buffer in host or device memory (view_host, view_device), or not given (none: one-hot rows).
+enum class q_mode { copy, view_host, view_device, none };
+struct fixed_q_drafter {
+  static constexpr specdec::draft_output provides = specdec::draft_output::q_rows;
+  q_mode mode = q_mode::copy;
+  // one buffer per request slot: a view must stay valid while the other requests of the step draft
+  std::map<int, std::vector<float>> host_rows{};
+  std::map<int, std::shared_ptr<specdec_test::device_buffer<float>>> dev_rows{};
+  void reset(int) {}
+  void propose(const specdec::draft_request& req, specdec::draft_candidates& out) {
+    out.clear();
+    auto& own = host_rows[req.request];
+    own.assign(static_cast<std::size_t>(req.depth) * V, 0.0f);
+    for (int d = 0; d < req.depth; ++d) {
+      float* q = own.data() + static_cast<std::size_t>(d) * V;
+      float s = 0;
+      for (int v = 0; v < V; ++v) s += q[v] = 1.0f + static_cast<float>((v + d) % 3);
+      for (int v = 0; v < V; ++v) q[v] /= s;
+      out.chain.push_back({specdec::sample_from_probs(std::span<const float>(q, static_cast<std::size_t>(V)), *req.rng), 0.0f});
+    }
+    out.vocab = V;
+    if (mode == q_mode::copy) out.q = own;
+    if (mode == q_mode::view_host)
+      out.q_rows = specdec::strided_view<const float, 2>(own.data(), {req.depth, V}, {V, 1});
+    if (mode == q_mode::view_device && req.depth > 0) {
+      auto& dev = dev_rows[req.request];
+      dev = std::make_shared<specdec_test::device_buffer<float>>(own);
+      out.q_rows = specdec::strided_view<const float, 2>(dev->data(), {req.depth, V}, {V, 1}, memory_space::device);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda_chain_speculative_verifier equals the host's, token for token, wherever the q rows live",
+          "[cuda][decoder]") {
+  if (SPECDEC_NATIVE_SIMD_FMA == 0) {
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
+    return;
+  }
+  const auto penalized = [](std::uint32_t id) {
+    specdec::sampling_params p = sampled_params(id);
+    if (id % 4 == 1) p.repetition_penalty = 1.2f;
+    return p;
+  };
+  std::map<std::uint32_t, std::vector<std::int32_t>> with_q;
+  for (const q_mode m : {q_mode::copy, q_mode::view_host, q_mode::view_device, q_mode::none}) {
+    const fixed_q_drafter host_side{m == q_mode::view_device ? q_mode::view_host : m}, device_side{m};
+    const auto [want, got] = host_and_device<specdec::chain_speculative_verifier, specdec::cuda_chain_speculative_verifier,
+                                             fixed_q_drafter, specdec::chain_tree_builder>(+penalized, host_side, device_side);
+    INFO("q mode " << static_cast<int>(m));
+    CHECK(got == want);
+    std::size_t tokens = 0;
+    for (const auto& [id, t] : want) tokens += t.size();
+    CHECK(tokens >= 100);
+    if (m == q_mode::copy) with_q = want;
+    if (m == q_mode::view_device) CHECK(want == with_q);  // the same rows, wherever they were
+    if (m == q_mode::none) CHECK(want != with_q);         // one-hot rows draw otherwise: the q rows are read
+  }
+}
+
+TEST_CASE("cuda_chain_speculative_verifier refuses missing drafts and misshapen q rows before any CUDA call",
+          "[cuda][decoder][nogpu]") {
+  const specdec::sampling_params hot{.temperature = 0.7f};
+  const specdec::sampling_params* sp[] = {&hot, &hot};
+  const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
+  const std::vector<std::uint64_t> zero(2, 0);
+  specdec::draft_candidates a, b;
+  std::vector<float> rows(2 * 8, 0.125f), never_read(4 * 8);
+  a.q_rows = specdec::strided_view<const float, 2>(rows.data(), {1, 8}, {8, 1});
+  b.q_rows = specdec::strided_view<const float, 2>(rows.data(), {2, 7}, {8, 1});  // 7 columns: not the vocabulary
+  const specdec::draft_candidates* one[] = {&a};
+  const specdec::draft_candidates* both[] = {&a, &b};
+  const auto refusal = [&](std::span<const specdec::draft_candidates* const> drafts) -> std::string {
+    specdec::cuda_chain_speculative_verifier v{nullptr};
+    specdec::verify_batch_result out;
+    const specdec::batch_verify_input in{
+        indptr, tokens, parents,
+        specdec::make_view<2>(static_cast<const float*>(never_read.data()), {4, 8}, memory_space::device),  // a label
+        sp, zero, zero, {}, drafts};
+    try {
+      v.verify_batch(in, out);
+    } catch (const specdec::invalid_argument& e) {
+      return e.what();
+    }
+    return "not refused";
+  };
+  CHECK_THAT(refusal(one), Catch::Contains("drafts.size()"));
+  CHECK_THAT(refusal(both), Catch::Contains("draft.q_rows of request 1") && Catch::Contains("[>= 1 (the chain), 8"));
 }

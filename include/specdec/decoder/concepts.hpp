@@ -220,6 +220,9 @@ struct batch_verify_input {
   //! [B]: entry b's committed tokens (prompt and output so far), the penalty context of its rows
   //! (process_tree_logits' `committed`); may be empty when no entry applies a penalty.
   std::span<const std::span<const std::int32_t>> committed = {};
+  //! [B]: entry b's draft (its q rows for chain speculative sampling: draft_candidates::chain_q(), in
+  //! any memory space); may be empty for verifiers that do not read drafts.
+  std::span<const draft_candidates* const> drafts = {};
 };
 
 //! `verify_batch(const batch_verify_input&, verify_batch_result& out)` (optional): decides every

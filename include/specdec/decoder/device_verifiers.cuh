@@ -25,8 +25,17 @@
 //! request that applies a penalty, plus a sort of its distinct tokens; the seven arrays go up with
 //! the trees), then temperature, top-k, top-p, min-p and eta. Greedy verification needs nothing else:
 //! at temperature 0 (speculative_batch requires it) the processed row is one-hot at the penalized
-//! argmax whatever top-k, top-p, min-p and eta say. Chain and multi-draft verification on the device
-//! (their array forms exist) are not offered as policies yet: they also need the draft's q rows there.
+//! argmax whatever top-k, top-p, min-p and eta say.
+//!
+//!   cuda_chain_speculative_verifier
+//!                         chain_speculative_verifier plus verify_batch: the rows processed and turned
+//!                         into probabilities as above, each request's draft rows (chain_q(): the
+//!                         drafter's own buffer in any memory space, or one-hot rows at the drafted
+//!                         tokens when it has none) gathered into a [N + B, V] buffer of the
+//!                         verifier's, then verify_chain_speculative_batch(cuda).
+//!
+//! Multi-draft verification on the device (its array form exists) is not offered as a policy yet: its
+//! q rows come from several drafts per request (multi_draft_verifier's row assignment).
 
 #include <cuda_runtime_api.h>
 
@@ -46,6 +55,7 @@
 #include "specdec/sampling/penalty_context.hpp"
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/sample_and_match.cuh"
+#include "specdec/verify/speculative_sampling.cuh"
 
 namespace specdec {
 
@@ -205,6 +215,100 @@ class device_step_rows {
   std::vector<sampling_params> params_host_;
 };
 
+//! The array-form verifiers' side of a device verifier's step: the trees (node_indptr, tokens,
+//! parents) and, for the stochastic verifiers, the Philox seeds and streams uploaded; the outputs
+//! (accepted, num_accepted, bonus, emitted) and three status triples (slot 0: processing, 1:
+//! probabilities, 2: verification) in device memory; then the results copied down with one stream
+//! synchronisation, the statuses thrown in slot order, and verify_batch_result filled. Arrays grow as
+//! needed and are kept.
+class device_verify_io {
+ public:
+  enum slot : int { processing = 0, probabilities = 1, verification = 2 };
+
+  //! Enqueues the uploads on `stream` (the seeds and streams when `words`); B and N from `in`.
+  void upload(const batch_verify_input& in, cudaStream_t stream, bool words) {
+    B_ = in.node_indptr.size() - 1, N_ = in.tokens.size();
+    const std::size_t sizes[count] = {B_ + 1, N_, N_, N_, B_, B_, N_ + B_, 9};
+    for (std::size_t i = 0; i < count; ++i) p_[i] = ints_->get(i, sizes[i]), n_[i] = sizes[i];
+    const auto up = [&](void* to, const void* from, std::size_t bytes) {
+      if (bytes > 0) SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream));
+    };
+    up(p_[indptr_], in.node_indptr.data(), in.node_indptr.size_bytes());
+    up(p_[tokens_], in.tokens.data(), in.tokens.size_bytes());
+    up(p_[parents_], in.parents.data(), in.parents.size_bytes());
+    if (words) {
+      seeds_ = words_->get(0, B_), streams_ = words_->get(1, B_);
+      up(seeds_, in.seeds.data(), in.seeds.size_bytes());
+      up(streams_, in.streams.data(), in.streams.size_bytes());
+    }
+  }
+
+  [[nodiscard]] strided_view<std::int32_t, 1> indptr() const { return v(indptr_); }
+  [[nodiscard]] strided_view<std::int32_t, 1> tokens() const { return v(tokens_); }
+  [[nodiscard]] strided_view<std::int32_t, 1> parents() const { return v(parents_); }
+  [[nodiscard]] strided_view<std::int32_t, 1> accepted() const { return v(accepted_); }
+  [[nodiscard]] strided_view<std::int32_t, 1> num_accepted() const { return v(num_); }
+  [[nodiscard]] strided_view<std::int32_t, 1> bonus() const { return v(bonus_); }
+  [[nodiscard]] strided_view<std::int32_t, 1> emitted() const { return v(emitted_); }
+  [[nodiscard]] strided_view<std::uint64_t, 1> seeds() const { return w(seeds_); }
+  [[nodiscard]] strided_view<std::uint64_t, 1> streams() const { return w(streams_); }
+  //! Status triple `s` (device memory).
+  [[nodiscard]] std::int32_t* status(slot s) const { return p_[status_] + 3 * static_cast<int>(s); }
+  [[nodiscard]] strided_view<std::int32_t, 1> status_view(slot s) const {
+    return make_view<1>(status(s), {3}, memory_space::device);
+  }
+
+  //! The status triples a verifier wrote, for finish(): bit s for slot s.
+  [[nodiscard]] static constexpr unsigned bit(slot s) noexcept { return 1u << static_cast<int>(s); }
+  static constexpr unsigned all_slots = 7u;
+
+  //! Copies the results and the status triples in `used` (bit(slot) | ...) down, synchronises
+  //! `stream`, throws the first that reports (in slot order: processing, probabilities, verification)
+  //! as invalid_argument naming `fn`, and fills `out`.
+  void finish(const batch_verify_input& in, cudaStream_t stream, std::string_view fn, unsigned used,
+              verify_batch_result& out) {
+    host_.resize(9 + N_ + 2 * B_);
+    std::int32_t* h = host_.data();
+    const auto down = [&](std::int32_t* to, const std::int32_t* from, std::size_t n) {
+      if (n > 0) SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, from, n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
+    };
+    for (int s = 0; s < 3; ++s)
+      if (used & (1u << s)) down(h + 3 * s, p_[status_] + 3 * s, 3);
+    down(h + 9, p_[num_], B_), down(h + 9 + B_, p_[bonus_], B_), down(h + 9 + 2 * B_, p_[accepted_], N_);
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int s = 0; s < 3; ++s)
+      if (used & (1u << s)) device_status::from(std::span<const std::int32_t, 3>(h + 3 * s, 3)).throw_if_error(fn);
+    out = {};
+    for (std::size_t b = 0; b < B_; ++b) {
+      const std::int32_t* first = h + 9 + 2 * B_ + in.node_indptr[b];
+      out.push_back(verify_result{std::vector<std::int32_t>(first, first + h[9 + b]), h[9 + B_ + b]});
+    }
+  }
+
+ private:
+  enum : std::size_t { indptr_, tokens_, parents_, accepted_, num_, bonus_, emitted_, status_, count };
+  [[nodiscard]] strided_view<std::int32_t, 1> v(std::size_t i) const {
+    return make_view<1>(p_[i], {static_cast<std::int64_t>(n_[i])}, memory_space::device);
+  }
+  [[nodiscard]] strided_view<std::uint64_t, 1> w(std::uint64_t* x) const {
+    return make_view<1>(x, {static_cast<std::int64_t>(B_)}, memory_space::device);
+  }
+  std::unique_ptr<device_int32_arrays> ints_ = std::make_unique<device_int32_arrays>(count);
+  std::unique_ptr<device_arrays<std::uint64_t>> words_ = std::make_unique<device_arrays<std::uint64_t>>(2);
+  std::int32_t* p_[count] = {};
+  std::size_t n_[count] = {};
+  std::uint64_t *seeds_ = nullptr, *streams_ = nullptr;
+  std::size_t B_ = 0, N_ = 0;
+  std::vector<std::int32_t> host_;
+};
+
+//! q[at[i]] = 1 for i in [0, n): the one-hot draft rows of drafters without q rows.
+__global__ void scatter_ones_kernel(float* q, const std::int64_t* at, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    q[at[i]] = 1.0f;
+}
+
 }  // namespace detail
 
 //! greedy_verifier with verify_batch on a CUDA device (see the file comment). `stream` must be the
@@ -218,8 +322,8 @@ class cuda_greedy_verifier : public greedy_verifier {
   cuda_greedy_verifier(const cuda_greedy_verifier& o) : greedy_verifier(o), stream_(o.stream_) {}
   cuda_greedy_verifier& operator=(const cuda_greedy_verifier& o) {
     if (this != &o) {
-      stream_ = o.stream_, host_.clear();
-      buf_ = std::make_unique<detail::device_int32_arrays>(int_count);
+      stream_ = o.stream_;
+      io_ = std::make_unique<detail::device_verify_io>();
       rows_ = std::make_unique<detail::device_step_rows>();
     }
     return *this;
@@ -230,55 +334,26 @@ class cuda_greedy_verifier : public greedy_verifier {
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_greedy_verifier::verify_batch";
     require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
-    const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
-    require_equal(fn, "sampling.size()", B, in.sampling.size());
+    require_equal(fn, "sampling.size()", in.node_indptr.size() - 1, in.sampling.size());
     detail::require_greedy(in.sampling, fn);
     bool penalties = false;
     for (const sampling_params* sp : in.sampling) penalties = penalties || detail::applies_penalty(*sp);
     if (penalties) rows_->prepare(in, fn);
-    enum : std::size_t { indptr, tokens, parents, accepted, num, bonus, emitted, status, st_proc, count };
-    static_assert(count == int_count);
-    auto& d = *buf_;
-    std::int32_t* p[count];
-    const std::size_t sizes[count] = {B + 1, N, N, N, B, B, N + B, 3, 3};
-    for (std::size_t i = 0; i < count; ++i) p[i] = d.get(i, sizes[i]);
+    auto& io = *io_;
+    io.upload(in, stream_, false);
     // a penalty can move the argmax: the rows processed first (one-hot at the penalized argmax)
     strided_view<const float, 2> logits = in.logits;
-    if (penalties) logits = rows_->process(in, stream_, p[st_proc]);
-    const auto up = [&](std::size_t i, std::span<const std::int32_t> h) {
-      if (!h.empty())
-        SPECDEC_CUDA_CHECK(cudaMemcpyAsync(p[i], h.data(), h.size_bytes(), cudaMemcpyHostToDevice, stream_));
-    };
-    up(indptr, in.node_indptr), up(tokens, in.tokens), up(parents, in.parents);
-    const auto v = [&](std::size_t i) {
-      return make_view<1>(p[i], {static_cast<std::int64_t>(sizes[i])}, memory_space::device);
-    };
-    verify_greedy_batch(cuda{.stream = stream_}, v(indptr), v(tokens), v(parents), logits, v(accepted), v(num),
-                        v(bonus), v(emitted), v(status));
-    host_.resize(N + 2 * B + 6);
-    std::int32_t* h = host_.data();
-    const auto down = [&](std::size_t i, std::int32_t* to) {
-      if (sizes[i] > 0)
-        SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, p[i], sizes[i] * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
-    };
-    if (penalties) down(st_proc, h + 3);
-    down(status, h), down(num, h + 6), down(bonus, h + 6 + B), down(accepted, h + 6 + 2 * B);
-    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (penalties) device_status::from(std::span<const std::int32_t, 3>(h + 3, 3)).throw_if_error(fn);
-    device_status::from(std::span<const std::int32_t, 3>(h, 3)).throw_if_error(fn);
-    out = {};
-    for (std::size_t b = 0; b < B; ++b) {
-      const std::int32_t* first = h + 6 + 2 * B + in.node_indptr[b];
-      out.push_back(verify_result{std::vector<std::int32_t>(first, first + h[6 + b]), h[6 + B + b]});
-    }
+    if (penalties) logits = rows_->process(in, stream_, io.status(io.processing));
+    verify_greedy_batch(cuda{.stream = stream_}, io.indptr(), io.tokens(), io.parents(), logits, io.accepted(),
+                        io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+    using io_t = detail::device_verify_io;
+    io.finish(in, stream_, fn, (penalties ? io_t::bit(io_t::processing) : 0u) | io_t::bit(io_t::verification), out);
   }
 
  private:
-  static constexpr std::size_t int_count = 9;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<detail::device_int32_arrays> buf_ = std::make_unique<detail::device_int32_arrays>(int_count);
+  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
   std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
-  std::vector<std::int32_t> host_;
 };
 static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batch<cuda_greedy_verifier>);
 
@@ -301,10 +376,8 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
   cuda_sample_and_match_verifier& operator=(const cuda_sample_and_match_verifier& o) {
     if (this != &o) {
       stream_ = o.stream_;
-      ints_ = std::make_unique<detail::device_int32_arrays>(int_count);
-      words_ = std::make_unique<detail::device_arrays<std::uint64_t>>(2);
+      io_ = std::make_unique<detail::device_verify_io>();
       rows_ = std::make_unique<detail::device_step_rows>();
-      host_.clear();
     }
     return *this;
   }
@@ -314,61 +387,131 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_sample_and_match_verifier::verify_batch";
     require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
-    const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
+    const auto B = in.node_indptr.size() - 1;
     require_equal(fn, "seeds.size()", B, in.seeds.size());
     require_equal(fn, "streams.size()", B, in.streams.size());
     rows_->prepare(in, fn);  // every host-side check before any CUDA call
-    enum : std::size_t { indptr, tokens, parents, accepted, num, bonus, emitted, st_proc, st_prob, st_ver, count };
-    static_assert(count == int_count);
-    auto& d = *ints_;
-    std::int32_t* p[count];
-    const std::size_t sizes[count] = {B + 1, N, N, N, B, B, N + B, 3, 3, 3};
-    for (std::size_t i = 0; i < count; ++i) p[i] = d.get(i, sizes[i]);
-    const auto lg = rows_->process(in, stream_, p[st_proc]);
-    std::uint64_t* seeds = words_->get(0, B);
-    std::uint64_t* streams = words_->get(1, B);
-    const auto up = [&](void* to, const void* from, std::size_t bytes) {
-      if (bytes > 0) SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_));
-    };
-    up(p[indptr], in.node_indptr.data(), in.node_indptr.size_bytes());
-    up(p[tokens], in.tokens.data(), in.tokens.size_bytes());
-    up(p[parents], in.parents.data(), in.parents.size_bytes());
-    up(seeds, in.seeds.data(), in.seeds.size_bytes());
-    up(streams, in.streams.data(), in.streams.size_bytes());
-    const auto v = [&](std::size_t i) {
-      return make_view<1>(p[i], {static_cast<std::int64_t>(sizes[i])}, memory_space::device);
-    };
-    const auto w = [&](std::uint64_t* x) { return make_view<1>(x, {static_cast<std::int64_t>(B)}, memory_space::device); };
+    auto& io = *io_;
+    io.upload(in, stream_, true);
+    const auto lg = rows_->process(in, stream_, io.status(io.processing));
     const cuda policy{.stream = stream_};
-    logits_to_probs_batch(policy, lg, lg, v(st_prob));
-    verify_sample_and_match_batch(policy, v(indptr), v(tokens), v(parents), lg, w(seeds), w(streams), v(accepted),
-                                  v(num), v(bonus), v(emitted), v(st_ver));
-    host_.resize(N + 2 * B + 9);
-    std::int32_t* h = host_.data();
-    const auto down = [&](std::size_t i, std::int32_t* to) {
-      if (sizes[i] > 0)
-        SPECDEC_CUDA_CHECK(cudaMemcpyAsync(to, p[i], sizes[i] * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
-    };
-    down(st_proc, h), down(st_prob, h + 3), down(st_ver, h + 6);
-    down(num, h + 9), down(bonus, h + 9 + B), down(accepted, h + 9 + 2 * B);
-    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (int k = 0; k < 3; ++k) device_status::from(std::span<const std::int32_t, 3>(h + 3 * k, 3)).throw_if_error(fn);
-    out = {};
-    for (std::size_t b = 0; b < B; ++b) {
-      const std::int32_t* first = h + 9 + 2 * B + in.node_indptr[b];
-      out.push_back(verify_result{std::vector<std::int32_t>(first, first + h[9 + b]), h[9 + B + b]});
-    }
+    logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
+    verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
+                                  io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                  io.status_view(io.verification));
+    io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
   }
 
  private:
-  static constexpr std::size_t int_count = 10;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<detail::device_int32_arrays> ints_ = std::make_unique<detail::device_int32_arrays>(int_count);
-  std::unique_ptr<detail::device_arrays<std::uint64_t>> words_ = std::make_unique<detail::device_arrays<std::uint64_t>>(2);
+  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
   std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
-  std::vector<std::int32_t> host_;
 };
 static_assert(check_verifier<cuda_sample_and_match_verifier>() &&
               verifier_has_verify_batch<cuda_sample_and_match_verifier>);
+
+//! chain_speculative_verifier (host logits: the same per-request path) plus verify_batch on a CUDA
+//! device: the rows processed and turned into probabilities as cuda_sample_and_match_verifier does,
+//! each request's draft rows gathered into a buffer of the verifier's (its drafter's q rows,
+//! draft_candidates::chain_q(), copied from wherever they live: host, device or managed memory; one-hot
+//! rows at the drafted tokens for a drafter without them, as the host verifier does), then
+//! verify_chain_speculative_batch decides every request from its seed and stream. The results equal
+//! chain_speculative_verifier's on the host's processed rows bit for bit under process_logits_batch's
+//! conditions. The step's drafts (batch_verify_input::drafts) are required; a request's q rows must be
+//! [>= its chain, V] with unit inner stride (checked before any CUDA call). `stream` as for
+//! cuda_greedy_verifier. Device memory: two [N + B, V] float buffers and the step's arrays.
+class cuda_chain_speculative_verifier : public chain_speculative_verifier {
+ public:
+  explicit cuda_chain_speculative_verifier(cudaStream_t stream) : stream_(stream) {}
+  cuda_chain_speculative_verifier(const cuda_chain_speculative_verifier& o)
+      : chain_speculative_verifier(o), stream_(o.stream_) {}
+  cuda_chain_speculative_verifier& operator=(const cuda_chain_speculative_verifier& o) {
+    if (this != &o) {
+      stream_ = o.stream_;
+      io_ = std::make_unique<detail::device_verify_io>();
+      at_ = std::make_unique<detail::device_arrays<std::int64_t>>(1);
+      q_ = std::make_unique<detail::device_arrays<float>>(1);
+      rows_ = std::make_unique<detail::device_step_rows>();
+    }
+    return *this;
+  }
+  cuda_chain_speculative_verifier(cuda_chain_speculative_verifier&&) noexcept = default;
+  cuda_chain_speculative_verifier& operator=(cuda_chain_speculative_verifier&&) noexcept = default;
+
+  void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
+    constexpr std::string_view fn = "specdec::cuda_chain_speculative_verifier::verify_batch";
+    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
+    const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
+    require_equal(fn, "seeds.size()", B, in.seeds.size());
+    require_equal(fn, "streams.size()", B, in.streams.size());
+    require_equal(fn, "drafts.size()", B, in.drafts.size());
+    rows_->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
+    const std::int64_t V = in.logits.extent(1), rows = static_cast<std::int64_t>(N + B);
+    // each request's draft rows: its drafter's q rows, or one-hot rows at its tokens (every check first)
+    at_host_.clear();
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo;
+      if (n == 0) continue;
+      require(in.drafts[b] != nullptr, fn, "drafts", "a draft for every request with a tree (entry " + std::to_string(b) + ")",
+              "nullptr");
+      const auto dq = in.drafts[b]->chain_q();
+      if (dq.extent(0) > 0) {
+        if (!(dq.extent(1) == V && dq.extent(0) >= n)) [[unlikely]]
+          throw_invalid_argument(fn, "draft.q_rows of request " + std::to_string(b),
+                                 "[>= " + std::to_string(n) + " (the chain), " + std::to_string(V) + " (the vocabulary)]",
+                                 shape_string(dq));
+        require_unit_inner_stride(fn, "draft.q_rows of request " + std::to_string(b), dq);
+        require(dq.data() != nullptr && (n <= 1 || dq.stride(0) >= V), fn, "draft.q_rows of request " + std::to_string(b),
+                "non-null rows at least vocab apart", dq.stride(0));
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::int32_t t = in.tokens[static_cast<std::size_t>(lo + i)];
+          require(t >= 0 && t < V, fn, "tokens", "token ids in [0, vocab) (request " + std::to_string(b) + ")", t);
+          at_host_.push_back((lo + static_cast<std::int64_t>(b) + i) * V + t);
+        }
+      }
+    }
+    auto& io = *io_;
+    io.upload(in, stream_, true);
+    const auto lg = rows_->process(in, stream_, io.status(io.processing));
+    float* q = q_->get(0, static_cast<std::size_t>(rows * V));
+    SPECDEC_CUDA_CHECK(cudaMemsetAsync(q, 0, static_cast<std::size_t>(rows * V) * sizeof(float), stream_));
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo;
+      if (n == 0) continue;
+      const auto dq = in.drafts[b]->chain_q();
+      if (dq.extent(0) == 0) continue;
+      SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(q + (lo + static_cast<std::int64_t>(b)) * V, static_cast<std::size_t>(V) * sizeof(float),
+                                           dq.data(), static_cast<std::size_t>(dq.stride(0)) * sizeof(float),
+                                           static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(n),
+                                           cudaMemcpyDefault, stream_));
+    }
+    if (!at_host_.empty()) {  // one-hot rows
+      std::int64_t* at = at_->get(0, at_host_.size());
+      SPECDEC_CUDA_CHECK(cudaMemcpyAsync(at, at_host_.data(), at_host_.size() * sizeof(std::int64_t),
+                                         cudaMemcpyHostToDevice, stream_));
+      const auto n = static_cast<std::int64_t>(at_host_.size());
+      detail::scatter_ones_kernel<<<static_cast<unsigned>(n / 256 + 1 < 1024 ? n / 256 + 1 : 1024), 256, 0, stream_>>>(q, at, n);
+      cuda_check(cudaGetLastError(), "scatter_ones_kernel");
+    }
+    const cuda policy{.stream = stream_};
+    logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
+    verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), lg,
+                                   make_view<2>(static_cast<const float*>(q), {rows, V}, memory_space::device),
+                                   io.seeds(), io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                   io.status_view(io.verification));
+    io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
+  std::unique_ptr<detail::device_arrays<std::int64_t>> at_ = std::make_unique<detail::device_arrays<std::int64_t>>(1);
+  std::unique_ptr<detail::device_arrays<float>> q_ = std::make_unique<detail::device_arrays<float>>(1);
+  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
+  std::vector<std::int64_t> at_host_;
+};
+static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
+              verifier_has_verify_batch<cuda_chain_speculative_verifier>);
 
 }  // namespace specdec

@@ -600,15 +600,18 @@ class speculative_batch {
     if constexpr (verifier_has_verify_batch<Verifier>) {
       const auto tv = clock::now();
       batch_sampling_.clear(), batch_seeds_.clear(), batch_streams_.clear(), batch_committed_.clear();
+      batch_drafts_.clear();
       for (const int r : running_) {
         const auto& s = req_[static_cast<std::size_t>(r)];
         batch_sampling_.push_back(&s.opt.sampling);
         batch_seeds_.push_back(s.opt.seed);
         batch_streams_.push_back(stream_id(s.id, s.step));
         batch_committed_.push_back(s.tokens);  // the host path's process_tree_logits context
+        batch_drafts_.push_back(&s.cand);
       }
       const batch_verify_input in{trees_.node_indptr(), trees_.tokens(), trees_.parents(), logits,
-                                  batch_sampling_,      batch_seeds_,    batch_streams_, batch_committed_};
+                                  batch_sampling_,      batch_seeds_,    batch_streams_, batch_committed_,
+                                  batch_drafts_};
       batch_result_ = {};
       verifier_.verify_batch(in, batch_result_);
       constexpr std::string_view fn = "specdec::speculative_batch::step";
@@ -977,6 +980,7 @@ class speculative_batch {
   std::vector<const sampling_params*> batch_sampling_;
   std::vector<std::uint64_t> batch_seeds_, batch_streams_;
   std::vector<std::span<const std::int32_t>> batch_committed_;
+  std::vector<const draft_candidates*> batch_drafts_;
   // adaptive depth
   adaptive_depth_options adaptive_;
   step_cost_curve cost_;
