@@ -10,6 +10,9 @@
 // refused before any CUDA call ([nogpu]). cuda_chain_speculative_verifier: the same against
 // chain_speculative_verifier with a sampling chain drafter whose q rows are copied, viewed in host
 // memory, viewed in device memory, or absent (one-hot rows); bad drafts refused ([nogpu]).
+// cuda_multi_draft_verifier: the same against multi_draft_verifier, 3 drafts per step from the
+// library's multi_draft_sampler over a bigram draft table, with and without replacement; a step of
+// mixed modes refused ([nogpu]).
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -24,6 +27,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/decoder/device_verifiers.cuh"
 #include "specdec/decoder/speculative_batch.hpp"
+#include "specdec/draft/multi_draft_sampler.hpp"
 
 using specdec::memory_space;
 
@@ -361,4 +365,80 @@ TEST_CASE("cuda_chain_speculative_verifier refuses missing drafts and misshapen 
   };
   CHECK_THAT(refusal(one), Catch::Contains("drafts.size()"));
   CHECK_THAT(refusal(both), Catch::Contains("draft.q_rows of request 1") && Catch::Contains("[>= 1 (the chain), 8"));
+}
+
+namespace {
+
+// A multi-draft drafter over a bigram draft table (the target's, scaled and shifted: a close but
+// different q): k = 3 drafts drawn by the library's multi_draft_sampler, with their q rows.
+struct bigram_multi_drafter {
+  static constexpr specdec::draft_output provides = specdec::draft_output::q_rows | specdec::draft_output::iid_drafts;
+  specdec::multi_draft_params params{};
+  std::vector<float> table = make_draft_table();
+  specdec::detail::multi_draft_sampler sampler{};
+  static std::vector<float> make_draft_table() {
+    auto t = bigram_target::make_table();
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.8f * t[i] + 0.3f * static_cast<float>(i % 5) - 0.6f;
+    return t;
+  }
+  void reset(int) {}
+  void propose(const specdec::draft_request& req, specdec::draft_candidates& out) {
+    specdec::draft_request r = req;
+    r.width = 3;
+    const auto row = [&](std::int32_t t) { return std::span<const float>(table.data() + t * V, V); };
+    sampler.run(row(req.tokens.back()), r, params, [&](std::int32_t t, int, bool) { return row(t); }, out);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda_multi_draft_verifier equals the host's, token for token, with and without replacement",
+          "[cuda][decoder]") {
+  if (SPECDEC_NATIVE_SIMD_FMA == 0) {
+    WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
+    return;
+  }
+  for (const auto mode : {specdec::draft_sampling::with_replacement, specdec::draft_sampling::without_replacement}) {
+    bigram_multi_drafter d;
+    d.params.mode = mode;
+    const auto [want, got] = host_and_device<specdec::multi_draft_verifier, specdec::cuda_multi_draft_verifier,
+                                             bigram_multi_drafter, specdec::multi_draft_tree_builder>(sampled_params, d, d);
+    INFO("without replacement: " << (mode == specdec::draft_sampling::without_replacement));
+    CHECK(got == want);
+    std::size_t tokens = 0;
+    for (const auto& [id, t] : want) tokens += t.size();
+    CHECK(tokens >= 100);
+  }
+}
+
+TEST_CASE("cuda_multi_draft_verifier refuses missing drafts and a step of mixed draft_sampling modes before any "
+          "CUDA call",
+          "[cuda][decoder][nogpu]") {
+  const specdec::sampling_params hot{.temperature = 0.7f};
+  const specdec::sampling_params* sp[] = {&hot, &hot};
+  const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
+  const std::vector<std::uint64_t> zero(2, 0);
+  std::vector<float> never_read(4 * 8);
+  specdec::draft_candidates a, b;
+  a.chain = {{1, 0.0f}}, b.chain = {{2, 0.0f}};
+  a.sampled_as = specdec::draft_sampling::with_replacement;
+  b.sampled_as = specdec::draft_sampling::without_replacement;
+  const specdec::draft_candidates* one[] = {&a};
+  const specdec::draft_candidates* mixed[] = {&a, &b};
+  const auto refusal = [&](std::span<const specdec::draft_candidates* const> drafts) -> std::string {
+    specdec::cuda_multi_draft_verifier v{nullptr};
+    specdec::verify_batch_result out;
+    const specdec::batch_verify_input in{
+        indptr, tokens, parents,
+        specdec::make_view<2>(static_cast<const float*>(never_read.data()), {4, 8}, memory_space::device),  // a label
+        sp, zero, zero, {}, drafts};
+    try {
+      v.verify_batch(in, out);
+    } catch (const specdec::invalid_argument& e) {
+      return e.what();
+    }
+    return "not refused";
+  };
+  CHECK_THAT(refusal(one), Catch::Contains("drafts.size()"));
+  CHECK_THAT(refusal(mixed), Catch::Contains("one draft_sampling mode") && Catch::Contains("request 1"));
 }

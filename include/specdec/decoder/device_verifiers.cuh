@@ -34,8 +34,10 @@
 //!                         tokens when it has none) gathered into a [N + B, V] buffer of the
 //!                         verifier's, then verify_chain_speculative_batch(cuda).
 //!
-//! Multi-draft verification on the device (its array form exists) is not offered as a policy yet: its
-//! q rows come from several drafts per request (multi_draft_verifier's row assignment).
+//!   cuda_multi_draft_verifier
+//!                         multi_draft_verifier plus verify_batch: the same, with each request's draft
+//!                         rows assigned by the host verifier's rule (several drafts per request), then
+//!                         verify_multi_draft_batch(cuda).
 
 #include <cuda_runtime_api.h>
 
@@ -54,6 +56,7 @@
 #include "specdec/sampling/logits_processor.cuh"
 #include "specdec/sampling/penalty_context.hpp"
 #include "specdec/verify/greedy.cuh"
+#include "specdec/verify/multi_draft.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 #include "specdec/verify/speculative_sampling.cuh"
 
@@ -309,6 +312,63 @@ __global__ void scatter_ones_kernel(float* q, const std::int64_t* at, std::int64
     q[at[i]] = 1.0f;
 }
 
+//! The draft rows [N + B, V] of a device verifier's step, gathered into a buffer of its own: rows
+//! copied from the drafters' q rows wherever they live (host, device or managed memory: one
+//! cudaMemcpy2DAsync per run of consecutive rows), one-hot rows set by a scatter kernel, every other
+//! row 0 (a row no draft provides is never read). Planned on the host (clear, copy_rows, one_hot),
+//! then enqueued.
+class device_draft_rows {
+ public:
+  void clear(std::int64_t vocab) { vocab_ = vocab, runs_.clear(), at_host_.clear(); }
+  //! Rows dst .. dst + count - 1 := src rows 0 .. count - 1 (`stride` floats apart, unit inner stride).
+  void copy_rows(std::int64_t dst, const float* src, std::int64_t stride, std::int64_t count) {
+    if (count <= 0) return;
+    if (!runs_.empty()) {  // extends the previous run when it continues it
+      run& r = runs_.back();
+      if (r.stride == stride && r.dst + r.count == dst && r.src + r.count * stride == src) {
+        r.count += count;
+        return;
+      }
+    }
+    runs_.push_back({dst, src, stride, count});
+  }
+  //! Row dst := one-hot at `token`.
+  void one_hot(std::int64_t dst, std::int32_t token) { at_host_.push_back(dst * vocab_ + token); }
+
+  //! Enqueues the gather into a [rows, V] buffer of this object's on `stream`; returns it (device memory).
+  strided_view<const float, 2> enqueue(std::int64_t rows, cudaStream_t stream) {
+    const std::int64_t V = vocab_;
+    float* q = q_->get(0, static_cast<std::size_t>(rows * V));
+    SPECDEC_CUDA_CHECK(cudaMemsetAsync(q, 0, static_cast<std::size_t>(rows * V) * sizeof(float), stream));
+    for (const run& r : runs_)
+      SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(q + r.dst * V, static_cast<std::size_t>(V) * sizeof(float), r.src,
+                                           static_cast<std::size_t>(r.stride) * sizeof(float),
+                                           static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(r.count),
+                                           cudaMemcpyDefault, stream));
+    if (!at_host_.empty()) {
+      std::int64_t* at = at_->get(0, at_host_.size());
+      SPECDEC_CUDA_CHECK(cudaMemcpyAsync(at, at_host_.data(), at_host_.size() * sizeof(std::int64_t),
+                                         cudaMemcpyHostToDevice, stream));
+      const auto n = static_cast<std::int64_t>(at_host_.size());
+      scatter_ones_kernel<<<static_cast<unsigned>(n / 256 + 1 < 1024 ? n / 256 + 1 : 1024), 256, 0, stream>>>(q, at, n);
+      cuda_check(cudaGetLastError(), "scatter_ones_kernel");
+    }
+    return make_view<2>(static_cast<const float*>(q), {rows, V}, memory_space::device);
+  }
+
+ private:
+  struct run {
+    std::int64_t dst;
+    const float* src;
+    std::int64_t stride, count;
+  };
+  std::int64_t vocab_ = 0;
+  std::vector<run> runs_;
+  std::vector<std::int64_t> at_host_;
+  std::unique_ptr<device_arrays<std::int64_t>> at_ = std::make_unique<device_arrays<std::int64_t>>(1);
+  std::unique_ptr<device_arrays<float>> q_ = std::make_unique<device_arrays<float>>(1);
+};
+
 }  // namespace detail
 
 //! greedy_verifier with verify_batch on a CUDA device (see the file comment). `stream` must be the
@@ -429,8 +489,7 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
     if (this != &o) {
       stream_ = o.stream_;
       io_ = std::make_unique<detail::device_verify_io>();
-      at_ = std::make_unique<detail::device_arrays<std::int64_t>>(1);
-      q_ = std::make_unique<detail::device_arrays<float>>(1);
+      q_ = std::make_unique<detail::device_draft_rows>();
       rows_ = std::make_unique<detail::device_step_rows>();
     }
     return *this;
@@ -448,9 +507,10 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
     rows_->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
     const std::int64_t V = in.logits.extent(1), rows = static_cast<std::int64_t>(N + B);
     // each request's draft rows: its drafter's q rows, or one-hot rows at its tokens (every check first)
-    at_host_.clear();
+    auto& q = *q_;
+    q.clear(V);
     for (std::size_t b = 0; b < B; ++b) {
-      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo;
+      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo, row = lo + static_cast<std::int64_t>(b);
       if (n == 0) continue;
       require(in.drafts[b] != nullptr, fn, "drafts", "a draft for every request with a tree (entry " + std::to_string(b) + ")",
               "nullptr");
@@ -463,42 +523,23 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
         require_unit_inner_stride(fn, "draft.q_rows of request " + std::to_string(b), dq);
         require(dq.data() != nullptr && (n <= 1 || dq.stride(0) >= V), fn, "draft.q_rows of request " + std::to_string(b),
                 "non-null rows at least vocab apart", dq.stride(0));
+        q.copy_rows(row, dq.data(), dq.stride(0), n);
       } else {
         for (std::int64_t i = 0; i < n; ++i) {
           const std::int32_t t = in.tokens[static_cast<std::size_t>(lo + i)];
           require(t >= 0 && t < V, fn, "tokens", "token ids in [0, vocab) (request " + std::to_string(b) + ")", t);
-          at_host_.push_back((lo + static_cast<std::int64_t>(b) + i) * V + t);
+          q.one_hot(row + i, t);
         }
       }
     }
     auto& io = *io_;
     io.upload(in, stream_, true);
     const auto lg = rows_->process(in, stream_, io.status(io.processing));
-    float* q = q_->get(0, static_cast<std::size_t>(rows * V));
-    SPECDEC_CUDA_CHECK(cudaMemsetAsync(q, 0, static_cast<std::size_t>(rows * V) * sizeof(float), stream_));
-    for (std::size_t b = 0; b < B; ++b) {
-      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo;
-      if (n == 0) continue;
-      const auto dq = in.drafts[b]->chain_q();
-      if (dq.extent(0) == 0) continue;
-      SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(q + (lo + static_cast<std::int64_t>(b)) * V, static_cast<std::size_t>(V) * sizeof(float),
-                                           dq.data(), static_cast<std::size_t>(dq.stride(0)) * sizeof(float),
-                                           static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(n),
-                                           cudaMemcpyDefault, stream_));
-    }
-    if (!at_host_.empty()) {  // one-hot rows
-      std::int64_t* at = at_->get(0, at_host_.size());
-      SPECDEC_CUDA_CHECK(cudaMemcpyAsync(at, at_host_.data(), at_host_.size() * sizeof(std::int64_t),
-                                         cudaMemcpyHostToDevice, stream_));
-      const auto n = static_cast<std::int64_t>(at_host_.size());
-      detail::scatter_ones_kernel<<<static_cast<unsigned>(n / 256 + 1 < 1024 ? n / 256 + 1 : 1024), 256, 0, stream_>>>(q, at, n);
-      cuda_check(cudaGetLastError(), "scatter_ones_kernel");
-    }
+    const auto draft = q.enqueue(rows, stream_);
     const cuda policy{.stream = stream_};
     logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
     verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), lg,
-                                   make_view<2>(static_cast<const float*>(q), {rows, V}, memory_space::device),
-                                   io.seeds(), io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                   draft, io.seeds(), io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
                                    io.status_view(io.verification));
     io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
   }
@@ -506,12 +547,96 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
  private:
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
-  std::unique_ptr<detail::device_arrays<std::int64_t>> at_ = std::make_unique<detail::device_arrays<std::int64_t>>(1);
-  std::unique_ptr<detail::device_arrays<float>> q_ = std::make_unique<detail::device_arrays<float>>(1);
+  std::unique_ptr<detail::device_draft_rows> q_ = std::make_unique<detail::device_draft_rows>();
   std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
-  std::vector<std::int64_t> at_host_;
 };
 static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
               verifier_has_verify_batch<cuda_chain_speculative_verifier>);
+
+//! multi_draft_verifier (host logits: the same per-request path) plus verify_batch on a CUDA device:
+//! the rows processed and turned into probabilities as cuda_sample_and_match_verifier does, each
+//! request's draft rows assigned by multi_draft_verifier's own rule (detail::assign_multi_draft_rows:
+//! row i + 1 = q at depth(i) + 1 of a draft whose path is node i's, from host, device or managed
+//! memory, or one-hot rows for drafts without q rows) and gathered into a buffer of the verifier's,
+//! then verify_multi_draft_batch decides every request from its seed and stream. The results equal
+//! multi_draft_verifier's on the host's processed rows bit for bit under process_logits_batch's
+//! conditions (and verify_multi_draft_batch's: the host at an FMA-capable level). The step's drafts
+//! (batch_verify_input::drafts) are required, and its requests must share one draft_sampling mode
+//! (draft_candidates::sampled_as; one drafter's requests do): a step that mixes them is refused.
+//! `stream` as for cuda_greedy_verifier. Device memory: two [N + B, V] float buffers and the step's arrays.
+class cuda_multi_draft_verifier : public multi_draft_verifier {
+ public:
+  explicit cuda_multi_draft_verifier(cudaStream_t stream) : stream_(stream) {}
+  cuda_multi_draft_verifier(const cuda_multi_draft_verifier& o) : multi_draft_verifier(o), stream_(o.stream_) {}
+  cuda_multi_draft_verifier& operator=(const cuda_multi_draft_verifier& o) {
+    if (this != &o) {
+      stream_ = o.stream_;
+      io_ = std::make_unique<detail::device_verify_io>();
+      q_ = std::make_unique<detail::device_draft_rows>();
+      rows_ = std::make_unique<detail::device_step_rows>();
+    }
+    return *this;
+  }
+  cuda_multi_draft_verifier(cuda_multi_draft_verifier&&) noexcept = default;
+  cuda_multi_draft_verifier& operator=(cuda_multi_draft_verifier&&) noexcept = default;
+
+  void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
+    constexpr std::string_view fn = "specdec::cuda_multi_draft_verifier::verify_batch";
+    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
+    const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
+    require_equal(fn, "seeds.size()", B, in.seeds.size());
+    require_equal(fn, "streams.size()", B, in.streams.size());
+    require_equal(fn, "drafts.size()", B, in.drafts.size());
+    rows_->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
+    const std::int64_t V = in.logits.extent(1), rows = static_cast<std::int64_t>(N + B);
+    auto& q = *q_;
+    q.clear(V);
+    std::optional<draft_sampling> mode;
+    for (std::size_t b = 0; b < B; ++b) {  // every check before any CUDA call
+      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo, first = lo + static_cast<std::int64_t>(b);
+      if (n == 0) continue;
+      require(in.drafts[b] != nullptr, fn, "drafts", "a draft for every request with a tree (entry " + std::to_string(b) + ")",
+              "nullptr");
+      const draft_candidates& d = *in.drafts[b];
+      const draft_sampling m = d.sampled_as.value_or(draft_sampling::with_replacement);
+      require(!mode || *mode == m, fn, "drafts",
+              "one draft_sampling mode for the step's requests (request " + std::to_string(b) + " differs)",
+              m == draft_sampling::with_replacement ? "with_replacement" : "without_replacement");
+      mode = m;
+      const auto tokens = in.tokens.subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n));
+      const auto parents = in.parents.subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) {  // the assignment reads the tree: checked here (the device checks again)
+        require(tokens[static_cast<std::size_t>(i)] >= 0 && tokens[static_cast<std::size_t>(i)] < V, fn, "tokens",
+                "token ids in [0, vocab) (request " + std::to_string(b) + ")", tokens[static_cast<std::size_t>(i)]);
+        require(parents[static_cast<std::size_t>(i)] >= -1 && parents[static_cast<std::size_t>(i)] < i, fn, "parents",
+                "parents[i] in [-1, i) (request " + std::to_string(b) + ")", parents[static_cast<std::size_t>(i)]);
+      }
+      detail::assign_multi_draft_rows(
+          tokens, parents, d, V, false, fn, scratch_,
+          [&](std::int64_t row, const strided_view<const float, 2>& rows_q, std::int64_t depth) {
+            q.copy_rows(first + row, rows_q.data() + depth * rows_q.stride(0), rows_q.stride(0), 1);
+          },
+          [&](std::int64_t row, std::int32_t token) { q.one_hot(first + row, token); });
+    }
+    auto& io = *io_;
+    io.upload(in, stream_, true);
+    const auto lg = rows_->process(in, stream_, io.status(io.processing));
+    const auto draft = q.enqueue(rows, stream_);
+    const cuda policy{.stream = stream_};
+    logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
+    verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, draft,
+                             mode.value_or(draft_sampling::with_replacement), io.seeds(), io.streams(), io.accepted(),
+                             io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+    io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
+  std::unique_ptr<detail::device_draft_rows> q_ = std::make_unique<detail::device_draft_rows>();
+  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
+  detail::multi_draft_rows_scratch scratch_;
+};
+static_assert(check_verifier<cuda_multi_draft_verifier>() && verifier_has_verify_batch<cuda_multi_draft_verifier>);
 
 }  // namespace specdec

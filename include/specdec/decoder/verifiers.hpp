@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -149,6 +150,85 @@ struct chain_speculative_verifier {
 };
 static_assert(check_verifier<chain_speculative_verifier>());
 
+namespace detail {
+
+//! Scratch of assign_multi_draft_rows (kept by a verifier: no allocation once warm).
+struct multi_draft_rows_scratch {
+  std::vector<int> owner, depth;
+};
+
+//! The draft rows of a multi-draft tree (multi_draft_verifier's rule, below): for each row that some
+//! draft provides, copy(row, q, depth) when that draft has q rows (q: its [len, V] rows, unit inner
+//! stride, row `depth` is the one), or one_hot(row, token) when it has none. Rows no draft provides
+//! are left alone (never read: the node has no children, or its children fail validation). The tree
+//! is tokens[i], parents[i] (local, -1 = the root, parents[i] < i); `host_only` requires the q rows
+//! in host-accessible memory (the host verifier; invalid_argument naming `fn`).
+template <class Copy, class OneHot>
+void assign_multi_draft_rows(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                             const draft_candidates& d, std::int64_t V, bool host_only, std::string_view fn,
+                             multi_draft_rows_scratch& scratch, Copy&& copy, OneHot&& one_hot) {
+  const auto n = static_cast<int>(tokens.size());
+  const int k = 1 + static_cast<int>(d.sequences.size());
+  auto seq = [&](int s) -> const std::vector<draft_token>& { return s == 0 ? d.chain : d.sequences[static_cast<std::size_t>(s - 1)]; };
+  // Draft s's q rows (the chain's through chain_q(): the drafter's buffer or d.q); an empty view when
+  // it has none of the right shape.
+  auto qrows = [&](int s) -> strided_view<const float, 2> {
+    const auto rows = static_cast<std::int64_t>(seq(s).size());
+    strided_view<const float, 2> q;
+    if (s == 0) {
+      q = d.chain_q();
+    } else if (const auto j = static_cast<std::size_t>(s - 1);
+               j < d.sequence_q.size() && d.vocab == V && d.sequence_q[j].size() == static_cast<std::size_t>(rows * V)) {
+      q = strided_view<const float, 2>(d.sequence_q[j].data(), {rows, V}, {V, 1});
+    }
+    if (q.data() == nullptr || q.extent(1) != V || q.extent(0) != rows || rows == 0) return {};
+    if (host_only)
+      require(host_accessible(q.space()), fn, "draft.q_rows", "host-accessible memory (this is the host verifier)",
+              name(q.space()));
+    require_unit_inner_stride(fn, "draft.q_rows", q);
+    require(rows <= 1 || q.stride(0) >= V, fn, "draft.q_rows", "rows at least vocab apart", q.stride(0));
+    return q;
+  };
+  // Row `row` := q of draft s at depth `depth` (one-hot at its token there when it has no q rows).
+  auto fill = [&](std::int64_t row, int s, std::size_t depth) {
+    const auto& sq = seq(s);
+    if (depth >= sq.size()) return;  // the draft ends here: the row is never read (no children)
+    if (const auto q = qrows(s); q.data() != nullptr)
+      copy(row, q, static_cast<std::int64_t>(depth));
+    else
+      one_hot(row, sq[depth].token);
+  };
+  auto& owner = scratch.owner;
+  auto& depth_of = scratch.depth;
+  owner.assign(static_cast<std::size_t>(n), -1);
+  depth_of.assign(static_cast<std::size_t>(n), 0);
+  for (int s = 0; s < k; ++s)
+    if (!seq(s).empty()) {
+      fill(0, s, 0);
+      break;
+    }
+  for (int i = 0; i < n; ++i) {
+    const std::int32_t p = parents[static_cast<std::size_t>(i)];
+    const auto depth = static_cast<std::size_t>(p < 0 ? 0 : depth_of[static_cast<std::size_t>(p)] + 1);
+    depth_of[static_cast<std::size_t>(i)] = static_cast<int>(depth);
+    const int ps = p < 0 ? -1 : owner[static_cast<std::size_t>(p)];
+    if (p >= 0 && ps < 0) continue;  // not from a draft: its children (if any) fail validation
+    int best = -1;
+    for (int s = 0; s < k; ++s) {
+      const auto& sq = seq(s);
+      if (sq.size() <= depth || sq[depth].token != tokens[static_cast<std::size_t>(i)]) continue;
+      if (ps >= 0 && !std::equal(sq.begin(), sq.begin() + static_cast<std::ptrdiff_t>(depth), seq(ps).begin(),
+                                 [](const draft_token& a, const draft_token& b) { return a.token == b.token; }))
+        continue;
+      if (best < 0 || (seq(best).size() <= depth + 1 && sq.size() > depth + 1)) best = s;  // prefer one that goes on
+    }
+    owner[static_cast<std::size_t>(i)] = best;
+    if (best >= 0) fill(i + 1, best, depth + 1);
+  }
+}
+
+}  // namespace detail
+
 //! Multi-draft speculative sampling (verify/multi_draft.hpp) of k independent drafts. The draft rows
 //! q come from draft_candidates: node i's row (row i + 1) is q at depth(i) + 1 of a draft (chain =
 //! draft 0, sequences[j] = draft j + 1) whose tokens up to depth(i) are node i's path (q depends only
@@ -169,67 +249,24 @@ struct multi_draft_verifier {
     const auto rows = in.logits.extent(0), V = in.logits.extent(1);
     detail::softmax_rows(in.logits, probs_, "specdec::multi_draft_verifier");
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
-    const auto& d = in.draft;
     const int n = in.tree.size();
-    const int k = 1 + static_cast<int>(d.sequences.size());
-    auto seq = [&](int s) -> const std::vector<draft_token>& { return s == 0 ? d.chain : d.sequences[static_cast<std::size_t>(s - 1)]; };
-    // Draft s's q rows as a host view (the chain's through chain_q(): the drafter's buffer or d.q);
-    // an empty view when it has none of the right shape.
-    auto qrows = [&](int s) -> strided_view<const float, 2> {
-      const auto rows = static_cast<std::int64_t>(seq(s).size());
-      strided_view<const float, 2> q;
-      if (s == 0) {
-        q = d.chain_q();
-      } else if (const auto j = static_cast<std::size_t>(s - 1);
-                 j < d.sequence_q.size() && d.vocab == V && d.sequence_q[j].size() == static_cast<std::size_t>(rows * V)) {
-        q = strided_view<const float, 2>(d.sequence_q[j].data(), {rows, V}, {V, 1});
-      }
-      if (q.data() == nullptr || q.extent(1) != V || q.extent(0) != rows || rows == 0) return {};
-      require(host_accessible(q.space()), "specdec::multi_draft_verifier", "draft.q_rows",
-              "host-accessible memory (this is the host verifier)", name(q.space()));
-      require_unit_inner_stride("specdec::multi_draft_verifier", "draft.q_rows", q);
-      return q;
-    };
-    // Row `row` := q of draft s at depth `depth` (one-hot at its token there when it has no q rows).
-    auto fill = [&](std::int64_t row, int s, std::size_t depth) {
-      const auto& sq = seq(s);
-      if (depth >= sq.size()) return;  // the draft ends here: the row is never read (no children)
-      float* dst = q_.data() + row * V;
-      if (const auto q = qrows(s); q.data() != nullptr)
-        std::copy_n(q.data() + static_cast<std::int64_t>(depth) * q.stride(0), V, dst);
-      else dst[sq[depth].token] = 1.0f;
-    };
-    owner_.assign(static_cast<std::size_t>(n), -1);
-    for (int s = 0; s < k; ++s)
-      if (!seq(s).empty()) {
-        fill(0, s, 0);
-        break;
-      }
-    for (int i = 0; i < n; ++i) {
-      const auto depth = static_cast<std::size_t>(in.tree.depth(i));
-      const std::int32_t p = in.tree.parent(i);
-      const int ps = p < 0 ? -1 : owner_[static_cast<std::size_t>(p)];
-      if (p >= 0 && ps < 0) continue;  // not from a draft: its children (if any) fail validation
-      int best = -1;
-      for (int s = 0; s < k; ++s) {
-        const auto& sq = seq(s);
-        if (sq.size() <= depth || sq[depth].token != in.tree.token(i)) continue;
-        if (ps >= 0 && !std::equal(sq.begin(), sq.begin() + static_cast<std::ptrdiff_t>(depth), seq(ps).begin(),
-                                   [](const draft_token& a, const draft_token& b) { return a.token == b.token; }))
-          continue;
-        if (best < 0 || (seq(best).size() <= depth + 1 && sq.size() > depth + 1)) best = s;  // prefer one that goes on
-      }
-      owner_[static_cast<std::size_t>(i)] = best;
-      if (best >= 0) fill(i + 1, best, depth + 1);
-    }
+    tokens_.resize(static_cast<std::size_t>(n)), parents_.resize(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) tokens_[static_cast<std::size_t>(i)] = in.tree.token(i), parents_[static_cast<std::size_t>(i)] = in.tree.parent(i);
+    detail::assign_multi_draft_rows(
+        tokens_, parents_, in.draft, V, true, "specdec::multi_draft_verifier", rows_,
+        [&](std::int64_t row, const strided_view<const float, 2>& q, std::int64_t depth) {
+          std::copy_n(q.data() + depth * q.stride(0), V, q_.data() + row * V);
+        },
+        [&](std::int64_t row, std::int32_t token) { q_[static_cast<std::size_t>(row * V + token)] = 1.0f; });
     const auto p = make_view<2>(static_cast<const float*>(probs_.data()), {rows, V});
     const auto q = make_view<2>(static_cast<const float*>(q_.data()), {rows, V});
-    out = verify_multi_draft(in.tree, p, q, d.sampled_as.value_or(draft_sampling::with_replacement), in.rng);
+    out = verify_multi_draft(in.tree, p, q, in.draft.sampled_as.value_or(draft_sampling::with_replacement), in.rng);
   }
 
  private:
   std::vector<float> probs_, q_;
-  std::vector<int> owner_;
+  std::vector<std::int32_t> tokens_, parents_;
+  detail::multi_draft_rows_scratch rows_;
 };
 static_assert(check_verifier<multi_draft_verifier>());
 
