@@ -325,7 +325,9 @@ class device_draft_rows {
     if (count <= 0) return;
     if (!runs_.empty()) {  // extends the previous run when it continues it
       run& r = runs_.back();
-      if (r.stride == stride && r.dst + r.count == dst && r.src + r.count * stride == src) {
+      const auto end = reinterpret_cast<std::uintptr_t>(r.src) +
+                       static_cast<std::uintptr_t>(r.count * stride) * sizeof(float);  // no pointer past its array
+      if (r.stride == stride && r.dst + r.count == dst && end == reinterpret_cast<std::uintptr_t>(src)) {
         r.count += count;
         return;
       }
