@@ -274,8 +274,8 @@ TEST_CASE("cuda_sample_and_match_verifier refuses penalties without committed to
 
 namespace {
 
-// A sampling chain drafter with a fixed q per depth, q_d(v) proportional to 1 + ((v + d) mod 3) (as
-// test_speculative_batch's): its q rows copied into draft_candidates::q (copy), handed over as a view
+// A sampling chain drafter with a fixed q per depth and last context token t, q_d(v) proportional to
+// 1 + ((v + d + t) mod 3) + 2 [v == (d + t) mod V]: its q rows copied into draft_candidates::q (copy), handed over as a view
 // of its own buffer in host or device memory (view_host, view_device), or not given (none: one-hot rows).
 enum class q_mode { copy, view_host, view_device, none };
 struct fixed_q_drafter {
@@ -292,7 +292,9 @@ struct fixed_q_drafter {
     for (int d = 0; d < req.depth; ++d) {
       float* q = own.data() + static_cast<std::size_t>(d) * V;
       float s = 0;
-      for (int v = 0; v < V; ++v) s += q[v] = 1.0f + static_cast<float>((v + d) % 3);
+      // q depends on the request's last token: a verifier reading another request's rows would differ
+      const int shift = d + static_cast<int>(req.tokens.back());
+      for (int v = 0; v < V; ++v) s += q[v] = 1.0f + static_cast<float>((v + shift) % 3) + (v == shift % V ? 2.0f : 0.0f);
       for (int v = 0; v < V; ++v) q[v] /= s;
       out.chain.push_back({specdec::sample_from_probs(std::span<const float>(q, static_cast<std::size_t>(V)), *req.rng), 0.0f});
     }
@@ -365,6 +367,8 @@ TEST_CASE("cuda_chain_speculative_verifier refuses missing drafts and misshapen 
   };
   CHECK_THAT(refusal(one), Catch::Contains("drafts.size()"));
   CHECK_THAT(refusal(both), Catch::Contains("draft.q_rows of request 1") && Catch::Contains("[>= 1 (the chain), 8"));
+  const specdec::draft_candidates* missing[] = {&a, nullptr};
+  CHECK_THAT(refusal(missing), Catch::Contains("a draft for every request with a tree (entry 1)"));
 }
 
 namespace {
@@ -398,6 +402,7 @@ TEST_CASE("cuda_multi_draft_verifier equals the host's, token for token, with an
     WARN("this file's host code has no FMA level: its weights are not the device's; nothing compared");
     return;
   }
+  std::map<std::uint32_t, std::vector<std::int32_t>> first;
   for (const auto mode : {specdec::draft_sampling::with_replacement, specdec::draft_sampling::without_replacement}) {
     bigram_multi_drafter d;
     d.params.mode = mode;
@@ -408,6 +413,10 @@ TEST_CASE("cuda_multi_draft_verifier equals the host's, token for token, with an
     std::size_t tokens = 0;
     for (const auto& [id, t] : want) tokens += t.size();
     CHECK(tokens >= 100);
+    if (first.empty())
+      first = want;
+    else
+      CHECK(want != first);  // the mode reaches the verification (other drafts, other draws)
   }
 }
 

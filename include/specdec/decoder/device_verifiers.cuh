@@ -228,7 +228,23 @@ class device_verify_io {
  public:
   enum slot : int { processing = 0, probabilities = 1, verification = 2 };
 
-  //! Enqueues the uploads on `stream` (the seeds and streams when `words`); B and N from `in`.
+  //! The host-side checks of what upload() reads (invalid_argument naming `fn`): the tree arrays'
+  //! sizes and offsets, and the seeds' and streams' sizes when `words`. A verifier calls it before
+  //! any CUDA call.
+  static void check(const batch_verify_input& in, bool words, std::string_view fn) {
+    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
+    require_equal(fn, "parents.size()", in.tokens.size(), in.parents.size());
+    validate_indptr(fn, "node_indptr", "node_indptr", in.node_indptr.data(),
+                    static_cast<std::int64_t>(in.node_indptr.size() - 1), static_cast<std::int64_t>(in.tokens.size()),
+                    "tokens.size()");
+    if (words) {
+      require_equal(fn, "seeds.size()", in.node_indptr.size() - 1, in.seeds.size());
+      require_equal(fn, "streams.size()", in.node_indptr.size() - 1, in.streams.size());
+    }
+  }
+
+  //! Enqueues the uploads on `stream` (the seeds and streams when `words`) of a step that passed
+  //! check(); B and N from `in`.
   void upload(const batch_verify_input& in, cudaStream_t stream, bool words) {
     B_ = in.node_indptr.size() - 1, N_ = in.tokens.size();
     const std::size_t sizes[count] = {B_ + 1, N_, N_, N_, B_, B_, N_ + B_, 9};
@@ -305,6 +321,19 @@ class device_verify_io {
   std::vector<std::int32_t> host_;
 };
 
+//! Runs `enqueue` (a verifier's work on `stream`, which may copy from the caller's memory); when it
+//! throws, waits for what it had enqueued before rethrowing, so no copy from memory the caller may
+//! free or reuse is left pending.
+template <class F>
+void drain_on_throw(cudaStream_t stream, F&& enqueue) {
+  try {
+    enqueue();
+  } catch (...) {
+    (void)cudaStreamSynchronize(stream);
+    throw;
+  }
+}
+
 //! q[at[i]] = 1 for i in [0, n): the one-hot draft rows of drafters without q rows.
 __global__ void scatter_ones_kernel(float* q, const std::int64_t* at, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -323,6 +352,7 @@ class device_draft_rows {
   //! Rows dst .. dst + count - 1 := src rows 0 .. count - 1 (`stride` floats apart, unit inner stride).
   void copy_rows(std::int64_t dst, const float* src, std::int64_t stride, std::int64_t count) {
     if (count <= 0) return;
+    if (count == 1) stride = vocab_;  // one row: its stride is never stepped (and may be anything)
     if (!runs_.empty()) {  // extends the previous run when it continues it
       run& r = runs_.back();
       const auto end = reinterpret_cast<std::uintptr_t>(r.src) +
@@ -398,18 +428,22 @@ class cuda_greedy_verifier : public greedy_verifier {
     require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
     require_equal(fn, "sampling.size()", in.node_indptr.size() - 1, in.sampling.size());
     detail::require_greedy(in.sampling, fn);
+    require_policy_memory<cuda>(fn, "logits", in.logits);
     bool penalties = false;
     for (const sampling_params* sp : in.sampling) penalties = penalties || detail::applies_penalty(*sp);
     if (penalties) rows_->prepare(in, fn);
-    auto& io = *io_;
-    io.upload(in, stream_, false);
-    // a penalty can move the argmax: the rows processed first (one-hot at the penalized argmax)
-    strided_view<const float, 2> logits = in.logits;
-    if (penalties) logits = rows_->process(in, stream_, io.status(io.processing));
-    verify_greedy_batch(cuda{.stream = stream_}, io.indptr(), io.tokens(), io.parents(), logits, io.accepted(),
-                        io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
-    using io_t = detail::device_verify_io;
-    io.finish(in, stream_, fn, (penalties ? io_t::bit(io_t::processing) : 0u) | io_t::bit(io_t::verification), out);
+    detail::device_verify_io::check(in, false, fn);
+    detail::drain_on_throw(stream_, [&] {
+      auto& io = *io_;
+      io.upload(in, stream_, false);
+      // a penalty can move the argmax: the rows processed first (one-hot at the penalized argmax)
+      strided_view<const float, 2> logits = in.logits;
+      if (penalties) logits = rows_->process(in, stream_, io.status(io.processing));
+      verify_greedy_batch(cuda{.stream = stream_}, io.indptr(), io.tokens(), io.parents(), logits, io.accepted(),
+                          io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+      using io_t = detail::device_verify_io;
+      io.finish(in, stream_, fn, (penalties ? io_t::bit(io_t::processing) : 0u) | io_t::bit(io_t::verification), out);
+    });
   }
 
  private:
@@ -453,15 +487,18 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
     require_equal(fn, "seeds.size()", B, in.seeds.size());
     require_equal(fn, "streams.size()", B, in.streams.size());
     rows_->prepare(in, fn);  // every host-side check before any CUDA call
-    auto& io = *io_;
-    io.upload(in, stream_, true);
-    const auto lg = rows_->process(in, stream_, io.status(io.processing));
-    const cuda policy{.stream = stream_};
-    logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
-    verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
-                                  io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
-                                  io.status_view(io.verification));
-    io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+    detail::device_verify_io::check(in, true, fn);
+    detail::drain_on_throw(stream_, [&] {
+      auto& io = *io_;
+      io.upload(in, stream_, true);
+      const auto lg = rows_->process(in, stream_, io.status(io.processing));
+      const cuda policy{.stream = stream_};
+      logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
+      verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
+                                    io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                    io.status_view(io.verification));
+      io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+    });
   }
 
  private:
@@ -534,16 +571,19 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
         }
       }
     }
-    auto& io = *io_;
-    io.upload(in, stream_, true);
-    const auto lg = rows_->process(in, stream_, io.status(io.processing));
-    const auto draft = q.enqueue(rows, stream_);
-    const cuda policy{.stream = stream_};
-    logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
-    verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), lg,
-                                   draft, io.seeds(), io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
-                                   io.status_view(io.verification));
-    io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+    detail::device_verify_io::check(in, true, fn);
+    detail::drain_on_throw(stream_, [&] {
+      auto& io = *io_;
+      io.upload(in, stream_, true);
+      const auto lg = rows_->process(in, stream_, io.status(io.processing));
+      const auto draft = q.enqueue(rows, stream_);
+      const cuda policy{.stream = stream_};
+      logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
+      verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), lg,
+                                     draft, io.seeds(), io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                     io.status_view(io.verification));
+      io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+    });
   }
 
  private:
@@ -620,16 +660,19 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
           },
           [&](std::int64_t row, std::int32_t token) { q.one_hot(first + row, token); });
     }
-    auto& io = *io_;
-    io.upload(in, stream_, true);
-    const auto lg = rows_->process(in, stream_, io.status(io.processing));
-    const auto draft = q.enqueue(rows, stream_);
-    const cuda policy{.stream = stream_};
-    logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
-    verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, draft,
-                             mode.value_or(draft_sampling::with_replacement), io.seeds(), io.streams(), io.accepted(),
-                             io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
-    io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+    detail::device_verify_io::check(in, true, fn);
+    detail::drain_on_throw(stream_, [&] {
+      auto& io = *io_;
+      io.upload(in, stream_, true);
+      const auto lg = rows_->process(in, stream_, io.status(io.processing));
+      const auto draft = q.enqueue(rows, stream_);
+      const cuda policy{.stream = stream_};
+      logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
+      verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, draft,
+                               mode.value_or(draft_sampling::with_replacement), io.seeds(), io.streams(), io.accepted(),
+                               io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+      io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+    });
   }
 
  private:

@@ -193,10 +193,13 @@ void assign_multi_draft_rows(std::span<const std::int32_t> tokens, std::span<con
   auto fill = [&](std::int64_t row, int s, std::size_t depth) {
     const auto& sq = seq(s);
     if (depth >= sq.size()) return;  // the draft ends here: the row is never read (no children)
-    if (const auto q = qrows(s); q.data() != nullptr)
+    if (const auto q = qrows(s); q.data() != nullptr) {
       copy(row, q, static_cast<std::int64_t>(depth));
-    else
-      one_hot(row, sq[depth].token);
+    } else {
+      const std::int32_t t = sq[depth].token;  // a draft's own token: the tree's were checked, this one not
+      require(t >= 0 && t < V, fn, "draft tokens", "token ids in [0, vocab = " + std::to_string(V) + ")", t);
+      one_hot(row, t);
+    }
   };
   auto& owner = scratch.owner;
   auto& depth_of = scratch.depth;
