@@ -401,6 +401,46 @@ class device_draft_rows {
   std::unique_ptr<device_arrays<float>> q_ = std::make_unique<device_arrays<float>>(1);
 };
 
+//! What every device verifier holds: its stream and its device buffers. A copy shares the stream and
+//! gets buffers of its own (allocated on first use), so copies may verify on different threads.
+struct device_verifier_state {
+  explicit device_verifier_state(cudaStream_t s) : stream(s) {}
+  device_verifier_state(const device_verifier_state& o) : stream(o.stream) {}
+  device_verifier_state& operator=(const device_verifier_state& o) {
+    if (this != &o) *this = device_verifier_state(o.stream);
+    return *this;
+  }
+  device_verifier_state(device_verifier_state&&) noexcept = default;
+  device_verifier_state& operator=(device_verifier_state&&) noexcept = default;
+  ~device_verifier_state() = default;
+
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<device_verify_io> io = std::make_unique<device_verify_io>();
+  std::unique_ptr<device_step_rows> rows = std::make_unique<device_step_rows>();
+  std::unique_ptr<device_draft_rows> q = std::make_unique<device_draft_rows>();
+};
+
+//! The device half of a stochastic verifier's step that passed its host checks (device_verify_io::check
+//! with words, device_step_rows::prepare, the caller's draft plan): the trees and words
+//! up, the rows processed (device_step_rows) and turned into probabilities in place, the draft rows
+//! gathered when `drafts` (device_draft_rows, planned by the caller), then verify(policy, io, probs,
+//! draft) enqueues the verification into io's verification slot; the results come down with one
+//! synchronisation (device_verify_io::finish). Work that throws is drained first (drain_on_throw).
+template <class Verify>
+void run_stochastic_step(device_verifier_state& d, const batch_verify_input& in, verify_batch_result& out,
+                         std::string_view fn, bool drafts, Verify&& verify) {
+  drain_on_throw(d.stream, [&] {
+    auto& io = *d.io;
+    io.upload(in, d.stream, true);
+    const auto probs = d.rows->process(in, d.stream, io.status(io.processing));
+    const auto draft = drafts ? d.q->enqueue(probs.extent(0), d.stream) : strided_view<const float, 2>{};
+    const cuda policy{.stream = d.stream};
+    logits_to_probs_batch(policy, probs, probs, io.status_view(io.probabilities));
+    verify(policy, io, probs, draft);
+    io.finish(in, d.stream, fn, device_verify_io::all_slots, out);
+  });
+}
+
 }  // namespace detail
 
 //! greedy_verifier with verify_batch on a CUDA device (see the file comment). `stream` must be the
@@ -410,18 +450,7 @@ class device_draft_rows {
 //! device buffers, allocated on its first verify_batch, so copies may verify on different threads.
 class cuda_greedy_verifier : public greedy_verifier {
  public:
-  explicit cuda_greedy_verifier(cudaStream_t stream) : stream_(stream) {}
-  cuda_greedy_verifier(const cuda_greedy_verifier& o) : greedy_verifier(o), stream_(o.stream_) {}
-  cuda_greedy_verifier& operator=(const cuda_greedy_verifier& o) {
-    if (this != &o) {
-      stream_ = o.stream_;
-      io_ = std::make_unique<detail::device_verify_io>();
-      rows_ = std::make_unique<detail::device_step_rows>();
-    }
-    return *this;
-  }
-  cuda_greedy_verifier(cuda_greedy_verifier&&) noexcept = default;
-  cuda_greedy_verifier& operator=(cuda_greedy_verifier&&) noexcept = default;
+  explicit cuda_greedy_verifier(cudaStream_t stream) : d_(stream) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_greedy_verifier::verify_batch";
@@ -431,25 +460,23 @@ class cuda_greedy_verifier : public greedy_verifier {
     require_policy_memory<cuda>(fn, "logits", in.logits);
     bool penalties = false;
     for (const sampling_params* sp : in.sampling) penalties = penalties || detail::applies_penalty(*sp);
-    if (penalties) rows_->prepare(in, fn);
+    if (penalties) d_.rows->prepare(in, fn);
     detail::device_verify_io::check(in, false, fn);
-    detail::drain_on_throw(stream_, [&] {
-      auto& io = *io_;
-      io.upload(in, stream_, false);
+    detail::drain_on_throw(d_.stream, [&] {
+      auto& io = *d_.io;
+      io.upload(in, d_.stream, false);
       // a penalty can move the argmax: the rows processed first (one-hot at the penalized argmax)
       strided_view<const float, 2> logits = in.logits;
-      if (penalties) logits = rows_->process(in, stream_, io.status(io.processing));
-      verify_greedy_batch(cuda{.stream = stream_}, io.indptr(), io.tokens(), io.parents(), logits, io.accepted(),
+      if (penalties) logits = d_.rows->process(in, d_.stream, io.status(io.processing));
+      verify_greedy_batch(cuda{.stream = d_.stream}, io.indptr(), io.tokens(), io.parents(), logits, io.accepted(),
                           io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
       using io_t = detail::device_verify_io;
-      io.finish(in, stream_, fn, (penalties ? io_t::bit(io_t::processing) : 0u) | io_t::bit(io_t::verification), out);
+      io.finish(in, d_.stream, fn, (penalties ? io_t::bit(io_t::processing) : 0u) | io_t::bit(io_t::verification), out);
     });
   }
 
  private:
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
-  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
+  detail::device_verifier_state d_;
 };
 static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batch<cuda_greedy_verifier>);
 
@@ -466,45 +493,22 @@ static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batc
 //! step's arrays, grown as needed and kept.
 class cuda_sample_and_match_verifier : public sample_and_match_verifier {
  public:
-  explicit cuda_sample_and_match_verifier(cudaStream_t stream) : stream_(stream) {}
-  cuda_sample_and_match_verifier(const cuda_sample_and_match_verifier& o)
-      : sample_and_match_verifier(o), stream_(o.stream_) {}
-  cuda_sample_and_match_verifier& operator=(const cuda_sample_and_match_verifier& o) {
-    if (this != &o) {
-      stream_ = o.stream_;
-      io_ = std::make_unique<detail::device_verify_io>();
-      rows_ = std::make_unique<detail::device_step_rows>();
-    }
-    return *this;
-  }
-  cuda_sample_and_match_verifier(cuda_sample_and_match_verifier&&) noexcept = default;
-  cuda_sample_and_match_verifier& operator=(cuda_sample_and_match_verifier&&) noexcept = default;
+  explicit cuda_sample_and_match_verifier(cudaStream_t stream) : d_(stream) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_sample_and_match_verifier::verify_batch";
-    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
-    const auto B = in.node_indptr.size() - 1;
-    require_equal(fn, "seeds.size()", B, in.seeds.size());
-    require_equal(fn, "streams.size()", B, in.streams.size());
-    rows_->prepare(in, fn);  // every host-side check before any CUDA call
-    detail::device_verify_io::check(in, true, fn);
-    detail::drain_on_throw(stream_, [&] {
-      auto& io = *io_;
-      io.upload(in, stream_, true);
-      const auto lg = rows_->process(in, stream_, io.status(io.processing));
-      const cuda policy{.stream = stream_};
-      logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
-      verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
+    detail::device_verify_io::check(in, true, fn);  // the trees, seeds and streams
+    d_.rows->prepare(in, fn);  // every host-side check before any CUDA call
+    detail::run_stochastic_step(d_, in, out, fn, false, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                            const auto& probs, const auto&) {
+      verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, io.seeds(), io.streams(),
                                     io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
                                     io.status_view(io.verification));
-      io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
     });
   }
 
  private:
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
-  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
+  detail::device_verifier_state d_;
 };
 static_assert(check_verifier<cuda_sample_and_match_verifier>() &&
               verifier_has_verify_batch<cuda_sample_and_match_verifier>);
@@ -521,32 +525,17 @@ static_assert(check_verifier<cuda_sample_and_match_verifier>() &&
 //! cuda_greedy_verifier. Device memory: two [N + B, V] float buffers and the step's arrays.
 class cuda_chain_speculative_verifier : public chain_speculative_verifier {
  public:
-  explicit cuda_chain_speculative_verifier(cudaStream_t stream) : stream_(stream) {}
-  cuda_chain_speculative_verifier(const cuda_chain_speculative_verifier& o)
-      : chain_speculative_verifier(o), stream_(o.stream_) {}
-  cuda_chain_speculative_verifier& operator=(const cuda_chain_speculative_verifier& o) {
-    if (this != &o) {
-      stream_ = o.stream_;
-      io_ = std::make_unique<detail::device_verify_io>();
-      q_ = std::make_unique<detail::device_draft_rows>();
-      rows_ = std::make_unique<detail::device_step_rows>();
-    }
-    return *this;
-  }
-  cuda_chain_speculative_verifier(cuda_chain_speculative_verifier&&) noexcept = default;
-  cuda_chain_speculative_verifier& operator=(cuda_chain_speculative_verifier&&) noexcept = default;
+  explicit cuda_chain_speculative_verifier(cudaStream_t stream) : d_(stream) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_chain_speculative_verifier::verify_batch";
-    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
-    const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
-    require_equal(fn, "seeds.size()", B, in.seeds.size());
-    require_equal(fn, "streams.size()", B, in.streams.size());
+    detail::device_verify_io::check(in, true, fn);  // the trees, seeds and streams
+    const auto B = in.node_indptr.size() - 1;
     require_equal(fn, "drafts.size()", B, in.drafts.size());
-    rows_->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
-    const std::int64_t V = in.logits.extent(1), rows = static_cast<std::int64_t>(N + B);
+    d_.rows->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
+    const std::int64_t V = in.logits.extent(1);
     // each request's draft rows: its drafter's q rows, or one-hot rows at its tokens (every check first)
-    auto& q = *q_;
+    auto& q = *d_.q;
     q.clear(V);
     for (std::size_t b = 0; b < B; ++b) {
       const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo, row = lo + static_cast<std::int64_t>(b);
@@ -571,26 +560,16 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
         }
       }
     }
-    detail::device_verify_io::check(in, true, fn);
-    detail::drain_on_throw(stream_, [&] {
-      auto& io = *io_;
-      io.upload(in, stream_, true);
-      const auto lg = rows_->process(in, stream_, io.status(io.processing));
-      const auto draft = q.enqueue(rows, stream_);
-      const cuda policy{.stream = stream_};
-      logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
-      verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), lg,
-                                     draft, io.seeds(), io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+    detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                           const auto& probs, const auto& draft) {
+      verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, draft, io.seeds(),
+                                     io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
                                      io.status_view(io.verification));
-      io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
     });
   }
 
  private:
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
-  std::unique_ptr<detail::device_draft_rows> q_ = std::make_unique<detail::device_draft_rows>();
-  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
+  detail::device_verifier_state d_;
 };
 static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
               verifier_has_verify_batch<cuda_chain_speculative_verifier>);
@@ -608,30 +587,16 @@ static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
 //! `stream` as for cuda_greedy_verifier. Device memory: two [N + B, V] float buffers and the step's arrays.
 class cuda_multi_draft_verifier : public multi_draft_verifier {
  public:
-  explicit cuda_multi_draft_verifier(cudaStream_t stream) : stream_(stream) {}
-  cuda_multi_draft_verifier(const cuda_multi_draft_verifier& o) : multi_draft_verifier(o), stream_(o.stream_) {}
-  cuda_multi_draft_verifier& operator=(const cuda_multi_draft_verifier& o) {
-    if (this != &o) {
-      stream_ = o.stream_;
-      io_ = std::make_unique<detail::device_verify_io>();
-      q_ = std::make_unique<detail::device_draft_rows>();
-      rows_ = std::make_unique<detail::device_step_rows>();
-    }
-    return *this;
-  }
-  cuda_multi_draft_verifier(cuda_multi_draft_verifier&&) noexcept = default;
-  cuda_multi_draft_verifier& operator=(cuda_multi_draft_verifier&&) noexcept = default;
+  explicit cuda_multi_draft_verifier(cudaStream_t stream) : d_(stream) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_multi_draft_verifier::verify_batch";
-    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
-    const auto B = in.node_indptr.size() - 1, N = in.tokens.size();
-    require_equal(fn, "seeds.size()", B, in.seeds.size());
-    require_equal(fn, "streams.size()", B, in.streams.size());
+    detail::device_verify_io::check(in, true, fn);  // the trees, seeds and streams
+    const auto B = in.node_indptr.size() - 1;
     require_equal(fn, "drafts.size()", B, in.drafts.size());
-    rows_->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
-    const std::int64_t V = in.logits.extent(1), rows = static_cast<std::int64_t>(N + B);
-    auto& q = *q_;
+    d_.rows->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
+    const std::int64_t V = in.logits.extent(1);
+    auto& q = *d_.q;
     q.clear(V);
     std::optional<draft_sampling> mode;
     for (std::size_t b = 0; b < B; ++b) {  // every check before any CUDA call
@@ -660,26 +625,17 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
           },
           [&](std::int64_t row, std::int32_t token) { q.one_hot(first + row, token); });
     }
-    detail::device_verify_io::check(in, true, fn);
-    detail::drain_on_throw(stream_, [&] {
-      auto& io = *io_;
-      io.upload(in, stream_, true);
-      const auto lg = rows_->process(in, stream_, io.status(io.processing));
-      const auto draft = q.enqueue(rows, stream_);
-      const cuda policy{.stream = stream_};
-      logits_to_probs_batch(policy, lg, lg, io.status_view(io.probabilities));
-      verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), lg, draft,
-                               mode.value_or(draft_sampling::with_replacement), io.seeds(), io.streams(), io.accepted(),
-                               io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
-      io.finish(in, stream_, fn, detail::device_verify_io::all_slots, out);
+    const draft_sampling m = mode.value_or(draft_sampling::with_replacement);
+    detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                           const auto& probs, const auto& draft) {
+      verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, draft, m, io.seeds(),
+                               io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                               io.status_view(io.verification));
     });
   }
 
  private:
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<detail::device_verify_io> io_ = std::make_unique<detail::device_verify_io>();
-  std::unique_ptr<detail::device_draft_rows> q_ = std::make_unique<detail::device_draft_rows>();
-  std::unique_ptr<detail::device_step_rows> rows_ = std::make_unique<detail::device_step_rows>();
+  detail::device_verifier_state d_;
   detail::multi_draft_rows_scratch scratch_;
 };
 static_assert(check_verifier<cuda_multi_draft_verifier>() && verifier_has_verify_batch<cuda_multi_draft_verifier>);
