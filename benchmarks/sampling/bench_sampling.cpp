@@ -11,6 +11,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
 
 namespace {
@@ -101,6 +102,55 @@ void BM_process_tree(benchmark::State& st) {
   counters(st, n + 1, v);
 }
 
+// process_logits_batch with a penalty_context on the same 65 rows, context and parameters as
+// BM_process_tree (the form the device verifiers run, here on the host): threads = the host policy's
+// (1: against BM_process_tree's one thread; 0: the pool). The context is built once (the builder's
+// cost per step is BM_penalty_context_build).
+void BM_process_tree_batch(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const int n = 64;
+  const std::vector<specdec::sampling_params> p{params_for(tokenswift_chain)};
+  const auto pristine = make_logits(n + 1, v, 2);
+  auto rows = pristine;
+  const auto ctx = make_context(4096, v);
+  std::vector<std::int32_t> tokens(n), parents(n), row_params(n + 1, 0), status(3);
+  specdec::philox_stream rng(3, 3);
+  for (int i = 0; i < n; ++i) {
+    tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
+    parents[i] = i < 4 ? -1 : static_cast<std::int32_t>(i - 4);  // 4 chains of depth 16
+  }
+  specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+  b.add_tree_rows(b.add_context(ctx), tokens, parents);
+  const specdec::host policy{.num_threads = static_cast<int>(st.range(1))};
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::memcpy(rows.data(), pristine.data(), rows.size() * sizeof(float));
+    st.ResumeTiming();
+    specdec::process_logits_batch(policy, specdec::make_view<2>(rows.data(), {n + 1, v}),
+                                  specdec::make_view<1>(p.data(), {1}), specdec::make_view<1>(row_params.data(), {n + 1}),
+                                  b.view(), specdec::make_view<1>(status.data(), {3}));
+    benchmark::DoNotOptimize(rows.data());
+  }
+  counters(st, n + 1, v);
+}
+
+// penalty_context_builder for one request: a committed context of `ctx` tokens and a 64-node tree
+// (the device verifiers' per-step host work for each request with a penalty).
+void BM_penalty_context_build(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const auto ctx = make_context(static_cast<int>(st.range(1)), v);
+  std::vector<std::int32_t> tokens(64), parents(64);
+  for (int i = 0; i < 64; ++i) tokens[i] = i, parents[i] = i < 4 ? -1 : i - 4;
+  specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+  for (auto _ : st) {
+    b.clear();
+    b.add_tree_rows(b.add_context(ctx), tokens, parents);
+    benchmark::DoNotOptimize(b.distinct().data());
+  }
+  st.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(ctx.size()), benchmark::Counter::kIsRate);
+}
+
 void BM_greedy_token(benchmark::State& st) {
   const std::int64_t v = st.range(0);
   const auto row = make_logits(1, v, 4);
@@ -149,6 +199,15 @@ void row_args(benchmark::internal::Benchmark* b) {
 // context), 6 contextual penalty 1.2 W 1024, 7 TokenSwift chain (min-p 0.1 + contextual penalty)
 BENCHMARK(BM_process_row)->Apply(row_args)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_process_tree)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_process_tree_batch)
+    ->ArgNames({"V", "threads"})
+    ->ArgsProduct({{32000, 128256}, {1, 0}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_penalty_context_build)
+    ->ArgNames({"V", "ctx"})
+    ->ArgsProduct({{128256}, {4096, 32768}})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_greedy_token)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_sample_token)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_sample_from_probs)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);

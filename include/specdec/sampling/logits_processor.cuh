@@ -11,8 +11,8 @@
 //!  1. the max / min / non-finite scan (CUB block reductions; device_error::row);
 //!  1b. penalties (penalty form): when they could overflow every admissible logit to -inf
 //!     (lowest_penalized), a count of what would survive first (device_error::row, the row untouched);
-//!     then each distinct context token by its one owner (detail::penalty_token), a thread per owner,
-//!     and the scan again;
+//!     then the two phases of penalty_context.hpp (the pairs, a barrier, the suffix), a thread per
+//!     owner, and the scan again;
 //!  2. temperature 0: one-hot at the first maximum; otherwise temperature as l * (1/t), or
 //!     (l - max) / t where that would leave the float range (apply_temperature's test);
 //!  3. top-k: the k-th largest topk_key by block_radix_select (core/topk_batch.cuh, shared with
@@ -354,10 +354,13 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
         if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
         continue;  // uniform; the barriers above leave sh free
       }
-      for (std::int64_t j = t; j < rp.owners(); j += process_threads) {
+      for (std::int32_t j = t; j < rp.count; j += process_threads)  // phase 1: the pairs
+        if (penalty_pair_acts(rp, j)) row[rp.distinct[j]] = penalized_logit(rp, row[rp.distinct[j]], rp.last[j]);
+      __syncthreads();
+      for (std::int32_t k = t; k < rp.depth; k += process_threads) {  // phase 2: the suffix
         std::int32_t token;
-        std::int64_t last;
-        if (penalty_token(rp, j, token, last)) row[token] = penalized_logit(rp, row[token], last);
+        const auto act = penalty_path_step(rp, k, token);
+        if (act != penalty_path_action::none) row[token] = penalty_path_value(rp, act, row[token], k);
       }
       __syncthreads();
       (void)block_admissible_row(row, n, a.status, r, sh);  // admissible: penalties make no NaN or +inf

@@ -558,12 +558,17 @@ struct process_logits_backend<host> {
       const auto row = row_at(i);
       const row_penalty& rp = penalties[static_cast<std::size_t>(i)];
       logit_scan s = scans[static_cast<std::size_t>(i)];
-      if (rp.active()) {  // steps 1-2, one owner per distinct token (penalty_context.hpp)
-        for (std::int64_t j = 0; j < rp.owners(); ++j) {
+      if (rp.active()) {  // steps 1-2 in penalty_context.hpp's two phases, one owner per token in each
+        for (std::int32_t j = 0; j < rp.count; ++j) {
+          if (!penalty_pair_acts(rp, j)) continue;
+          float& x = row[static_cast<std::size_t>(rp.distinct[j])];
+          x = penalized_logit(rp, x, rp.last[j]);
+        }
+        for (std::int32_t k = 0; k < rp.depth; ++k) {
           std::int32_t t;
-          std::int64_t last;
-          if (penalty_token(rp, j, t, last))
-            row[static_cast<std::size_t>(t)] = penalized_logit(rp, row[static_cast<std::size_t>(t)], last);
+          const auto a = penalty_path_step(rp, k, t);
+          if (a != penalty_path_action::none)
+            row[static_cast<std::size_t>(t)] = penalty_path_value(rp, a, row[static_cast<std::size_t>(t)], k);
         }
         s = scan_logits(row.data(), row.size());
       }

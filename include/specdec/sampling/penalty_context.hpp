@@ -16,7 +16,8 @@
 //! context's pairs own their tokens, a suffix token owns itself at its last occurrence in the suffix
 //! unless the context holds it. The owners are distinct, so a CUDA block applies them in parallel
 //! without races, and each penalized value is computed as process_logits computes it (repetition,
-//! then contextual, on the original logit): bit for bit the same row.
+//! then contextual, on the original logit): bit for bit the same row. The backends apply them in two
+//! phases (detail::penalty_path_step) so that no pair scans the suffix.
 //!
 //! penalty_context_builder makes the arrays from committed token lists and trees, in host memory (a
 //! CUDA user copies the seven arrays to the device).
@@ -96,8 +97,8 @@ struct row_penalty {
   return rp;
 }
 
-//! Whether the sorted pairs hold `token` (binary search).
-[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_pairs_hold(const row_penalty& rp, std::int32_t token) noexcept {
+//! The index of `token` among the sorted pairs, -1 when they lack it (binary search).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline std::int32_t penalty_pairs_find(const row_penalty& rp, std::int32_t token) noexcept {
   std::int32_t lo = 0, hi = rp.count;
   while (lo < hi) {
     const std::int32_t mid = lo + (hi - lo) / 2;
@@ -106,7 +107,7 @@ struct row_penalty {
     else
       hi = mid;
   }
-  return lo < rp.count && rp.distinct[lo] == token;
+  return lo < rp.count && rp.distinct[lo] == token ? lo : -1;
 }
 
 //! Owner j of the row's distinct tokens (j in [0, owners())): true with its token and the position of
@@ -129,7 +130,7 @@ struct row_penalty {
   token = rp.path[k];
   for (std::int32_t k2 = k + 1; k2 < rp.depth; ++k2)
     if (rp.path[k2] == token) return false;
-  if (penalty_pairs_hold(rp, token)) return false;
+  if (penalty_pairs_find(rp, token) >= 0) return false;
   last = rp.length + k;
   return true;
 }
@@ -147,6 +148,42 @@ struct row_penalty {
   if (rp.repetition != 1.0f) l = penalize(l, rp.repetition, true);
   if (rp.contextual != 1.0f && last >= rp.window_start) l = penalize(l, rp.contextual, rp.sign_aware);
   return l;
+}
+
+//! Applying a row's penalties in two phases, each with distinct owners (what the backends run;
+//! penalty_token above defines the result, the survivor count of a row the penalties might empty
+//! uses it): phase 1, pair j sets its token's value from its committed last position alone
+//! (penalized_logit(l, last[j])); phase 2, after phase 1 is done, suffix position k, when it is its
+//! token's last occurrence in the suffix, either penalizes a token the context lacks (the whole
+//! penalty, at position length + k) or brings a context token that phase 1 left outside the window
+//! into it (the contextual penalty on the phase-1 value: the same operations, in the same order, as
+//! penalized_logit at the token's true last position). Phase 1 is O(1) per pair, not a scan of the
+//! suffix per pair. What suffix position k does in phase 2:
+enum class penalty_path_action : std::uint8_t {
+  none,        //!< not the token's last occurrence, or a context token phase 1 already settled
+  whole,       //!< a token the context lacks: penalized_logit(l, length + k)
+  contextual,  //!< a context token the suffix brings into the window: penalize(x, theta, sign_aware)
+};
+[[nodiscard]] SPECDEC_HOST_DEVICE inline penalty_path_action penalty_path_step(const row_penalty& rp, std::int32_t k,
+                                                                                std::int32_t& token) noexcept {
+  token = rp.path[k];
+  for (std::int32_t k2 = k + 1; k2 < rp.depth; ++k2)
+    if (rp.path[k2] == token) return penalty_path_action::none;
+  const std::int32_t j = penalty_pairs_find(rp, token);
+  if (j < 0) return penalty_path_action::whole;
+  const bool inside_now = rp.contextual != 1.0f && rp.length + k >= rp.window_start;
+  return inside_now && rp.last[j] < rp.window_start ? penalty_path_action::contextual : penalty_path_action::none;
+}
+//! Whether phase 1 changes pair j's token: with no repetition penalty, only the pairs inside the
+//! window (a context of many distinct tokens and a short window then touches only the window's).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_pair_acts(const row_penalty& rp, std::int32_t j) noexcept {
+  return rp.repetition != 1.0f || (rp.contextual != 1.0f && rp.last[j] >= rp.window_start);
+}
+//! Phase 2's new value for suffix position k's action on the token's current value x.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline float penalty_path_value(const row_penalty& rp, penalty_path_action a, float x,
+                                                                  std::int32_t k) noexcept {
+  return a == penalty_path_action::whole ? penalized_logit(rp, x, rp.length + k)
+                                         : penalize(x, rp.contextual, rp.sign_aware);
 }
 
 //! The checks a penalty context's values must pass, shared by the host backend (which throws) and the
