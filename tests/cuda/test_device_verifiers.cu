@@ -107,19 +107,22 @@ std::map<std::uint32_t, std::vector<std::int32_t>> run_all(Batch& batch, int req
   return got;
 }
 
-//! What Verifier::verify_batch says of a two-request step (one node each) whose entries carry
-//! `first` and `second`, with `seeds` seeds and streams: its logits pointer is null, so the step
-//! must be refused before anything reads it ("not refused" otherwise).
+//! What Verifier::verify_batch says of a two-request step (one node each, V = 8) whose entries carry
+//! `first` and `second`, with `seeds` seeds and streams and the given drafts: its logits are host
+//! memory labelled device memory, so the step must be refused before any CUDA call ("not refused"
+//! otherwise).
 template <class Verifier>
-std::string refusal(const specdec::sampling_params& first, const specdec::sampling_params& second, int seeds) {
+std::string refusal(const specdec::sampling_params& first, const specdec::sampling_params& second, int seeds,
+                    std::span<const specdec::draft_candidates* const> drafts = {}) {
   const specdec::sampling_params* sp[] = {&first, &second};
   const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
   const std::vector<std::uint64_t> zero(static_cast<std::size_t>(seeds), 0);
+  static const std::vector<float> never_read(4 * 8);
   Verifier v{nullptr};
   specdec::verify_batch_result out;
   const specdec::batch_verify_input in{
-      indptr, tokens, parents, specdec::make_view<2>(static_cast<const float*>(nullptr), {4, 8}, memory_space::device),
-      sp, zero, zero};
+      indptr, tokens, parents, specdec::make_view<2>(never_read.data(), {4, 8}, memory_space::device),
+      sp, zero, zero, {}, drafts};
   try {
     v.verify_batch(in, out);
   } catch (const specdec::invalid_argument& e) {
@@ -266,7 +269,9 @@ TEST_CASE("cuda_sample_and_match_verifier refuses penalties without committed to
           "[cuda][decoder][nogpu]") {
   const specdec::sampling_params hot{.temperature = 0.7f}, rep{.temperature = 0.7f, .repetition_penalty = 1.1f},
       bad{.temperature = -1.0f};
-  const auto refuse = refusal<specdec::cuda_sample_and_match_verifier>;
+  const auto refuse = [](const specdec::sampling_params& first, const specdec::sampling_params& second, int seeds) {
+    return refusal<specdec::cuda_sample_and_match_verifier>(first, second, seeds);
+  };
   CHECK_THAT(refuse(hot, rep, 2), Catch::Contains("committed.size()"));
   CHECK_THAT(refuse(bad, hot, 2), Catch::Contains("temperature"));
   CHECK_THAT(refuse(hot, hot, 1), Catch::Contains("seeds.size()"));
@@ -342,33 +347,19 @@ TEST_CASE("cuda_chain_speculative_verifier equals the host's, token for token, w
 TEST_CASE("cuda_chain_speculative_verifier refuses missing drafts and misshapen q rows before any CUDA call",
           "[cuda][decoder][nogpu]") {
   const specdec::sampling_params hot{.temperature = 0.7f};
-  const specdec::sampling_params* sp[] = {&hot, &hot};
-  const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
-  const std::vector<std::uint64_t> zero(2, 0);
   specdec::draft_candidates a, b;
-  std::vector<float> rows(2 * 8, 0.125f), never_read(4 * 8);
+  std::vector<float> rows(2 * 8, 0.125f);
   a.q_rows = specdec::strided_view<const float, 2>(rows.data(), {1, 8}, {8, 1});
   b.q_rows = specdec::strided_view<const float, 2>(rows.data(), {2, 7}, {8, 1});  // 7 columns: not the vocabulary
   const specdec::draft_candidates* one[] = {&a};
   const specdec::draft_candidates* both[] = {&a, &b};
-  const auto refusal = [&](std::span<const specdec::draft_candidates* const> drafts) -> std::string {
-    specdec::cuda_chain_speculative_verifier v{nullptr};
-    specdec::verify_batch_result out;
-    const specdec::batch_verify_input in{
-        indptr, tokens, parents,
-        specdec::make_view<2>(static_cast<const float*>(never_read.data()), {4, 8}, memory_space::device),  // a label
-        sp, zero, zero, {}, drafts};
-    try {
-      v.verify_batch(in, out);
-    } catch (const specdec::invalid_argument& e) {
-      return e.what();
-    }
-    return "not refused";
+  const auto refused = [&](std::span<const specdec::draft_candidates* const> drafts) {
+    return refusal<specdec::cuda_chain_speculative_verifier>(hot, hot, 2, drafts);
   };
-  CHECK_THAT(refusal(one), Catch::Contains("drafts.size()"));
-  CHECK_THAT(refusal(both), Catch::Contains("draft.q_rows of request 1") && Catch::Contains("[>= 1 (the chain), 8"));
+  CHECK_THAT(refused(one), Catch::Contains("drafts.size()"));
+  CHECK_THAT(refused(both), Catch::Contains("draft.q_rows of request 1") && Catch::Contains("[>= 1 (the chain), 8"));
   const specdec::draft_candidates* missing[] = {&a, nullptr};
-  CHECK_THAT(refusal(missing), Catch::Contains("a draft for every request with a tree (entry 1)"));
+  CHECK_THAT(refused(missing), Catch::Contains("a draft for every request with a tree (entry 1)"));
 }
 
 namespace {
@@ -424,30 +415,15 @@ TEST_CASE("cuda_multi_draft_verifier refuses missing drafts and a step of mixed 
           "CUDA call",
           "[cuda][decoder][nogpu]") {
   const specdec::sampling_params hot{.temperature = 0.7f};
-  const specdec::sampling_params* sp[] = {&hot, &hot};
-  const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
-  const std::vector<std::uint64_t> zero(2, 0);
-  std::vector<float> never_read(4 * 8);
   specdec::draft_candidates a, b;
   a.chain = {{1, 0.0f}}, b.chain = {{2, 0.0f}};
   a.sampled_as = specdec::draft_sampling::with_replacement;
   b.sampled_as = specdec::draft_sampling::without_replacement;
   const specdec::draft_candidates* one[] = {&a};
   const specdec::draft_candidates* mixed[] = {&a, &b};
-  const auto refusal = [&](std::span<const specdec::draft_candidates* const> drafts) -> std::string {
-    specdec::cuda_multi_draft_verifier v{nullptr};
-    specdec::verify_batch_result out;
-    const specdec::batch_verify_input in{
-        indptr, tokens, parents,
-        specdec::make_view<2>(static_cast<const float*>(never_read.data()), {4, 8}, memory_space::device),  // a label
-        sp, zero, zero, {}, drafts};
-    try {
-      v.verify_batch(in, out);
-    } catch (const specdec::invalid_argument& e) {
-      return e.what();
-    }
-    return "not refused";
+  const auto refused = [&](std::span<const specdec::draft_candidates* const> drafts) {
+    return refusal<specdec::cuda_multi_draft_verifier>(hot, hot, 2, drafts);
   };
-  CHECK_THAT(refusal(one), Catch::Contains("drafts.size()"));
-  CHECK_THAT(refusal(mixed), Catch::Contains("one draft_sampling mode") && Catch::Contains("request 1"));
+  CHECK_THAT(refused(one), Catch::Contains("drafts.size()"));
+  CHECK_THAT(refused(mixed), Catch::Contains("one draft_sampling mode") && Catch::Contains("request 1"));
 }

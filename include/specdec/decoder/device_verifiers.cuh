@@ -420,6 +420,27 @@ struct device_verifier_state {
   std::unique_ptr<device_draft_rows> q = std::make_unique<device_draft_rows>();
 };
 
+//! The host half of the verifiers that read drafts, before any CUDA call: the step's checks
+//! (device_verify_io::check, drafts.size(), device_step_rows::prepare), d.q cleared for the step's
+//! vocabulary, then plan(b, lo, n, draft) for each request b with a tree (lo: its first node, n its
+//! node count, draft: its draft_candidates; a missing draft is refused), which adds the request's
+//! rows to d.q.
+template <class Plan>
+void plan_draft_rows(device_verifier_state& d, const batch_verify_input& in, std::string_view fn, Plan&& plan) {
+  device_verify_io::check(in, true, fn);  // the trees, seeds and streams
+  const auto B = in.node_indptr.size() - 1;
+  require_equal(fn, "drafts.size()", B, in.drafts.size());
+  d.rows->prepare(in, fn);  // the step's arrays and sampling_params
+  d.q->clear(in.logits.extent(1));
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo;
+    if (n == 0) continue;
+    require(in.drafts[b] != nullptr, fn, "drafts", "a draft for every request with a tree (entry " + std::to_string(b) + ")",
+            "nullptr");
+    plan(b, lo, n, *in.drafts[b]);
+  }
+}
+
 //! The device half of a stochastic verifier's step that passed its host checks (device_verify_io::check
 //! with words, device_step_rows::prepare, the caller's draft plan): the trees and words
 //! up, the rows processed (device_step_rows) and turned into probabilities in place, the draft rows
@@ -529,20 +550,12 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_chain_speculative_verifier::verify_batch";
-    detail::device_verify_io::check(in, true, fn);  // the trees, seeds and streams
-    const auto B = in.node_indptr.size() - 1;
-    require_equal(fn, "drafts.size()", B, in.drafts.size());
-    d_.rows->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
     const std::int64_t V = in.logits.extent(1);
-    // each request's draft rows: its drafter's q rows, or one-hot rows at its tokens (every check first)
     auto& q = *d_.q;
-    q.clear(V);
-    for (std::size_t b = 0; b < B; ++b) {
-      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo, row = lo + static_cast<std::int64_t>(b);
-      if (n == 0) continue;
-      require(in.drafts[b] != nullptr, fn, "drafts", "a draft for every request with a tree (entry " + std::to_string(b) + ")",
-              "nullptr");
-      const auto dq = in.drafts[b]->chain_q();
+    // each request's draft rows: its drafter's q rows, or one-hot rows at its tokens (every check first)
+    detail::plan_draft_rows(d_, in, fn, [&](std::size_t b, std::int64_t lo, std::int64_t n, const draft_candidates& d) {
+      const std::int64_t row = lo + static_cast<std::int64_t>(b);
+      const auto dq = d.chain_q();
       if (dq.extent(0) > 0) {
         if (!(dq.extent(1) == V && dq.extent(0) >= n)) [[unlikely]]
           throw_invalid_argument(fn, "draft.q_rows of request " + std::to_string(b),
@@ -559,7 +572,7 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
           q.one_hot(row + i, t);
         }
       }
-    }
+    });
     detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
                                                            const auto& probs, const auto& draft) {
       verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, draft, io.seeds(),
@@ -591,20 +604,11 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_multi_draft_verifier::verify_batch";
-    detail::device_verify_io::check(in, true, fn);  // the trees, seeds and streams
-    const auto B = in.node_indptr.size() - 1;
-    require_equal(fn, "drafts.size()", B, in.drafts.size());
-    d_.rows->prepare(in, fn);  // the step's arrays and sampling_params, node_indptr included
     const std::int64_t V = in.logits.extent(1);
     auto& q = *d_.q;
-    q.clear(V);
     std::optional<draft_sampling> mode;
-    for (std::size_t b = 0; b < B; ++b) {  // every check before any CUDA call
-      const std::int64_t lo = in.node_indptr[b], n = in.node_indptr[b + 1] - lo, first = lo + static_cast<std::int64_t>(b);
-      if (n == 0) continue;
-      require(in.drafts[b] != nullptr, fn, "drafts", "a draft for every request with a tree (entry " + std::to_string(b) + ")",
-              "nullptr");
-      const draft_candidates& d = *in.drafts[b];
+    detail::plan_draft_rows(d_, in, fn, [&](std::size_t b, std::int64_t lo, std::int64_t n, const draft_candidates& d) {
+      const std::int64_t first = lo + static_cast<std::int64_t>(b);
       const draft_sampling m = d.sampled_as.value_or(draft_sampling::with_replacement);
       require(!mode || *mode == m, fn, "drafts",
               "one draft_sampling mode for the step's requests (request " + std::to_string(b) + " differs)",
@@ -624,7 +628,7 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
             q.copy_rows(first + row, rows_q.data() + depth * rows_q.stride(0), rows_q.stride(0), 1);
           },
           [&](std::int64_t row, std::int32_t token) { q.one_hot(first + row, token); });
-    }
+    });
     const draft_sampling m = mode.value_or(draft_sampling::with_replacement);
     detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
                                                            const auto& probs, const auto& draft) {

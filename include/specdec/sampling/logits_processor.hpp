@@ -118,16 +118,6 @@ inline std::int32_t context_at(std::span<const std::int32_t> prefix, std::span<c
   return j < prefix.size() ? prefix[j] : suffix[j - prefix.size()];
 }
 
-inline void check_context(std::span<const std::int32_t> ctx, int vocab, std::string_view function,
-                          std::string_view argument) {
-  for (std::size_t j = 0; j < ctx.size(); ++j)
-    if (ctx[j] < 0 || ctx[j] >= vocab) [[unlikely]]
-      throw_invalid_argument(function, argument,
-                             "token ids in [0, vocab = " + std::to_string(vocab) + ") (at position " +
-                                 std::to_string(j) + ")",
-                             ctx[j]);
-}
-
 //! Steps 1-2 on one row. `distinct_prefix` (optional) lists the distinct tokens of `prefix` once so a
 //! tree does not rescan a long committed context per row; the suffix is scanned per call.
 inline void apply_penalties(std::span<float> row, const sampling_params& p, std::span<const std::int32_t> prefix,

@@ -54,6 +54,18 @@ struct penalty_context {
 
 namespace detail {
 
+//! Throws invalid_argument naming `function` and `argument` unless every token of ctx is in [0, vocab)
+//! (the context checks of process_logits, process_tree_logits and penalty_context_builder).
+inline void check_context(std::span<const std::int32_t> ctx, std::int64_t vocab, std::string_view function,
+                          std::string_view argument) {
+  for (std::size_t j = 0; j < ctx.size(); ++j)
+    if (ctx[j] < 0 || ctx[j] >= vocab) [[unlikely]]
+      throw_invalid_argument(function, argument,
+                             "token ids in [0, vocab = " + std::to_string(vocab) + ") (at position " +
+                                 std::to_string(j) + ")",
+                             ctx[j]);
+}
+
 //! The largest pair count, committed length and suffix depth of a penalty context (positions are
 //! formed in int64, so only the arrays' own int32 range limits them).
 inline constexpr std::int64_t penalty_context_max = std::numeric_limits<std::int32_t>::max();
@@ -324,12 +336,7 @@ class penalty_context_builder {
 
  private:
   void check_tokens(std::string_view argument, std::span<const std::int32_t> t) const {
-    for (std::size_t k = 0; k < t.size(); ++k)
-      if (t[k] < 0 || t[k] >= vocab_) [[unlikely]]
-        throw_invalid_argument(fn_, argument,
-                               "token ids in [0, vocab = " + std::to_string(vocab_) + ") (at position " +
-                                   std::to_string(k) + ")",
-                               t[k]);
+    detail::check_context(t, vocab_, fn_, argument);
   }
 
   static constexpr std::string_view fn_ = "specdec::penalty_context_builder";
