@@ -107,6 +107,16 @@ inline void require_greedy(std::span<const sampling_params* const> sampling, std
             sampling[b]->temperature);
 }
 
+//! The host-side checks of a step's trees (invalid_argument naming `fn`): node_indptr [B + 1] from
+//! 0, non-decreasing, ending at tokens.size(); parents as long as tokens.
+inline void check_step_trees(const batch_verify_input& in, std::string_view fn) {
+  require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
+  require_equal(fn, "parents.size()", in.tokens.size(), in.parents.size());
+  validate_indptr(fn, "node_indptr", "node_indptr", in.node_indptr.data(),
+                  static_cast<std::int64_t>(in.node_indptr.size() - 1), static_cast<std::int64_t>(in.tokens.size()),
+                  "tokens.size()");
+}
+
 //! The device verifiers' processing of a step's rows (see the file comment): a copy of the target's
 //! logits in a buffer of its own, processed in place by process_logits_batch on the device, with a
 //! penalty_context when some request applies a penalty. Host-side checks of the step's arrays first
@@ -117,12 +127,9 @@ class device_step_rows {
   //! The host half, before any CUDA call: checks the step's arrays and sampling_params
   //! (invalid_argument naming `fn`), and builds the row-to-entry map and the penalty context.
   void prepare(const batch_verify_input& in, std::string_view fn) {
-    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
+    check_step_trees(in, fn);
     const auto B = in.node_indptr.size() - 1;
     require_equal(fn, "sampling.size()", B, in.sampling.size());
-    require_equal(fn, "parents.size()", in.tokens.size(), in.parents.size());
-    validate_indptr(fn, "node_indptr", "node_indptr", in.node_indptr.data(), static_cast<std::int64_t>(B),
-                    static_cast<std::int64_t>(in.tokens.size()), "tokens.size()");
     bool penalties = false;
     for (const sampling_params* p : in.sampling) {
       validate_sampling_params(*p, fn);
@@ -131,22 +138,15 @@ class device_step_rows {
     if (penalties) require_equal(fn, "committed.size() (a request applies a penalty)", B, in.committed.size());
     const std::int64_t rows = static_cast<std::int64_t>(in.tokens.size() + B), V = in.logits.extent(1);
     require_shape(fn, "logits", in.logits, {rows, -1});
-    require_policy_memory<cuda>(fn, "logits", in.logits);
-    require(V >= 1 && V <= detail::batch_max_vocab && in.logits.stride(1) == 1 && (rows <= 1 || in.logits.stride(0) >= V),
-            fn, "logits", "rows of unit inner stride, at least vocab apart, 1 <= vocab <= 2^29", V);
-    require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
-    require(rows == 0 || in.logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
+    detail::require_batch_rows<cuda>(fn, in.logits);
+    require(rows <= 1 || in.logits.stride(0) >= V, fn, "logits", "rows at least vocab apart", in.logits.stride(0));
     // which sampling entry each row takes: request b's rows are node_indptr[b] + b .. node_indptr[b + 1] + b
-    // (checked on the host here: the row_params must stay in range whatever the offsets hold)
+    // (in range: node_indptr was checked above)
     row_params_.assign(static_cast<std::size_t>(rows), 0);
-    for (std::size_t b = 0; b < B; ++b) {
-      const std::int64_t lo = static_cast<std::int64_t>(in.node_indptr[b]) + static_cast<std::int64_t>(b),
-                         hi = static_cast<std::int64_t>(in.node_indptr[b + 1]) + static_cast<std::int64_t>(b) + 1;
-      if (!(lo >= 0 && lo < hi && hi <= rows)) [[unlikely]]
-        throw_invalid_argument(fn, "node_indptr", "offsets from 0, non-decreasing, ending at the node count",
-                               "entry " + std::to_string(b) + " = " + std::to_string(in.node_indptr[b]));
-      std::fill(row_params_.begin() + lo, row_params_.begin() + hi, static_cast<std::int32_t>(b));
-    }
+    for (std::size_t b = 0; b < B; ++b)
+      std::fill(row_params_.begin() + in.node_indptr[b] + static_cast<std::ptrdiff_t>(b),
+                row_params_.begin() + in.node_indptr[b + 1] + static_cast<std::ptrdiff_t>(b) + 1,
+                static_cast<std::int32_t>(b));
     if (penalties) {  // each request's committed tokens and its rows' root paths (process_tree_logits' contexts)
       if (!builder_ || builder_->vocab() != V) builder_.emplace(static_cast<std::int32_t>(V));
       builder_->clear();
@@ -232,11 +232,7 @@ class device_verify_io {
   //! sizes and offsets, and the seeds' and streams' sizes when `words`. A verifier calls it before
   //! any CUDA call.
   static void check(const batch_verify_input& in, bool words, std::string_view fn) {
-    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
-    require_equal(fn, "parents.size()", in.tokens.size(), in.parents.size());
-    validate_indptr(fn, "node_indptr", "node_indptr", in.node_indptr.data(),
-                    static_cast<std::int64_t>(in.node_indptr.size() - 1), static_cast<std::int64_t>(in.tokens.size()),
-                    "tokens.size()");
+    check_step_trees(in, fn);
     if (words) {
       require_equal(fn, "seeds.size()", in.node_indptr.size() - 1, in.seeds.size());
       require_equal(fn, "streams.size()", in.node_indptr.size() - 1, in.streams.size());
@@ -475,14 +471,13 @@ class cuda_greedy_verifier : public greedy_verifier {
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_greedy_verifier::verify_batch";
-    require(!in.node_indptr.empty(), fn, "node_indptr", "B + 1 >= 1 entries", in.node_indptr.size());
+    detail::device_verify_io::check(in, false, fn);  // the trees
     require_equal(fn, "sampling.size()", in.node_indptr.size() - 1, in.sampling.size());
     detail::require_greedy(in.sampling, fn);
     require_policy_memory<cuda>(fn, "logits", in.logits);
     bool penalties = false;
     for (const sampling_params* sp : in.sampling) penalties = penalties || detail::applies_penalty(*sp);
     if (penalties) d_.rows->prepare(in, fn);
-    detail::device_verify_io::check(in, false, fn);
     detail::drain_on_throw(d_.stream, [&] {
       auto& io = *d_.io;
       io.upload(in, d_.stream, false);

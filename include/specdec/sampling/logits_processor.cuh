@@ -310,22 +310,17 @@ __device__ inline bool block_row_penalty(const process_logits_batch_args& a, std
   return ok;
 }
 
-//! Whether some logit of the row stays above -inf after the penalties (the count check_row's copy
-//! makes on the host): admissible logits outside the context, plus context tokens whose penalized
-//! value is above -inf. To every thread.
+//! Whether some logit of the row stays above -inf after the penalties: the row's logits above -inf
+//! plus each phase's changes to that number (penalty_pair_survival, penalty_path_survival; the host
+//! backend counts the same way). To every thread.
 __device__ inline bool block_penalties_leave_some(const float* row, std::int64_t n, const row_penalty& rp,
                                                   row_kernel_shared& sh) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const int t = static_cast<int>(threadIdx.x);
   std::int64_t count = 0;
   for (std::int64_t i = t; i < n; i += process_threads) count += row[i] > ninf;
-  for (std::int64_t j = t; j < rp.owners(); j += process_threads) {
-    std::int32_t token;
-    std::int64_t last;
-    if (!penalty_token(rp, j, token, last)) continue;
-    const float x = row[token];
-    count += (penalized_logit(rp, x, last) > ninf) - (x > ninf);
-  }
+  for (std::int32_t j = t; j < rp.count; j += process_threads) count += penalty_pair_survival(rp, j, row);
+  for (std::int32_t k = t; k < rp.depth; k += process_threads) count += penalty_path_survival(rp, k, row);
   __syncthreads();  // sh.tmp may still be read by an earlier reduction
   const std::int64_t total = cub::BlockReduce<std::int64_t, process_threads>(sh.tmp.reduce_i).Sum(count);
   if (t == 0) sh.first = total;
@@ -358,8 +353,8 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
         if (penalty_pair_acts(rp, j)) row[rp.distinct[j]] = penalized_logit(rp, row[rp.distinct[j]], rp.last[j]);
       __syncthreads();
       for (std::int32_t k = t; k < rp.depth; k += process_threads) {  // phase 2: the suffix
-        std::int32_t token;
-        const auto act = penalty_path_step(rp, k, token);
+        std::int32_t token, pair;
+        const auto act = penalty_path_step(rp, k, token, pair);
         if (act != penalty_path_action::none) row[token] = penalty_path_value(rp, act, row[token], k);
       }
       __syncthreads();

@@ -476,7 +476,6 @@ struct process_logits_backend<host> {
     constexpr float ninf = -std::numeric_limits<float>::infinity();
     const auto v = static_cast<std::size_t>(a.vocab);
     const auto row_at = [&](std::int64_t i) { return std::span<float>(a.logits + i * a.stride, v); };
-    sampling_workspace ws;
     std::vector<logit_scan> scans(static_cast<std::size_t>(a.rows));
     std::vector<row_penalty> penalties(static_cast<std::size_t>(a.rows));
     std::vector<std::uint8_t> context_checked(static_cast<std::size_t>(a.contexts), 0);
@@ -526,17 +525,12 @@ struct process_logits_backend<host> {
       scans[static_cast<std::size_t>(i)] = s;
       if (rp.active() && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
         // the penalties could overflow every admissible logit to -inf: count what would survive
-        std::int64_t admissible = 0, in_context = 0, surviving = 0;
-        for (float x : row_at(i)) admissible += x > ninf;
-        for (std::int64_t j = 0; j < rp.owners(); ++j) {
-          std::int32_t t;
-          std::int64_t last;
-          if (!penalty_token(rp, j, t, last)) continue;
-          const float x = row_at(i)[static_cast<std::size_t>(t)];
-          in_context += x > ninf;
-          surviving += penalized_logit(rp, x, last) > ninf;
-        }
-        if (admissible - in_context + surviving == 0)
+        const float* row = row_at(i).data();
+        std::int64_t surviving = 0;
+        for (std::int64_t j = 0; j < a.vocab; ++j) surviving += row[j] > ninf;
+        for (std::int32_t j = 0; j < rp.count; ++j) surviving += penalty_pair_survival(rp, j, row);
+        for (std::int32_t k = 0; k < rp.depth; ++k) surviving += penalty_path_survival(rp, k, row);
+        if (surviving == 0)
           throw_empty_row(at,
                           "at least one logit above -inf after the penalties (every admissible logit overflows to "
                           "-inf when multiplied by the penalty)",
@@ -555,10 +549,10 @@ struct process_logits_backend<host> {
           x = penalized_logit(rp, x, rp.last[j]);
         }
         for (std::int32_t k = 0; k < rp.depth; ++k) {
-          std::int32_t t;
-          const auto a = penalty_path_step(rp, k, t);
-          if (a != penalty_path_action::none)
-            row[static_cast<std::size_t>(t)] = penalty_path_value(rp, a, row[static_cast<std::size_t>(t)], k);
+          std::int32_t t, pair;
+          const auto act = penalty_path_step(rp, k, t, pair);
+          if (act != penalty_path_action::none)
+            row[static_cast<std::size_t>(t)] = penalty_path_value(rp, act, row[static_cast<std::size_t>(t)], k);
         }
         s = scan_logits(row.data(), row.size());
       }
@@ -567,6 +561,22 @@ struct process_logits_backend<host> {
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
 };
+
+//! The checks of the logits rows of the batch forms (process_logits_batch, logits_to_probs_batch, and
+//! the device verifiers that call them): memory the policy can read, an array with unit inner stride
+//! and a non-null pointer, 1 <= V <= 2^29 (top-p's bin sums are exact, so independent of the order
+//! they are taken in, below 2^29 tokens) and rows <= 2^31 - 1. Throws invalid_argument naming `fn`.
+template <class Policy, class View>
+void require_batch_rows(std::string_view fn, const View& logits) {
+  require_policy_memory<Policy>(fn, "logits", logits);
+  require_array(fn, "logits", logits);
+  require_unit_inner_stride(fn, "logits", logits);
+  const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
+  require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
+  require(vocab <= batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
+  require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
+  require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
+}
 
 //! process_logits_batch's checks of everything but the context, and its arguments.
 template <class Policy, class Lg, class Pa, class RP, class ST>
@@ -580,16 +590,9 @@ process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg&
   const auto params = as_view(params_in);
   const auto row_params = as_view(row_params_in);
   const auto status = as_view(status_in);
-  require_policy_memory<Policy>(fn, "logits", logits);
-  require_array(fn, "logits", logits);
-  require_unit_inner_stride(fn, "logits", logits);
+  require_batch_rows<Policy>(fn, logits);
   require_unique_elements(fn, "logits", logits);
-  const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
-  require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
-  // top-p's bin sums are exact, so independent of the order they are taken in, below 2^29 tokens
-  require(vocab <= batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
-  require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
-  require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
+  const std::int64_t rows = logits.extent(0);
   require_policy_memory<Policy>(fn, "params", params);
   require_array(fn, "params", params);
   require(params.extent(0) <= 1 || params.stride(0) == 1, fn, "params", "unit stride", params.stride(0));
@@ -597,7 +600,7 @@ process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg&
   require_policy_array<Policy>(fn, "row_params", row_params, rows);
   require_policy_array<Policy>(fn, "status", status, 3);
   require_disjoint(fn, "logits", logits, "params", params, "row_params", row_params, "status", status);
-  return {logits.data(), rows, vocab, logits.stride(0), params.data(), params.extent(0), row_params.data(),
+  return {logits.data(), rows, logits.extent(1), logits.stride(0), params.data(), params.extent(0), row_params.data(),
           status.data()};
 }
 
@@ -742,14 +745,8 @@ void logits_to_probs_batch(const Policy& policy, const Lg& logits_in, const Pr& 
   const auto logits = as_view(logits_in);
   const auto probs = as_view(probs_in);
   const auto status = as_view(status_in);
-  require_policy_memory<Policy>(fn, "logits", logits);
-  require_array(fn, "logits", logits);
-  require_unit_inner_stride(fn, "logits", logits);
+  detail::require_batch_rows<Policy>(fn, logits);
   const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
-  require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
-  require(vocab <= detail::batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
-  require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
-  require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
   require_policy_memory<Policy>(fn, "probs", probs);
   require_shape(fn, "probs", probs, {rows, vocab});
   require_unit_inner_stride(fn, "probs", probs);

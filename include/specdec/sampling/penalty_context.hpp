@@ -12,12 +12,11 @@
 //!   - the contextual penalty applies once to every distinct token whose last occurrence in
 //!     context ++ suffix lies in the last W positions (TokenSwift §3.4, Eq. 3), i.e. at a position
 //!     >= max(0, length + depth - W), the suffix's k-th token being at position length + k.
-//! Every distinct token of a row's context is visited by one owner (detail::penalty_token): the
-//! context's pairs own their tokens, a suffix token owns itself at its last occurrence in the suffix
-//! unless the context holds it. The owners are distinct, so a CUDA block applies them in parallel
-//! without races, and each penalized value is computed as process_logits computes it (repetition,
-//! then contextual, on the original logit): bit for bit the same row. The backends apply them in two
-//! phases (detail::penalty_path_step) so that no pair scans the suffix.
+//! Each distinct token of a row is changed by one owner per phase (detail::penalty_path_step): the
+//! context's pairs own their tokens, a suffix token owns itself at its last occurrence in the suffix.
+//! The owners of a phase are distinct, so a CUDA block applies them in parallel without races, and
+//! each penalized value is computed as process_logits computes it (repetition, then contextual, on
+//! the original logit): bit for bit the same row.
 //!
 //! penalty_context_builder makes the arrays from committed token lists and trees, in host memory (a
 //! CUDA user copies the seven arrays to the device).
@@ -83,13 +82,9 @@ struct row_penalty {
   bool sign_aware = false;                 //!< contextual_sign_aware
   std::int64_t window_start = 0;           //!< positions >= it are in the contextual window
 
-  //! Distinct tokens to visit: the pairs, then the suffix positions (some of which own nothing).
-  [[nodiscard]] SPECDEC_HOST_DEVICE std::int64_t owners() const noexcept {
-    return static_cast<std::int64_t>(count) + depth;
-  }
   //! Whether any token of the row is penalized (process_row's has_penalties).
   [[nodiscard]] SPECDEC_HOST_DEVICE bool active() const noexcept {
-    return (repetition != 1.0f || contextual != 1.0f) && owners() > 0;
+    return (repetition != 1.0f || contextual != 1.0f) && (count > 0 || depth > 0);
   }
 };
 
@@ -122,31 +117,6 @@ struct row_penalty {
   return lo < rp.count && rp.distinct[lo] == token ? lo : -1;
 }
 
-//! Owner j of the row's distinct tokens (j in [0, owners())): true with its token and the position of
-//! its last occurrence in context ++ suffix, or false when owner j (a suffix position) owns nothing
-//! (its token is a pair's, or occurs again later in the suffix).
-[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_token(const row_penalty& rp, std::int64_t j, std::int32_t& token,
-                                                            std::int64_t& last) noexcept {
-  if (j < rp.count) {
-    token = rp.distinct[j];
-    last = rp.last[j];
-    if (rp.contextual != 1.0f && last < rp.window_start)  // a later occurrence in the suffix can bring it in
-      for (std::int32_t k = rp.depth - 1; k >= 0; --k)
-        if (rp.path[k] == token) {
-          last = rp.length + k;
-          break;
-        }
-    return true;
-  }
-  const auto k = static_cast<std::int32_t>(j - rp.count);
-  token = rp.path[k];
-  for (std::int32_t k2 = k + 1; k2 < rp.depth; ++k2)
-    if (rp.path[k2] == token) return false;
-  if (penalty_pairs_find(rp, token) >= 0) return false;
-  last = rp.length + k;
-  return true;
-}
-
 //! The CTRL form l > 0 ? l / theta : l * theta when sign_aware, else l / theta (logits_processor.hpp's
 //! steps 1-2).
 [[nodiscard]] SPECDEC_HOST_DEVICE inline float penalize(float l, float theta, bool sign_aware) noexcept {
@@ -162,26 +132,30 @@ struct row_penalty {
   return l;
 }
 
-//! Applying a row's penalties in two phases, each with distinct owners (what the backends run;
-//! penalty_token above defines the result, the survivor count of a row the penalties might empty
-//! uses it): phase 1, pair j sets its token's value from its committed last position alone
+//! Applying a row's penalties in two phases, each with distinct owners (what the backends run):
+//! phase 1, pair j sets its token's value from its committed last position alone
 //! (penalized_logit(l, last[j])); phase 2, after phase 1 is done, suffix position k, when it is its
 //! token's last occurrence in the suffix, either penalizes a token the context lacks (the whole
 //! penalty, at position length + k) or brings a context token that phase 1 left outside the window
 //! into it (the contextual penalty on the phase-1 value: the same operations, in the same order, as
-//! penalized_logit at the token's true last position). Phase 1 is O(1) per pair, not a scan of the
-//! suffix per pair. What suffix position k does in phase 2:
+//! penalized_logit at the token's true last position). Every distinct token of the row gets exactly
+//! one final value this way, and phase 1 is O(1) per pair, not a scan of the suffix per pair.
+//! What suffix position k does in phase 2:
 enum class penalty_path_action : std::uint8_t {
   none,        //!< not the token's last occurrence, or a context token phase 1 already settled
   whole,       //!< a token the context lacks: penalized_logit(l, length + k)
   contextual,  //!< a context token the suffix brings into the window: penalize(x, theta, sign_aware)
 };
+//! `token` gets path[k]; `pair` its index among the pairs (-1: none).
 [[nodiscard]] SPECDEC_HOST_DEVICE inline penalty_path_action penalty_path_step(const row_penalty& rp, std::int32_t k,
-                                                                                std::int32_t& token) noexcept {
+                                                                                std::int32_t& token,
+                                                                                std::int32_t& pair) noexcept {
   token = rp.path[k];
+  pair = -1;
   for (std::int32_t k2 = k + 1; k2 < rp.depth; ++k2)
     if (rp.path[k2] == token) return penalty_path_action::none;
   const std::int32_t j = penalty_pairs_find(rp, token);
+  pair = j;
   if (j < 0) return penalty_path_action::whole;
   const bool inside_now = rp.contextual != 1.0f && rp.length + k >= rp.window_start;
   return inside_now && rp.last[j] < rp.window_start ? penalty_path_action::contextual : penalty_path_action::none;
@@ -196,6 +170,27 @@ enum class penalty_path_action : std::uint8_t {
                                                                   std::int32_t k) noexcept {
   return a == penalty_path_action::whole ? penalized_logit(rp, x, rp.length + k)
                                          : penalize(x, rp.contextual, rp.sign_aware);
+}
+
+//! What the two phases do to the number of the row's logits above -inf, read from the unpenalized
+//! row (nothing is written): pair j's change (phase 1) and suffix position k's (phase 2, on the
+//! phase-1 value). The row keeps a logit above -inf iff that number plus all the changes is > 0: the
+//! check of a row the penalties might empty, without a copy of the row (the CUDA backend has none).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline int penalty_pair_survival(const row_penalty& rp, std::int32_t j,
+                                                                   const float* row) noexcept {
+  if (!penalty_pair_acts(rp, j)) return 0;
+  const float x = row[rp.distinct[j]], ninf = -std::numeric_limits<float>::infinity();
+  return int{penalized_logit(rp, x, rp.last[j]) > ninf} - int{x > ninf};
+}
+[[nodiscard]] SPECDEC_HOST_DEVICE inline int penalty_path_survival(const row_penalty& rp, std::int32_t k,
+                                                                   const float* row) noexcept {
+  std::int32_t token, pair;
+  const auto a = penalty_path_step(rp, k, token, pair);
+  if (a == penalty_path_action::none) return 0;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  float x = row[token];
+  if (pair >= 0 && penalty_pair_acts(rp, pair)) x = penalized_logit(rp, x, rp.last[pair]);  // phase 1's value
+  return int{penalty_path_value(rp, a, x, k) > ninf} - int{x > ninf};
 }
 
 //! The checks a penalty context's values must pass, shared by the host backend (which throws) and the
@@ -250,18 +245,11 @@ class penalty_context_builder {
     require(distinct_.size() + std::min(committed.size(), static_cast<std::size_t>(vocab_)) <=
                 static_cast<std::size_t>(detail::penalty_context_max),
             fn_, "committed", "at most INT32_MAX distinct tokens in all contexts", distinct_.size());
+    detail::check_context(committed, vocab_, fn_, "committed");  // before anything is added
     if (seen_.size() != static_cast<std::size_t>(vocab_)) seen_.assign(static_cast<std::size_t>(vocab_), -1);
     const std::size_t first = distinct_.size();
     for (std::size_t j = 0; j < committed.size(); ++j) {
       const std::int32_t t = committed[j];
-      if (t < 0 || t >= vocab_) [[unlikely]] {
-        for (std::size_t i = first; i < distinct_.size(); ++i) seen_[static_cast<std::size_t>(distinct_[i])] = -1;
-        distinct_.resize(first);
-        throw_invalid_argument(fn_, "committed",
-                               "token ids in [0, vocab = " + std::to_string(vocab_) + ") (at position " +
-                                   std::to_string(j) + ")",
-                               t);
-      }
       if (seen_[static_cast<std::size_t>(t)] < 0) distinct_.push_back(t);
       seen_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(j);
     }
@@ -279,13 +267,12 @@ class penalty_context_builder {
 
   //! Adds a row with context `context` (an add_context result, or -1 for none) and suffix `path`.
   void add_row(std::int32_t context, std::span<const std::int32_t> path) {
-    require(context >= -1 && context < contexts(), fn_, "context",
-            "-1 or an index from add_context (< " + std::to_string(contexts()) + ")", context);
+    check_context_index(context);
     require(row_context_.size() < static_cast<std::size_t>(detail::penalty_context_max), fn_, "rows",
             "fewer than INT32_MAX", row_context_.size());
     require(path_.size() + path.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "path",
             "at most INT32_MAX suffix tokens in all rows", path_.size() + path.size());
-    check_tokens("path", path);
+    detail::check_context(path, vocab_, fn_, "path");
     path_.insert(path_.end(), path.begin(), path.end());
     path_indptr_.push_back(static_cast<std::int32_t>(path_.size()));
     row_context_.push_back(context);
@@ -300,9 +287,8 @@ class penalty_context_builder {
       if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i)) [[unlikely]]
         throw_invalid_argument(fn_, "parents", "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i),
                                parents[i]);
-    check_tokens("tokens", tokens);  // every check before the first row is added
-    require(context >= -1 && context < contexts(), fn_, "context",
-            "-1 or an index from add_context (< " + std::to_string(contexts()) + ")", context);
+    detail::check_context(tokens, vocab_, fn_, "tokens");  // every check before the first row is added
+    check_context_index(context);
     add_row(context, {});
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       scratch_.clear();
@@ -335,8 +321,9 @@ class penalty_context_builder {
   }
 
  private:
-  void check_tokens(std::string_view argument, std::span<const std::int32_t> t) const {
-    detail::check_context(t, vocab_, fn_, argument);
+  void check_context_index(std::int32_t context) const {
+    require(context >= -1 && context < contexts(), fn_, "context",
+            "-1 or an index from add_context (< " + std::to_string(contexts()) + ")", context);
   }
 
   static constexpr std::string_view fn_ = "specdec::penalty_context_builder";
