@@ -151,6 +151,35 @@ void BM_penalty_context_build(benchmark::State& st) {
       benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(ctx.size()), benchmark::Counter::kIsRate);
 }
 
+// One step of a request kept as a penalty_history (an engine's alternative to rebuilding it): append
+// the step's 4 committed tokens to a history of `ctx` tokens, then build the step's context from it
+// and a 64-node tree. The history is put back to its `ctx` tokens every 256 steps (untimed).
+void BM_penalty_history_step(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const auto ctx = make_context(static_cast<int>(st.range(1)), v);
+  std::vector<std::int32_t> tokens(64), parents(64);
+  for (int i = 0; i < 64; ++i) tokens[i] = i, parents[i] = i < 4 ? -1 : i - 4;
+  specdec::penalty_history start(static_cast<std::int32_t>(v));
+  start.append(ctx);
+  auto h = start;
+  specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+  specdec::philox_stream rng(9, 9);
+  std::vector<std::int32_t> step(4);
+  std::int64_t n = 0;
+  for (auto _ : st) {
+    if (++n % 256 == 0) {
+      st.PauseTiming();
+      h = start;
+      st.ResumeTiming();
+    }
+    for (auto& t : step) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
+    h.append(step);
+    b.clear();
+    b.add_tree_rows(b.add_context(h), tokens, parents);
+    benchmark::DoNotOptimize(b.distinct().data());
+  }
+}
+
 void BM_greedy_token(benchmark::State& st) {
   const std::int64_t v = st.range(0);
   const auto row = make_logits(1, v, 4);
@@ -206,7 +235,11 @@ BENCHMARK(BM_process_tree_batch)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_penalty_context_build)
     ->ArgNames({"V", "ctx"})
-    ->ArgsProduct({{128256}, {4096, 32768}})
+    ->ArgsProduct({{32000, 128256}, {4096, 32768}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_penalty_history_step)
+    ->ArgNames({"V", "ctx"})
+    ->ArgsProduct({{32000, 128256}, {4096, 32768}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_greedy_token)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_sample_token)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);

@@ -2,7 +2,9 @@
 // forward_batch returns its logits in device memory equals the same batch over host logits with
 // greedy_verifier, request by request (continuous batching: joins, aborts, stop rules), and each
 // output is the request's own greedy decoding; with repetition and contextual penalties (processed on
-// the device) the same against the host; penalties without committed tokens refused ([nogpu]);
+// the device, from the penalty_history speculative_batch keeps per request) the same against the
+// host; penalties without committed tokens or histories, and histories that are missing, too short
+// or of another vocabulary, refused ([nogpu]);
 // a bad tree value found on the device is reported as invalid_argument with the device's message.
 // cuda_sample_and_match_verifier: the same at temperature > 0 with top-k / top-p / min-p, token for
 // token against sample_and_match_verifier on the host (this file's host code, built for x86-64-v3
@@ -113,7 +115,9 @@ std::map<std::uint32_t, std::vector<std::int32_t>> run_all(Batch& batch, int req
 //! otherwise).
 template <class Verifier>
 std::string refusal(const specdec::sampling_params& first, const specdec::sampling_params& second, int seeds,
-                    std::span<const specdec::draft_candidates* const> drafts = {}) {
+                    std::span<const specdec::draft_candidates* const> drafts = {},
+                    std::span<const std::span<const std::int32_t>> committed = {},
+                    std::span<const specdec::penalty_history* const> histories = {}) {
   const specdec::sampling_params* sp[] = {&first, &second};
   const std::vector<std::int32_t> indptr{0, 1, 2}, tokens{1, 2}, parents{-1, -1};
   const std::vector<std::uint64_t> zero(static_cast<std::size_t>(seeds), 0);
@@ -122,7 +126,7 @@ std::string refusal(const specdec::sampling_params& first, const specdec::sampli
   specdec::verify_batch_result out;
   const specdec::batch_verify_input in{
       indptr, tokens, parents, specdec::make_view<2>(never_read.data(), {4, 8}, memory_space::device),
-      sp, zero, zero, {}, drafts};
+      sp, zero, zero, committed, drafts, histories};
   try {
     v.verify_batch(in, out);
   } catch (const specdec::invalid_argument& e) {
@@ -186,6 +190,24 @@ TEST_CASE("cuda_greedy_verifier refuses a temperature, and penalties without com
   CHECK_THAT(refuse(plain, rep), Catch::Contains("committed.size()"));
   CHECK_THAT(refuse(ctx, plain), Catch::Contains("committed.size()"));
   CHECK_THAT(refuse(plain, hot), Catch::Contains("request 1") && Catch::Contains("temperature"));
+  // histories in place of committed tokens: one for each penalized request, as long as its tokens
+  specdec::penalty_history h(8);
+  h.append(std::vector<std::int32_t>{3, 4});
+  const std::vector<std::int32_t> two{3, 4}, three{3, 4, 5};
+  const std::span<const std::int32_t> c2[] = {two, two}, c3[] = {two, three};
+  const specdec::penalty_history* null_second[] = {&h, nullptr};
+  const specdec::penalty_history* both[] = {&h, &h};
+  const auto with = [&](std::span<const std::span<const std::int32_t>> c, std::span<const specdec::penalty_history* const> hs) {
+    return refusal<specdec::cuda_greedy_verifier>(plain, rep, 2, {}, c, hs);
+  };
+  CHECK_THAT(with({}, null_second), Catch::Contains("'histories'") && Catch::Contains("null at 1"));
+  CHECK_THAT(with(c3, both), Catch::Contains("'histories'") && Catch::Contains("(3 at 1)"));
+  CHECK_THAT(with({}, std::span(both).first(1)), Catch::Contains("histories.size()"));
+  // a history of another vocabulary (V = 8 here) is refused too
+  specdec::penalty_history h9(9);
+  h9.append(two);
+  const specdec::penalty_history* other[] = {&h, &h9};
+  CHECK_THAT(with(c2, other), Catch::Contains("history.vocab()"));
 }
 
 namespace {

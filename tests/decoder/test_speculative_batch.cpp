@@ -353,6 +353,95 @@ TEST_CASE("verify_batch gets each request's own seed, Philox stream and sampling
   }
 }
 
+// A batch verifier that applies penalties as cuda_greedy_verifier does (device_step_rows): the rows
+// processed by process_logits_batch with a penalty_context built from batch_verify_input::histories,
+// then verify_greedy_batch. It checks each history it is handed against the request's committed
+// tokens (the same pairs as a context built from them), so a history that fell behind or ran ahead
+// fails here, not only through a different token.
+struct array_penalty_verifier : greedy_verifier {
+  int* checked = nullptr;  // counts the histories compared with their committed tokens
+  void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
+    const auto B = in.node_indptr.size() - 1;
+    const std::int64_t rows = in.logits.extent(0), V = in.logits.extent(1);
+    REQUIRE(in.histories.size() == B);
+    REQUIRE(in.committed.size() == B);
+    penalty_context_builder ctx(static_cast<std::int32_t>(V)), want(static_cast<std::int32_t>(V));
+    std::vector<std::int32_t> row_params;
+    for (std::size_t b = 0; b < B; ++b) {
+      const auto lo = static_cast<std::size_t>(in.node_indptr[b]), hi = static_cast<std::size_t>(in.node_indptr[b + 1]);
+      const auto tokens = in.tokens.subspan(lo, hi - lo), parents = in.parents.subspan(lo, hi - lo);
+      row_params.insert(row_params.end(), hi - lo + 1, static_cast<std::int32_t>(b));
+      const penalty_history* h = in.histories[b];
+      if (in.sampling[b]->repetition_penalty == 1.0f && in.sampling[b]->contextual_penalty == 1.0f) {
+        CHECK(h == nullptr);
+        for (std::size_t r = 0; r <= hi - lo; ++r) ctx.add_row(-1, {});
+        continue;
+      }
+      REQUIRE(h != nullptr);
+      REQUIRE(h->length() == static_cast<std::int64_t>(in.committed[b].size()));
+      want.clear();
+      want.add_context(in.committed[b]);
+      CHECK(std::vector<std::int32_t>(h->distinct().begin(), h->distinct().end()) ==
+            std::vector<std::int32_t>(want.distinct().begin(), want.distinct().end()));
+      CHECK(std::vector<std::int32_t>(h->last().begin(), h->last().end()) ==
+            std::vector<std::int32_t>(want.last().begin(), want.last().end()));
+      ++*checked;
+      ctx.add_tree_rows(ctx.add_context(*h), tokens, parents);
+    }
+    std::vector<float> processed(static_cast<std::size_t>(rows * V));
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t v = 0; v < V; ++v) processed[static_cast<std::size_t>(i * V + v)] = in.logits.data()[i * in.logits.stride(0) + v];
+    std::vector<sampling_params> params;
+    for (const sampling_params* p : in.sampling) params.push_back(*p);
+    std::vector<std::int32_t> status(3), acc(in.tokens.size()), num(B), bonus(B), emitted(static_cast<std::size_t>(rows));
+    const auto m1 = [](auto& x) { return make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}); };
+    const auto c1 = [](std::span<const std::int32_t> x) { return make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}); };
+    process_logits_batch(host{}, make_view<2>(processed.data(), {rows, V}),
+                         make_view<1>(static_cast<const sampling_params*>(params.data()), {static_cast<std::int64_t>(B)}),
+                         m1(row_params), ctx.view(), m1(status));
+    REQUIRE(status[0] == 0);
+    verify_greedy_batch(host{}, c1(in.node_indptr), c1(in.tokens), c1(in.parents),
+                        make_view<2>(static_cast<const float*>(processed.data()), {rows, V}), m1(acc), m1(num), m1(bonus),
+                        m1(emitted), m1(status));
+    out = {};
+    for (std::size_t b = 0; b < B; ++b) {
+      const auto first = acc.begin() + in.node_indptr[b];
+      out.push_back(verify_result{std::vector<std::int32_t>(first, first + num[b]), bonus[b]});
+    }
+  }
+};
+
+TEST_CASE("device logits with penalties: each request's penalty_history kept across steps, the same outputs as host "
+          "verification",
+          "[decoder][batch]") {
+  // Requests with repetition and contextual penalties (small windows, so tokens enter and leave them)
+  // and some without, joining, finishing and aborting; the device-logits batch hands its verifier a
+  // history per penalized request, checked against the committed tokens at every step, and its
+  // outputs equal the host batch's (process_tree_logits over the committed tokens, greedy).
+  auto arrivals = random_arrivals(37, 14);
+  for (std::size_t i = 0; i < arrivals.size(); ++i) {
+    auto& sp = arrivals[i].opt.sampling;
+    if (i % 3 != 2) sp.repetition_penalty = 1.0f + 0.4f * static_cast<float>(i % 4);
+    if (i % 2 == 0) sp.contextual_penalty = 1.5f, sp.penalty_window = 2 + static_cast<int>(i % 5);
+  }
+  llama_model<double> m_host(cfg, weights(), 3, 1024), m_dev(cfg, weights(), 3, 1024);
+  batched_only<float> t_host{&m_host, memory_space::host, 0, 0, {}, {}};
+  batched_only<float> t_dev{&m_dev, memory_space::device, 0, 0, {}, {}};
+  speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, greedy_verifier> on_host(t_host);
+  int checked = 0;
+  speculative_batch<batched_only<float>, ngram_drafter, trie_tree_builder, array_penalty_verifier> on_dev(
+      t_dev, {}, {}, array_penalty_verifier{{}, &checked});
+  const auto want = drive(on_host, arrivals);
+  CHECK(drive(on_dev, arrivals) == want);
+  CHECK(checked > 30);
+  // the penalties matter here: without them the same arrivals decode differently
+  auto plain = arrivals;
+  for (auto& a : plain) a.opt.sampling.repetition_penalty = a.opt.sampling.contextual_penalty = 1.0f;
+  llama_model<double> m_plain(cfg, weights(), 3, 1024);
+  speculative_batch<llama_model<double>, ngram_drafter, trie_tree_builder, greedy_verifier> no_penalty(m_plain);
+  CHECK(drive(no_penalty, plain) != want);
+}
+
 TEST_CASE("device logits: non-float rows and a bad verify_batch result are refused before any commit", "[decoder][batch]") {
   using Catch::Contains;
   const std::vector<std::int32_t> p{1, 2, 3};

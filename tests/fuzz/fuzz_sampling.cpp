@@ -5,11 +5,13 @@
 // masked, the penalised argmax survives); NaN or +inf inputs must be rejected (the notes' policy 3);
 // a reused workspace must give what a fresh one gives; process_tree_logits must process row i+1 as
 // process_logits does with the node's root path as context; top-p's kept set must be the documented
-// rule computed with a full sort, and process_logits_batch must process each row as process_logits.
+// rule computed with a full sort, and process_logits_batch must process each row as process_logits;
+// penalty_history and penalty_context_builder must give each token's last position.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
 
 namespace {
@@ -231,4 +234,60 @@ SPECDEC_FUZZ_TARGET(top_p, "process_logits' top-p against a full sort; process_l
   FUZZ_CHECK(std::memcmp(both.data(), got.data(), got.size() * sizeof(float)) == 0 &&
                  std::memcmp(both.data() + vocab, rev.data(), rev.size() * sizeof(float)) == 0,
              "process_logits_batch differs from process_logits per row");
+}
+
+SPECDEC_FUZZ_TARGET(penalty_context, "penalty_history::append, penalty_context_builder::add_context (lists and histories)") {
+  // After each append (some with tokens outside the vocabulary, which must throw and change nothing),
+  // the history's pairs and the builder's pairs of the whole list, and of the history, equal a map of
+  // each token's last position.
+  input in(data, size);
+  const int vocab = in.chance(10) ? in.range(1000, 200000) : in.range(1, 50);
+  specdec::penalty_history h(vocab);
+  specdec::penalty_context_builder b(vocab);
+  std::vector<std::int32_t> all;
+  std::map<std::int32_t, std::int32_t> want;
+  const auto pairs_of = [](std::span<const std::int32_t> d, std::span<const std::int32_t> l) {
+    return std::pair{std::vector<std::int32_t>(d.begin(), d.end()), std::vector<std::int32_t>(l.begin(), l.end())};
+  };
+  for (int a = 0; a < 12 && !in.empty(); ++a) {
+    const int n = in.chance(10) ? in.range(0, 600) : in.range(0, 12);
+    const int band = in.coin() ? vocab : in.range(1, vocab);  // a narrow band: repeats, new ids between old ones
+    std::vector<std::int32_t> add(static_cast<std::size_t>(n));
+    bool bad = false;
+    for (auto& t : add) {
+      t = in.chance(3) ? in.int32(-2, vocab + 1) : in.range(0, band - 1);
+      bad = bad || t < 0 || t >= vocab;
+    }
+    const auto before = pairs_of(h.distinct(), h.last());
+    const std::int64_t length = h.length();
+    bool threw = false;
+    try {
+      h.append(add);
+    } catch (const specdec::invalid_argument&) {
+      threw = true;
+    }
+    FUZZ_CHECK(threw == bad, bad ? "an append with a token outside the vocabulary was accepted"
+                                 : "an append of valid tokens threw");
+    if (threw) {
+      FUZZ_CHECK(h.length() == length && pairs_of(h.distinct(), h.last()) == before, "a refused append changed the history");
+      continue;
+    }
+    for (const auto t : add) want[t] = static_cast<std::int32_t>(all.size()), all.push_back(t);
+    std::vector<std::int32_t> wd, wl;
+    for (const auto& [t, p] : want) wd.push_back(t), wl.push_back(p);
+    FUZZ_CHECK(h.length() == static_cast<std::int64_t>(all.size()), "history length " + std::to_string(h.length()));
+    FUZZ_CHECK(pairs_of(h.distinct(), h.last()) == std::pair(wd, wl), "history pairs differ from the map after " +
+                                                                           std::to_string(all.size()) + " tokens");
+    b.clear();
+    const auto c_list = b.add_context(all), c_hist = b.add_context(h);
+    const auto ip = b.context_indptr();
+    for (const auto c : {c_list, c_hist}) {
+      const auto lo = static_cast<std::size_t>(ip[static_cast<std::size_t>(c)]);
+      const auto hi = static_cast<std::size_t>(ip[static_cast<std::size_t>(c) + 1]);
+      FUZZ_CHECK(pairs_of(b.distinct().subspan(lo, hi - lo), b.last().subspan(lo, hi - lo)) == std::pair(wd, wl),
+                 std::string("builder pairs differ from the map (") + (c == c_list ? "list" : "history") + ")");
+      FUZZ_CHECK(b.context_length()[static_cast<std::size_t>(c)] == static_cast<std::int32_t>(all.size()),
+                 "builder context length");
+    }
+  }
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "sampling/sampling_reference.hpp"
@@ -164,6 +165,69 @@ TEST_CASE("penalty_context_builder: each context's distinct tokens ascending wit
   CHECK(b.rows() == 0);
   CHECK(b.contexts() == 0);
   CHECK(eq(b.path_indptr(), {0}));
+}
+
+TEST_CASE("penalty_history and penalty_context_builder: the pairs of a token list by either ordering, kept up to date by appends") {
+  // against a std::map of each token's last position: the builder's add_context (token_marks over
+  // vocabularies of 1 to 70,000: bitmaps of one word, a partial word and many), and a history fed the
+  // same tokens in appends of random lengths from narrow and wide id bands (its in-place updates of
+  // known tokens, and merges of new ones below, between and above them)
+  using Catch::Matchers::Contains;
+  specdec::philox_stream rng(31, 7);
+  for (const std::int32_t v : {1, 7, 300, 70000}) {
+    for (int round = 0; round < 12; ++round) {
+      specdec::penalty_history h(v);
+      specdec::penalty_context_builder b(v);
+      std::vector<std::int32_t> all;
+      std::map<std::int32_t, std::int32_t> want;
+      const int appends = 1 + static_cast<int>(rng.below(6));
+      for (int a = 0; a < appends; ++a) {
+        const auto n = rng.below(4) == 0 ? rng.below(3000) : rng.below(9);
+        // a narrow band of ids some of the time: repeats, and new tokens between old ones
+        const auto band = rng.below(2) == 0 ? static_cast<std::uint32_t>(v) : std::min<std::uint32_t>(static_cast<std::uint32_t>(v), 1 + rng.below(40));
+        std::vector<std::int32_t> add(n);
+        for (auto& t : add) {
+          t = static_cast<std::int32_t>(rng.below(band));
+          want[t] = static_cast<std::int32_t>(all.size());
+          all.push_back(t);
+        }
+        h.append(add);
+        REQUIRE(h.length() == static_cast<std::int64_t>(all.size()));
+        std::vector<std::int32_t> wd, wl;
+        for (const auto& [t, p] : want) wd.push_back(t), wl.push_back(p);
+        CHECK(std::vector<std::int32_t>(h.distinct().begin(), h.distinct().end()) == wd);
+        CHECK(std::vector<std::int32_t>(h.last().begin(), h.last().end()) == wl);
+        b.clear();
+        b.add_context(std::vector<std::int32_t>{0});  // a second context: the pairs land after its one
+        REQUIRE(b.add_context(all) == 1);
+        REQUIRE(b.add_context(h) == 2);
+        const auto cp = b.context_indptr();
+        const auto part = [&](std::span<const std::int32_t> x, int c) {
+          return std::vector<std::int32_t>(x.begin() + cp[c], x.begin() + cp[c + 1]);
+        };
+        CHECK(part(b.distinct(), 1) == wd);
+        CHECK(part(b.last(), 1) == wl);
+        CHECK(part(b.distinct(), 2) == wd);
+        CHECK(part(b.last(), 2) == wl);
+        CHECK(b.context_length()[1] == static_cast<std::int32_t>(all.size()));
+        CHECK(b.context_length()[2] == static_cast<std::int32_t>(all.size()));
+      }
+    }
+  }
+  specdec::penalty_history h(5);
+  h.append(std::vector<std::int32_t>{4, 2, 4});
+  CHECK_THROWS_WITH(h.append(std::vector<std::int32_t>{1, 5}), Contains("'tokens'") && Contains("position 1"));
+  CHECK_THROWS_WITH(h.append(std::vector<std::int32_t>{-1}), Contains("'tokens'"));
+  CHECK(h.length() == 3);  // a refused append leaves the history as it was
+  CHECK(std::vector<std::int32_t>(h.distinct().begin(), h.distinct().end()) == std::vector<std::int32_t>{2, 4});
+  CHECK(std::vector<std::int32_t>(h.last().begin(), h.last().end()) == std::vector<std::int32_t>{1, 2});
+  specdec::penalty_context_builder b6(6);
+  CHECK_THROWS_WITH(b6.add_context(h), Contains("'history.vocab()'"));
+  CHECK(b6.contexts() == 0);
+  CHECK_THROWS_WITH(specdec::penalty_history(0), Contains("'vocab'"));
+  h.clear();
+  CHECK(h.length() == 0);
+  CHECK(h.distinct().empty());
 }
 
 TEST_CASE("process_logits_batch with a penalty_context equals process_tree_logits and process_logits, bit for bit") {

@@ -25,6 +25,7 @@
 #include "specdec/draft/draft_candidates.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_result.hpp"
 
@@ -223,6 +224,11 @@ struct batch_verify_input {
   //! [B]: entry b's draft (its q rows for chain speculative sampling: draft_candidates::chain_q(), in
   //! any memory space); may be empty for verifiers that do not read drafts.
   std::span<const draft_candidates* const> drafts = {};
+  //! [B], or empty: entry b's committed tokens as a penalty_history kept by the caller across steps
+  //! (their pairs updated as tokens are committed: a copy per step instead of a pass over every
+  //! token). When given, an entry that applies a penalty takes its context from histories[b] (not
+  //! null, with length() = committed[b].size() when committed is given too); others may be null.
+  std::span<const penalty_history* const> histories = {};
 };
 
 //! `verify_batch(const batch_verify_input&, verify_batch_result& out)` (optional): decides every

@@ -20,10 +20,11 @@
 //!                         in a buffer of the verifier's), then verify_sample_and_match_batch(cuda).
 //!
 //! Processing on the device (detail::device_step_rows) applies each request's whole chain: the
-//! repetition and contextual penalties over its committed tokens (batch_verify_input::committed)
-//! and each row's root path, through a penalty_context built on the host each step (O(committed) per
-//! request that applies a penalty, plus a sort of its distinct tokens; the seven arrays go up with
-//! the trees), then temperature, top-k, top-p, min-p and eta. Greedy verification needs nothing else:
+//! repetition and contextual penalties over its committed tokens and each row's root path, through a
+//! penalty_context built on the host each step (the seven arrays go up with the trees): from
+//! batch_verify_input::histories when given (a copy of each request's pairs), else from
+//! batch_verify_input::committed (a pass over each request's tokens, O(committed + V / 64)), then
+//! temperature, top-k, top-p, min-p and eta. Greedy verification needs nothing else:
 //! at temperature 0 (speculative_batch requires it) the processed row is one-hot at the penalized
 //! argmax whatever top-k, top-p, min-p and eta say.
 //!
@@ -94,11 +95,6 @@ class device_arrays {
 };
 using device_int32_arrays = device_arrays<std::int32_t>;
 
-//! Whether a request's processing reads its context (a repetition or contextual penalty).
-[[nodiscard]] inline bool applies_penalty(const sampling_params& p) noexcept {
-  return p.repetition_penalty != 1.0f || (p.contextual_penalty != 1.0f && p.penalty_window > 0);
-}
-
 //! Refuses a request that is not greedy (the greedy verifier's rows must come out one-hot).
 inline void require_greedy(std::span<const sampling_params* const> sampling, std::string_view fn) {
   for (std::size_t b = 0; b < sampling.size(); ++b)
@@ -135,7 +131,25 @@ class device_step_rows {
       validate_sampling_params(*p, fn);
       penalties = penalties || applies_penalty(*p);
     }
-    if (penalties) require_equal(fn, "committed.size() (a request applies a penalty)", B, in.committed.size());
+    if (penalties) {
+      if (in.histories.empty()) {
+        require_equal(fn, "committed.size() (a request applies a penalty)", B, in.committed.size());
+      } else {
+        require_equal(fn, "histories.size()", B, in.histories.size());
+        if (!in.committed.empty()) require_equal(fn, "committed.size()", B, in.committed.size());
+        for (std::size_t b = 0; b < B; ++b) {
+          if (!applies_penalty(*in.sampling[b])) continue;
+          const penalty_history* h = in.histories[b];
+          require(h != nullptr, fn, "histories", "a history for each request that applies a penalty (null at " +
+                                                      std::to_string(b) + ")", "null");
+          if (!in.committed.empty())
+            require(h->length() == static_cast<std::int64_t>(in.committed[b].size()), fn, "histories",
+                    "each history as long as its request's committed tokens (" + std::to_string(in.committed[b].size()) +
+                        " at " + std::to_string(b) + ")",
+                    h->length());
+        }
+      }
+    }
     const std::int64_t rows = static_cast<std::int64_t>(in.tokens.size() + B), V = in.logits.extent(1);
     require_shape(fn, "logits", in.logits, {rows, -1});
     detail::require_batch_rows<cuda>(fn, in.logits);
@@ -155,7 +169,9 @@ class device_step_rows {
           const auto lo = static_cast<std::size_t>(in.node_indptr[b]), hi = static_cast<std::size_t>(in.node_indptr[b + 1]);
           const auto tokens = in.tokens.subspan(lo, hi - lo), parents = in.parents.subspan(lo, hi - lo);
           if (applies_penalty(*in.sampling[b])) {
-            builder_->add_tree_rows(builder_->add_context(in.committed[b]), tokens, parents);
+            const auto c = in.histories.empty() ? builder_->add_context(in.committed[b])
+                                                : builder_->add_context(*in.histories[b]);
+            builder_->add_tree_rows(c, tokens, parents);
           } else {
             for (std::size_t r = 0; r <= hi - lo; ++r) builder_->add_row(-1, {});
           }

@@ -81,6 +81,7 @@
 #include "specdec/draft/draft_candidates.hpp"
 #include "specdec/draft/ngram_drafter.hpp"  // the default drafter
 #include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/metrics.hpp"
 
@@ -225,6 +226,7 @@ class speculative_batch {
     s.prompt_len = s.tokens.size();
     s.reason = stop_reason::max_tokens;
     s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
+    if (s.history) s.history->clear();
     s.src.fill(source_estimates(adaptive_.cost_window));
     s.source = 0;
     ++active_;
@@ -530,6 +532,8 @@ class speculative_batch {
     verify_result result;
     philox_stream draft_rng{0, 0};
     std::optional<Verifier> verifier;  //!< this slot's copy (parallel verification)
+    //! tokens' penalty pairs, kept across steps for a verifier of device logits (batch_verify_input::histories)
+    std::optional<penalty_history> history;
     std::size_t emitted_begin = 0;  //!< tokens[emitted_begin ..) were emitted by the last step
     double phase_draft = 0, phase_build = 0, phase_verify = 0, phase_commit = 0;
     int depth = -1;  //!< this step's draft depth (-1: nothing left to generate)
@@ -600,9 +604,19 @@ class speculative_batch {
     if constexpr (verifier_has_verify_batch<Verifier>) {
       const auto tv = clock::now();
       batch_sampling_.clear(), batch_seeds_.clear(), batch_streams_.clear(), batch_committed_.clear();
-      batch_drafts_.clear();
+      batch_drafts_.clear(), batch_histories_.clear();
       for (const int r : running_) {
-        const auto& s = req_[static_cast<std::size_t>(r)];
+        auto& s = req_[static_cast<std::size_t>(r)];
+        // a request with a penalty: its pairs brought up to date with the tokens committed since its
+        // last step (tokens only grow between steps; a stop rule cuts only what the step appended)
+        const penalty_history* h = nullptr;
+        if (detail::applies_penalty(s.opt.sampling)) {
+          if (!s.history || s.history->vocab() != V) s.history.emplace(static_cast<std::int32_t>(V));
+          if (s.history->length() > static_cast<std::int64_t>(s.tokens.size())) s.history->clear();
+          s.history->append(std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.history->length())));
+          h = &*s.history;
+        }
+        batch_histories_.push_back(h);
         batch_sampling_.push_back(&s.opt.sampling);
         batch_seeds_.push_back(s.opt.seed);
         batch_streams_.push_back(stream_id(s.id, s.step));
@@ -611,7 +625,7 @@ class speculative_batch {
       }
       const batch_verify_input in{trees_.node_indptr(), trees_.tokens(), trees_.parents(), logits,
                                   batch_sampling_,      batch_seeds_,    batch_streams_, batch_committed_,
-                                  batch_drafts_};
+                                  batch_drafts_,        batch_histories_};
       batch_result_ = {};
       verifier_.verify_batch(in, batch_result_);
       constexpr std::string_view fn = "specdec::speculative_batch::step";
@@ -981,6 +995,7 @@ class speculative_batch {
   std::vector<std::uint64_t> batch_seeds_, batch_streams_;
   std::vector<std::span<const std::int32_t>> batch_committed_;
   std::vector<const draft_candidates*> batch_drafts_;
+  std::vector<const penalty_history*> batch_histories_;
   // adaptive depth
   adaptive_depth_options adaptive_;
   step_cost_curve cost_;

@@ -255,10 +255,14 @@ inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
   return x;
 }
 
+//! Whether a request's processing reads its context (a repetition or contextual penalty).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool applies_penalty(const sampling_params& p) noexcept {
+  return p.repetition_penalty != 1.0f || (p.contextual_penalty != 1.0f && p.penalty_window > 0);
+}
+
 inline bool has_penalties(const sampling_params& p, std::span<const std::int32_t> prefix,
                           std::span<const std::int32_t> suffix) noexcept {
-  return (p.repetition_penalty != 1.0f || (p.contextual_penalty != 1.0f && p.penalty_window > 0)) &&
-         (!prefix.empty() || !suffix.empty());
+  return applies_penalty(p) && (!prefix.empty() || !suffix.empty());
 }
 
 //! Validates one row before anything is written (the first half of process_row): the policy check is

@@ -18,12 +18,15 @@
 //! each penalized value is computed as process_logits computes it (repetition, then contextual, on
 //! the original logit): bit for bit the same row.
 //!
-//! penalty_context_builder makes the arrays from committed token lists and trees, in host memory (a
-//! CUDA user copies the seven arrays to the device).
+//! penalty_context_builder makes the arrays from committed token lists (or penalty_history, a
+//! request's pairs kept up to date as it commits tokens) and trees, in host memory (a CUDA user copies
+//! the seven arrays to the device).
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -216,9 +219,132 @@ enum class penalty_path_action : std::uint8_t {
 
 }  // namespace detail
 
+namespace detail {
+
+//! The pairs of a token list (its distinct tokens ascending, each with its last position) without a
+//! sort: each token marks a bit of a vocabulary-sized bitmap and writes its index into a
+//! vocabulary-sized position array (later occurrences overwrite earlier ones), then the bitmap's words
+//! are read in order, each set bit giving the next token. O(n + V / 64), with no data-dependent
+//! branch per token; both arrays are allocated on first use (V * 4.125 bytes), the bitmap left clear.
+class token_marks {
+ public:
+  token_marks() = default;
+  // scratch: a copy starts without arrays of its own (they are made on its first use)
+  token_marks(const token_marks&) noexcept {}
+  token_marks& operator=(const token_marks&) noexcept { return *this; }
+  token_marks(token_marks&&) noexcept = default;
+  token_marks& operator=(token_marks&&) noexcept = default;
+
+  //! Appends to `distinct` the distinct tokens of `tokens` ascending and to `last` each one's last
+  //! position, offset + its last index. The tokens must be in [0, vocab) and offset + tokens.size()
+  //! at most INT32_MAX (the callers check both).
+  void append_pairs(std::span<const std::int32_t> tokens, std::int64_t offset, std::int32_t vocab,
+                    std::vector<std::int32_t>& distinct, std::vector<std::int32_t>& last) {
+    const auto words = (static_cast<std::size_t>(vocab) + 63) / 64;
+    if (vocab != vocab_) {
+      position_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(vocab));
+      bits_.assign(words, 0);
+      vocab_ = vocab;
+    }
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      const auto t = static_cast<std::uint32_t>(tokens[j]);
+      position_[t] = static_cast<std::int32_t>(j);
+      bits_[t >> 6] |= std::uint64_t{1} << (t & 63u);
+    }
+    for (std::size_t w = 0; w < words; ++w) {
+      for (std::uint64_t x = bits_[w]; x != 0; x &= x - 1) {
+        const auto t = static_cast<std::int32_t>(w * 64 + static_cast<std::size_t>(std::countr_zero(x)));
+        distinct.push_back(t);
+        last.push_back(static_cast<std::int32_t>(offset + position_[static_cast<std::size_t>(t)]));
+      }
+      bits_[w] = 0;
+    }
+  }
+
+ private:
+  std::int32_t vocab_ = 0;
+  std::unique_ptr<std::int32_t[]> position_;
+  std::vector<std::uint64_t> bits_;
+};
+
+}  // namespace detail
+
+//! One request's penalty context kept across steps: the distinct tokens of everything appended so
+//! far (ascending) with their last positions, i.e. what penalty_context_builder::add_context makes
+//! from the whole list, updated as tokens are committed instead of rebuilt from all of them. An
+//! engine keeps one per request with a penalty, appends each step's committed tokens, and hands it
+//! to add_context(const penalty_history&) (or batch_verify_input::histories). append() of n tokens
+//! costs a sort of them, a binary search of each among the D distinct tokens so far, and a merge of
+//! those not seen before (O(n log n + n log D), plus O(D) at worst for the merge): a few microseconds
+//! for a step's tokens, where rebuilding a 32K-token context costs tens (RESULTS.md). Memory: two
+//! int32 per distinct token.
+class penalty_history {
+ public:
+  //! An empty history over a vocabulary of `vocab` tokens (>= 1).
+  explicit penalty_history(std::int32_t vocab) : vocab_(vocab) { require(vocab >= 1, fn_, "vocab", ">= 1", vocab); }
+
+  //! Forgets every token (keeps the memory).
+  void clear() noexcept { distinct_.clear(), last_.clear(), length_ = 0; }
+
+  //! Appends tokens at positions length() ... Throws invalid_argument (the history unchanged) on a
+  //! token outside [0, vocab) or a length past INT32_MAX.
+  void append(std::span<const std::int32_t> tokens) {
+    require(tokens.size() <= static_cast<std::size_t>(detail::penalty_context_max - length_), fn_, "tokens",
+            "a length of at most INT32_MAX in all (length() = " + std::to_string(length_) + ")", tokens.size());
+    detail::check_context(tokens, vocab_, fn_, "tokens");
+    if (tokens.empty()) return;
+    // the new tokens' pairs: a sort of (token, index) keys, each token's last index kept
+    fresh_.clear(), fresh_last_.clear(), keys_.clear();
+    for (std::size_t j = 0; j < tokens.size(); ++j)
+      keys_.push_back(static_cast<std::uint64_t>(tokens[j]) << 32 | static_cast<std::uint64_t>(j));
+    std::sort(keys_.begin(), keys_.end());
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+      if (i + 1 == keys_.size() || keys_[i + 1] >> 32 != keys_[i] >> 32) {
+        fresh_.push_back(static_cast<std::int32_t>(keys_[i] >> 32));
+        fresh_last_.push_back(static_cast<std::int32_t>(length_ + static_cast<std::int64_t>(keys_[i] & 0xffffffffu)));
+      }
+    // tokens seen before take their new last position in place; the rest (still ascending) are merged in
+    std::size_t added = 0;
+    for (std::size_t i = 0; i < fresh_.size(); ++i) {
+      const auto at = std::lower_bound(distinct_.begin(), distinct_.end(), fresh_[i]);
+      if (at != distinct_.end() && *at == fresh_[i]) {
+        last_[static_cast<std::size_t>(at - distinct_.begin())] = fresh_last_[i];
+      } else {
+        fresh_[added] = fresh_[i], fresh_last_[added] = fresh_last_[i], ++added;
+      }
+    }
+    std::size_t i = distinct_.size(), j = added, k = i + j;
+    distinct_.resize(k), last_.resize(k);
+    while (j > 0) {  // backwards: each old pair moves at most once, those below the smallest new token stay
+      --k;
+      if (i > 0 && distinct_[i - 1] > fresh_[j - 1]) {
+        --i, distinct_[k] = distinct_[i], last_[k] = last_[i];
+      } else {
+        --j, distinct_[k] = fresh_[j], last_[k] = fresh_last_[j];
+      }
+    }
+    length_ += static_cast<std::int64_t>(tokens.size());
+  }
+
+  //! Tokens appended so far.
+  [[nodiscard]] std::int64_t length() const noexcept { return length_; }
+  [[nodiscard]] std::int32_t vocab() const noexcept { return vocab_; }
+  //! The pairs: distinct tokens ascending, each one's last position (penalty_context's layout).
+  [[nodiscard]] std::span<const std::int32_t> distinct() const noexcept { return distinct_; }
+  [[nodiscard]] std::span<const std::int32_t> last() const noexcept { return last_; }
+
+ private:
+  static constexpr std::string_view fn_ = "specdec::penalty_history::append";
+  std::int32_t vocab_;
+  std::int64_t length_ = 0;
+  std::vector<std::int32_t> distinct_, last_, fresh_, fresh_last_;
+  std::vector<std::uint64_t> keys_;
+};
+
 //! Builds a penalty_context in host memory: add each committed context once, then the rows that use
-//! it (a tree's n + 1 verification rows with add_tree_rows). O(length) per context plus a sort of its
-//! distinct tokens; a vocabulary-sized scratch array is kept between builds. Throws invalid_argument
+//! it (a tree's n + 1 verification rows with add_tree_rows). A token list costs O(length + V / 64)
+//! (detail::token_marks, whose vocabulary-sized arrays are kept between builds); a penalty_history
+//! costs a copy of its pairs. Throws invalid_argument
 //! on a token outside [0, vocab), a bad tree, or a size past INT32_MAX.
 class penalty_context_builder {
  public:
@@ -246,22 +372,24 @@ class penalty_context_builder {
                 static_cast<std::size_t>(detail::penalty_context_max),
             fn_, "committed", "at most INT32_MAX distinct tokens in all contexts", distinct_.size());
     detail::check_context(committed, vocab_, fn_, "committed");  // before anything is added
-    if (seen_.size() != static_cast<std::size_t>(vocab_)) seen_.assign(static_cast<std::size_t>(vocab_), -1);
-    const std::size_t first = distinct_.size();
-    for (std::size_t j = 0; j < committed.size(); ++j) {
-      const std::int32_t t = committed[j];
-      if (seen_[static_cast<std::size_t>(t)] < 0) distinct_.push_back(t);
-      seen_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(j);
-    }
-    std::sort(distinct_.begin() + static_cast<std::ptrdiff_t>(first), distinct_.end());
-    last_.resize(distinct_.size());
-    for (std::size_t i = first; i < distinct_.size(); ++i) {
-      auto& s = seen_[static_cast<std::size_t>(distinct_[i])];
-      last_[i] = s;
-      s = -1;
-    }
+    marks_.append_pairs(committed, 0, vocab_, distinct_, last_);
     context_indptr_.push_back(static_cast<std::int32_t>(distinct_.size()));
     context_length_.push_back(static_cast<std::int32_t>(committed.size()));
+    return static_cast<std::int32_t>(context_length_.size() - 1);
+  }
+
+  //! Adds the committed context a penalty_history holds (its pairs copied: O(distinct tokens), no
+  //! pass over the tokens); returns its index. The history's vocabulary must be the builder's.
+  std::int32_t add_context(const penalty_history& history) {
+    require_equal(fn_, "history.vocab()", static_cast<std::int64_t>(vocab_), static_cast<std::int64_t>(history.vocab()));
+    require(context_length_.size() < static_cast<std::size_t>(detail::penalty_context_max), fn_, "contexts",
+            "fewer than INT32_MAX", context_length_.size());
+    require(distinct_.size() + history.distinct().size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_,
+            "history", "at most INT32_MAX distinct tokens in all contexts", distinct_.size());
+    distinct_.insert(distinct_.end(), history.distinct().begin(), history.distinct().end());
+    last_.insert(last_.end(), history.last().begin(), history.last().end());
+    context_indptr_.push_back(static_cast<std::int32_t>(distinct_.size()));
+    context_length_.push_back(static_cast<std::int32_t>(history.length()));
     return static_cast<std::int32_t>(context_length_.size() - 1);
   }
 
@@ -329,7 +457,8 @@ class penalty_context_builder {
   static constexpr std::string_view fn_ = "specdec::penalty_context_builder";
   std::int32_t vocab_;
   std::vector<std::int32_t> distinct_, last_, context_indptr_, context_length_, row_context_, path_indptr_, path_;
-  std::vector<std::int32_t> seen_, scratch_;
+  detail::token_marks marks_;
+  std::vector<std::int32_t> scratch_;
 };
 
 }  // namespace specdec
