@@ -6,8 +6,11 @@
 # bench_cuda_attention targets; they can be built on a machine without a GPU and carried over, but
 # without FULL such a machine builds the tests' device code for compile checks only, and they skip). Every step has its own time limit so that
 # one hung step cannot eat the lease; logs go to OUT_DIR, a summary to stdout.
-#   tests     every tests/cuda binary (compares each kernel with the host backend and the reference)
-#   sanitize  compute-sanitizer memcheck and racecheck on each test binary (run side by side), with
+#   tests     every tests/cuda binary (compares each kernel with the host backend and the reference),
+#             then examples/gpu_decode when BUILD_DIR has it (the whole step on the GPU: greedy
+#             speculative output against greedy autoregressive output, tok/s, tau; GPU_DECODE_ARGS)
+#   sanitize  compute-sanitizer memcheck and racecheck on each test binary (run side by side; memcheck
+#             on a small gpu_decode too, when it is there), with
 #             SPECDEC_CUDA_TEST_SMALL=1 (the tests skip their largest shapes, which the plain run
 #             covers: racecheck on them ran past 340 s in session 31; set it empty to keep them)
 #   bench     bench_cuda_attention (JSON to OUT_DIR/bench.json), then every other bench_cuda_* binary
@@ -42,6 +45,13 @@ if [[ $what == tests || $what == all ]]; then
     echo "test $t rc=$rc $(grep -E '^(All tests passed|test cases:)' "$out/$t.log" | tail -1)"
     [[ $rc == 0 ]] || status=1
   done
+  if [[ -x $build/examples/gpu_decode ]]; then
+    timeout 300 "$build/examples/gpu_decode" ${GPU_DECODE_ARGS:-} >"$out/gpu_decode.log" 2>&1
+    rc=$?
+    echo "example gpu_decode rc=$rc"
+    tail -6 "$out/gpu_decode.log"
+    [[ $rc == 0 ]] || status=1
+  fi
 fi
 
 if [[ $what == bench || $what == all ]]; then
@@ -99,6 +109,11 @@ if [[ $what == sanitize || $what == all ]]; then
       pids+=("$!:$t:$tool")
     done
   done
+  if [[ -x $build/examples/gpu_decode ]]; then
+    timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool memcheck --error-exitcode 99 "$build/examples/gpu_decode" \
+      --requests 3 --new 24 --slots 2 --layers 2 --hidden 128 >"$out/gpu_decode.memcheck.log" 2>&1 &
+    pids+=("$!:gpu_decode:memcheck")
+  fi
   for p in "${pids[@]}"; do
     IFS=: read -r pid t tool <<<"$p"
     wait "$pid"

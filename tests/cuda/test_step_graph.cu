@@ -1,5 +1,5 @@
 // One speculative decode step composed of the library's device primitives, captured in a CUDA graph
-// and replayed (issue #23 item 6): build_tree_batch -> hybrid_tree_attention -> a trivial LM head
+// and replayed (issue #23 item 6): build_tree_batch (root_and_nodes) -> hybrid_tree_attention -> a trivial LM head
 // (logits = the attention output rows widened to fp32, vocab = Hq * D) -> verify_greedy_batch ->
 // kv_commit_in_place_batch, for R = 3 requests with random trees of 1..8 nodes (N = 12 in all, so
 // every round has the captured shapes) over a one-layer fp16 contiguous cache, all on one stream with
@@ -9,7 +9,8 @@
 // and its integer results equal the host backends of build_tree_batch, verify_greedy_batch (on the
 // device's logits) and kv_commit_in_place_batch; its attention is within fp16 tolerance of the host
 // backend's. A [nogpu] case checks the root augmentation below against build_tree_batch on the
-// plain trees, and that the cuda entry points refuse the composition mistakes it avoids.
+// plain trees and against its root_and_nodes rows (what the step builds, from the plain trees), and
+// that the cuda entry points refuse the composition mistakes it avoids.
 //
 // Root rows. verify_greedy_batch reads N + R logits rows (request r's root row, then one per node,
 // from row node_indptr[r] + r); attention gives one row per query token. So each request's queries
@@ -61,7 +62,8 @@ bool same_bits(const std::vector<E>& a, const std::vector<E>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
 }
 
-// One round's inputs: the plain trees (verify, commit) and their root-augmented form (build, attention).
+// One round's inputs: the plain trees (build with root_and_nodes, verify, commit) and their
+// root-augmented form (the attention's q_indptr and cache lengths; the [nogpu] cross-check).
 struct round_data {
   std::vector<std::int32_t> ni{0}, parents, tokens, committed, ai{0}, aparents, acommitted;
   std::vector<f16> q, k, v, sk, sv;  // q [ROWS, HQ, D]; cache [R, CAP, HKV, D]; spec [ROWS, HKV, D]
@@ -118,7 +120,7 @@ struct results {
 // The step's device arrays: load() uploads a round and resets every output to markers, enqueue() is
 // the step.
 struct step_buffers {
-  device_buffer<std::int32_t> ni{R + 1}, par{N}, tok{N}, cl{R}, ai{R + 1}, apar{ROWS}, acl{R};
+  device_buffer<std::int32_t> ni{R + 1}, par{N}, tok{N}, cl{R}, ai{R + 1}, acl{R};
   device_buffer<std::int32_t> de{ROWS}, po{ROWS}, bst{3}, acc{N}, nacc{R}, bon{R}, emi{ROWS}, vst{3}, nl{R}, cst{3};
   device_buffer<std::int64_t> mi{R + 1};
   device_buffer<mask_word> ma{ROWS};  // n_r + 1 <= 9 mask rows of one word each
@@ -138,7 +140,9 @@ struct step_buffers {
 
   void enqueue(cudaStream_t s) {
     const specdec::cuda pol{.stream = s};
-    specdec::build_tree_batch(pol, dv(ai), dv(apar), dv(acl), dv(de), dv(po), dv(mi), dv(ma), dv(bst));
+    // the verification rows' masks and positions from the plain trees (each request's root row first)
+    specdec::build_tree_batch(pol, dv(ni), dv(par), dv(cl), dv(de), dv(po), dv(mi), dv(ma), dv(bst),
+                              specdec::tree_batch_rows::root_and_nodes);
     const auto spec = [](const device_buffer<f16>& b) {
       return specdec::make_view<3>(static_cast<const f16*>(b.data()), {ROWS, HKV, D}, memory_space::device);
     };
@@ -157,7 +161,7 @@ struct step_buffers {
   }
   void load(const round_data& x) {
     ni.upload(x.ni), par.upload(x.parents), tok.upload(x.tokens), cl.upload(x.committed);
-    ai.upload(x.ai), apar.upload(x.aparents), acl.upload(x.acommitted);
+    ai.upload(x.ai), acl.upload(x.acommitted);
     q.upload(x.q), k.upload(x.k), v.upload(x.v), sk.upload(x.sk), sv.upload(x.sv);
     for (auto* b : {&de, &po, &acc, &nacc, &bon, &emi, &nl}) b->upload(std::vector<std::int32_t>(b->size(), -9));
     for (auto* b : {&bst, &vst, &cst}) b->upload({5, 5, 5});
@@ -196,11 +200,12 @@ void check_same(const results& g, const results& e) {
 
 // The graph's results against the host backends on the same inputs (verify on the device's logits).
 void check_host(const round_data& x, const results& g) {
-  auto ai = x.ai, apar = x.aparents, acl = x.acommitted, ni = x.ni, tok = x.tokens, par = x.parents, cl = x.committed;
+  auto ai = x.ai, acl = x.acommitted, ni = x.ni, tok = x.tokens, par = x.parents, cl = x.committed;
   std::vector<std::int32_t> de(ROWS), po(ROWS), st(3);
   std::vector<std::int64_t> mi(R + 1);
   std::vector<mask_word> ma(ROWS);
-  specdec::build_tree_batch(specdec::host{}, hv(ai), hv(apar), hv(acl), hv(de), hv(po), hv(mi), hv(ma), hv(st));
+  specdec::build_tree_batch(specdec::host{}, hv(ni), hv(par), hv(cl), hv(de), hv(po), hv(mi), hv(ma), hv(st),
+                            specdec::tree_batch_rows::root_and_nodes);
   CHECK(g.de == de);
   CHECK(g.po == po);
   CHECK(g.mi == mi);
@@ -291,7 +296,8 @@ TEST_CASE("cuda decode step (tree build, attention, verify, commit) replayed fro
   CHECK(accepted < rounds * N);  // ... and rejected some
 }
 
-TEST_CASE("step graph: root-augmented trees keep build_tree_batch's positions and masks; cuda refuses plain-tree rows",
+TEST_CASE("step graph: root-augmented trees keep build_tree_batch's positions and masks, as root_and_nodes builds "
+          "them; cuda refuses plain-tree rows",
           "[cuda][step][nogpu]") {
   specdec::philox_stream rng(7, 7);
   int bad = 0;
@@ -304,6 +310,14 @@ TEST_CASE("step graph: root-augmented trees keep build_tree_batch's positions an
                               hv(ma), hv(st));
     specdec::build_tree_batch(specdec::host{}, hv(x.ai), hv(x.aparents), hv(x.acommitted), hv(ade), hv(apo), hv(ami),
                               hv(ama), hv(ast));
+    // the library's root_and_nodes rows (what the step builds) are the augmented trees' build
+    std::vector<std::int32_t> rde(ROWS), rpo(ROWS), rst(3);
+    std::vector<std::int64_t> rmi(R + 1);
+    std::vector<mask_word> rma(ROWS);
+    specdec::build_tree_batch(specdec::host{}, hv(x.ni), hv(x.parents), hv(x.committed), hv(rde), hv(rpo), hv(rmi),
+                              hv(rma), hv(rst), specdec::tree_batch_rows::root_and_nodes);
+    bad += rpo != apo || rma != ama || rmi != ami;
+    for (int i = 0; i < ROWS; ++i) bad += rde[i] != ade[i] - 1;
     for (int r = 0; r < R; ++r) {
       const int a = x.ai[r], b = x.ni[r];
       bad += apo[a] != x.committed[r] - 1 || ade[a] != 0 || ama[a] != 1u;  // the root: itself only

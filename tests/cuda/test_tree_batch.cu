@@ -1,6 +1,7 @@
 // build_tree_batch(cuda{}) against the host backend and token_tree_batch (tests/tree/tree_batch_util.hpp):
 // random ragged batches, trees up to 1024 nodes and one beyond the shared-memory walk (> 4096),
-// batch up to 64; device-side value errors reported in status with outputs in bounds; graph capture.
+// batch up to 64; device-side value errors reported in status with outputs in bounds; graph capture;
+// tree_batch_rows::root_and_nodes against the host and token_tree_batch over the rooted trees.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -165,6 +166,36 @@ TEST_CASE("cuda build_tree_batch is captured in a CUDA graph and replays", "[cud
       });
 }
 
+TEST_CASE("cuda build_tree_batch with root_and_nodes equals the host and the rooted trees", "[cuda][tree]") {
+  specdec::philox_stream rng(5, 0);
+  for (int round = 0; round < 6; ++round) {
+    tree_batch_case c = round < 5 ? specdec_test::random_tree_batch(1 + round * 12, 1 + round * 200, 70 + round)
+                                  : tree_batch_case{};
+    if (round == 5) {  // one beyond the shared-memory walk, an empty tree, a root at position 0
+      c.add(specdec_test::random_parents(4500, 3, rng), 9);
+      c.add({}, 1);
+      c.add(specdec_test::random_parents(7, 0, rng), 1);
+      c.finish();
+    }
+    const auto want = specdec_test::expected_rooted(c);
+    const auto rows = c.parents.size() + c.committed.size();
+    device_buffer<std::int32_t> ni(c.node_indptr), pa(c.parents), cl(c.committed), de(std::vector<std::int32_t>(rows, -7)),
+        po(std::vector<std::int32_t>(rows, -7)), st(std::vector<std::int32_t>{55, 55, 55});
+    device_buffer<std::int64_t> mi(std::vector<std::int64_t>(c.committed.size() + 1, -7));
+    device_buffer<mask_word> ma(std::vector<mask_word>(want.mask.size() + 2, poison));
+    specdec::build_tree_batch(specdec::cuda{}, dv(ni), dv(pa), dv(cl), dv(de), dv(po), dv(mi), dv(ma), dv(st),
+                              specdec::tree_batch_rows::root_and_nodes);
+    specdec_test::sync_check("build_tree_batch root_and_nodes");
+    CHECK(st.download() == std::vector<std::int32_t>{0, -1, -1});
+    CHECK(de.download() == want.depths);
+    CHECK(po.download() == want.positions);
+    CHECK(mi.download() == want.mask_indptr);
+    const auto m = ma.download();
+    CHECK(std::equal(want.mask.begin(), want.mask.end(), m.begin()));
+    CHECK(m[want.mask.size()] == poison);
+  }
+}
+
 TEST_CASE("cuda build_tree_batch rejects host memory and bad shapes before any CUDA call", "[cuda][tree][nogpu]") {
   auto c = specdec_test::random_tree_batch(3, 10, 4);
   std::vector<std::int32_t> de(c.parents.size()), po(c.parents.size()), st(3);
@@ -189,4 +220,9 @@ TEST_CASE("cuda build_tree_batch rejects host memory and bad shapes before any C
                                               dev(hv(c.committed)), dev(hv(de)), dev(hv(po)), dev(hv(mi_short)),
                                               dev(hv(ma)), dev(hv(st))),
                     Catch::Contains("mask_indptr"));
+  // root_and_nodes needs N + R rows of depths and positions
+  CHECK_THROWS_WITH(specdec::build_tree_batch(specdec::cuda{}, dev(hv(c.node_indptr)), dev(hv(c.parents)),
+                                              dev(hv(c.committed)), dev(hv(de)), dev(hv(po)), dev(hv(mi)), dev(hv(ma)),
+                                              dev(hv(st)), specdec::tree_batch_rows::root_and_nodes),
+                    Catch::Contains("depths"));
 }

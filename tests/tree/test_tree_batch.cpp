@@ -90,6 +90,57 @@ TEST_CASE("tree_batch: host build_tree_batch equals token_tree_batch on random r
   }
 }
 
+TEST_CASE("tree_batch: root_and_nodes puts each request's root row first, from the plain trees", "[tree][tree_batch]") {
+  // against token_tree_batch over the rooted trees (expected_rooted), committed lengths from 1 (the
+  // root at position 0, an empty cache) up; and the node rows equal the plain build's
+  for (int R : {0, 1, 3, 17, 64}) {
+    for (int max_nodes : {1, 16, 70, 300}) {
+      auto c = specdec_test::random_tree_batch(R, max_nodes, 900 + R * 7 + max_nodes);
+      if (R > 1) c.committed[1] = 1;
+      c.finish();
+      const auto want = specdec_test::expected_rooted(c);
+      const auto N = c.parents.size(), rows = N + static_cast<std::size_t>(R);
+      std::vector<std::int32_t> depths(rows, -7), positions(rows, -7), status{77, 77, 77};
+      std::vector<std::int64_t> mask_indptr(static_cast<std::size_t>(R) + 1, -7);
+      std::vector<mask_word> mask(want.mask.size() + 3, 0xDEADBEEFDEADBEEFull);
+      specdec::build_tree_batch(specdec::host{}, v1(c.node_indptr), v1(c.parents), v1(c.committed), v1(depths),
+                                v1(positions), v1(mask_indptr), v1(mask), v1(status),
+                                specdec::tree_batch_rows::root_and_nodes);
+      CHECK(depths == want.depths);
+      CHECK(positions == want.positions);
+      CHECK(mask_indptr == want.mask_indptr);
+      CHECK(std::equal(want.mask.begin(), want.mask.end(), mask.begin()));
+      for (std::size_t k = want.mask.size(); k < mask.size(); ++k) CHECK(mask[k] == 0xDEADBEEFDEADBEEFull);
+      CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+      for (int r = 0; r < R; ++r) {  // request r's rows from node_indptr[r] + r: the root, then the plain build's
+        const auto o = static_cast<std::size_t>(c.node_indptr[static_cast<std::size_t>(r)] + r);
+        CHECK(positions[o] == c.committed[static_cast<std::size_t>(r)] - 1);
+        for (auto i = c.node_indptr[static_cast<std::size_t>(r)]; i < c.node_indptr[static_cast<std::size_t>(r) + 1]; ++i)
+          CHECK(positions[static_cast<std::size_t>(i + r + 1)] == c.positions[static_cast<std::size_t>(i)]);
+      }
+      // the per-element functions over rooted_parents (the CUDA kernel's walk) give the same rows
+      for (int r = 0; r < R; ++r) {
+        const auto lo = c.node_indptr[static_cast<std::size_t>(r)], n = c.node_indptr[static_cast<std::size_t>(r) + 1] - lo;
+        const specdec::detail::rooted_parents rp{c.parents.data() + lo};
+        const int w = specdec::words_per_row(n + 1);
+        for (int j = 0; j <= n; ++j)
+          for (int k = 0; k < w; ++k)
+            REQUIRE(specdec::detail::ancestor_mask_word(rp, j, k) ==
+                    want.mask[static_cast<std::size_t>(want.mask_indptr[static_cast<std::size_t>(r)] + j * w + k)]);
+      }
+    }
+  }
+  // the outputs must hold N + R rows
+  auto c = specdec_test::random_tree_batch(3, 5, 4);
+  std::vector<std::int32_t> short_rows(c.parents.size()), status(3);
+  std::vector<std::int64_t> mi(4);
+  std::vector<mask_word> mask(1000);
+  CHECK_THROWS_WITH(specdec::build_tree_batch(specdec::host{}, v1(c.node_indptr), v1(c.parents), v1(c.committed),
+                                              v1(short_rows), v1(short_rows), v1(mi), v1(mask), v1(status),
+                                              specdec::tree_batch_rows::root_and_nodes),
+                    Catch::Matchers::Contains("'depths'"));
+}
+
 TEST_CASE("tree_batch: host build_tree_batch rejects bad values naming them, outputs untouched", "[tree][tree_batch]") {
   auto c = specdec_test::random_tree_batch(4, 20, 5);
   while (c.node_indptr[2] - c.node_indptr[1] < 3) c = specdec_test::random_tree_batch(4, 20, c.parents.size() + 9);

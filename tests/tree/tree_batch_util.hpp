@@ -57,6 +57,29 @@ struct tree_batch_case {
   }
 };
 
+//! The arrays build_tree_batch gives a batch with tree_batch_rows::root_and_nodes, from token_tree_batch
+//! over each tree with its root made node 0 (parents -1, then p + 1), independently of
+//! detail::rooted_parents: the same masks; depths and positions one less than that batch's (its
+//! node 0 is a child of a virtual root, at committed_lengths[r]).
+struct rooted_arrays {
+  std::vector<std::int32_t> depths, positions;
+  std::vector<std::int64_t> mask_indptr;
+  std::vector<specdec::mask_word> mask;
+};
+inline rooted_arrays expected_rooted(const tree_batch_case& c) {
+  specdec::token_tree_batch b;
+  for (std::size_t r = 0; r + 1 < c.node_indptr.size(); ++r) {
+    std::vector<std::int32_t> par{-1};
+    for (auto i = c.node_indptr[r]; i < c.node_indptr[r + 1]; ++i) par.push_back(c.parents[i] < 0 ? 0 : c.parents[i] + 1);
+    b.push_back(specdec::token_tree::from_parents(std::vector<std::int32_t>(par.size(), 7), par), c.committed[r]);
+  }
+  rooted_arrays a{{b.depths().begin(), b.depths().end()}, {b.positions().begin(), b.positions().end()},
+                  {b.mask_indptr().begin(), b.mask_indptr().end()}, {b.mask().begin(), b.mask().end()}};
+  for (auto& d : a.depths) --d;
+  for (auto& p : a.positions) --p;
+  return a;
+}
+
 //! R requests of random sizes up to max_nodes (some empty), random shapes and committed lengths.
 inline tree_batch_case random_tree_batch(int R, int max_nodes, std::uint64_t seed) {
   specdec::philox_stream rng(seed, 1);

@@ -58,7 +58,9 @@ inline void check_committed_length(std::string_view function, std::string_view a
 
 //! Depth of node i (0 = child of the root) by walking its parents. A parent outside [-1, v) ends
 //! the walk (the caller reports it), so the loop always terminates: O(depth(i)).
-SPECDEC_HOST_DEVICE inline std::int32_t tree_node_depth(const std::int32_t* parents, std::int32_t i) noexcept {
+//! `parents` is an int32 pointer or any object whose operator[] gives the parent (rooted_parents).
+template <class Parents>
+SPECDEC_HOST_DEVICE inline std::int32_t tree_node_depth(const Parents& parents, std::int32_t i) noexcept {
   std::int32_t d = 0;
   for (std::int32_t v = i;;) {
     const std::int32_t p = parents[v];
@@ -73,8 +75,8 @@ SPECDEC_HOST_DEVICE inline std::int32_t tree_node_depth(const std::int32_t* pare
 //! cost is the number of ancestors at or above column 64 w; a parent outside [-1, v) ends the walk.
 //! The device kernel computes each (i, w) independently with this; the host writes whole rows by
 //! copying the parent's row (write_ancestor_rows), and a test checks the two agree.
-SPECDEC_HOST_DEVICE inline mask_word ancestor_mask_word(const std::int32_t* parents, std::int32_t i,
-                                                        std::int32_t w) noexcept {
+template <class Parents>
+SPECDEC_HOST_DEVICE inline mask_word ancestor_mask_word(const Parents& parents, std::int32_t i, std::int32_t w) noexcept {
   const std::int32_t lo = 64 * w;
   mask_word acc = 0;
   for (std::int32_t v = i; v >= lo;) {
@@ -85,6 +87,19 @@ SPECDEC_HOST_DEVICE inline mask_word ancestor_mask_word(const std::int32_t* pare
   }
   return acc;
 }
+
+//! A tree's parents with its root made node 0 (build_tree_batch's tree_batch_rows::root_and_nodes):
+//! node 0 is the root (parent -1), node j > 0 is the tree's node j - 1, its parent p becoming p + 1
+//! (the root's children get 0). An invalid parent p >= j - 1 stays invalid (>= j), so the walks
+//! above stop on it as on the tree's own; one below -1 reads as the root's child.
+struct rooted_parents {
+  const std::int32_t* parents = nullptr;  //!< the tree's own (local, -1 = child of the root)
+  SPECDEC_HOST_DEVICE std::int32_t operator[](std::int32_t j) const noexcept {
+    if (j == 0) return -1;
+    const std::int32_t p = parents[j - 1];
+    return p < 0 ? 0 : p + 1;
+  }
+};
 
 //! Writes the ancestor mask of the n-node tree `parents` (validated: parents[i] in [-1, i)) into
 //! `rows` (n rows of `row_stride` >= words_per_row(n) words; the first words_per_row(n) words of

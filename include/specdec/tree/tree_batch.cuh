@@ -9,7 +9,8 @@
 //!     found nothing wrong; copies the request's parents to shared memory when they fit, then
 //!     computes each node's depth and position and each (row, word) of its ancestor mask
 //!     independently (detail::tree_node_depth, detail::ancestor_mask_word: the functions the host
-//!     twin test checks against the host's row-copy construction). Consecutive threads write
+//!     twin test checks against the host's row-copy construction; with root_and_nodes the mask
+//!     words walk detail::rooted_parents over the same parents). Consecutive threads write
 //!     consecutive words of the mask, so the stores are coalesced.
 //! Values are checked on the device (tree_batch.hpp's file comment); the first error found wins
 //! the status word by atomicCAS.
@@ -32,7 +33,7 @@ inline constexpr int tree_batch_threads = 256;
 inline constexpr int tree_batch_smem_nodes = 4096;
 
 __global__ void __launch_bounds__(tree_batch_threads)
-    tree_batch_plan_kernel(std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
+    tree_batch_plan_kernel(std::int32_t extra, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
                            const std::int32_t* committed, std::int64_t* mask_indptr, std::int64_t mask_capacity,
                            std::int32_t* status) {
   using scan = cub::BlockScan<long long, tree_batch_threads>;
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(tree_batch_threads)
       const std::int32_t n = node_indptr[r + 1] - node_indptr[r];
       if (n < 0) device_report(status, device_error::node_indptr, r, -1);
       if (committed[r] < 1) device_report(status, device_error::committed_length, r, -1);
-      if (n > 0) words = static_cast<long long>(n) * words_per_row(n);
+      if (n + extra > 0) words = static_cast<long long>(n + extra) * words_per_row(n + extra);
     }
     long long offset, chunk_total;
     scan(temp).ExclusiveSum(words, offset, chunk_total);
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(tree_batch_threads)
 }
 
 __global__ void __launch_bounds__(tree_batch_threads)
-    tree_batch_build_kernel(std::int32_t R, const std::int32_t* node_indptr, const std::int32_t* parents,
+    tree_batch_build_kernel(std::int32_t extra, std::int32_t R, const std::int32_t* node_indptr, const std::int32_t* parents,
                             const std::int32_t* committed, std::int32_t* depths, std::int32_t* positions,
                             const std::int64_t* mask_indptr, mask_word* mask, std::int32_t* status) {
   __shared__ std::int32_t par_s[tree_batch_smem_nodes];
@@ -91,21 +92,26 @@ __global__ void __launch_bounds__(tree_batch_threads)
       __syncthreads();
       par = par_s;
     }
-    const std::int32_t c = committed[r];
+    const std::int32_t c = committed[r], o = b + r * extra;  // request r's first output row
+    if (extra && t == 0) depths[o] = -1, positions[o] = c - 1;  // the root (root_and_nodes)
     for (std::int32_t i = t; i < n; i += tree_batch_threads) {
       const std::int32_t p = par[i];
       if (p < -1 || p >= i) device_report(status, device_error::parent, r, i);
       const std::int32_t d = tree_node_depth(par, i);
       if (c > std::numeric_limits<std::int32_t>::max() - d)
         device_report(status, device_error::position_overflow, r, i);
-      depths[b + i] = d;
-      positions[b + i] = c + d;  // wraps only when the overflow was just reported
+      depths[o + extra + i] = d;
+      positions[o + extra + i] = c + d;  // wraps only when the overflow was just reported
     }
-    const int w = words_per_row(n);
-    const std::int64_t words = static_cast<std::int64_t>(n) * w;
-    mask_word* m = mask + mask_indptr[r];
-    for (std::int64_t k = t; k < words; k += tree_batch_threads)
-      m[k] = ancestor_mask_word(par, static_cast<std::int32_t>(k / w), static_cast<std::int32_t>(k % w));
+    const std::int32_t m = n + extra;
+    const int w = words_per_row(m);
+    const std::int64_t words = static_cast<std::int64_t>(m) * w;
+    mask_word* mk = mask + mask_indptr[r];
+    const rooted_parents rooted{par};
+    for (std::int64_t k = t; k < words; k += tree_batch_threads) {
+      const auto row = static_cast<std::int32_t>(k / w), word = static_cast<std::int32_t>(k % w);
+      mk[k] = extra ? ancestor_mask_word(rooted, row, word) : ancestor_mask_word(par, row, word);
+    }
   }
 }
 
@@ -114,18 +120,19 @@ __global__ void __launch_bounds__(tree_batch_threads)
 //! synchronisation. A failed launch throws cuda_error.
 template <>
 struct tree_batch_backend<cuda> {
-  static void run(const cuda& policy, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
+  static void run(const cuda& policy, tree_batch_rows rows, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
                   const std::int32_t* parents, const std::int32_t* committed, std::int32_t* depths,
                   std::int32_t* positions, std::int64_t* mask_indptr, mask_word* mask, std::int64_t mask_capacity,
                   std::int32_t* status) {
     cudaStream_t stream = policy.stream;
     SPECDEC_CUDA_CHECK(cudaMemsetAsync(status, 0, 3 * sizeof(std::int32_t), stream));
-    tree_batch_plan_kernel<<<1, tree_batch_threads, 0, stream>>>(R, N, node_indptr, committed, mask_indptr,
+    const std::int32_t extra = rows == tree_batch_rows::root_and_nodes ? 1 : 0;
+    tree_batch_plan_kernel<<<1, tree_batch_threads, 0, stream>>>(extra, R, N, node_indptr, committed, mask_indptr,
                                                                  mask_capacity, status);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
     if (R == 0) return;
     const int blocks = static_cast<int>(R < 65535 ? R : 65535);
-    tree_batch_build_kernel<<<blocks, tree_batch_threads, 0, stream>>>(R, node_indptr, parents, committed, depths,
+    tree_batch_build_kernel<<<blocks, tree_batch_threads, 0, stream>>>(extra, R, node_indptr, parents, committed, depths,
                                                                        positions, mask_indptr, mask, status);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
   }

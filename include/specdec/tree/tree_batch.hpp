@@ -13,6 +13,10 @@
 //! mask (row i has bit j iff j == i or j is an ancestor of i) starts at word mask_indptr[r], with
 //! words_per_row(n_r) words per row, the requests' masks back to back. So build_tree_batch's outputs
 //! equal token_tree_batch's arrays for the same trees, bit for bit (tested).
+//! With tree_batch_rows::root_and_nodes each request's rows start with its root (the layout of a
+//! step's verification rows and of the forward that computes them: request r's n_r + 1 rows from
+//! node_indptr[r] + r), built from the same plain trees: what an engine feeds hybrid_tree_attention
+//! when the root is one of the step's queries, without augmenting the trees itself.
 //!
 //! Validation. Shapes, memory spaces and strides are checked on the host before anything runs, for
 //! both policies. The VALUES of node_indptr, parents and committed_lengths live in device memory
@@ -42,6 +46,19 @@
 
 namespace specdec {
 
+//! The rows build_tree_batch lays out (a named parameter, the algorithm's variant):
+enum class tree_batch_rows : std::uint8_t {
+  //! one row per node: request r's n_r rows from node_indptr[r] (token_tree_batch's arrays)
+  nodes,
+  //! the root, then one row per node: request r's n_r + 1 rows from node_indptr[r] + r, as the
+  //! verification rows of a step (verify_greedy_batch's logits, speculative_batch's target rows) and
+  //! the queries of the forward that makes them. The root's depth is -1 and its position
+  //! committed_lengths[r] - 1 (the last committed token, not yet in the cache), its mask row itself
+  //! only; node i's depth and position are as in `nodes`, its mask row has the root's bit (column 0)
+  //! and its ancestors' (columns shifted by one): the (n_r + 1)-node tree of rooted_parents.
+  root_and_nodes,
+};
+
 namespace detail {
 
 template <class V, class T>
@@ -50,20 +67,22 @@ template <class V, class T>
 concept tree_batch_output = tree_batch_array<V, T> && !std::is_const_v<typename V::element_type>;
 
 //! The seam between build_tree_batch and its backends (like rope_backend, position/rope.hpp):
-//!   static void run(const Policy&, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
-//!                   const std::int32_t* parents, const std::int32_t* committed, std::int32_t* depths,
-//!                   std::int32_t* positions, std::int64_t* mask_indptr, mask_word* mask,
-//!                   std::int64_t mask_capacity, std::int32_t* status);
+//!   static void run(const Policy&, tree_batch_rows rows, std::int32_t R, std::int32_t N,
+//!                   const std::int32_t* node_indptr, const std::int32_t* parents,
+//!                   const std::int32_t* committed, std::int32_t* depths, std::int32_t* positions,
+//!                   std::int64_t* mask_indptr, mask_word* mask, std::int64_t mask_capacity,
+//!                   std::int32_t* status);
 //! The host backend is below, the cuda one in tree/tree_batch.cuh.
 SPECDEC_BACKEND_SEAM(tree_batch_backend, "build_tree_batch", "specdec/tree/tree_batch.cuh");
 
 template <>
 struct tree_batch_backend<host> {
-  static void run(const host&, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
+  static void run(const host&, tree_batch_rows rows, std::int32_t R, std::int32_t N, const std::int32_t* node_indptr,
                   const std::int32_t* parents, const std::int32_t* committed, std::int32_t* depths,
                   std::int32_t* positions, std::int64_t* mask_indptr, mask_word* mask, std::int64_t mask_capacity,
                   std::int32_t* status) {
     constexpr std::string_view fn = "specdec::build_tree_batch";
+    const std::int32_t extra = rows == tree_batch_rows::root_and_nodes ? 1 : 0;  // the root's row
     validate_indptr(fn, "node_indptr", "node_indptr", node_indptr, R, N, "parents.extent(0)");
     // Every check before the first write: a rejected call leaves the outputs untouched.
     std::int64_t words = 0;
@@ -94,26 +113,34 @@ struct tree_batch_backend<host> {
                                    c);
         }
       }
-      words += static_cast<std::int64_t>(n) * words_per_row(n);
+      words += static_cast<std::int64_t>(n + extra) * words_per_row(n + extra);
     }
     if (words > mask_capacity) [[unlikely]]
       throw_invalid_argument(fn, "mask", "extent(0) >= " + std::to_string(words) + " (the ancestor masks' words)",
                              mask_capacity);
-    // Depths in one forward pass (parents come first).
+    // Depths in one forward pass (parents come first); request r's rows start at b + r * extra.
     for (std::int32_t r = 0; r < R; ++r) {
-      const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
+      const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b, o = b + r * extra;
+      if (extra) depths[o] = -1;
       for (std::int32_t i = 0; i < n; ++i) {
         const std::int32_t p = parents[b + i];
-        depths[b + i] = p < 0 ? 0 : depths[b + p] + 1;
+        depths[o + extra + i] = p < 0 ? 0 : depths[o + extra + p] + 1;
       }
     }
     mask_indptr[0] = 0;
+    std::vector<std::int32_t> rooted;
     for (std::int32_t r = 0; r < R; ++r) {
-      const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
-      for (std::int32_t i = 0; i < n; ++i) positions[b + i] = committed[r] + depths[b + i];
-      const int w = words_per_row(n);
-      write_ancestor_rows(parents + b, n, mask + mask_indptr[r], w);
-      mask_indptr[r + 1] = mask_indptr[r] + static_cast<std::int64_t>(n) * w;
+      const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b, m = n + extra, o = b + r * extra;
+      for (std::int32_t i = 0; i < m; ++i) positions[o + i] = committed[r] + depths[o + i];
+      const int w = words_per_row(m);
+      const std::int32_t* par = parents + b;
+      if (extra) {  // the tree with its root as node 0
+        rooted.resize(static_cast<std::size_t>(m));
+        for (std::int32_t j = 0; j < m; ++j) rooted[static_cast<std::size_t>(j)] = rooted_parents{par}[j];
+        par = rooted.data();
+      }
+      write_ancestor_rows(par, m, mask + mask_indptr[r], w);
+      mask_indptr[r + 1] = mask_indptr[r] + static_cast<std::int64_t>(m) * w;
     }
     status[0] = 0, status[1] = -1, status[2] = -1;
   }
@@ -125,11 +152,13 @@ struct tree_batch_backend<host> {
 //!   node_indptr       int32 [R + 1]  request r owns nodes [node_indptr[r], node_indptr[r+1])
 //!   parents           int32 [N]      local parent of each node, -1 for a child of the root
 //!   committed_lengths int32 [R]      >= 1; positions are committed_lengths[r] + depth
-//!   depths            int32 [N]      out
-//!   positions         int32 [N]      out
+//!   depths            int32 [N]      out (N + R with root_and_nodes)
+//!   positions         int32 [N]      out (N + R with root_and_nodes)
 //!   mask_indptr       int64 [R + 1]  out: word offset of request r's mask in `mask`
-//!   mask              mask_word [>= sum_r n_r * words_per_row(n_r)]  out: the ancestor masks
+//!   mask              mask_word [>= sum_r m_r * words_per_row(m_r)]  out: the ancestor masks, m_r = n_r
+//!                                    (n_r + 1 with root_and_nodes)
 //!   status            int32 [3]      out: [error, request, index] (device_status)
+//!   rows              tree_batch_rows: one row per node (default), or the root's row first
 //! (the file comment gives the layout). Every array 1-D with unit stride.
 //!   specdec::host: host-accessible memory; every value checked first, specdec::invalid_argument on
 //!     a bad one (outputs then untouched), status {0, -1, -1} on success. O(N + mask words).
@@ -144,7 +173,8 @@ template <execution_policy Policy, class NI, class PA, class CL, class DE, class
            detail::tree_batch_output<MA, mask_word> && detail::tree_batch_output<ST, std::int32_t>)
 void build_tree_batch(const Policy& policy, const NI& node_indptr_in, const PA& parents_in,
                       const CL& committed_lengths_in, const DE& depths_in, const PO& positions_in,
-                      const MI& mask_indptr_in, const MA& mask_in, const ST& status_in) {
+                      const MI& mask_indptr_in, const MA& mask_in, const ST& status_in,
+                      tree_batch_rows rows = tree_batch_rows::nodes) {
   constexpr std::string_view fn = "specdec::build_tree_batch";
   const auto node_indptr = as_view(node_indptr_in);
   const auto parents = as_view(parents_in);
@@ -158,13 +188,18 @@ void build_tree_batch(const Policy& policy, const NI& node_indptr_in, const PA& 
   require_policy_array<Policy>(fn, "node_indptr", node_indptr, R + 1);
   require_policy_array<Policy>(fn, "parents", parents, N);
   require_policy_array<Policy>(fn, "committed_lengths", committed_lengths, R);
-  require_policy_array<Policy>(fn, "depths", depths, N);
-  require_policy_array<Policy>(fn, "positions", positions, N);
+  require(rows == tree_batch_rows::nodes || rows == tree_batch_rows::root_and_nodes, fn, "rows",
+          "tree_batch_rows::nodes or root_and_nodes", static_cast<int>(rows));
+  const std::int64_t out_rows = rows == tree_batch_rows::root_and_nodes ? N + R : N;
+  require(out_rows <= std::numeric_limits<std::int32_t>::max(), fn, "parents", "at most INT32_MAX rows in all (nodes and roots)",
+          out_rows);
+  require_policy_array<Policy>(fn, "depths", depths, out_rows);
+  require_policy_array<Policy>(fn, "positions", positions, out_rows);
   require_policy_array<Policy>(fn, "mask_indptr", mask_indptr, R + 1);
   require_policy_array<Policy>(fn, "mask", mask, -1);
   require_policy_array<Policy>(fn, "status", status, 3);
   detail::tree_batch_backend<Policy>::run(
-      policy, static_cast<std::int32_t>(R), static_cast<std::int32_t>(N), node_indptr.data(), parents.data(),
+      policy, rows, static_cast<std::int32_t>(R), static_cast<std::int32_t>(N), node_indptr.data(), parents.data(),
       committed_lengths.data(), depths.data(), positions.data(), mask_indptr.data(), mask.data(), mask.extent(0),
       status.data());
 }
