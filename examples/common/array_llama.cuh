@@ -11,10 +11,9 @@
 //! so a row's product could change in the last bits with the number of rows beside it. Every matmul
 //! therefore runs over `bucket_rows` rows (the activations are allocated that tall; rows past the
 //! step's are computed and ignored), one shape for every step up to that size. The attention's split
-//! of the cache is fixed by array_llama (options.kv_split_size); its CUDA backend sizes its grid from
-//! the query rows (attention/detail/cuda/launch.cuh), which is the one place left where a step's row
-//! count reaches a row's arithmetic. examples/gpu_decode.cu checks greedy speculative output against
-//! greedy autoregressive output token for token and reports any difference.
+//! of the cache is fixed by array_llama (options.kv_split_size and kv_chunks: without the second the
+//! CUDA backend would size its parts from the step's query rows). examples/gpu_decode.cu checks
+//! greedy speculative output against greedy autoregressive output token for token.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 

@@ -24,7 +24,8 @@
 //!
 //! Batch invariance. A row's logits must not depend on which other rows share its step, or greedy
 //! speculative decoding would not reproduce greedy autoregressive decoding bit for bit: attention
-//! uses a fixed KV split (llama.hpp's attention_kv_split), and the backends' matmuls compute each
+//! uses a fixed KV split (llama.hpp's attention_kv_split) and, on CUDA, a fixed number of cache
+//! parts (attention_options::kv_chunks), and the backends' matmuls compute each
 //! output row the same way whatever the row count (host_ops: one row at a time; cuda_ops: every
 //! matmul over the same padded row count, padded_rows(); see there).
 #include <algorithm>
@@ -346,7 +347,7 @@ class array_llama {
       const auto cq = make_view<3>(static_cast<const kv_type*>(qh_.data()), {M, Hq, D}, Ops::space);
       const auto sk = make_view<3>(static_cast<const kv_type*>(kh_.data()), {M, Hkv, D}, Ops::space);
       const auto sv = make_view<3>(static_cast<const kv_type*>(vh_.data()), {M, Hkv, D}, Ops::space);
-      attention_options ao{.kv_split_size = attention_kv_split};
+      attention_options ao{.kv_split_size = attention_kv_split, .kv_chunks = attention_kv_chunks};
       const auto ws_bytes = hybrid_tree_attention_workspace_bytes(policy, cq, cache, view(ai_d_, B + 1), ao);
       cap(ws_mem_, ws_bytes);
       attention_workspace ws(ws_mem_.data(), ws_mem_.size(), Ops::space);
@@ -408,6 +409,7 @@ class array_llama {
   }
 
   static constexpr int attention_kv_split = 256;  // llama.hpp's: a multiple of the 64-token tile
+  static constexpr int attention_kv_chunks = 16;  // CUDA: fixed, for batch invariance (the host ignores it)
 
   llama_config cfg_;
   Ops ops_;

@@ -78,8 +78,10 @@ TEST_CASE_METHOD(fixture, "hybrid_tree_attention rejects inconsistent q_indptr a
   b.lens[1] = 10000;
   REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l), "'cache'");
   b.lens[1] = 5;
-  // negative split size, non-finite scale, negative thread count
+  // negative split size, chunk count out of range, non-finite scale, negative thread count
   REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {.kv_split_size = -1}), "options.kv_split_size");
+  REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {.kv_chunks = -1}), "options.kv_chunks");
+  REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {.kv_chunks = 1025}), "options.kv_chunks");
   REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {.scale = std::numeric_limits<float>::quiet_NaN()}),
               "options.scale");
   REQUIRE_BAD(hybrid(q, cache, k, v, b.indptr_view(), m, o, l, {}, sd::host{.num_threads = -1}), "num_threads");

@@ -107,6 +107,48 @@ TEMPLATE_TEST_CASE("cuda hybrid_tree_attention: block_table_kv is bit-identical 
   }
 }
 
+// attention_options::kv_chunks: with kv_split_size and kv_chunks fixed, request 0's rows are the same
+// bits computed in a batch of four (many query rows, so the automatic chunk count would be small) and
+// alone (one request's rows: the automatic count would be large).
+TEMPLATE_TEST_CASE("cuda hybrid_tree_attention: fixed kv_split_size and kv_chunks make a request's rows batch invariant",
+                   "[cuda][attention]", specdec::half, specdec::bfloat16) {
+  specdec::philox_stream rng(3900, 0);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int hkv = 2, hq = 8, d = trial % 2 == 0 ? 64 : 128;
+    const std::vector<int> lens{1000 + static_cast<int>(rng.below(3000)), 700, 2900, 64};
+    const std::vector<int> trees{1 + static_cast<int>(rng.below(17)), 40, 64, 9};
+    batch<TestType> b(3900 + trial, hq, hkv, d, lens, trees);
+    device_batch<TestType> all(b);
+    const specdec::attention_options fixed{.kv_split_size = 256, .kv_chunks = 6};
+    specdec::hybrid_tree_attention(specdec::cuda{}, all.q_view(), all.nhd(), all.k_view(), all.v_view(),
+                                   all.indptr_view(), all.mask_view(), all.out_view(), all.lse_view(), fixed);
+    // request 0 alone: its rows, the cache's first request, its mask words (they come first)
+    const int n0 = trees[0];
+    const auto dev3 = [&](TestType* p, int heads) {
+      return specdec::make_view<3>(p, {n0, heads, d}, memory_space::device);
+    };
+    const specdec::contiguous_kv<TestType> one{all.k_nhd.data(), all.v_nhd.data(), all.lens.data(), 1, b.capacity, hkv, d,
+                                               memory_space::device};
+    dvec<std::int32_t> ip(std::vector<std::int32_t>{0, n0});
+    dvec<TestType> out1(static_cast<std::size_t>(n0) * hq * d);
+    dvec<float> lse1(static_cast<std::size_t>(n0) * hq);
+    const auto words = static_cast<std::int64_t>(n0) * specdec::words_per_row(n0);
+    specdec::hybrid_tree_attention(specdec::cuda{}, specdec::make_view<3>(static_cast<const TestType*>(all.q.data()), {n0, hq, d}, memory_space::device),
+                                   one, specdec::make_view<3>(static_cast<const TestType*>(all.k.data()), {n0, hkv, d}, memory_space::device),
+                                   specdec::make_view<3>(static_cast<const TestType*>(all.v.data()), {n0, hkv, d}, memory_space::device),
+                                   specdec::make_view<1>(static_cast<const std::int32_t*>(ip.data()), {2}, memory_space::device),
+                                   specdec::make_view<1>(static_cast<const specdec::mask_word*>(all.mask.data()), {words}, memory_space::device),
+                                   dev3(out1.data(), hq), specdec::make_view<2>(lse1.data(), {n0, hq}, memory_space::device), fixed);
+    specdec_test::sync_check("hybrid_tree_attention(cuda, kv_chunks)");
+    std::vector<TestType> o_all, o_one;
+    std::vector<float> l_all, l_one;
+    all.out.download(o_all), out1.download(o_one), all.lse.download(l_all), lse1.download(l_one);
+    INFO("trial " << trial << ", n0 " << n0 << ", d " << d);
+    REQUIRE(std::memcmp(o_all.data(), o_one.data(), o_one.size() * sizeof(TestType)) == 0);
+    REQUIRE(std::memcmp(l_all.data(), l_one.data(), l_one.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("cuda hybrid_tree_attention: GQA ratios, head dims, HND", "[cuda][attention]") {
   int seed = 3100;
   for (int ratio : {1, 4, 8})

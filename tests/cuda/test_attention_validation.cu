@@ -99,6 +99,8 @@ TEST_CASE("cuda decode_attention rejects bad inputs before any CUDA call", "[cud
     EXPECT_ARG(run(a.q, a.cache, a.ip, a.out, a.lse, {.scale = std::numeric_limits<float>::infinity()}), fn,
                "'options.scale'");
     EXPECT_ARG(run(a.q, a.cache, a.ip, a.out, a.lse, {.kv_split_size = -1}), fn, "'options.kv_split_size'");
+    EXPECT_ARG(run(a.q, a.cache, a.ip, a.out, a.lse, {.kv_chunks = -1}), fn, "'options.kv_chunks'");
+    EXPECT_ARG(run(a.q, a.cache, a.ip, a.out, a.lse, {.kv_chunks = 2000}), fn, "'options.kv_chunks'");
   }
 }
 

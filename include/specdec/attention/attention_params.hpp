@@ -61,6 +61,16 @@ struct attention_options {
   //! KV tokens per split-KV chunk (flash-decoding); 0 selects the heuristic documented at
   //! detail::choose_kv_split. Any positive value is honoured as given.
   int kv_split_size = 0;
+  //! CUDA: the number of parts a request's cache is split across (CTA c takes chunks c, c + C, ...
+  //! of kv_split_size tokens, one online softmax over them, then the parts are merged); 0 selects
+  //! enough parts to fill the GPU twice, from the call's query rows and kv heads. In [0, 1024]. The
+  //! automatic count changes with the number of query rows, and with it the order a row's cache is
+  //! summed in: fixing both kv_split_size and kv_chunks makes each row's result independent of the
+  //! other rows and requests of the call (batch invariance: the same request gives the same bits
+  //! alone or in any batch, and a greedy speculative step the same tokens as an autoregressive one).
+  //! The host backend splits the cache by kv_split_size alone (a fixed value makes it batch
+  //! invariant) and checks this value's range only.
+  int kv_chunks = 0;
   //! Caller-owned scratch memory. When set, the call performs no heap allocation and throws
   //! invalid_argument if the workspace is smaller than the matching *_workspace_bytes(...) result.
   //! When null the call allocates its scratch internally. Host: the size includes one staging slot

@@ -247,6 +247,8 @@ attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& p
     require_shape(fn, "q_indptr", q_indptr, {static_cast<std::int64_t>(requests) + 1});
   validate_cache<Policy>(fn, cache, q);
   require(options.kv_split_size >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", options.kv_split_size);
+  require(options.kv_chunks >= 0 && options.kv_chunks <= 1024, fn, "options.kv_chunks", "in [0, 1024] (0 = automatic)",
+          options.kv_chunks);
   return validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
 }
 

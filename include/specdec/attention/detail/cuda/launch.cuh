@@ -17,7 +17,9 @@
 //!   device data (q_indptr, cache lengths) and never synchronises, so a step can be graph-captured.
 //!
 //! Work planning without reading device data: the number of cache chunks C is fixed on the host
-//! from q.extent(0), Hq/Hkv and the SM count (enough CTAs to fill every SM twice); on the device a
+//! from q.extent(0), Hq/Hkv and the SM count (enough CTAs to fill every SM twice), or is
+//! options.kv_chunks when given (then a row's result does not depend on the call's other rows,
+//! with kv_split_size given too); on the device a
 //! request with L cached tokens is cut into chunks of ceil(L / C) tokens rounded up to the key tile
 //! (or options.kv_split_size tokens when given: CTA c then processes chunks c, c + C, ...). The row
 //! tiles of a ragged batch are found on the device by a warp scan over q_indptr; the grid has
@@ -82,7 +84,7 @@ void run_cuda_attention(std::string_view fn, const cuda& policy, const attention
           "options.kernel", "automatic or tiles (the cuda backend's one kernel; rows and lanes are host only)",
           static_cast<int>(options.kernel));
   const auto pl = plan_cuda_attention(fn, HasCache, HasTree, io.total_tokens, io.num_requests, io.num_qo_heads,
-                                      io.num_kv_heads, io.head_dim);
+                                      io.num_kv_heads, io.head_dim, options.kv_chunks);
   require(pl.num_parts <= 65535, fn, "options", "at most 65535 parts (cuda grid limit)", pl.num_parts);
   cudaStream_t stream = policy.stream;
   cuda_scratch scratch(fn, options.workspace, pl.bytes(), stream);
@@ -132,9 +134,9 @@ template <>
 struct attention_backend<cuda> {
   template <bool HasCache, bool HasTree, class T, class L>
   [[nodiscard]] static std::size_t workspace_bytes(std::string_view fn, const cuda&, const attention_io_params<T>& io,
-                                                   const L&, const attention_options&) {
+                                                   const L&, const attention_options& options) {
     return plan_cuda_attention(fn, HasCache, HasTree, io.total_tokens, io.num_requests, io.num_qo_heads,
-                               io.num_kv_heads, io.head_dim)
+                               io.num_kv_heads, io.head_dim, options.kv_chunks)
         .bytes();
   }
 

@@ -14,7 +14,8 @@
 namespace specdec::detail {
 
 //! Host-side launch plan shared by the *_workspace_bytes(cuda, ...) functions and the calls, so
-//! both always agree. Depends only on host-known sizes and the device's SM count.
+//! both always agree. Depends only on host-known sizes and the device's SM count, or on
+//! attention_options::kv_chunks when the caller fixes it.
 struct cuda_attention_plan {
   int num_chunks = 0;
   int num_parts = 0;
@@ -25,7 +26,7 @@ struct cuda_attention_plan {
 
 [[nodiscard]] inline cuda_attention_plan plan_cuda_attention(std::string_view fn, bool has_cache, bool has_tree,
                                                              long long tokens, int num_requests, int hq, int hkv,
-                                                             int head_dim) {
+                                                             int head_dim, int kv_chunks = 0) {
   cuda_attention_plan pl;
   if (tokens == 0) return pl;
   const long long group = hq / hkv;
@@ -39,6 +40,7 @@ struct cuda_attention_plan {
     const long long want = 2LL * cuda_sm_count();
     const long long per_chunk = static_cast<long long>(hkv) * tiles_min;
     pl.num_chunks = static_cast<int>(std::min<long long>(std::max<long long>(want / per_chunk, 1), 1024));
+    if (kv_chunks > 0) pl.num_chunks = kv_chunks;  // the caller's (attention_options::kv_chunks: batch invariance)
   }
   pl.num_parts = pl.num_chunks + (has_tree ? 1 : 0);
   const auto round256 = [](std::size_t b) { return (b + 255) / 256 * 256; };
