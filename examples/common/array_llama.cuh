@@ -43,6 +43,7 @@ class device_array {
     if (n > 0) {
       SPECDEC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)));
       SPECDEC_CUDA_CHECK(cudaMemset(p_, 0, n * sizeof(T)));
+      SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any stream (blocking or not) uses it
     }
   }
   device_array(device_array&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}

@@ -22,12 +22,16 @@
 //! The step's attention reads the cache through a mapping over the batch's entries (`entry_slots`:
 //! entry e -> its slot's rows), so one call covers any set of slots, in place.
 //!
-//! Batch invariance. A row's logits must not depend on which other rows share its step, or greedy
-//! speculative decoding would not reproduce greedy autoregressive decoding bit for bit: attention
+//! Batch invariance. A row's logits do not depend on which other requests share its step: attention
 //! uses a fixed KV split (llama.hpp's attention_kv_split) and, on CUDA, a fixed number of cache
-//! parts (attention_options::kv_chunks), and the backends' matmuls compute each
-//! output row the same way whatever the row count (host_ops: one row at a time; cuda_ops: every
-//! matmul over the same padded row count, padded_rows(); see there).
+//! parts (attention_options::kv_chunks), and the backends' matmuls compute each output row the same
+//! way whatever the row count (host_ops: one row at a time; cuda_ops: every matmul over the same
+//! padded row count, padded_rows(); see there). What still differs in the last bits is a token's
+//! own context: reached as a tree node, its ancestors are the step's rows (the attention's tree
+//! part); reached autoregressively, they are cached rows (its cache part), summed in another order
+//! (about 1e-6 relative in float). So greedy speculative decoding reproduces greedy autoregressive
+//! decoding except where two logits are that close (the tests' models have no such ties;
+//! gpu_decode.cu tells a tie from a real difference).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -196,18 +200,33 @@ class array_llama {
       std::vector<std::int32_t> all(n);
       for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::int32_t>(i);
       const std::int32_t acc_indptr[] = {0, static_cast<std::int32_t>(n)};
-      commit_entries(indptr, all, acc_indptr);
+      commit_entries(indptr, all, acc_indptr, -1);
       s += n + 1;
     }
   }
 
   //! The step's rows (decoder/concepts.hpp): [batch.total_rows(), vocab] in the backend's memory,
-  //! valid until the next forward or commit.
+  //! valid until the next forward or commit. Everything is checked before anything changes (as
+  //! llama_model::forward_batch checks it): roots, trees and row_indptr one per slot, slots in range
+  //! and distinct, row_indptr[e + 1] - row_indptr[e] = nodes + 1 from 0, committed lengths = the
+  //! slots' cached tokens + 1, each entry within its slot's capacity, tokens in the vocabulary.
   strided_view<const float, 2> forward_batch(const target_batch& b) {
     constexpr std::string_view fn = "specdec::examples::array_llama::forward_batch";
-    for (int e = 0; e < b.size(); ++e) {
-      const int r = b.slots[static_cast<std::size_t>(e)];
+    const int B = b.size();
+    require_equal(fn, "batch.roots.size()", b.slots.size(), b.roots.size());
+    require_equal(fn, "batch.trees.num_requests()", B, b.trees.num_requests());
+    require_equal(fn, "batch.row_indptr.size()", static_cast<std::size_t>(B) + 1, b.row_indptr.size());
+    require(b.row_indptr[0] == 0, fn, "batch.row_indptr[0]", "0", b.row_indptr[0]);
+    std::vector<char> seen(static_cast<std::size_t>(max_requests_), 0);
+    for (int e = 0; e < B; ++e) {
+      const auto ue = static_cast<std::size_t>(e);
+      const int r = b.slots[ue];
       check_slot(r, fn);
+      require(seen[static_cast<std::size_t>(r)] == 0, fn, "batch.slots", "distinct slots", r);
+      seen[static_cast<std::size_t>(r)] = 1;
+      const std::int64_t rows = static_cast<std::int64_t>(b.row_indptr[ue + 1]) - b.row_indptr[ue];
+      require(rows == b.trees.num_nodes(e) + 1, fn, "batch.row_indptr",
+              "row_indptr[b + 1] - row_indptr[b] = trees.num_nodes(b) + 1 for b = " + std::to_string(e), rows);
       require(b.trees.committed_length(e) == length_[static_cast<std::size_t>(r)] + 1, fn, "batch.trees",
               "committed lengths of the slots' cached tokens + 1 (the root)", b.trees.committed_length(e));
     }
@@ -221,9 +240,12 @@ class array_llama {
     constexpr std::string_view fn = "specdec::examples::array_llama::commit_batch";
     require(res.num_requests() == b.size() && b.size() == static_cast<int>(last_slots_.size()), fn, "result",
             "one entry per entry of the last forward_batch", res.num_requests());
+    require(std::equal(b.trees.node_indptr().begin(), b.trees.node_indptr().end(), last_node_indptr_.begin(),
+                       last_node_indptr_.end()),
+            fn, "batch", "the last forward_batch's trees", "other trees");
     std::vector<std::int32_t> acc_indptr{0};
     for (int e = 0; e < b.size(); ++e) acc_indptr.push_back(acc_indptr.back() + static_cast<std::int32_t>(res.accepted_nodes(e).size()));
-    commit_entries(b.trees.node_indptr(), res.accepted, acc_indptr);
+    commit_entries(b.trees.node_indptr(), res.accepted, acc_indptr, -1);
   }
 
   //! commit_batch for one slot of the last forward_batch (the per-request form of the concept).
@@ -235,9 +257,8 @@ class array_llama {
     // only entry e: the others commit nothing (their roots are kept, as every step keeps its roots)
     std::vector<std::int32_t> acc(accepted.begin(), accepted.end()), acc_indptr(last_slots_.size() + 1, 0);
     for (std::size_t i = e + 1; i < acc_indptr.size(); ++i) acc_indptr[i] = static_cast<std::int32_t>(acc.size());
-    commit_only_ = static_cast<int>(e);
-    commit_entries(last_node_indptr_, acc, acc_indptr);
-    commit_only_ = -1;
+    const std::vector<std::int32_t> node_indptr = last_node_indptr_;
+    commit_entries(node_indptr, acc, acc_indptr, static_cast<int>(e));
   }
 
   //! Slot r is free again.
@@ -282,9 +303,8 @@ class array_llama {
     constexpr std::string_view fn = "specdec::examples::array_llama::forward_batch";
     const auto B = slots.size();
     const int H = cfg_.hidden, D = cfg_.head_dim, Hq = cfg_.heads, Hkv = cfg_.kv_heads, F = cfg_.ffn_hidden;
-    // the step's host arrays: rows (each entry's root, then its nodes), tokens, cache rows
-    last_slots_.assign(slots.begin(), slots.end());
-    last_node_indptr_.assign(node_indptr.begin(), node_indptr.end());
+    // the step's host arrays: rows (each entry's root, then its nodes), tokens, cache rows; every
+    // check before the first change
     std::vector<std::int32_t> ai{0}, len32, committed, tok, slot32;
     std::vector<std::int64_t> rows;
     std::size_t mask_words = 0;
@@ -303,6 +323,8 @@ class array_llama {
       mask_words += static_cast<std::size_t>(n + 1) * static_cast<std::size_t>(words_per_row(n + 1));
     }
     specdec::detail::check_context(tok, cfg_.vocab_size, fn, "tokens");
+    last_slots_.assign(slots.begin(), slots.end());
+    last_node_indptr_.assign(node_indptr.begin(), node_indptr.end());
     const int M = ai.back();
     rows_ = M;
     const auto N = static_cast<std::size_t>(node_indptr[B]);
@@ -370,9 +392,10 @@ class array_llama {
   }
 
   // Keeps each entry's root and its accepted nodes accepted[acc_indptr[e] ..) (local indices of tree
-  // e of node_indptr) in every layer, the last run's rows.
+  // e of node_indptr) in every layer, the last run's rows; the cached lengths move for every entry,
+  // or for entry `only` alone when it is >= 0 (commit()).
   void commit_entries(std::span<const std::int32_t> node_indptr, std::span<const std::int32_t> accepted,
-                      std::span<const std::int32_t> acc_indptr) {
+                      std::span<const std::int32_t> acc_indptr, int only) {
     constexpr std::string_view fn = "specdec::examples::array_llama::commit_batch";
     const auto B = last_slots_.size();
     require(node_indptr.size() == B + 1 && acc_indptr.size() == B + 1, fn, "node_indptr", "the last forward's entries",
@@ -404,7 +427,7 @@ class array_llama {
     require(st[0] == 0 && st[3] == 0, fn, "device status", "0 (the tree build's, then the commit's)",
             std::to_string(st[0]) + ", " + std::to_string(st[3]));
     for (std::size_t e = 0; e < B; ++e)
-      if (commit_only_ < 0 || static_cast<std::size_t>(commit_only_) == e)
+      if (only < 0 || static_cast<std::size_t>(only) == e)
         length_[static_cast<std::size_t>(last_slots_[e])] += 1 + num[e];
   }
 
@@ -421,7 +444,6 @@ class array_llama {
   std::vector<int> last_slots_;
   std::vector<std::int32_t> last_node_indptr_;
   std::int64_t rows_ = 0;
-  int commit_only_ = -1;
   array<std::int32_t> ai_d_, ni_d_, par_d_, len_d_, tok_d_, slots_d_, committed_d_, depth_d_, pos_d_, status_d_,
       cni_d_, acc_d_, num_d_, new_len_d_, commit_status_d_;
   array<std::int64_t> rows_d_, mask_indptr_d_;

@@ -187,4 +187,24 @@ TEST_CASE("array_llama<host_ops<>>: the per-request commit equals commit_batch; 
   const token_tree_batch tb4(none, stale);
   CHECK_THROWS_WITH(a.forward_batch(target_batch{slots, roots2, tb4, rows2, tp2}), Contains("committed lengths"));
   CHECK(a.cached(0) == before);
+  // a batch's shape: roots and trees one per slot, distinct slots, rows = nodes + 1
+  const std::vector<std::int32_t> one_root{3};
+  CHECK_THROWS_WITH(a.forward_batch(target_batch{slots, one_root, tb2, rows2, tp2}), Contains("roots.size()"));
+  const std::vector<int> twice{0, 0};
+  CHECK_THROWS_WITH(a.forward_batch(target_batch{twice, roots2, tb2, rows2, tp2}), Contains("distinct slots"));
+  const std::vector<std::int32_t> bad_rows{0, 2, 3};
+  CHECK_THROWS_WITH(a.forward_batch(target_batch{slots, roots2, tb2, bad_rows, tp2}), Contains("row_indptr"));
+  // none of the refused forwards changed what the next commit sees: one forward, a refused commit,
+  // then a good commit_batch moves both slots as before
+  const auto la2 = a.forward_batch(next);
+  CHECK(la2.extent(0) == 2);
+  const int c0 = a.cached(0), c1 = a.cached(1);
+  CHECK_THROWS(a.commit(1, std::vector<std::int32_t>{7}));  // node 7 of an empty tree
+  CHECK(a.cached(1) == c1);
+  verify_batch_result none_accepted;
+  none_accepted.push_back(verify_result{{}, 0});
+  none_accepted.push_back(verify_result{{}, 0});
+  a.commit_batch(next, none_accepted);
+  CHECK(a.cached(0) == c0 + 1);
+  CHECK(a.cached(1) == c1 + 1);
 }

@@ -1,18 +1,22 @@
 // Fuzz targets for the token-tree layer (include/specdec/tree/): token_tree from parent arrays (with
-// its batch form and node-budget pruning), the trie merger and the Cartesian / sparse trees. Each
-// result is checked against the definitions in the headers: topological order, depths, paths,
-// ancestor mask, ancestor-closed pruning, one node per distinct (parent, token) in a trie.
+// its batch form and node-budget pruning), build_tree_batch's array form, the trie merger and the
+// Cartesian / sparse trees. Each result is checked against the definitions in the headers:
+// topological order, depths, paths, ancestor mask, ancestor-closed pruning, one node per distinct
+// (parent, token) in a trie; build_tree_batch against token_tree_batch.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "../tree/tree_batch_util.hpp"  // tree_batch_case, expected_rooted
 #include "fuzz_util.hpp"
 #include "specdec/tree/cartesian_tree.hpp"
 #include "specdec/tree/prune.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/tree/tree_batch.hpp"
 #include "specdec/tree/trie_merge.hpp"
 
 namespace {
@@ -231,5 +235,77 @@ SPECDEC_FUZZ_TARGET(cartesian_tree, "heads_topk, cartesian_tree and sparse_tree 
     }
     for (int i = 0; i < t.size(); ++i) FUZZ_CHECK(seen.count(t.path_tokens(i)) == 1, "sparse_tree: a path no choice lists");
     check_tree(t, "sparse_tree");
+  }
+}
+
+SPECDEC_FUZZ_TARGET(tree_batch, "build_tree_batch (host) on raw offsets, parents and committed lengths, both row layouts") {
+  // Possibly invalid arrays (offsets, parents, committed lengths down to -2 and up to INT32_MAX, masks
+  // too small): a bad call throws and leaves every output as it was; a good one equals token_tree_batch
+  // on the same trees (tree_batch_rows::nodes) or on the trees with their root made node 0
+  // (root_and_nodes: depths and positions one less, the same masks).
+  input in(data, size);
+  const bool rooted = in.coin();
+  const int extra = rooted ? 1 : 0;
+  const int R = in.range(0, 4);
+  specdec_test::tree_batch_case c;
+  for (int r = 0; r < R; ++r) {
+    const int n = in.chance(15) ? in.range(60, 140) : in.range(0, 8);  // across the 64-column mask word
+    const auto par = in.parents(n, /*allow_invalid=*/true);
+    c.add(par, in.chance(10) ? in.int32(-2, std::numeric_limits<std::int32_t>::max())
+                              : static_cast<std::int32_t>(in.range(1, 5000)));
+  }
+  if (R > 0 && in.chance(10))  // a corrupt offset
+    c.node_indptr[static_cast<std::size_t>(in.range(0, R))] = in.int32(-2, static_cast<std::int32_t>(c.parents.size()) + 2);
+  const auto N = static_cast<std::int64_t>(c.parents.size());
+  // validity from the final arrays, and the mask words the call needs
+  bool valid = c.node_indptr.front() == 0 && c.node_indptr.back() == N;
+  for (int r = 0; valid && r < R; ++r) valid = c.node_indptr[static_cast<std::size_t>(r)] <= c.node_indptr[static_cast<std::size_t>(r) + 1];
+  std::int64_t words = 0;
+  for (int r = 0; valid && r < R; ++r) {
+    const std::int32_t lo = c.node_indptr[static_cast<std::size_t>(r)], n = c.node_indptr[static_cast<std::size_t>(r) + 1] - lo;
+    const std::int32_t com = c.committed[static_cast<std::size_t>(r)];
+    valid = com >= 1;
+    std::vector<std::int32_t> depth(static_cast<std::size_t>(n));
+    for (std::int32_t i = 0; valid && i < n; ++i) {
+      const std::int32_t p = c.parents[static_cast<std::size_t>(lo + i)];
+      valid = p >= -1 && p < i;
+      if (!valid) break;
+      depth[static_cast<std::size_t>(i)] = p < 0 ? 0 : depth[static_cast<std::size_t>(p)] + 1;
+      valid = com <= std::numeric_limits<std::int32_t>::max() - depth[static_cast<std::size_t>(i)];
+    }
+    words += static_cast<std::int64_t>(n + extra) * specdec::words_per_row(n + extra);
+  }
+  const std::int64_t capacity = std::max<std::int64_t>(0, words - (in.chance(10) ? in.range(1, 3) : 0));
+  valid = valid && capacity >= words;
+  const auto rows = static_cast<std::size_t>(N + (rooted ? R : 0));
+  std::vector<std::int32_t> depths(rows, -5), positions(rows, -5), status{7, 7, 7};
+  std::vector<std::int64_t> mask_indptr(static_cast<std::size_t>(R) + 1, -5);
+  std::vector<specdec::mask_word> mask(static_cast<std::size_t>(capacity), 0xABABABABABABABABull);
+  const auto before = std::tuple{depths, positions, status, mask_indptr, mask};
+  const auto v = [](auto& x) { return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}); };
+  bool threw = false;
+  try {
+    specdec::build_tree_batch(specdec::host{}, v(c.node_indptr), v(c.parents), v(c.committed), v(depths), v(positions),
+                              v(mask_indptr), v(mask), v(status),
+                              rooted ? specdec::tree_batch_rows::root_and_nodes : specdec::tree_batch_rows::nodes);
+  } catch (const specdec::invalid_argument&) {
+    threw = true;
+  }
+  FUZZ_CHECK(threw == !valid, valid ? "build_tree_batch refused a valid batch" : "build_tree_batch accepted an invalid batch");
+  if (threw) {
+    FUZZ_CHECK((std::tuple{depths, positions, status, mask_indptr, mask}) == before, "a refused build_tree_batch wrote an output");
+    return;
+  }
+  c.finish();
+  FUZZ_CHECK(status == (std::vector<std::int32_t>{0, -1, -1}), "status is not {0, -1, -1} after success");
+  if (rooted) {
+    const auto want = specdec_test::expected_rooted(c);
+    FUZZ_CHECK(depths == want.depths && positions == want.positions && mask_indptr == want.mask_indptr &&
+                   std::equal(want.mask.begin(), want.mask.end(), mask.begin()),
+               "root_and_nodes differs from token_tree_batch over the rooted trees");
+  } else {
+    FUZZ_CHECK(depths == c.depths && positions == c.positions && mask_indptr == c.mask_indptr &&
+                   std::equal(c.mask.begin(), c.mask.end(), mask.begin()),
+               "build_tree_batch differs from token_tree_batch");
   }
 }

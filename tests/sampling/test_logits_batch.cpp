@@ -225,6 +225,16 @@ TEST_CASE("penalty_history and penalty_context_builder: the pairs of a token lis
   CHECK_THROWS_WITH(b6.add_context(h), Contains("'history.vocab()'"));
   CHECK(b6.contexts() == 0);
   CHECK_THROWS_WITH(specdec::penalty_history(0), Contains("'vocab'"));
+  // a builder moved from, or copied, builds again (its scratch arrays are made anew)
+  specdec::penalty_context_builder a(10);
+  a.add_context(std::vector<std::int32_t>{3, 1, 3});
+  specdec::penalty_context_builder moved(std::move(a)), copied(moved);
+  for (auto* x : {&a, &moved, &copied}) {
+    x->clear();
+    x->add_context(std::vector<std::int32_t>{9, 2, 9, 0});
+    CHECK(std::vector<std::int32_t>(x->distinct().begin(), x->distinct().end()) == std::vector<std::int32_t>{0, 2, 9});
+    CHECK(std::vector<std::int32_t>(x->last().begin(), x->last().end()) == std::vector<std::int32_t>{3, 1, 2});
+  }
   h.clear();
   CHECK(h.length() == 0);
   CHECK(h.distinct().empty());

@@ -29,6 +29,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/config.hpp"
@@ -232,8 +233,12 @@ class token_marks {
   // scratch: a copy starts without arrays of its own (they are made on its first use)
   token_marks(const token_marks&) noexcept {}
   token_marks& operator=(const token_marks&) noexcept { return *this; }
-  token_marks(token_marks&&) noexcept = default;
-  token_marks& operator=(token_marks&&) noexcept = default;
+  token_marks(token_marks&& o) noexcept
+      : vocab_(std::exchange(o.vocab_, 0)), position_(std::move(o.position_)), bits_(std::move(o.bits_)) {}
+  token_marks& operator=(token_marks&& o) noexcept {
+    vocab_ = std::exchange(o.vocab_, 0), position_ = std::move(o.position_), bits_ = std::move(o.bits_);
+    return *this;
+  }
 
   //! Appends to `distinct` the distinct tokens of `tokens` ascending and to `last` each one's last
   //! position, offset + its last index. The tokens must be in [0, vocab) and offset + tokens.size()
@@ -241,11 +246,14 @@ class token_marks {
   void append_pairs(std::span<const std::int32_t> tokens, std::int64_t offset, std::int32_t vocab,
                     std::vector<std::int32_t>& distinct, std::vector<std::int32_t>& last) {
     const auto words = (static_cast<std::size_t>(vocab) + 63) / 64;
-    if (vocab != vocab_) {
+    if (vocab != vocab_ || !position_) {  // (a moved-from object has none)
       position_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(vocab));
       bits_.assign(words, 0);
       vocab_ = vocab;
     }
+    // room first: nothing below may throw once a bit is set (a throw would leave bits for the next call)
+    const std::size_t most = std::min(tokens.size(), static_cast<std::size_t>(vocab));
+    distinct.reserve(distinct.size() + most), last.reserve(last.size() + most);
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       const auto t = static_cast<std::uint32_t>(tokens[j]);
       position_[t] = static_cast<std::int32_t>(j);

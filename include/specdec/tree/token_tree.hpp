@@ -90,14 +90,15 @@ SPECDEC_HOST_DEVICE inline mask_word ancestor_mask_word(const Parents& parents, 
 
 //! A tree's parents with its root made node 0 (build_tree_batch's tree_batch_rows::root_and_nodes):
 //! node 0 is the root (parent -1), node j > 0 is the tree's node j - 1, its parent p becoming p + 1
-//! (the root's children get 0). An invalid parent p >= j - 1 stays invalid (>= j), so the walks
-//! above stop on it as on the tree's own; one below -1 reads as the root's child.
+//! (the root's children get 0). An invalid parent p >= j - 1 reads as j, so the walks above stop
+//! on it as on the tree's own; one below -1 reads as the root's child.
 struct rooted_parents {
   const std::int32_t* parents = nullptr;  //!< the tree's own (local, -1 = child of the root)
   SPECDEC_HOST_DEVICE std::int32_t operator[](std::int32_t j) const noexcept {
     if (j == 0) return -1;
     const std::int32_t p = parents[j - 1];
-    return p < 0 ? 0 : p + 1;
+    if (p < 0) return 0;
+    return p >= j - 1 ? j : p + 1;  // an invalid parent reads as j (no overflow at INT32_MAX)
   }
 };
 
