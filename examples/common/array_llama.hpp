@@ -213,20 +213,10 @@ class array_llama {
   strided_view<const float, 2> forward_batch(const target_batch& b) {
     constexpr std::string_view fn = "specdec::examples::array_llama::forward_batch";
     const int B = b.size();
-    require_equal(fn, "batch.roots.size()", b.slots.size(), b.roots.size());
-    require_equal(fn, "batch.trees.num_requests()", B, b.trees.num_requests());
-    require_equal(fn, "batch.row_indptr.size()", static_cast<std::size_t>(B) + 1, b.row_indptr.size());
-    require(b.row_indptr[0] == 0, fn, "batch.row_indptr[0]", "0", b.row_indptr[0]);
-    std::vector<char> seen(static_cast<std::size_t>(max_requests_), 0);
+    std::vector<unsigned char> seen;
+    check_target_batch_shape(fn, b, max_requests_, seen);
     for (int e = 0; e < B; ++e) {
-      const auto ue = static_cast<std::size_t>(e);
-      const int r = b.slots[ue];
-      check_slot(r, fn);
-      require(seen[static_cast<std::size_t>(r)] == 0, fn, "batch.slots", "distinct slots", r);
-      seen[static_cast<std::size_t>(r)] = 1;
-      const std::int64_t rows = static_cast<std::int64_t>(b.row_indptr[ue + 1]) - b.row_indptr[ue];
-      require(rows == b.trees.num_nodes(e) + 1, fn, "batch.row_indptr",
-              "row_indptr[b + 1] - row_indptr[b] = trees.num_nodes(b) + 1 for b = " + std::to_string(e), rows);
+      const int r = b.slots[static_cast<std::size_t>(e)];
       require(b.trees.committed_length(e) == length_[static_cast<std::size_t>(r)] + 1, fn, "batch.trees",
               "committed lengths of the slots' cached tokens + 1 (the root)", b.trees.committed_length(e));
     }

@@ -249,6 +249,33 @@ struct llama_options {
   std::uint64_t page_seed = 1;
 };
 
+//! The shape checks a batched target makes before anything changes (llama_model and array_llama):
+//! roots, trees and row_indptr one per slot, row_indptr from 0 with trees.num_nodes(b) + 1 rows per
+//! entry, slots in [0, max_requests) and distinct (`seen`: scratch, made max_requests long).
+inline void check_target_batch_shape(std::string_view fn, const target_batch& b, int max_requests,
+                                     std::vector<unsigned char>& seen) {
+  const int B = b.size();
+  require_equal(fn, "batch.roots.size()", b.slots.size(), b.roots.size());
+  require_equal(fn, "batch.trees.num_requests()", B, b.trees.num_requests());
+  require_equal(fn, "batch.row_indptr.size()", static_cast<std::size_t>(B) + 1, b.row_indptr.size());
+  require(b.row_indptr[0] == 0, fn, "batch.row_indptr[0]", "0", b.row_indptr[0]);
+  seen.assign(static_cast<std::size_t>(max_requests), 0);
+  for (int e = 0; e < B; ++e) {
+    const auto ue = static_cast<std::size_t>(e);
+    const int r = b.slots[ue];
+    require_in_range(fn, "batch.slots[b]", r, 0, max_requests - 1);
+    require(seen[static_cast<std::size_t>(r)] == 0, fn, "batch.slots", "distinct slots", r);
+    seen[static_cast<std::size_t>(r)] = 1;
+    const int n = b.trees.num_nodes(e);
+    const std::int64_t rows = static_cast<std::int64_t>(b.row_indptr[ue + 1]) - b.row_indptr[ue];
+    if (rows != n + 1) [[unlikely]]
+      throw_invalid_argument(fn, "batch.row_indptr",
+                             "row_indptr[b + 1] - row_indptr[b] = trees.num_nodes(b) + 1 = " + std::to_string(n + 1) +
+                                 " for b = " + std::to_string(e),
+                             rows);
+  }
+}
+
 //! The reference target model. Owns, per layer, a KV cache of `capacity` tokens for each of
 //! `max_requests` requests, stored contiguously (contiguous_kv, NHD) or paged (paged_kv) as
 //! llama_options::storage says; both give bit-identical results (the attention and the commit go
@@ -385,24 +412,11 @@ class llama_model {
   [[nodiscard]] strided_view<T, 2> forward_batch(const target_batch& b) {
     constexpr std::string_view fn = "specdec::examples::llama_model::forward_batch";
     const int B = b.size();
-    require_equal(fn, "batch.roots.size()", b.slots.size(), b.roots.size());
-    require_equal(fn, "batch.trees.num_requests()", B, b.trees.num_requests());
-    require_equal(fn, "batch.row_indptr.size()", static_cast<std::size_t>(B) + 1, b.row_indptr.size());
-    require(b.row_indptr[0] == 0, fn, "batch.row_indptr[0]", "0", b.row_indptr[0]);
-    seen_.assign(static_cast<std::size_t>(max_requests_), 0);
+    check_target_batch_shape(fn, b, max_requests_, seen_);
     for (int e = 0; e < B; ++e) {
       const auto ue = static_cast<std::size_t>(e);
       const int r = b.slots[ue];
-      require_in_range(fn, "batch.slots[b]", r, 0, max_requests_ - 1);
-      require(seen_[static_cast<std::size_t>(r)] == 0, fn, "batch.slots", "distinct slots", r);
-      seen_[static_cast<std::size_t>(r)] = 1;
       const int n = b.trees.num_nodes(e);
-      const std::int64_t rows = static_cast<std::int64_t>(b.row_indptr[ue + 1]) - b.row_indptr[ue];
-      if (rows != n + 1) [[unlikely]]
-        throw_invalid_argument(fn, "batch.row_indptr",
-                               "row_indptr[b + 1] - row_indptr[b] = trees.num_nodes(b) + 1 = " + std::to_string(n + 1) +
-                                   " for b = " + std::to_string(e),
-                               rows);
       if (static_cast<std::int64_t>(lengths_[static_cast<std::size_t>(r)]) + n + 1 > capacity_) [[unlikely]]
         throw_invalid_argument(fn, "batch.trees",
                                "cache_length(slots[b]) + num_nodes(b) + 1 <= capacity = " + std::to_string(capacity_) +
