@@ -269,8 +269,12 @@ class array_llama {
   }
 
   template <class T>
-  void put(array<T>& a, std::span<const T> h) {  // grows the backend array as needed
-    if (a.size() < h.size()) a = Ops::template make<T>(h.size());
+  void grow(array<T>& a, std::size_t n) {  // at least n elements (contents not kept when it grows)
+    if (a.size() < n) a = Ops::template make<T>(n);
+  }
+  template <class T>
+  void put(array<T>& a, std::span<const T> h) {  // grown as needed, then h uploaded
+    grow(a, h.size());
     ops_.upload(a, h);
   }
   template <class T>
@@ -322,11 +326,8 @@ class array_llama {
     put(len_d_, std::span<const std::int32_t>(len32)), put(tok_d_, std::span<const std::int32_t>(tok));
     put(slots_d_, std::span<const std::int32_t>(slot32)), put(committed_d_, std::span<const std::int32_t>(committed));
     put(rows_d_, std::span<const std::int64_t>(rows));
-    const auto cap = [&](auto& a, std::size_t n) {
-      if (a.size() < n) a = Ops::template make<typename std::remove_reference_t<decltype(a)>::value_type>(n);
-    };
     // masks and positions of the verification rows: root at len, node i at len + 1 + depth(i)
-    cap(depth_d_, M), cap(pos_d_, M), cap(mask_indptr_d_, B + 1), cap(mask_d_, mask_words), cap(status_d_, 3);
+    grow(depth_d_, M), grow(pos_d_, M), grow(mask_indptr_d_, B + 1), grow(mask_d_, mask_words), grow(status_d_, 3);
     const auto policy = ops_.policy();
     build_tree_batch(policy, view(ni_d_, B + 1), view(par_d_, N), view(committed_d_, B), out_view(depth_d_, M),
                      out_view(pos_d_, M), out_view(mask_indptr_d_, B + 1), out_view(mask_d_, mask_words),
@@ -334,12 +335,19 @@ class array_llama {
     // activations
     const std::size_t q_w = std::size_t(Hq) * D, kv_w = std::size_t(Hkv) * D;
     const std::size_t P = ops_.padded_rows(M);  // the matmuls' rows (cuda_ops: a fixed bucket)
-    cap(x_, P * H), cap(xn_, P * H), cap(q_, P * q_w), cap(att_, P * q_w), cap(kb_, P * kv_w), cap(vb_, P * kv_w);
-    cap(g_, P * F), cap(u_, P * F), cap(lse_, std::size_t(M) * Hq);
-    cap(qh_, M * q_w), cap(atth_, M * q_w), cap(kh_, M * kv_w), cap(vh_, M * kv_w);
+    grow(x_, P * H), grow(xn_, P * H), grow(q_, P * q_w), grow(att_, P * q_w), grow(kb_, P * kv_w), grow(vb_, P * kv_w);
+    grow(g_, P * F), grow(u_, P * F), grow(lse_, std::size_t(M) * Hq);
+    grow(qh_, M * q_w), grow(atth_, M * q_w), grow(kh_, M * kv_w), grow(vh_, M * kv_w);
     ops_.embed(tok_d_.data(), M, embed_.data(), H, x_.data());
     const rope_params rp{.theta = cfg_.rope_theta};
     const auto pos = view(pos_d_, M);
+    // the attention's workspace: the same shapes in every layer, so sized once a step
+    const auto cq = make_view<3>(static_cast<const kv_type*>(qh_.data()), {M, Hq, D}, Ops::space);
+    attention_options ao{.kv_split_size = attention_kv_split, .kv_chunks = attention_kv_chunks};
+    grow(ws_mem_, hybrid_tree_attention_workspace_bytes(policy, cq, cache_of(layers_.front(), len_d_),
+                                                        view(ai_d_, B + 1), ao));
+    attention_workspace ws(ws_mem_.data(), ws_mem_.size(), Ops::space);
+    ao.workspace = &ws;
     for (auto& L : layers_) {
       ops_.rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), M, H, cfg_.norm_eps);
       ops_.matmul_nt(xn_.data(), L.wq.data(), q_.data(), M, Hq * D, H, false);
@@ -356,14 +364,8 @@ class array_llama {
       ops_.scatter_rows(kh_.data(), vh_.data(), L.k.data(), L.v.data(), rows_d_.data(), M, static_cast<int>(kv_w));
       // ... and as the attention's spec K/V over the `len` rows before the root
       const auto cache = cache_of(L, len_d_);
-      const auto cq = make_view<3>(static_cast<const kv_type*>(qh_.data()), {M, Hq, D}, Ops::space);
       const auto sk = make_view<3>(static_cast<const kv_type*>(kh_.data()), {M, Hkv, D}, Ops::space);
       const auto sv = make_view<3>(static_cast<const kv_type*>(vh_.data()), {M, Hkv, D}, Ops::space);
-      attention_options ao{.kv_split_size = attention_kv_split, .kv_chunks = attention_kv_chunks};
-      const auto ws_bytes = hybrid_tree_attention_workspace_bytes(policy, cq, cache, view(ai_d_, B + 1), ao);
-      cap(ws_mem_, ws_bytes);
-      attention_workspace ws(ws_mem_.data(), ws_mem_.size(), Ops::space);
-      ao.workspace = &ws;
       hybrid_tree_attention(policy, cq, cache, sk, sv, view(ai_d_, B + 1), view(mask_d_, mask_words),
                             make_view<3>(atth_.data(), {M, Hq, D}, Ops::space),
                             make_view<2>(lse_.data(), {M, Hq}, Ops::space), ao);
@@ -377,7 +379,7 @@ class array_llama {
     }
     if (!logits) return;
     ops_.rms_norm(x_.data(), final_norm_.data(), xn_.data(), M, H, cfg_.norm_eps);
-    cap(logits_, P * cfg_.vocab_size);
+    grow(logits_, P * cfg_.vocab_size);
     ops_.matmul_nt(xn_.data(), lm_head_.data(), logits_.data(), M, cfg_.vocab_size, H, false);
   }
 
@@ -400,10 +402,7 @@ class array_llama {
       num[e] = static_cast<std::int32_t>(k);
     }
     put(cni_d_, node_indptr), put(acc_d_, std::span<const std::int32_t>(acc)), put(num_d_, std::span<const std::int32_t>(num));
-    const auto cap = [&](auto& a, std::size_t n) {
-      if (a.size() < n) a = Ops::template make<typename std::remove_reference_t<decltype(a)>::value_type>(n);
-    };
-    cap(new_len_d_, B), cap(commit_status_d_, 3);
+    grow(new_len_d_, B), grow(commit_status_d_, 3);
     std::vector<cache_t> caches;
     for (auto& L : layers_) caches.push_back(cache_of(L, committed_d_));
     kv_commit_in_place_batch(ops_.policy(), std::span<const cache_t>(caches), view(committed_d_, B), view(cni_d_, B + 1),
