@@ -32,6 +32,15 @@
 //                           trees: the walk stops early). bytes = the logits read once; read_us =
 //                           those bytes / copy bandwidth (#23's target for the verification alone:
 //                           within 2 read_us at tree 64, V = 128K, batch 8)
+//   BM_greedy_penalized_step_batch
+//                           greedy verification with a repetition penalty 1.1 and a contextual
+//                           penalty 1.2 (W = 1024) over a 32K-token committed context per request, on
+//                           float logits [batch * (tree + 1), V] (uniform in [-8, 8)): mode 0 = what
+//                           cuda_greedy_verifier enqueued before session 46 (a copy of the rows,
+//                           process_logits_batch with the context, the plain verify_greedy_batch on
+//                           the one-hot rows), mode 1 = the penalized verify_greedy_batch (each row's
+//                           penalized argmax read in place, then the walk). bytes = the logits read
+//                           once; read_us = those bytes / copy bandwidth (#23's 2 read_us target)
 //   BM_topk_batch           topk_batch(cuda) on float rows [batch, V] (uniform values; kind 5 of
 //                           the tests, a fifth of them one tied maximum, with `ties` = 1): bytes = the
 //                           rows read once; read_us = those bytes / copy bandwidth. The radix select
@@ -279,6 +288,35 @@ BENCHMARK(BM_verify_sample_and_match_batch)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+//! The penalty context of a step on the device: each request's committed context (`committed`
+//! random tokens; none when 0) and its tree's rows (penalty_context_builder::add_tree_rows),
+//! uploaded once (an engine's per-step host build and upload are not timed).
+struct device_penalties {
+  std::vector<std::unique_ptr<dmem>> arrays;
+  specdec::penalty_context context;
+  device_penalties(int committed, std::int64_t V, const std::vector<std::int32_t>& indptr,
+                   const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& parents,
+                   specdec::philox_stream& rng) {
+    specdec::penalty_context_builder ctx(static_cast<std::int32_t>(V));
+    if (committed > 0) {
+      std::vector<std::int32_t> c(static_cast<std::size_t>(committed));
+      for (std::size_t r = 0; r + 1 < indptr.size(); ++r) {
+        for (auto& t : c) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V)));
+        const auto lo = static_cast<std::size_t>(indptr[r]), n = static_cast<std::size_t>(indptr[r + 1]) - lo;
+        ctx.add_tree_rows(ctx.add_context(c), std::span(tokens).subspan(lo, n), std::span(parents).subspan(lo, n));
+      }
+    }
+    const auto up = [&](std::span<const std::int32_t> h) {
+      arrays.push_back(std::make_unique<dmem>(std::max<std::size_t>(h.size_bytes(), 4)));
+      if (!h.empty()) SPECDEC_CUDA_CHECK(cudaMemcpy(arrays.back()->p, h.data(), h.size_bytes(), cudaMemcpyHostToDevice));
+      return specdec::make_view<1>(arrays.back()->as<const std::int32_t>(), {static_cast<std::int64_t>(h.size())},
+                                   memory_space::device);
+    };
+    context = {up(ctx.distinct()),       up(ctx.last()),        up(ctx.context_indptr()), up(ctx.context_length()),
+               up(ctx.row_context()),    up(ctx.path_indptr()), up(ctx.path())};
+  }
+};
+
 void BM_sampled_step_batch(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
   const std::int64_t V = state.range(2);
@@ -307,26 +345,8 @@ void BM_sampled_step_batch(benchmark::State& state) {
   if (mode >= 3) sp.min_p = 0.05f, sp.eta_epsilon = 0.02f;
   if (mode >= 4) sp.repetition_penalty = 1.1f, sp.contextual_penalty = 1.2f, sp.penalty_window = 1024;
   const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(batch), sp);
-  specdec::penalty_context_builder ctx(static_cast<std::int32_t>(V));
-  if (mode >= 4) {
-    std::vector<std::int32_t> committed(32768);
-    for (int r = 0; r < batch; ++r) {
-      for (auto& t : committed) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V)));
-      const auto lo = static_cast<std::size_t>(indptr[static_cast<std::size_t>(r)]);
-      ctx.add_tree_rows(ctx.add_context(committed), std::span(tokens).subspan(lo, static_cast<std::size_t>(tree)),
-                        std::span(parents).subspan(lo, static_cast<std::size_t>(tree)));
-    }
-  }
-  std::vector<std::unique_ptr<dmem>> ctx_arrays;
-  const auto up = [&](std::span<const std::int32_t> h) {
-    ctx_arrays.push_back(std::make_unique<dmem>(std::max<std::size_t>(h.size_bytes(), 4)));
-    if (!h.empty()) SPECDEC_CUDA_CHECK(cudaMemcpy(ctx_arrays.back()->p, h.data(), h.size_bytes(), cudaMemcpyHostToDevice));
-    return specdec::make_view<1>(ctx_arrays.back()->as<const std::int32_t>(), {static_cast<std::int64_t>(h.size())},
-                                 memory_space::device);
-  };
-  const specdec::penalty_context dctx{up(ctx.distinct()),    up(ctx.last()),        up(ctx.context_indptr()),
-                                      up(ctx.context_length()), up(ctx.row_context()), up(ctx.path_indptr()),
-                                      up(ctx.path())};
+  const device_penalties pen(mode >= 4 ? 32768 : 0, V, indptr, tokens, parents, rng);
+  const specdec::penalty_context& dctx = pen.context;
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
   for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
   const device_tree_io io(indptr, tokens, parents, seeds, streams);
@@ -364,6 +384,68 @@ void BM_sampled_step_batch(benchmark::State& state) {
 BENCHMARK(BM_sampled_step_batch)
     ->ArgNames({"batch", "tree", "vocab", "mode"})
     ->ArgsProduct({{1, 8}, {64}, {32768, 131072}, {0, 1, 2, 3, 4}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_greedy_penalized_step_batch(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
+  const std::int64_t V = state.range(2);
+  const int mode = static_cast<int>(state.range(3));
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
+  const std::size_t bytes_rows = static_cast<std::size_t>(rows * V) * sizeof(float);
+  const int sets = specdec_bench::l2_rotation_sets(bytes_rows, graph_calls);
+  std::vector<std::int32_t> indptr, parents, row_params;
+  random_trees(batch, tree, indptr, parents);
+  std::vector<std::int32_t> tokens(parents.size());
+  specdec::philox_stream rng(9, 0);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V)));
+  for (int r = 0; r < batch; ++r)
+    for (int i = 0; i <= tree; ++i) row_params.push_back(r);
+  std::vector<std::unique_ptr<dmem>> logits;
+  for (int i = 0; i < sets; ++i) {
+    logits.push_back(std::make_unique<dmem>(bytes_rows));
+    specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 31u + i, -8.0f, 8.0f);
+  }
+  specdec::sampling_params sp{.temperature = 0.0f, .repetition_penalty = 1.1f, .contextual_penalty = 1.2f,
+                              .penalty_window = 1024};
+  const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(batch), sp);
+  const device_penalties pen(32768, V, indptr, tokens, parents, rng);
+  const device_tree_io io(indptr, tokens, parents);
+  dmem work(mode == 0 ? bytes_rows : 4), dparams(params.size() * sizeof(specdec::sampling_params)),
+      drp(row_params.size() * 4), st1(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dparams.p, params.data(), params.size() * sizeof(specdec::sampling_params),
+                                cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(drp.p, row_params.data(), row_params.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto pv = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device);
+  const auto rv = specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device);
+  graph_time(state, stream, [&](int i) {
+    const specdec::cuda pol{.stream = stream};
+    if (mode == 0) {  // the copy, the rows processed (one-hot at each penalized argmax), the plain walk
+      SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
+      const auto lg = specdec::make_view<2>(work.as<float>(), {rows, V}, memory_space::device);
+      specdec::process_logits_batch(pol, lg, pv, rv, pen.context,
+                                    specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device));
+      specdec::verify_greedy_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, io.accepted(), io.num_accepted(),
+                                   io.bonus(), io.emitted(), io.status());
+    } else {  // the penalized form: each row's penalized argmax read in place, then the walk
+      const auto lg = specdec::make_view<2>(logits[i % sets]->as<const float>(), {rows, V}, memory_space::device);
+      specdec::verify_greedy_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, pv, rv, pen.context, io.accepted(),
+                                   io.num_accepted(), io.bonus(), io.emitted(), io.status());
+    }
+  });
+  std::int32_t s1[3] = {0, -1, -1};
+  if (mode == 0) SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
+  if (io.error() != 0 || s1[0] != 0) state.SkipWithError("the penalized greedy step reported a device error");
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = static_cast<double>(bytes_rows);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+}
+BENCHMARK(BM_greedy_penalized_step_batch)
+    ->ArgNames({"batch", "tree", "vocab", "mode"})
+    ->ArgsProduct({{1, 8}, {64}, {32768, 131072}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

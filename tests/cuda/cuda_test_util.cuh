@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <span>
 #include <vector>
 
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/tensor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 
 namespace specdec_test {
 
@@ -98,5 +100,17 @@ void replay_in_graph(int reps, Launch&& launch, Reset&& reset, Check&& check) {
   SPECDEC_CUDA_CHECK(cudaGraphDestroy(g));
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(s));
 }
+
+//! A penalty_context_builder's seven arrays on the device (sampling and greedy verification tests).
+struct device_penalty_context {
+  device_buffer<std::int32_t> distinct, last, indptr, length, row_context, path_indptr, path;
+  explicit device_penalty_context(const specdec::penalty_context_builder& b)
+      : distinct(vec(b.distinct())), last(vec(b.last())), indptr(vec(b.context_indptr())), length(vec(b.context_length())),
+        row_context(vec(b.row_context())), path_indptr(vec(b.path_indptr())), path(vec(b.path())) {}
+  static std::vector<std::int32_t> vec(std::span<const std::int32_t> s) { return {s.begin(), s.end()}; }
+  [[nodiscard]] specdec::penalty_context view() const {
+    return {dv(distinct), dv(last), dv(indptr), dv(length), dv(row_context), dv(path_indptr), dv(path)};
+  }
+};
 
 }  // namespace specdec_test

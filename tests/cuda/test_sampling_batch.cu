@@ -237,16 +237,44 @@ TEST_CASE("cuda process_logits_batch is captured in a CUDA graph and replays", "
 
 namespace {
 
-//! A penalty_context_builder's seven arrays on the device.
-struct sb_device_context {
-  device_buffer<std::int32_t> distinct, last, indptr, length, row_context, path_indptr, path;
-  explicit sb_device_context(const specdec::penalty_context_builder& b)
-      : distinct(sb_vec(b.distinct())), last(sb_vec(b.last())), indptr(sb_vec(b.context_indptr())),
-        length(sb_vec(b.context_length())), row_context(sb_vec(b.row_context())), path_indptr(sb_vec(b.path_indptr())),
-        path(sb_vec(b.path())) {}
-  static std::vector<std::int32_t> sb_vec(std::span<const std::int32_t> s) { return {s.begin(), s.end()}; }
-  [[nodiscard]] specdec::penalty_context view() const {
-    return {dv(distinct), dv(last), dv(indptr), dv(length), dv(row_context), dv(path_indptr), dv(path)};
+//! A random batch with penalties: 1-5 requests, each with its sampling_params (a repetition and a
+//! contextual penalty with every other step, windows 0-19 or 1024), a committed context of up to
+//! `max_context` tokens and a tree of up to 16 nodes (penalty_context_builder::add_tree_rows), and
+//! a random row per tree row.
+struct sb_penalized_batch {
+  int requests = 0;
+  std::vector<specdec::sampling_params> params;
+  specdec::penalty_context_builder b;
+  std::vector<std::int32_t> row_params;
+  std::vector<float> logits;
+  sb_penalized_batch(specdec::philox_stream& rng, std::int64_t v, std::uint32_t max_context = 5000)
+      : b(static_cast<std::int32_t>(v)) {
+    requests = 1 + static_cast<int>(rng.below(5));
+    for (int e = 0; e < requests; ++e) {
+      auto p = sb_params(rng, v);
+      if (rng.below(4) != 0) p.repetition_penalty = 1.0f + 2.0f * rng.uniform();
+      if (rng.below(4) != 0) p.contextual_penalty = 1.0f + 2.0f * rng.uniform();
+      p.penalty_window = static_cast<int>(rng.below(3) == 0 ? 1024 : rng.below(20));
+      p.contextual_sign_aware = rng.below(2) == 0;
+      params.push_back(p);
+    }
+    std::vector<std::int32_t> committed, tokens, parents;
+    for (int q = 0; q < requests; ++q) {
+      committed.clear(), tokens.clear(), parents.clear();
+      const auto len = rng.below(4) == 0 ? 0u : rng.below(max_context);
+      for (std::uint32_t j = 0; j < len; ++j) committed.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
+      const int n = static_cast<int>(rng.below(17));
+      for (int i = 0; i < n; ++i) {
+        tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
+        parents.push_back(i == 0 ? -1 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1);
+      }
+      b.add_tree_rows(b.add_context(committed), tokens, parents);
+      for (int r = 0; r <= n; ++r) {
+        const auto row = sb_row(v, rng, static_cast<int>(rng.below(5)));
+        logits.insert(logits.end(), row.begin(), row.end());
+        row_params.push_back(q);
+      }
+    }
   }
 };
 
@@ -262,35 +290,8 @@ TEST_CASE("cuda process_logits_batch with a penalty_context equals the host back
   for (const std::int64_t v : {3, 50, 4000, 131075}) {
     if (small && v > 4000) continue;
     for (int round = 0; round < 3; ++round) {
-      const int requests = 1 + static_cast<int>(rng.below(5));
-      std::vector<specdec::sampling_params> params;
-      for (int e = 0; e < requests; ++e) {
-        auto p = sb_params(rng, v);
-        if (rng.below(4) != 0) p.repetition_penalty = 1.0f + 2.0f * rng.uniform();
-        if (rng.below(4) != 0) p.contextual_penalty = 1.0f + 2.0f * rng.uniform();
-        p.penalty_window = static_cast<int>(rng.below(3) == 0 ? 1024 : rng.below(20));
-        p.contextual_sign_aware = rng.below(2) == 0;
-        params.push_back(p);
-      }
-      specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
-      std::vector<std::int32_t> row_params, committed, tokens, parents;
-      std::vector<float> logits;
-      for (int q = 0; q < requests; ++q) {
-        committed.clear(), tokens.clear(), parents.clear();
-        const auto len = rng.below(4) == 0 ? 0u : rng.below(5000);
-        for (std::uint32_t j = 0; j < len; ++j) committed.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
-        const int n = static_cast<int>(rng.below(17));
-        for (int i = 0; i < n; ++i) {
-          tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v))));
-          parents.push_back(i == 0 ? -1 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i + 1))) - 1);
-        }
-        b.add_tree_rows(b.add_context(committed), tokens, parents);
-        for (int r = 0; r <= n; ++r) {
-          const auto row = sb_row(v, rng, static_cast<int>(rng.below(5)));
-          logits.insert(logits.end(), row.begin(), row.end());
-          row_params.push_back(q);
-        }
-      }
+      sb_penalized_batch pb(rng, v);
+      const auto& [requests, params, b, row_params, logits] = pb;
       const std::int64_t rows = b.rows();
       auto want = logits;
       std::vector<std::int32_t> hst(3);
@@ -298,7 +299,7 @@ TEST_CASE("cuda process_logits_batch with a penalty_context equals the host back
                                     specdec::make_view<1>(params.data(), {requests}),
                                     specdec::make_view<1>(row_params.data(), {rows}), b.view(),
                                     specdec::make_view<1>(hst.data(), {3}));
-      const sb_device_context dc(b);
+      const specdec_test::device_penalty_context dc(b);
       device_buffer<float> dl(logits);
       device_buffer<specdec::sampling_params> dp(params);
       device_buffer<std::int32_t> drp(row_params), st(std::vector<std::int32_t>{5, 5, 5});
@@ -404,6 +405,83 @@ TEST_CASE("cuda process_logits_batch reports a malformed penalty context or an e
   }
 }
 
+TEST_CASE("cuda penalized_argmax_batch equals the host backend, reading the rows in place", "[cuda][sampling]") {
+  // no weights involved: compared whatever the host's level. V up to 2^20 (the bitmap's shared memory
+  // past the default 48 KiB from 2^18 + 1 tokens on)
+  specdec::philox_stream rng(47, 2);
+  const bool small = specdec_test::sanitizer_sized();
+  int compared = 0;
+  for (const std::int64_t v : {3, 50, 4000, 131075, 262147, 1048576}) {
+    if (small && v > 4000) continue;
+    for (int round = 0; round < (v > 131075 ? 1 : 4); ++round) {
+      const sb_penalized_batch pb(rng, v);
+      const std::int64_t rows = pb.b.rows();
+      std::vector<std::int32_t> want(static_cast<std::size_t>(rows)), hst(3);
+      try {
+        specdec::penalized_argmax_batch(specdec::host{}, specdec::make_view<2>(pb.logits.data(), {rows, v}),
+                                        specdec::make_view<1>(pb.params.data(), {pb.requests}),
+                                        specdec::make_view<1>(pb.row_params.data(), {rows}), pb.b.view(),
+                                        specdec::make_view<1>(want.data(), {rows}), specdec::make_view<1>(hst.data(), {3}));
+      } catch (const specdec::invalid_argument&) {
+        continue;  // a row the penalties empty (values near -FLT_MAX); the report case below covers it
+      }
+      const specdec_test::device_penalty_context dc(pb.b);
+      device_buffer<float> dl(pb.logits);
+      device_buffer<specdec::sampling_params> dp(pb.params);
+      device_buffer<std::int32_t> drp(pb.row_params), dam(std::vector<std::int32_t>(static_cast<std::size_t>(rows), -7)),
+          st(std::vector<std::int32_t>{5, 5, 5});
+      specdec::penalized_argmax_batch(specdec::cuda{},
+                                      specdec::make_view<2>(static_cast<const float*>(dl.data()), {rows, v}, memory_space::device),
+                                      dv(dp), dv(drp), dc.view(), dv(dam), dv(st));
+      specdec_test::sync_check("penalized_argmax_batch");
+      INFO("V " << v << " round " << round << ", " << rows << " rows");
+      CHECK(st.download() == std::vector<std::int32_t>{0, -1, -1});
+      CHECK(dam.download() == want);
+      CHECK(sb_same_bits(dl.download(), pb.logits));  // read, never written
+      ++compared;
+    }
+  }
+  CHECK(compared >= (small ? 8 : 12));
+}
+
+TEST_CASE("cuda penalized_argmax_batch reports a bad row, entry or context and gives that row -1", "[cuda][sampling]") {
+  const std::int64_t rows = 3, v = 6;
+  std::vector<specdec::sampling_params> params(1);
+  params[0].temperature = 0.0f, params[0].repetition_penalty = 2.0f;
+  // rows 0-2 read context 0 (committed {1, 3, 1}): tokens 1 and 3 halved
+  specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+  const auto c0 = b.add_context(std::vector<std::int32_t>{1, 3, 1});
+  for (int r = 0; r < rows; ++r) b.add_row(c0, {});
+  std::vector<float> l(static_cast<std::size_t>(rows * v), 0.5f);
+  l[1] = 2.0f, l[3] = 1.5f, l[4] = 0.9f;  // row 0: 2 / 2 = 1 > 0.9 > 1.5 / 2
+  const auto run = [&](const std::vector<float>& logits, const std::vector<std::int32_t>& row_params) {
+    const specdec_test::device_penalty_context dc(b);
+    device_buffer<float> dl(logits);
+    device_buffer<specdec::sampling_params> dp(params);
+    device_buffer<std::int32_t> drp(row_params), dam(std::vector<std::int32_t>(static_cast<std::size_t>(rows), -7)),
+        st(std::vector<std::int32_t>{5, 5, 5});
+    specdec::penalized_argmax_batch(specdec::cuda{}, specdec::make_view<2>(dl.data(), {rows, v}, memory_space::device),
+                                    dv(dp), dv(drp), dc.view(), dv(dam), dv(st));
+    specdec_test::sync_check("penalized_argmax_batch (reports)");
+    return std::pair{st.download(), dam.download()};
+  };
+  {
+    auto bad = l;
+    bad[static_cast<std::size_t>(v + 2)] = std::numeric_limits<float>::quiet_NaN();  // row 1: NaN
+    for (int t = 0; t < v; ++t) bad[static_cast<std::size_t>(2 * v + t)] = sb_ninf;    // row 2: ...
+    bad[static_cast<std::size_t>(2 * v + 1)] = -std::numeric_limits<float>::max();       // ... emptied by the penalty
+    const auto [s, am] = run(bad, {0, 0, 0});
+    CHECK(s[0] == static_cast<std::int32_t>(specdec::device_error::row));
+    CHECK((s[2] == 1 || s[2] == 2));
+    CHECK(am == std::vector<std::int32_t>{1, -1, -1});
+  }
+  {
+    const auto [s, am] = run(l, {0, 1, 0});  // row 1's entry out of range
+    CHECK(s == std::vector<std::int32_t>{static_cast<std::int32_t>(specdec::device_error::params), 1, 1});
+    CHECK(am == std::vector<std::int32_t>{1, -1, 0});
+  }
+}
+
 TEST_CASE("cuda process_logits_batch and logits_to_probs_batch refuse host memory before any CUDA call",
           "[cuda][sampling][nogpu]") {
   std::vector<float> l(4 * 8);
@@ -450,4 +528,20 @@ TEST_CASE("cuda process_logits_batch and logits_to_probs_batch refuse host memor
                                                   specdec::make_view<1>(rp.data(), {4}, dev), c,
                                                   specdec::make_view<1>(st.data(), {3}, dev)),
                     Catch::Contains("'context.row_context'") && Catch::Contains("extent(0) == 4"));
+  // penalized_argmax_batch: its output in device memory, V <= 2^20 on this backend
+  c.row_context = on_device(b.view().row_context);
+  std::vector<std::int32_t> am(4);
+  CHECK_THROWS_WITH(specdec::penalized_argmax_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {4, 8}, dev),
+                                                    specdec::make_view<1>(p.data(), {1}, dev),
+                                                    specdec::make_view<1>(rp.data(), {4}, dev), c,
+                                                    specdec::make_view<1>(am.data(), {4}),
+                                                    specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("specdec::penalized_argmax_batch") && Catch::Contains("'argmax'") &&
+                        Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::penalized_argmax_batch(specdec::cuda{}, specdec::make_view<2>(l.data(), {1, (1 << 20) + 1}, dev),
+                                                    specdec::make_view<1>(p.data(), {1}, dev),
+                                                    specdec::make_view<1>(rp.data(), {1}, dev), c,
+                                                    specdec::make_view<1>(am.data(), {1}, dev),
+                                                    specdec::make_view<1>(st.data(), {3}, dev)),
+                    Catch::Contains("'logits'") && Catch::Contains("2^20"));
 }

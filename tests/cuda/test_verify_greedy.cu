@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
@@ -83,6 +84,31 @@ TEST_CASE("cuda verify_greedy_batch equals verify_greedy per request on random r
     specdec_test::sync_check("verify_greedy_batch (large request)");
     check_against_reference(m, d);
   }
+}
+
+TEST_CASE("cuda verify_greedy_batch with penalties equals the host's processed rows, verified", "[cuda][verify]") {
+  // penalized_greedy_case: the expected result is process_logits_batch (context, temperature 0) and
+  // then the plain form; the device reads the unprocessed rows in place (a padded stride too)
+  int moved = 0;
+  for (const auto& [R, max_nodes, V] : {std::tuple{1, 1, std::int64_t{3}}, {4, 8, 7}, {9, 40, 300}, {16, 64, 4099},
+                                        {4, 16, 300007}}) {
+    specdec_test::penalized_greedy_case pc(R, max_nodes, V, 4, static_cast<std::uint64_t>(R * 31 + V));
+    const std::int64_t rows = pc.c.nodes() + pc.c.requests();
+    const specdec_test::device_penalty_context ctx(pc.b);
+    device_buffer<specdec::sampling_params> dp(pc.params);
+    device_buffer<std::int32_t> drp(pc.row_params);
+    for (std::int64_t pad : {0, 5}) {
+      device_case d(pc.c, pad);
+      const specdec::strided_view<const float, 2> l(d.lg.data(), {rows, V}, {d.stride, 1}, memory_space::device);
+      specdec::verify_greedy_batch(specdec::cuda{}, dv(d.ni), dv(d.tok), dv(d.par), l, dv(dp), dv(drp), ctx.view(),
+                                   dv(d.out.acc), dv(d.out.nacc), dv(d.out.bon), dv(d.out.emi), dv(d.out.st));
+      specdec_test::sync_check("verify_greedy_batch (penalties)");
+      INFO("R " << R << " nodes <= " << max_nodes << " V " << V << " pad " << pad);
+      specdec_test::check_tree_outputs(pc.expected, pc.c.node_indptr, pc.c.tokens, d.out.download());
+    }
+    moved += pc.moved();
+  }
+  CHECK(moved >= 4);
 }
 
 TEST_CASE("cuda verify_greedy_batch reports bad values in status", "[cuda][verify]") {
@@ -173,4 +199,33 @@ TEST_CASE("cuda verify_greedy_batch rejects host memory and bad shapes before an
   CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens), dev(c.parents),
                                                  lg_dev, dev(acc), dev(nacc), dev(bon), dev(acc), dev(st)),
                     Catch::Contains("emitted"));
+  // the penalized form: its entries and context in device memory too, V <= 2^20
+  specdec_test::penalized_greedy_case pc(2, 5, 4, 2, 3);
+  auto& pcc = pc.c;
+  const std::int64_t rows = pcc.nodes() + 2;
+  const auto dev_ctx = [&](specdec::penalty_context x) {
+    const auto d = [](specdec::strided_view<const std::int32_t, 1> a) {
+      return specdec::strided_view<const std::int32_t, 1>(a.data(), {a.extent(0)}, {1}, memory_space::device);
+    };
+    return specdec::penalty_context{d(x.distinct), d(x.last), d(x.context_indptr), d(x.context_length),
+                                    d(x.row_context), d(x.path_indptr), d(x.path)};
+  };
+  std::vector<std::int32_t> acc2(pcc.tokens.size()), emi2(pcc.tokens.size() + 2);
+  const auto params_dev = specdec::make_view<1>(pc.params.data(), {2}, memory_space::device);
+  const auto pl_dev = specdec::make_view<2>(pcc.logits.data(), {rows, pcc.vocab}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::cuda{}, dev(pcc.node_indptr), dev(pcc.tokens), dev(pcc.parents),
+                                                 pl_dev, params_dev, dev(pc.row_params), pc.b.view(), dev(acc2), dev(nacc),
+                                                 dev(bon), dev(emi2), dev(st)),
+                    Catch::Contains("specdec::verify_greedy_batch") && Catch::Contains("'context.distinct'") &&
+                        Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::cuda{}, dev(pcc.node_indptr), dev(pcc.tokens), dev(pcc.parents),
+                                                 pl_dev, specdec::make_view<1>(pc.params.data(), {2}), dev(pc.row_params),
+                                                 dev_ctx(pc.b.view()), dev(acc2), dev(nacc), dev(bon), dev(emi2), dev(st)),
+                    Catch::Contains("'params'") && Catch::Contains("device-accessible"));
+  std::vector<float> wide(static_cast<std::size_t>(rows) * ((1 << 20) + 1));
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::cuda{}, dev(pcc.node_indptr), dev(pcc.tokens), dev(pcc.parents),
+                                                 specdec::make_view<2>(wide.data(), {rows, (1 << 20) + 1}, memory_space::device),
+                                                 params_dev, dev(pc.row_params), dev_ctx(pc.b.view()), dev(acc2), dev(nacc),
+                                                 dev(bon), dev(emi2), dev(st)),
+                    Catch::Contains("'logits'") && Catch::Contains("2^20"));
 }

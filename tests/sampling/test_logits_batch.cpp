@@ -300,6 +300,27 @@ TEST_CASE("process_logits_batch with a penalty_context equals process_tree_logit
       }
       specdec::process_logits(std::span<float>(want.data() + first * v, static_cast<std::size_t>(v)), params[0], {}, loose, ws);
       std::vector<std::int32_t> status(3, 9);
+      // penalized_argmax_batch on the unprocessed rows: the index process_logits_batch makes one-hot
+      // at temperature 0 (the other processors keep the maximum there)
+      auto greedy = params;
+      for (auto& p : greedy) p.temperature = 0.0f;
+      auto one_hot = logits;
+      specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(one_hot.data(), {rows, v}),
+                                    specdec::make_view<1>(greedy.data(), {P}), specdec::make_view<1>(row_params.data(), {rows}),
+                                    b.view(), specdec::make_view<1>(status.data(), {3}));
+      std::vector<std::int32_t> argmax(static_cast<std::size_t>(rows), -7), argmax_status(3, 9);
+      const auto unprocessed = logits;
+      specdec::penalized_argmax_batch(specdec::host{}, specdec::make_view<2>(static_cast<const float*>(logits.data()), {rows, v}),
+                                      specdec::make_view<1>(params.data(), {P}), specdec::make_view<1>(row_params.data(), {rows}),
+                                      b.view(), specdec::make_view<1>(argmax.data(), {rows}),
+                                      specdec::make_view<1>(argmax_status.data(), {3}));
+      CHECK(same_bits(logits, unprocessed));
+      CHECK(argmax_status == std::vector<std::int32_t>{0, -1, -1});
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const auto at = std::find(one_hot.begin() + r * v, one_hot.begin() + (r + 1) * v, 0.0f) - (one_hot.begin() + r * v);
+        INFO("V = " << v << ", round " << round << ", row " << r);
+        CHECK(argmax[static_cast<std::size_t>(r)] == at);
+      }
       specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {rows, v}),
                                     specdec::make_view<1>(params.data(), {P}), specdec::make_view<1>(row_params.data(), {rows}),
                                     b.view(), specdec::make_view<1>(status.data(), {3}));
@@ -308,6 +329,59 @@ TEST_CASE("process_logits_batch with a penalty_context equals process_tree_logit
       CHECK(status == std::vector<std::int32_t>{0, -1, -1});
     }
   }
+}
+
+TEST_CASE("penalized_argmax_batch: a context token the suffix brings into the window is owned by the suffix; refusals") {
+  using Catch::Matchers::Contains;
+  // committed {3, 0, 0, 0}, suffix {3}, W = 2: the window starts at position 3, so token 3 (last
+  // committed at 0) is penalized by the suffix alone (10 / 2 = 5), token 0 (last at 3) by its pair
+  // (9 / 2 = 4.5); token 5 keeps 6 and wins. Read as its pair's unpenalized 10, token 3 would win.
+  const std::int64_t v = 6;
+  std::vector<float> logits{9.0f, 1.0f, 2.0f, 10.0f, 3.0f, 6.0f};
+  specdec::sampling_params p;
+  p.temperature = 0.0f, p.contextual_penalty = 2.0f, p.penalty_window = 2;
+  specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+  const std::vector<std::int32_t> committed{3, 0, 0, 0}, suffix{3};
+  b.add_row(b.add_context(committed), suffix);
+  std::vector<std::int32_t> row_params{0}, argmax{-7}, status(3, 9);
+  const auto call = [&](const std::vector<float>& rows) {
+    specdec::penalized_argmax_batch(specdec::host{}, specdec::make_view<2>(rows.data(), {1, v}),
+                                    specdec::make_view<1>(&p, {1}), specdec::make_view<1>(row_params.data(), {1}),
+                                    b.view(), specdec::make_view<1>(argmax.data(), {1}),
+                                    specdec::make_view<1>(status.data(), {3}));
+  };
+  call(logits);
+  CHECK(argmax[0] == 5);
+  CHECK(status == std::vector<std::int32_t>{0, -1, -1});
+  auto one_hot = logits;
+  specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(one_hot.data(), {1, v}),
+                                specdec::make_view<1>(&p, {1}), specdec::make_view<1>(row_params.data(), {1}), b.view(),
+                                specdec::make_view<1>(status.data(), {3}));
+  CHECK(one_hot == std::vector<float>{ninf, ninf, ninf, ninf, ninf, 0.0f});
+  // refusals name the function and write nothing: a NaN row, a row the penalties empty, an entry out of range
+  argmax = {-7};
+  auto bad = logits;
+  bad[2] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(call(bad), Contains("specdec::penalized_argmax_batch") && Contains("'logits'"));
+  std::vector<float> emptied(static_cast<std::size_t>(v), ninf);
+  emptied[0] = emptied[3] = -std::numeric_limits<float>::max();
+  p.repetition_penalty = 2.0f;
+  CHECK_THROWS_WITH(call(emptied), Contains("specdec::penalized_argmax_batch") && Contains("after the penalties"));
+  row_params = {1};
+  CHECK_THROWS_WITH(call(logits), Contains("specdec::penalized_argmax_batch") && Contains("'row_params'"));
+  CHECK(argmax == std::vector<std::int32_t>{-7});
+  row_params = {0};
+  // the output must not share memory with the context or the logits
+  std::vector<std::int32_t> shared(b.row_context().begin(), b.row_context().end());
+  CHECK_THROWS_WITH(specdec::penalized_argmax_batch(specdec::host{}, specdec::make_view<2>(logits.data(), {1, v}),
+                                                    specdec::make_view<1>(&p, {1}), specdec::make_view<1>(row_params.data(), {1}),
+                                                    specdec::penalty_context{b.view().distinct, b.view().last,
+                                                                             b.view().context_indptr, b.view().context_length,
+                                                                             specdec::make_view<1>(static_cast<const std::int32_t*>(shared.data()), {1}),
+                                                                             b.view().path_indptr, b.view().path},
+                                                    specdec::make_view<1>(shared.data(), {1}),
+                                                    specdec::make_view<1>(status.data(), {3})),
+                    Contains("'argmax'") && Contains("disjoint"));
 }
 
 TEST_CASE("process_logits_batch refuses a malformed penalty_context and a row the penalties empty, writing nothing") {

@@ -4,11 +4,15 @@
 // shapes with tokens from a small alphabet, and logits whose row argmax is often one of the row's
 // children's tokens, so that paths of every length get accepted; the expected result is
 // verify_greedy on each request's token_tree.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/verify/greedy.hpp"
 #include "tree/tree_batch_util.hpp"
 #include "verify/tree_arrays_util.hpp"
@@ -80,5 +84,67 @@ inline greedy_batch_case unread_nan_case() {
   h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 7, /**/ nan, 0, 0, 0, 0};
   return h;
 }
+
+//! A random_greedy_batch with repetition and contextual penalties (the penalized form of
+//! verify_greedy_batch): each request's sampling_params (temperature 0; a repetition and a contextual
+//! penalty with every other step, sign-aware or not, windows 1-8 or 1024) and a committed context of
+//! up to 20 tokens from the trees' alphabet, so the penalties often move a row's argmax off a
+//! child's token (at least one request of a batch of 4+ differs from its unpenalized result, checked
+//! by the tests). The expected result is the composition the form replaces: process_logits_batch
+//! with the context on a copy of the rows (one-hot at each penalized argmax), then the plain array
+//! form on those rows.
+struct penalized_greedy_case {
+  greedy_batch_case c;
+  std::vector<specdec::sampling_params> params;
+  std::vector<std::int32_t> row_params;
+  specdec::penalty_context_builder b;
+  specdec::verify_batch_result expected;
+  penalized_greedy_case(int R, int max_nodes, std::int64_t V, int alphabet, std::uint64_t seed)
+      : c(random_greedy_batch(R, max_nodes, V, alphabet, seed)), b(static_cast<std::int32_t>(V)) {
+    specdec::philox_stream rng(seed, 5);
+    std::vector<std::int32_t> committed;
+    for (int r = 0; r < R; ++r) {
+      specdec::sampling_params p;
+      p.temperature = 0.0f;
+      if (rng.below(3) != 0) p.repetition_penalty = 1.0f + 3.0f * rng.uniform();
+      if (rng.below(3) != 0) p.contextual_penalty = 1.0f + 3.0f * rng.uniform();
+      p.penalty_window = rng.below(4) == 0 ? 1024 : 1 + static_cast<int>(rng.below(8));
+      p.contextual_sign_aware = rng.below(2) == 0;
+      params.push_back(p);
+      committed.clear();
+      for (std::uint32_t j = 0, n = rng.below(21); j < n; ++j)
+        committed.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(alphabet))));
+      const auto lo = static_cast<std::size_t>(c.node_indptr[static_cast<std::size_t>(r)]),
+                 n = static_cast<std::size_t>(c.node_indptr[static_cast<std::size_t>(r) + 1]) - lo;
+      b.add_tree_rows(b.add_context(committed), std::span(c.tokens).subspan(lo, n), std::span(c.parents).subspan(lo, n));
+      for (std::size_t s = 0; s <= n; ++s) row_params.push_back(r);
+    }
+    const std::int64_t rows = c.nodes() + c.requests();
+    auto processed = c.logits;
+    std::vector<std::int32_t> st(3);
+    specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(processed.data(), {rows, V}),
+                                  specdec::make_view<1>(params.data(), {R}), specdec::make_view<1>(row_params.data(), {rows}),
+                                  b.view(), specdec::make_view<1>(st.data(), {3}));
+    tree_outputs o(static_cast<std::size_t>(R), c.tokens.size());
+    const auto v1 = [](auto& a) { return specdec::make_view<1>(a.data(), {static_cast<std::int64_t>(a.size())}); };
+    specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents),
+                                 specdec::make_view<2>(processed.data(), {rows, V}), v1(o.accepted), v1(o.num_accepted),
+                                 v1(o.bonus), v1(o.emitted), v1(o.status));
+    for (int r = 0; r < R; ++r) {
+      const std::int32_t* first = o.accepted.data() + c.node_indptr[static_cast<std::size_t>(r)];
+      expected.push_back(specdec::verify_result{std::vector<std::int32_t>(first, first + o.num_accepted[static_cast<std::size_t>(r)]),
+                                                o.bonus[static_cast<std::size_t>(r)]});
+    }
+  }
+  //! Requests whose result differs from the unpenalized one (c.expected).
+  [[nodiscard]] int moved() const {
+    int n = 0;
+    for (int r = 0; r < c.requests(); ++r) {
+      const auto a = expected.request(r), u = c.expected.request(r);
+      n += !(a.bonus == u.bonus && std::equal(a.accepted.begin(), a.accepted.end(), u.accepted.begin(), u.accepted.end()));
+    }
+    return n;
+  }
+};
 
 }  // namespace specdec_test

@@ -3,6 +3,7 @@
 // emitted tokens laid out at node_indptr[r] + r, bad values throw and leave the outputs untouched.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -45,6 +46,46 @@ TEST_CASE("verify_greedy_batch (arrays, host) equals verify_greedy per request",
     }
   }
   CHECK(accepted_total > 100);  // the generator makes long accepted paths, not only bonus tokens
+}
+
+TEST_CASE("verify_greedy_batch (arrays, host) with penalties equals processing the rows and verifying them",
+          "[verify][greedy]") {
+  int moved = 0, accepted_total = 0;
+  for (int R : {1, 4, 9}) {
+    for (int max_nodes : {1, 8, 40}) {
+      for (std::int64_t V : {3, 7, 300}) {
+        specdec_test::penalized_greedy_case pc(R, max_nodes, V, static_cast<int>(std::min<std::int64_t>(V, 4)),
+                                               R * 977 + max_nodes * 13 + V);
+        auto& c = pc.c;
+        outputs o(c);
+        const auto unprocessed = c.logits;
+        const std::int64_t rows = c.nodes() + c.requests();
+        specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents),
+                                     specdec::make_view<2>(static_cast<const float*>(c.logits.data()), {rows, V}),
+                                     v1(pc.params), v1(pc.row_params), pc.b.view(), v1(o.accepted), v1(o.num_accepted),
+                                     v1(o.bonus), v1(o.emitted), v1(o.status));
+        INFO("R " << R << " nodes <= " << max_nodes << " V " << V);
+        accepted_total += specdec_test::check_tree_outputs(pc.expected, c.node_indptr, c.tokens, o);
+        CHECK(c.logits == unprocessed);
+        moved += pc.moved();
+      }
+    }
+  }
+  CHECK(moved >= 10);  // the penalties do move argmaxes
+  CHECK(accepted_total > 50);
+  // a bad row anywhere is refused (every row is read), naming the function; nothing written
+  specdec_test::penalized_greedy_case pc(2, 5, 6, 3, 17);
+  outputs o(pc.c);
+  const outputs fresh(pc.c);
+  auto bad = pc.c.logits;
+  bad.back() = std::numeric_limits<float>::quiet_NaN();
+  const std::int64_t rows = pc.c.nodes() + pc.c.requests();
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(pc.c.node_indptr), v1(pc.c.tokens), v1(pc.c.parents),
+                                                 specdec::make_view<2>(bad.data(), {rows, 6}), v1(pc.params),
+                                                 v1(pc.row_params), pc.b.view(), v1(o.accepted), v1(o.num_accepted),
+                                                 v1(o.bonus), v1(o.emitted), v1(o.status)),
+                    Catch::Contains("specdec::verify_greedy_batch") && Catch::Contains("'logits'"));
+  CHECK(o == fresh);
 }
 
 TEST_CASE("verify_greedy_batch (arrays, host) rejects bad values and leaves the outputs untouched",

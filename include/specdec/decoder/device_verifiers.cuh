@@ -11,8 +11,10 @@
 //!                         every request, the results come down, one stream synchronisation. The
 //!                         result equals greedy_verifier's on the same rows bit for bit (argmax ties:
 //!                         lowest token id; verify/greedy.cuh). When a request applies a penalty
-//!                         (which can move the argmax), the rows are first processed as the sampled
-//!                         verifier processes them (below), into a buffer of the verifier's.
+//!                         (which can move the argmax), the penalized form of verify_greedy_batch
+//!                         reads each row's penalized argmax from the target's logits in place
+//!                         (penalized_argmax_batch: the argmax of the row the sampled verifier's
+//!                         processing below would make, without a copy or a [N + B, V] buffer).
 //!
 //!   cuda_sample_and_match_verifier
 //!                         sample_and_match_verifier plus verify_batch: the rows processed and turned
@@ -181,11 +183,15 @@ class device_step_rows {
     penalties_ = penalties, rows_count_ = rows, vocab_ = V;
   }
 
-  //! The device half for the step prepare() saw: the processed rows [N + B, V] (device memory, valid
-  //! until the next call).
-  strided_view<float, 2> process(const batch_verify_input& in, cudaStream_t stream, std::int32_t* status) {
-    const std::int64_t rows = rows_count_, V = vocab_;
-    const bool penalties = penalties_;
+  //! The step's arrays in device memory: its sampling entries, row-to-entry map and, with penalties,
+  //! its penalty context (empty views without).
+  struct step_arrays {
+    strided_view<const sampling_params, 1> params;
+    strided_view<const std::int32_t, 1> row_params;
+    penalty_context context;
+  };
+  //! Enqueues the uploads of the step prepare() saw on `stream`; the arrays stay valid until the next call.
+  step_arrays upload(const batch_verify_input& in, cudaStream_t stream) {
     const auto B = in.sampling.size();
     auto& d = *ints_;
     const auto up = [&](void* to, const void* from, std::size_t bytes) {
@@ -196,11 +202,27 @@ class device_step_rows {
       up(p, h.data(), h.size_bytes());
       return make_view<1>(static_cast<const std::int32_t*>(p), {static_cast<std::int64_t>(h.size())}, memory_space::device);
     };
-    const auto rp = up_ints(0, row_params_);
+    step_arrays out;
+    out.row_params = up_ints(0, row_params_);
     sampling_params* params = params_->get(0, B);
     params_host_.clear();
     for (const sampling_params* sp : in.sampling) params_host_.push_back(*sp);
     up(params, params_host_.data(), params_host_.size() * sizeof(sampling_params));
+    out.params = make_view<1>(static_cast<const sampling_params*>(params), {static_cast<std::int64_t>(B)}, memory_space::device);
+    if (penalties_)
+      out.context = {up_ints(1, builder_->distinct()),       up_ints(2, builder_->last()),
+                     up_ints(3, builder_->context_indptr()), up_ints(4, builder_->context_length()),
+                     up_ints(5, builder_->row_context()),    up_ints(6, builder_->path_indptr()),
+                     up_ints(7, builder_->path())};
+    return out;
+  }
+
+
+  //! The device half for the step prepare() saw: the processed rows [N + B, V] (device memory, valid
+  //! until the next call).
+  strided_view<float, 2> process(const batch_verify_input& in, cudaStream_t stream, std::int32_t* status) {
+    const std::int64_t rows = rows_count_, V = vocab_;
+    const step_arrays up = upload(in, stream);
     float* buf = rows_->get(0, static_cast<std::size_t>(rows * V));
     if (rows > 0)
       SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(buf, static_cast<std::size_t>(V) * sizeof(float), in.logits.data(),
@@ -208,18 +230,12 @@ class device_step_rows {
                                            static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(rows),
                                            cudaMemcpyDeviceToDevice, stream));
     const auto lg = make_view<2>(buf, {rows, V}, memory_space::device);
-    const auto pv = make_view<1>(static_cast<const sampling_params*>(params), {static_cast<std::int64_t>(B)}, memory_space::device);
     const auto st = make_view<1>(status, {3}, memory_space::device);
     const cuda policy{.stream = stream};
-    if (penalties) {
-      const penalty_context c{up_ints(1, builder_->distinct()),    up_ints(2, builder_->last()),
-                              up_ints(3, builder_->context_indptr()), up_ints(4, builder_->context_length()),
-                              up_ints(5, builder_->row_context()), up_ints(6, builder_->path_indptr()),
-                              up_ints(7, builder_->path())};
-      process_logits_batch(policy, lg, pv, rp, c, st);
-    } else {
-      process_logits_batch(policy, lg, pv, rp, st);
-    }
+    if (penalties_)
+      process_logits_batch(policy, lg, up.params, up.row_params, up.context, st);
+    else
+      process_logits_batch(policy, lg, up.params, up.row_params, st);
     return lg;
   }
 
@@ -497,13 +513,17 @@ class cuda_greedy_verifier : public greedy_verifier {
     detail::drain_on_throw(d_.stream, [&] {
       auto& io = *d_.io;
       io.upload(in, d_.stream, false);
-      // a penalty can move the argmax: the rows processed first (one-hot at the penalized argmax)
-      strided_view<const float, 2> logits = in.logits;
-      if (penalties) logits = d_.rows->process(in, d_.stream, io.status(io.processing));
-      verify_greedy_batch(cuda{.stream = d_.stream}, io.indptr(), io.tokens(), io.parents(), logits, io.accepted(),
-                          io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
-      using io_t = detail::device_verify_io;
-      io.finish(in, d_.stream, fn, (penalties ? io_t::bit(io_t::processing) : 0u) | io_t::bit(io_t::verification), out);
+      const cuda policy{.stream = d_.stream};
+      if (penalties) {  // a penalty can move the argmax: each row's penalized argmax, read in place
+        const auto up = d_.rows->upload(in, d_.stream);
+        verify_greedy_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params, up.row_params,
+                            up.context, io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                            io.status_view(io.verification));
+      } else {
+        verify_greedy_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, io.accepted(), io.num_accepted(),
+                            io.bonus(), io.emitted(), io.status_view(io.verification));
+      }
+      io.finish(in, d_.stream, fn, detail::device_verify_io::bit(detail::device_verify_io::verification), out);
     });
   }
 

@@ -423,6 +423,94 @@ __global__ void __launch_bounds__(process_threads) logits_to_probs_kernel(const 
   }
 }
 
+//! penalized_argmax_batch's kernel: a block per row (grid-stride), process_threads threads, the row's
+//! marks in dynamic shared memory ((V + 31) / 32 words). Per row: the entry and the context checked as
+//! process_logits_kernel checks them (the same reports); the row's context and suffix tokens marked;
+//! one pass over the row (the non-finite check, and the first maximum of the unmarked tokens); each
+//! final owner's value (penalty_pair_final, penalty_path_final); a CUB block reduction of the
+//! first_max shares. A row with NaN or +inf, or with no logit above -inf after the penalties, is
+//! reported as device_error::row (process_logits_kernel's report for it) and gets -1.
+__global__ void __launch_bounds__(process_threads) penalized_argmax_kernel(const penalized_argmax_args args) {
+  using reduce = cub::BlockReduce<first_max, process_threads>;
+  __shared__ typename reduce::TempStorage tmp;
+  extern __shared__ std::uint32_t marks[];
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const process_logits_batch_args& a = args.rows;
+  const int t = static_cast<int>(threadIdx.x);
+  const std::int64_t n = a.vocab, words = (n + 31) / 32;
+  for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const float* row = a.logits;  // read only (penalized_argmax_args)
+    row += r * a.stride;
+    const std::int32_t e = a.row_params[r];
+    if (e < 0 || e >= a.num_params || !batch_sampling_params_ok(a.params[e], a.with_context)) {  // uniform
+      if (t == 0) device_report(a.status, device_error::params, e, static_cast<std::int32_t>(r)), args.argmax[r] = -1;
+      continue;
+    }
+    row_penalty rp;
+    if (!block_row_penalty(a, r, a.params[e], rp)) {  // uniform; its barrier ends its reads
+      if (t == 0) args.argmax[r] = -1;
+      continue;
+    }
+    const bool active = rp.active();
+    if (active) {
+      for (std::int64_t w = t; w < words; w += process_threads) marks[w] = 0u;
+      __syncthreads();
+      for (std::int32_t j = t; j < rp.count; j += process_threads)
+        atomicOr(&marks[rp.distinct[j] >> 5], 1u << (rp.distinct[j] & 31));
+      for (std::int32_t k = t; k < rp.depth; k += process_threads) atomicOr(&marks[rp.path[k] >> 5], 1u << (rp.path[k] & 31));
+      __syncthreads();
+    }
+    first_max best;
+    bool bad = false;
+    for_each_strided(row, n, t, process_threads, [&](float v, std::int64_t i) {
+      bad |= (v != v) || v == inf;
+      if (!active || ((marks[i >> 5] >> (i & 31)) & 1u) == 0u) best.see(v, static_cast<std::int32_t>(i));
+    });
+    if (active) {
+      for (std::int32_t j = t; j < rp.count; j += process_threads) {
+        float v;
+        if (penalty_pair_final(rp, j, row, v)) best.see(v, rp.distinct[j]);
+      }
+      for (std::int32_t k = t; k < rp.depth; k += process_threads) {
+        std::int32_t token;
+        float v;
+        if (penalty_path_final(rp, k, row, token, v)) best.see(v, token);
+      }
+    }
+    const bool row_bad = __syncthreads_or(bad ? 1 : 0) != 0;
+    const first_max b = reduce(tmp).Reduce(best, [](first_max x, const first_max& y) {
+      x.see(y.v, y.i);
+      return x;
+    });
+    if (t == 0) {
+      const bool ok = !row_bad && b.v > -inf;  // no NaN or +inf; some logit above -inf after the penalties
+      if (!ok) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
+      args.argmax[r] = ok ? b.i : -1;
+    }
+    __syncthreads();  // tmp and marks are reused by the next row
+  }
+}
+
+//! The cuda backend of penalized_argmax_batch (the seam in sampling/logits_processor.hpp): the entry
+//! point has checked shapes, memory spaces and V <= penalized_argmax_max_vocab. Clears status and
+//! launches the kernel on policy.stream, opting in to the shared memory its marks need beyond the
+//! default 48 KiB (V > ~2^18); no synchronisation. A failed launch throws cuda_error.
+template <>
+struct penalized_argmax_backend<cuda> {
+  static void run(const cuda& policy, const penalized_argmax_args& args) {
+    const process_logits_batch_args& a = args.rows;
+    clear_device_status(a.status, policy.stream);
+    if (a.rows == 0) return;
+    const auto bytes = static_cast<std::size_t>((a.vocab + 31) / 32) * sizeof(std::uint32_t);
+    if (bytes > 32 * 1024)
+      cuda_check(cudaFuncSetAttribute(penalized_argmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)),
+                 "penalized_argmax_kernel (shared memory)");
+    penalized_argmax_kernel<<<per_request_blocks(a.rows), process_threads, bytes, policy.stream>>>(args);
+    cuda_check(cudaGetLastError(), "penalized_argmax_kernel");
+  }
+};
+
 //! The cuda backend of process_logits_batch (the seam in sampling/logits_processor.hpp): the entry
 //! point has checked shapes, strides and memory spaces. Clears status and launches the kernel on
 //! policy.stream; no synchronisation. A failed launch throws cuda_error.

@@ -428,6 +428,9 @@ namespace detail {
 //! Largest V of process_logits_batch and logits_to_probs_batch: top-p's bin sums (and the CUDA
 //! backend's weighted selection) are exact up to 2^29 terms (sampling/detail/vec.hpp, top_p_quantum).
 inline constexpr std::int64_t batch_max_vocab = std::int64_t{1} << 29;
+//! Largest V of penalized_argmax_batch on the cuda backend: its row's bitmap lives in shared memory
+//! (2^20 bits = 128 KiB, under the 227 KiB a block may opt in to on sm_90).
+inline constexpr std::int64_t penalized_argmax_max_vocab = std::int64_t{1} << 20;
 
 //! process_logits_batch's arguments (a kernel parameter). The penalty context's arrays are null in
 //! the five-argument form (with_context false: a penalty is refused).
@@ -473,74 +476,87 @@ struct process_logits_batch_args {
 //! process_logits_batch_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
 SPECDEC_BACKEND_SEAM(process_logits_backend, "process_logits_batch", "specdec/sampling/logits_processor.cuh");
 
+//! The host backends' checks of every row of a batch before any is written (process_logits_batch) or
+//! read for a result (penalized_argmax_batch): row_params entries, sampling_params, the penalty
+//! context (each context's pairs once, each row's suffix), the row (checked_logit_scan) and, when the
+//! penalties could overflow every admissible logit to -inf, what would survive them. Fills each
+//! row's scan and penalty view; throws invalid_argument naming `fn` (the first failing row).
+inline void check_batch_rows_host(const process_logits_batch_args& a, std::string_view fn, std::vector<logit_scan>& scans,
+                                  std::vector<row_penalty>& penalties) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const auto v = static_cast<std::size_t>(a.vocab);
+  const auto row_at = [&](std::int64_t i) { return std::span<const float>(a.logits + i * a.stride, v); };
+  scans.assign(static_cast<std::size_t>(a.rows), logit_scan{});
+  penalties.assign(static_cast<std::size_t>(a.rows), row_penalty{});
+  std::vector<std::uint8_t> context_checked(static_cast<std::size_t>(a.contexts), 0);
+  const auto bad_context = [&](std::int64_t i, const std::string& what, std::int64_t value) {
+    throw_invalid_argument(fn, "context", what + " (row " + std::to_string(i) + ")", value);
+  };
+  for (std::int64_t i = 0; i < a.rows; ++i) {  // every row first: a rejected call writes nothing
+    const std::int32_t e = a.row_params[i];
+    if (e < 0 || e >= a.num_params) [[unlikely]]
+      throw_invalid_argument(fn, "row_params",
+                             "entries in [0, params.extent(0) = " + std::to_string(a.num_params) + ") (at row " +
+                                 std::to_string(i) + ")",
+                             e);
+    const sampling_params& p = a.params[e];
+    validate_sampling_params(p, fn);
+    if (!batch_sampling_params_ok(p, a.with_context)) [[unlikely]]
+      throw_invalid_argument(fn, "params",
+                             "no repetition or contextual penalty (entry " + std::to_string(e) +
+                                 "): the five-argument form gets no context; pass a penalty_context",
+                             "a penalty");
+    row_penalty& rp = penalties[static_cast<std::size_t>(i)];
+    std::int32_t c = -1;
+    if (!row_penalty_of(a, i, p, rp, c)) [[unlikely]] {
+      if (c < -1 || c >= a.contexts) bad_context(i, "row_context entries in [-1, " + std::to_string(a.contexts) + ")", c);
+      if (!penalty_path_range_ok(a.path_indptr[i], a.path_indptr[i + 1], a.path_tokens))
+        bad_context(i, "a path range [path_indptr[i], path_indptr[i + 1]) inside [0, " + std::to_string(a.path_tokens) + "]",
+                    a.path_indptr[i + 1]);
+      bad_context(i, "context " + std::to_string(c) +
+                         ": a range of context_indptr inside [0, " + std::to_string(a.pairs) +
+                         "] holding at most context_length tokens, none exactly when the length is 0",
+                  a.context_length[c]);
+    }
+    if (c >= 0 && !context_checked[static_cast<std::size_t>(c)]) {  // each context's pairs once
+      const std::int64_t lo = a.context_indptr[c], hi = a.context_indptr[c + 1];
+      for (std::int64_t j = lo; j < hi; ++j)
+        if (!penalty_pair_ok(a.distinct, a.last, lo, j, a.vocab, a.context_length[c])) [[unlikely]]
+          bad_context(i, "context " + std::to_string(c) + ": distinct tokens in [0, V) strictly ascending, last "
+                         "positions in [0, context_length) (at pair " + std::to_string(j) + ", token",
+                      a.distinct[j]);
+      context_checked[static_cast<std::size_t>(c)] = 1;
+    }
+    for (std::int32_t k = 0; k < rp.depth; ++k)
+      if (rp.path[k] < 0 || rp.path[k] >= a.vocab) [[unlikely]]
+        bad_context(i, "path tokens in [0, V) (at suffix position " + std::to_string(k) + ")", rp.path[k]);
+    const row_ref at{fn, "logits", i};
+    const logit_scan s = checked_logit_scan(row_at(i), at);
+    scans[static_cast<std::size_t>(i)] = s;
+    if (rp.active() && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
+      // the penalties could overflow every admissible logit to -inf: count what would survive
+      const float* row = row_at(i).data();
+      std::int64_t surviving = 0;
+      for (std::int64_t j = 0; j < a.vocab; ++j) surviving += row[j] > ninf;
+      for (std::int32_t j = 0; j < rp.count; ++j) surviving += penalty_pair_survival(rp, j, row);
+      for (std::int32_t k = 0; k < rp.depth; ++k) surviving += penalty_path_survival(rp, k, row);
+      if (surviving == 0)
+        throw_empty_row(at,
+                        "at least one logit above -inf after the penalties (every admissible logit overflows to "
+                        "-inf when multiplied by the penalty)",
+                        "all -inf");
+    }
+  }
+}
+
 template <>
 struct process_logits_backend<host> {
   static void run(const host& policy, const process_logits_batch_args& a) {
-    constexpr std::string_view fn = "specdec::process_logits_batch";
-    constexpr float ninf = -std::numeric_limits<float>::infinity();
     const auto v = static_cast<std::size_t>(a.vocab);
     const auto row_at = [&](std::int64_t i) { return std::span<float>(a.logits + i * a.stride, v); };
-    std::vector<logit_scan> scans(static_cast<std::size_t>(a.rows));
-    std::vector<row_penalty> penalties(static_cast<std::size_t>(a.rows));
-    std::vector<std::uint8_t> context_checked(static_cast<std::size_t>(a.contexts), 0);
-    const auto bad_context = [&](std::int64_t i, const std::string& what, std::int64_t value) {
-      throw_invalid_argument(fn, "context", what + " (row " + std::to_string(i) + ")", value);
-    };
-    for (std::int64_t i = 0; i < a.rows; ++i) {  // every row first: a rejected call writes nothing
-      const std::int32_t e = a.row_params[i];
-      if (e < 0 || e >= a.num_params) [[unlikely]]
-        throw_invalid_argument(fn, "row_params",
-                               "entries in [0, params.extent(0) = " + std::to_string(a.num_params) + ") (at row " +
-                                   std::to_string(i) + ")",
-                               e);
-      const sampling_params& p = a.params[e];
-      validate_sampling_params(p, fn);
-      if (!batch_sampling_params_ok(p, a.with_context)) [[unlikely]]
-        throw_invalid_argument(fn, "params",
-                               "no repetition or contextual penalty (entry " + std::to_string(e) +
-                                   "): the five-argument form gets no context; pass a penalty_context",
-                               "a penalty");
-      row_penalty& rp = penalties[static_cast<std::size_t>(i)];
-      std::int32_t c = -1;
-      if (!row_penalty_of(a, i, p, rp, c)) [[unlikely]] {
-        if (c < -1 || c >= a.contexts) bad_context(i, "row_context entries in [-1, " + std::to_string(a.contexts) + ")", c);
-        if (!penalty_path_range_ok(a.path_indptr[i], a.path_indptr[i + 1], a.path_tokens))
-          bad_context(i, "a path range [path_indptr[i], path_indptr[i + 1]) inside [0, " + std::to_string(a.path_tokens) + "]",
-                      a.path_indptr[i + 1]);
-        bad_context(i, "context " + std::to_string(c) +
-                           ": a range of context_indptr inside [0, " + std::to_string(a.pairs) +
-                           "] holding at most context_length tokens, none exactly when the length is 0",
-                    a.context_length[c]);
-      }
-      if (c >= 0 && !context_checked[static_cast<std::size_t>(c)]) {  // each context's pairs once
-        const std::int64_t lo = a.context_indptr[c], hi = a.context_indptr[c + 1];
-        for (std::int64_t j = lo; j < hi; ++j)
-          if (!penalty_pair_ok(a.distinct, a.last, lo, j, a.vocab, a.context_length[c])) [[unlikely]]
-            bad_context(i, "context " + std::to_string(c) + ": distinct tokens in [0, V) strictly ascending, last "
-                           "positions in [0, context_length) (at pair " + std::to_string(j) + ", token",
-                        a.distinct[j]);
-        context_checked[static_cast<std::size_t>(c)] = 1;
-      }
-      for (std::int32_t k = 0; k < rp.depth; ++k)
-        if (rp.path[k] < 0 || rp.path[k] >= a.vocab) [[unlikely]]
-          bad_context(i, "path tokens in [0, V) (at suffix position " + std::to_string(k) + ")", rp.path[k]);
-      const row_ref at{fn, "logits", i};
-      const logit_scan s = checked_logit_scan(std::span<const float>(row_at(i)), at);
-      scans[static_cast<std::size_t>(i)] = s;
-      if (rp.active() && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
-        // the penalties could overflow every admissible logit to -inf: count what would survive
-        const float* row = row_at(i).data();
-        std::int64_t surviving = 0;
-        for (std::int64_t j = 0; j < a.vocab; ++j) surviving += row[j] > ninf;
-        for (std::int32_t j = 0; j < rp.count; ++j) surviving += penalty_pair_survival(rp, j, row);
-        for (std::int32_t k = 0; k < rp.depth; ++k) surviving += penalty_path_survival(rp, k, row);
-        if (surviving == 0)
-          throw_empty_row(at,
-                          "at least one logit above -inf after the penalties (every admissible logit overflows to "
-                          "-inf when multiplied by the penalty)",
-                          "all -inf");
-      }
-    }
+    std::vector<logit_scan> scans;
+    std::vector<row_penalty> penalties;
+    check_batch_rows_host(a, "specdec::process_logits_batch", scans, penalties);
     parallel_for(policy, a.rows, [&](std::int64_t i) {  // rows on the host pool, a workspace per thread
       thread_local sampling_workspace tws;
       const auto row = row_at(i);
@@ -582,12 +598,15 @@ void require_batch_rows(std::string_view fn, const View& logits) {
   require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
 }
 
-//! process_logits_batch's checks of everything but the context, and its arguments.
-template <class Policy, class Lg, class Pa, class RP, class ST>
+//! process_logits_batch's checks of everything but the context, and its arguments. `Writable` false:
+//! the rows are only read (penalized_argmax_batch): const float is accepted and rows may overlap.
+template <class Policy, bool Writable = true, class Lg, class Pa, class RP, class ST>
 process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg& logits_in, const Pa& params_in,
                                                   const RP& row_params_in, const ST& status_in) {
-  static_assert(std::is_same_v<typename Lg::element_type, float> && Lg::rank == 2,
-                "specdec::process_logits_batch: logits must be a writable float tensor [rows, V]");
+  static_assert(Lg::rank == 2 && (Writable ? std::is_same_v<typename Lg::element_type, float>
+                                           : std::is_same_v<std::remove_cv_t<typename Lg::element_type>, float>),
+                "specdec::process_logits_batch: logits must be a writable float tensor [rows, V] (penalized_argmax_batch: "
+                "a float tensor)");
   static_assert(std::is_same_v<std::remove_cv_t<typename Pa::element_type>, sampling_params> && Pa::rank == 1,
                 "specdec::process_logits_batch: params must be a 1-D tensor of sampling_params");
   const auto logits = as_view(logits_in);
@@ -595,7 +614,7 @@ process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg&
   const auto row_params = as_view(row_params_in);
   const auto status = as_view(status_in);
   require_batch_rows<Policy>(fn, logits);
-  require_unique_elements(fn, "logits", logits);
+  if constexpr (Writable) require_unique_elements(fn, "logits", logits);
   const std::int64_t rows = logits.extent(0);
   require_policy_memory<Policy>(fn, "params", params);
   require_array(fn, "params", params);
@@ -604,8 +623,39 @@ process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg&
   require_policy_array<Policy>(fn, "row_params", row_params, rows);
   require_policy_array<Policy>(fn, "status", status, 3);
   require_disjoint(fn, "logits", logits, "params", params, "row_params", row_params, "status", status);
-  return {logits.data(), rows, logits.extent(1), logits.stride(0), params.data(), params.extent(0), row_params.data(),
-          status.data()};
+  // read only when !Writable (penalized_argmax_args says so)
+  return {const_cast<float*>(logits.data()), rows, logits.extent(1), logits.stride(0), params.data(), params.extent(0),
+          row_params.data(), status.data()};
+}
+
+//! The six-argument forms' checks of the penalty context (process_logits_batch, penalized_argmax_batch):
+//! each array in memory the policy can read, of the sizes penalty_context says, disjoint from the
+//! arrays the call writes (`written`: name, view pairs); sets a's context fields.
+template <class Policy, class... Written>
+void attach_penalty_context(std::string_view fn, process_logits_batch_args& a, const penalty_context& c,
+                            const Written&... written) {
+  const std::int64_t lim = penalty_context_max;
+  require_policy_array<Policy>(fn, "context.distinct", c.distinct, -1);
+  require(c.distinct.extent(0) <= lim, fn, "context.distinct", "at most INT32_MAX pairs", c.distinct.extent(0));
+  require_policy_array<Policy>(fn, "context.last", c.last, c.distinct.extent(0));
+  require_policy_array<Policy>(fn, "context.context_length", c.context_length, -1);
+  require(c.context_length.extent(0) < lim, fn, "context.context_length", "fewer than INT32_MAX contexts",
+          c.context_length.extent(0));
+  require_policy_array<Policy>(fn, "context.context_indptr", c.context_indptr, c.context_length.extent(0) + 1);
+  require_policy_array<Policy>(fn, "context.row_context", c.row_context, a.rows);
+  require_policy_array<Policy>(fn, "context.path_indptr", c.path_indptr, a.rows + 1);
+  require_policy_array<Policy>(fn, "context.path", c.path, -1);
+  require(c.path.extent(0) <= lim, fn, "context.path", "at most INT32_MAX tokens", c.path.extent(0));
+  for (const auto& [name, array] : {std::pair{"context.distinct", c.distinct}, {"context.last", c.last},
+                                     {"context.context_indptr", c.context_indptr},
+                                     {"context.context_length", c.context_length}, {"context.row_context", c.row_context},
+                                     {"context.path_indptr", c.path_indptr}, {"context.path", c.path}})
+    require_disjoint(fn, written..., name, array);  // the arrays written; the context may share memory
+  a.with_context = true;
+  a.distinct = c.distinct.data(), a.last = c.last.data(), a.context_indptr = c.context_indptr.data();
+  a.context_length = c.context_length.data(), a.row_context = c.row_context.data();
+  a.path_indptr = c.path_indptr.data(), a.path = c.path.data();
+  a.pairs = c.distinct.extent(0), a.contexts = c.context_length.extent(0), a.path_tokens = c.path.extent(0);
 }
 
 }  // namespace detail
@@ -662,32 +712,108 @@ void process_logits_batch(const Policy& policy, const Lg& logits, const Pa& para
                           const penalty_context& context, const ST& status) {
   constexpr std::string_view fn = "specdec::process_logits_batch";
   auto a = detail::process_logits_batch_of<Policy>(fn, logits, params, row_params, status);
-  const auto& c = context;
-  const std::int64_t lim = detail::penalty_context_max;
-  require_policy_array<Policy>(fn, "context.distinct", c.distinct, -1);
-  require(c.distinct.extent(0) <= lim, fn, "context.distinct", "at most INT32_MAX pairs", c.distinct.extent(0));
-  require_policy_array<Policy>(fn, "context.last", c.last, c.distinct.extent(0));
-  require_policy_array<Policy>(fn, "context.context_length", c.context_length, -1);
-  require(c.context_length.extent(0) < lim, fn, "context.context_length", "fewer than INT32_MAX contexts",
-          c.context_length.extent(0));
-  require_policy_array<Policy>(fn, "context.context_indptr", c.context_indptr, c.context_length.extent(0) + 1);
-  require_policy_array<Policy>(fn, "context.row_context", c.row_context, a.rows);
-  require_policy_array<Policy>(fn, "context.path_indptr", c.path_indptr, a.rows + 1);
-  require_policy_array<Policy>(fn, "context.path", c.path, -1);
-  require(c.path.extent(0) <= lim, fn, "context.path", "at most INT32_MAX tokens", c.path.extent(0));
-  const auto lg = as_view(logits);
-  const auto st = as_view(status);
-  for (const auto& [name, array] : {std::pair{"context.distinct", c.distinct}, {"context.last", c.last},
-                                     {"context.context_indptr", c.context_indptr},
-                                     {"context.context_length", c.context_length}, {"context.row_context", c.row_context},
-                                     {"context.path_indptr", c.path_indptr}, {"context.path", c.path}})
-    require_disjoint(fn, "logits", lg, "status", st, name, array);  // the arrays written; the context may share memory
-  a.with_context = true;
-  a.distinct = c.distinct.data(), a.last = c.last.data(), a.context_indptr = c.context_indptr.data();
-  a.context_length = c.context_length.data(), a.row_context = c.row_context.data();
-  a.path_indptr = c.path_indptr.data(), a.path = c.path.data();
-  a.pairs = c.distinct.extent(0), a.contexts = c.context_length.extent(0), a.path_tokens = c.path.extent(0);
+  detail::attach_penalty_context<Policy>(fn, a, context, "logits", as_view(logits), "status", as_view(status));
   detail::process_logits_backend<Policy>::run(policy, a);
+}
+
+namespace detail {
+
+//! penalized_argmax_batch's arguments (a kernel parameter): the rows, entries and context as
+//! process_logits_batch's (rows.logits is only read), and the output.
+struct penalized_argmax_args {
+  process_logits_batch_args rows;
+  std::int32_t* argmax = nullptr;
+};
+
+//! The seam between penalized_argmax_batch and its backends: static void run(const Policy&, const
+//! penalized_argmax_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
+SPECDEC_BACKEND_SEAM(penalized_argmax_backend, "penalized_argmax_batch", "specdec/sampling/logits_processor.cuh");
+
+//! The host form of penalized_argmax_batch (its backend, and verify_greedy_batch's penalized form):
+//! every row checked first (invalid_argument naming `fn`; nothing written), then each row's first
+//! maximum after its penalties into args.argmax, rows on the policy's threads.
+inline void penalized_argmax_host(const host& policy, const penalized_argmax_args& args, std::string_view fn) {
+  const process_logits_batch_args& a = args.rows;
+  std::vector<logit_scan> scans;
+  std::vector<row_penalty> penalties;
+  check_batch_rows_host(a, fn, scans, penalties);  // nothing written before
+  parallel_for(policy, a.rows, [&](std::int64_t i) {
+    thread_local std::vector<std::uint32_t> marks;  // the row's context and suffix tokens
+    const float* row = a.logits + i * a.stride;
+    const row_penalty& rp = penalties[static_cast<std::size_t>(i)];
+    if (!rp.active()) {
+      args.argmax[i] = static_cast<std::int32_t>(
+          first_index_of(row, static_cast<std::size_t>(a.vocab), scans[static_cast<std::size_t>(i)].max));
+      return;
+    }
+    marks.assign(static_cast<std::size_t>((a.vocab + 31) / 32), 0u);
+    const auto mark = [&](std::int32_t t) { marks[static_cast<std::size_t>(t >> 5)] |= 1u << (t & 31); };
+    for (std::int32_t j = 0; j < rp.count; ++j) mark(rp.distinct[j]);
+    for (std::int32_t k = 0; k < rp.depth; ++k) mark(rp.path[k]);
+    const first_max best = penalized_first_max(rp, row, a.vocab, [&](std::int64_t t) {
+      return ((marks[static_cast<std::size_t>(t >> 5)] >> (t & 31)) & 1u) == 0;
+    });
+    args.argmax[i] = best.i;  // the checks leave some logit above -inf
+  });
+  a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
+}
+
+template <>
+struct penalized_argmax_backend<host> {
+  static void run(const host& policy, const penalized_argmax_args& args) {
+    penalized_argmax_host(policy, args, "specdec::penalized_argmax_batch");
+  }
+};
+
+//! penalized_argmax_batch's checks (named `fn`) and arguments: the rows, entries and context as
+//! process_logits_batch's (read only; V <= penalized_argmax_max_vocab under cuda), `argmax` [rows]
+//! in memory the policy can write, disjoint from the rest (named `argmax_name` in messages).
+template <class Policy, class Lg, class Pa, class RP, class AM, class ST>
+penalized_argmax_args penalized_argmax_args_of(std::string_view fn, const Lg& logits, const Pa& params,
+                                               const RP& row_params, const penalty_context& context, const AM& argmax,
+                                               const ST& status, std::string_view argmax_name = "argmax") {
+  const auto lg = as_view(logits);
+  if constexpr (std::is_same_v<Policy, cuda>)
+    require(lg.extent(1) <= penalized_argmax_max_vocab, fn, "logits", "at most 2^20 columns on the cuda backend",
+            lg.extent(1));
+  auto a = process_logits_batch_of<Policy, false>(fn, logits, params, row_params, status);
+  const auto st = as_view(status);
+  const auto am = as_view(argmax);
+  require_policy_array<Policy>(fn, argmax_name, am, a.rows);
+  require_disjoint(fn, argmax_name, am, "logits", lg, "status", st, "params", as_view(params), "row_params",
+                   as_view(row_params));
+  attach_penalty_context<Policy>(fn, a, context, argmax_name, am, "status", st);
+  return {a, am.data()};
+}
+
+}  // namespace detail
+
+//! Each row's greedy token after its penalties, without writing the rows: argmax[i] is the token
+//! process_logits_batch (six-argument form, temperature 0) would make row i one-hot at, the first
+//! maximum of the penalized row. Greedy verification with repetition or contextual penalties reads
+//! this (the CUDA greedy verifier: decoder/device_verifiers.cuh) instead of a processed copy of every
+//! row: one read of the logits, no [rows, V] buffer. The other processors are not read: at
+//! temperature 0 they keep the maximum.
+//!   logits      float [rows, V] (const allowed), unit inner stride; only read
+//!   params      sampling_params [P]; row_params int32 [rows], entries in [0, P)
+//!   context     penalty_context: row i's committed context and suffix, as process_logits_batch's
+//!   argmax      int32 [rows] out: the token, or -1 for a row the device reports
+//!   status      int32 [3] out: {0, -1, -1}, or process_logits_batch's reports (device_error::params,
+//!               ::context, ::row) for the same rows
+//!   specdec::host: every row checked first as process_logits_batch checks it (invalid_argument naming
+//!     the row; nothing written), then the rows on the policy's threads: O(V + |pairs| (1 + depth) +
+//!     depth (depth + log |pairs|)) per row, and a V-bit mark array per thread.
+//!   specdec::cuda (needs sampling/logits_processor.cuh and nvcc): a block per row, its context and
+//!     suffix tokens marked in a shared-memory bitmap (V / 8 bytes: V <= 2^20 on this backend), one
+//!     pass over the row, then the owners; enqueued on policy.stream, no synchronisation.
+//! Results are equal on both backends (a penalty is one IEEE division or multiplication).
+template <execution_policy Policy, tensor_like Lg, tensor_like Pa, class RP, class AM, class ST>
+  requires(detail::int32_array<RP> && detail::int32_output<AM> && detail::int32_output<ST>)
+void penalized_argmax_batch(const Policy& policy, const Lg& logits, const Pa& params, const RP& row_params,
+                            const penalty_context& context, const AM& argmax, const ST& status) {
+  detail::penalized_argmax_backend<Policy>::run(
+      policy, detail::penalized_argmax_args_of<Policy>("specdec::penalized_argmax_batch", logits, params, row_params,
+                                                       context, argmax, status));
 }
 
 namespace detail {

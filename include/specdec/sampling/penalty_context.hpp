@@ -176,6 +176,76 @@ enum class penalty_path_action : std::uint8_t {
                                          : penalize(x, rp.contextual, rp.sign_aware);
 }
 
+//! The value a row's token ends with after both phases, read from the unpenalized row (nothing is
+//! written), by the token's one final owner: a pair unless phase 2 acts on its token, else the suffix
+//! position that acts. Every token of the context or the suffix has exactly one final owner; every
+//! other token keeps its logit. What a fused kernel reads in place of the penalized row.
+//! Pair j: true, with `value` its token's final value, unless phase 2 brings its token into the window
+//! (its last committed position before the window, an occurrence in the suffix inside it): then
+//! false, and that suffix position is the owner. O(depth) for a pair before the window, else O(1).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_pair_final(const row_penalty& rp, std::int32_t j, const float* row,
+                                                                 float& value) noexcept {
+  const std::int32_t token = rp.distinct[j];
+  if (rp.contextual != 1.0f && rp.last[j] < rp.window_start) {
+    // phase 2 acts on the token iff it occurs in the suffix at a position inside the window
+    // (penalty_path_step at its last occurrence, which is then inside it too)
+    const std::int64_t first_inside = rp.window_start - rp.length;
+    for (std::int64_t k = first_inside > 0 ? first_inside : 0; k < rp.depth; ++k)
+      if (rp.path[k] == token) return false;
+  }
+  const float x = row[token];
+  value = penalty_pair_acts(rp, j) ? penalized_logit(rp, x, rp.last[j]) : x;
+  return true;
+}
+//! Suffix position k: true, with `token` and its final `value`, when phase 2 acts there (a token the
+//! context lacks, at its last occurrence in the suffix; or a context token it brings into the
+//! window, on the phase-1 value); else false (the token's owner is elsewhere).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_path_final(const row_penalty& rp, std::int32_t k, const float* row,
+                                                                 std::int32_t& token, float& value) noexcept {
+  std::int32_t pair;
+  const auto a = penalty_path_step(rp, k, token, pair);
+  if (a == penalty_path_action::none) return false;
+  float x = row[token];
+  if (pair >= 0 && penalty_pair_acts(rp, pair)) x = penalized_logit(rp, x, rp.last[pair]);  // phase 1's value
+  value = penalty_path_value(rp, a, x, k);
+  return true;
+}
+
+//! A running first maximum (value, index): a larger value wins, an equal one the lower index (the
+//! greedy rule: greedy_token, process_logits at temperature 0). Order-free, so threads and blocks may
+//! combine their shares in any order.
+struct first_max {
+  float v = -std::numeric_limits<float>::infinity();
+  std::int32_t i = std::numeric_limits<std::int32_t>::max();
+  SPECDEC_HOST_DEVICE void see(float value, std::int32_t index) noexcept {
+    if (value > v || (value == v && index < i)) v = value, i = index;
+  }
+};
+
+//! Row `row`'s first maximum after its penalties (the token process_logits_batch makes one-hot at
+//! temperature 0), without writing the row: the first maximum of the tokens outside the context and
+//! the suffix, which keep their logits, combined with each final owner's value (penalty_pair_final,
+//! penalty_path_final). `outside(i)` says whether token i is neither a pair's nor a suffix token (a
+//! bitmap the caller built). Serial form; the CUDA kernel spreads the same three parts over a block.
+//! Result .v is -inf when no logit survives the penalties.
+template <class Outside>
+[[nodiscard]] SPECDEC_HOST_DEVICE first_max penalized_first_max(const row_penalty& rp, const float* row, std::int64_t n,
+                                                                const Outside& outside) noexcept {
+  first_max best;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (outside(i)) best.see(row[i], static_cast<std::int32_t>(i));
+  for (std::int32_t j = 0; j < rp.count; ++j) {
+    float v;
+    if (penalty_pair_final(rp, j, row, v)) best.see(v, rp.distinct[j]);
+  }
+  for (std::int32_t k = 0; k < rp.depth; ++k) {
+    std::int32_t token;
+    float v;
+    if (penalty_path_final(rp, k, row, token, v)) best.see(v, token);
+  }
+  return best;
+}
+
 //! What the two phases do to the number of the row's logits above -inf, read from the unpenalized
 //! row (nothing is written): pair j's change (phase 1) and suffix position k's (phase 2, on the
 //! phase-1 value). The row keeps a logit above -inf iff that number plus all the changes is > 0: the

@@ -27,6 +27,7 @@
 
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/error.hpp"
+#include "specdec/sampling/logits_processor.cuh"
 #include "specdec/verify/greedy.hpp"
 
 namespace specdec {
@@ -153,6 +154,13 @@ __global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const 
   }
 }
 
+//! Enqueues the walk kernel alone on `stream` over row argmaxes already in a.emitted (row s of the
+//! batch at emitted[s]: a token, or -1 for a row the walk reports if it reads it), e.g. from
+//! penalized_argmax_batch (the CUDA greedy verifier's penalized step). a.status is not cleared.
+inline void launch_greedy_walk(cudaStream_t stream, const tree_verify_arrays& a) {
+  launch_per_request<greedy_walk_threads>(greedy_walk_kernel, a.requests, stream, "greedy_walk_kernel", a);
+}
+
 //! The cuda backend (the seam in greedy.hpp): the entry point has checked shapes, strides and
 //! memory spaces. Clears status, launches the argmax and walk kernels on policy.stream; no
 //! synchronisation. A failed launch throws cuda_error.
@@ -167,7 +175,20 @@ struct greedy_batch_backend<cuda> {
     greedy_argmax_kernel<<<argmax_blocks, greedy_argmax_threads, 0, stream>>>(
         a.rows, a.row_stride, rows, static_cast<std::int32_t>(a.vocab), a.emitted);
     SPECDEC_CUDA_CHECK(cudaGetLastError());
-    launch_per_request<greedy_walk_threads>(greedy_walk_kernel, a.requests, stream, "greedy_walk_kernel", a);
+    launch_greedy_walk(stream, a);
+  }
+};
+
+//! The cuda backend of verify_greedy_batch's penalized form (the seam in greedy.hpp): the entry
+//! point has checked shapes, strides, memory spaces and V <= 2^20. Clears status, launches
+//! penalized_argmax_kernel (every row's penalized argmax into emitted) and the walk on
+//! policy.stream; no synchronisation. A failed launch throws cuda_error.
+template <>
+struct greedy_penalized_backend<cuda> {
+  static void run(const cuda& policy, const tree_verify_arrays& a, const penalized_argmax_args& p) {
+    penalized_argmax_backend<cuda>::run(policy, p);  // clears status (p.rows.status is a.status)
+    if (static_cast<std::int64_t>(a.nodes) + a.requests == 0) return;
+    launch_greedy_walk(policy.stream, a);
   }
 };
 

@@ -27,6 +27,7 @@
 
 #include "specdec/core/execution.hpp"
 #include "specdec/sampling/detail/vec.hpp"
+#include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/sampler.hpp"  // greedy_token, the rule the walk shares (kept for includers)
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
@@ -47,10 +48,11 @@ inline std::int32_t greedy_row_argmax(const prob_rows& rows, std::int64_t r, std
 }
 
 //! The walk of the file comment in one pass over the nodes in index (topological) order: node i is
-//! reachable iff its parent is (or is the root) and tokens[i] equals the argmax of the parent's row,
-//! read once per parent on first use. O(n + (rows read) * V).
-inline verify_result greedy_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
-                                 const prob_rows& rows, std::string_view fn, int request = -1) {
+//! reachable iff its parent is (or is the root) and tokens[i] equals the argmax of the parent's row
+//! (`argmax_of(s)` for row s = node + 1, slot 0 the root), asked once per parent on first use.
+template <class ArgmaxOf>
+verify_result greedy_walk_by(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                             ArgmaxOf&& argmax_of) {
   const std::size_t n = tokens.size();
   // One allocation: argmax of row s (s = node + 1, slot 0 = the root; -2 = not read yet), then the
   // depth of each node when reachable (-1 when not).
@@ -63,7 +65,7 @@ inline verify_result greedy_walk(std::span<const std::int32_t> tokens, std::span
     reach[i] = -1;
     if (p >= 0 && reach[p] < 0) continue;
     std::int32_t& a = argmax[p + 1];
-    if (a == -2) a = greedy_row_argmax(rows, p + 1, fn, request);
+    if (a == -2) a = argmax_of(p + 1);
     if (tokens[i] != a) continue;
     reach[i] = p < 0 ? 0 : reach[p] + 1;
     if (reach[i] > best_depth) best = static_cast<std::int32_t>(i), best_depth = reach[i];
@@ -73,8 +75,15 @@ inline verify_result greedy_walk(std::span<const std::int32_t> tokens, std::span
   for (std::int32_t v = best, k = best_depth; v >= 0; v = parents[static_cast<std::size_t>(v)], --k)
     res.accepted[static_cast<std::size_t>(k)] = v;
   const std::int32_t b = argmax[best + 1];
-  res.bonus = b != -2 ? b : greedy_row_argmax(rows, best + 1, fn, request);
+  res.bonus = b != -2 ? b : argmax_of(best + 1);
   return res;
+}
+
+//! greedy_walk_by over the rows' argmaxes (greedy_row_argmax: each row read checked). O(n + (rows
+//! read) * V).
+inline verify_result greedy_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                                 const prob_rows& rows, std::string_view fn, int request = -1) {
+  return greedy_walk_by(tokens, parents, [&](std::int64_t s) { return greedy_row_argmax(rows, s, fn, request); });
 }
 }  // namespace detail
 
@@ -124,6 +133,27 @@ struct greedy_batch_backend<host> {
   }
 };
 
+//! The seam between verify_greedy_batch's penalized form and its backends:
+//!   static void run(const Policy&, const tree_verify_arrays&, const penalized_argmax_args&);
+//! (the argmax output is the tree arrays' emitted). The host backend is below, the cuda one in
+//! verify/greedy.cuh.
+SPECDEC_BACKEND_SEAM(greedy_penalized_backend, "verify_greedy_batch (penalties)", "specdec/verify/greedy.cuh");
+
+template <>
+struct greedy_penalized_backend<host> {
+  static void run(const host& policy, const tree_verify_arrays& a, const penalized_argmax_args& p) {
+    constexpr std::string_view fn = "specdec::verify_greedy_batch";
+    std::vector<std::int32_t> argmax(static_cast<std::size_t>(p.rows.rows));
+    penalized_argmax_args local = p;
+    local.argmax = argmax.data();
+    penalized_argmax_host(policy, local, fn);  // every row checked; nothing written on a throw
+    run_tree_verify_host(policy, a, fn, [&](int r, auto tokens, auto parents, const prob_rows&) {
+      const std::int32_t* am = argmax.data() + a.node_indptr[r] + r;
+      return greedy_walk_by(tokens, parents, [am](std::int64_t s) { return am[s]; });
+    });
+  }
+};
+
 }  // namespace detail
 
 //! Greedy verification of a ragged batch given as arrays, the form a GPU engine holds (its drafter
@@ -165,6 +195,37 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
       fn, "target_logits", std::numeric_limits<std::int32_t>::max(), node_indptr_in, tokens_in, parents_in,
       target_logits_in, accepted_in, num_accepted_in, bonus_in, emitted_in, status_in);
   detail::greedy_batch_backend<Policy>::run(policy, a);
+}
+
+//! verify_greedy_batch with each request's repetition and contextual penalties: the walk above over
+//! each row's penalized argmax (penalized_argmax_batch, sampling/logits_processor.hpp), read from
+//! the logits in place: the result of process_logits_batch(..., context, ...) at temperature 0 and
+//! then verify_greedy_batch on the processed rows, without writing or copying the rows.
+//!   params, row_params, context   as penalized_argmax_batch's (row_params [N + R]; context per row)
+//!   emitted                       also the rows' argmaxes in between (the device backend's scratch)
+//! Every row is checked as process_logits_batch checks it (host: invalid_argument, nothing written;
+//! cuda: the row's report in `status` (device_error::params, ::context, ::row) even when the walk
+//! does not read it, then the walk's own reports; the first report stays). Cost: one read of every
+//! row, not of the rows the walk visits only (a penalty can move any row's argmax). cuda: V <= 2^20,
+//! two kernels on policy.stream, no synchronisation, graph-capturable.
+template <execution_policy Policy, class NI, class TO, class PA, class LG, tensor_like Pa, class RP, class AC, class NA,
+          class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           detail::int32_array<RP> && detail::int32_output<AC> && detail::int32_output<NA> &&
+           detail::int32_output<BO> && detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const TO& tokens_in, const PA& parents_in,
+                         const LG& target_logits_in, const Pa& params_in, const RP& row_params_in,
+                         const penalty_context& context, const AC& accepted_in, const NA& num_accepted_in,
+                         const BO& bonus_in, const EM& emitted_in, const ST& status_in) {
+  constexpr std::string_view fn = "specdec::verify_greedy_batch";
+  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
+                "specdec::verify_greedy_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
+  const detail::tree_verify_arrays a = detail::tree_verify_arrays_of<Policy>(
+      fn, "target_logits", std::numeric_limits<std::int32_t>::max(), node_indptr_in, tokens_in, parents_in,
+      target_logits_in, accepted_in, num_accepted_in, bonus_in, emitted_in, status_in);
+  const auto p = detail::penalized_argmax_args_of<Policy>(fn, target_logits_in, params_in, row_params_in, context,
+                                                          emitted_in, status_in, "emitted");
+  detail::greedy_penalized_backend<Policy>::run(policy, a, p);
 }
 
 }  // namespace specdec
