@@ -183,6 +183,22 @@ TEST_CASE("cuda verify_greedy_batch is captured in a CUDA graph and replays", "[
         d.out.reset();
       },
       [&] { check_against_reference(c, d); });
+  // the penalized form too, at a V whose bitmap needs the shared-memory opt-in (set while capturing)
+  specdec_test::penalized_greedy_case pc(4, 16, 300007, 4, 78);
+  device_case dp(pc.c);
+  const specdec_test::device_penalty_context ctx(pc.b);
+  device_buffer<specdec::sampling_params> params(pc.params);
+  device_buffer<std::int32_t> row_params(pc.row_params);
+  specdec_test::replay_in_graph(
+      3,
+      [&](cudaStream_t s) {
+        const specdec::strided_view<const float, 2> l(dp.lg.data(), {dp.rows, dp.vocab}, {dp.stride, 1}, memory_space::device);
+        specdec::verify_greedy_batch(specdec::cuda{.stream = s}, dv(dp.ni), dv(dp.tok), dv(dp.par), l, dv(params),
+                                     dv(row_params), ctx.view(), dv(dp.out.acc), dv(dp.out.nacc), dv(dp.out.bon),
+                                     dv(dp.out.emi), dv(dp.out.st));
+      },
+      [&] { dp.out.reset(); },
+      [&] { specdec_test::check_tree_outputs(pc.expected, pc.c.node_indptr, pc.c.tokens, dp.out.download()); });
 }
 
 TEST_CASE("cuda verify_greedy_batch rejects host memory and bad shapes before any CUDA call", "[cuda][verify][nogpu]") {
@@ -227,5 +243,5 @@ TEST_CASE("cuda verify_greedy_batch rejects host memory and bad shapes before an
                                                  specdec::make_view<2>(wide.data(), {rows, (1 << 20) + 1}, memory_space::device),
                                                  params_dev, dev(pc.row_params), dev_ctx(pc.b.view()), dev(acc2), dev(nacc),
                                                  dev(bon), dev(emi2), dev(st)),
-                    Catch::Contains("'logits'") && Catch::Contains("2^20"));
+                    Catch::Contains("'target_logits'") && Catch::Contains("2^20"));
 }

@@ -6,7 +6,8 @@
 // a reused workspace must give what a fresh one gives; process_tree_logits must process row i+1 as
 // process_logits does with the node's root path as context; top-p's kept set must be the documented
 // rule computed with a full sort, and process_logits_batch must process each row as process_logits;
-// penalty_history and penalty_context_builder must give each token's last position.
+// penalty_history and penalty_context_builder must give each token's last position; penalized_argmax_batch
+// must give the index process_logits_batch makes one-hot at temperature 0 (or throw with it).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -289,5 +290,80 @@ SPECDEC_FUZZ_TARGET(penalty_context, "penalty_history::append, penalty_context_b
       FUZZ_CHECK(b.context_length()[static_cast<std::size_t>(c)] == static_cast<std::int32_t>(all.size()),
                  "builder context length");
     }
+  }
+}
+
+SPECDEC_FUZZ_TARGET(penalized_argmax, "penalized_argmax_batch == the one-hot index of process_logits_batch (penalties, temperature 0)") {
+  // One committed context and a few rows with their own suffixes (tokens from a narrow band, so
+  // contexts and suffixes share tokens; windows short enough that suffixes bring context tokens into
+  // them), any penalties, rows with ties, -inf, values near FLT_MAX (penalties overflow them), NaN
+  // now and then: penalized_argmax_batch must throw exactly when process_logits_batch does, else give
+  // each row the index process_logits_batch makes one-hot, reading the rows only.
+  input in(data, size);
+  const int vocab = in.chance(10) ? in.range(300, 3000) : in.range(1, 40);
+  const int band = in.range(1, vocab);
+  const int rows = in.range(1, 4);
+  specdec::sampling_params p;
+  p.temperature = 0.0f;
+  if (in.coin()) p.repetition_penalty = in.chance(10) ? 1.0f : in.real(1.0f, 4.0f, 0);
+  if (in.coin()) p.contextual_penalty = in.real(1.0f, 4.0f, 0);
+  p.penalty_window = in.chance(20) ? in.range(0, 2000) : in.range(0, 10);
+  p.contextual_sign_aware = in.coin();
+  const auto token = [&] { return in.range(0, band - 1); };
+  std::vector<std::int32_t> committed(static_cast<std::size_t>(in.range(0, 30)));
+  for (auto& t : committed) t = token();
+  specdec::penalty_context_builder b(vocab);
+  const auto c = b.add_context(committed);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<std::int32_t> suffix(static_cast<std::size_t>(in.range(0, 8)));
+    for (auto& t : suffix) t = token();
+    b.add_row(in.chance(15) ? -1 : c, suffix);
+  }
+  const int shape = in.range(0, 3);  // 0: palette; 1: ties; 2: near FLT_MAX; 3: mostly -inf
+  std::vector<float> logits(static_cast<std::size_t>(rows * vocab));
+  for (float& x : logits) {
+    if (shape == 1) x = static_cast<float>(in.range(-3, 3));
+    else if (shape == 2) x = in.chance(20) ? -inf : (in.coin() ? 1.0f : -1.0f) * in.real(3e38f, 3.4e38f, 0);
+    else if (shape == 3) x = in.chance(80) ? -inf : in.logit();
+    else x = in.chance(10) ? -inf : in.logit();
+  }
+  if (in.chance(3)) logits[static_cast<std::size_t>(in.range(0, rows * vocab - 1))] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<specdec::sampling_params> params{p};
+  const std::vector<std::int32_t> row_params(static_cast<std::size_t>(rows), 0);
+  std::vector<std::int32_t> status(3), argmax(static_cast<std::size_t>(rows), -7);
+  auto one_hot = logits;
+  bool process_threw = false, argmax_threw = false;
+  try {
+    specdec::process_logits_batch(specdec::host{}, specdec::make_view<2>(one_hot.data(), {rows, vocab}),
+                                  specdec::make_view<1>(params.data(), {1}), specdec::make_view<1>(row_params.data(), {rows}),
+                                  b.view(), specdec::make_view<1>(status.data(), {3}));
+  } catch (const specdec::invalid_argument&) {
+    process_threw = true;
+  }
+  const auto before = logits;
+  try {
+    specdec::penalized_argmax_batch(specdec::host{}, specdec::make_view<2>(static_cast<const float*>(logits.data()), {rows, vocab}),
+                                    specdec::make_view<1>(params.data(), {1}), specdec::make_view<1>(row_params.data(), {rows}),
+                                    b.view(), specdec::make_view<1>(argmax.data(), {rows}),
+                                    specdec::make_view<1>(status.data(), {3}));
+  } catch (const specdec::invalid_argument&) {
+    argmax_threw = true;
+  }
+  FUZZ_CHECK(std::memcmp(before.data(), logits.data(), logits.size() * sizeof(float)) == 0,
+             "penalized_argmax_batch wrote its rows");
+  FUZZ_CHECK(process_threw == argmax_threw, std::string("penalized_argmax_batch ") + (argmax_threw ? "threw" : "did not throw") +
+                                                " where process_logits_batch " + (process_threw ? "threw" : "did not") +
+                                                " (params " + what_params(p) + ")");
+  if (process_threw || argmax_threw) {
+    FUZZ_CHECK(argmax == std::vector<std::int32_t>(static_cast<std::size_t>(rows), -7), "a refused call wrote argmax");
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const auto first = one_hot.begin() + static_cast<std::ptrdiff_t>(r) * vocab;
+    const auto want = std::find(first, first + vocab, 0.0f) - first;
+    FUZZ_CHECK(argmax[static_cast<std::size_t>(r)] == want,
+               "row " + std::to_string(r) + ": penalized argmax " + std::to_string(argmax[static_cast<std::size_t>(r)]) +
+                   ", one-hot at " + std::to_string(want) + " (params " + what_params(p) + ", row " +
+                   what_row(std::span<const float>(logits).subspan(static_cast<std::size_t>(r) * vocab, vocab)) + ")");
   }
 }

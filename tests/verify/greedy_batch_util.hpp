@@ -89,8 +89,8 @@ inline greedy_batch_case unread_nan_case() {
 //! verify_greedy_batch): each request's sampling_params (temperature 0; a repetition and a contextual
 //! penalty with every other step, sign-aware or not, windows 1-8 or 1024) and a committed context of
 //! up to 20 tokens from the trees' alphabet, so the penalties often move a row's argmax off a
-//! child's token (at least one request of a batch of 4+ differs from its unpenalized result, checked
-//! by the tests). The expected result is the composition the form replaces: process_logits_batch
+//! child's token (the tests check that some requests' results differ from their unpenalized ones,
+//! moved()). The expected result is the composition the form replaces: process_logits_batch
 //! with the context on a copy of the rows (one-hot at each penalized argmax), then the plain array
 //! form on those rows.
 struct penalized_greedy_case {

@@ -73,18 +73,61 @@ TEST_CASE("verify_greedy_batch (arrays, host) with penalties equals processing t
   }
   CHECK(moved >= 10);  // the penalties do move argmaxes
   CHECK(accepted_total > 50);
-  // a bad row anywhere is refused (every row is read), naming the function; nothing written
+  // every row is read, unlike the plain form: a NaN in a row the walk does not reach (unread_nan_case:
+  // the plain form accepts it) is refused, naming the function; nothing written
+  {
+    auto h = specdec_test::unread_nan_case();
+    std::vector<specdec::sampling_params> params(1);
+    params[0].temperature = 0.0f, params[0].repetition_penalty = 1.5f;
+    std::vector<std::int32_t> row_params(3, 0);
+    specdec::penalty_context_builder b(static_cast<std::int32_t>(h.vocab));
+    b.add_tree_rows(b.add_context(std::vector<std::int32_t>{0}), h.tokens, h.parents);
+    outputs o(h);
+    const outputs fresh(h);
+    CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(h.node_indptr), v1(h.tokens), v1(h.parents),
+                                                   specdec::make_view<2>(h.logits.data(), {3, h.vocab}), v1(params),
+                                                   v1(row_params), b.view(), v1(o.accepted), v1(o.num_accepted),
+                                                   v1(o.bonus), v1(o.emitted), v1(o.status)),
+                      Catch::Contains("specdec::verify_greedy_batch") && Catch::Contains("'target_logits'") &&
+                          Catch::Contains("row 2"));
+    CHECK(o == fresh);
+    run(h, o);  // the plain form does not read that row
+    CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+  }
   specdec_test::penalized_greedy_case pc(2, 5, 6, 3, 17);
   outputs o(pc.c);
   const outputs fresh(pc.c);
-  auto bad = pc.c.logits;
-  bad.back() = std::numeric_limits<float>::quiet_NaN();
   const std::int64_t rows = pc.c.nodes() + pc.c.requests();
-  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(pc.c.node_indptr), v1(pc.c.tokens), v1(pc.c.parents),
-                                                 specdec::make_view<2>(bad.data(), {rows, 6}), v1(pc.params),
+  const auto call = [&](auto row_params, specdec::penalty_context ctx) {
+    specdec::verify_greedy_batch(specdec::host{}, v1(pc.c.node_indptr), v1(pc.c.tokens), v1(pc.c.parents),
+                                 specdec::make_view<2>(pc.c.logits.data(), {rows, 6}), v1(pc.params), row_params, ctx,
+                                 v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  };
+  // an entry out of range, a malformed context, a context sharing memory with an output: refused first
+  auto bad_rp = pc.row_params;
+  bad_rp[0] = 2;
+  CHECK_THROWS_WITH(call(v1(bad_rp), pc.b.view()), Catch::Contains("'row_params'"));
+  std::vector<std::int32_t> bad_path(pc.b.path().begin(), pc.b.path().end());
+  REQUIRE(!bad_path.empty());
+  bad_path[0] = 6;
+  auto ctx = pc.b.view();
+  ctx.path = specdec::make_view<1>(static_cast<const std::int32_t*>(bad_path.data()), {static_cast<std::int64_t>(bad_path.size())});
+  CHECK_THROWS_WITH(call(v1(pc.row_params), ctx), Catch::Contains("'context'") && Catch::Contains("path tokens in [0, V)"));
+  CHECK(o == fresh);
+  ctx = pc.b.view();
+  REQUIRE(pc.b.context_length().size() == o.num_accepted.size());  // a context per request
+  ctx.context_length = specdec::make_view<1>(static_cast<const std::int32_t*>(o.num_accepted.data()),
+                                             {static_cast<std::int64_t>(o.num_accepted.size())});
+  CHECK_THROWS_WITH(call(v1(pc.row_params), ctx), Catch::Contains("'context.context_length'") && Catch::Contains("disjoint"));
+  CHECK(o == fresh);
+  // a bad tree after good rows: refused by the walk's checks, the outputs (status too) untouched
+  auto bad_parents = pc.c.parents;
+  bad_parents.back() = static_cast<std::int32_t>(bad_parents.size());
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(pc.c.node_indptr), v1(pc.c.tokens), v1(bad_parents),
+                                                 specdec::make_view<2>(pc.c.logits.data(), {rows, 6}), v1(pc.params),
                                                  v1(pc.row_params), pc.b.view(), v1(o.accepted), v1(o.num_accepted),
                                                  v1(o.bonus), v1(o.emitted), v1(o.status)),
-                    Catch::Contains("specdec::verify_greedy_batch") && Catch::Contains("'logits'"));
+                    Catch::Contains("specdec::verify_greedy_batch") && Catch::Contains("parent"));
   CHECK(o == fresh);
 }
 

@@ -14,7 +14,10 @@
 //!                         (which can move the argmax), the penalized form of verify_greedy_batch
 //!                         reads each row's penalized argmax from the target's logits in place
 //!                         (penalized_argmax_batch: the argmax of the row the sampled verifier's
-//!                         processing below would make, without a copy or a [N + B, V] buffer).
+//!                         processing below would make, without a copy or a [N + B, V] buffer);
+//!                         where the device cannot hold that kernel's V-bit bitmap in one block's
+//!                         shared memory (V > 2^20, or past ~790K tokens before sm_90), the rows are
+//!                         copied and processed first, as the sampled verifier does.
 //!
 //!   cuda_sample_and_match_verifier
 //!                         sample_and_match_verifier plus verify_batch: the rows processed and turned
@@ -510,20 +513,28 @@ class cuda_greedy_verifier : public greedy_verifier {
     bool penalties = false;
     for (const sampling_params* sp : in.sampling) penalties = penalties || detail::applies_penalty(*sp);
     if (penalties) d_.rows->prepare(in, fn);
+    // a penalty can move the argmax: each row's penalized argmax read in place, where the device holds
+    // the kernel's bitmap (every V <= 2^20 on sm_90); else the rows copied and processed first
+    const std::int64_t V = in.logits.extent(1);
+    const bool in_place = penalties && V <= detail::penalized_argmax_max_vocab && detail::penalized_argmax_fits(V);
     detail::drain_on_throw(d_.stream, [&] {
       auto& io = *d_.io;
       io.upload(in, d_.stream, false);
       const cuda policy{.stream = d_.stream};
-      if (penalties) {  // a penalty can move the argmax: each row's penalized argmax, read in place
+      using io_t = detail::device_verify_io;
+      if (in_place) {
         const auto up = d_.rows->upload(in, d_.stream);
         verify_greedy_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params, up.row_params,
                             up.context, io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
                             io.status_view(io.verification));
       } else {
-        verify_greedy_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, io.accepted(), io.num_accepted(),
+        strided_view<const float, 2> logits = in.logits;
+        if (penalties) logits = d_.rows->process(in, d_.stream, io.status(io.processing));
+        verify_greedy_batch(policy, io.indptr(), io.tokens(), io.parents(), logits, io.accepted(), io.num_accepted(),
                             io.bonus(), io.emitted(), io.status_view(io.verification));
       }
-      io.finish(in, d_.stream, fn, detail::device_verify_io::bit(detail::device_verify_io::verification), out);
+      const bool processed = penalties && !in_place;
+      io.finish(in, d_.stream, fn, (processed ? io_t::bit(io_t::processing) : 0u) | io_t::bit(io_t::verification), out);
     });
   }
 

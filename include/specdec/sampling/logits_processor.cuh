@@ -491,17 +491,37 @@ __global__ void __launch_bounds__(process_threads) penalized_argmax_kernel(const
   }
 }
 
+//! penalized_argmax_kernel's dynamic shared memory for V tokens: the bitmap, (V + 31) / 32 words.
+[[nodiscard]] inline std::size_t penalized_argmax_smem(std::int64_t vocab) noexcept {
+  return static_cast<std::size_t>((vocab + 31) / 32) * sizeof(std::uint32_t);
+}
+//! Whether the current device gives one block the shared memory penalized_argmax_kernel takes for V
+//! tokens (its opt-in limit: 227 KiB on sm_90, so every V <= 2^20; 99 KiB on sm_86 / sm_89, about
+//! 790K tokens). Host only; a device query, no synchronisation.
+[[nodiscard]] inline bool penalized_argmax_fits(std::int64_t vocab) {
+  int device = 0, optin = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute (shared memory per block)");
+  return penalized_argmax_smem(vocab) + 1024 <= static_cast<std::size_t>(optin);  // + the static CUB storage
+}
+
 //! The cuda backend of penalized_argmax_batch (the seam in sampling/logits_processor.hpp): the entry
-//! point has checked shapes, memory spaces and V <= penalized_argmax_max_vocab. Clears status and
-//! launches the kernel on policy.stream, opting in to the shared memory its marks need beyond the
-//! default 48 KiB (V > ~2^18); no synchronisation. A failed launch throws cuda_error.
+//! point has checked shapes, memory spaces and V <= penalized_argmax_max_vocab. Refuses a V whose
+//! bitmap the device cannot hold (penalized_argmax_fits; invalid_argument before any CUDA work), then
+//! clears status and launches the kernel on policy.stream, opting in to the shared memory its marks
+//! need beyond the default 48 KiB (V > ~2^18); no synchronisation. A failed launch throws cuda_error.
 template <>
 struct penalized_argmax_backend<cuda> {
   static void run(const cuda& policy, const penalized_argmax_args& args) {
     const process_logits_batch_args& a = args.rows;
+    if (!penalized_argmax_fits(a.vocab)) [[unlikely]]
+      throw_invalid_argument("specdec::penalized_argmax_batch", "logits",
+                             "a vocabulary whose bitmap (V / 8 bytes) fits one block's shared memory on this device",
+                             a.vocab);
     clear_device_status(a.status, policy.stream);
     if (a.rows == 0) return;
-    const auto bytes = static_cast<std::size_t>((a.vocab + 31) / 32) * sizeof(std::uint32_t);
+    const std::size_t bytes = penalized_argmax_smem(a.vocab);
     if (bytes > 32 * 1024)
       cuda_check(cudaFuncSetAttribute(penalized_argmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(bytes)),

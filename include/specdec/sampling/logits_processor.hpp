@@ -482,7 +482,7 @@ SPECDEC_BACKEND_SEAM(process_logits_backend, "process_logits_batch", "specdec/sa
 //! penalties could overflow every admissible logit to -inf, what would survive them. Fills each
 //! row's scan and penalty view; throws invalid_argument naming `fn` (the first failing row).
 inline void check_batch_rows_host(const process_logits_batch_args& a, std::string_view fn, std::vector<logit_scan>& scans,
-                                  std::vector<row_penalty>& penalties) {
+                                  std::vector<row_penalty>& penalties, std::string_view logits_name = "logits") {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const auto v = static_cast<std::size_t>(a.vocab);
   const auto row_at = [&](std::int64_t i) { return std::span<const float>(a.logits + i * a.stride, v); };
@@ -530,7 +530,7 @@ inline void check_batch_rows_host(const process_logits_batch_args& a, std::strin
     for (std::int32_t k = 0; k < rp.depth; ++k)
       if (rp.path[k] < 0 || rp.path[k] >= a.vocab) [[unlikely]]
         bad_context(i, "path tokens in [0, V) (at suffix position " + std::to_string(k) + ")", rp.path[k]);
-    const row_ref at{fn, "logits", i};
+    const row_ref at{fn, logits_name, i};
     const logit_scan s = checked_logit_scan(row_at(i), at);
     scans[static_cast<std::size_t>(i)] = s;
     if (rp.active() && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
@@ -587,22 +587,23 @@ struct process_logits_backend<host> {
 //! and a non-null pointer, 1 <= V <= 2^29 (top-p's bin sums are exact, so independent of the order
 //! they are taken in, below 2^29 tokens) and rows <= 2^31 - 1. Throws invalid_argument naming `fn`.
 template <class Policy, class View>
-void require_batch_rows(std::string_view fn, const View& logits) {
-  require_policy_memory<Policy>(fn, "logits", logits);
-  require_array(fn, "logits", logits);
-  require_unit_inner_stride(fn, "logits", logits);
+void require_batch_rows(std::string_view fn, const View& logits, std::string_view name = "logits") {
+  require_policy_memory<Policy>(fn, name, logits);
+  require_array(fn, name, logits);
+  require_unit_inner_stride(fn, name, logits);
   const std::int64_t rows = logits.extent(0), vocab = logits.extent(1);
-  require(rows == 0 || vocab >= 1, fn, "logits", "a non-empty row (vocab >= 1)", vocab);
-  require(vocab <= batch_max_vocab, fn, "logits", "at most 2^29 columns", vocab);
-  require(rows <= std::numeric_limits<std::int32_t>::max(), fn, "logits", "at most 2^31 - 1 rows", rows);
-  require(rows == 0 || logits.data() != nullptr, fn, "logits", "a non-null data pointer", "nullptr");
+  require(rows == 0 || vocab >= 1, fn, name, "a non-empty row (vocab >= 1)", vocab);
+  require(vocab <= batch_max_vocab, fn, name, "at most 2^29 columns", vocab);
+  require(rows <= std::numeric_limits<std::int32_t>::max(), fn, name, "at most 2^31 - 1 rows", rows);
+  require(rows == 0 || logits.data() != nullptr, fn, name, "a non-null data pointer", "nullptr");
 }
 
 //! process_logits_batch's checks of everything but the context, and its arguments. `Writable` false:
 //! the rows are only read (penalized_argmax_batch): const float is accepted and rows may overlap.
 template <class Policy, bool Writable = true, class Lg, class Pa, class RP, class ST>
 process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg& logits_in, const Pa& params_in,
-                                                  const RP& row_params_in, const ST& status_in) {
+                                                  const RP& row_params_in, const ST& status_in,
+                                                  std::string_view logits_name = "logits") {
   static_assert(Lg::rank == 2 && (Writable ? std::is_same_v<typename Lg::element_type, float>
                                            : std::is_same_v<std::remove_cv_t<typename Lg::element_type>, float>),
                 "specdec::process_logits_batch: logits must be a writable float tensor [rows, V] (penalized_argmax_batch: "
@@ -613,8 +614,8 @@ process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg&
   const auto params = as_view(params_in);
   const auto row_params = as_view(row_params_in);
   const auto status = as_view(status_in);
-  require_batch_rows<Policy>(fn, logits);
-  if constexpr (Writable) require_unique_elements(fn, "logits", logits);
+  require_batch_rows<Policy>(fn, logits, logits_name);
+  if constexpr (Writable) require_unique_elements(fn, logits_name, logits);
   const std::int64_t rows = logits.extent(0);
   require_policy_memory<Policy>(fn, "params", params);
   require_array(fn, "params", params);
@@ -622,7 +623,7 @@ process_logits_batch_args process_logits_batch_of(std::string_view fn, const Lg&
   require(params.extent(0) == 0 || params.data() != nullptr, fn, "params", "a non-null data pointer", "nullptr");
   require_policy_array<Policy>(fn, "row_params", row_params, rows);
   require_policy_array<Policy>(fn, "status", status, 3);
-  require_disjoint(fn, "logits", logits, "params", params, "row_params", row_params, "status", status);
+  require_disjoint(fn, logits_name, logits, "params", params, "row_params", row_params, "status", status);
   // read only when !Writable (penalized_argmax_args says so)
   return {const_cast<float*>(logits.data()), rows, logits.extent(1), logits.stride(0), params.data(), params.extent(0),
           row_params.data(), status.data()};
@@ -732,11 +733,12 @@ SPECDEC_BACKEND_SEAM(penalized_argmax_backend, "penalized_argmax_batch", "specde
 //! The host form of penalized_argmax_batch (its backend, and verify_greedy_batch's penalized form):
 //! every row checked first (invalid_argument naming `fn`; nothing written), then each row's first
 //! maximum after its penalties into args.argmax, rows on the policy's threads.
-inline void penalized_argmax_host(const host& policy, const penalized_argmax_args& args, std::string_view fn) {
+inline void penalized_argmax_host(const host& policy, const penalized_argmax_args& args, std::string_view fn,
+                                  std::string_view logits_name = "logits") {
   const process_logits_batch_args& a = args.rows;
   std::vector<logit_scan> scans;
   std::vector<row_penalty> penalties;
-  check_batch_rows_host(a, fn, scans, penalties);  // nothing written before
+  check_batch_rows_host(a, fn, scans, penalties, logits_name);  // nothing written before
   parallel_for(policy, a.rows, [&](std::int64_t i) {
     thread_local std::vector<std::uint32_t> marks;  // the row's context and suffix tokens
     const float* row = a.logits + i * a.stride;
@@ -767,20 +769,22 @@ struct penalized_argmax_backend<host> {
 
 //! penalized_argmax_batch's checks (named `fn`) and arguments: the rows, entries and context as
 //! process_logits_batch's (read only; V <= penalized_argmax_max_vocab under cuda), `argmax` [rows]
-//! in memory the policy can write, disjoint from the rest (named `argmax_name` in messages).
+//! in memory the policy can write, disjoint from the rest (`argmax_name` and `logits_name`: the
+//! caller's names for those two in messages).
 template <class Policy, class Lg, class Pa, class RP, class AM, class ST>
 penalized_argmax_args penalized_argmax_args_of(std::string_view fn, const Lg& logits, const Pa& params,
                                                const RP& row_params, const penalty_context& context, const AM& argmax,
-                                               const ST& status, std::string_view argmax_name = "argmax") {
+                                               const ST& status, std::string_view argmax_name = "argmax",
+                                               std::string_view logits_name = "logits") {
   const auto lg = as_view(logits);
   if constexpr (std::is_same_v<Policy, cuda>)
-    require(lg.extent(1) <= penalized_argmax_max_vocab, fn, "logits", "at most 2^20 columns on the cuda backend",
+    require(lg.extent(1) <= penalized_argmax_max_vocab, fn, logits_name, "at most 2^20 columns on the cuda backend",
             lg.extent(1));
-  auto a = process_logits_batch_of<Policy, false>(fn, logits, params, row_params, status);
+  auto a = process_logits_batch_of<Policy, false>(fn, logits, params, row_params, status, logits_name);
   const auto st = as_view(status);
   const auto am = as_view(argmax);
   require_policy_array<Policy>(fn, argmax_name, am, a.rows);
-  require_disjoint(fn, argmax_name, am, "logits", lg, "status", st, "params", as_view(params), "row_params",
+  require_disjoint(fn, argmax_name, am, logits_name, lg, "status", st, "params", as_view(params), "row_params",
                    as_view(row_params));
   attach_penalty_context<Policy>(fn, a, context, argmax_name, am, "status", st);
   return {a, am.data()};

@@ -144,9 +144,10 @@ struct greedy_penalized_backend<host> {
   static void run(const host& policy, const tree_verify_arrays& a, const penalized_argmax_args& p) {
     constexpr std::string_view fn = "specdec::verify_greedy_batch";
     std::vector<std::int32_t> argmax(static_cast<std::size_t>(p.rows.rows));
-    penalized_argmax_args local = p;
-    local.argmax = argmax.data();
-    penalized_argmax_host(policy, local, fn);  // every row checked; nothing written on a throw
+    std::int32_t status[3];
+    penalized_argmax_args local = p;  // its outputs here: the call's own are written by the walk alone
+    local.argmax = argmax.data(), local.rows.status = status;
+    penalized_argmax_host(policy, local, fn, "target_logits");  // every row checked; nothing written on a throw
     run_tree_verify_host(policy, a, fn, [&](int r, auto tokens, auto parents, const prob_rows&) {
       const std::int32_t* am = argmax.data() + a.node_indptr[r] + r;
       return greedy_walk_by(tokens, parents, [am](std::int64_t s) { return am[s]; });
@@ -224,7 +225,20 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
       fn, "target_logits", std::numeric_limits<std::int32_t>::max(), node_indptr_in, tokens_in, parents_in,
       target_logits_in, accepted_in, num_accepted_in, bonus_in, emitted_in, status_in);
   const auto p = detail::penalized_argmax_args_of<Policy>(fn, target_logits_in, params_in, row_params_in, context,
-                                                          emitted_in, status_in, "emitted");
+                                                          emitted_in, status_in, "emitted", "target_logits");
+  // what the argmax pass reads must not share memory with the walk's outputs either (a graph replay
+  // would read them changed)
+  const auto acc = as_view(accepted_in);
+  const auto nacc = as_view(num_accepted_in);
+  const auto bon = as_view(bonus_in);
+  for (const auto& [name, array] : {std::pair<const char*, strided_view<const std::int32_t, 1>>{"row_params", as_view(row_params_in)},
+                                     {"context.distinct", context.distinct},
+                                     {"context.last", context.last}, {"context.context_indptr", context.context_indptr},
+                                     {"context.context_length", context.context_length},
+                                     {"context.row_context", context.row_context},
+                                     {"context.path_indptr", context.path_indptr}, {"context.path", context.path}})
+    require_disjoint(fn, "accepted", acc, "num_accepted", nacc, "bonus", bon, name, array);
+  require_disjoint(fn, "accepted", acc, "num_accepted", nacc, "bonus", bon, "params", as_view(params_in));
   detail::greedy_penalized_backend<Policy>::run(policy, a, p);
 }
 
