@@ -13,6 +13,7 @@
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
+#include "specdec/verify/greedy.hpp"
 
 namespace {
 
@@ -134,6 +135,57 @@ void BM_process_tree_batch(benchmark::State& st) {
   counters(st, n + 1, v);
 }
 
+// Greedy verification of one request's 64-node tree (4 chains of 16) with a repetition and a
+// contextual penalty (TokenSwift's 1.2, W = 1024) over a 4096-token context: mode 0 processes the 65
+// rows in place (process_logits_batch at temperature 0: one-hot at each penalized argmax; the rows
+// restored outside the timed region) and runs the plain array form of verify_greedy_batch on them;
+// mode 1 runs its penalized form (penalized_argmax_batch's reading of every row, then the walk), which
+// leaves the rows as they are. The tokens follow each row's penalized argmax, so every chain is
+// walked to its end.
+void BM_greedy_penalized_verify(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const int mode = static_cast<int>(st.range(1)), n = 64;
+  specdec::sampling_params sp;
+  sp.temperature = 0.0f, sp.repetition_penalty = 1.2f, sp.contextual_penalty = 1.2f, sp.penalty_window = 1024;
+  const std::vector<specdec::sampling_params> p{sp};
+  const auto pristine = make_logits(n + 1, v, 4);
+  auto rows = pristine;
+  const auto ctx = make_context(4096, v);
+  std::vector<std::int32_t> tokens(n, 0), parents(n), row_params(n + 1, 0), status(3), indptr{0, n};
+  for (int i = 0; i < n; ++i) parents[i] = i < 4 ? -1 : i - 4;
+  std::vector<std::int32_t> argmax(n + 1), accepted(n), num(1), bonus(1), emitted(n + 1);
+  const auto v1 = [](auto& a) { return specdec::make_view<1>(a.data(), {static_cast<std::int64_t>(a.size())}); };
+  specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+  for (int round = 0; round < 2; ++round) {  // tokens = the penalized argmax of each node's parent row
+    b.clear();
+    b.add_tree_rows(b.add_context(ctx), tokens, parents);
+    specdec::penalized_argmax_batch(specdec::host{}, specdec::make_view<2>(pristine.data(), {n + 1, v}), v1(p),
+                                    v1(row_params), b.view(), v1(argmax), v1(status));
+    for (int i = 0; i < n; ++i) tokens[i] = argmax[static_cast<std::size_t>(parents[i] + 1)];
+  }
+  b.clear();
+  b.add_tree_rows(b.add_context(ctx), tokens, parents);
+  const specdec::host policy{.num_threads = 1};
+  for (auto _ : st) {
+    if (mode == 0) {
+      st.PauseTiming();
+      std::memcpy(rows.data(), pristine.data(), rows.size() * sizeof(float));
+      st.ResumeTiming();
+      const auto lg = specdec::make_view<2>(rows.data(), {n + 1, v});
+      specdec::process_logits_batch(policy, lg, v1(p), v1(row_params), b.view(), v1(status));
+      specdec::verify_greedy_batch(policy, v1(indptr), v1(tokens), v1(parents), lg, v1(accepted), v1(num), v1(bonus),
+                                   v1(emitted), v1(status));
+    } else {
+      specdec::verify_greedy_batch(policy, v1(indptr), v1(tokens), v1(parents),
+                                   specdec::make_view<2>(pristine.data(), {n + 1, v}), v1(p), v1(row_params), b.view(),
+                                   v1(accepted), v1(num), v1(bonus), v1(emitted), v1(status));
+    }
+    benchmark::DoNotOptimize(emitted.data());
+  }
+  st.counters["accepted"] = num[0];
+  counters(st, n + 1, v);
+}
+
 // penalty_context_builder for one request: a committed context of `ctx` tokens and a 64-node tree
 // (the device verifiers' per-step host work for each request with a penalty).
 void BM_penalty_context_build(benchmark::State& st) {
@@ -231,6 +283,11 @@ BENCHMARK(BM_process_tree)->Apply(vocab_args)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_process_tree_batch)
     ->ArgNames({"V", "threads"})
     ->ArgsProduct({{32000, 128256}, {1, 0}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_greedy_penalized_verify)
+    ->ArgNames({"V", "mode"})
+    ->ArgsProduct({{32000, 128256}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_penalty_context_build)

@@ -425,14 +425,16 @@ __global__ void __launch_bounds__(process_threads) logits_to_probs_kernel(const 
 
 //! penalized_argmax_batch's kernel: a block per row (grid-stride), process_threads threads, the row's
 //! marks in dynamic shared memory ((V + 31) / 32 words). Per row: the entry and the context checked as
-//! process_logits_kernel checks them (the same reports); the row's context and suffix tokens marked;
-//! one pass over the row (the non-finite check, and the first maximum of the unmarked tokens); each
-//! final owner's value (penalty_pair_final, penalty_path_final); a CUB block reduction of the
+//! process_logits_kernel checks them (the same reports); the row's context and suffix tokens marked,
+//! and its in-window suffix tokens put in a window_suffix_filter (shared); one pass over the row (the
+//! non-finite check, and the first maximum of the unmarked tokens); each final owner's value
+//! (penalty_pair_final, penalty_path_final); a CUB block reduction of the
 //! first_max shares. A row with NaN or +inf, or with no logit above -inf after the penalties, is
 //! reported as device_error::row (process_logits_kernel's report for it) and gets -1.
 __global__ void __launch_bounds__(process_threads) penalized_argmax_kernel(const penalized_argmax_args args) {
   using reduce = cub::BlockReduce<first_max, process_threads>;
   __shared__ typename reduce::TempStorage tmp;
+  __shared__ window_suffix_filter filter;
   extern __shared__ std::uint32_t marks[];
   constexpr float inf = std::numeric_limits<float>::infinity();
   const process_logits_batch_args& a = args.rows;
@@ -454,10 +456,15 @@ __global__ void __launch_bounds__(process_threads) penalized_argmax_kernel(const
     const bool active = rp.active();
     if (active) {
       for (std::int64_t w = t; w < words; w += process_threads) marks[w] = 0u;
+      if (t < 32) filter.words[t] = 0u;
       __syncthreads();
       for (std::int32_t j = t; j < rp.count; j += process_threads)
         atomicOr(&marks[rp.distinct[j] >> 5], 1u << (rp.distinct[j] & 31));
       for (std::int32_t k = t; k < rp.depth; k += process_threads) atomicOr(&marks[rp.path[k] >> 5], 1u << (rp.path[k] & 31));
+      for (std::int64_t k = window_suffix_begin(rp) + t; k < rp.depth; k += process_threads) {
+        const std::uint32_t slot = window_suffix_filter::slot(rp.path[k]);
+        atomicOr(&filter.words[slot >> 5], 1u << (slot & 31));
+      }
       __syncthreads();
     }
     first_max best;
@@ -469,7 +476,8 @@ __global__ void __launch_bounds__(process_threads) penalized_argmax_kernel(const
     if (active) {
       for (std::int32_t j = t; j < rp.count; j += process_threads) {
         float v;
-        if (penalty_pair_final(rp, j, row, v)) best.see(v, rp.distinct[j]);
+        if (penalty_pair_final(rp, j, row, [](std::int32_t token) { return filter.maybe(token); }, v))
+          best.see(v, rp.distinct[j]);
       }
       for (std::int32_t k = t; k < rp.depth; k += process_threads) {
         std::int32_t token;

@@ -740,21 +740,35 @@ inline void penalized_argmax_host(const host& policy, const penalized_argmax_arg
   std::vector<row_penalty> penalties;
   check_batch_rows_host(a, fn, scans, penalties, logits_name);  // nothing written before
   parallel_for(policy, a.rows, [&](std::int64_t i) {
-    thread_local std::vector<std::uint32_t> marks;  // the row's context and suffix tokens
+    thread_local std::vector<float> outside;  // the row with its context and suffix tokens at -inf
+    const auto n = static_cast<std::size_t>(a.vocab);
     const float* row = a.logits + i * a.stride;
     const row_penalty& rp = penalties[static_cast<std::size_t>(i)];
     if (!rp.active()) {
-      args.argmax[i] = static_cast<std::int32_t>(
-          first_index_of(row, static_cast<std::size_t>(a.vocab), scans[static_cast<std::size_t>(i)].max));
+      args.argmax[i] = static_cast<std::int32_t>(first_index_of(row, n, scans[static_cast<std::size_t>(i)].max));
       return;
     }
-    marks.assign(static_cast<std::size_t>((a.vocab + 31) / 32), 0u);
-    const auto mark = [&](std::int32_t t) { marks[static_cast<std::size_t>(t >> 5)] |= 1u << (t & 31); };
-    for (std::int32_t j = 0; j < rp.count; ++j) mark(rp.distinct[j]);
-    for (std::int32_t k = 0; k < rp.depth; ++k) mark(rp.path[k]);
-    const first_max best = penalized_first_max(rp, row, a.vocab, [&](std::int64_t t) {
-      return ((marks[static_cast<std::size_t>(t >> 5)] >> (t & 31)) & 1u) == 0;
-    });
+    // the tokens that keep their logits: a copy with the others masked, scanned by the vector kernels
+    outside.assign(row, row + n);
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    for (std::int32_t j = 0; j < rp.count; ++j) outside[static_cast<std::size_t>(rp.distinct[j])] = ninf;
+    for (std::int32_t k = 0; k < rp.depth; ++k) outside[static_cast<std::size_t>(rp.path[k])] = ninf;
+    first_max best;
+    const float m = scan_logits(outside.data(), n).max;
+    if (m > ninf) best.see(m, static_cast<std::int32_t>(first_index_of(outside.data(), n, m)));
+    // each penalized token's final value, from its owner (penalty_context.hpp; the device kernel's parts)
+    window_suffix_filter filter;
+    for (std::int64_t k = window_suffix_begin(rp); k < rp.depth; ++k) filter.add(rp.path[k]);
+    const auto maybe = [&filter](std::int32_t t) { return filter.maybe(t); };
+    for (std::int32_t j = 0; j < rp.count; ++j) {
+      float v;
+      if (penalty_pair_final(rp, j, row, maybe, v)) best.see(v, rp.distinct[j]);
+    }
+    for (std::int32_t k = 0; k < rp.depth; ++k) {
+      std::int32_t token;
+      float v;
+      if (penalty_path_final(rp, k, row, token, v)) best.see(v, token);
+    }
     args.argmax[i] = best.i;  // the checks leave some logit above -inf
   });
   a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;

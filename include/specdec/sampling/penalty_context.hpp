@@ -180,19 +180,39 @@ enum class penalty_path_action : std::uint8_t {
 //! written), by the token's one final owner: a pair unless phase 2 acts on its token, else the suffix
 //! position that acts. Every token of the context or the suffix has exactly one final owner; every
 //! other token keeps its logit. What a fused kernel reads in place of the penalized row.
-//! Pair j: true, with `value` its token's final value, unless phase 2 brings its token into the window
-//! (its last committed position before the window, an occurrence in the suffix inside it): then
-//! false, and that suffix position is the owner. O(depth) for a pair before the window, else O(1).
-[[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_pair_final(const row_penalty& rp, std::int32_t j, const float* row,
-                                                                 float& value) noexcept {
-  const std::int32_t token = rp.distinct[j];
-  if (rp.contextual != 1.0f && rp.last[j] < rp.window_start) {
-    // phase 2 acts on the token iff it occurs in the suffix at a position inside the window
-    // (penalty_path_step at its last occurrence, which is then inside it too)
-    const std::int64_t first_inside = rp.window_start - rp.length;
-    for (std::int64_t k = first_inside > 0 ? first_inside : 0; k < rp.depth; ++k)
-      if (rp.path[k] == token) return false;
+//!
+//! Phase 2 acts on a pair's token iff the contextual penalty is on, the pair's last position lies
+//! before the window and the token occurs in the suffix inside the window (positions k >=
+//! window_suffix_begin(rp); penalty_path_step at its last occurrence, which is then inside too). A
+//! window_suffix_filter of those suffix tokens answers "maybe" for each of them and for few others,
+//! so a pair scans the suffix only on a "maybe": O(1) per pair before the window, not O(depth).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline std::int64_t window_suffix_begin(const row_penalty& rp) noexcept {
+  const std::int64_t first_inside = rp.window_start - rp.length;
+  return first_inside > 0 ? first_inside : 0;
+}
+//! A 1024-bit filter of a row's suffix tokens inside the window (add them all, then ask maybe()):
+//! no false negatives; a token it was not given answers true with probability about (tokens added)
+//! / 1024. Multiplicative hashing, the same bits on host and device.
+struct window_suffix_filter {
+  std::uint32_t words[32] = {};
+  [[nodiscard]] static SPECDEC_HOST_DEVICE std::uint32_t slot(std::int32_t token) noexcept {
+    return (static_cast<std::uint32_t>(token) * 2654435761u) >> 22;  // the top 10 bits
   }
+  SPECDEC_HOST_DEVICE void add(std::int32_t token) noexcept { words[slot(token) >> 5] |= 1u << (slot(token) & 31); }
+  [[nodiscard]] SPECDEC_HOST_DEVICE bool maybe(std::int32_t token) const noexcept {
+    return ((words[slot(token) >> 5] >> (slot(token) & 31)) & 1u) != 0;
+  }
+};
+//! Pair j: true, with `value` its token's final value, unless phase 2 brings its token into the
+//! window: then false (that suffix position is the owner). `maybe(token)`: the window_suffix_filter's
+//! answer (or any predicate true for every in-window suffix token).
+template <class Maybe>
+[[nodiscard]] SPECDEC_HOST_DEVICE bool penalty_pair_final(const row_penalty& rp, std::int32_t j, const float* row,
+                                                          const Maybe& maybe, float& value) noexcept {
+  const std::int32_t token = rp.distinct[j];
+  if (rp.contextual != 1.0f && rp.last[j] < rp.window_start && maybe(token))
+    for (std::int64_t k = window_suffix_begin(rp); k < rp.depth; ++k)
+      if (rp.path[k] == token) return false;
   const float x = row[token];
   value = penalty_pair_acts(rp, j) ? penalized_logit(rp, x, rp.last[j]) : x;
   return true;
@@ -221,30 +241,6 @@ struct first_max {
     if (value > v || (value == v && index < i)) v = value, i = index;
   }
 };
-
-//! Row `row`'s first maximum after its penalties (the token process_logits_batch makes one-hot at
-//! temperature 0), without writing the row: the first maximum of the tokens outside the context and
-//! the suffix, which keep their logits, combined with each final owner's value (penalty_pair_final,
-//! penalty_path_final). `outside(i)` says whether token i is neither a pair's nor a suffix token (a
-//! bitmap the caller built). Serial form; the CUDA kernel spreads the same three parts over a block.
-//! Result .v is -inf when no logit survives the penalties.
-template <class Outside>
-[[nodiscard]] SPECDEC_HOST_DEVICE first_max penalized_first_max(const row_penalty& rp, const float* row, std::int64_t n,
-                                                                const Outside& outside) noexcept {
-  first_max best;
-  for (std::int64_t i = 0; i < n; ++i)
-    if (outside(i)) best.see(row[i], static_cast<std::int32_t>(i));
-  for (std::int32_t j = 0; j < rp.count; ++j) {
-    float v;
-    if (penalty_pair_final(rp, j, row, v)) best.see(v, rp.distinct[j]);
-  }
-  for (std::int32_t k = 0; k < rp.depth; ++k) {
-    std::int32_t token;
-    float v;
-    if (penalty_path_final(rp, k, row, token, v)) best.see(v, token);
-  }
-  return best;
-}
 
 //! What the two phases do to the number of the row's logits above -inf, read from the unpenalized
 //! row (nothing is written): pair j's change (phase 1) and suffix position k's (phase 2, on the
