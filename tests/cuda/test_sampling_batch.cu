@@ -438,7 +438,7 @@ TEST_CASE("cuda penalized_argmax_batch equals the host backend, reading the rows
       ++compared;
     }
   }
-  CHECK(compared == (small ? 8 : 14));
+  CHECK(compared == (small ? 12 : 18));  // 4 rounds at each V <= 131075, 1 at the two above
 }
 
 TEST_CASE("cuda penalized_argmax_batch reports a bad row, entry or context and gives that row -1", "[cuda][sampling]") {

@@ -523,8 +523,8 @@ template <>
 struct penalized_argmax_backend<cuda> {
   static void run(const cuda& policy, const penalized_argmax_args& args) {
     const process_logits_batch_args& a = args.rows;
-    if (!penalized_argmax_fits(a.vocab)) [[unlikely]]
-      throw_invalid_argument("specdec::penalized_argmax_batch", "logits",
+    if (a.rows > 0 && !penalized_argmax_fits(a.vocab)) [[unlikely]]
+      throw_invalid_argument(args.fn, args.logits_name,
                              "a vocabulary whose bitmap (V / 8 bytes) fits one block's shared memory on this device",
                              a.vocab);
     clear_device_status(a.status, policy.stream);

@@ -724,6 +724,8 @@ namespace detail {
 struct penalized_argmax_args {
   process_logits_batch_args rows;
   std::int32_t* argmax = nullptr;
+  const char* fn = "specdec::penalized_argmax_batch";  //!< the entry point and the rows' name, for
+  const char* logits_name = "logits";                  //!< a backend's own refusals
 };
 
 //! The seam between penalized_argmax_batch and its backends: static void run(const Policy&, const
@@ -786,10 +788,10 @@ struct penalized_argmax_backend<host> {
 //! in memory the policy can write, disjoint from the rest (`argmax_name` and `logits_name`: the
 //! caller's names for those two in messages).
 template <class Policy, class Lg, class Pa, class RP, class AM, class ST>
-penalized_argmax_args penalized_argmax_args_of(std::string_view fn, const Lg& logits, const Pa& params,
+penalized_argmax_args penalized_argmax_args_of(const char* fn, const Lg& logits, const Pa& params,
                                                const RP& row_params, const penalty_context& context, const AM& argmax,
-                                               const ST& status, std::string_view argmax_name = "argmax",
-                                               std::string_view logits_name = "logits") {
+                                               const ST& status, const char* argmax_name = "argmax",
+                                               const char* logits_name = "logits") {
   const auto lg = as_view(logits);
   if constexpr (std::is_same_v<Policy, cuda>)
     require(lg.extent(1) <= penalized_argmax_max_vocab, fn, logits_name, "at most 2^20 columns on the cuda backend",
@@ -801,7 +803,7 @@ penalized_argmax_args penalized_argmax_args_of(std::string_view fn, const Lg& lo
   require_disjoint(fn, argmax_name, am, logits_name, lg, "status", st, "params", as_view(params), "row_params",
                    as_view(row_params));
   attach_penalty_context<Policy>(fn, a, context, argmax_name, am, "status", st);
-  return {a, am.data()};
+  return {a, am.data(), fn, logits_name};
 }
 
 }  // namespace detail
@@ -819,11 +821,16 @@ penalized_argmax_args penalized_argmax_args_of(std::string_view fn, const Lg& lo
 //!   status      int32 [3] out: {0, -1, -1}, or process_logits_batch's reports (device_error::params,
 //!               ::context, ::row) for the same rows
 //!   specdec::host: every row checked first as process_logits_batch checks it (invalid_argument naming
-//!     the row; nothing written), then the rows on the policy's threads: O(V + |pairs| (1 + depth) +
-//!     depth (depth + log |pairs|)) per row, and a V-bit mark array per thread.
+//!     the row; nothing written), then the rows on the policy's threads: a copy of the row with its
+//!     context and suffix tokens at -inf scanned by the vector kernels, then each of those tokens'
+//!     final value; O(V + |pairs| + depth (depth + log |pairs|)) per row (a pair before the window
+//!     scans the suffix only when a 1024-bit filter of the in-window suffix says maybe), and a
+//!     V-float scratch row per pool thread, kept for the next call.
 //!   specdec::cuda (needs sampling/logits_processor.cuh and nvcc): a block per row, its context and
-//!     suffix tokens marked in a shared-memory bitmap (V / 8 bytes: V <= 2^20 on this backend), one
-//!     pass over the row, then the owners; enqueued on policy.stream, no synchronisation.
+//!     suffix tokens marked in a shared-memory bitmap (V / 8 bytes: V <= 2^20, and only as far as the
+//!     device lets one block opt in, penalized_argmax_fits: every V <= 2^20 on sm_90, about 790K
+//!     tokens on sm_86 / sm_89; else invalid_argument before any CUDA work), one pass over the row,
+//!     then the owners; enqueued on policy.stream, no synchronisation.
 //! Results are equal on both backends (a penalty is one IEEE division or multiplication).
 template <execution_policy Policy, tensor_like Lg, tensor_like Pa, class RP, class AM, class ST>
   requires(detail::int32_array<RP> && detail::int32_output<AM> && detail::int32_output<ST>)

@@ -207,8 +207,9 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
 //! Every row is checked as process_logits_batch checks it (host: invalid_argument, nothing written;
 //! cuda: the row's report in `status` (device_error::params, ::context, ::row) even when the walk
 //! does not read it, then the walk's own reports; the first report stays). Cost: one read of every
-//! row, not of the rows the walk visits only (a penalty can move any row's argmax). cuda: V <= 2^20,
-//! two kernels on policy.stream, no synchronisation, graph-capturable.
+//! row, not of the rows the walk visits only (a penalty can move any row's argmax). cuda: V as
+//! penalized_argmax_batch allows it (its bitmap in one block's shared memory: every V <= 2^20 on
+//! sm_90), two kernels on policy.stream, no synchronisation, graph-capturable.
 template <execution_policy Policy, class NI, class TO, class PA, class LG, tensor_like Pa, class RP, class AC, class NA,
           class BO, class EM, class ST>
   requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
@@ -224,7 +225,8 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
   const detail::tree_verify_arrays a = detail::tree_verify_arrays_of<Policy>(
       fn, "target_logits", std::numeric_limits<std::int32_t>::max(), node_indptr_in, tokens_in, parents_in,
       target_logits_in, accepted_in, num_accepted_in, bonus_in, emitted_in, status_in);
-  const auto p = detail::penalized_argmax_args_of<Policy>(fn, target_logits_in, params_in, row_params_in, context,
+  const auto p = detail::penalized_argmax_args_of<Policy>("specdec::verify_greedy_batch", target_logits_in, params_in,
+                                                          row_params_in, context,
                                                           emitted_in, status_in, "emitted", "target_logits");
   // what the argmax pass reads must not share memory with the walk's outputs either (a graph replay
   // would read them changed)
