@@ -288,6 +288,20 @@ BENCHMARK(BM_verify_sample_and_match_batch)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+//! A step benchmark's cell from its arguments (batch, tree, vocab, mode): the [batch * (tree + 1), V]
+//! float rows, their bytes and the input copies that rotate through the L2.
+struct step_cell {
+  int batch, tree, mode;
+  std::int64_t V, rows;
+  std::size_t bytes_rows;
+  int sets;
+  explicit step_cell(const benchmark::State& state)
+      : batch(static_cast<int>(state.range(0))), tree(static_cast<int>(state.range(1))),
+        mode(static_cast<int>(state.range(3))), V(state.range(2)), rows(static_cast<std::int64_t>(batch) * (tree + 1)),
+        bytes_rows(static_cast<std::size_t>(rows * V) * sizeof(float)),
+        sets(specdec_bench::l2_rotation_sets(bytes_rows, graph_calls)) {}
+};
+
 //! The penalty context of a step on the device: each request's committed context (`committed`
 //! random tokens; none when 0) and its tree's rows (penalty_context_builder::add_tree_rows),
 //! uploaded once (an engine's per-step host build and upload are not timed).
@@ -318,12 +332,10 @@ struct device_penalties {
 };
 
 void BM_sampled_step_batch(benchmark::State& state) {
-  const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
-  const std::int64_t V = state.range(2);
-  const int mode = static_cast<int>(state.range(3));
-  const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
-  const std::size_t bytes_rows = static_cast<std::size_t>(rows * V) * sizeof(float);
-  const int sets = specdec_bench::l2_rotation_sets(bytes_rows, graph_calls);
+  const step_cell cell(state);
+  const int batch = cell.batch, tree = cell.tree, mode = cell.mode, sets = cell.sets;
+  const std::int64_t V = cell.V, rows = cell.rows;
+  const std::size_t bytes_rows = cell.bytes_rows;
   std::vector<std::int32_t> indptr{0}, parents, tokens, row_params;
   specdec::philox_stream rng(8, 0);
   for (int r = 0; r < batch; ++r) {
@@ -388,12 +400,10 @@ BENCHMARK(BM_sampled_step_batch)
     ->Unit(benchmark::kMicrosecond);
 
 void BM_greedy_penalized_step_batch(benchmark::State& state) {
-  const int batch = static_cast<int>(state.range(0)), tree = static_cast<int>(state.range(1));
-  const std::int64_t V = state.range(2);
-  const int mode = static_cast<int>(state.range(3));
-  const std::int64_t rows = static_cast<std::int64_t>(batch) * (tree + 1);
-  const std::size_t bytes_rows = static_cast<std::size_t>(rows * V) * sizeof(float);
-  const int sets = specdec_bench::l2_rotation_sets(bytes_rows, graph_calls);
+  const step_cell cell(state);
+  const int batch = cell.batch, tree = cell.tree, mode = cell.mode, sets = cell.sets;
+  const std::int64_t V = cell.V, rows = cell.rows;
+  const std::size_t bytes_rows = cell.bytes_rows;
   std::vector<std::int32_t> indptr, parents, row_params;
   random_trees(batch, tree, indptr, parents);
   std::vector<std::int32_t> tokens(parents.size());

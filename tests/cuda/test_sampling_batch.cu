@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
+#include "sampling/penalty_test_util.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/logits_processor.cuh"
 #include "specdec/sampling/penalty_context.hpp"
@@ -252,10 +253,7 @@ struct sb_penalized_batch {
     requests = 1 + static_cast<int>(rng.below(5));
     for (int e = 0; e < requests; ++e) {
       auto p = sb_params(rng, v);
-      if (rng.below(4) != 0) p.repetition_penalty = 1.0f + 2.0f * rng.uniform();
-      if (rng.below(4) != 0) p.contextual_penalty = 1.0f + 2.0f * rng.uniform();
-      p.penalty_window = static_cast<int>(rng.below(3) == 0 ? 1024 : rng.below(20));
-      p.contextual_sign_aware = rng.below(2) == 0;
+      specdec_test::add_random_penalties(p, rng, 3, 20);
       params.push_back(p);
     }
     std::vector<std::int32_t> committed, tokens, parents;

@@ -17,6 +17,7 @@
 #include <map>
 #include <vector>
 
+#include "sampling/penalty_test_util.hpp"
 #include "sampling/sampling_reference.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/simd_level.hpp"
@@ -251,10 +252,7 @@ TEST_CASE("process_logits_batch with a penalty_context equals process_tree_logit
       std::vector<specdec::sampling_params> params;
       for (int e = 0; e < P; ++e) {
         auto p = batch_params(rng, v);
-        if (rng.below(4) != 0) p.repetition_penalty = 1.0f + 2.0f * rng.uniform();
-        if (rng.below(4) != 0) p.contextual_penalty = 1.0f + 2.0f * rng.uniform();
-        p.penalty_window = static_cast<int>(rng.below(4) == 0 ? 1024 : rng.below(12));
-        p.contextual_sign_aware = rng.below(2) == 0;
+        specdec_test::add_random_penalties(p, rng, 4, 12);
         params.push_back(p);
       }
       specdec::penalty_context_builder b(static_cast<std::int32_t>(v));

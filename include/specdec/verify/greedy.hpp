@@ -155,6 +155,19 @@ struct greedy_penalized_backend<host> {
   }
 };
 
+//! The array forms' checks of the trees, logits and outputs (tree_verify_arrays_of, named
+//! verify_greedy_batch) and their pointers.
+template <class Policy, class NI, class TO, class PA, class LG, class AC, class NA, class BO, class EM, class ST>
+[[nodiscard]] tree_verify_arrays greedy_arrays_of(const NI& node_indptr, const TO& tokens, const PA& parents,
+                                                  const LG& target_logits, const AC& accepted, const NA& num_accepted,
+                                                  const BO& bonus, const EM& emitted, const ST& status) {
+  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
+                "specdec::verify_greedy_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
+  return tree_verify_arrays_of<Policy>("specdec::verify_greedy_batch", "target_logits",
+                                       std::numeric_limits<std::int32_t>::max(), node_indptr, tokens, parents,
+                                       target_logits, accepted, num_accepted, bonus, emitted, status);
+}
+
 }  // namespace detail
 
 //! Greedy verification of a ragged batch given as arrays, the form a GPU engine holds (its drafter
@@ -189,12 +202,8 @@ template <execution_policy Policy, class NI, class TO, class PA, class LG, class
 void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const TO& tokens_in, const PA& parents_in,
                          const LG& target_logits_in, const AC& accepted_in, const NA& num_accepted_in,
                          const BO& bonus_in, const EM& emitted_in, const ST& status_in) {
-  constexpr std::string_view fn = "specdec::verify_greedy_batch";
-  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
-                "specdec::verify_greedy_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
-  const detail::tree_verify_arrays a = detail::tree_verify_arrays_of<Policy>(
-      fn, "target_logits", std::numeric_limits<std::int32_t>::max(), node_indptr_in, tokens_in, parents_in,
-      target_logits_in, accepted_in, num_accepted_in, bonus_in, emitted_in, status_in);
+  const auto a = detail::greedy_arrays_of<Policy>(node_indptr_in, tokens_in, parents_in, target_logits_in, accepted_in,
+                                                  num_accepted_in, bonus_in, emitted_in, status_in);
   detail::greedy_batch_backend<Policy>::run(policy, a);
 }
 
@@ -220,11 +229,8 @@ void verify_greedy_batch(const Policy& policy, const NI& node_indptr_in, const T
                          const penalty_context& context, const AC& accepted_in, const NA& num_accepted_in,
                          const BO& bonus_in, const EM& emitted_in, const ST& status_in) {
   constexpr std::string_view fn = "specdec::verify_greedy_batch";
-  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
-                "specdec::verify_greedy_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
-  const detail::tree_verify_arrays a = detail::tree_verify_arrays_of<Policy>(
-      fn, "target_logits", std::numeric_limits<std::int32_t>::max(), node_indptr_in, tokens_in, parents_in,
-      target_logits_in, accepted_in, num_accepted_in, bonus_in, emitted_in, status_in);
+  const auto a = detail::greedy_arrays_of<Policy>(node_indptr_in, tokens_in, parents_in, target_logits_in, accepted_in,
+                                                  num_accepted_in, bonus_in, emitted_in, status_in);
   const auto p = detail::penalized_argmax_args_of<Policy>("specdec::verify_greedy_batch", target_logits_in, params_in,
                                                           row_params_in, context,
                                                           emitted_in, status_in, "emitted", "target_logits");
