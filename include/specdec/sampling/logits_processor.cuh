@@ -288,6 +288,14 @@ __device__ inline void block_eta(float* row, std::int64_t n, float m, const samp
     if (static_cast<double>(fast_exp_fused(row[i] - m)) < cut && i != best) row[i] = ninf;
 }
 
+//! Whether row r's sampling entry e is in range and valid for the call (batch_sampling_params_ok);
+//! otherwise thread 0 reports device_error::params (request = e, index = r). The same for every thread.
+__device__ inline bool row_entry_ok(const process_logits_batch_args& a, std::int64_t r, std::int32_t e) {
+  if (e >= 0 && e < a.num_params && batch_sampling_params_ok(a.params[e], a.with_context)) return true;
+  if (threadIdx.x == 0) device_report(a.status, device_error::params, e, static_cast<std::int32_t>(r));
+  return false;
+}
+
 //! Row r's penalty view (row_penalty_of), with its context's pairs and its suffix tokens checked by
 //! the block (penalty_pair_ok; tokens in [0, V)). False, after thread 0 reports device_error::context
 //! (request = the row's context, index = r), when anything is malformed. Uniform.
@@ -336,10 +344,7 @@ __global__ void __launch_bounds__(process_threads) process_logits_kernel(const p
   for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     float* row = a.logits + r * a.stride;
     const std::int32_t e = a.row_params[r];
-    if (e < 0 || e >= a.num_params || !batch_sampling_params_ok(a.params[e], a.with_context)) {  // uniform
-      if (t == 0) device_report(a.status, device_error::params, e, static_cast<std::int32_t>(r));
-      continue;
-    }
+    if (!row_entry_ok(a, r, e)) continue;  // uniform
     const sampling_params p = a.params[e];
     row_penalty rp;
     if (!block_row_penalty(a, r, p, rp)) continue;
@@ -444,8 +449,8 @@ __global__ void __launch_bounds__(process_threads) penalized_argmax_kernel(const
     const float* row = a.logits;  // read only (penalized_argmax_args)
     row += r * a.stride;
     const std::int32_t e = a.row_params[r];
-    if (e < 0 || e >= a.num_params || !batch_sampling_params_ok(a.params[e], a.with_context)) {  // uniform
-      if (t == 0) device_report(a.status, device_error::params, e, static_cast<std::int32_t>(r)), args.argmax[r] = -1;
+    if (!row_entry_ok(a, r, e)) {  // uniform
+      if (t == 0) args.argmax[r] = -1;
       continue;
     }
     row_penalty rp;

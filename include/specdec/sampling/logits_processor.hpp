@@ -733,14 +733,13 @@ struct penalized_argmax_args {
 SPECDEC_BACKEND_SEAM(penalized_argmax_backend, "penalized_argmax_batch", "specdec/sampling/logits_processor.cuh");
 
 //! The host form of penalized_argmax_batch (its backend, and verify_greedy_batch's penalized form):
-//! every row checked first (invalid_argument naming `fn`; nothing written), then each row's first
-//! maximum after its penalties into args.argmax, rows on the policy's threads.
-inline void penalized_argmax_host(const host& policy, const penalized_argmax_args& args, std::string_view fn,
-                                  std::string_view logits_name = "logits") {
+//! every row checked first (invalid_argument naming args.fn and args.logits_name; nothing written),
+//! then each row's first maximum after its penalties into args.argmax, rows on the policy's threads.
+inline void penalized_argmax_host(const host& policy, const penalized_argmax_args& args) {
   const process_logits_batch_args& a = args.rows;
   std::vector<logit_scan> scans;
   std::vector<row_penalty> penalties;
-  check_batch_rows_host(a, fn, scans, penalties, logits_name);  // nothing written before
+  check_batch_rows_host(a, args.fn, scans, penalties, args.logits_name);  // nothing written before
   parallel_for(policy, a.rows, [&](std::int64_t i) {
     thread_local std::vector<float> outside;  // the row with its context and suffix tokens at -inf
     const auto n = static_cast<std::size_t>(a.vocab);
@@ -778,9 +777,7 @@ inline void penalized_argmax_host(const host& policy, const penalized_argmax_arg
 
 template <>
 struct penalized_argmax_backend<host> {
-  static void run(const host& policy, const penalized_argmax_args& args) {
-    penalized_argmax_host(policy, args, "specdec::penalized_argmax_batch");
-  }
+  static void run(const host& policy, const penalized_argmax_args& args) { penalized_argmax_host(policy, args); }
 };
 
 //! penalized_argmax_batch's checks (named `fn`) and arguments: the rows, entries and context as

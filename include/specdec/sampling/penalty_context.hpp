@@ -219,14 +219,17 @@ template <class Maybe>
 }
 //! Suffix position k: true, with `token` and its final `value`, when phase 2 acts there (a token the
 //! context lacks, at its last occurrence in the suffix; or a context token it brings into the
-//! window, on the phase-1 value); else false (the token's owner is elsewhere).
+//! window, on the phase-1 value); else false (the token's owner is elsewhere). `before`, when given,
+//! gets the token's value before phase 2.
 [[nodiscard]] SPECDEC_HOST_DEVICE inline bool penalty_path_final(const row_penalty& rp, std::int32_t k, const float* row,
-                                                                 std::int32_t& token, float& value) noexcept {
+                                                                 std::int32_t& token, float& value,
+                                                                 float* before = nullptr) noexcept {
   std::int32_t pair;
   const auto a = penalty_path_step(rp, k, token, pair);
   if (a == penalty_path_action::none) return false;
   float x = row[token];
   if (pair >= 0 && penalty_pair_acts(rp, pair)) x = penalized_logit(rp, x, rp.last[pair]);  // phase 1's value
+  if (before != nullptr) *before = x;
   value = penalty_path_value(rp, a, x, k);
   return true;
 }
@@ -254,13 +257,11 @@ struct first_max {
 }
 [[nodiscard]] SPECDEC_HOST_DEVICE inline int penalty_path_survival(const row_penalty& rp, std::int32_t k,
                                                                    const float* row) noexcept {
-  std::int32_t token, pair;
-  const auto a = penalty_path_step(rp, k, token, pair);
-  if (a == penalty_path_action::none) return 0;
+  std::int32_t token;
+  float value, before;
+  if (!penalty_path_final(rp, k, row, token, value, &before)) return 0;
   const float ninf = -std::numeric_limits<float>::infinity();
-  float x = row[token];
-  if (pair >= 0 && penalty_pair_acts(rp, pair)) x = penalized_logit(rp, x, rp.last[pair]);  // phase 1's value
-  return int{penalty_path_value(rp, a, x, k) > ninf} - int{x > ninf};
+  return int{value > ninf} - int{before > ninf};
 }
 
 //! The checks a penalty context's values must pass, shared by the host backend (which throws) and the

@@ -147,7 +147,7 @@ struct greedy_penalized_backend<host> {
     std::int32_t status[3];
     penalized_argmax_args local = p;  // its outputs here: the call's own are written by the walk alone
     local.argmax = argmax.data(), local.rows.status = status;
-    penalized_argmax_host(policy, local, fn, "target_logits");  // every row checked; nothing written on a throw
+    penalized_argmax_host(policy, local);  // every row checked (named as p says); nothing written on a throw
     run_tree_verify_host(policy, a, fn, [&](int r, auto tokens, auto parents, const prob_rows&) {
       const std::int32_t* am = argmax.data() + a.node_indptr[r] + r;
       return greedy_walk_by(tokens, parents, [am](std::int64_t s) { return am[s]; });
