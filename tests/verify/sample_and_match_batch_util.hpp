@@ -5,11 +5,19 @@
 // probability rows that put most of their mass on one of the row's children's tokens, so paths of
 // every length are accepted; some rows have zero entries (a top-k / top-p row) and none is
 // normalised. The expected result is verify_sample_and_match on each request's token_tree with the
-// request's philox_stream(seeds[r], streams[r]).
+// request's philox_stream(seeds[r], streams[r]). sampled_logits_case: the same trees with logits
+// rows and sampling_params, for the logits form.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <vector>
 
+#include "sampling/penalty_test_util.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/verify/sample_and_match.hpp"
 #include "tree/tree_batch_util.hpp"
 #include "verify/tree_arrays_util.hpp"
@@ -70,5 +78,119 @@ inline sample_and_match_case random_sample_and_match_batch(int R, int max_nodes,
   c.finish();
   return c;
 }
+
+}  // namespace specdec_test
+
+
+namespace specdec_test {
+
+//! A ragged batch for the logits form of verify_sample_and_match_batch: trees as
+//! random_sample_and_match_batch makes them (tokens from a small alphabet), logits rows in
+//! [-1, 1) with a peak of 2-6 on a random child's token (3 rows in 4) and a few -inf tokens, and
+//! per request sampling_params drawn from everything process_logits_batch applies (temperature,
+//! including 0 and tiny values, top-k, top-p, min-p, eta; with `penalties` a repetition and a
+//! contextual penalty over a committed context of up to 20 alphabet tokens and each row's root
+//! path). `expected` is what the form replaces: process_logits_batch on a copy of the rows,
+//! logits_to_probs_batch in place, then the probabilities form (host backends throughout).
+struct sampled_logits_case {
+  std::vector<std::int32_t> node_indptr{0}, tokens, parents;
+  std::vector<float> logits;  // [N + R, V]
+  std::vector<std::uint64_t> seeds, streams;
+  std::int64_t vocab = 0;
+  std::vector<specdec::sampling_params> params;
+  std::vector<std::int32_t> row_params;
+  specdec::penalty_context_builder b;
+  bool penalties = false;
+  tree_outputs expected;
+
+  [[nodiscard]] int requests() const { return static_cast<int>(node_indptr.size()) - 1; }
+  [[nodiscard]] int nodes() const { return static_cast<int>(tokens.size()); }
+  [[nodiscard]] std::int64_t rows() const { return static_cast<std::int64_t>(nodes()) + requests(); }
+
+  sampled_logits_case(int R, int max_nodes, std::int64_t V, int alphabet, bool with_penalties, std::uint64_t seed)
+      : vocab(V), b(static_cast<std::int32_t>(V)), penalties(with_penalties) {
+    specdec::philox_stream rng(seed, 11);
+    std::vector<std::int32_t> committed;
+    for (int r = 0; r < R; ++r) {
+      const int n = rng.below(8) == 0 ? 0 : 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(max_nodes)));
+      const auto par = random_parents(n, static_cast<int>(rng.below(4)), rng);
+      const auto lo = static_cast<std::int32_t>(tokens.size());
+      for (int i = 0; i < n; ++i) {
+        parents.push_back(par[i]);
+        tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(alphabet))));
+      }
+      node_indptr.push_back(lo + n);
+      for (int s = 0; s <= n; ++s) {
+        std::vector<float> row(static_cast<std::size_t>(V));
+        for (auto& x : row) x = rng.below(64) == 0 ? -std::numeric_limits<float>::infinity() : 2.0f * rng.uniform() - 1.0f;
+        std::vector<std::int32_t> kids;
+        for (int i = s; i < n; ++i)
+          if (par[i] == s - 1) kids.push_back(tokens[static_cast<std::size_t>(lo + i)]);
+        if (!kids.empty() && rng.below(4) != 0)
+          row[static_cast<std::size_t>(kids[rng.below(static_cast<std::uint32_t>(kids.size()))])] = 2.0f + 4.0f * rng.uniform();
+        row[rng.below(static_cast<std::uint32_t>(V))] = 1.5f;  // some logit above -inf
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
+      specdec::sampling_params p;
+      const auto pick = [&] { return rng.below(2) == 0; };
+      p.temperature = rng.below(8) == 0 ? 0.0f : rng.below(8) == 0 ? 1.0f : 0.2f + 1.3f * rng.uniform();
+      if (rng.below(16) == 0) p.temperature = 1e-30f;
+      if (pick()) p.top_k = 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(std::min<std::int64_t>(V + 2, 3000))));
+      if (pick()) p.top_p = rng.below(6) == 0 ? 1e-6f : 0.05f + 0.9f * rng.uniform();
+      if (pick()) p.min_p = 0.3f * rng.uniform();
+      if (pick()) p.eta_epsilon = 0.2f * rng.uniform();
+      if (penalties) {
+        add_random_penalties(p, rng, 4, 8);
+        committed.clear();
+        for (std::uint32_t j = 0, m = rng.below(21); j < m; ++j)
+          committed.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(alphabet))));
+        b.add_tree_rows(b.add_context(committed), std::span(tokens).subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n)),
+                        std::span(parents).subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n)));
+      }
+      params.push_back(p);
+      for (int s = 0; s <= n; ++s) row_params.push_back(r);
+      seeds.push_back(seed ^ 0xabcdull);
+      streams.push_back(specdec::stream_id(static_cast<std::uint32_t>(200 + r), 3));
+    }
+    finish();
+  }
+
+  //! The composition (host), into `expected`.
+  void finish() {
+    const auto v1 = [](auto& a) { return specdec::make_view<1>(a.data(), {static_cast<std::int64_t>(a.size())}); };
+    auto probs = logits;
+    const auto pr = specdec::make_view<2>(probs.data(), {rows(), vocab});
+    std::vector<std::int32_t> st(3);
+    const auto sv = specdec::make_view<1>(st.data(), {3});
+    const auto pa = specdec::make_view<1>(params.data(), {static_cast<std::int64_t>(params.size())});
+    if (penalties)
+      specdec::process_logits_batch(specdec::host{}, pr, pa, v1(row_params), b.view(), sv);
+    else
+      specdec::process_logits_batch(specdec::host{}, pr, pa, v1(row_params), sv);
+    specdec::logits_to_probs_batch(specdec::host{}, pr, pr, sv);
+    expected = tree_outputs(static_cast<std::size_t>(requests()), tokens.size());
+    auto& o = expected;
+    specdec::verify_sample_and_match_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr, v1(seeds),
+                                           v1(streams), v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
+                                           v1(o.status));
+  }
+
+  //! Whether `o` holds expected's results: status, counts and bonus tokens, and each request's
+  //! accepted nodes and emitted tokens (the other slots are unspecified); returns the accepted count.
+  [[nodiscard]] int matches(const tree_outputs& o) const {
+    CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+    int total = 0;
+    for (int r = 0; r < requests(); ++r) {
+      const int k = expected.num_accepted[static_cast<std::size_t>(r)], lo = node_indptr[static_cast<std::size_t>(r)];
+      REQUIRE(o.num_accepted[static_cast<std::size_t>(r)] == k);
+      CHECK(o.bonus[static_cast<std::size_t>(r)] == expected.bonus[static_cast<std::size_t>(r)]);
+      for (int j = 0; j < k; ++j) CHECK(o.accepted[static_cast<std::size_t>(lo + j)] == expected.accepted[static_cast<std::size_t>(lo + j)]);
+      for (int j = 0; j <= k; ++j)
+        CHECK(o.emitted[static_cast<std::size_t>(lo + r + j)] == expected.emitted[static_cast<std::size_t>(lo + r + j)]);
+      total += k;
+    }
+    return total;
+  }
+};
 
 }  // namespace specdec_test

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "specdec/verify/sample_and_match.hpp"
@@ -246,4 +247,168 @@ TEST_CASE("verify_sample_and_match_batch (arrays) checks its arguments' shapes",
                                                            v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
                                                            v1(o.emitted), v1(o.status)),
                     Catch::Contains("target_probs") && Catch::Contains("2097152"));
+}
+
+namespace {
+
+using specdec_test::sampled_logits_case;
+
+//! The logits form on c, into o (workspace: a fresh [R, V] buffer unless given).
+void run_logits(const sampled_logits_case& c, specdec_test::tree_outputs& o, const specdec::host& policy = {},
+                std::vector<float>* work = nullptr, const specdec::penalty_context* context = nullptr) {
+  std::vector<float> own;
+  std::vector<float>& w = work != nullptr ? *work : own;
+  w.resize(static_cast<std::size_t>(c.requests()) * static_cast<std::size_t>(c.vocab));
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
+  const auto pa = specdec::make_view<1>(c.params.data(), {static_cast<std::int64_t>(c.params.size())});
+  const auto ws = specdec::make_view<2>(w.data(), {c.requests(), c.vocab});
+  if (c.penalties)
+    specdec::verify_sample_and_match_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, pa,
+                                           v1(c.row_params), context != nullptr ? *context : c.b.view(), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                           v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  else
+    specdec::verify_sample_and_match_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, pa,
+                                           v1(c.row_params), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                           v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+}
+
+}  // namespace
+
+TEST_CASE("verify_sample_and_match_batch from logits (host) equals processing every row, then the probabilities form",
+          "[verify][sample_and_match]") {
+  int accepted_total = 0, deep = 0, cases = 0;
+  for (const bool penalties : {false, true})
+    for (int R : {0, 1, 5, 17})
+      for (int max_nodes : {1, 9, 40})
+        for (std::int64_t V : {1, 3, 200, 3000}) {
+          const sampled_logits_case c(R, max_nodes, V, static_cast<int>(std::min<std::int64_t>(V, 3)), penalties,
+                                      static_cast<std::uint64_t>(R * 100000 + max_nodes * 100 + V + (penalties ? 7 : 0)));
+          specdec_test::tree_outputs o(static_cast<std::size_t>(c.requests()), c.tokens.size());
+          run_logits(c, o, specdec::host{.num_threads = 2});
+          accepted_total += c.matches(o);
+          for (int r = 0; r < c.requests(); ++r) deep += o.num_accepted[static_cast<std::size_t>(r)] >= 2;
+          ++cases;
+        }
+  CHECK(cases == 96);
+  CHECK(accepted_total > 100);  // accepted paths, not only bonus tokens
+  CHECK(deep > 10);
+}
+
+TEST_CASE("verify_sample_and_match_batch from logits never reads a row the walk does not visit",
+          "[verify][sample_and_match][validation]") {
+  // unread_nan_case's shape: root -> {0: token 1, 1: token 2}. At temperature 0 the root row's
+  // argmax (token 1) is drawn, node 0 accepted, the row after node 0 gives the bonus (its argmax 3);
+  // the row after node 1 holds NaN and a bad entry would be named if it were read.
+  sampled_logits_case h(0, 1, 5, 1, false, 1);
+  h.vocab = 5;
+  h.node_indptr = {0, 2};
+  h.tokens = {1, 2};
+  h.parents = {-1, -1};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 6, /**/ nan, 0, 0, 0, 0};
+  specdec::sampling_params p;
+  p.temperature = 0.0f;
+  h.params = {p};
+  h.row_params = {0, 0, 0};
+  h.seeds = {3};
+  h.streams = {specdec::stream_id(0, 0)};
+  specdec_test::tree_outputs o(1, 2);
+  run_logits(h, o);
+  CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+  CHECK(o.num_accepted[0] == 1);
+  CHECK(o.accepted[0] == 0);
+  CHECK(o.bonus[0] == 3);
+  CHECK(o.emitted == std::vector<std::int32_t>{1, 3, -9});
+  h.row_params[2] = 5;  // an entry out of range on the unvisited row: not read either
+  run_logits(h, o);
+  CHECK(o.bonus[0] == 3);
+  h.logits[7] = nan;  // the row after node 0 is visited: named
+  CHECK_THROWS_WITH(run_logits(h, o), Catch::Contains("target_logits") && Catch::Contains("row 1"));
+}
+
+TEST_CASE("verify_sample_and_match_batch from logits (host) rejects bad values and leaves the outputs untouched",
+          "[verify][sample_and_match][validation]") {
+  sampled_logits_case c(3, 6, 40, 3, true, 99);
+  while (c.node_indptr[1] - c.node_indptr[0] < 1) c = sampled_logits_case(3, 6, 40, 3, true, c.tokens.size() + 100);
+  const auto reject = [](const sampled_logits_case& bad, const std::string& what) {
+    specdec_test::tree_outputs o(static_cast<std::size_t>(bad.requests()), bad.tokens.size());
+    const auto fresh = o;
+    CHECK_THROWS_WITH(run_logits(bad, o), Catch::Contains("verify_sample_and_match_batch") && Catch::Contains(what));
+    CHECK(o == fresh);
+  };
+  // request 0's root row (row 0) is always visited
+  {
+    auto bad = c;
+    bad.logits[3] = std::numeric_limits<float>::infinity();
+    reject(bad, "target_logits");
+  }
+  {
+    auto bad = c;
+    bad.row_params[0] = 7;
+    reject(bad, "row_params");
+  }
+  {
+    auto bad = c;
+    bad.params[0].top_p = 1.5f;
+    reject(bad, "top_p");
+  }
+  {  // a penalty without a context: the five-argument form refuses it
+    auto bad = c;
+    bad.penalties = false;
+    bad.params[0].repetition_penalty = 1.5f;
+    reject(bad, "penalty");
+  }
+  {  // a tree token out of the vocabulary
+    auto bad = c;
+    bad.tokens[0] = 40;
+    reject(bad, "token");
+  }
+  {  // row 0's context out of range
+    specdec::penalty_context ctx = c.b.view();
+    std::vector<std::int32_t> row_context(ctx.row_context.data(), ctx.row_context.data() + c.rows());
+    row_context[0] = static_cast<std::int32_t>(ctx.context_length.extent(0));
+    ctx.row_context = v1(std::as_const(row_context));
+    specdec_test::tree_outputs o(static_cast<std::size_t>(c.requests()), c.tokens.size());
+    const auto fresh = o;
+    CHECK_THROWS_WITH(run_logits(c, o, {}, nullptr, &ctx), Catch::Contains("row_context"));
+    CHECK(o == fresh);
+  }
+  {  // a row every admissible logit of which a penalty overflows to -inf
+    auto bad = c;
+    for (std::int64_t t = 0; t < bad.vocab; ++t) bad.logits[static_cast<std::size_t>(t)] = -3.0e38f;
+    bad.params[0].repetition_penalty = 3.0f;
+    bad.params[0].contextual_penalty = 1.0f;
+    bad.b = specdec::penalty_context_builder(static_cast<std::int32_t>(bad.vocab));
+    std::vector<std::int32_t> all(static_cast<std::size_t>(bad.vocab));
+    for (std::int64_t t = 0; t < bad.vocab; ++t) all[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+    for (int r = 0; r < bad.requests(); ++r) {
+      const auto lo = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r)]),
+                 n = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r) + 1]) - lo;
+      bad.b.add_tree_rows(bad.b.add_context(all), std::span(bad.tokens).subspan(lo, n), std::span(bad.parents).subspan(lo, n));
+    }
+    reject(bad, "after the penalties");
+  }
+}
+
+TEST_CASE("verify_sample_and_match_batch from logits checks shapes and overlaps first", "[verify][sample_and_match][validation]") {
+  const sampled_logits_case c(2, 4, 16, 3, false, 5);
+  specdec_test::tree_outputs o(2, c.tokens.size());
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
+  const auto pa = specdec::make_view<1>(c.params.data(), {2});
+  std::vector<float> w(2 * 16), w_short(16);
+  const auto call = [&](auto ws, auto logits) {
+    specdec::verify_sample_and_match_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), logits, pa,
+                                           v1(c.row_params), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                           v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  };
+  const auto fresh = o;
+  CHECK_THROWS_WITH(call(specdec::make_view<2>(w_short.data(), {1, 16}), lg), Catch::Contains("workspace"));
+  // the workspace over the logits themselves
+  auto lg_copy = c.logits;
+  const auto lgw = specdec::make_view<2>(lg_copy.data(), {c.rows(), c.vocab});
+  CHECK_THROWS_WITH(call(specdec::make_view<2>(lg_copy.data(), {2, 16}), lgw),
+                    Catch::Contains("workspace") && Catch::Contains("target_logits"));
+  CHECK(o == fresh);
+  call(specdec::make_view<2>(w.data(), {2, 16}), lg);
+  (void)c.matches(o);
 }

@@ -19,6 +19,10 @@ template <class T>
 specdec::strided_view<T, 1> v1(std::vector<T>& x) {
   return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
 }
+template <class T>
+specdec::strided_view<const T, 1> v1(const std::vector<T>& x) {
+  return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())});
+}
 
 //! accepted [N], num_accepted and bonus [R], emitted [N + R], status [3], filled with markers.
 struct tree_outputs {

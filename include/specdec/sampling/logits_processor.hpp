@@ -476,107 +476,117 @@ struct process_logits_batch_args {
 //! process_logits_batch_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
 SPECDEC_BACKEND_SEAM(process_logits_backend, "process_logits_batch", "specdec/sampling/logits_processor.cuh");
 
+//! One row's checks of check_batch_rows_host (below): its row_params entry, sampling_params, penalty
+//! view (`rp`; its context's pairs unless context_checked[c] is set, which this then sets; null:
+//! always), suffix tokens, logits and, when the penalties could overflow every admissible logit to
+//! -inf, what would survive them. Returns the row's scan; throws invalid_argument naming `fn` and the
+//! row. Also the sampled verifier's check of each row it visits (verify/sample_and_match.hpp).
+inline logit_scan check_batch_row_host(const process_logits_batch_args& a, std::int64_t i, std::string_view fn,
+                                       std::string_view logits_name, row_penalty& rp, std::uint8_t* context_checked) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const auto bad_context = [&](const std::string& what, std::int64_t value) {
+    throw_invalid_argument(fn, "context", what + " (row " + std::to_string(i) + ")", value);
+  };
+  const std::int32_t e = a.row_params[i];
+  if (e < 0 || e >= a.num_params) [[unlikely]]
+    throw_invalid_argument(fn, "row_params",
+                           "entries in [0, params.extent(0) = " + std::to_string(a.num_params) + ") (at row " +
+                               std::to_string(i) + ")",
+                           e);
+  const sampling_params& p = a.params[e];
+  validate_sampling_params(p, fn);
+  if (!batch_sampling_params_ok(p, a.with_context)) [[unlikely]]
+    throw_invalid_argument(fn, "params",
+                           "no repetition or contextual penalty (entry " + std::to_string(e) +
+                               "): the five-argument form gets no context; pass a penalty_context",
+                           "a penalty");
+  std::int32_t c = -1;
+  if (!row_penalty_of(a, i, p, rp, c)) [[unlikely]] {
+    if (c < -1 || c >= a.contexts) bad_context("row_context entries in [-1, " + std::to_string(a.contexts) + ")", c);
+    if (!penalty_path_range_ok(a.path_indptr[i], a.path_indptr[i + 1], a.path_tokens))
+      bad_context("a path range [path_indptr[i], path_indptr[i + 1]) inside [0, " + std::to_string(a.path_tokens) + "]",
+                  a.path_indptr[i + 1]);
+    bad_context("context " + std::to_string(c) + ": a range of context_indptr inside [0, " + std::to_string(a.pairs) +
+                    "] holding at most context_length tokens, none exactly when the length is 0",
+                a.context_length[c]);
+  }
+  if (c >= 0 && (context_checked == nullptr || !context_checked[c])) {  // each context's pairs once
+    const std::int64_t lo = a.context_indptr[c], hi = a.context_indptr[c + 1];
+    for (std::int64_t j = lo; j < hi; ++j)
+      if (!penalty_pair_ok(a.distinct, a.last, lo, j, a.vocab, a.context_length[c])) [[unlikely]]
+        bad_context("context " + std::to_string(c) + ": distinct tokens in [0, V) strictly ascending, last "
+                    "positions in [0, context_length) (at pair " + std::to_string(j) + ", token",
+                    a.distinct[j]);
+    if (context_checked != nullptr) context_checked[c] = 1;
+  }
+  for (std::int32_t k = 0; k < rp.depth; ++k)
+    if (rp.path[k] < 0 || rp.path[k] >= a.vocab) [[unlikely]]
+      bad_context("path tokens in [0, V) (at suffix position " + std::to_string(k) + ")", rp.path[k]);
+  const row_ref at{fn, logits_name, i};
+  const float* row = a.logits + i * a.stride;
+  const logit_scan s = checked_logit_scan(std::span<const float>(row, static_cast<std::size_t>(a.vocab)), at);
+  if (rp.active() && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
+    // the penalties could overflow every admissible logit to -inf: count what would survive
+    std::int64_t surviving = 0;
+    for (std::int64_t j = 0; j < a.vocab; ++j) surviving += row[j] > ninf;
+    for (std::int32_t j = 0; j < rp.count; ++j) surviving += penalty_pair_survival(rp, j, row);
+    for (std::int32_t k = 0; k < rp.depth; ++k) surviving += penalty_path_survival(rp, k, row);
+    if (surviving == 0)
+      throw_empty_row(at,
+                      "at least one logit above -inf after the penalties (every admissible logit overflows to "
+                      "-inf when multiplied by the penalty)",
+                      "all -inf");
+  }
+  return s;
+}
+
 //! The host backends' checks of every row of a batch before any is written (process_logits_batch) or
-//! read for a result (penalized_argmax_batch): row_params entries, sampling_params, the penalty
-//! context (each context's pairs once, each row's suffix), the row (checked_logit_scan) and, when the
-//! penalties could overflow every admissible logit to -inf, what would survive them. Fills each
-//! row's scan and penalty view; throws invalid_argument naming `fn` (the first failing row).
+//! read for a result (penalized_argmax_batch): check_batch_row_host on each row in order, each
+//! context's pairs once. Fills each row's scan and penalty view; throws invalid_argument naming `fn`
+//! (the first failing row).
 inline void check_batch_rows_host(const process_logits_batch_args& a, std::string_view fn, std::vector<logit_scan>& scans,
                                   std::vector<row_penalty>& penalties, std::string_view logits_name = "logits") {
-  constexpr float ninf = -std::numeric_limits<float>::infinity();
-  const auto v = static_cast<std::size_t>(a.vocab);
-  const auto row_at = [&](std::int64_t i) { return std::span<const float>(a.logits + i * a.stride, v); };
   scans.assign(static_cast<std::size_t>(a.rows), logit_scan{});
   penalties.assign(static_cast<std::size_t>(a.rows), row_penalty{});
   std::vector<std::uint8_t> context_checked(static_cast<std::size_t>(a.contexts), 0);
-  const auto bad_context = [&](std::int64_t i, const std::string& what, std::int64_t value) {
-    throw_invalid_argument(fn, "context", what + " (row " + std::to_string(i) + ")", value);
-  };
-  for (std::int64_t i = 0; i < a.rows; ++i) {  // every row first: a rejected call writes nothing
-    const std::int32_t e = a.row_params[i];
-    if (e < 0 || e >= a.num_params) [[unlikely]]
-      throw_invalid_argument(fn, "row_params",
-                             "entries in [0, params.extent(0) = " + std::to_string(a.num_params) + ") (at row " +
-                                 std::to_string(i) + ")",
-                             e);
-    const sampling_params& p = a.params[e];
-    validate_sampling_params(p, fn);
-    if (!batch_sampling_params_ok(p, a.with_context)) [[unlikely]]
-      throw_invalid_argument(fn, "params",
-                             "no repetition or contextual penalty (entry " + std::to_string(e) +
-                                 "): the five-argument form gets no context; pass a penalty_context",
-                             "a penalty");
-    row_penalty& rp = penalties[static_cast<std::size_t>(i)];
-    std::int32_t c = -1;
-    if (!row_penalty_of(a, i, p, rp, c)) [[unlikely]] {
-      if (c < -1 || c >= a.contexts) bad_context(i, "row_context entries in [-1, " + std::to_string(a.contexts) + ")", c);
-      if (!penalty_path_range_ok(a.path_indptr[i], a.path_indptr[i + 1], a.path_tokens))
-        bad_context(i, "a path range [path_indptr[i], path_indptr[i + 1]) inside [0, " + std::to_string(a.path_tokens) + "]",
-                    a.path_indptr[i + 1]);
-      bad_context(i, "context " + std::to_string(c) +
-                         ": a range of context_indptr inside [0, " + std::to_string(a.pairs) +
-                         "] holding at most context_length tokens, none exactly when the length is 0",
-                  a.context_length[c]);
+  for (std::int64_t i = 0; i < a.rows; ++i)  // every row first: a rejected call writes nothing
+    scans[static_cast<std::size_t>(i)] =
+        check_batch_row_host(a, i, fn, logits_name, penalties[static_cast<std::size_t>(i)], context_checked.data());
+}
+
+//! process_logits_batch's work on one row that passed check_batch_row_host (`rp`, `s`: its results),
+//! into `row` (the row itself, or a copy of it): the penalties in penalty_context.hpp's two phases
+//! (one owner per token in each), then process_row's steps 3-7.
+inline void process_batch_row_host(const process_logits_batch_args& a, std::int64_t i, std::span<float> row,
+                                   const row_penalty& rp, logit_scan s, sampling_workspace& ws) {
+  if (rp.active()) {
+    for (std::int32_t j = 0; j < rp.count; ++j) {
+      if (!penalty_pair_acts(rp, j)) continue;
+      float& x = row[static_cast<std::size_t>(rp.distinct[j])];
+      x = penalized_logit(rp, x, rp.last[j]);
     }
-    if (c >= 0 && !context_checked[static_cast<std::size_t>(c)]) {  // each context's pairs once
-      const std::int64_t lo = a.context_indptr[c], hi = a.context_indptr[c + 1];
-      for (std::int64_t j = lo; j < hi; ++j)
-        if (!penalty_pair_ok(a.distinct, a.last, lo, j, a.vocab, a.context_length[c])) [[unlikely]]
-          bad_context(i, "context " + std::to_string(c) + ": distinct tokens in [0, V) strictly ascending, last "
-                         "positions in [0, context_length) (at pair " + std::to_string(j) + ", token",
-                      a.distinct[j]);
-      context_checked[static_cast<std::size_t>(c)] = 1;
+    for (std::int32_t k = 0; k < rp.depth; ++k) {
+      std::int32_t t, pair;
+      const auto act = penalty_path_step(rp, k, t, pair);
+      if (act != penalty_path_action::none)
+        row[static_cast<std::size_t>(t)] = penalty_path_value(rp, act, row[static_cast<std::size_t>(t)], k);
     }
-    for (std::int32_t k = 0; k < rp.depth; ++k)
-      if (rp.path[k] < 0 || rp.path[k] >= a.vocab) [[unlikely]]
-        bad_context(i, "path tokens in [0, V) (at suffix position " + std::to_string(k) + ")", rp.path[k]);
-    const row_ref at{fn, logits_name, i};
-    const logit_scan s = checked_logit_scan(row_at(i), at);
-    scans[static_cast<std::size_t>(i)] = s;
-    if (rp.active() && !std::isfinite(lowest_penalized(p, s.min))) [[unlikely]] {
-      // the penalties could overflow every admissible logit to -inf: count what would survive
-      const float* row = row_at(i).data();
-      std::int64_t surviving = 0;
-      for (std::int64_t j = 0; j < a.vocab; ++j) surviving += row[j] > ninf;
-      for (std::int32_t j = 0; j < rp.count; ++j) surviving += penalty_pair_survival(rp, j, row);
-      for (std::int32_t k = 0; k < rp.depth; ++k) surviving += penalty_path_survival(rp, k, row);
-      if (surviving == 0)
-        throw_empty_row(at,
-                        "at least one logit above -inf after the penalties (every admissible logit overflows to "
-                        "-inf when multiplied by the penalty)",
-                        "all -inf");
-    }
+    s = scan_logits(row.data(), row.size());
   }
+  process_row(row, a.params[a.row_params[i]], {}, {}, nullptr, ws, s);
 }
 
 template <>
 struct process_logits_backend<host> {
   static void run(const host& policy, const process_logits_batch_args& a) {
     const auto v = static_cast<std::size_t>(a.vocab);
-    const auto row_at = [&](std::int64_t i) { return std::span<float>(a.logits + i * a.stride, v); };
     std::vector<logit_scan> scans;
     std::vector<row_penalty> penalties;
     check_batch_rows_host(a, "specdec::process_logits_batch", scans, penalties);
     parallel_for(policy, a.rows, [&](std::int64_t i) {  // rows on the host pool, a workspace per thread
       thread_local sampling_workspace tws;
-      const auto row = row_at(i);
-      const row_penalty& rp = penalties[static_cast<std::size_t>(i)];
-      logit_scan s = scans[static_cast<std::size_t>(i)];
-      if (rp.active()) {  // steps 1-2 in penalty_context.hpp's two phases, one owner per token in each
-        for (std::int32_t j = 0; j < rp.count; ++j) {
-          if (!penalty_pair_acts(rp, j)) continue;
-          float& x = row[static_cast<std::size_t>(rp.distinct[j])];
-          x = penalized_logit(rp, x, rp.last[j]);
-        }
-        for (std::int32_t k = 0; k < rp.depth; ++k) {
-          std::int32_t t, pair;
-          const auto act = penalty_path_step(rp, k, t, pair);
-          if (act != penalty_path_action::none)
-            row[static_cast<std::size_t>(t)] = penalty_path_value(rp, act, row[static_cast<std::size_t>(t)], k);
-        }
-        s = scan_logits(row.data(), row.size());
-      }
-      process_row(row, a.params[a.row_params[i]], {}, {}, nullptr, tws, s);
+      process_batch_row_host(a, i, std::span<float>(a.logits + i * a.stride, v), penalties[static_cast<std::size_t>(i)],
+                             scans[static_cast<std::size_t>(i)], tws);
     });
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
@@ -848,6 +858,16 @@ struct logits_to_probs_batch_args {
   std::int32_t* status = nullptr;
 };
 
+//! logits_to_probs_batch's work on one checked row (`max`: its maximum): exp(l - max) / sum into `out`,
+//! which may be the row itself (the weights go through a scratch row per thread).
+inline void probs_row_host(const float* row, std::size_t v, float max, float* out) {
+  thread_local std::vector<float> w;
+  w.resize(v);
+  const double s = exp_sum(row, v, max, w.data());
+  scale_row(w.data(), v, static_cast<float>(1.0 / s));
+  std::copy(w.begin(), w.end(), out);
+}
+
 //! The seam between logits_to_probs_batch and its backends: static void run(const Policy&, const
 //! logits_to_probs_batch_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
 SPECDEC_BACKEND_SEAM(logits_to_probs_backend, "logits_to_probs_batch", "specdec/sampling/logits_processor.cuh");
@@ -862,11 +882,7 @@ struct logits_to_probs_backend<host> {
       max[static_cast<std::size_t>(i)] =
           checked_logit_scan(std::span<const float>(a.logits + i * a.l_stride, v), {fn, "logits", i}).max;
     parallel_for(policy, a.rows, [&](std::int64_t i) {  // rows on the host pool
-      thread_local std::vector<float> w;  // the weights, then the probabilities: the rows may be the logits (in place)
-      w.resize(v);
-      const double s = exp_sum(a.logits + i * a.l_stride, v, max[static_cast<std::size_t>(i)], w.data());
-      scale_row(w.data(), v, static_cast<float>(1.0 / s));
-      std::copy(w.begin(), w.end(), a.probs + i * a.p_stride);
+      probs_row_host(a.logits + i * a.l_stride, v, max[static_cast<std::size_t>(i)], a.probs + i * a.p_stride);
     });
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }

@@ -22,6 +22,8 @@
 
 #include "specdec/core/execution.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
@@ -40,13 +42,16 @@ namespace detail {
 //! a tree with the duplicates merged; the accepted path is the root path of the first node of the
 //! last class, a path of the given tree. Following only the first matching child instead lost
 //! acceptance on trees with duplicate siblings, never exactness.
-inline verify_result sample_and_match_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
-                                           const prob_rows& rows, philox_stream& rng, std::string_view fn) {
+//! `draw(row)` draws the next token from the processed target distribution of local row `row` (0:
+//! the root's; i + 1: after node i), however it gets that row.
+template <class Draw>
+verify_result sample_and_match_walk_by(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                                       Draw&& draw) {
   const child_index ch(parents);
   std::vector<std::int32_t> cur{-1}, next;
   verify_result res;
   for (;;) {
-    const std::int32_t y = draw_from_probs(rows.row(cur.front() + 1), rng, rows.ref(fn, "target_probs", cur.front() + 1));
+    const std::int32_t y = draw(static_cast<std::int64_t>(cur.front()) + 1);
     next.clear();
     for (const std::int32_t node : cur)
       for (const std::int32_t c : ch.of(node))
@@ -61,6 +66,14 @@ inline verify_result sample_and_match_walk(std::span<const std::int32_t> tokens,
   for (std::int32_t v = cur.front(); v >= 0; v = parents[static_cast<std::size_t>(v)]) res.accepted.push_back(v);
   std::reverse(res.accepted.begin(), res.accepted.end());
   return res;
+}
+
+//! The walk over probability rows.
+inline verify_result sample_and_match_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                                           const prob_rows& rows, philox_stream& rng, std::string_view fn) {
+  return sample_and_match_walk_by(tokens, parents, [&](std::int64_t s) {
+    return draw_from_probs(rows.row(s), rng, rows.ref(fn, "target_probs", s));
+  });
 }
 }  // namespace detail
 
@@ -122,10 +135,48 @@ struct sample_and_match_args {
   const std::uint64_t* streams = nullptr;
 };
 
-//! The seam between the array form of verify_sample_and_match_batch and its backends:
-//!   static void run(const Policy&, const sample_and_match_args&);
+//! The seam between the array forms of verify_sample_and_match_batch and their backends:
+//!   static void run(const Policy&, const sample_and_match_args&);         the probabilities form
+//!   static void run(const Policy&, const sample_and_match_logits_args&);  the logits form
 //! The host backend is below, the cuda one in verify/sample_and_match.cuh.
 SPECDEC_BACKEND_SEAM(sample_and_match_backend, "verify_sample_and_match_batch", "specdec/verify/sample_and_match.cuh");
+
+//! The arguments of the logits form: the walk's (tree.rows = the target's logits, only read), the
+//! same rows as process_logits_batch sees them (rows.logits read only; entries and context), and
+//! the workspace, a float row per request.
+struct sample_and_match_logits_args {
+  sample_and_match_args walk;
+  process_logits_batch_args rows;
+  float* workspace = nullptr;
+  std::int64_t workspace_stride = 0;
+};
+
+//! The host form of the logits form (its backend): the tree checked first (run_tree_verify_host),
+//! then each request's walk on the policy's threads, each visited row checked as
+//! process_logits_batch checks it (check_batch_row_host, invalid_argument naming target_logits and the
+//! row), copied into the request's workspace row, processed (process_batch_row_host), turned into
+//! probabilities (probs_row_host) and drawn from; the outputs are written once every request is done.
+inline void sample_and_match_logits_host(const host& policy, const sample_and_match_logits_args& a) {
+  constexpr std::string_view fn = "specdec::verify_sample_and_match_batch";
+  const tree_verify_arrays& t = a.walk.tree;
+  const auto v = static_cast<std::size_t>(t.vocab);
+  run_tree_verify_host(policy, t, fn, [&](int r, auto tokens, auto parents, const prob_rows&) {
+    philox_stream rng(a.walk.seeds[r], a.walk.streams[r]);
+    const std::int64_t first = static_cast<std::int64_t>(t.node_indptr[r]) + r;
+    const std::span<float> work(a.workspace + r * a.workspace_stride, v);
+    return sample_and_match_walk_by(tokens, parents, [&](std::int64_t s) {
+      const std::int64_t i = first + s;
+      row_penalty rp;
+      const logit_scan scan = check_batch_row_host(a.rows, i, fn, "target_logits", rp, nullptr);
+      const float* row = a.rows.logits + i * a.rows.stride;
+      std::copy(row, row + v, work.begin());
+      thread_local sampling_workspace ws;
+      process_batch_row_host(a.rows, i, work, rp, scan, ws);
+      probs_row_host(work.data(), v, scan_logits(work.data(), v).max, work.data());  // processing leaves a finite max
+      return draw_from_probs(work, rng, row_ref{fn, "target_logits", i, r, s});
+    });
+  });
+}
 
 template <>
 struct sample_and_match_backend<host> {
@@ -136,7 +187,65 @@ struct sample_and_match_backend<host> {
       return sample_and_match_walk(tokens, parents, rows, rng, fn);
     });
   }
+  static void run(const host& policy, const sample_and_match_logits_args& a) { sample_and_match_logits_host(policy, a); }
 };
+
+//! The logits form's checks (named verify_sample_and_match_batch) and arguments: the tree arrays
+//! and outputs as the probabilities form's, target_logits [N + R, V] (V <= 2^21) with its entries
+//! and (when given) context as process_logits_batch's, seeds and streams [R], the workspace
+//! float [R, V] (unit inner stride, rows that do not overlap); everything the call writes (outputs,
+//! workspace) disjoint from everything it reads and from each other.
+template <class Policy, class NI, class TO, class PA, class LG, class Pa, class RP, class SE, class SR, class WS,
+          class AC, class NA, class BO, class EM, class ST>
+[[nodiscard]] sample_and_match_logits_args sample_and_match_logits_args_of(
+    const NI& node_indptr, const TO& tokens, const PA& parents, const LG& target_logits, const Pa& params,
+    const RP& row_params, const penalty_context* context, const SE& seeds_in, const SR& streams_in,
+    const WS& workspace_in, const AC& accepted_in, const NA& num_accepted_in, const BO& bonus_in,
+    const EM& emitted_in, const ST& status_in) {
+  constexpr std::string_view fn = "specdec::verify_sample_and_match_batch";
+  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
+                "specdec::verify_sample_and_match_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
+  static_assert(WS::rank == 2 && std::is_same_v<typename WS::element_type, float>,
+                "specdec::verify_sample_and_match_batch: workspace must be a writable rank-2 tensor of float [requests, vocab]");
+  sample_and_match_logits_args a;
+  a.walk.tree = tree_verify_arrays_of<Policy>(fn, "target_logits", device_cdf_max_vocab, node_indptr, tokens, parents,
+                                              target_logits, accepted_in, num_accepted_in, bonus_in, emitted_in,
+                                              status_in);
+  a.rows = process_logits_batch_of<Policy, false>(fn, target_logits, params, row_params, status_in, "target_logits");
+  const auto seeds = as_view(seeds_in);
+  const auto streams = as_view(streams_in);
+  require_policy_array<Policy>(fn, "seeds", seeds, a.walk.tree.requests);
+  require_policy_array<Policy>(fn, "streams", streams, a.walk.tree.requests);
+  a.walk.seeds = seeds.data(), a.walk.streams = streams.data();
+  const auto work = as_view(workspace_in);
+  require_row_tensor<Policy>(fn, "workspace", work, a.walk.tree.requests, a.walk.tree.vocab, device_cdf_max_vocab);
+  require(work.extent(0) == 0 || work.data() != nullptr, fn, "workspace", "a non-null data pointer", "nullptr");
+  a.workspace = work.data(), a.workspace_stride = work.stride(0);
+  // what the call writes, disjoint from what it reads and from each other (a graph replay would read changed inputs)
+  const auto acc = as_view(accepted_in);
+  const auto nacc = as_view(num_accepted_in);
+  const auto bon = as_view(bonus_in);
+  const auto emi = as_view(emitted_in);
+  const auto st = as_view(status_in);
+  const auto written_apart = [&](const char* name, const auto& array) {
+    require_disjoint(fn, "workspace", work, "accepted", acc, "num_accepted", nacc, "bonus", bon, "emitted", emi,
+                     "status", st, name, array);
+  };
+  written_apart("target_logits", as_view(target_logits));
+  written_apart("params", as_view(params));
+  written_apart("row_params", as_view(row_params));
+  written_apart("seeds", seeds);
+  written_apart("streams", streams);
+  written_apart("node_indptr", as_view(node_indptr));
+  written_apart("tokens", as_view(tokens));
+  written_apart("parents", as_view(parents));
+  if (context != nullptr) {
+    const penalty_context& c = *context;
+    attach_penalty_context<Policy>(fn, a.rows, c, "workspace", work, "accepted", acc, "num_accepted", nacc, "bonus",
+                                   bon, "emitted", emi, "status", st);
+  }
+  return a;
+}
 
 }  // namespace detail
 
@@ -185,6 +294,67 @@ void verify_sample_and_match_batch(const Policy& policy, const NI& node_indptr, 
   require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
   a.seeds = seeds.data(), a.streams = streams.data();
   detail::sample_and_match_backend<Policy>::run(policy, a);
+}
+
+//! verify_sample_and_match_batch from the target's logits: each row the walk visits is processed
+//! (params[row_params[i]]: temperature, top-k, top-p, min-p, eta; with a penalty_context also the
+//! repetition and contextual penalties), turned into probabilities and drawn from, in the request's
+//! workspace row; rows the walk does not visit are never read. No [N + R, V] buffer: a step with a
+//! 64-node tree and 3 accepted nodes processes 4 rows per request instead of 65. The result equals
+//! process_logits_batch(target_logits copy, params, row_params[, context]), logits_to_probs_batch,
+//! then the probabilities form, bit for bit (the same row functions on both backends: host, and cuda
+//! under process_logits_batch's conditions for bit-identity).
+//!   target_logits float [N + R, V]  request r's n_r + 1 rows from row node_indptr[r] + r; unit inner
+//!                                   stride; V <= 2,097,152; only read
+//!   params        sampling_params [P]; row_params int32 [N + R], entries in [0, P)
+//!   context       (penalty form) as process_logits_batch's, row i's context and suffix
+//!   seeds, streams uint64 [R]       as the probabilities form's (two words per visited row)
+//!   workspace     float [R, V]      scratch: request r's processed rows, one after another; its
+//!                                   contents afterwards are unspecified
+//!   other arguments and outputs     as the probabilities form's
+//! What the call writes (outputs, workspace) must be disjoint from what it reads. Values are
+//! checked for the rows the walk visits: the row's entry, its context and suffix, its logits (NaN,
+//! +inf, no logit above -inf, or none left by the penalties), as process_logits_batch checks them.
+//!   specdec::host: invalid_argument naming the row, the outputs untouched; requests on the policy's
+//!     threads.
+//!   specdec::cuda (needs verify/sample_and_match.cuh and nvcc): device-accessible memory; the same
+//!     reports as process_logits_batch's in `status` (device_error::params, ::context, ::row with the
+//!     row of target_logits), the tree's as the probabilities form's; a request with a bad value gets
+//!     unspecified outputs. One block per request walks its tree and processes each visited row in
+//!     its workspace row. Enqueued on policy.stream without synchronisation, graph-capturable.
+template <execution_policy Policy, class NI, class TO, class PA, class LG, tensor_like Pa, class RP, class SE, class SR,
+          tensor_like WS, class AC, class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           detail::int32_array<RP> && detail::uint64_array<SE> && detail::uint64_array<SR> &&
+           detail::int32_output<AC> && detail::int32_output<NA> && detail::int32_output<BO> &&
+           detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_sample_and_match_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                                   const LG& target_logits, const Pa& params, const RP& row_params, const SE& seeds,
+                                   const SR& streams, const WS& workspace, const AC& accepted, const NA& num_accepted,
+                                   const BO& bonus, const EM& emitted, const ST& status) {
+  detail::sample_and_match_backend<Policy>::run(
+      policy, detail::sample_and_match_logits_args_of<Policy>(node_indptr, tokens, parents, target_logits, params,
+                                                              row_params, nullptr, seeds, streams, workspace, accepted,
+                                                              num_accepted, bonus, emitted, status));
+}
+
+//! The logits form with each request's repetition and contextual penalties (a penalty_context, as
+//! process_logits_batch's six-argument form takes it).
+template <execution_policy Policy, class NI, class TO, class PA, class LG, tensor_like Pa, class RP, class SE, class SR,
+          tensor_like WS, class AC, class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           detail::int32_array<RP> && detail::uint64_array<SE> && detail::uint64_array<SR> &&
+           detail::int32_output<AC> && detail::int32_output<NA> && detail::int32_output<BO> &&
+           detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_sample_and_match_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                                   const LG& target_logits, const Pa& params, const RP& row_params,
+                                   const penalty_context& context, const SE& seeds, const SR& streams,
+                                   const WS& workspace, const AC& accepted, const NA& num_accepted, const BO& bonus,
+                                   const EM& emitted, const ST& status) {
+  detail::sample_and_match_backend<Policy>::run(
+      policy, detail::sample_and_match_logits_args_of<Policy>(node_indptr, tokens, parents, target_logits, params,
+                                                              row_params, &context, seeds, streams, workspace, accepted,
+                                                              num_accepted, bonus, emitted, status));
 }
 
 }  // namespace specdec
