@@ -31,7 +31,11 @@
 //                           logits_to_probs_batch in place, verify_sample_and_match_batch (random
 //                           trees: the walk stops early). bytes = the logits read once; read_us =
 //                           those bytes / copy bandwidth (#23's target for the verification alone:
-//                           within 2 read_us at tree 64, V = 128K, batch 8)
+//                           within 2 read_us at tree 64, V = 128K, batch 8). accept = 3: nodes 0-2 a
+//                           chain whose tokens peak in their parents' rows (the walk accepts them);
+//                           path 1: the logits form instead (no copy; each request's 4 visited rows
+//                           processed one after another in a [batch, V] workspace: cuda_sample_and_
+//                           match_verifier's sampled_rows::visited_rows); rows_visited per request
 //   BM_greedy_penalized_step_batch
 //                           greedy verification with a repetition penalty 1.1 and a contextual
 //                           penalty 1.2 (W = 1024) over a 32K-token committed context per request, on
@@ -334,22 +338,30 @@ struct device_penalties {
 void BM_sampled_step_batch(benchmark::State& state) {
   const step_cell cell(state);
   const int batch = cell.batch, tree = cell.tree, mode = cell.mode, sets = cell.sets;
+  const int accept = static_cast<int>(std::min<std::int64_t>(state.range(4), tree)), path = static_cast<int>(state.range(5));
   const std::int64_t V = cell.V, rows = cell.rows;
   const std::size_t bytes_rows = cell.bytes_rows;
   std::vector<std::int32_t> indptr{0}, parents, tokens, row_params;
   specdec::philox_stream rng(8, 0);
   for (int r = 0; r < batch; ++r) {
-    for (int i = 0; i < tree; ++i) {
-      parents.push_back(i == 0 ? -1 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i))));
+    for (int i = 0; i < tree; ++i) {  // nodes 0 .. accept - 1 a chain from the root, the rest random
+      parents.push_back(i == 0 ? -1 : i < accept ? i - 1 : static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(i))));
       tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
     }
     indptr.push_back(indptr.back() + tree);
     for (int i = 0; i <= tree; ++i) row_params.push_back(r);
   }
   std::vector<std::unique_ptr<dmem>> logits;
+  const float peak = 40.0f;  // exp((40 - 8) / 0.8) = e^40 times any other token's weight: the chain is drawn
   for (int i = 0; i < sets; ++i) {
     logits.push_back(std::make_unique<dmem>(bytes_rows));
     specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 21u + i, -8.0f, 8.0f);
+    for (int r = 0; r < batch; ++r)
+      for (int k = 0; k < accept; ++k) {  // row k of request r follows node k - 1: node k's token peaks there
+        const std::int64_t row = static_cast<std::int64_t>(r) * (tree + 1) + k;
+        SPECDEC_CUDA_CHECK(cudaMemcpy(logits.back()->as<float>() + row * V + tokens[static_cast<std::size_t>(r * tree + k)],
+                                      &peak, sizeof(float), cudaMemcpyHostToDevice));
+      }
   }
   specdec::sampling_params sp{.temperature = 0.8f};
   if (mode >= 1) sp.top_p = 0.9f;
@@ -362,19 +374,32 @@ void BM_sampled_step_batch(benchmark::State& state) {
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
   for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
   const device_tree_io io(indptr, tokens, parents, seeds, streams);
-  dmem work(bytes_rows), dparams(params.size() * sizeof(specdec::sampling_params)), drp(row_params.size() * 4), st1(12),
-      st2(12);
+  dmem work(path == 0 ? bytes_rows : static_cast<std::size_t>(batch * V) * sizeof(float)),
+      dparams(params.size() * sizeof(specdec::sampling_params)), drp(row_params.size() * 4), st1(12), st2(12);
   SPECDEC_CUDA_CHECK(cudaMemcpy(dparams.p, params.data(), params.size() * sizeof(specdec::sampling_params),
                                 cudaMemcpyHostToDevice));
   SPECDEC_CUDA_CHECK(cudaMemcpy(drp.p, row_params.data(), row_params.size() * 4, cudaMemcpyHostToDevice));
   cudaStream_t stream;
   SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const auto lg = specdec::make_view<2>(work.as<float>(), {rows, V}, memory_space::device);
+  const auto pv = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device);
+  const auto rv = specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device);
   graph_time(state, stream, [&](int i) {
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
     const specdec::cuda pol{.stream = stream};
-    const auto pv = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device);
-    const auto rv = specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device);
+    if (path == 1) {  // the logits form: the visited rows only, each in its request's workspace row
+      const auto lg = specdec::make_view<2>(logits[i % sets]->as<const float>(), {rows, V}, memory_space::device);
+      const auto ws = specdec::make_view<2>(work.as<float>(), {batch, V}, memory_space::device);
+      if (mode >= 4)
+        specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, pv, rv, dctx, io.seeds(),
+                                               io.streams(), ws, io.accepted(), io.num_accepted(), io.bonus(),
+                                               io.emitted(), io.status());
+      else
+        specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, pv, rv, io.seeds(),
+                                               io.streams(), ws, io.accepted(), io.num_accepted(), io.bonus(),
+                                               io.emitted(), io.status());
+      return;
+    }
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
+    const auto lg = specdec::make_view<2>(work.as<float>(), {rows, V}, memory_space::device);
     const auto sv = specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device);
     if (mode >= 4)
       specdec::process_logits_batch(pol, lg, pv, rv, dctx, sv);
@@ -384,20 +409,32 @@ void BM_sampled_step_batch(benchmark::State& state) {
     specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
                                            io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
   });
-  std::int32_t s1[3], s2[3];
-  SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(s2, st2.p, 12, cudaMemcpyDeviceToHost));
+  std::int32_t s1[3] = {0, -1, -1}, s2[3] = {0, -1, -1};
+  if (path == 0) {
+    SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(s2, st2.p, 12, cudaMemcpyDeviceToHost));
+  }
   if (io.error() != 0 || s1[0] != 0 || s2[0] != 0) state.SkipWithError("the sampled step reported a device error");
+  double visited = 0;
+  for (const auto k : io.accepted_counts()) visited += k + 1;
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
   const double bytes = static_cast<double>(bytes_rows);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+  state.counters["rows_visited"] = visited / batch;
 }
-BENCHMARK(BM_sampled_step_batch)
-    ->ArgNames({"batch", "tree", "vocab", "mode"})
-    ->ArgsProduct({{1, 8}, {64}, {32768, 131072}, {0, 1, 2, 3, 4}})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
+//! The cells: session 31's grid (random trees, the walk stops early; every row processed), then
+//! both paths where the walk accepts a 3-node chain (batch 1 / 8 / 64, V = 128K, modes 1 and 4).
+void sampled_step_cells(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch", "tree", "vocab", "mode", "accept", "path"});
+  for (const int batch : {1, 8})
+    for (const int v : {32768, 131072})
+      for (const int mode : {0, 1, 2, 3, 4}) b->Args({batch, 64, v, mode, 0, 0});
+  for (const int batch : {1, 8, 64})
+    for (const int mode : {1, 4})
+      for (const int path : {0, 1}) b->Args({batch, 64, 131072, mode, 3, path});
+}
+BENCHMARK(BM_sampled_step_batch)->Apply(sampled_step_cells)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_greedy_penalized_step_batch(benchmark::State& state) {
   const step_cell cell(state);

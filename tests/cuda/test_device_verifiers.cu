@@ -6,7 +6,8 @@
 // host; penalties without committed tokens or histories, and histories that are missing, too short
 // or of another vocabulary, refused ([nogpu]);
 // a bad tree value found on the device is reported as invalid_argument with the device's message.
-// cuda_sample_and_match_verifier: the same at temperature > 0 with top-k / top-p / min-p, token for
+// cuda_sample_and_match_verifier (every row processed, and only the visited rows): the same at
+// temperature > 0 with top-k / top-p / min-p, token for
 // token against sample_and_match_verifier on the host (this file's host code, built for x86-64-v3
 // where the machine runs it: weights the device reproduces), with penalties too; mismatched arrays
 // refused before any CUDA call ([nogpu]). cuda_chain_speculative_verifier: the same against
@@ -245,6 +246,13 @@ specdec::sampling_params sampled_params(std::uint32_t id) {
   return p;
 }
 
+//! cuda_sample_and_match_verifier processing only the rows its walks visit (the logits form of
+//! verify_sample_and_match_batch); the tests' small steps would take every_row under automatic.
+struct visited_rows_verifier : specdec::cuda_sample_and_match_verifier {
+  explicit visited_rows_verifier(cudaStream_t s)
+      : specdec::cuda_sample_and_match_verifier(s, specdec::sampled_rows::visited_rows) {}
+};
+
 }  // namespace
 
 TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equals the host's, token for token",
@@ -256,6 +264,7 @@ TEST_CASE("cuda_sample_and_match_verifier: a sampled step over device logits equ
   const auto [want, got] =
       host_and_device<specdec::sample_and_match_verifier, specdec::cuda_sample_and_match_verifier>(sampled_params);
   CHECK(got == want);
+  CHECK(host_and_device<specdec::sample_and_match_verifier, visited_rows_verifier>(sampled_params).second == want);
   std::size_t tokens = 0;
   for (const auto& [id, t] : want) tokens += t.size();
   CHECK(tokens >= 100);
@@ -275,6 +284,7 @@ TEST_CASE("cuda_sample_and_match_verifier with penalties equals the host's, toke
   const auto [want, got] =
       host_and_device<specdec::sample_and_match_verifier, specdec::cuda_sample_and_match_verifier>(+penalized);
   CHECK(got == want);
+  CHECK(host_and_device<specdec::sample_and_match_verifier, visited_rows_verifier>(+penalized).second == want);
   // the penalties changed what was drawn (the same seeds without them give other tokens)
   const auto plain =
       host_and_device<specdec::sample_and_match_verifier, specdec::cuda_sample_and_match_verifier>(sampled_params).first;

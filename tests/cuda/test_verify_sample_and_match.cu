@@ -2,11 +2,17 @@
 // with the same Philox streams (tests/verify/sample_and_match_batch_util.hpp): the same accepted
 // tokens bit for bit on ragged batches up to 64 requests, vocabularies from 1 to 256K (a padded row
 // stride), a request beyond the shared-memory walk; device-side value errors in status; NaN in an
-// unvisited row is no error; graph capture with the streams updated between replays.
+// unvisited row is no error; graph capture with the streams updated between replays. The logits
+// form (each visited row processed in the request's workspace row) against the host's processing of
+// every row, then the probabilities form: the same outputs, process_logits_batch's reports for
+// visited rows only, graph replay, and its host-side refusals ([nogpu]).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
@@ -186,4 +192,149 @@ TEST_CASE("cuda verify_sample_and_match_batch rejects host memory and bad shapes
                                                            dev(c.parents), huge, dev(c.seeds), dev(c.streams), dev(acc),
                                                            dev(nacc), dev(bon), dev(emi), dev(st)),
                     Catch::Contains("2097152"));
+}
+
+namespace {
+
+using specdec_test::sampled_logits_case;
+
+//! The logits form on the device: c's arrays uploaded (logits with a row stride of vocab + pad,
+//! the padding NaN), a [R, V] workspace, the outputs.
+struct device_logits_case {
+  device_buffer<std::int32_t> ni, tok, par, rp;
+  device_buffer<specdec::sampling_params> params;
+  device_buffer<std::uint64_t> seeds, streams;
+  device_buffer<float> lg, work;
+  specdec_test::device_tree_outputs out;
+  std::optional<specdec_test::device_penalty_context> ctx;
+  std::int64_t rows, vocab, stride, requests;
+  device_logits_case(const sampled_logits_case& c, std::int64_t pad = 0)
+      : ni(c.node_indptr), tok(c.tokens), par(c.parents), rp(c.row_params), params(c.params), seeds(c.seeds),
+        streams(c.streams), lg(static_cast<std::size_t>(c.rows() * (c.vocab + pad))),
+        work(static_cast<std::size_t>(std::max(1, c.requests()) * c.vocab)), out(c.node_indptr.size() - 1, c.tokens.size()),
+        rows(c.rows()), vocab(c.vocab), stride(c.vocab + pad), requests(c.requests()) {
+    std::vector<float> h(lg.size(), std::numeric_limits<float>::quiet_NaN());
+    for (std::int64_t r = 0; r < rows; ++r) std::copy_n(c.logits.begin() + r * vocab, vocab, h.begin() + r * stride);
+    lg.upload(h);
+    if (c.penalties) ctx.emplace(c.b);
+  }
+  void launch(cudaStream_t s = nullptr) {
+    const specdec::strided_view<const float, 2> l(lg.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    const auto w = specdec::make_view<2>(work.data(), {requests, vocab}, memory_space::device);
+    const specdec::cuda pol{.stream = s};
+    if (ctx)
+      specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), ctx->view(), dv(seeds),
+                                             dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
+                                             dv(out.st));
+    else
+      specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), dv(seeds),
+                                             dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
+                                             dv(out.st));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda verify_sample_and_match_batch from logits draws what the host's processed rows draw", "[cuda][verify]") {
+  // sampled_logits_case's expected result: process_logits_batch, logits_to_probs_batch and the
+  // probabilities form on the host; the device processes only the visited rows, in its workspace
+  int accepted = 0;
+  for (const bool penalties : {false, true})
+    for (const auto& [R, max_nodes, V] : {std::tuple{1, 1, std::int64_t{1}}, {5, 8, 7}, {17, 40, 300}, {33, 16, 4099},
+                                          {8, 16, 131075}, {3, 64, 300007}}) {
+      const sampled_logits_case c(R, max_nodes, V, 3, penalties, static_cast<std::uint64_t>(R * 13 + V + penalties));
+      for (std::int64_t pad : {0, 5}) {
+        device_logits_case d(c, pad);
+        d.launch();
+        specdec_test::sync_check("verify_sample_and_match_batch (logits)");
+        INFO("R " << R << " nodes <= " << max_nodes << " V " << V << " pad " << pad << " penalties " << penalties);
+        accepted += c.matches(d.out.download());
+      }
+    }
+  CHECK(accepted > 20);
+}
+
+TEST_CASE("cuda verify_sample_and_match_batch from logits reports what processing reports, for visited rows only",
+          "[cuda][verify]") {
+  sampled_logits_case c(3, 6, 40, 3, true, 99);
+  const auto expect = [](const sampled_logits_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+    device_logits_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_sample_and_match_batch (logits, bad values)");
+    const auto s = d.out.status();
+    CHECK(s.error == e);
+    CHECK(s.request == request);
+    CHECK(s.index == index);
+  };
+  const std::int32_t root2 = c.node_indptr[2] + 2;  // request 2's root row: always visited
+  {
+    auto bad = c;
+    bad.logits[static_cast<std::size_t>(root2 * c.vocab + 1)] = std::numeric_limits<float>::quiet_NaN();
+    expect(bad, specdec::device_error::row, -1, root2);
+  }
+  {
+    auto bad = c;
+    bad.row_params[static_cast<std::size_t>(root2)] = 9;
+    expect(bad, specdec::device_error::params, 9, root2);
+  }
+  {  // NaN and a bad entry in a row the walk does not visit: no report (the host test's hand case)
+    sampled_logits_case h(0, 1, 5, 1, false, 1);
+    h.node_indptr = {0, 2};
+    h.tokens = {1, 2};
+    h.parents = {-1, -1};
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 6, /**/ nan, 0, 0, 0, 0};
+    specdec::sampling_params p;
+    p.temperature = 0.0f;
+    h.params = {p};
+    h.row_params = {0, 0, 5};
+    h.seeds = {3};
+    h.streams = {specdec::stream_id(0, 0)};
+    device_logits_case d(h);
+    d.launch();
+    specdec_test::sync_check("verify_sample_and_match_batch (logits, unvisited NaN)");
+    CHECK(d.out.status().ok());
+    CHECK(d.out.emi.download() == std::vector<std::int32_t>{1, 3, -9});
+  }
+}
+
+TEST_CASE("cuda verify_sample_and_match_batch from logits is captured in a CUDA graph and replays with new streams",
+          "[cuda][verify]") {
+  sampled_logits_case c(8, 32, 5003, 3, true, 5);
+  device_logits_case d(c);
+  std::uint32_t step = 0;
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        ++step;
+        for (int r = 0; r < c.requests(); ++r) c.streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
+        c.finish();
+        d.streams.upload(c.streams);
+        d.out.reset();
+      },
+      [&] { (void)c.matches(d.out.download()); });
+}
+
+TEST_CASE("cuda verify_sample_and_match_batch from logits rejects host memory, a short workspace and overlaps first",
+          "[cuda][verify][nogpu]") {
+  sampled_logits_case c(2, 5, 16, 2, false, 3);
+  std::vector<std::int32_t> acc(c.tokens.size()), nacc(2), bon(2), emi(c.tokens.size() + 2), st(3);
+  std::vector<float> work(2 * 16);
+  auto dev = [](auto& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const auto l_dev = specdec::make_view<2>(c.logits.data(), {c.rows(), 16}, memory_space::device);
+  const auto l_host = specdec::make_view<2>(c.logits.data(), {c.rows(), 16});
+  const auto w_dev = specdec::make_view<2>(work.data(), {2, 16}, memory_space::device);
+  const auto call = [&](auto l, auto w) {
+    specdec::verify_sample_and_match_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens), dev(c.parents), l,
+                                           dev(c.params), dev(c.row_params), dev(c.seeds), dev(c.streams), w, dev(acc),
+                                           dev(nacc), dev(bon), dev(emi), dev(st));
+  };
+  CHECK_THROWS_WITH(call(l_host, w_dev), Catch::Contains("target_logits") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(call(l_dev, specdec::make_view<2>(work.data(), {2, 16})),
+                    Catch::Contains("workspace") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(call(l_dev, specdec::make_view<2>(work.data(), {1, 16}, memory_space::device)), Catch::Contains("workspace"));
+  CHECK_THROWS_WITH(call(l_dev, specdec::make_view<2>(c.logits.data(), {2, 16}, memory_space::device)),
+                    Catch::Contains("workspace") && Catch::Contains("target_logits"));
 }

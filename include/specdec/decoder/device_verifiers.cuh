@@ -21,8 +21,10 @@
 //!
 //!   cuda_sample_and_match_verifier
 //!                         sample_and_match_verifier plus verify_batch: the rows processed and turned
-//!                         into probabilities on the device (process_logits_batch, logits_to_probs_batch
-//!                         in a buffer of the verifier's), then verify_sample_and_match_batch(cuda).
+//!                         into probabilities on the device, either every row at once
+//!                         (process_logits_batch, logits_to_probs_batch in a buffer of the verifier's)
+//!                         then verify_sample_and_match_batch(cuda), or only the rows the walk visits
+//!                         (its logits form, one workspace row per request); sampled_rows says which.
 //!
 //! Processing on the device (detail::device_step_rows) applies each request's whole chain: the
 //! repetition and contextual penalties over its committed tokens and each row's root path, through a
@@ -221,18 +223,28 @@ class device_step_rows {
   }
 
 
+  //! Whether the step prepare() saw applies a penalty (its arrays carry a penalty_context).
+  [[nodiscard]] bool penalties() const noexcept { return penalties_; }
+
+  //! A device buffer of [rows, V] floats for the step prepare() saw (V: its vocabulary), the one
+  //! process() copies the rows into; valid until the next call.
+  strided_view<float, 2> buffer(std::int64_t rows) {
+    float* buf = rows_->get(0, static_cast<std::size_t>(rows * vocab_));
+    return make_view<2>(buf, {rows, vocab_}, memory_space::device);
+  }
+
   //! The device half for the step prepare() saw: the processed rows [N + B, V] (device memory, valid
   //! until the next call).
   strided_view<float, 2> process(const batch_verify_input& in, cudaStream_t stream, std::int32_t* status) {
     const std::int64_t rows = rows_count_, V = vocab_;
     const step_arrays up = upload(in, stream);
-    float* buf = rows_->get(0, static_cast<std::size_t>(rows * V));
+    const auto lg = buffer(rows);
+    float* buf = lg.data();
     if (rows > 0)
       SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(buf, static_cast<std::size_t>(V) * sizeof(float), in.logits.data(),
                                            static_cast<std::size_t>(in.logits.stride(0)) * sizeof(float),
                                            static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(rows),
                                            cudaMemcpyDeviceToDevice, stream));
-    const auto lg = make_view<2>(buf, {rows, V}, memory_space::device);
     const auto st = make_view<1>(status, {3}, memory_space::device);
     const cuda policy{.stream = stream};
     if (penalties_)
@@ -543,35 +555,81 @@ class cuda_greedy_verifier : public greedy_verifier {
 };
 static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batch<cuda_greedy_verifier>);
 
+//! Which rows cuda_sample_and_match_verifier processes on the device:
+//!   every_row     a copy of the step's [N + B, V] logits processed (process_logits_batch, a block per
+//!                 row, all rows at once over the SMs) and turned into probabilities, then the walk
+//!                 (verify_sample_and_match_batch's probabilities form);
+//!   visited_rows  only the rows the walk visits, each processed when it is reached in its request's
+//!                 workspace row (the logits form: one block per request, [B, V] of device memory);
+//!                 the rows a request's walk visits are processed one after another;
+//!   automatic     visited_rows when the step has more than visited_rows_factor rows per SM, else
+//!                 every_row (few rows fit the SMs in one wave, and then processing them all at once
+//!                 costs about one row's time). The factor is a guess not yet measured on a GPU:
+//!                 bench_cuda_step's BM_sampled_step_batch (path 0 / 1) measures both.
+//! The results are the same bits either way.
+enum class sampled_rows { automatic, every_row, visited_rows };
+inline constexpr std::int64_t visited_rows_factor = 4;
+
 //! sample_and_match_verifier (host logits: the same per-request path) plus verify_batch on a CUDA
-//! device: the step's logits are copied to a buffer of the verifier's on the device, processed there
-//! (detail::device_step_rows: each request's penalties over its committed tokens and each row's root
-//! path, temperature, top-k, top-p, min-p, eta), turned into probabilities in place
-//! (logits_to_probs_batch), and verify_sample_and_match_batch decides every request from its seed and
-//! stream; N + 2B int32 come back, one stream synchronisation. The results equal
-//! sample_and_match_verifier's on the host's processed rows bit for bit under process_logits_batch's
-//! conditions (the host at an FMA-capable level, IEEE denormals and division on the device; min-p's
-//! and eta's cuts from the device's log and exp, within 1 ulp). `stream` as for cuda_greedy_verifier.
-//! Device memory: the [N + B, V] float buffer (the target's logits are left as they are) and the
-//! step's arrays, grown as needed and kept.
+//! device: each request's rows processed on the device (each request's penalties over its committed
+//! tokens and each row's root path, temperature, top-k, top-p, min-p, eta) and turned into
+//! probabilities, every row at once or only the rows the walk visits (sampled_rows above), and the
+//! walk of verify_sample_and_match_batch decides every request from its seed and stream; N + 2B
+//! int32 come back, one stream synchronisation. The results equal sample_and_match_verifier's on the
+//! host's processed rows bit for bit under process_logits_batch's conditions (the host at an
+//! FMA-capable level, IEEE denormals and division on the device; min-p's and eta's cuts from the
+//! device's log and exp, within 1 ulp). `stream` as for cuda_greedy_verifier. Device memory: a
+//! [N + B, V] (every_row) or [B, V] (visited_rows) float buffer (the target's logits are left as
+//! they are) and the step's arrays, grown as needed and kept.
 class cuda_sample_and_match_verifier : public sample_and_match_verifier {
  public:
-  explicit cuda_sample_and_match_verifier(cudaStream_t stream) : d_(stream) {}
+  explicit cuda_sample_and_match_verifier(cudaStream_t stream, sampled_rows rows = sampled_rows::automatic)
+      : d_(stream), rows_(rows) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_sample_and_match_verifier::verify_batch";
     detail::device_verify_io::check(in, true, fn);  // the trees, seeds and streams
     d_.rows->prepare(in, fn);  // every host-side check before any CUDA call
-    detail::run_stochastic_step(d_, in, out, fn, false, [&](const cuda& policy, const detail::device_verify_io& io,
-                                                            const auto& probs, const auto&) {
-      verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, io.seeds(), io.streams(),
-                                    io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
-                                    io.status_view(io.verification));
+    const std::int64_t B = static_cast<std::int64_t>(in.node_indptr.size()) - 1, rows = in.logits.extent(0);
+    if (!visited(rows)) {
+      detail::run_stochastic_step(d_, in, out, fn, false, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                              const auto& probs, const auto&) {
+        verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, io.seeds(), io.streams(),
+                                      io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                      io.status_view(io.verification));
+      });
+      return;
+    }
+    detail::drain_on_throw(d_.stream, [&] {  // the logits form: the visited rows in a [B, V] workspace
+      auto& io = *d_.io;
+      io.upload(in, d_.stream, true);
+      const auto up = d_.rows->upload(in, d_.stream);
+      const auto work = d_.rows->buffer(B);
+      const cuda policy{.stream = d_.stream};
+      if (d_.rows->penalties())
+        verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params,
+                                      up.row_params, up.context, io.seeds(), io.streams(), work, io.accepted(),
+                                      io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+      else
+        verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params,
+                                      up.row_params, io.seeds(), io.streams(), work, io.accepted(), io.num_accepted(),
+                                      io.bonus(), io.emitted(), io.status_view(io.verification));
+      io.finish(in, d_.stream, fn, detail::device_verify_io::bit(detail::device_verify_io::verification), out);
     });
   }
 
  private:
+  //! Whether this step processes the visited rows only (sampled_rows).
+  [[nodiscard]] bool visited(std::int64_t rows) const {
+    if (rows_ != sampled_rows::automatic) return rows_ == sampled_rows::visited_rows;
+    int device = 0, sms = 0;
+    SPECDEC_CUDA_CHECK(cudaGetDevice(&device));
+    SPECDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return rows > visited_rows_factor * sms;
+  }
+
   detail::device_verifier_state d_;
+  sampled_rows rows_ = sampled_rows::automatic;
 };
 static_assert(check_verifier<cuda_sample_and_match_verifier>() &&
               verifier_has_verify_batch<cuda_sample_and_match_verifier>);

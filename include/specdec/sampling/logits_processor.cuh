@@ -336,96 +336,110 @@ __device__ inline bool block_penalties_leave_some(const float* row, std::int64_t
   return sh.first > 0;
 }
 
-__global__ void __launch_bounds__(process_threads) process_logits_kernel(const process_logits_batch_args a) {
-  __shared__ row_kernel_shared sh;
+//! process_logits_batch's work on row r of `a` (its entry, context and report numbers), done in place
+//! on `row`: a.logits + r * a.stride itself, or a copy of it (the sampled verifier's workspace row).
+//! Every step of the file comment; true when the row was processed, false after its report (the row
+//! then unspecified if it is a copy, as it was otherwise). Every thread calls it; the result is
+//! uniform, and sh is free again on return.
+__device__ inline bool block_process_row(const process_logits_batch_args& a, std::int64_t r, float* row,
+                                         row_kernel_shared& sh) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const int t = static_cast<int>(threadIdx.x);
   const std::int64_t n = a.vocab;
-  for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    float* row = a.logits + r * a.stride;
-    const std::int32_t e = a.row_params[r];
-    if (!row_entry_ok(a, r, e)) continue;  // uniform
-    const sampling_params p = a.params[e];
-    row_penalty rp;
-    if (!block_row_penalty(a, r, p, rp)) continue;
-    if (!block_admissible_row(row, n, a.status, r, sh)) continue;
-    if (rp.active()) {  // steps 1-2 (penalty_context.hpp: one owner per distinct token, so no races)
-      if (!isfinite(lowest_penalized(p, sh.fmin)) && !block_penalties_leave_some(row, n, rp, sh)) {
-        if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
-        continue;  // uniform; the barriers above leave sh free
-      }
-      for (std::int32_t j = t; j < rp.count; j += process_threads)  // phase 1: the pairs
-        if (penalty_pair_acts(rp, j)) row[rp.distinct[j]] = penalized_logit(rp, row[rp.distinct[j]], rp.last[j]);
-      __syncthreads();
-      for (std::int32_t k = t; k < rp.depth; k += process_threads) {  // phase 2: the suffix
-        std::int32_t token, pair;
-        const auto act = penalty_path_step(rp, k, token, pair);
-        if (act != penalty_path_action::none) row[token] = penalty_path_value(rp, act, row[token], k);
-      }
-      __syncthreads();
-      (void)block_admissible_row(row, n, a.status, r, sh);  // admissible: penalties make no NaN or +inf
+  const std::int32_t e = a.row_params[r];
+  if (!row_entry_ok(a, r, e)) return false;  // uniform
+  const sampling_params p = a.params[e];
+  row_penalty rp;
+  if (!block_row_penalty(a, r, p, rp)) return false;
+  if (!block_admissible_row(row, n, a.status, r, sh)) return false;
+  if (rp.active()) {  // steps 1-2 (penalty_context.hpp: one owner per distinct token, so no races)
+    if (!isfinite(lowest_penalized(p, sh.fmin)) && !block_penalties_leave_some(row, n, rp, sh)) {
+      if (t == 0) device_report(a.status, device_error::row, -1, static_cast<std::int32_t>(r));
+      return false;  // uniform; the barriers above leave sh free
     }
-    float m = sh.fmax;
-    const float lo = sh.fmin;
-    if (p.temperature == 0.0f) {  // greedy: one-hot at the first maximum
-      const std::int64_t top = block_first_index(row, n, m, sh);
-      for (std::int64_t i = t; i < n; i += process_threads) row[i] = i == top ? 0.0f : ninf;
-      __syncthreads();
-      continue;
+    for (std::int32_t j = t; j < rp.count; j += process_threads)  // phase 1: the pairs
+      if (penalty_pair_acts(rp, j)) row[rp.distinct[j]] = penalized_logit(rp, row[rp.distinct[j]], rp.last[j]);
+    __syncthreads();
+    for (std::int32_t k = t; k < rp.depth; k += process_threads) {  // phase 2: the suffix
+      std::int32_t token, pair;
+      const auto act = penalty_path_step(rp, k, token, pair);
+      if (act != penalty_path_action::none) row[token] = penalty_path_value(rp, act, row[token], k);
     }
-    if (p.temperature != 1.0f) {  // apply_temperature
-      const float inv = 1.0f / p.temperature;
-      const float hi = m * inv, low = lo * inv;
-      if (isfinite(hi) && isfinite(low)) {
-        for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] * inv;
-        m = hi;
-      } else {
-        const float shift = sh.fmax + 0.0f;  // +0 for either zero, as the host shifts
-        for (std::int64_t i = t; i < n; i += process_threads) row[i] = (row[i] - shift) / p.temperature;
-        m = 0.0f;
-      }
-      __syncthreads();
-    }
-    if (p.top_k > 0 && p.top_k < n) {
-      const auto key = [&](std::int64_t i) { return topk_key(row[i]); };
-      const radix_select_result sel = block_radix_select<process_threads>(
-          [&](const auto& visit) {  // plain loads: the temperature step may have written the row
-            for_each_strided<8, false>(row, n, t, process_threads, [&](float v, std::int64_t) { visit(topk_key(v)); });
-          },
-          p.top_k, sh.select);
-      if (sel.kth_count == sel.need) {  // every entry equal to the k-th is kept (distinct values: the usual case)
-        for (std::int64_t i = t; i < n; i += process_threads)
-          if (key(i) < sel.kth) row[i] = ninf;
-        __syncthreads();
-      } else {
-        keep_above_and_first_ties(row, n, [](std::int64_t) { return true; }, key, sel.kth, sel.need, sh);
-      }
-    }
-    if (p.top_p < 1.0f) block_top_p(row, n, m, p.top_p, sh);
-    if (p.min_p > 0.0f) {
-      // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base) (the device's double log: within 1 ulp)
-      const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
-      for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] >= cut ? row[i] : ninf;
-      __syncthreads();
-    }
-    if (p.eta_epsilon > 0.0f) block_eta(row, n, m, p, sh);
-    __syncthreads();  // the row and sh are done before the next row
+    __syncthreads();
+    (void)block_admissible_row(row, n, a.status, r, sh);  // admissible: penalties make no NaN or +inf
   }
+  float m = sh.fmax;
+  const float lo = sh.fmin;
+  if (p.temperature == 0.0f) {  // greedy: one-hot at the first maximum
+    const std::int64_t top = block_first_index(row, n, m, sh);
+    for (std::int64_t i = t; i < n; i += process_threads) row[i] = i == top ? 0.0f : ninf;
+    __syncthreads();
+    return true;
+  }
+  if (p.temperature != 1.0f) {  // apply_temperature
+    const float inv = 1.0f / p.temperature;
+    const float hi = m * inv, low = lo * inv;
+    if (isfinite(hi) && isfinite(low)) {
+      for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] * inv;
+      m = hi;
+    } else {
+      const float shift = sh.fmax + 0.0f;  // +0 for either zero, as the host shifts
+      for (std::int64_t i = t; i < n; i += process_threads) row[i] = (row[i] - shift) / p.temperature;
+      m = 0.0f;
+    }
+    __syncthreads();
+  }
+  if (p.top_k > 0 && p.top_k < n) {
+    const auto key = [&](std::int64_t i) { return topk_key(row[i]); };
+    const radix_select_result sel = block_radix_select<process_threads>(
+        [&](const auto& visit) {  // plain loads: the temperature step may have written the row
+          for_each_strided<8, false>(row, n, t, process_threads, [&](float v, std::int64_t) { visit(topk_key(v)); });
+        },
+        p.top_k, sh.select);
+    if (sel.kth_count == sel.need) {  // every entry equal to the k-th is kept (distinct values: the usual case)
+      for (std::int64_t i = t; i < n; i += process_threads)
+        if (key(i) < sel.kth) row[i] = ninf;
+      __syncthreads();
+    } else {
+      keep_above_and_first_ties(row, n, [](std::int64_t) { return true; }, key, sel.kth, sel.need, sh);
+    }
+  }
+  if (p.top_p < 1.0f) block_top_p(row, n, m, p.top_p, sh);
+  if (p.min_p > 0.0f) {
+    // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base) (the device's double log: within 1 ulp)
+    const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
+    for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] >= cut ? row[i] : ninf;
+    __syncthreads();
+  }
+  if (p.eta_epsilon > 0.0f) block_eta(row, n, m, p, sh);
+  __syncthreads();  // the row and sh are done before the caller goes on
+  return true;
+}
+
+//! logits_to_probs_batch's work on one row (`r`: its number in reports): the scan, the total in
+//! exp_sum's order, then out[i] = w * float(1 / total); `out` may be the row itself (each entry is
+//! read, then written, by one thread). False after the row's report (nothing written). Every thread
+//! calls it; uniform.
+__device__ inline bool block_probs_row(const float* row, float* out, std::int64_t n, std::int32_t* status,
+                                       std::int64_t r, row_kernel_shared& sh) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (!block_admissible_row(row, n, status, r, sh)) return false;
+  const float m = sh.fmax;
+  const float inv = static_cast<float>(1.0 / exp_sum_block(row, n, m, sh));
+  for (std::int64_t i = t; i < n; i += process_threads) out[i] = fast_exp_fused(row[i] - m) * inv;
+  __syncthreads();
+  return true;
+}
+
+__global__ void __launch_bounds__(process_threads) process_logits_kernel(const process_logits_batch_args a) {
+  __shared__ row_kernel_shared sh;
+  for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) (void)block_process_row(a, r, a.logits + r * a.stride, sh);
 }
 
 __global__ void __launch_bounds__(process_threads) logits_to_probs_kernel(const logits_to_probs_batch_args a) {
   __shared__ row_kernel_shared sh;
-  const int t = static_cast<int>(threadIdx.x);
-  const std::int64_t n = a.vocab;
-  for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    const float* row = a.logits + r * a.l_stride;
-    if (!block_admissible_row(row, n, a.status, r, sh)) continue;
-    const float m = sh.fmax;
-    const float inv = static_cast<float>(1.0 / exp_sum_block(row, n, m, sh));
-    float* out = a.probs + r * a.p_stride;  // may be the row itself: each entry is read, then written, by one thread
-    for (std::int64_t i = t; i < n; i += process_threads) out[i] = fast_exp_fused(row[i] - m) * inv;
-    __syncthreads();
-  }
+  for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x)
+    (void)block_probs_row(a.logits + r * a.l_stride, a.probs + r * a.p_stride, a.vocab, a.status, r, sh);
 }
 
 //! penalized_argmax_batch's kernel: a block per row (grid-stride), process_threads threads, the row's

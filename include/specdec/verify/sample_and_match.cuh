@@ -27,6 +27,7 @@
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/error.hpp"
 #include "specdec/sampling/detail/cdf_device.cuh"
+#include "specdec/sampling/logits_processor.cuh"
 #include "specdec/verify/sample_and_match.hpp"
 
 namespace specdec {
@@ -40,7 +41,13 @@ inline constexpr int sample_and_match_smem_nodes = 1024;
 //! before any mark is written, so no thread reads a mark another thread is writing.
 inline constexpr int sample_and_match_chunk = 32 * sample_and_match_threads;
 
-__global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_kernel(const sample_and_match_args args) {
+//! The walks of the file comment, a request per block (grid-stride). row_of(r, i, local_row) gives the
+//! processed target distribution of request r's local row (i: its row in the tensor) for the draw,
+//! or nullptr after reporting why it has none; every thread calls it, and its result is uniform.
+//! ReadOnly: the rows are read through the read-only cache (__ldg), which only rows this kernel never
+//! writes allow.
+template <bool ReadOnly, class RowOf>
+__device__ void sample_and_match_walks(const sample_and_match_args& args, RowOf&& row_of) {
   __shared__ double bs[device_cdf_max_blocks];
   __shared__ std::int32_t par_s[sample_and_match_smem_nodes], tok_s[sample_and_match_smem_nodes],
       mark_s[sample_and_match_smem_nodes];
@@ -76,8 +83,16 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
     bool fail = false;
     for (;;) {
       const std::int32_t local_row = rep + 1;
-      const float* row = a.rows + (static_cast<std::int64_t>(b) + r + local_row) * a.row_stride;
-      if (cdf_block_sums<sample_and_match_threads>([row](std::int64_t i) { return prob_entry(__ldg(row + i)); },
+      const float* row = row_of(r, static_cast<std::int64_t>(b) + r + local_row, local_row);
+      if (row == nullptr) {
+        fail = true;
+        break;
+      }
+      if (cdf_block_sums<sample_and_match_threads>(
+              [row](std::int64_t i) {
+                if constexpr (ReadOnly) return prob_entry(__ldg(row + i));
+                else return prob_entry(row[i]);
+              },
                                                   a.vocab, nb, bs)) {
         if (t == 0) device_report(a.status, device_error::row, r, local_row);
         fail = true;
@@ -125,6 +140,32 @@ __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_ker
   }
 }
 
+__global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_kernel(const sample_and_match_args args) {
+  sample_and_match_walks<true>(args, [&args](std::int32_t, std::int64_t i, std::int32_t) {
+    return args.tree.rows + i * args.tree.row_stride;
+  });
+}
+
+static_assert(sample_and_match_threads == process_threads, "the logits form runs process_logits_batch's row functions");
+
+//! The logits form: each visited row copied into the request's workspace row, processed there
+//! (block_process_row: process_logits_batch's reports), turned into probabilities in place
+//! (block_probs_row), then drawn from as above.
+__global__ void __launch_bounds__(sample_and_match_threads, 1) sample_and_match_logits_kernel(
+    const sample_and_match_logits_args args) {
+  __shared__ row_kernel_shared sh;
+  sample_and_match_walks<false>(args.walk, [&args](std::int32_t r, std::int64_t i, std::int32_t) -> const float* {
+    const process_logits_batch_args& a = args.rows;
+    const float* src = a.logits + i * a.stride;
+    float* work = args.workspace + r * args.workspace_stride;
+    for (std::int64_t k = threadIdx.x; k < a.vocab; k += sample_and_match_threads) work[k] = src[k];
+    __syncthreads();
+    if (!block_process_row(a, i, work, sh)) return nullptr;
+    if (!block_probs_row(work, work, a.vocab, a.status, i, sh)) return nullptr;
+    return work;
+  });
+}
+
 //! The cuda backend (the seam in sample_and_match.hpp): the entry point has checked shapes, strides,
 //! memory spaces and the vocabulary limit. Clears status and launches the kernel on policy.stream;
 //! no synchronisation. A failed launch throws cuda_error.
@@ -134,6 +175,11 @@ struct sample_and_match_backend<cuda> {
     clear_device_status(a.tree.status, policy.stream);
     launch_per_request<sample_and_match_threads>(sample_and_match_kernel, a.tree.requests, policy.stream,
                                                  "sample_and_match_kernel", a);
+  }
+  static void run(const cuda& policy, const sample_and_match_logits_args& a) {
+    clear_device_status(a.walk.tree.status, policy.stream);
+    launch_per_request<sample_and_match_threads>(sample_and_match_logits_kernel, a.walk.tree.requests, policy.stream,
+                                                 "sample_and_match_logits_kernel", a);
   }
 };
 
