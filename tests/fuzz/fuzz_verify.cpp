@@ -3,16 +3,21 @@
 // must be a root path of the tree plus a bonus token in the vocabulary that the documented rule can
 // produce (exact for greedy; support checks for the stochastic ones), each batch result must equal
 // the single-request call on its slice, and a row the verifier read that holds NaN, +inf or (for
-// probabilities) a negative value must have been rejected (the notes' policy 3).
+// probabilities) a negative value must have been rejected (the notes' policy 3). The logits form of
+// verify_sample_and_match_batch must equal processing every row and then the probabilities form.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "fuzz_util.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/tensor.hpp"
+#include "specdec/sampling/logits_processor.hpp"
+#include "specdec/sampling/penalty_context.hpp"
 #include "specdec/verify/greedy.hpp"
 #include "specdec/verify/multi_draft.hpp"
 #include "specdec/verify/sample_and_match.hpp"
@@ -397,5 +402,126 @@ SPECDEC_FUZZ_TARGET(verify_arrays, "verify_{greedy,sample_and_match,chain_specul
                      emi[static_cast<std::size_t>(lo + r + j)] == b.tokens[static_cast<std::size_t>(lo + w.accepted[static_cast<std::size_t>(j)])],
                  "verify arrays: accepted or emitted differs from the token_tree form");
     FUZZ_CHECK(emi[static_cast<std::size_t>(lo + r + k)] == w.bonus, "verify arrays: the last emitted token is not the bonus");
+  }
+}
+
+SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_sample_and_match_batch from logits == process_logits_batch, logits_to_probs_batch, then the probabilities form") {
+  // Raw (possibly invalid) trees, fuzzed logits rows (NaN, +inf, -inf rows, near FLT_MAX), one or two
+  // sampling entries with any processors (penalties through a penalty_context when the trees are
+  // valid), entries out of range now and then. Where the composition succeeds the logits form must
+  // give the same outputs; where it refuses, the logits form (which checks only the rows its walks
+  // visit) either refuses too, leaving its outputs untouched, or gives root paths.
+  input in(data, size);
+  const int vocab = in.range(1, 12);
+  raw_batch b = fuzz_raw_batch(in, vocab);
+  const auto R = static_cast<std::int64_t>(b.node_indptr.size()) - 1, N = static_cast<std::int64_t>(b.tokens.size());
+  const std::int64_t rows = N + R;
+  auto logits = fuzz_rows(in, static_cast<std::size_t>(rows), vocab, false);
+  if (in.chance(10) && rows > 0) logits[static_cast<std::size_t>(in.range(0, static_cast<int>(rows * vocab) - 1))] = in.real(3e38f, 3.4e38f, 50);
+  const bool penalties = b.valid && in.coin();
+  std::vector<specdec::sampling_params> params(static_cast<std::size_t>(in.range(1, 2)));
+  for (auto& p : params) {
+    p.temperature = in.chance(20) ? 0.0f : in.chance(30) ? 1.0f : in.real(0.05f, 4.0f);
+    p.top_k = in.chance(50) ? 0 : in.int32(1, vocab + 1);
+    p.top_p = in.chance(50) ? 1.0f : in.real(0.01f, 1.0f);
+    p.min_p = in.chance(60) ? 0.0f : in.prob();
+    p.eta_epsilon = in.chance(60) ? 0.0f : in.real(0.0f, 0.5f);
+    if (penalties || in.chance(5)) {
+      p.repetition_penalty = in.chance(50) ? 1.0f : in.real(1.0f, 3.0f);
+      p.contextual_penalty = in.chance(50) ? 1.0f : in.real(1.0f, 3.0f);
+      p.penalty_window = in.int32(0, 12);
+      p.contextual_sign_aware = in.coin();
+    }
+  }
+  std::vector<std::int32_t> row_params(static_cast<std::size_t>(rows), 0);
+  for (auto& e : row_params) e = in.chance(3) ? in.int32(-1, 3) : in.int32(0, static_cast<std::int32_t>(params.size()) - 1);
+  specdec::penalty_context_builder ctx(vocab);
+  if (penalties)
+    for (std::int64_t r = 0; r < R; ++r) {
+      std::vector<std::int32_t> committed(static_cast<std::size_t>(in.range(0, 12)));
+      for (auto& t : committed) t = in.token(vocab);
+      const auto lo = static_cast<std::size_t>(b.node_indptr[static_cast<std::size_t>(r)]),
+                 n = static_cast<std::size_t>(b.node_indptr[static_cast<std::size_t>(r) + 1]) - lo;
+      ctx.add_tree_rows(in.coin() ? ctx.add_context(committed) : -1, std::span(b.tokens).subspan(lo, n),
+                        std::span(b.parents).subspan(lo, n));
+    }
+  std::vector<std::uint64_t> seeds, streams;
+  for (std::int64_t r = 0; r < R; ++r) seeds.push_back(in.u64()), streams.push_back(in.u64());
+  struct outs {
+    std::vector<std::int32_t> acc, nacc, bon, emi, st{9, 9, 9};
+    bool operator==(const outs&) const = default;
+  };
+  const outs fresh{std::vector<std::int32_t>(static_cast<std::size_t>(N), -7), std::vector<std::int32_t>(static_cast<std::size_t>(R), -7),
+                   std::vector<std::int32_t>(static_cast<std::size_t>(R), -7), std::vector<std::int32_t>(static_cast<std::size_t>(rows), -7)};
+  outs got = fresh, want = fresh;
+  std::vector<float> work(static_cast<std::size_t>(std::max<std::int64_t>(R, 1) * vocab));
+  const auto lg = specdec::make_view<2>(static_cast<const float*>(logits.data()), {rows, vocab});
+  const auto pa = specdec::make_view<1>(static_cast<const specdec::sampling_params*>(params.data()), {static_cast<std::int64_t>(params.size())});
+  const auto before = logits;
+  bool threw = false, ref_threw = false;
+  try {
+    const auto w = specdec::make_view<2>(work.data(), {R, vocab});
+    if (penalties)
+      specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, pa,
+                                             v1(row_params), ctx.view(), v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc),
+                                             v1(got.bon), v1(got.emi), v1(got.st));
+    else
+      specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, pa,
+                                             v1(row_params), v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc),
+                                             v1(got.bon), v1(got.emi), v1(got.st));
+  } catch (const specdec::invalid_argument&) {
+    threw = true;
+  }
+  FUZZ_CHECK(before == logits || (before.size() == logits.size() &&
+                                  std::memcmp(before.data(), logits.data(), logits.size() * sizeof(float)) == 0),
+             "sample_and_match from logits wrote its logits");  // == fails on NaN: then the bits
+
+  try {
+    auto probs = logits;
+    const auto pv = specdec::make_view<2>(probs.data(), {rows, vocab});
+    std::vector<std::int32_t> st(3);
+    const auto sv = specdec::make_view<1>(st.data(), {3});
+    if (penalties)
+      specdec::process_logits_batch(specdec::host{1}, pv, pa, v1(row_params), ctx.view(), sv);
+    else
+      specdec::process_logits_batch(specdec::host{1}, pv, pa, v1(row_params), sv);
+    specdec::logits_to_probs_batch(specdec::host{1}, pv, pv, sv);
+    specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv, v1(seeds),
+                                           v1(streams), v1(want.acc), v1(want.nacc), v1(want.bon), v1(want.emi), v1(want.st));
+  } catch (const specdec::invalid_argument&) {
+    ref_threw = true;
+  }
+  if (threw) {
+    FUZZ_CHECK(got == fresh, "sample_and_match from logits: a call that threw wrote its outputs");
+    FUZZ_CHECK(ref_threw, "sample_and_match from logits refused a batch the composition takes");
+    return;
+  }
+  FUZZ_CHECK(b.valid, "sample_and_match from logits accepted invalid offsets, parents or tokens");
+  if (!ref_threw) {
+    FUZZ_CHECK(got.st == want.st && got.nacc == want.nacc && got.bon == want.bon,
+               "sample_and_match from logits: status, counts or bonus tokens differ from the composition");
+    for (std::int64_t r = 0; r < R; ++r) {
+      const auto lo = b.node_indptr[static_cast<std::size_t>(r)], k = want.nacc[static_cast<std::size_t>(r)];
+      for (std::int32_t j = 0; j < k; ++j)
+        FUZZ_CHECK(got.acc[static_cast<std::size_t>(lo + j)] == want.acc[static_cast<std::size_t>(lo + j)],
+                   "sample_and_match from logits: accepted nodes differ from the composition");
+      for (std::int32_t j = 0; j <= k; ++j)
+        FUZZ_CHECK(got.emi[static_cast<std::size_t>(lo + r + j)] == want.emi[static_cast<std::size_t>(lo + r + j)],
+                   "sample_and_match from logits: emitted tokens differ from the composition");
+    }
+    return;
+  }
+  for (std::int64_t r = 0; r < R; ++r) {  // the composition refused a row this call did not visit: root paths
+    const auto lo = b.node_indptr[static_cast<std::size_t>(r)], n = b.node_indptr[static_cast<std::size_t>(r) + 1] - lo;
+    const auto k = got.nacc[static_cast<std::size_t>(r)];
+    FUZZ_CHECK(k >= 0 && k <= n, "sample_and_match from logits: an accepted count outside [0, n]");
+    std::int32_t prev = -1;
+    for (std::int32_t j = 0; j < k; ++j) {
+      const auto v = got.acc[static_cast<std::size_t>(lo + j)];
+      FUZZ_CHECK(v >= 0 && v < n && b.parents[static_cast<std::size_t>(lo + v)] == prev, "sample_and_match from logits: not a root path");
+      prev = v;
+    }
+    FUZZ_CHECK(got.bon[static_cast<std::size_t>(r)] >= 0 && got.bon[static_cast<std::size_t>(r)] < vocab,
+               "sample_and_match from logits: a bonus token outside the vocabulary");
   }
 }
