@@ -14,6 +14,7 @@
 #include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/verify/greedy.hpp"
+#include "specdec/verify/sample_and_match.hpp"
 
 namespace {
 
@@ -192,6 +193,63 @@ void BM_greedy_penalized_verify(benchmark::State& st) {
   counters(st, n + 1, v);
 }
 
+// Sample-and-match verification of one request's 64-node tree (4 chains of 16) at temperature 0.8,
+// top-p 0.9, repetition and contextual penalty 1.2 (W = 1024) over a 4096-token context: mode 0
+// processes the 65 rows in place (process_logits_batch; the rows restored outside the timed region),
+// turns them into probabilities (logits_to_probs_batch) and runs the probabilities form of
+// verify_sample_and_match_batch; mode 1 runs its logits form (only the visited rows processed, in a
+// workspace row). The first 3 nodes of chain 0 carry a token whose logit is raised by 30 in their
+// parent's row, so the walk accepts them and stops after the next draw: 4 rows visited (counter
+// "visited").
+void BM_sample_and_match_verify(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const int mode = static_cast<int>(st.range(1)), n = 64, accept = 3;
+  specdec::sampling_params sp;
+  sp.temperature = 0.8f, sp.top_p = 0.9f, sp.repetition_penalty = 1.2f, sp.contextual_penalty = 1.2f;
+  sp.penalty_window = 1024;
+  const std::vector<specdec::sampling_params> p{sp};
+  auto pristine = make_logits(n + 1, v, 5);
+  const auto ctx = make_context(4096, v);
+  std::vector<std::int32_t> tokens(n), parents(n), row_params(n + 1, 0), status(3), indptr{0, n};
+  specdec::philox_stream rng(4, 4);
+  for (int i = 0; i < n; ++i) {
+    parents[i] = i < 4 ? -1 : i - 4;
+    tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
+  }
+  for (int k = 0; k < accept; ++k) {  // chain 0's node 4k: its token peaks in its parent's row
+    const int node = 4 * k, row = parents[node] + 1;
+    pristine[static_cast<std::size_t>(row * v + tokens[node])] += 30.0f;
+  }
+  std::vector<std::int32_t> accepted(n), num(1), bonus(1), emitted(n + 1);
+  std::vector<std::uint64_t> seeds{42}, streams{specdec::stream_id(0, 1)};
+  std::vector<float> rows = pristine, work(static_cast<std::size_t>(v));
+  const auto v1 = [](auto& a) { return specdec::make_view<1>(a.data(), {static_cast<std::int64_t>(a.size())}); };
+  specdec::penalty_context_builder b(static_cast<std::int32_t>(v));
+  b.add_tree_rows(b.add_context(ctx), tokens, parents);
+  const specdec::host policy{.num_threads = 1};
+  for (auto _ : st) {
+    if (mode == 0) {
+      st.PauseTiming();
+      std::memcpy(rows.data(), pristine.data(), rows.size() * sizeof(float));
+      st.ResumeTiming();
+      const auto lg = specdec::make_view<2>(rows.data(), {n + 1, v});
+      specdec::process_logits_batch(policy, lg, v1(p), v1(row_params), b.view(), v1(status));
+      specdec::logits_to_probs_batch(policy, lg, lg, v1(status));
+      specdec::verify_sample_and_match_batch(policy, v1(indptr), v1(tokens), v1(parents), lg, v1(seeds), v1(streams),
+                                             v1(accepted), v1(num), v1(bonus), v1(emitted), v1(status));
+    } else {
+      specdec::verify_sample_and_match_batch(policy, v1(indptr), v1(tokens), v1(parents),
+                                             specdec::make_view<2>(static_cast<const float*>(pristine.data()), {n + 1, v}),
+                                             v1(p), v1(row_params), b.view(), v1(seeds), v1(streams),
+                                             specdec::make_view<2>(work.data(), {1, v}), v1(accepted), v1(num), v1(bonus),
+                                             v1(emitted), v1(status));
+    }
+    benchmark::DoNotOptimize(emitted.data());
+  }
+  st.counters["visited"] = num[0] + 1;
+  counters(st, n + 1, v);
+}
+
 // penalty_context_builder for one request: a committed context of `ctx` tokens and a 64-node tree
 // (the device verifiers' per-step host work for each request with a penalty).
 void BM_penalty_context_build(benchmark::State& st) {
@@ -292,6 +350,11 @@ BENCHMARK(BM_process_tree_batch)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_greedy_penalized_verify)
+    ->ArgNames({"V", "mode"})
+    ->ArgsProduct({{32000, 128256}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_sample_and_match_verify)
     ->ArgNames({"V", "mode"})
     ->ArgsProduct({{32000, 128256}, {0, 1}})
     ->UseRealTime()
