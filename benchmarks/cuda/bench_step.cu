@@ -35,7 +35,9 @@
 //                           chain whose tokens peak in their parents' rows (the walk accepts them);
 //                           path 1: the logits form instead (no copy; each request's 4 visited rows
 //                           processed one after another in a [batch, V] workspace: cuda_sample_and_
-//                           match_verifier's sampled_rows::visited_rows); rows_visited per request
+//                           match_verifier's sampled_rows::visited_rows); rows_visited per request.
+//                           GB/s and read_us count every row's bytes on both paths (the step's
+//                           logits, the target's reference): compare the paths by time
 //   BM_greedy_penalized_step_batch
 //                           greedy verification with a repetition penalty 1.1 and a contextual
 //                           penalty 1.2 (W = 1024) over a 32K-token committed context per request, on

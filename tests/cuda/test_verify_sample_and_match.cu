@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -207,12 +208,14 @@ struct device_logits_case {
   device_buffer<float> lg, work;
   specdec_test::device_tree_outputs out;
   std::optional<specdec_test::device_penalty_context> ctx;
-  std::int64_t rows, vocab, stride, requests;
+  std::int64_t rows, vocab, stride, requests, work_stride;
+  // the workspace's rows are vocab + pad + 1 floats apart
   device_logits_case(const sampled_logits_case& c, std::int64_t pad = 0)
       : ni(c.node_indptr), tok(c.tokens), par(c.parents), rp(c.row_params), params(c.params), seeds(c.seeds),
         streams(c.streams), lg(static_cast<std::size_t>(c.rows() * (c.vocab + pad))),
-        work(static_cast<std::size_t>(std::max(1, c.requests()) * c.vocab)), out(c.node_indptr.size() - 1, c.tokens.size()),
-        rows(c.rows()), vocab(c.vocab), stride(c.vocab + pad), requests(c.requests()) {
+        work(static_cast<std::size_t>(std::max(1, c.requests()) * (c.vocab + pad + 1))),
+        out(c.node_indptr.size() - 1, c.tokens.size()), rows(c.rows()), vocab(c.vocab), stride(c.vocab + pad),
+        requests(c.requests()), work_stride(c.vocab + pad + 1) {
     std::vector<float> h(lg.size(), std::numeric_limits<float>::quiet_NaN());
     for (std::int64_t r = 0; r < rows; ++r) std::copy_n(c.logits.begin() + r * vocab, vocab, h.begin() + r * stride);
     lg.upload(h);
@@ -220,7 +223,7 @@ struct device_logits_case {
   }
   void launch(cudaStream_t s = nullptr) {
     const specdec::strided_view<const float, 2> l(lg.data(), {rows, vocab}, {stride, 1}, memory_space::device);
-    const auto w = specdec::make_view<2>(work.data(), {requests, vocab}, memory_space::device);
+    const specdec::strided_view<float, 2> w(work.data(), {requests, vocab}, {work_stride, 1}, memory_space::device);
     const specdec::cuda pol{.stream = s};
     if (ctx)
       specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), ctx->view(), dv(seeds),
@@ -256,9 +259,11 @@ TEST_CASE("cuda verify_sample_and_match_batch from logits draws what the host's 
 
 TEST_CASE("cuda verify_sample_and_match_batch from logits reports what processing reports, for visited rows only",
           "[cuda][verify]") {
-  sampled_logits_case c(3, 6, 40, 3, true, 99);
-  const auto expect = [](const sampled_logits_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+  const sampled_logits_case c(3, 6, 40, 3, true, 99);
+  const auto expect = [](const sampled_logits_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index,
+                         const std::vector<std::int32_t>* row_context = nullptr) {
     device_logits_case d(bad);
+    if (row_context != nullptr) d.ctx->row_context.upload(*row_context);
     d.launch();
     specdec_test::sync_check("verify_sample_and_match_batch (logits, bad values)");
     const auto s = d.out.status();
@@ -276,6 +281,28 @@ TEST_CASE("cuda verify_sample_and_match_batch from logits reports what processin
     auto bad = c;
     bad.row_params[static_cast<std::size_t>(root2)] = 9;
     expect(bad, specdec::device_error::params, 9, root2);
+  }
+  {  // row 2's context out of range
+    const auto view = c.b.view();
+    std::vector<std::int32_t> row_context(view.row_context.data(), view.row_context.data() + c.rows());
+    const auto contexts = static_cast<std::int32_t>(view.context_length.extent(0));
+    row_context[static_cast<std::size_t>(root2)] = contexts;
+    expect(c, specdec::device_error::context, contexts, root2, &row_context);
+  }
+  {  // a row every admissible logit of which the repetition penalty overflows to -inf
+    auto bad = c;
+    for (std::int64_t t = 0; t < bad.vocab; ++t) bad.logits[static_cast<std::size_t>(root2 * c.vocab + t)] = -3.0e38f;
+    bad.params[2].repetition_penalty = 3.0f;
+    bad.params[2].contextual_penalty = 1.0f;
+    bad.b = specdec::penalty_context_builder(static_cast<std::int32_t>(bad.vocab));
+    std::vector<std::int32_t> all(static_cast<std::size_t>(bad.vocab));
+    for (std::int64_t t = 0; t < bad.vocab; ++t) all[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+    for (int r = 0; r < bad.requests(); ++r) {
+      const auto lo = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r)]),
+                 n = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r) + 1]) - lo;
+      bad.b.add_tree_rows(bad.b.add_context(all), std::span(bad.tokens).subspan(lo, n), std::span(bad.parents).subspan(lo, n));
+    }
+    expect(bad, specdec::device_error::row, -1, root2);
   }
   {  // NaN and a bad entry in a row the walk does not visit: no report (the host test's hand case)
     sampled_logits_case h(0, 1, 5, 1, false, 1);

@@ -254,14 +254,16 @@ namespace {
 using specdec_test::sampled_logits_case;
 
 //! The logits form on c, into o (workspace: a fresh [R, V] buffer unless given).
+//! (pad: the workspace's rows are vocab + pad floats apart, the padding NaN; the form must not touch it)
 void run_logits(const sampled_logits_case& c, specdec_test::tree_outputs& o, const specdec::host& policy = {},
-                std::vector<float>* work = nullptr, const specdec::penalty_context* context = nullptr) {
+                std::vector<float>* work = nullptr, const specdec::penalty_context* context = nullptr,
+                std::int64_t pad = 0) {
   std::vector<float> own;
   std::vector<float>& w = work != nullptr ? *work : own;
-  w.resize(static_cast<std::size_t>(c.requests()) * static_cast<std::size_t>(c.vocab));
+  w.assign(static_cast<std::size_t>(c.requests() * (c.vocab + pad)), std::numeric_limits<float>::quiet_NaN());
   const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
   const auto pa = specdec::make_view<1>(c.params.data(), {static_cast<std::int64_t>(c.params.size())});
-  const auto ws = specdec::make_view<2>(w.data(), {c.requests(), c.vocab});
+  const specdec::strided_view<float, 2> ws(w.data(), {c.requests(), c.vocab}, {c.vocab + pad, 1});
   if (c.penalties)
     specdec::verify_sample_and_match_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, pa,
                                            v1(c.row_params), context != nullptr ? *context : c.b.view(), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
@@ -270,6 +272,9 @@ void run_logits(const sampled_logits_case& c, specdec_test::tree_outputs& o, con
     specdec::verify_sample_and_match_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, pa,
                                            v1(c.row_params), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
                                            v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  for (std::int64_t r = 0; r < c.requests(); ++r)
+    for (std::int64_t k = c.vocab; k < c.vocab + pad; ++k)
+      REQUIRE(std::isnan(w[static_cast<std::size_t>(r * (c.vocab + pad) + k)]));  // the padding is not the form's
 }
 
 }  // namespace
@@ -284,7 +289,7 @@ TEST_CASE("verify_sample_and_match_batch from logits (host) equals processing ev
           const sampled_logits_case c(R, max_nodes, V, static_cast<int>(std::min<std::int64_t>(V, 3)), penalties,
                                       static_cast<std::uint64_t>(R * 100000 + max_nodes * 100 + V + (penalties ? 7 : 0)));
           specdec_test::tree_outputs o(static_cast<std::size_t>(c.requests()), c.tokens.size());
-          run_logits(c, o, specdec::host{.num_threads = 2});
+          run_logits(c, o, specdec::host{.num_threads = 2}, nullptr, nullptr, (R + V) % 2 == 0 ? 0 : 3);
           accepted_total += c.matches(o);
           for (int r = 0; r < c.requests(); ++r) deep += o.num_accepted[static_cast<std::size_t>(r)] >= 2;
           ++cases;
@@ -320,16 +325,17 @@ TEST_CASE("verify_sample_and_match_batch from logits never reads a row the walk 
   CHECK(o.bonus[0] == 3);
   CHECK(o.emitted == std::vector<std::int32_t>{1, 3, -9});
   h.row_params[2] = 5;  // an entry out of range on the unvisited row: not read either
+  o = specdec_test::tree_outputs(1, 2);
   run_logits(h, o);
-  CHECK(o.bonus[0] == 3);
+  CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+  CHECK(o.emitted == std::vector<std::int32_t>{1, 3, -9});
   h.logits[7] = nan;  // the row after node 0 is visited: named
   CHECK_THROWS_WITH(run_logits(h, o), Catch::Contains("target_logits") && Catch::Contains("row 1"));
 }
 
 TEST_CASE("verify_sample_and_match_batch from logits (host) rejects bad values and leaves the outputs untouched",
           "[verify][sample_and_match][validation]") {
-  sampled_logits_case c(3, 6, 40, 3, true, 99);
-  while (c.node_indptr[1] - c.node_indptr[0] < 1) c = sampled_logits_case(3, 6, 40, 3, true, c.tokens.size() + 100);
+  const sampled_logits_case c(3, 6, 40, 3, true, 99);
   const auto reject = [](const sampled_logits_case& bad, const std::string& what) {
     specdec_test::tree_outputs o(static_cast<std::size_t>(bad.requests()), bad.tokens.size());
     const auto fresh = o;
@@ -352,11 +358,13 @@ TEST_CASE("verify_sample_and_match_batch from logits (host) rejects bad values a
     bad.params[0].top_p = 1.5f;
     reject(bad, "top_p");
   }
-  {  // a penalty without a context: the five-argument form refuses it
-    auto bad = c;
-    bad.penalties = false;
-    bad.params[0].repetition_penalty = 1.5f;
-    reject(bad, "penalty");
+  {  // a penalty without a context: the five-argument form refuses it (the same batch without it passes)
+    sampled_logits_case plain(3, 6, 40, 3, false, 99);
+    specdec_test::tree_outputs o(3, plain.tokens.size());
+    run_logits(plain, o);
+    (void)plain.matches(o);
+    plain.params[0].repetition_penalty = 1.5f;
+    reject(plain, "no repetition or contextual penalty (entry 0)");
   }
   {  // a tree token out of the vocabulary
     auto bad = c;

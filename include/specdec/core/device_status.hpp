@@ -38,8 +38,8 @@ enum class device_error : std::int32_t {
   fanout = 14,            //!< node `index` (-1: the root) of `request` rejected more children than the device verifier can track (multi-draft: 1024 residual updates or rejected tokens)
   length = 15,            //!< the cache length of `request` is negative or exceeds what the output holds (kv_importance_batch: the scores' columns)
   partial_state = 16,     //!< partial_kv_append_batch: the cache length of `request` is below seen[request], its sizes / seen / placed entry is outside [0, |B|] / [0, INT32_MAX] / [0, 2 (|B| - |S|)], or an eviction slot its appends would use is outside [0, |B|)
-  params = 17,            //!< process_logits_batch: row `index` names sampling_params entry `request`, which is outside the params array, invalid, or applies a penalty without a penalty_context
-  context = 18,           //!< process_logits_batch: the penalty context of row `index` (context `request`, -1: none) is malformed (penalty_context's rules)
+  params = 17,            //!< process_logits_batch (and the forms that process rows: penalized_argmax_batch, verify_sample_and_match_batch from logits): row `index` names sampling_params entry `request`, which is outside the params array, invalid, or applies a penalty without a penalty_context
+  context = 18,           //!< process_logits_batch (and the forms above): the penalty context of row `index` (context `request`, -1: none) is malformed (penalty_context's rules)
 };
 
 //! Host-side reading of a device status array [error, request, index].

@@ -566,7 +566,11 @@ static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batc
 //!                 every_row (few rows fit the SMs in one wave, and then processing them all at once
 //!                 costs about one row's time). The factor is a guess not yet measured on a GPU:
 //!                 bench_cuda_step's BM_sampled_step_batch (path 0 / 1) measures both.
-//! The results are the same bits either way.
+//! Where every row is valid the results are the same bits either way. The refusals differ:
+//! every_row refuses a step with a bad value (a NaN or +inf logit, a row the penalties empty) in
+//! any row, as sample_and_match_verifier does on the host, visited_rows only in a row its walk
+//! reads, so under automatic whether such a step throws depends on its size and the device's SM
+//! count. Pass every_row to refuse every bad row always.
 enum class sampled_rows { automatic, every_row, visited_rows };
 inline constexpr std::int64_t visited_rows_factor = 4;
 

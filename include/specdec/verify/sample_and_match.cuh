@@ -18,6 +18,13 @@
 //! The accepted path is the root path of the last class's lowest node; outputs as the greedy
 //! backend writes them. A visited row that is not a distribution (a bad entry, or no positive entry)
 //! is reported as device_error::row with its local row; rows the walk does not visit are never read.
+//!
+//! The logits form (sample_and_match_logits_kernel) walks the same way; before step 2 each visited
+//! row is copied from the logits into the request's workspace row, processed there
+//! (block_process_row: process_logits_batch's steps and its reports, device_error::params / context
+//! / row with the row's number in target_logits) and turned into probabilities (block_probs_row).
+//! The workspace is read with plain loads (the kernel writes it), the probabilities form's rows
+//! through the read-only cache.
 
 #include <cuda_runtime_api.h>
 

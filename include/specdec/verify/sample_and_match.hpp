@@ -316,7 +316,7 @@ void verify_sample_and_match_batch(const Policy& policy, const NI& node_indptr, 
 //! checked for the rows the walk visits: the row's entry, its context and suffix, its logits (NaN,
 //! +inf, no logit above -inf, or none left by the penalties), as process_logits_batch checks them.
 //!   specdec::host: invalid_argument naming the row, the outputs untouched; requests on the policy's
-//!     threads.
+//!     threads (when several requests fail, the one reported depends on the thread timing).
 //!   specdec::cuda (needs verify/sample_and_match.cuh and nvcc): device-accessible memory; the same
 //!     reports as process_logits_batch's in `status` (device_error::params, ::context, ::row with the
 //!     row of target_logits), the tree's as the probabilities form's; a request with a bad value gets
