@@ -275,6 +275,52 @@ TEST_CASE("a sampled request's output does not depend on its slot, its neighbour
   CHECK(d.at(78).first != a.at(77).first);
 }
 
+namespace {
+//! V's verify without its verify_logits: speculative_batch then processes every row before verify.
+template <class V>
+struct every_row_processed {
+  static constexpr bool is_lossless_for_sampling = V::is_lossless_for_sampling;
+  static constexpr tree_shape accepts = V::accepts;
+  static constexpr bool needs_draft_q = V::needs_draft_q;
+  V v;
+  void verify(const verify_input& in, verify_result& out) { v.verify(in, out); }
+};
+static_assert(verifier_has_verify_logits<sample_and_match_verifier> && verifier_has_verify_logits<greedy_verifier>);
+static_assert(!verifier_has_verify_logits<every_row_processed<sample_and_match_verifier>>);
+}  // namespace
+
+TEST_CASE("verifiers with verify_logits (only the rows their walks read processed) give the outputs of processing every row",
+          "[decoder][batch]") {
+  const std::vector<std::int32_t> p{3, 1, 4, 1, 5, 9, 2, 6};
+  const auto both = [&]<class V>(V*, const generation_options& opt) {
+    llama_model<double> m1(cfg, weights(), 3, 1024), m2(cfg, weights(), 3, 1024);
+    speculative_batch<llama_model<double>, ngram_drafter, trie_tree_builder, V> lazy(m1);
+    speculative_batch<llama_model<double>, ngram_drafter, trie_tree_builder, every_row_processed<V>> all(m2);
+    std::vector<arrival> arrivals{arrival{1, 0, p, opt}, arrival{2, 0, {5, 5, 5, 5}, opt}, arrival{3, 2, {9, 2}, opt}};
+    arrivals[1].opt.seed = 7;
+    const auto a = drive(lazy, arrivals), b = drive(all, arrivals);
+    std::size_t tokens = 0;
+    for (const auto& [id, out] : b) {
+      CHECK(a.at(id).first == out.first);
+      CHECK(a.at(id).second);
+      tokens += out.first.size();
+    }
+    CHECK(tokens >= 100);
+  };
+  // sampling with every processor and both penalties (the penalties read each row's root path)
+  both(static_cast<sample_and_match_verifier*>(nullptr),
+       generation_options{.max_new_tokens = 50,
+                          .sampling = {.temperature = 0.9f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f,
+                                       .repetition_penalty = 1.3f, .contextual_penalty = 1.2f, .penalty_window = 6},
+                          .seed = 42, .draft_depth = 4, .draft_width = 2});
+  // greedy with penalties (they move the argmax)
+  both(static_cast<greedy_verifier*>(nullptr),
+       generation_options{.max_new_tokens = 50,
+                          .sampling = {.temperature = 0.0f, .repetition_penalty = 1.5f, .contextual_penalty = 1.3f,
+                                       .penalty_window = 4},
+                          .draft_depth = 4, .draft_width = 2});
+}
+
 TEST_CASE("speculative_batch rejects bad requests before touching the target, and device logits", "[decoder][batch]") {
   using Catch::Contains;
   llama_model<double> target(cfg, weights(), 2, 1024);

@@ -207,6 +207,28 @@ concept verifier_has_sampling_trait = requires {
 template <class V>
 concept verifier = verifier_has_verify<V> && verifier_has_sampling_trait<V>;
 
+//! One request's step as a verifier that processes rows itself sees it: the target's n + 1 rows as
+//! the target returned them (not processed), and what processing them needs, row i + 1's context
+//! being committed ++ the root path of node i (process_tree_logits' rule).
+struct logits_verify_input {
+  const token_tree& tree;
+  strided_view<const float, 2> logits;       //!< [n + 1, V], unprocessed; the verifier does not write them
+  const sampling_params& sampling;           //!< this request's logits processors
+  std::span<const std::int32_t> committed;   //!< its committed tokens (prompt and output so far)
+  const draft_candidates& draft;
+  philox_stream& rng;
+};
+
+//! `verify_logits(const logits_verify_input&, verify_result& out)` (optional): verify(...) on rows
+//! the verifier processes itself, the same result as processing every row with process_tree_logits
+//! and calling verify, and the same refusals (every row still checked). speculative_batch calls it
+//! for host logits instead of processing them: a verifier whose walk reads few rows (sample-and-
+//! match, greedy: the root's and one per accepted node) processes only those.
+template <class V>
+concept verifier_has_verify_logits = requires(V& v, const logits_verify_input& in, verify_result& out) {
+  v.verify_logits(in, out);
+};
+
 //! One step's batch as a batch verifier sees it (speculative_batch calls verify_batch when the
 //! target's forward_batch returned its logits in device memory): the step's B trees as host arrays
 //! in the array form of the batched verifiers (verify_greedy_batch's layout), the logits as the

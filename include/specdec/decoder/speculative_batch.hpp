@@ -17,7 +17,10 @@
 //!      forward runs through batched_target_adapter (one forward per request into one buffer);
 //!   3. per request, in parallel on the host thread pool: the rows are processed with the context
 //!      each row would have autoregressively (process_tree_logits), then the verifier picks the
-//!      accepted path and the bonus token, drawing from philox_stream(seed, stream_id(id, step));
+//!      accepted path and the bonus token, drawing from philox_stream(seed, stream_id(id, step)); a
+//!      verifier with verify_logits (verifier_has_verify_logits: greedy_verifier,
+//!      sample_and_match_verifier) gets the rows unprocessed instead and processes only those its walk
+//!      reads (every row still checked; the same result);
 //!   4. target.commit_batch(target_batch, verify_batch_result) once when the target has it, else
 //!      target.commit(r, accepted) per request; emitted tokens appended, stop rules applied.
 //! Requests that finished leave (their slot is free for add_request before the next step; the
@@ -25,7 +28,8 @@
 //!
 //! Logits: the view forward_batch returns carries its memory space. Host rows of float with unit
 //! inner stride are processed and verified in place (no copy; the target's buffer is overwritten with
-//! the processed rows); double, half and bfloat16 host rows are converted to float once. Device rows
+//! the processed rows, except under a verifier with verify_logits, which leaves it as it was); double,
+//! half and bfloat16 host rows are converted to float once. Device rows
 //! (float, unit inner stride) go to the verifier's verify_batch when it has one
 //! (verifier_has_verify_batch: cuda_greedy_verifier in decoder/device_verifiers.cuh), which decides
 //! the whole step where the rows are, so only accepted nodes and bonus tokens come back; with any
@@ -314,11 +318,16 @@ class speculative_batch {
           const std::int64_t n = s.tree.size();
           const strided_view<float, 2> view(rows.data + first * rows.row_stride, {n + 1, std::int64_t{V}},
                                             {rows.row_stride, 1});
-          thread_local sampling_workspace ws;  // one per pool thread, not per slot (V floats each)
-          process_tree_logits(view, s.opt.sampling, s.tokens, s.tree.tokens(), s.tree.parents(), ws);
           philox_stream rng(s.opt.seed, stream_id(s.id, s.step));
-          verify_input in{s.tree, strided_view<const float, 2>(view), s.cand, rng};
-          verifier_for(s).verify(in, s.result);
+          if constexpr (verifier_has_verify_logits<Verifier>) {  // the verifier processes the rows it reads
+            const logits_verify_input in{s.tree, strided_view<const float, 2>(view), s.opt.sampling, s.tokens, s.cand, rng};
+            verifier_for(s).verify_logits(in, s.result);
+          } else {
+            thread_local sampling_workspace ws;  // one per pool thread, not per slot (V floats each)
+            process_tree_logits(view, s.opt.sampling, s.tokens, s.tree.tokens(), s.tree.parents(), ws);
+            verify_input in{s.tree, strided_view<const float, 2>(view), s.cand, rng};
+            verifier_for(s).verify(in, s.result);
+          }
           check_verify_result(s.result, s.tree, V);  // before the target commits or a token is emitted
           s.phase_verify = seconds(tv);
         };

@@ -86,6 +86,24 @@ struct greedy_verifier {
   static constexpr tree_shape accepts = tree_shape::tree;
   static constexpr bool needs_draft_q = false;
   void verify(const verify_input& in, verify_result& out) const { out = verify_greedy(in.tree, in.logits); }
+  //! verify on the rows the walk reads, each processed when it is read (logits_verify_input): the
+  //! result of process_tree_logits then verify. Every row is checked first (process_tree_logits'
+  //! checks); O(rows V) for that scan, O(rows read (V + context)) for the processing.
+  void verify_logits(const logits_verify_input& in, verify_result& out) {
+    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws_,
+                                     "specdec::process_tree_logits");
+    const auto v = static_cast<std::size_t>(rows.vocab());
+    row_.resize(v);
+    out = detail::greedy_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
+      rows.process(s, row_);
+      const detail::prob_rows one{row_.data(), rows.vocab(), 1, rows.vocab()};
+      return detail::greedy_row_argmax(one, 0, "specdec::verify_greedy", -1);
+    });
+  }
+
+ private:
+  sampling_workspace ws_;
+  std::vector<float> row_;
 };
 static_assert(check_verifier<greedy_verifier>());
 
@@ -100,9 +118,27 @@ struct sample_and_match_verifier {
     const auto p = make_view<2>(static_cast<const float*>(probs_.data()), {in.logits.extent(0), in.logits.extent(1)});
     out = verify_sample_and_match(in.tree, p, in.rng);
   }
+  //! verify on the rows the walk visits, each processed and turned into probabilities when it is
+  //! reached (logits_verify_input): the result of process_tree_logits then verify, bit for bit (the
+  //! same row functions, the same draws). Every row is checked first (process_tree_logits' checks);
+  //! O(rows V) for that scan, O(rows visited (V + context)) for the rest.
+  void verify_logits(const logits_verify_input& in, verify_result& out) {
+    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws_,
+                                     "specdec::process_tree_logits");
+    const auto v = static_cast<std::size_t>(rows.vocab());
+    probs_.resize(v);
+    out = detail::sample_and_match_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
+      rows.process(s, probs_);
+      const detail::row_ref at{"specdec::sample_and_match_verifier", "logits", s};
+      detail::probs_row_host(probs_.data(), v, detail::checked_logit_scan(std::span<const float>(probs_), at).max,
+                             probs_.data());
+      return detail::draw_from_probs(probs_, in.rng, detail::row_ref{"specdec::verify_sample_and_match", "target_probs", s});
+    });
+  }
 
  private:
   std::vector<float> probs_;
+  sampling_workspace ws_;
 };
 static_assert(check_verifier<sample_and_match_verifier>());
 

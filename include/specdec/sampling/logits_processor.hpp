@@ -349,6 +349,85 @@ inline void process_logits(std::span<float> logits, const sampling_params& param
   process_logits(logits, params, context, {}, ws);
 }
 
+namespace detail {
+
+//! process_tree_logits in two halves, for callers that need only some rows processed (the decoder's
+//! verifiers with verify_logits read only the rows their walks visit): the constructor checks the
+//! arguments and every row (process_tree_logits' checks, invalid_argument naming `fn`; nothing is
+//! written), then process(r, out) writes row r processed into `out` (V floats: the row itself, or
+//! any other buffer), as process_tree_logits processes it. Holds references to its arguments, and
+//! O(n + |distinct committed|) of its own; the rows must not change in between.
+class tree_rows_processor {
+ public:
+  tree_rows_processor(const strided_view<const float, 2>& view, const sampling_params& params,
+                      std::span<const std::int32_t> committed, std::span<const std::int32_t> tokens,
+                      std::span<const std::int32_t> parents, sampling_workspace& ws, std::string_view fn)
+      : view_(view), params_(params), committed_(committed), tokens_(tokens), parents_(parents), ws_(ws) {
+    require_host_accessible(fn, "logits", view);
+    require_equal(fn, "parents.size()", tokens.size(), parents.size());
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    require_shape(fn, "logits", view, {n + 1, -1});
+    require(view.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", view.extent(1));
+    require_unit_inner_stride(fn, "logits", view);
+    validate_sampling_params(params, fn);
+    vocab_ = view.extent(1);
+    check_context(committed, vocab_, fn, "committed");
+    check_context(tokens, vocab_, fn, "tokens");
+    for (std::int64_t i = 0; i < n; ++i)
+      if (parents[static_cast<std::size_t>(i)] < -1 || parents[static_cast<std::size_t>(i)] >= i) [[unlikely]]
+        throw_invalid_argument(fn, "parents", "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i),
+                               parents[static_cast<std::size_t>(i)]);
+    // Distinct committed tokens once (repetition penalty scans them per row otherwise).
+    if (params.repetition_penalty != 1.0f) {
+      ws.mark.assign(static_cast<std::size_t>(vocab_), 0);
+      for (auto t : committed)
+        if (!ws.mark[static_cast<std::size_t>(t)]) {
+          ws.mark[static_cast<std::size_t>(t)] = 1;
+          distinct_.push_back(t);
+        }
+      for (auto t : distinct_) ws.mark[static_cast<std::size_t>(t)] = 0;
+      dp_ = &distinct_;
+    }
+    // every row is checked before any is written, so a rejected call leaves the logits as they were
+    scans_.resize(static_cast<std::size_t>(n + 1));
+    for (std::int64_t r = 0; r <= n; ++r)
+      scans_[static_cast<std::size_t>(r)] = check_row(row(r), params, committed, row_path(r), dp_, ws, {fn, "logits", r});
+  }
+
+  [[nodiscard]] std::int64_t vocab() const noexcept { return vocab_; }
+
+  //! Row r (0: the root's; i + 1: after node i) processed into `out` (vocab() floats; the row itself
+  //! processes it in place).
+  void process(std::int64_t r, std::span<float> out) {
+    const auto in = row(r);
+    if (out.data() != in.data()) std::copy(in.begin(), in.end(), out.begin());
+    process_row(out, params_, committed_, row_path(r), dp_, ws_, scans_[static_cast<std::size_t>(r)]);
+  }
+
+ private:
+  [[nodiscard]] std::span<const float> row(std::int64_t r) const {
+    return {view_.data() + r * view_.stride(0), static_cast<std::size_t>(vocab_)};
+  }
+  //! The root path of row r's node (root child first), in path_.
+  std::span<const std::int32_t> row_path(std::int64_t r) {
+    path_.clear();
+    for (std::int64_t a = r - 1; a >= 0; a = parents_[static_cast<std::size_t>(a)]) path_.push_back(tokens_[static_cast<std::size_t>(a)]);
+    std::reverse(path_.begin(), path_.end());
+    return path_;
+  }
+
+  strided_view<const float, 2> view_;
+  const sampling_params& params_;
+  std::span<const std::int32_t> committed_, tokens_, parents_;
+  sampling_workspace& ws_;
+  std::int64_t vocab_ = 0;
+  std::vector<std::int32_t> distinct_, path_;
+  const std::vector<std::int32_t>* dp_ = nullptr;
+  std::vector<logit_scan> scans_;
+};
+
+}  // namespace detail
+
 //! Processes the n+1 verification rows of a token tree in place: row 0 (the root's distribution)
 //! with context = `committed`, row i+1 with context = committed ++ path(i) (root child first, node i
 //! last), i.e. exactly what autoregressive decoding would use after emitting that path.
@@ -363,52 +442,11 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
                          std::span<const std::int32_t> parents, sampling_workspace& ws) {
   constexpr std::string_view fn = "specdec::process_tree_logits";
   static_assert(Logits::rank == 2, "specdec::process_tree_logits: logits must be rank 2 [n+1, V]");
-  auto view = as_view(logits);
-  require_host_accessible(fn, "logits", view);
-  require_equal(fn, "parents.size()", tokens.size(), parents.size());
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  require_shape(fn, "logits", view, {n + 1, -1});
+  const auto view = as_view(logits);
+  detail::tree_rows_processor rows(strided_view<const float, 2>(view), params, committed, tokens, parents, ws, fn);
   require_unique_elements(fn, "logits", view);  // processed in place, row by row
-  require(view.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", view.extent(1));
-  require_unit_inner_stride(fn, "logits", view);
-  validate_sampling_params(params, fn);
-  const int vocab = static_cast<int>(view.extent(1));
-  detail::check_context(committed, vocab, fn, "committed");
-  detail::check_context(tokens, vocab, fn, "tokens");
-  for (std::int64_t i = 0; i < n; ++i)
-    if (parents[static_cast<std::size_t>(i)] < -1 || parents[static_cast<std::size_t>(i)] >= i) [[unlikely]]
-      throw_invalid_argument(fn, "parents", "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i),
-                             parents[static_cast<std::size_t>(i)]);
-
-  // Distinct committed tokens once (repetition penalty scans them per row otherwise).
-  std::vector<std::int32_t> distinct;
-  const std::vector<std::int32_t>* dp = nullptr;
-  if (params.repetition_penalty != 1.0f) {
-    ws.mark.assign(static_cast<std::size_t>(vocab), 0);
-    for (auto t : committed)
-      if (!ws.mark[static_cast<std::size_t>(t)]) {
-        ws.mark[static_cast<std::size_t>(t)] = 1;
-        distinct.push_back(t);
-      }
-    for (auto t : distinct) ws.mark[static_cast<std::size_t>(t)] = 0;
-    dp = &distinct;
-  }
-  // every row is checked before any is written, so a rejected call leaves the logits as they were
-  std::vector<std::int32_t> path;
-  const auto row_path = [&](std::int64_t r) -> std::span<const std::int32_t> {
-    path.clear();
-    for (std::int64_t a = r - 1; a >= 0; a = parents[static_cast<std::size_t>(a)]) path.push_back(tokens[static_cast<std::size_t>(a)]);
-    std::reverse(path.begin(), path.end());
-    return path;
-  };
-  const auto row_at = [&](std::int64_t r) {
-    return std::span<float>(view.data() + r * view.stride(0), static_cast<std::size_t>(vocab));
-  };
-  std::vector<detail::logit_scan> scans(static_cast<std::size_t>(n + 1));
-  for (std::int64_t r = 0; r <= n; ++r)
-    scans[static_cast<std::size_t>(r)] = detail::check_row(row_at(r), params, committed, row_path(r), dp, ws, {fn, "logits", r});
-  for (std::int64_t r = 0; r <= n; ++r)
-    detail::process_row(row_at(r), params, committed, row_path(r), dp, ws, scans[static_cast<std::size_t>(r)]);
+  for (std::int64_t r = 0; r < view.extent(0); ++r)
+    rows.process(r, std::span<float>(view.data() + r * view.stride(0), static_cast<std::size_t>(rows.vocab())));
 }
 
 namespace detail {
