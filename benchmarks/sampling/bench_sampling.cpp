@@ -13,6 +13,7 @@
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/penalty_context.hpp"
 #include "specdec/sampling/sampler.hpp"
+#include "specdec/decoder/verifiers.hpp"
 #include "specdec/verify/greedy.hpp"
 #include "specdec/verify/sample_and_match.hpp"
 
@@ -250,6 +251,55 @@ void BM_sample_and_match_verify(benchmark::State& st) {
   counters(st, n + 1, v);
 }
 
+// The decoder's host verification of one request (speculative_batch's step 3), the tree, context and
+// peaks of BM_sample_and_match_verify: mode 0 = process_tree_logits on every row in place (the rows
+// restored outside the timed region) then the verifier's verify, the path of a verifier without
+// verify_logits; mode 1 = its verify_logits (every row checked, the visited rows processed). verifier
+// 0 = sample_and_match_verifier (temperature 0.8, top-p 0.9), 1 = greedy_verifier (temperature 0;
+// chain 0's peaks are then its argmaxes). Both with repetition and contextual penalty 1.2 (W = 1024).
+void BM_decoder_verify(benchmark::State& st) {
+  const std::int64_t v = st.range(0);
+  const int mode = static_cast<int>(st.range(1)), which = static_cast<int>(st.range(2)), n = 64, accept = 3;
+  specdec::sampling_params sp;
+  sp.temperature = which == 0 ? 0.8f : 0.0f, sp.top_p = which == 0 ? 0.9f : 1.0f;
+  sp.repetition_penalty = 1.2f, sp.contextual_penalty = 1.2f, sp.penalty_window = 1024;
+  auto pristine = make_logits(n + 1, v, 5);
+  const auto ctx = make_context(4096, v);
+  specdec::token_tree tree;
+  specdec::philox_stream rng(4, 4);
+  std::vector<std::int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
+  for (int k = 0; k < accept; ++k) pristine[static_cast<std::size_t>((k == 0 ? 0 : 4 * (k - 1) + 1) * v + tokens[4 * k])] += 30.0f;
+  for (int i = 0; i < n; ++i) tree.add(tokens[i], i < 4 ? -1 : i - 4);
+  auto rows = pristine;
+  const specdec::draft_candidates draft;
+  specdec::sampling_workspace ws;
+  specdec::sample_and_match_verifier sm;
+  specdec::greedy_verifier gr;
+  specdec::verify_result out;
+  for (auto _ : st) {
+    specdec::philox_stream r(42, 1);
+    if (mode == 0) {
+      st.PauseTiming();
+      std::memcpy(rows.data(), pristine.data(), rows.size() * sizeof(float));
+      st.ResumeTiming();
+      const auto lg = specdec::make_view<2>(rows.data(), {n + 1, v});
+      specdec::process_tree_logits(lg, sp, ctx, tree.tokens(), tree.parents(), ws);
+      const specdec::verify_input in{tree, specdec::strided_view<const float, 2>(lg), draft, r};
+      if (which == 0) sm.verify(in, out);
+      else gr.verify(in, out);
+    } else {
+      const specdec::logits_verify_input in{tree, specdec::make_view<2>(static_cast<const float*>(pristine.data()), {n + 1, v}),
+                                            sp, ctx, draft, r};
+      if (which == 0) sm.verify_logits(in, out);
+      else gr.verify_logits(in, out);
+    }
+    benchmark::DoNotOptimize(out.bonus);
+  }
+  st.counters["accepted"] = static_cast<double>(out.accepted.size());
+  counters(st, n + 1, v);
+}
+
 // penalty_context_builder for one request: a committed context of `ctx` tokens and a 64-node tree
 // (the device verifiers' per-step host work for each request with a penalty).
 void BM_penalty_context_build(benchmark::State& st) {
@@ -357,6 +407,11 @@ BENCHMARK(BM_greedy_penalized_verify)
 BENCHMARK(BM_sample_and_match_verify)
     ->ArgNames({"V", "mode"})
     ->ArgsProduct({{32000, 128256}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_decoder_verify)
+    ->ArgNames({"V", "mode", "verifier"})
+    ->ArgsProduct({{32000, 128256}, {0, 1}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_penalty_context_build)
