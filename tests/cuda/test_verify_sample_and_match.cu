@@ -290,33 +290,11 @@ TEST_CASE("cuda verify_sample_and_match_batch from logits reports what processin
     expect(c, specdec::device_error::context, contexts, root2, &row_context);
   }
   {  // a row every admissible logit of which the repetition penalty overflows to -inf
-    auto bad = c;
-    for (std::int64_t t = 0; t < bad.vocab; ++t) bad.logits[static_cast<std::size_t>(root2 * c.vocab + t)] = -3.0e38f;
-    bad.params[2].repetition_penalty = 3.0f;
-    bad.params[2].contextual_penalty = 1.0f;
-    bad.b = specdec::penalty_context_builder(static_cast<std::int32_t>(bad.vocab));
-    std::vector<std::int32_t> all(static_cast<std::size_t>(bad.vocab));
-    for (std::int64_t t = 0; t < bad.vocab; ++t) all[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
-    for (int r = 0; r < bad.requests(); ++r) {
-      const auto lo = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r)]),
-                 n = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r) + 1]) - lo;
-      bad.b.add_tree_rows(bad.b.add_context(all), std::span(bad.tokens).subspan(lo, n), std::span(bad.parents).subspan(lo, n));
-    }
+    const auto bad = specdec_test::with_overflowing_row(c, root2, 2);
     expect(bad, specdec::device_error::row, -1, root2);
   }
   {  // NaN and a bad entry in a row the walk does not visit: no report (the host test's hand case)
-    sampled_logits_case h(0, 1, 5, 1, false, 1);
-    h.node_indptr = {0, 2};
-    h.tokens = {1, 2};
-    h.parents = {-1, -1};
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 6, /**/ nan, 0, 0, 0, 0};
-    specdec::sampling_params p;
-    p.temperature = 0.0f;
-    h.params = {p};
-    h.row_params = {0, 0, 5};
-    h.seeds = {3};
-    h.streams = {specdec::stream_id(0, 0)};
+    const auto h = specdec_test::unread_nan_logits_case();
     device_logits_case d(h);
     d.launch();
     specdec_test::sync_check("verify_sample_and_match_batch (logits, unvisited NaN)");

@@ -193,4 +193,42 @@ struct sampled_logits_case {
   }
 };
 
+//! unread_nan_case's shape for the logits form: root -> {0: token 1, 1: token 2} over V = 5 at
+//! temperature 0. The root row's argmax (token 1) is drawn, node 0 accepted, the row after node 0
+//! gives the bonus (its argmax 3); the row after node 1 holds NaN and an entry out of range, which
+//! would be refused if the walk read it. Expected: emitted {1, 3}, accepted {0}.
+inline sampled_logits_case unread_nan_logits_case() {
+  sampled_logits_case h(0, 1, 5, 1, false, 1);
+  h.node_indptr = {0, 2};
+  h.tokens = {1, 2};
+  h.parents = {-1, -1};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 6, /**/ nan, 0, 0, 0, 0};
+  specdec::sampling_params p;
+  p.temperature = 0.0f;
+  h.params = {p};
+  h.row_params = {0, 0, 5};
+  h.seeds = {3};
+  h.streams = {specdec::stream_id(0, 0)};
+  return h;
+}
+
+//! c with tensor row `row` at -3e38 everywhere, entry `entry`'s repetition penalty 3 (no contextual
+//! penalty) and every request's committed context the whole vocabulary: the penalty overflows every
+//! admissible logit of that row to -inf, which processing refuses.
+inline sampled_logits_case with_overflowing_row(sampled_logits_case c, std::int64_t row, std::size_t entry) {
+  for (std::int64_t t = 0; t < c.vocab; ++t) c.logits[static_cast<std::size_t>(row * c.vocab + t)] = -3.0e38f;
+  c.params[entry].repetition_penalty = 3.0f;
+  c.params[entry].contextual_penalty = 1.0f;
+  c.b = specdec::penalty_context_builder(static_cast<std::int32_t>(c.vocab));
+  std::vector<std::int32_t> all(static_cast<std::size_t>(c.vocab));
+  for (std::int64_t t = 0; t < c.vocab; ++t) all[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
+  for (int r = 0; r < c.requests(); ++r) {
+    const auto lo = static_cast<std::size_t>(c.node_indptr[static_cast<std::size_t>(r)]),
+               n = static_cast<std::size_t>(c.node_indptr[static_cast<std::size_t>(r) + 1]) - lo;
+    c.b.add_tree_rows(c.b.add_context(all), std::span(c.tokens).subspan(lo, n), std::span(c.parents).subspan(lo, n));
+  }
+  return c;
+}
+
 }  // namespace specdec_test

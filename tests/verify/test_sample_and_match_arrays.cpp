@@ -301,22 +301,8 @@ TEST_CASE("verify_sample_and_match_batch from logits (host) equals processing ev
 
 TEST_CASE("verify_sample_and_match_batch from logits never reads a row the walk does not visit",
           "[verify][sample_and_match][validation]") {
-  // unread_nan_case's shape: root -> {0: token 1, 1: token 2}. At temperature 0 the root row's
-  // argmax (token 1) is drawn, node 0 accepted, the row after node 0 gives the bonus (its argmax 3);
-  // the row after node 1 holds NaN and a bad entry would be named if it were read.
-  sampled_logits_case h(0, 1, 5, 1, false, 1);
-  h.vocab = 5;
-  h.node_indptr = {0, 2};
-  h.tokens = {1, 2};
-  h.parents = {-1, -1};
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  h.logits = {0, 9, 1, 2, 3, /**/ 0, 1, 2, 7, 6, /**/ nan, 0, 0, 0, 0};
-  specdec::sampling_params p;
-  p.temperature = 0.0f;
-  h.params = {p};
-  h.row_params = {0, 0, 0};
-  h.seeds = {3};
-  h.streams = {specdec::stream_id(0, 0)};
+  auto h = specdec_test::unread_nan_logits_case();
+  h.row_params[2] = 0;
   specdec_test::tree_outputs o(1, 2);
   run_logits(h, o);
   CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
@@ -329,7 +315,7 @@ TEST_CASE("verify_sample_and_match_batch from logits never reads a row the walk 
   run_logits(h, o);
   CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
   CHECK(o.emitted == std::vector<std::int32_t>{1, 3, -9});
-  h.logits[7] = nan;  // the row after node 0 is visited: named
+  h.logits[7] = std::numeric_limits<float>::quiet_NaN();  // the row after node 0 is visited: named
   CHECK_THROWS_WITH(run_logits(h, o), Catch::Contains("target_logits") && Catch::Contains("row 1"));
 }
 
@@ -382,18 +368,7 @@ TEST_CASE("verify_sample_and_match_batch from logits (host) rejects bad values a
     CHECK(o == fresh);
   }
   {  // a row every admissible logit of which a penalty overflows to -inf
-    auto bad = c;
-    for (std::int64_t t = 0; t < bad.vocab; ++t) bad.logits[static_cast<std::size_t>(t)] = -3.0e38f;
-    bad.params[0].repetition_penalty = 3.0f;
-    bad.params[0].contextual_penalty = 1.0f;
-    bad.b = specdec::penalty_context_builder(static_cast<std::int32_t>(bad.vocab));
-    std::vector<std::int32_t> all(static_cast<std::size_t>(bad.vocab));
-    for (std::int64_t t = 0; t < bad.vocab; ++t) all[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
-    for (int r = 0; r < bad.requests(); ++r) {
-      const auto lo = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r)]),
-                 n = static_cast<std::size_t>(bad.node_indptr[static_cast<std::size_t>(r) + 1]) - lo;
-      bad.b.add_tree_rows(bad.b.add_context(all), std::span(bad.tokens).subspan(lo, n), std::span(bad.parents).subspan(lo, n));
-    }
+    const auto bad = specdec_test::with_overflowing_row(c, 0, 0);
     reject(bad, "after the penalties");
   }
 }
