@@ -132,13 +132,7 @@ struct sampled_logits_case {
         logits.insert(logits.end(), row.begin(), row.end());
       }
       specdec::sampling_params p;
-      const auto pick = [&] { return rng.below(2) == 0; };
-      p.temperature = rng.below(8) == 0 ? 0.0f : rng.below(8) == 0 ? 1.0f : 0.2f + 1.3f * rng.uniform();
-      if (rng.below(16) == 0) p.temperature = 1e-30f;
-      if (pick()) p.top_k = 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(std::min<std::int64_t>(V + 2, 3000))));
-      if (pick()) p.top_p = rng.below(6) == 0 ? 1e-6f : 0.05f + 0.9f * rng.uniform();
-      if (pick()) p.min_p = 0.3f * rng.uniform();
-      if (pick()) p.eta_epsilon = 0.2f * rng.uniform();
+      add_random_processors(p, rng, V);
       if (penalties) {
         add_random_penalties(p, rng, 4, 8);
         committed.clear();
