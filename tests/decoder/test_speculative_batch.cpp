@@ -287,6 +287,16 @@ struct every_row_processed {
 };
 static_assert(verifier_has_verify_logits<sample_and_match_verifier> && verifier_has_verify_logits<greedy_verifier>);
 static_assert(!verifier_has_verify_logits<every_row_processed<sample_and_match_verifier>>);
+//! A verifier derived from one with verify_logits that declares its own verify: speculative_batch must
+//! call that verify (on processed rows), not the inherited verify_logits.
+struct own_verify : greedy_verifier {
+  void verify(const verify_input& in, verify_result& out) const { greedy_verifier::verify(in, out); }
+};
+static_assert(!verifier_has_verify_logits<own_verify>);
+struct adds_batch_only : sample_and_match_verifier {  // like the cuda verifiers: verify_logits still applies
+  void verify_batch(const batch_verify_input&, verify_batch_result&) {}
+};
+static_assert(verifier_has_verify_logits<adds_batch_only>);
 }  // namespace
 
 TEST_CASE("verifiers with verify_logits (only the rows their walks read processed) give the outputs of processing every row",

@@ -219,15 +219,32 @@ struct logits_verify_input {
   philox_stream& rng;
 };
 
+namespace detail {
+template <class M>
+struct member_class {};
+template <class F, class C>
+struct member_class<F C::*> {
+  using type = C;
+};
+//! Whether V's verify and verify_logits are declared by one class: a verifier derived from one with
+//! verify_logits that declares its own verify does not inherit the other's verify_logits.
+template <class V>
+concept verify_and_verify_logits_together = requires { &V::verify; &V::verify_logits; } &&
+    std::is_same_v<typename member_class<decltype(&V::verify)>::type,
+                   typename member_class<decltype(&V::verify_logits)>::type>;
+}  // namespace detail
+
 //! `verify_logits(const logits_verify_input&, verify_result& out)` (optional): verify(...) on rows
 //! the verifier processes itself, the same result as processing every row with process_tree_logits
-//! and calling verify, and the same refusals (every row still checked). speculative_batch calls it
-//! for host logits instead of processing them: a verifier whose walk reads few rows (sample-and-
-//! match, greedy: the root's and one per accepted node) processes only those.
+//! and calling verify, and the same refusals for rows that do not overlap (every row still checked;
+//! the rows are only read). speculative_batch calls it for host logits instead of processing them: a
+//! verifier whose walk reads few rows (sample-and-match, greedy: the root's and one per accepted
+//! node) processes only those. It counts only where the class that declares verify declares it too
+//! (a derived verifier with its own verify gets processed rows through that verify).
 template <class V>
 concept verifier_has_verify_logits = requires(V& v, const logits_verify_input& in, verify_result& out) {
   v.verify_logits(in, out);
-};
+} && detail::verify_and_verify_logits_together<V>;
 
 //! One step's batch as a batch verifier sees it (speculative_batch calls verify_batch when the
 //! target's forward_batch returned its logits in device memory): the step's B trees as host arrays

@@ -11,6 +11,9 @@
 //!                              al. 2024 without replacement) on k independent sampled drafts
 //!                              (multi-draft drafters + multi_draft_tree_builder), with their q rows.
 //! All take the processed target logits (verify_input::logits) and convert them to probabilities.
+//! greedy_verifier and sample_and_match_verifier also have verify_logits (decoder/concepts.hpp): the
+//! unprocessed rows, processed only where their walks read them (every row still checked, with
+//! process_tree_logits' messages); speculative_batch's host path calls it.
 //! Each declares the tree shapes it verifies (`accepts`) and whether it needs draft q rows
 //! (`needs_draft_q`), so speculative_decoder refuses an illegal builder / drafter at compile time
 //! (decoder/pairing.hpp); the verify/ functions keep their run-time checks for what types cannot say.
@@ -88,22 +91,20 @@ struct greedy_verifier {
   void verify(const verify_input& in, verify_result& out) const { out = verify_greedy(in.tree, in.logits); }
   //! verify on the rows the walk reads, each processed when it is read (logits_verify_input): the
   //! result of process_tree_logits then verify. Every row is checked first (process_tree_logits'
-  //! checks); O(rows V) for that scan, O(rows read (V + context)) for the processing.
-  void verify_logits(const logits_verify_input& in, verify_result& out) {
-    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws_,
+  //! checks); O(rows V) for that scan, O(rows read (V + context)) for the processing. Scratch: a row
+  //! and a workspace per thread (as speculative_batch keeps for process_tree_logits), none per copy.
+  void verify_logits(const logits_verify_input& in, verify_result& out) const {
+    thread_local sampling_workspace ws;
+    thread_local std::vector<float> row;
+    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws,
                                      "specdec::process_tree_logits");
-    const auto v = static_cast<std::size_t>(rows.vocab());
-    row_.resize(v);
+    row.resize(static_cast<std::size_t>(rows.vocab()));
     out = detail::greedy_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
-      rows.process(s, row_);
-      const detail::prob_rows one{row_.data(), rows.vocab(), 1, rows.vocab()};
+      rows.process(s, row);
+      const detail::prob_rows one{row.data(), rows.vocab(), 1, rows.vocab()};
       return detail::greedy_row_argmax(one, 0, "specdec::verify_greedy", -1);
     });
   }
-
- private:
-  sampling_workspace ws_;
-  std::vector<float> row_;
 };
 static_assert(check_verifier<greedy_verifier>());
 
@@ -121,24 +122,25 @@ struct sample_and_match_verifier {
   //! verify on the rows the walk visits, each processed and turned into probabilities when it is
   //! reached (logits_verify_input): the result of process_tree_logits then verify, bit for bit (the
   //! same row functions, the same draws). Every row is checked first (process_tree_logits' checks);
-  //! O(rows V) for that scan, O(rows visited (V + context)) for the rest.
-  void verify_logits(const logits_verify_input& in, verify_result& out) {
-    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws_,
+  //! O(rows V) for that scan, O(rows visited (V + context)) for the rest. Scratch: a row and a
+  //! workspace per thread, none per copy.
+  void verify_logits(const logits_verify_input& in, verify_result& out) const {
+    thread_local sampling_workspace ws;
+    thread_local std::vector<float> row;
+    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws,
                                      "specdec::process_tree_logits");
     const auto v = static_cast<std::size_t>(rows.vocab());
-    probs_.resize(v);
+    row.resize(v);
     out = detail::sample_and_match_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
-      rows.process(s, probs_);
+      rows.process(s, row);
       const detail::row_ref at{"specdec::sample_and_match_verifier", "logits", s};
-      detail::probs_row_host(probs_.data(), v, detail::checked_logit_scan(std::span<const float>(probs_), at).max,
-                             probs_.data());
-      return detail::draw_from_probs(probs_, in.rng, detail::row_ref{"specdec::verify_sample_and_match", "target_probs", s});
+      detail::probs_row_host(row.data(), v, detail::checked_logit_scan(std::span<const float>(row), at).max, row.data());
+      return detail::draw_from_probs(row, in.rng, detail::row_ref{"specdec::verify_sample_and_match", "target_probs", s});
     });
   }
 
  private:
   std::vector<float> probs_;
-  sampling_workspace ws_;
 };
 static_assert(check_verifier<sample_and_match_verifier>());
 

@@ -359,14 +359,18 @@ namespace detail {
 //! O(n + |distinct committed|) of its own; the rows must not change in between.
 class tree_rows_processor {
  public:
+  //! in_place: the caller will process the rows into themselves (process_tree_logits), so they must
+  //! not overlap (checked where process_tree_logits always checked it).
   tree_rows_processor(const strided_view<const float, 2>& view, const sampling_params& params,
                       std::span<const std::int32_t> committed, std::span<const std::int32_t> tokens,
-                      std::span<const std::int32_t> parents, sampling_workspace& ws, std::string_view fn)
-      : view_(view), params_(params), committed_(committed), tokens_(tokens), parents_(parents), ws_(ws) {
+                      std::span<const std::int32_t> parents, sampling_workspace& ws, std::string_view fn,
+                      bool in_place = false)
+      : view_(view), params_(params), committed_(committed), tokens_(tokens), parents_(parents), ws_(ws), fn_(fn) {
     require_host_accessible(fn, "logits", view);
     require_equal(fn, "parents.size()", tokens.size(), parents.size());
     const auto n = static_cast<std::int64_t>(tokens.size());
     require_shape(fn, "logits", view, {n + 1, -1});
+    if (in_place) require_unique_elements(fn, "logits", view);  // processed in place, row by row
     require(view.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", view.extent(1));
     require_unit_inner_stride(fn, "logits", view);
     validate_sampling_params(params, fn);
@@ -394,11 +398,16 @@ class tree_rows_processor {
       scans_[static_cast<std::size_t>(r)] = check_row(row(r), params, committed, row_path(r), dp_, ws, {fn, "logits", r});
   }
 
+  // dp_ points into the object itself: neither copied nor moved
+  tree_rows_processor(const tree_rows_processor&) = delete;
+  tree_rows_processor& operator=(const tree_rows_processor&) = delete;
+
   [[nodiscard]] std::int64_t vocab() const noexcept { return vocab_; }
 
   //! Row r (0: the root's; i + 1: after node i) processed into `out` (vocab() floats; the row itself
   //! processes it in place).
   void process(std::int64_t r, std::span<float> out) {
+    require_equal(fn_, "the processed row's size", static_cast<std::size_t>(vocab_), out.size());
     const auto in = row(r);
     if (out.data() != in.data()) std::copy(in.begin(), in.end(), out.begin());
     process_row(out, params_, committed_, row_path(r), dp_, ws_, scans_[static_cast<std::size_t>(r)]);
@@ -420,6 +429,7 @@ class tree_rows_processor {
   const sampling_params& params_;
   std::span<const std::int32_t> committed_, tokens_, parents_;
   sampling_workspace& ws_;
+  std::string_view fn_;
   std::int64_t vocab_ = 0;
   std::vector<std::int32_t> distinct_, path_;
   const std::vector<std::int32_t>* dp_ = nullptr;
@@ -443,8 +453,8 @@ void process_tree_logits(const Logits& logits, const sampling_params& params,
   constexpr std::string_view fn = "specdec::process_tree_logits";
   static_assert(Logits::rank == 2, "specdec::process_tree_logits: logits must be rank 2 [n+1, V]");
   const auto view = as_view(logits);
-  detail::tree_rows_processor rows(strided_view<const float, 2>(view), params, committed, tokens, parents, ws, fn);
-  require_unique_elements(fn, "logits", view);  // processed in place, row by row
+  detail::tree_rows_processor rows(strided_view<const float, 2>(view), params, committed, tokens, parents, ws, fn,
+                                   /*in_place=*/true);
   for (std::int64_t r = 0; r < view.extent(0); ++r)
     rows.process(r, std::span<float>(view.data() + r * view.stride(0), static_cast<std::size_t>(rows.vocab())));
 }
