@@ -79,6 +79,23 @@ inline void softmax_rows(const strided_view<const float, 2>& logits, std::vector
     for (std::size_t v = 0; v < n; ++v) out[v] *= inv;
   }
 }
+
+//! The verifiers' verify_logits: checks every row of `in` (process_tree_logits' checks and messages),
+//! then calls walk(processed_row), where processed_row(s) returns local row s processed into a
+//! scratch row of this thread (valid until the next call). Scratch per thread, as speculative_batch
+//! keeps it for process_tree_logits.
+template <class Walk>
+void walk_processed_rows(const logits_verify_input& in, Walk&& walk) {
+  thread_local sampling_workspace ws;
+  thread_local std::vector<float> row;
+  tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws,
+                           "specdec::process_tree_logits");
+  row.resize(static_cast<std::size_t>(rows.vocab()));
+  walk([&](std::int64_t s) {
+    rows.process(s, row);
+    return std::span<float>(row);
+  });
+}
 }  // namespace detail
 
 //! Greedy tree verification: longest path whose tokens equal the target argmax; bonus = argmax after it.
@@ -94,17 +111,16 @@ struct greedy_verifier {
   //! checks); O(rows V) for that scan, O(rows read (V + context)) for the processing. Scratch: a row
   //! and a workspace per thread (as speculative_batch keeps for process_tree_logits), none per copy.
   void verify_logits(const logits_verify_input& in, verify_result& out) const {
-    thread_local sampling_workspace ws;
-    thread_local std::vector<float> row;
-    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws,
-                                     "specdec::process_tree_logits");
-    row.resize(static_cast<std::size_t>(rows.vocab()));
-    out = detail::greedy_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
-      rows.process(s, row);
-      const detail::prob_rows one{row.data(), rows.vocab(), 1, rows.vocab()};
-      return detail::greedy_row_argmax(one, 0, "specdec::verify_greedy", -1);
+    detail::walk_processed_rows(in, [&](auto&& processed_row) {
+      out = detail::greedy_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
+        const std::span<const float> row = processed_row(s);
+        const detail::prob_rows one{row.data(), static_cast<std::int64_t>(row.size()), 1,
+                                    static_cast<std::int64_t>(row.size())};
+        return detail::greedy_row_argmax(one, 0, "specdec::verify_greedy", -1);
+      });
     });
   }
+
 };
 static_assert(check_verifier<greedy_verifier>());
 
@@ -125,19 +141,15 @@ struct sample_and_match_verifier {
   //! O(rows V) for that scan, O(rows visited (V + context)) for the rest. Scratch: a row and a
   //! workspace per thread, none per copy.
   void verify_logits(const logits_verify_input& in, verify_result& out) const {
-    thread_local sampling_workspace ws;
-    thread_local std::vector<float> row;
-    detail::tree_rows_processor rows(in.logits, in.sampling, in.committed, in.tree.tokens(), in.tree.parents(), ws,
-                                     "specdec::process_tree_logits");
-    const auto v = static_cast<std::size_t>(rows.vocab());
-    row.resize(v);
-    out = detail::sample_and_match_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
-      rows.process(s, row);
-      const detail::row_ref at{"specdec::sample_and_match_verifier", "logits", s};
-      detail::probs_row_host(row.data(), v, detail::checked_logit_scan(std::span<const float>(row), at).max, row.data());
-      return detail::draw_from_probs(row, in.rng, detail::row_ref{"specdec::verify_sample_and_match", "target_probs", s});
+    detail::walk_processed_rows(in, [&](auto&& processed_row) {
+      out = detail::sample_and_match_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
+        const std::span<float> row = processed_row(s);
+        detail::processed_row_to_probs(row);
+        return detail::draw_from_probs(row, in.rng, detail::row_ref{"specdec::verify_sample_and_match", "target_probs", s});
+      });
     });
   }
+
 
  private:
   std::vector<float> probs_;

@@ -916,6 +916,12 @@ inline void probs_row_host(const float* row, std::size_t v, float max, float* ou
   std::copy(w.begin(), w.end(), out);
 }
 
+//! A row processing has just left (finite maximum, no NaN or +inf) turned into probabilities in place:
+//! logits_to_probs_batch's values for it.
+inline void processed_row_to_probs(std::span<float> row) {
+  probs_row_host(row.data(), row.size(), scan_logits(row.data(), row.size()).max, row.data());
+}
+
 //! The seam between logits_to_probs_batch and its backends: static void run(const Policy&, const
 //! logits_to_probs_batch_args&). The host backend is below, the cuda one in sampling/logits_processor.cuh.
 SPECDEC_BACKEND_SEAM(logits_to_probs_backend, "logits_to_probs_batch", "specdec/sampling/logits_processor.cuh");

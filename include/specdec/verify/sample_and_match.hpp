@@ -172,7 +172,7 @@ inline void sample_and_match_logits_host(const host& policy, const sample_and_ma
       std::copy(row, row + v, work.begin());
       thread_local sampling_workspace ws;
       process_batch_row_host(a.rows, i, work, rp, scan, ws);
-      probs_row_host(work.data(), v, scan_logits(work.data(), v).max, work.data());  // processing leaves a finite max
+      processed_row_to_probs(work);
       return draw_from_probs(work, rng, row_ref{fn, "target_logits", i, r, s});
     });
   });
