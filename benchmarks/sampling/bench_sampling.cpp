@@ -251,31 +251,59 @@ void BM_sample_and_match_verify(benchmark::State& st) {
   counters(st, n + 1, v);
 }
 
-// The decoder's host verification of one request (speculative_batch's step 3), the tree, context and
-// peaks of BM_sample_and_match_verify: mode 0 = process_tree_logits on every row in place (the rows
-// restored outside the timed region) then the verifier's verify, the path of a verifier without
-// verify_logits; mode 1 = its verify_logits (every row checked, the visited rows processed). verifier
-// 0 = sample_and_match_verifier (temperature 0.8, top-p 0.9), 1 = greedy_verifier (temperature 0;
-// chain 0's peaks are then its argmaxes). Both with repetition and contextual penalty 1.2 (W = 1024).
+// The decoder's host verification of one request (speculative_batch's step 3), the context and peaks
+// of BM_sample_and_match_verify: mode 0 = process_tree_logits on every row in place (the rows restored
+// outside the timed region) then the verifier's verify, the path of a verifier without verify_logits;
+// mode 1 = its verify_logits (every row checked, the rows the walk reads processed). Verifiers:
+//   0 sample_and_match_verifier (T 0.8, top-p 0.9) on the 64-node tree (4 chains of 16);
+//   1 greedy_verifier (T 0; chain 0's peaks are then its argmaxes) on the same tree;
+//   2 chain_speculative_verifier (T 0.8, top-p 0.9) on chain 0 alone (16 nodes), with the drafter's q
+//     rows (uniform: the peaked tokens are accepted, the 4th draws u < p/q by chance);
+//   3 multi_draft_verifier (the same) on the 64-node tree read as 4 drafts of 16 with their q rows
+//     (with replacement).
+// All with repetition and contextual penalty 1.2 (W = 1024).
 void BM_decoder_verify(benchmark::State& st) {
   const std::int64_t v = st.range(0);
-  const int mode = static_cast<int>(st.range(1)), which = static_cast<int>(st.range(2)), n = 64, accept = 3;
+  const int mode = static_cast<int>(st.range(1)), which = static_cast<int>(st.range(2)), accept = 3;
+  const int n = which == 2 ? 16 : 64;
   specdec::sampling_params sp;
-  sp.temperature = which == 0 ? 0.8f : 0.0f, sp.top_p = which == 0 ? 0.9f : 1.0f;
+  sp.temperature = which == 1 ? 0.0f : 0.8f, sp.top_p = which == 1 ? 1.0f : 0.9f;
   sp.repetition_penalty = 1.2f, sp.contextual_penalty = 1.2f, sp.penalty_window = 1024;
   auto pristine = make_logits(n + 1, v, 5);
   const auto ctx = make_context(4096, v);
-  specdec::token_tree tree;
   specdec::philox_stream rng(4, 4);
-  std::vector<std::int32_t> tokens(n);
-  for (int i = 0; i < n; ++i) tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
-  for (int k = 0; k < accept; ++k) pristine[static_cast<std::size_t>((k == 0 ? 0 : 4 * (k - 1) + 1) * v + tokens[4 * k])] += 30.0f;
-  for (int i = 0; i < n; ++i) tree.add(tokens[i], i < 4 ? -1 : i - 4);
+  std::vector<std::int32_t> tokens(64);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(v)));
+  specdec::token_tree tree;
+  specdec::draft_candidates draft;
+  const std::vector<float> uniform(static_cast<std::size_t>(16 * v), 1.0f / static_cast<float>(v));
+  if (which == 2) {  // chain 0 of the 4: node j carries tokens[4 j]
+    for (int j = 0; j < n; ++j) {
+      tree.add(tokens[static_cast<std::size_t>(4 * j)], j - 1);
+      draft.chain.push_back({tokens[static_cast<std::size_t>(4 * j)], 0.0f});
+    }
+    draft.q = uniform;
+  } else {
+    for (int i = 0; i < n; ++i) tree.add(tokens[static_cast<std::size_t>(i)], i < 4 ? -1 : i - 4);
+    for (int c = 0; c < 4; ++c) {  // draft c = chain c: nodes c, c + 4, ...
+      std::vector<specdec::draft_token> seq;
+      for (int j = 0; j < 16; ++j) seq.push_back({tokens[static_cast<std::size_t>(4 * j + c)], 0.0f});
+      if (c == 0) draft.chain = seq, draft.q = uniform;
+      else draft.sequences.push_back(seq), draft.sequence_q.push_back(uniform);
+    }
+    draft.sampled_as = specdec::draft_sampling::with_replacement;
+  }
+  draft.vocab = static_cast<int>(v);
+  for (int k = 0; k < accept; ++k) {  // chain 0's first nodes: each token peaks in its parent's row
+    const int node = which == 2 ? k : 4 * k;
+    pristine[static_cast<std::size_t>((tree.parent(node) + 1) * v + tree.token(node))] += 30.0f;
+  }
   auto rows = pristine;
-  const specdec::draft_candidates draft;
   specdec::sampling_workspace ws;
   specdec::sample_and_match_verifier sm;
   specdec::greedy_verifier gr;
+  specdec::chain_speculative_verifier ch;
+  specdec::multi_draft_verifier md;
   specdec::verify_result out;
   for (auto _ : st) {
     specdec::philox_stream r(42, 1);
@@ -286,13 +314,21 @@ void BM_decoder_verify(benchmark::State& st) {
       const auto lg = specdec::make_view<2>(rows.data(), {n + 1, v});
       specdec::process_tree_logits(lg, sp, ctx, tree.tokens(), tree.parents(), ws);
       const specdec::verify_input in{tree, specdec::strided_view<const float, 2>(lg), draft, r};
-      if (which == 0) sm.verify(in, out);
-      else gr.verify(in, out);
+      switch (which) {
+        case 0: sm.verify(in, out); break;
+        case 1: gr.verify(in, out); break;
+        case 2: ch.verify(in, out); break;
+        default: md.verify(in, out); break;
+      }
     } else {
       const specdec::logits_verify_input in{tree, specdec::make_view<2>(static_cast<const float*>(pristine.data()), {n + 1, v}),
                                             sp, ctx, draft, r};
-      if (which == 0) sm.verify_logits(in, out);
-      else gr.verify_logits(in, out);
+      switch (which) {
+        case 0: sm.verify_logits(in, out); break;
+        case 1: gr.verify_logits(in, out); break;
+        case 2: ch.verify_logits(in, out); break;
+        default: md.verify_logits(in, out); break;
+      }
     }
     benchmark::DoNotOptimize(out.bonus);
   }
@@ -411,7 +447,7 @@ BENCHMARK(BM_sample_and_match_verify)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_decoder_verify)
     ->ArgNames({"V", "mode", "verifier"})
-    ->ArgsProduct({{32000, 128256}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{32000, 128256}, {0, 1}, {0, 1, 2, 3}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_penalty_context_build)

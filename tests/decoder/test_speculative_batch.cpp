@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <tuple>
 #include <random>
 
@@ -285,7 +287,8 @@ struct every_row_processed {
   V v;
   void verify(const verify_input& in, verify_result& out) { v.verify(in, out); }
 };
-static_assert(verifier_has_verify_logits<sample_and_match_verifier> && verifier_has_verify_logits<greedy_verifier>);
+static_assert(verifier_has_verify_logits<sample_and_match_verifier> && verifier_has_verify_logits<greedy_verifier> &&
+              verifier_has_verify_logits<chain_speculative_verifier> && verifier_has_verify_logits<multi_draft_verifier>);
 static_assert(!verifier_has_verify_logits<every_row_processed<sample_and_match_verifier>>);
 //! A verifier derived from one with verify_logits that declares its own verify: speculative_batch must
 //! call that verify (on processed rows), not the inherited verify_logits.
@@ -299,13 +302,35 @@ struct adds_batch_only : sample_and_match_verifier {  // like the cuda verifiers
 static_assert(verifier_has_verify_logits<adds_batch_only>);
 }  // namespace
 
+namespace {
+//! A chain_drafter over a 1-layer model sharing the test model's first layer, embedding and head, with
+//! three request slots; multi: k independent sampled drafts instead of one chain.
+struct small_chain_drafter {
+  std::unique_ptr<llama_model<double>> model;
+  std::optional<multi_draft_params> multi;
+  explicit small_chain_drafter(std::optional<multi_draft_params> m = {}) : multi(m) {
+    auto c = cfg;
+    c.layers = 1;
+    auto w = weights();
+    w.layers.resize(1);
+    model = std::make_unique<llama_model<double>>(c, std::move(w), 3, 1024);
+  }
+  [[nodiscard]] chain_drafter<llama_model<double>> policy() const {
+    return multi ? chain_drafter<llama_model<double>>(*model, *multi) : chain_drafter<llama_model<double>>(*model);
+  }
+};
+}  // namespace
+
 TEST_CASE("verifiers with verify_logits (only the rows their walks read processed) give the outputs of processing every row",
           "[decoder][batch]") {
   const std::vector<std::int32_t> p{3, 1, 4, 1, 5, 9, 2, 6};
-  const auto both = [&]<class V>(V*, const generation_options& opt) {
+  // V over drafter and builder from make(): a fresh drafter for each of the two batches
+  const auto both = [&]<class V>(V*, auto make, auto builder, const generation_options& opt) {
+    using drafter_t = decltype(make());
+    using builder_t = decltype(builder);
     llama_model<double> m1(cfg, weights(), 3, 1024), m2(cfg, weights(), 3, 1024);
-    speculative_batch<llama_model<double>, ngram_drafter, trie_tree_builder, V> lazy(m1);
-    speculative_batch<llama_model<double>, ngram_drafter, trie_tree_builder, every_row_processed<V>> all(m2);
+    speculative_batch<llama_model<double>, drafter_t, builder_t, V> lazy(m1, make(), builder);
+    speculative_batch<llama_model<double>, drafter_t, builder_t, every_row_processed<V>> all(m2, make(), builder);
     std::vector<arrival> arrivals{arrival{1, 0, p, opt}, arrival{2, 0, {5, 5, 5, 5}, opt}, arrival{3, 2, {9, 2}, opt}};
     arrivals[1].opt.seed = 7;
     const auto a = drive(lazy, arrivals), b = drive(all, arrivals);
@@ -316,19 +341,33 @@ TEST_CASE("verifiers with verify_logits (only the rows their walks read processe
       tokens += out.first.size();
     }
     CHECK(tokens >= 100);
+    CHECK(lazy.stats().accepted > 0);  // drafts were accepted: the walks went past the root
   };
+  const sampling_params every_processor{.temperature = 0.9f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f,
+                                        .repetition_penalty = 1.3f, .contextual_penalty = 1.2f, .penalty_window = 6};
+  const auto ngram = [] { return ngram_drafter{}; };
   // sampling with every processor and both penalties (the penalties read each row's root path)
-  both(static_cast<sample_and_match_verifier*>(nullptr),
-       generation_options{.max_new_tokens = 50,
-                          .sampling = {.temperature = 0.9f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f,
-                                       .repetition_penalty = 1.3f, .contextual_penalty = 1.2f, .penalty_window = 6},
-                          .seed = 42, .draft_depth = 4, .draft_width = 2});
+  both(static_cast<sample_and_match_verifier*>(nullptr), ngram, trie_tree_builder{},
+       generation_options{.max_new_tokens = 50, .sampling = every_processor, .seed = 42, .draft_depth = 4,
+                          .draft_width = 2});
   // greedy with penalties (they move the argmax)
-  both(static_cast<greedy_verifier*>(nullptr),
+  both(static_cast<greedy_verifier*>(nullptr), ngram, trie_tree_builder{},
        generation_options{.max_new_tokens = 50,
                           .sampling = {.temperature = 0.0f, .repetition_penalty = 1.5f, .contextual_penalty = 1.3f,
                                        .penalty_window = 4},
                           .draft_depth = 4, .draft_width = 2});
+  // chain speculative sampling with the drafter's q rows (a sampled chain)
+  std::vector<std::unique_ptr<small_chain_drafter>> keep;  // the draft models outlive the batches
+  const auto chain = [&](std::optional<multi_draft_params> m) {
+    return [&keep, m] { return keep.emplace_back(std::make_unique<small_chain_drafter>(m))->policy(); };
+  };
+  both(static_cast<chain_speculative_verifier*>(nullptr), chain({}), chain_tree_builder{},
+       generation_options{.max_new_tokens = 50, .sampling = every_processor, .seed = 5, .draft_depth = 4});
+  // multi-draft speculative sampling of k = 3 sampled drafts (draft_width), with and without replacement
+  for (const auto mode : {draft_sampling::with_replacement, draft_sampling::without_replacement})
+    both(static_cast<multi_draft_verifier*>(nullptr), chain(multi_draft_params{.mode = mode}), multi_draft_tree_builder{},
+         generation_options{.max_new_tokens = 50, .sampling = every_processor, .seed = 9, .draft_depth = 3,
+                            .draft_width = 3});
 }
 
 TEST_CASE("speculative_batch rejects bad requests before touching the target, and device logits", "[decoder][batch]") {

@@ -238,8 +238,8 @@ concept verify_and_verify_logits_together = requires { &V::verify; &V::verify_lo
 //! the verifier processes itself, the same result as processing every row with process_tree_logits
 //! and calling verify, and the same refusals for rows that do not overlap (every row still checked;
 //! the rows are only read). speculative_batch calls it for host logits instead of processing them: a
-//! verifier whose walk reads few rows (sample-and-match, greedy: the root's and one per accepted
-//! node) processes only those. It counts only where the class that declares verify declares it too
+//! verifier whose walk reads few rows (every verifier in decoder/verifiers.hpp: the root's and one
+//! per accepted node) processes only those. It counts only where the class that declares verify declares it too
 //! (a derived verifier with its own verify gets processed rows through that verify).
 template <class V>
 concept verifier_has_verify_logits = requires(V& v, const logits_verify_input& in, verify_result& out) {

@@ -19,8 +19,9 @@
 //!      each row would have autoregressively (process_tree_logits), then the verifier picks the
 //!      accepted path and the bonus token, drawing from philox_stream(seed, stream_id(id, step)); a
 //!      verifier with verify_logits (verifier_has_verify_logits: greedy_verifier,
-//!      sample_and_match_verifier) gets the rows unprocessed instead and processes only those its walk
-//!      reads (every row still checked; the same result);
+//!      sample_and_match_verifier, chain_speculative_verifier, multi_draft_verifier) gets the rows
+//!      unprocessed instead and processes only those its walk reads (every row still checked; the
+//!      same result);
 //!   4. target.commit_batch(target_batch, verify_batch_result) once when the target has it, else
 //!      target.commit(r, accepted) per request; emitted tokens appended, stop rules applied.
 //! Requests that finished leave (their slot is free for add_request before the next step; the

@@ -11,9 +11,9 @@
 //!                              al. 2024 without replacement) on k independent sampled drafts
 //!                              (multi-draft drafters + multi_draft_tree_builder), with their q rows.
 //! All take the processed target logits (verify_input::logits) and convert them to probabilities.
-//! greedy_verifier and sample_and_match_verifier also have verify_logits (decoder/concepts.hpp): the
-//! unprocessed rows, processed only where their walks read them (every row still checked, with
-//! process_tree_logits' messages); speculative_batch's host path calls it.
+//! Each also has verify_logits (decoder/concepts.hpp): the unprocessed rows, processed only where its
+//! walk reads them (every row still checked, with process_tree_logits' messages); speculative_batch's
+//! host path calls it.
 //! Each declares the tree shapes it verifies (`accepts`) and whether it needs draft q rows
 //! (`needs_draft_q`), so speculative_decoder refuses an illegal builder / drafter at compile time
 //! (decoder/pairing.hpp); the verify/ functions keep their run-time checks for what types cannot say.
@@ -170,23 +170,10 @@ struct chain_speculative_verifier {
     detail::softmax_rows(in.logits, probs_, "specdec::chain_speculative_verifier");
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
     const int n = in.tree.size();
-    const auto dq = in.draft.chain_q();  // the drafter's q rows, in its buffer or in draft.q
-    // No q rows: a deterministic drafter (one-hot rows). Rows that are there must be one per node
-    // over the target's vocabulary; read as one-hot they would make sampling inexact without a word.
-    const bool have_q = n > 0 && dq.extent(0) > 0;
-    if (have_q) {
-      constexpr std::string_view fn = "specdec::chain_speculative_verifier";
-      if (!(dq.extent(1) == V && dq.extent(0) >= n)) [[unlikely]]
-        throw_invalid_argument(fn, "draft.q_rows",
-                               "[>= " + std::to_string(n) + " (the chain), " + std::to_string(V) + " (the vocabulary)]",
-                               shape_string(dq));
-      require(host_accessible(dq.space()), fn, "draft.q_rows", "host-accessible memory (this is the host verifier)",
-              name(dq.space()));
-      require_unit_inner_stride(fn, "draft.q_rows", dq);
-    }
+    const auto dq = draft_q_rows(in.draft, n, V);
     for (int i = 0; i < n; ++i) {
       float* row = q_.data() + static_cast<std::ptrdiff_t>(i) * V;
-      if (have_q) std::copy_n(dq.data() + i * dq.stride(0), V, row);
+      if (dq.data() != nullptr) std::copy_n(dq.data() + i * dq.stride(0), V, row);
       else row[in.tree.token(i)] = 1.0f;
     }
     q_[static_cast<std::size_t>(n * V)] = 1.0f;  // row n is not read; keep it a distribution
@@ -194,8 +181,64 @@ struct chain_speculative_verifier {
     const auto q = make_view<2>(static_cast<const float*>(q_.data()), {rows, V});
     out = verify_chain_speculative(in.tree, p, q, in.rng);
   }
+  //! verify on the rows the walk reads (logits_verify_input): the target's rows 0..accepted, each
+  //! processed and turned into probabilities when the walk reaches it; the draft's rows read where
+  //! they are (one-hot rows built one at a time). The result of process_tree_logits then verify, bit
+  //! for bit, with verify's checks and messages; every target row is checked first. O(rows V) for
+  //! that scan, O((accepted + 1)(V + context)) for the rest. Scratch per thread, none per copy.
+  void verify_logits(const logits_verify_input& in, verify_result& out) const {
+    constexpr std::string_view fn = "specdec::verify_chain_speculative";
+    detail::walk_processed_rows(in, [&](auto&& processed_row) {
+      const auto V = in.logits.extent(1);
+      const int n = in.tree.size();
+      const auto dq = draft_q_rows(in.draft, n, V);
+      detail::check_tokens_in_vocab(in.tree.tokens(), V, fn);
+      const detail::prob_rows q{dq.data(), dq.stride(0), n, V};
+      detail::check_chain_speculative(in.tree.tokens(), in.tree.parents(), nullptr, dq.data() != nullptr ? &q : nullptr, fn);
+      thread_local std::vector<float> one_hot;  // the one-hot draft row of the node the walk is at
+      one_hot.assign(dq.data() != nullptr ? 0 : static_cast<std::size_t>(V), 0.0f);
+      std::int32_t hot = -1;
+      out = detail::chain_speculative_walk_by(
+          in.tree.tokens(), in.rng,
+          [&](std::int64_t i, bool) {
+            const std::span<float> row = processed_row(i);
+            detail::processed_row_to_probs(row);
+            return detail::walk_row{row, {fn, "target_probs", i}};
+          },
+          [&](std::int64_t i) {
+            const detail::row_ref at{fn, "draft_probs", i};
+            if (dq.data() != nullptr) {
+              const detail::walk_row r{q.row(i), at};
+              detail::check_prob_row(r);
+              return r;
+            }
+            if (hot >= 0) one_hot[static_cast<std::size_t>(hot)] = 0.0f;
+            hot = in.tree.token(static_cast<int>(i));
+            one_hot[static_cast<std::size_t>(hot)] = 1.0f;
+            return detail::walk_row{one_hot, at};
+          });
+    });
+  }
 
  private:
+  //! The drafter's q rows (in its buffer or in draft.q), checked: one per node over the target's
+  //! vocabulary, host-accessible, unit inner stride; an empty view when it has none (a deterministic
+  //! drafter: one-hot rows). Rows that are there but of another shape are refused: read as one-hot
+  //! they would make sampling inexact without a word.
+  static strided_view<const float, 2> draft_q_rows(const draft_candidates& draft, int n, std::int64_t V) {
+    const auto dq = draft.chain_q();
+    if (n == 0 || dq.extent(0) == 0) return {};
+    constexpr std::string_view fn = "specdec::chain_speculative_verifier";
+    if (!(dq.extent(1) == V && dq.extent(0) >= n)) [[unlikely]]
+      throw_invalid_argument(fn, "draft.q_rows",
+                             "[>= " + std::to_string(n) + " (the chain), " + std::to_string(V) + " (the vocabulary)]",
+                             shape_string(dq));
+    require(host_accessible(dq.space()), fn, "draft.q_rows", "host-accessible memory (this is the host verifier)",
+            name(dq.space()));
+    require_unit_inner_stride(fn, "draft.q_rows", dq);
+    return dq;
+  }
+
   std::vector<float> probs_, q_;
 };
 static_assert(check_verifier<chain_speculative_verifier>());
@@ -314,6 +357,74 @@ struct multi_draft_verifier {
     const auto p = make_view<2>(static_cast<const float*>(probs_.data()), {rows, V});
     const auto q = make_view<2>(static_cast<const float*>(q_.data()), {rows, V});
     out = verify_multi_draft(in.tree, p, q, in.draft.sampled_as.value_or(draft_sampling::with_replacement), in.rng);
+  }
+  //! verify on the rows the walk reads (logits_verify_input): the target's row of each node the walk
+  //! reaches, processed and turned into probabilities there; the draft's rows read where the drafts
+  //! keep them (one-hot rows built one at a time) instead of copied into a [rows, V] matrix. The
+  //! result of process_tree_logits then verify, bit for bit, with verify's checks and messages; every
+  //! target row is checked first. O(rows V) for that scan, O(n k depth) to find the draft rows,
+  //! O(reached (V + context)) for the rest. Scratch per thread, none per copy.
+  void verify_logits(const logits_verify_input& in, verify_result& out) const {
+    constexpr std::string_view fn = "specdec::verify_multi_draft";
+    detail::walk_processed_rows(in, [&](auto&& processed_row) {
+      const auto V = in.logits.extent(1);
+      const int n = in.tree.size();
+      const auto rows = static_cast<std::size_t>(n) + 1;
+      // Each draft row's source: a q row of a draft (its entries), or a one-hot token (>= 0), or none
+      // (-1: a row no draft provides, all zero as verify's matrix has it).
+      struct source {
+        const float* q = nullptr;
+        std::int32_t token = -1;
+      };
+      thread_local std::vector<source> src;
+      thread_local std::vector<std::int32_t> tokens, parents;
+      thread_local detail::multi_draft_rows_scratch scratch;
+      thread_local detail::multi_draft_scratch walk_scratch;
+      thread_local std::vector<float> local;  // a one-hot or zero row, built when the walk reaches it
+      src.assign(rows, source{});
+      tokens.assign(in.tree.tokens().begin(), in.tree.tokens().end());
+      parents.assign(in.tree.parents().begin(), in.tree.parents().end());
+      detail::assign_multi_draft_rows(
+          tokens, parents, in.draft, V, true, "specdec::multi_draft_verifier", scratch,
+          [&](std::int64_t row, const strided_view<const float, 2>& q, std::int64_t depth) {
+            src[static_cast<std::size_t>(row)] = {q.data() + depth * q.stride(0), -1};
+          },
+          [&](std::int64_t row, std::int32_t token) { src[static_cast<std::size_t>(row)] = {nullptr, token}; });
+      detail::check_tokens_in_vocab(in.tree.tokens(), V, fn);
+      const auto mode = in.draft.sampled_as.value_or(draft_sampling::with_replacement);
+      detail::validate_multi_draft_by(
+          tokens, parents, nullptr,
+          [&](std::int64_t row, std::int32_t t) {
+            const source& sr = src[static_cast<std::size_t>(row)];
+            const float v = sr.q != nullptr ? sr.q[t] : sr.token == t ? 1.0f : 0.0f;
+            if (!detail::admissible_prob(v)) [[unlikely]]
+              detail::throw_bad_entry(detail::row_ref{fn, "draft_probs", row}, detail::bad_prob_text, t, v);
+            return v;
+          },
+          mode, fn);
+      local.assign(static_cast<std::size_t>(V), 0.0f);
+      std::int32_t hot = -1;
+      out = detail::multi_draft_walk_by(
+          tokens, parents, mode, in.rng, walk_scratch,
+          [&](std::int64_t r, bool) {
+            const std::span<float> row = processed_row(r);
+            detail::processed_row_to_probs(row);
+            return detail::walk_row{row, {fn, "target_probs", r}};
+          },
+          [&](std::int64_t r, bool decide) {
+            const source& sr = src[static_cast<std::size_t>(r)];
+            const detail::row_ref at{fn, "draft_probs", r};
+            if (sr.q != nullptr) {
+              const detail::walk_row row{{sr.q, static_cast<std::size_t>(V)}, at};
+              if (decide) detail::check_prob_row(row);
+              return row;
+            }
+            if (hot >= 0) local[static_cast<std::size_t>(hot)] = 0.0f;
+            hot = sr.token;
+            if (hot >= 0) local[static_cast<std::size_t>(hot)] = 1.0f;
+            return detail::walk_row{local, at};
+          });
+    });
   }
 
  private:

@@ -66,16 +66,20 @@ namespace specdec {
 
 namespace detail {
 
-inline void validate_multi_draft(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
-                                 const prob_rows& p, const prob_rows& q, draft_sampling mode, std::string_view fn) {
+//! The up-front checks of verify_multi_draft: every child's token has q > 0 in its parent's draft row
+//! (draft_at(row, token): that entry, checked under the non-finite policy), p there admissible when
+//! `p` is given (the probabilities forms), and, without replacement, siblings carry distinct tokens.
+template <class DraftAt>
+void validate_multi_draft_by(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                             const prob_rows* p, DraftAt&& draft_at, draft_sampling mode, std::string_view fn) {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const float qx = checked_prob(q, parents[i] + 1, tokens[i], fn, "draft_probs");
+    const float qx = draft_at(parents[i] + 1, tokens[i]);
     if (!(qx > 0.0f)) [[unlikely]]
       throw_invalid_argument(fn, "draft_probs",
                              "q > 0 at the parent's draft row for every child's token (node " + std::to_string(i) +
                                  ", token " + std::to_string(tokens[i]) + ")",
                              qx);
-    checked_prob(p, parents[i] + 1, tokens[i], fn, "target_probs");
+    if (p != nullptr) checked_prob(*p, parents[i] + 1, tokens[i], fn, "target_probs");
   }
   if (mode == draft_sampling::without_replacement) {
     std::vector<std::pair<std::int32_t, std::int32_t>> sib(tokens.size());
@@ -87,6 +91,13 @@ inline void validate_multi_draft(std::span<const std::int32_t> tokens, std::span
                              "token " + std::to_string(dup->second) + " twice under parent " +
                                  std::to_string(dup->first));
   }
+}
+
+inline void validate_multi_draft(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                                 const prob_rows& p, const prob_rows& q, draft_sampling mode, std::string_view fn) {
+  validate_multi_draft_by(
+      tokens, parents, &p, [&](std::int64_t row, std::int32_t t) { return checked_prob(q, row, t, fn, "draft_probs"); },
+      mode, fn);
 }
 
 //! Per-call scratch: the unnormalised residual over the vocabulary and its block sums.
@@ -133,21 +144,26 @@ inline double residual_update(std::span<const float> prow, std::span<const float
   return s.blocks.total();
 }
 
-inline verify_result multi_draft_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
-                                      const prob_rows& p, const prob_rows& q, draft_sampling mode,
-                                      philox_stream& rng, multi_draft_scratch& s, std::string_view fn) {
+//! The walk of verify_multi_draft after its up-front checks, over rows from callables: target(r,
+//! decide) and draft(r, decide) return local row r of the target and of the draft (walk_row), each
+//! checked in full when `decide` (the node has children: its rows decide). A node's two rows are
+//! fetched once when the walk reaches it and must stay valid until it moves on.
+template <class TargetRow, class DraftRow>
+verify_result multi_draft_walk_by(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                                  draft_sampling mode, philox_stream& rng, multi_draft_scratch& s,
+                                  TargetRow&& target, DraftRow&& draft) {
   const child_index ch(parents);
-  const auto v = static_cast<std::size_t>(p.vocab);
   verify_result res;
   std::int32_t cur = -1;
   for (;;) {
-    const auto prow = p.row(cur + 1);
-    const auto qrow = q.row(cur + 1);
-    const row_ref at_p = p.ref(fn, "target_probs", cur + 1), at_q = q.ref(fn, "draft_probs", cur + 1);
-    if (!ch.of(cur).empty()) {  // rows the node's decisions use, in full (q only where drafts were drawn)
-      check_prob_row(p, cur + 1, fn, "target_probs");
-      check_prob_row(q, cur + 1, fn, "draft_probs");
-    }
+    const bool decide = !ch.of(cur).empty();  // rows the node's decisions use, in full (q only where drafts were drawn)
+    const walk_row p = target(static_cast<std::int64_t>(cur) + 1, decide);
+    const walk_row q = draft(static_cast<std::int64_t>(cur) + 1, decide);
+    const auto prow = p.v;
+    const auto qrow = q.v;
+    const row_ref& at_p = p.at;
+    const row_ref& at_q = q.at;
+    const auto v = prow.size();
     bool residual = false;    // false: p' = prow; true: p' = s.w / total
     double total = 1.0;
     double drawn_mass = 0.0;  // without replacement: q mass of earlier siblings' tokens
@@ -189,6 +205,21 @@ inline verify_result multi_draft_walk(std::span<const std::int32_t> tokens, std:
     res.accepted.push_back(next);
     cur = next;
   }
+}
+
+inline verify_result multi_draft_walk(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+                                      const prob_rows& p, const prob_rows& q, draft_sampling mode,
+                                      philox_stream& rng, multi_draft_scratch& s, std::string_view fn) {
+  return multi_draft_walk_by(
+      tokens, parents, mode, rng, s,
+      [&](std::int64_t r, bool decide) {
+        if (decide) check_prob_row(p, r, fn, "target_probs");
+        return walk_row{p.row(r), p.ref(fn, "target_probs", r)};
+      },
+      [&](std::int64_t r, bool decide) {
+        if (decide) check_prob_row(q, r, fn, "draft_probs");
+        return walk_row{q.row(r), q.ref(fn, "draft_probs", r)};
+      });
 }
 
 }  // namespace detail

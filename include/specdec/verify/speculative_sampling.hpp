@@ -25,41 +25,71 @@
 namespace specdec {
 
 namespace detail {
-//! The walk of verify_chain_speculative over one request's rows (p, q: its target and draft rows),
-//! checks included; shared by the token_tree form and the host backend of the array form.
-inline verify_result chain_speculative_walk(std::span<const std::int32_t> tok, std::span<const std::int32_t> par,
-                                            const prob_rows& p, const prob_rows& q, philox_stream& rng,
-                                            std::string_view fn) {
+//! The up-front checks of verify_chain_speculative: the tree is a chain, and q_i(x_i) of every node
+//! is admissible and > 0 (q null: one-hot draft rows at the drafted tokens, q_i(x_i) = 1) and, when
+//! `p` is given (the probabilities forms), p_i(x_i) admissible. `request` (-1: none) is for messages.
+inline void check_chain_speculative(std::span<const std::int32_t> tok, std::span<const std::int32_t> par,
+                                    const prob_rows* p, const prob_rows* q, std::string_view fn,
+                                    std::int64_t request = -1) {
   const auto n = static_cast<std::int64_t>(tok.size());
+  const auto where = [&] { return request >= 0 ? " of request " + std::to_string(request) : std::string(); };
   for (std::int64_t i = 0; i < n; ++i) {
     const auto k = static_cast<std::size_t>(i);
     if (par[k] != i - 1) [[unlikely]]
-      throw_invalid_argument(fn, "tree", "a chain (parent(i) == i - 1) at node " + std::to_string(i) +
-                                             (p.request >= 0 ? " of request " + std::to_string(p.request) : std::string()),
-                             par[k]);
-    const float qx = checked_prob(q, i, tok[k], fn, "draft_probs");
-    if (!(qx > 0.0f)) [[unlikely]]
-      throw_invalid_argument(fn, "draft_probs", "q_i(x_i) > 0 for every drafted token (node " + std::to_string(i) +
-                                                    (p.request >= 0 ? " of request " + std::to_string(p.request) : std::string()) + ")",
-                             qx);
-    checked_prob(p, i, tok[k], fn, "target_probs");
+      throw_invalid_argument(fn, "tree", "a chain (parent(i) == i - 1) at node " + std::to_string(i) + where(), par[k]);
+    if (q != nullptr) {
+      const float qx = checked_prob(*q, i, tok[k], fn, "draft_probs");
+      if (!(qx > 0.0f)) [[unlikely]]
+        throw_invalid_argument(fn, "draft_probs",
+                               "q_i(x_i) > 0 for every drafted token (node " + std::to_string(i) + where() + ")", qx);
+    }
+    if (p != nullptr) checked_prob(*p, i, tok[k], fn, "target_probs");
   }
+}
+
+//! The walk of verify_chain_speculative after its up-front checks, over rows from callables:
+//! target(i, decide) returns the target's row i and draft(i) the draft's (walk_row), each checked in
+//! full when `decide` / always (the rows a decision is taken on; the bonus row is checked by its
+//! draw). Row i's span need stay valid only until the next call of the same callable.
+template <class TargetRow, class DraftRow>
+verify_result chain_speculative_walk_by(std::span<const std::int32_t> tok, philox_stream& rng, TargetRow&& target,
+                                        DraftRow&& draft) {
+  const auto n = static_cast<std::int64_t>(tok.size());
   verify_result res;
   for (std::int64_t i = 0; i < n; ++i) {
-    const auto x = tok[static_cast<std::size_t>(i)];
-    check_prob_row(p, i, fn, "target_probs");  // the rows this step decides on, in full
-    check_prob_row(q, i, fn, "draft_probs");
-    const double px = p.at(i, x), qx = q.at(i, x);
+    const auto x = static_cast<std::size_t>(tok[static_cast<std::size_t>(i)]);
+    const walk_row p = target(i, true);  // the rows this step decides on, in full
+    const walk_row q = draft(i);
+    const double px = p.v[x], qx = q.v[x];
     const double u = rng.uniform_double();
     if (u * qx < px) {  // u < p/q with u in [0, 1): probability min(1, p/q)
       res.accepted.push_back(static_cast<std::int32_t>(i));
       continue;
     }
-    res.bonus = sample_residual(p.row(i), q.row(i), rng, p.ref(fn, "target_probs", i), q.ref(fn, "draft_probs", i));
+    res.bonus = sample_residual(p.v, q.v, rng, p.at, q.at);
     return res;
   }
-  res.bonus = draw_from_probs(p.row(n), rng, p.ref(fn, "target_probs", n));
+  const walk_row p = target(n, false);
+  res.bonus = draw_from_probs(p.v, rng, p.at);
   return res;
+}
+
+//! The walk of verify_chain_speculative over one request's rows (p, q: its target and draft rows),
+//! checks included; shared by the token_tree form and the host backend of the array form.
+inline verify_result chain_speculative_walk(std::span<const std::int32_t> tok, std::span<const std::int32_t> par,
+                                            const prob_rows& p, const prob_rows& q, philox_stream& rng,
+                                            std::string_view fn) {
+  check_chain_speculative(tok, par, &p, &q, fn, p.request);
+  return chain_speculative_walk_by(
+      tok, rng,
+      [&](std::int64_t i, bool decide) {
+        if (decide) check_prob_row(p, i, fn, "target_probs");
+        return walk_row{p.row(i), p.ref(fn, "target_probs", i)};
+      },
+      [&](std::int64_t i) {
+        check_prob_row(q, i, fn, "draft_probs");
+        return walk_row{q.row(i), q.ref(fn, "draft_probs", i)};
+      });
 }
 }  // namespace detail
 

@@ -112,6 +112,14 @@ struct prob_rows {
   }
 };
 
+//! One row a verifier's walk reads: its entries (checked, or valid by construction) and its name for
+//! error messages. The walks that take their rows from callables (chain_speculative_walk_by,
+//! multi_draft_walk_by) get them as this.
+struct walk_row {
+  std::span<const float> v;
+  row_ref at;
+};
+
 //! rows.at(r, t) after the non-finite policy's check (finite, >= 0); throws invalid_argument naming
 //! the row and token otherwise.
 inline float checked_prob(const prob_rows& rows, std::int64_t r, std::int64_t t, std::string_view function,
@@ -122,16 +130,20 @@ inline float checked_prob(const prob_rows& rows, std::int64_t r, std::int64_t t,
   return v;
 }
 
-//! Checks every entry of rows.row(r) under the non-finite policy (finite, >= 0); throws naming the
-//! row and the first bad token. The stochastic verifiers run it on each row their walk uses before
-//! its first draw there, so no accept / reject decision is ever taken on a row that is not a
-//! distribution, whichever entries the decision happens to read. O(V), vectorized.
-inline void check_prob_row(const prob_rows& rows, std::int64_t r, std::string_view function, std::string_view argument) {
-  const auto row = rows.row(r);
-  if (any_inadmissible_prob(row.data(), row.size())) [[unlikely]] {
-    const std::size_t t = first_inadmissible_prob(row.data(), row.size());
-    throw_bad_entry(rows.ref(function, argument, r), bad_prob_text, static_cast<std::int64_t>(t), row[t]);
+//! Checks every entry of row.v under the non-finite policy (finite, >= 0); throws naming row.at and
+//! the first bad token. The stochastic verifiers run it on each row their walk uses before its first
+//! draw there, so no accept / reject decision is ever taken on a row that is not a distribution,
+//! whichever entries the decision happens to read. O(V), vectorized.
+inline void check_prob_row(const walk_row& row) {
+  if (any_inadmissible_prob(row.v.data(), row.v.size())) [[unlikely]] {
+    const std::size_t t = first_inadmissible_prob(row.v.data(), row.v.size());
+    throw_bad_entry(row.at, bad_prob_text, static_cast<std::int64_t>(t), row.v[t]);
   }
+}
+
+//! The same for rows.row(r), named `function`, `argument` and the row.
+inline void check_prob_row(const prob_rows& rows, std::int64_t r, std::string_view function, std::string_view argument) {
+  check_prob_row(walk_row{rows.row(r), rows.ref(function, argument, r)});
 }
 
 template <tensor_like T>
