@@ -19,6 +19,7 @@
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/penalty_context.hpp"
 #include "specdec/verify/sample_and_match.hpp"
+#include "specdec/verify/speculative_sampling.hpp"
 #include "tree/tree_batch_util.hpp"
 #include "verify/tree_arrays_util.hpp"
 
@@ -92,28 +93,35 @@ namespace specdec_test {
 //! contextual penalty over a committed context of up to 20 alphabet tokens and each row's root
 //! path). `expected` is what the form replaces: process_logits_batch on a copy of the rows,
 //! logits_to_probs_batch in place, then the probabilities form (host backends throughout).
+//! With `chains`: every tree a chain, with draft rows q for verify_chain_speculative_batch's logits
+//! form (positive weights in [0.01, 1.01), a weight of V on the node's token in half of the rows);
+//! `expected` is then that form's composition.
 struct sampled_logits_case {
   std::vector<std::int32_t> node_indptr{0}, tokens, parents;
   std::vector<float> logits;  // [N + R, V]
+  std::vector<float> q;       // [N + R, V] draft rows (chains only)
   std::vector<std::uint64_t> seeds, streams;
   std::int64_t vocab = 0;
   std::vector<specdec::sampling_params> params;
   std::vector<std::int32_t> row_params;
   specdec::penalty_context_builder b;
   bool penalties = false;
+  bool chains = false;
   tree_outputs expected;
 
   [[nodiscard]] int requests() const { return static_cast<int>(node_indptr.size()) - 1; }
   [[nodiscard]] int nodes() const { return static_cast<int>(tokens.size()); }
   [[nodiscard]] std::int64_t rows() const { return static_cast<std::int64_t>(nodes()) + requests(); }
 
-  sampled_logits_case(int R, int max_nodes, std::int64_t V, int alphabet, bool with_penalties, std::uint64_t seed)
-      : vocab(V), b(static_cast<std::int32_t>(V)), penalties(with_penalties) {
+  sampled_logits_case(int R, int max_nodes, std::int64_t V, int alphabet, bool with_penalties, std::uint64_t seed,
+                      bool chain_trees = false)
+      : vocab(V), b(static_cast<std::int32_t>(V)), penalties(with_penalties), chains(chain_trees) {
     specdec::philox_stream rng(seed, 11);
     std::vector<std::int32_t> committed;
     for (int r = 0; r < R; ++r) {
       const int n = rng.below(8) == 0 ? 0 : 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(max_nodes)));
-      const auto par = random_parents(n, static_cast<int>(rng.below(4)), rng);
+      const auto shape = static_cast<int>(rng.below(4));
+      const auto par = random_parents(n, chain_trees ? 1 : shape, rng);
       const auto lo = static_cast<std::int32_t>(tokens.size());
       for (int i = 0; i < n; ++i) {
         parents.push_back(par[i]);
@@ -130,6 +138,12 @@ struct sampled_logits_case {
           row[static_cast<std::size_t>(kids[rng.below(static_cast<std::uint32_t>(kids.size()))])] = 2.0f + 4.0f * rng.uniform();
         row[rng.below(static_cast<std::uint32_t>(V))] = 1.5f;  // some logit above -inf
         logits.insert(logits.end(), row.begin(), row.end());
+      }
+      for (int s = 0; chain_trees && s <= n; ++s) {
+        std::vector<float> row(static_cast<std::size_t>(V));
+        for (auto& x : row) x = 0.01f + rng.uniform();
+        if (s < n && rng.below(2) == 0) row[static_cast<std::size_t>(tokens[static_cast<std::size_t>(lo + s)])] = static_cast<float>(V);
+        q.insert(q.end(), row.begin(), row.end());
       }
       specdec::sampling_params p;
       add_random_processors(p, rng, V);
@@ -164,9 +178,15 @@ struct sampled_logits_case {
     specdec::logits_to_probs_batch(specdec::host{}, pr, pr, sv);
     expected = tree_outputs(static_cast<std::size_t>(requests()), tokens.size());
     auto& o = expected;
-    specdec::verify_sample_and_match_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr, v1(seeds),
-                                           v1(streams), v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
-                                           v1(o.status));
+    if (chains)
+      specdec::verify_chain_speculative_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr,
+                                              specdec::make_view<2>(q.data(), {rows(), vocab}), v1(seeds), v1(streams),
+                                              v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
+                                              v1(o.status));
+    else
+      specdec::verify_sample_and_match_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr, v1(seeds),
+                                             v1(streams), v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
+                                             v1(o.emitted), v1(o.status));
   }
 
   //! Whether `o` holds expected's results: status, counts and bonus tokens, and each request's

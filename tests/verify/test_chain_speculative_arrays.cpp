@@ -1,14 +1,20 @@
 // The array form of verify_chain_speculative_batch (its cuda twin: tests/cuda/
 // test_verify_chain_speculative.cu): equal to verify_chain_speculative per request with the
 // request's (seed, stream); bad values throw naming the request and leave the outputs untouched.
+// Its logits form equals processing every row, logits_to_probs_batch and the probabilities form,
+// reads no row after the first rejection, and refuses what it reads.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "specdec/verify/speculative_sampling.hpp"
 #include "verify/chain_speculative_batch_util.hpp"
+#include "verify/sample_and_match_batch_util.hpp"
 #include "verify/tree_arrays_util.hpp"
 
 using specdec_test::chain_batch_case;
@@ -90,5 +96,153 @@ TEST_CASE("verify_chain_speculative_batch (arrays, host) rejects bad values and 
                                                               v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
                                                               v1(o.emitted), v1(o.status)),
                       Catch::Contains("draft_probs"));
+  }
+}
+
+namespace {
+
+using specdec_test::sampled_logits_case;
+
+//! The logits form on c (chains), into o; the workspace's rows vocab + pad floats apart, the padding
+//! NaN (the form must not touch it).
+void run_logits(const sampled_logits_case& c, specdec_test::tree_outputs& o, const specdec::host& policy = {},
+                std::int64_t pad = 0) {
+  std::vector<float> w(static_cast<std::size_t>(c.requests() * (c.vocab + pad)), std::numeric_limits<float>::quiet_NaN());
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
+  const auto qv = specdec::make_view<2>(c.q.data(), {c.rows(), c.vocab});
+  const auto pa = specdec::make_view<1>(c.params.data(), {static_cast<std::int64_t>(c.params.size())});
+  const specdec::strided_view<float, 2> ws(w.data(), {c.requests(), c.vocab}, {c.vocab + pad, 1});
+  if (c.penalties)
+    specdec::verify_chain_speculative_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, pa,
+                                            v1(c.row_params), c.b.view(), v1(c.seeds), v1(c.streams), ws,
+                                            v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
+                                            v1(o.status));
+  else
+    specdec::verify_chain_speculative_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, pa,
+                                            v1(c.row_params), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                            v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  for (std::int64_t r = 0; r < c.requests(); ++r)
+    for (std::int64_t k = c.vocab; k < c.vocab + pad; ++k)
+      REQUIRE(std::isnan(w[static_cast<std::size_t>(r * (c.vocab + pad) + k)]));
+}
+
+}  // namespace
+
+TEST_CASE("verify_chain_speculative_batch from logits (host) equals processing every row, then the probabilities form",
+          "[verify][chain]") {
+  int accepted_total = 0, rejected = 0, cases = 0;
+  for (const bool penalties : {false, true})
+    for (int R : {0, 1, 5, 17})
+      for (int max_nodes : {1, 6, 30})
+        for (std::int64_t V : {1, 3, 200, 3000}) {
+          const sampled_logits_case c(R, max_nodes, V, static_cast<int>(std::min<std::int64_t>(V, 3)), penalties,
+                                      static_cast<std::uint64_t>(R * 100000 + max_nodes * 100 + V + (penalties ? 7 : 0)),
+                                      true);
+          specdec_test::tree_outputs o(static_cast<std::size_t>(c.requests()), c.tokens.size());
+          run_logits(c, o, specdec::host{.num_threads = 2}, (R + V) % 2 == 0 ? 0 : 3);
+          accepted_total += c.matches(o);
+          for (int r = 0; r < c.requests(); ++r)
+            rejected += o.num_accepted[static_cast<std::size_t>(r)] < c.node_indptr[r + 1] - c.node_indptr[r];
+          ++cases;
+        }
+  CHECK(cases == 96);
+  CHECK(accepted_total > 100);  // accepted nodes, not only first rejections
+  CHECK(rejected > 50);         // the residual path is taken
+}
+
+TEST_CASE("verify_chain_speculative_batch from logits reads no target row after the first rejection",
+          "[verify][chain][validation]") {
+  // a chain of two nodes (tokens 1, 2) over V = 5 at temperature 0: the root row's argmax is token 3,
+  // so p_0(1) = 0 and node 0 is rejected; the residual max(0, p - q) is p's one-hot at 3 (the bonus).
+  // Rows 1 and 2 hold NaN and their entries are out of range: never read.
+  sampled_logits_case h(0, 1, 5, 1, false, 1, true);
+  h.node_indptr = {0, 2};
+  h.tokens = {1, 2};
+  h.parents = {-1, 0};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
+  h.q = std::vector<float>(15, 0.2f);
+  specdec::sampling_params p;
+  p.temperature = 0.0f;
+  h.params = {p};
+  h.row_params = {0, 5, 6};
+  h.seeds = {3};
+  h.streams = {specdec::stream_id(0, 0)};
+  specdec_test::tree_outputs o(1, 2);
+  run_logits(h, o);
+  CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+  CHECK(o.num_accepted[0] == 0);
+  CHECK(o.bonus[0] == 3);
+  CHECK(o.emitted == std::vector<std::int32_t>{3, -9, -9});
+  // the root row peaking on token 1 instead: node 0 accepted (p_0(1) = 1 >= q), row 1 read and refused
+  h.logits[1] = 20.0f;
+  h.row_params[1] = 0;
+  o = specdec_test::tree_outputs(1, 2);
+  CHECK_THROWS_WITH(run_logits(h, o), Catch::Contains("target_logits") && Catch::Contains("row 1"));
+  CHECK(o == specdec_test::tree_outputs(1, 2));
+}
+
+TEST_CASE("verify_chain_speculative_batch from logits (host) rejects bad values and leaves the outputs untouched",
+          "[verify][chain][validation]") {
+  sampled_logits_case c(3, 6, 40, 3, true, 99, true);
+  for (std::uint64_t s = 100; c.node_indptr[1] - c.node_indptr[0] < 2; ++s) c = sampled_logits_case(3, 6, 40, 3, true, s, true);
+  const auto reject = [](const sampled_logits_case& bad, const std::string& what) {
+    specdec_test::tree_outputs o(static_cast<std::size_t>(bad.requests()), bad.tokens.size());
+    const auto fresh = o;
+    CHECK_THROWS_WITH(run_logits(bad, o), Catch::Contains("verify_chain_speculative_batch") && Catch::Contains(what));
+    CHECK(o == fresh);
+  };
+  {  // request 0's root row (row 0) is always read
+    auto bad = c;
+    bad.logits[3] = std::numeric_limits<float>::infinity();
+    reject(bad, "target_logits");
+  }
+  {
+    auto bad = c;
+    bad.row_params[0] = 7;
+    reject(bad, "row_params");
+  }
+  {
+    auto bad = c;
+    bad.params[0].top_p = 1.5f;
+    reject(bad, "top_p");
+  }
+  {  // a valid tree, but not a chain
+    auto bad = c;
+    bad.parents[1] = -1;
+    reject(bad, "a chain");
+  }
+  {  // q_1(x_1) = 0 in request 0: refused up front, before any row is processed
+    auto bad = c;
+    bad.q[static_cast<std::size_t>(1 * c.vocab + c.tokens[1])] = 0.0f;
+    reject(bad, "q_i(x_i) > 0");
+  }
+  {  // a bad entry in request 0's first draft row (the first decision reads it in full)
+    auto bad = c;
+    bad.q[static_cast<std::size_t>(c.tokens[0] == 0 ? 1 : 0)] = -1.0f;
+    reject(bad, "draft_probs");
+  }
+  {  // a row every admissible logit of which a penalty overflows to -inf
+    const auto bad = specdec_test::with_overflowing_row(c, 0, 0);
+    reject(bad, "after the penalties");
+  }
+  {  // shapes and overlaps first: a short workspace, the workspace over the draft rows
+    specdec_test::tree_outputs o(3, c.tokens.size());
+    const auto fresh = o;
+    const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
+    auto q = c.q;
+    const auto qv = specdec::make_view<2>(static_cast<const float*>(q.data()), {c.rows(), c.vocab});
+    const auto pa = specdec::make_view<1>(c.params.data(), {3});
+    std::vector<float> w_short(static_cast<std::size_t>(c.vocab));
+    const auto call = [&](auto ws) {
+      specdec::verify_chain_speculative_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv,
+                                              pa, v1(c.row_params), c.b.view(), v1(c.seeds), v1(c.streams), ws,
+                                              v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
+                                              v1(o.status));
+    };
+    CHECK_THROWS_WITH(call(specdec::make_view<2>(w_short.data(), {1, c.vocab})), Catch::Contains("workspace"));
+    CHECK_THROWS_WITH(call(specdec::make_view<2>(q.data(), {3, c.vocab})),
+                      Catch::Contains("workspace") && Catch::Contains("draft_probs"));
+    CHECK(o == fresh);
   }
 }

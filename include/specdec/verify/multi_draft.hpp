@@ -437,7 +437,7 @@ void verify_multi_draft_batch(const Policy& policy, const NI& node_indptr, const
           "draft_sampling::with_replacement or draft_sampling::without_replacement", static_cast<int>(mode));
   detail::multi_draft_args a;
   static_cast<detail::draft_verify_arrays&>(a) = detail::draft_verify_arrays_of<Policy>(
-      fn, detail::device_cdf_max_vocab, node_indptr, tokens, parents, target_probs, draft_probs_in, seeds_in,
+      fn, "target_probs", detail::device_cdf_max_vocab, node_indptr, tokens, parents, target_probs, draft_probs_in, seeds_in,
       streams_in, accepted, num_accepted, bonus, emitted, status);
   a.mode = mode;
   detail::multi_draft_backend<Policy>::run(policy, a);

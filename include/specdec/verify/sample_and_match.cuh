@@ -162,9 +162,9 @@ __global__ void __launch_bounds__(sample_and_match_threads, 1) sample_and_match_
     const sample_and_match_logits_args args) {
   __shared__ row_kernel_shared sh;
   sample_and_match_walks<false>(args.walk, [&args](std::int32_t r, std::int64_t i, std::int32_t) -> const float* {
-    const process_logits_batch_args& a = args.rows;
+    const process_logits_batch_args& a = args.logits.rows;
     const float* src = a.logits + i * a.stride;
-    float* work = args.workspace + r * args.workspace_stride;
+    float* work = args.logits.workspace + r * args.logits.workspace_stride;
     for (std::int64_t k = threadIdx.x; k < a.vocab; k += sample_and_match_threads) work[k] = src[k];
     __syncthreads();
     if (!block_process_row(a, i, work, sh)) return nullptr;

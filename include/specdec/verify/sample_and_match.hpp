@@ -27,6 +27,7 @@
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
+#include "specdec/verify/detail/logits_walk.hpp"
 #include "specdec/verify/detail/tree_arrays.hpp"
 #include "specdec/verify/detail/stochastic.hpp"
 #include "specdec/verify/verify_result.hpp"
@@ -141,39 +142,27 @@ struct sample_and_match_args {
 //! The host backend is below, the cuda one in verify/sample_and_match.cuh.
 SPECDEC_BACKEND_SEAM(sample_and_match_backend, "verify_sample_and_match_batch", "specdec/verify/sample_and_match.cuh");
 
-//! The arguments of the logits form: the walk's (tree.rows = the target's logits, only read), the
-//! same rows as process_logits_batch sees them (rows.logits read only; entries and context), and
-//! the workspace, a float row per request.
+//! The arguments of the logits form: the walk's (tree.rows = the target's logits, only read) and the
+//! rows (logits_walk.hpp).
 struct sample_and_match_logits_args {
   sample_and_match_args walk;
-  process_logits_batch_args rows;
-  float* workspace = nullptr;
-  std::int64_t workspace_stride = 0;
+  logits_walk_rows logits;
 };
 
 //! The host form of the logits form (its backend): the tree checked first (run_tree_verify_host),
 //! then each request's walk on the policy's threads, each visited row checked as
-//! process_logits_batch checks it (check_batch_row_host, invalid_argument naming target_logits and the
-//! row), copied into the request's workspace row, processed (process_batch_row_host), turned into
-//! probabilities (probs_row_host) and drawn from; the outputs are written once every request is done.
+//! process_logits_batch checks it, processed and turned into probabilities in the request's workspace
+//! row (processed_probs_row_host, invalid_argument naming target_logits and the row) and drawn from;
+//! the outputs are written once every request is done.
 inline void sample_and_match_logits_host(const host& policy, const sample_and_match_logits_args& a) {
   constexpr std::string_view fn = "specdec::verify_sample_and_match_batch";
   const tree_verify_arrays& t = a.walk.tree;
-  const auto v = static_cast<std::size_t>(t.vocab);
   run_tree_verify_host(policy, t, fn, [&](int r, auto tokens, auto parents, const prob_rows&) {
     philox_stream rng(a.walk.seeds[r], a.walk.streams[r]);
     const std::int64_t first = static_cast<std::int64_t>(t.node_indptr[r]) + r;
-    const std::span<float> work(a.workspace + r * a.workspace_stride, v);
     return sample_and_match_walk_by(tokens, parents, [&](std::int64_t s) {
       const std::int64_t i = first + s;
-      row_penalty rp;
-      const logit_scan scan = check_batch_row_host(a.rows, i, fn, "target_logits", rp, nullptr);
-      const float* row = a.rows.logits + i * a.rows.stride;
-      std::copy(row, row + v, work.begin());
-      thread_local sampling_workspace ws;
-      process_batch_row_host(a.rows, i, work, rp, scan, ws);
-      processed_row_to_probs(work);
-      return draw_from_probs(work, rng, row_ref{fn, "target_logits", i, r, s});
+      return draw_from_probs(processed_probs_row_host(a.logits, r, i, fn), rng, row_ref{fn, "target_logits", i, r, s});
     });
   });
 }
@@ -211,39 +200,16 @@ template <class Policy, class NI, class TO, class PA, class LG, class Pa, class 
   a.walk.tree = tree_verify_arrays_of<Policy>(fn, "target_logits", device_cdf_max_vocab, node_indptr, tokens, parents,
                                               target_logits, accepted_in, num_accepted_in, bonus_in, emitted_in,
                                               status_in);
-  a.rows = process_logits_batch_of<Policy, false>(fn, target_logits, params, row_params, status_in, "target_logits");
   const auto seeds = as_view(seeds_in);
   const auto streams = as_view(streams_in);
   require_policy_array<Policy>(fn, "seeds", seeds, a.walk.tree.requests);
   require_policy_array<Policy>(fn, "streams", streams, a.walk.tree.requests);
   a.walk.seeds = seeds.data(), a.walk.streams = streams.data();
-  const auto work = as_view(workspace_in);
-  require_row_tensor<Policy>(fn, "workspace", work, a.walk.tree.requests, a.walk.tree.vocab, device_cdf_max_vocab);
-  require(work.extent(0) == 0 || work.data() != nullptr, fn, "workspace", "a non-null data pointer", "nullptr");
-  a.workspace = work.data(), a.workspace_stride = work.stride(0);
-  // what the call writes, disjoint from what it reads and from each other (a graph replay would read changed inputs)
-  const auto acc = as_view(accepted_in);
-  const auto nacc = as_view(num_accepted_in);
-  const auto bon = as_view(bonus_in);
-  const auto emi = as_view(emitted_in);
-  const auto st = as_view(status_in);
-  const auto written_apart = [&](const char* name, const auto& array) {
-    require_disjoint(fn, "workspace", work, "accepted", acc, "num_accepted", nacc, "bonus", bon, "emitted", emi,
-                     "status", st, name, array);
-  };
-  written_apart("target_logits", as_view(target_logits));
-  written_apart("params", as_view(params));
-  written_apart("row_params", as_view(row_params));
-  written_apart("seeds", seeds);
-  written_apart("streams", streams);
-  written_apart("node_indptr", as_view(node_indptr));
-  written_apart("tokens", as_view(tokens));
-  written_apart("parents", as_view(parents));
-  if (context != nullptr) {
-    const penalty_context& c = *context;
-    attach_penalty_context<Policy>(fn, a.rows, c, "workspace", work, "accepted", acc, "num_accepted", nacc, "bonus",
-                                   bon, "emitted", emi, "status", st);
-  }
+  a.logits = logits_walk_rows_of<Policy>(fn, a.walk.tree, target_logits, params, row_params, context, workspace_in,
+                                         accepted_in, num_accepted_in, bonus_in, emitted_in, status_in,
+                                         named_read{"seeds", seeds}, named_read{"streams", streams},
+                                         named_read{"node_indptr", node_indptr}, named_read{"tokens", tokens},
+                                         named_read{"parents", parents});
   return a;
 }
 

@@ -18,6 +18,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/detail/logits_walk.hpp"
 #include "specdec/verify/detail/stochastic.hpp"
 #include "specdec/verify/detail/tree_arrays.hpp"
 #include "specdec/verify/verify_result.hpp"
@@ -122,25 +123,90 @@ namespace detail {
 //! row numbering, and each request's Philox seed and stream.
 using chain_speculative_args = draft_verify_arrays;
 
-//! The seam between the array form of verify_chain_speculative_batch and its backends:
-//!   static void run(const Policy&, const chain_speculative_args&);
+//! The arguments of the logits form: the walk's (tree.rows = the target's logits, only read) and the
+//! rows (logits_walk.hpp).
+struct chain_speculative_logits_args {
+  chain_speculative_args walk;
+  logits_walk_rows logits;
+};
+
+//! The seam between the array forms of verify_chain_speculative_batch and their backends:
+//!   static void run(const Policy&, const chain_speculative_args&);         the probabilities form
+//!   static void run(const Policy&, const chain_speculative_logits_args&);  the logits form
 //! The host backend is below, the cuda one in verify/speculative_sampling.cuh.
 SPECDEC_BACKEND_SEAM(chain_speculative_backend, "verify_chain_speculative_batch",
                      "specdec/verify/speculative_sampling.cuh");
+
+//! Request r's draft rows, numbered as its target rows `p` are.
+inline prob_rows chain_draft_rows(const chain_speculative_args& a, const prob_rows& p) {
+  prob_rows q = p;
+  q.data = a.draft_rows + p.first_row * a.draft_stride;
+  q.row_stride = a.draft_stride;
+  return q;
+}
 
 template <>
 struct chain_speculative_backend<host> {
   static void run(const host& policy, const chain_speculative_args& a) {
     constexpr std::string_view fn = "specdec::verify_chain_speculative_batch";
     run_tree_verify_host(policy, a.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& p) {
-      prob_rows q = p;
-      q.data = a.draft_rows + p.first_row * a.draft_stride;
-      q.row_stride = a.draft_stride;
       philox_stream rng(a.seeds[r], a.streams[r]);
-      return chain_speculative_walk(tokens, parents, p, q, rng, fn);
+      return chain_speculative_walk(tokens, parents, p, chain_draft_rows(a, p), rng, fn);
+    });
+  }
+  //! The logits form: the tree checked first (run_tree_verify_host), then per request on the
+  //! policy's threads the chain and q_i(x_i) checks, and the walk, each target row it reaches checked
+  //! as process_logits_batch checks it, processed and turned into probabilities in the request's
+  //! workspace row (processed_probs_row_host); the outputs are written once every request is done.
+  static void run(const host& policy, const chain_speculative_logits_args& a) {
+    constexpr std::string_view fn = "specdec::verify_chain_speculative_batch";
+    run_tree_verify_host(policy, a.walk.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& lg) {
+      const prob_rows q = chain_draft_rows(a.walk, lg);
+      check_chain_speculative(tokens, parents, nullptr, &q, fn, r);
+      philox_stream rng(a.walk.seeds[r], a.walk.streams[r]);
+      return chain_speculative_walk_by(
+          tokens, rng,
+          [&](std::int64_t s, bool) {
+            const std::int64_t i = lg.first_row + s;
+            return walk_row{processed_probs_row_host(a.logits, r, i, fn), row_ref{fn, "target_logits", i, r, s}};
+          },
+          [&](std::int64_t s) {
+            check_prob_row(q, s, fn, "draft_probs");
+            return walk_row{q.row(s), q.ref(fn, "draft_probs", s)};
+          });
     });
   }
 };
+
+//! The logits form's checks (named verify_chain_speculative_batch) and arguments: the tree arrays,
+//! draft_probs, seeds, streams and outputs as the probabilities form's, and logits_walk_rows_of's
+//! (target_logits, params, row_params, the context when given, the workspace; everything written
+//! disjoint from everything read).
+template <class Policy, class NI, class TO, class PA, class LG, class QR, class Pa, class RP, class SE, class SR,
+          class WS, class AC, class NA, class BO, class EM, class ST>
+[[nodiscard]] chain_speculative_logits_args chain_speculative_logits_args_of(
+    const NI& node_indptr, const TO& tokens, const PA& parents, const LG& target_logits, const QR& draft_probs,
+    const Pa& params, const RP& row_params, const penalty_context* context, const SE& seeds, const SR& streams,
+    const WS& workspace, const AC& accepted, const NA& num_accepted, const BO& bonus, const EM& emitted,
+    const ST& status) {
+  constexpr std::string_view fn = "specdec::verify_chain_speculative_batch";
+  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
+                "specdec::verify_chain_speculative_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
+  static_assert(QR::rank == 2 && std::is_same_v<std::remove_cv_t<typename QR::element_type>, float>,
+                "specdec::verify_chain_speculative_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
+  static_assert(WS::rank == 2 && std::is_same_v<typename WS::element_type, float>,
+                "specdec::verify_chain_speculative_batch: workspace must be a writable rank-2 tensor of float [requests, vocab]");
+  chain_speculative_logits_args a;
+  a.walk = draft_verify_arrays_of<Policy>(fn, "target_logits", device_cdf_max_vocab, node_indptr, tokens, parents,
+                                          target_logits, draft_probs, seeds, streams, accepted, num_accepted, bonus,
+                                          emitted, status);
+  a.logits = logits_walk_rows_of<Policy>(fn, a.walk.tree, target_logits, params, row_params, context, workspace,
+                                         accepted, num_accepted, bonus, emitted, status,
+                                         named_read{"draft_probs", draft_probs}, named_read{"seeds", seeds},
+                                         named_read{"streams", streams}, named_read{"node_indptr", node_indptr},
+                                         named_read{"tokens", tokens}, named_read{"parents", parents});
+  return a;
+}
 
 }  // namespace detail
 
@@ -178,9 +244,73 @@ void verify_chain_speculative_batch(const Policy& policy, const NI& node_indptr,
   static_assert(QR::rank == 2 && std::is_same_v<std::remove_cv_t<typename QR::element_type>, float>,
                 "specdec::verify_chain_speculative_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
   const detail::chain_speculative_args a = detail::draft_verify_arrays_of<Policy>(
-      fn, detail::device_cdf_max_vocab, node_indptr, tokens, parents, target_probs, draft_probs_in, seeds_in,
+      fn, "target_probs", detail::device_cdf_max_vocab, node_indptr, tokens, parents, target_probs, draft_probs_in, seeds_in,
       streams_in, accepted, num_accepted, bonus, emitted, status);
   detail::chain_speculative_backend<Policy>::run(policy, a);
+}
+
+//! verify_chain_speculative_batch from the target's logits: each target row the walk reaches (rows
+//! 0..k of a request that accepts k nodes) is processed (params[row_params[i]]: temperature, top-k,
+//! top-p, min-p, eta; with a penalty_context also the repetition and contextual penalties), turned
+//! into probabilities in the request's workspace row and used there; rows after the first rejection
+//! are never read. No [N + R, V] probability buffer. The result equals process_logits_batch(
+//! target_logits copy, params, row_params[, context]), logits_to_probs_batch, then the
+//! probabilities form, bit for bit (the same row functions on both backends: host, and cuda under
+//! process_logits_batch's conditions for bit-identity).
+//!   target_logits float [N + R, V]  request r's n_r + 1 rows from row node_indptr[r] + r; unit inner
+//!                                   stride; V <= 2,097,152; only read
+//!   draft_probs   float [N + R, V]  as the probabilities form's (row i = q_i)
+//!   params        sampling_params [P]; row_params int32 [N + R], entries in [0, P)
+//!   context       (penalty form) as process_logits_batch's, row i's context and suffix
+//!   seeds, streams uint64 [R]       as the probabilities form's
+//!   workspace     float [R, V]      scratch: request r's processed rows, one after another; its
+//!                                   contents afterwards are unspecified
+//!   other arguments and outputs     as the probabilities form's
+//! What the call writes (outputs, workspace) must be disjoint from what it reads. Checked: the chain
+//! shape and q_i(x_i) > 0 of every node up front (p_i(x_i) cannot be known before its row is
+//! processed), each q row a decision reads in full, and each target row the walk reaches as
+//! process_logits_batch checks it (its entry, context and suffix, its logits).
+//!   specdec::host: invalid_argument naming the row, the outputs untouched; requests on the policy's
+//!     threads.
+//!   specdec::cuda (needs verify/speculative_sampling.cuh and nvcc): device-accessible memory;
+//!     process_logits_batch's reports in `status` (device_error::params, ::context, ::row with the
+//!     row of target_logits), the rest as the probabilities form's; a request with a bad value gets
+//!     unspecified outputs. One block per request. Enqueued on policy.stream without
+//!     synchronisation, graph-capturable.
+template <execution_policy Policy, class NI, class TO, class PA, class LG, class QR, tensor_like Pa, class RP,
+          class SE, class SR, tensor_like WS, class AC, class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           tensor_like<QR> && detail::int32_array<RP> && detail::uint64_array<SE> && detail::uint64_array<SR> &&
+           detail::int32_output<AC> && detail::int32_output<NA> && detail::int32_output<BO> &&
+           detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_chain_speculative_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                                    const LG& target_logits, const QR& draft_probs, const Pa& params,
+                                    const RP& row_params, const SE& seeds, const SR& streams, const WS& workspace,
+                                    const AC& accepted, const NA& num_accepted, const BO& bonus, const EM& emitted,
+                                    const ST& status) {
+  detail::chain_speculative_backend<Policy>::run(
+      policy, detail::chain_speculative_logits_args_of<Policy>(node_indptr, tokens, parents, target_logits, draft_probs,
+                                                               params, row_params, nullptr, seeds, streams, workspace,
+                                                               accepted, num_accepted, bonus, emitted, status));
+}
+
+//! The logits form with each request's repetition and contextual penalties (a penalty_context, as
+//! process_logits_batch's six-argument form takes it).
+template <execution_policy Policy, class NI, class TO, class PA, class LG, class QR, tensor_like Pa, class RP,
+          class SE, class SR, tensor_like WS, class AC, class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           tensor_like<QR> && detail::int32_array<RP> && detail::uint64_array<SE> && detail::uint64_array<SR> &&
+           detail::int32_output<AC> && detail::int32_output<NA> && detail::int32_output<BO> &&
+           detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_chain_speculative_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                                    const LG& target_logits, const QR& draft_probs, const Pa& params,
+                                    const RP& row_params, const penalty_context& context, const SE& seeds,
+                                    const SR& streams, const WS& workspace, const AC& accepted,
+                                    const NA& num_accepted, const BO& bonus, const EM& emitted, const ST& status) {
+  detail::chain_speculative_backend<Policy>::run(
+      policy, detail::chain_speculative_logits_args_of<Policy>(node_indptr, tokens, parents, target_logits, draft_probs,
+                                                               params, row_params, &context, seeds, streams, workspace,
+                                                               accepted, num_accepted, bonus, emitted, status));
 }
 
 }  // namespace specdec

@@ -119,18 +119,20 @@ struct draft_verify_arrays {
   const std::uint64_t* streams = nullptr;
 };
 
-//! tree_verify_arrays_of for target_probs, then the same checks for draft_probs (its rows numbered
-//! as the target's) and for seeds and streams ([R] each); returns the pointers.
+//! tree_verify_arrays_of for the target's rows (target_probs, or target_logits: `rows_name`), then
+//! the same checks for draft_probs (its rows numbered as the target's) and for seeds and streams ([R]
+//! each); returns the pointers.
 template <class Policy, class NI, class TO, class PA, class PR, class QR, class SE, class SR, class AC, class NA,
           class BO, class EM, class ST>
-[[nodiscard]] draft_verify_arrays draft_verify_arrays_of(std::string_view fn, std::int64_t max_vocab,
-                                                         const NI& node_indptr, const TO& tokens, const PA& parents,
-                                                         const PR& target_probs, const QR& draft_probs_in,
-                                                         const SE& seeds_in, const SR& streams_in, const AC& accepted,
+[[nodiscard]] draft_verify_arrays draft_verify_arrays_of(std::string_view fn, std::string_view rows_name,
+                                                         std::int64_t max_vocab, const NI& node_indptr,
+                                                         const TO& tokens, const PA& parents, const PR& target_probs,
+                                                         const QR& draft_probs_in, const SE& seeds_in,
+                                                         const SR& streams_in, const AC& accepted,
                                                          const NA& num_accepted, const BO& bonus, const EM& emitted,
                                                          const ST& status) {
   draft_verify_arrays a;
-  a.tree = tree_verify_arrays_of<Policy>(fn, "target_probs", max_vocab, node_indptr, tokens, parents, target_probs,
+  a.tree = tree_verify_arrays_of<Policy>(fn, rows_name, max_vocab, node_indptr, tokens, parents, target_probs,
                                          accepted, num_accepted, bonus, emitted, status);
   const auto q = as_view(draft_probs_in);
   require_row_tensor<Policy>(fn, "draft_probs", q, static_cast<std::int64_t>(a.tree.nodes) + a.tree.requests,
