@@ -38,6 +38,8 @@
 //                           match_verifier's sampled_rows::visited_rows); rows_visited per request.
 //                           GB/s and read_us count every row's bytes on both paths (the step's
 //                           logits, the target's reference): compare the paths by time
+//   BM_chain_step_batch     chain speculative sampling of a step (chains of 8, uniform q rows):
+//                           every row processed (path 0) against the logits form (path 1); see there
 //   BM_greedy_penalized_step_batch
 //                           greedy verification with a repetition penalty 1.1 and a contextual
 //                           penalty 1.2 (W = 1024) over a 32K-token committed context per request, on
@@ -97,6 +99,7 @@
 #include "specdec/verify/greedy.cuh"
 #include "specdec/verify/multi_draft.cuh"
 #include "specdec/verify/sample_and_match.cuh"
+#include "specdec/verify/speculative_sampling.cuh"
 
 namespace {
 
@@ -437,6 +440,112 @@ void sampled_step_cells(benchmark::internal::Benchmark* b) {
       for (const int path : {0, 1}) b->Args({batch, 64, 131072, mode, 3, path});
 }
 BENCHMARK(BM_sampled_step_batch)->Apply(sampled_step_cells)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Chain speculative sampling of a step, on float logits [batch * (tree + 1), V] (uniform in [-8, 8))
+// with uniform draft rows q = 1 / V: path 0 = what cuda_chain_speculative_verifier enqueues with
+// sampled_rows::every_row (a copy of the rows, process_logits_batch, logits_to_probs_batch, the
+// probabilities form), path 1 = the logits form (only the rows the walk reaches processed, in a
+// [batch, V] workspace: sampled_rows::visited_rows). Modes as BM_sampled_step_batch's (1: T 0.8 and
+// top-p 0.9; 4: and top-k, min-p, eta, the penalties over 32K committed tokens). Nodes 0-2 of each
+// chain peak in their parents' rows (accepted: p ~ 1 >= q), node 3 is almost surely rejected, so 4
+// rows are reached per request. bytes, read_us as BM_sampled_step_batch's (every row's bytes).
+void BM_chain_step_batch(benchmark::State& state) {
+  const step_cell cell(state);
+  const int batch = cell.batch, tree = cell.tree, mode = cell.mode, sets = cell.sets, accept = std::min(3, tree);
+  const int path = static_cast<int>(state.range(4));
+  const std::int64_t V = cell.V, rows = cell.rows;
+  const std::size_t bytes_rows = cell.bytes_rows;
+  std::vector<std::int32_t> indptr{0}, parents, tokens, row_params;
+  specdec::philox_stream rng(9, 0);
+  for (int r = 0; r < batch; ++r) {
+    for (int i = 0; i < tree; ++i) {
+      parents.push_back(i - 1);
+      tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
+    }
+    indptr.push_back(indptr.back() + tree);
+    for (int i = 0; i <= tree; ++i) row_params.push_back(r);
+  }
+  std::vector<std::unique_ptr<dmem>> logits;
+  const float peak = 40.0f;
+  for (int i = 0; i < sets; ++i) {
+    logits.push_back(std::make_unique<dmem>(bytes_rows));
+    specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 31u + i, -8.0f, 8.0f);
+    for (int r = 0; r < batch; ++r)
+      for (int k = 0; k < accept; ++k) {
+        const std::int64_t row = static_cast<std::int64_t>(r) * (tree + 1) + k;
+        SPECDEC_CUDA_CHECK(cudaMemcpy(logits.back()->as<float>() + row * V + tokens[static_cast<std::size_t>(r * tree + k)],
+                                      &peak, sizeof(float), cudaMemcpyHostToDevice));
+      }
+  }
+  dmem q(bytes_rows);
+  const float uniform = 1.0f / static_cast<float>(V);
+  specdec_bench::fill_uniform(q.as<float>(), static_cast<std::size_t>(rows * V), 7u, uniform, uniform);
+  specdec::sampling_params sp{.temperature = 0.8f, .top_p = 0.9f};
+  if (mode >= 4)
+    sp.top_k = 50, sp.min_p = 0.05f, sp.eta_epsilon = 0.02f, sp.repetition_penalty = 1.1f, sp.contextual_penalty = 1.2f,
+    sp.penalty_window = 1024;
+  const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(batch), sp);
+  const device_penalties pen(mode >= 4 ? 32768 : 0, V, indptr, tokens, parents, rng);
+  const specdec::penalty_context& dctx = pen.context;
+  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
+  for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
+  const device_tree_io io(indptr, tokens, parents, seeds, streams);
+  dmem work(path == 0 ? bytes_rows : static_cast<std::size_t>(batch * V) * sizeof(float)),
+      dparams(params.size() * sizeof(specdec::sampling_params)), drp(row_params.size() * 4), st1(12), st2(12);
+  SPECDEC_CUDA_CHECK(cudaMemcpy(dparams.p, params.data(), params.size() * sizeof(specdec::sampling_params),
+                                cudaMemcpyHostToDevice));
+  SPECDEC_CUDA_CHECK(cudaMemcpy(drp.p, row_params.data(), row_params.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto pv = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device);
+  const auto rv = specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device);
+  const auto qv = specdec::make_view<2>(q.as<const float>(), {rows, V}, memory_space::device);
+  graph_time(state, stream, [&](int i) {
+    const specdec::cuda pol{.stream = stream};
+    if (path == 1) {
+      const auto lg = specdec::make_view<2>(logits[i % sets]->as<const float>(), {rows, V}, memory_space::device);
+      const auto ws = specdec::make_view<2>(work.as<float>(), {batch, V}, memory_space::device);
+      if (mode >= 4)
+        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, qv, pv, rv, dctx,
+                                                io.seeds(), io.streams(), ws, io.accepted(), io.num_accepted(),
+                                                io.bonus(), io.emitted(), io.status());
+      else
+        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, qv, pv, rv, io.seeds(),
+                                                io.streams(), ws, io.accepted(), io.num_accepted(), io.bonus(),
+                                                io.emitted(), io.status());
+      return;
+    }
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
+    const auto lg = specdec::make_view<2>(work.as<float>(), {rows, V}, memory_space::device);
+    const auto sv = specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device);
+    if (mode >= 4)
+      specdec::process_logits_batch(pol, lg, pv, rv, dctx, sv);
+    else
+      specdec::process_logits_batch(pol, lg, pv, rv, sv);
+    specdec::logits_to_probs_batch(pol, lg, lg, specdec::make_view<1>(st2.as<std::int32_t>(), {3}, memory_space::device));
+    specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, qv, io.seeds(),
+                                            io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                            io.status());
+  });
+  std::int32_t s1[3] = {0, -1, -1}, s2[3] = {0, -1, -1};
+  if (path == 0) {
+    SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(s2, st2.p, 12, cudaMemcpyDeviceToHost));
+  }
+  if (io.error() != 0 || s1[0] != 0 || s2[0] != 0) state.SkipWithError("the chain step reported a device error");
+  double reached = 0;
+  for (const auto k : io.accepted_counts()) reached += k + 1;
+  SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+  const double bytes = static_cast<double>(bytes_rows);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
+  state.counters["rows_reached"] = reached / batch;
+}
+BENCHMARK(BM_chain_step_batch)
+    ->ArgNames({"batch", "tree", "vocab", "mode", "path"})
+    ->ArgsProduct({{1, 8, 64}, {8}, {131072}, {1, 4}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_greedy_penalized_step_batch(benchmark::State& state) {
   const step_cell cell(state);

@@ -10,7 +10,8 @@
 // temperature > 0 with top-k / top-p / min-p, token for
 // token against sample_and_match_verifier on the host (this file's host code, built for x86-64-v3
 // where the machine runs it: weights the device reproduces), with penalties too; mismatched arrays
-// refused before any CUDA call ([nogpu]). cuda_chain_speculative_verifier: the same against
+// refused before any CUDA call ([nogpu]). cuda_chain_speculative_verifier (every row processed, and
+// only the rows the walks reach): the same against
 // chain_speculative_verifier with a sampling chain drafter whose q rows are copied, viewed in host
 // memory, viewed in device memory, or absent (one-hot rows); bad drafts refused ([nogpu]).
 // cuda_multi_draft_verifier: the same against multi_draft_verifier, 3 drafts per step from the
@@ -347,6 +348,13 @@ struct fixed_q_drafter {
   }
 };
 
+//! cuda_chain_speculative_verifier processing only the rows its walks reach (the logits form of
+//! verify_chain_speculative_batch).
+struct visited_rows_chain_verifier : specdec::cuda_chain_speculative_verifier {
+  explicit visited_rows_chain_verifier(cudaStream_t s)
+      : specdec::cuda_chain_speculative_verifier(s, specdec::sampled_rows::visited_rows) {}
+};
+
 }  // namespace
 
 TEST_CASE("cuda_chain_speculative_verifier equals the host's, token for token, wherever the q rows live",
@@ -367,6 +375,10 @@ TEST_CASE("cuda_chain_speculative_verifier equals the host's, token for token, w
                                              fixed_q_drafter, specdec::chain_tree_builder>(+penalized, host_side, device_side);
     INFO("q mode " << static_cast<int>(m));
     CHECK(got == want);
+    // only the rows the walks reach processed (the logits form)
+    CHECK(host_and_device<specdec::chain_speculative_verifier, visited_rows_chain_verifier, fixed_q_drafter,
+                          specdec::chain_tree_builder>(+penalized, host_side, device_side)
+              .second == want);
     std::size_t tokens = 0;
     for (const auto& [id, t] : want) tokens += t.size();
     CHECK(tokens >= 100);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
+#include "cuda/logits_verify_device_util.cuh"
 #include "cuda/tree_verify_device_util.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 #include "verify/sample_and_match_batch_util.hpp"
@@ -197,44 +198,8 @@ TEST_CASE("cuda verify_sample_and_match_batch rejects host memory and bad shapes
 
 namespace {
 
+using specdec_test::device_logits_case;
 using specdec_test::sampled_logits_case;
-
-//! The logits form on the device: c's arrays uploaded (logits with a row stride of vocab + pad,
-//! the padding NaN), a [R, V] workspace, the outputs.
-struct device_logits_case {
-  device_buffer<std::int32_t> ni, tok, par, rp;
-  device_buffer<specdec::sampling_params> params;
-  device_buffer<std::uint64_t> seeds, streams;
-  device_buffer<float> lg, work;
-  specdec_test::device_tree_outputs out;
-  std::optional<specdec_test::device_penalty_context> ctx;
-  std::int64_t rows, vocab, stride, requests, work_stride;
-  // the workspace's rows are vocab + pad + 1 floats apart
-  device_logits_case(const sampled_logits_case& c, std::int64_t pad = 0)
-      : ni(c.node_indptr), tok(c.tokens), par(c.parents), rp(c.row_params), params(c.params), seeds(c.seeds),
-        streams(c.streams), lg(static_cast<std::size_t>(c.rows() * (c.vocab + pad))),
-        work(static_cast<std::size_t>(std::max(1, c.requests()) * (c.vocab + pad + 1))),
-        out(c.node_indptr.size() - 1, c.tokens.size()), rows(c.rows()), vocab(c.vocab), stride(c.vocab + pad),
-        requests(c.requests()), work_stride(c.vocab + pad + 1) {
-    std::vector<float> h(lg.size(), std::numeric_limits<float>::quiet_NaN());
-    for (std::int64_t r = 0; r < rows; ++r) std::copy_n(c.logits.begin() + r * vocab, vocab, h.begin() + r * stride);
-    lg.upload(h);
-    if (c.penalties) ctx.emplace(c.b);
-  }
-  void launch(cudaStream_t s = nullptr) {
-    const specdec::strided_view<const float, 2> l(lg.data(), {rows, vocab}, {stride, 1}, memory_space::device);
-    const specdec::strided_view<float, 2> w(work.data(), {requests, vocab}, {work_stride, 1}, memory_space::device);
-    const specdec::cuda pol{.stream = s};
-    if (ctx)
-      specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), ctx->view(), dv(seeds),
-                                             dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
-                                             dv(out.st));
-    else
-      specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), dv(seeds),
-                                             dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
-                                             dv(out.st));
-  }
-};
 
 }  // namespace
 

@@ -36,11 +36,12 @@
 //! argmax whatever top-k, top-p, min-p and eta say.
 //!
 //!   cuda_chain_speculative_verifier
-//!                         chain_speculative_verifier plus verify_batch: the rows processed and turned
-//!                         into probabilities as above, each request's draft rows (chain_q(): the
-//!                         drafter's own buffer in any memory space, or one-hot rows at the drafted
-//!                         tokens when it has none) gathered into a [N + B, V] buffer of the
-//!                         verifier's, then verify_chain_speculative_batch(cuda).
+//!                         chain_speculative_verifier plus verify_batch: each request's draft rows
+//!                         (chain_q(): the drafter's own buffer in any memory space, or one-hot rows at
+//!                         the drafted tokens when it has none) gathered into a [N + B, V] buffer of
+//!                         the verifier's, then verify_chain_speculative_batch(cuda), on rows
+//!                         processed as above (every row, or only those its walk reaches: its logits
+//!                         form; sampled_rows says which).
 //!
 //!   cuda_multi_draft_verifier
 //!                         multi_draft_verifier plus verify_batch: the same, with each request's draft
@@ -505,6 +506,26 @@ void run_stochastic_step(device_verifier_state& d, const batch_verify_input& in,
   });
 }
 
+//! The device half of a stochastic verifier's step from logits (the logits forms of the verify/
+//! functions: each request's walk processes the rows it reaches in its workspace row), after the host
+//! checks as for run_stochastic_step: the trees and words up, the step's sampling arrays up
+//! (device_step_rows::upload), a [B, V] workspace, the draft rows gathered when `drafts`, then
+//! verify(policy, io, up, work, draft) enqueues the verification into io's verification slot; one
+//! synchronisation. Work that throws is drained first.
+template <class Verify>
+void run_logits_step(device_verifier_state& d, const batch_verify_input& in, verify_batch_result& out,
+                     std::string_view fn, bool drafts, Verify&& verify) {
+  drain_on_throw(d.stream, [&] {
+    auto& io = *d.io;
+    io.upload(in, d.stream, true);
+    const auto up = d.rows->upload(in, d.stream);
+    const auto work = d.rows->buffer(static_cast<std::int64_t>(in.node_indptr.size()) - 1);
+    const auto draft = drafts ? d.q->enqueue(in.logits.extent(0), d.stream) : strided_view<const float, 2>{};
+    verify(cuda{.stream = d.stream}, io, up, work, draft);
+    io.finish(in, d.stream, fn, device_verify_io::bit(device_verify_io::verification), out);
+  });
+}
+
 }  // namespace detail
 
 //! greedy_verifier with verify_batch on a CUDA device (see the file comment). `stream` must be the
@@ -574,6 +595,17 @@ static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batc
 enum class sampled_rows { automatic, every_row, visited_rows };
 inline constexpr std::int64_t visited_rows_factor = 4;
 
+namespace detail {
+//! Whether a step of `rows` rows processes the visited rows only under `choice` (sampled_rows).
+[[nodiscard]] inline bool processes_visited_rows(sampled_rows choice, std::int64_t rows) {
+  if (choice != sampled_rows::automatic) return choice == sampled_rows::visited_rows;
+  int device = 0, sms = 0;
+  SPECDEC_CUDA_CHECK(cudaGetDevice(&device));
+  SPECDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return rows > visited_rows_factor * sms;
+}
+}  // namespace detail
+
 //! sample_and_match_verifier (host logits: the same per-request path) plus verify_batch on a CUDA
 //! device: each request's rows processed on the device (each request's penalties over its committed
 //! tokens and each row's root path, temperature, top-k, top-p, min-p, eta) and turned into
@@ -594,8 +626,7 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
     constexpr std::string_view fn = "specdec::cuda_sample_and_match_verifier::verify_batch";
     detail::device_verify_io::check(in, true, fn);  // the trees, seeds and streams
     d_.rows->prepare(in, fn);  // every host-side check before any CUDA call
-    const std::int64_t B = static_cast<std::int64_t>(in.node_indptr.size()) - 1, rows = in.logits.extent(0);
-    if (!visited(rows)) {
+    if (!detail::processes_visited_rows(rows_, in.logits.extent(0))) {
       detail::run_stochastic_step(d_, in, out, fn, false, [&](const cuda& policy, const detail::device_verify_io& io,
                                                               const auto& probs, const auto&) {
         verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, io.seeds(), io.streams(),
@@ -604,12 +635,9 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
       });
       return;
     }
-    detail::drain_on_throw(d_.stream, [&] {  // the logits form: the visited rows in a [B, V] workspace
-      auto& io = *d_.io;
-      io.upload(in, d_.stream, true);
-      const auto up = d_.rows->upload(in, d_.stream);
-      const auto work = d_.rows->buffer(B);
-      const cuda policy{.stream = d_.stream};
+    // the logits form: the visited rows in a [B, V] workspace
+    detail::run_logits_step(d_, in, out, fn, false, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                        const auto& up, const auto& work, const auto&) {
       if (d_.rows->penalties())
         verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params,
                                       up.row_params, up.context, io.seeds(), io.streams(), work, io.accepted(),
@@ -618,20 +646,10 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
         verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params,
                                       up.row_params, io.seeds(), io.streams(), work, io.accepted(), io.num_accepted(),
                                       io.bonus(), io.emitted(), io.status_view(io.verification));
-      io.finish(in, d_.stream, fn, detail::device_verify_io::bit(detail::device_verify_io::verification), out);
     });
   }
 
  private:
-  //! Whether this step processes the visited rows only (sampled_rows).
-  [[nodiscard]] bool visited(std::int64_t rows) const {
-    if (rows_ != sampled_rows::automatic) return rows_ == sampled_rows::visited_rows;
-    int device = 0, sms = 0;
-    SPECDEC_CUDA_CHECK(cudaGetDevice(&device));
-    SPECDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return rows > visited_rows_factor * sms;
-  }
-
   detail::device_verifier_state d_;
   sampled_rows rows_ = sampled_rows::automatic;
 };
@@ -646,11 +664,16 @@ static_assert(check_verifier<cuda_sample_and_match_verifier>() &&
 //! verify_chain_speculative_batch decides every request from its seed and stream. The results equal
 //! chain_speculative_verifier's on the host's processed rows bit for bit under process_logits_batch's
 //! conditions. The step's drafts (batch_verify_input::drafts) are required; a request's q rows must be
-//! [>= its chain, V] with unit inner stride (checked before any CUDA call). `stream` as for
-//! cuda_greedy_verifier. Device memory: two [N + B, V] float buffers and the step's arrays.
+//! [>= its chain, V] with unit inner stride (checked before any CUDA call). `rows` as for
+//! cuda_sample_and_match_verifier: every target row processed, or only those the walk reaches (rows
+//! 0..k of a request that accepts k nodes; verify_chain_speculative_batch's logits form), which
+//! refuses a bad value only in a row it reads. `stream` as for cuda_greedy_verifier. Device memory:
+//! two [N + B, V] float buffers (every_row) or one and a [B, V] workspace (visited_rows), and the
+//! step's arrays.
 class cuda_chain_speculative_verifier : public chain_speculative_verifier {
  public:
-  explicit cuda_chain_speculative_verifier(cudaStream_t stream) : d_(stream) {}
+  explicit cuda_chain_speculative_verifier(cudaStream_t stream, sampled_rows rows = sampled_rows::automatic)
+      : d_(stream), rows_(rows) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_chain_speculative_verifier::verify_batch";
@@ -677,16 +700,31 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
         }
       }
     });
-    detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
-                                                           const auto& probs, const auto& draft) {
-      verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, draft, io.seeds(),
-                                     io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
-                                     io.status_view(io.verification));
+    if (!detail::processes_visited_rows(rows_, in.logits.extent(0))) {
+      detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                             const auto& probs, const auto& draft) {
+        verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, draft, io.seeds(),
+                                       io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                       io.status_view(io.verification));
+      });
+      return;
+    }
+    detail::run_logits_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                       const auto& up, const auto& work, const auto& draft) {
+      if (d_.rows->penalties())
+        verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, up.params,
+                                       up.row_params, up.context, io.seeds(), io.streams(), work, io.accepted(),
+                                       io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+      else
+        verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, up.params,
+                                       up.row_params, io.seeds(), io.streams(), work, io.accepted(),
+                                       io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
     });
   }
 
  private:
   detail::device_verifier_state d_;
+  sampled_rows rows_ = sampled_rows::automatic;
 };
 static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
               verifier_has_verify_batch<cuda_chain_speculative_verifier>);
