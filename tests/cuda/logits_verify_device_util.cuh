@@ -1,6 +1,7 @@
 #pragma once
-// The logits forms of verify_sample_and_match_batch and verify_chain_speculative_batch on the device
-// (tests/cuda/test_verify_sample_and_match.cu, test_verify_chain_speculative.cu): a
+// The logits forms of verify_sample_and_match_batch, verify_chain_speculative_batch and
+// verify_multi_draft_batch on the device (tests/cuda/test_verify_sample_and_match.cu,
+// test_verify_chain_speculative.cu, test_verify_multi_draft.cu): a
 // sampled_logits_case (tests/verify/sample_and_match_batch_util.hpp) uploaded and launched.
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "cuda/cuda_test_util.cuh"
 #include "cuda/tree_verify_device_util.cuh"
+#include "specdec/verify/multi_draft.cuh"
 #include "specdec/verify/sample_and_match.cuh"
 #include "specdec/verify/speculative_sampling.cuh"
 #include "verify/sample_and_match_batch_util.hpp"
@@ -19,8 +21,8 @@ namespace specdec_test {
 using specdec::memory_space;
 
 //! The logits form on the device: c's arrays uploaded (logits with a row stride of vocab + pad,
-//! the padding NaN; with chains, the draft rows q likewise), a [R, V] workspace, the outputs; launch()
-//! runs verify_chain_speculative_batch for a case of chains, else verify_sample_and_match_batch.
+//! the padding NaN; draft rows q likewise), a [R, V] workspace, the outputs; launch()
+//! runs the logits form of the case's kind.
 struct device_logits_case {
   device_buffer<std::int32_t> ni, tok, par, rp;
   device_buffer<specdec::sampling_params> params;
@@ -29,15 +31,15 @@ struct device_logits_case {
   device_tree_outputs out;
   std::optional<device_penalty_context> ctx;
   std::int64_t rows, vocab, stride, requests, work_stride;
-  bool chains;
+  logits_case_kind kind;
   // the workspace's rows are vocab + pad + 1 floats apart
   device_logits_case(const sampled_logits_case& c, std::int64_t pad = 0)
       : ni(c.node_indptr), tok(c.tokens), par(c.parents), rp(c.row_params), params(c.params), seeds(c.seeds),
         streams(c.streams), lg(padded_rows(c.logits, c.rows(), c.vocab, c.vocab + pad, nan_fill())),
-        q(c.chains ? padded_rows(c.q, c.rows(), c.vocab, c.vocab + pad, nan_fill()) : std::vector<float>(1)),
+        q(c.has_draft_rows() ? padded_rows(c.q, c.rows(), c.vocab, c.vocab + pad, nan_fill()) : std::vector<float>(1)),
         work(static_cast<std::size_t>(std::max(1, c.requests()) * (c.vocab + pad + 1))),
         out(c.node_indptr.size() - 1, c.tokens.size()), rows(c.rows()), vocab(c.vocab), stride(c.vocab + pad),
-        requests(c.requests()), work_stride(c.vocab + pad + 1), chains(c.chains) {
+        requests(c.requests()), work_stride(c.vocab + pad + 1), kind(c.kind) {
     if (c.penalties) ctx.emplace(c.b);
   }
   static float nan_fill() { return std::numeric_limits<float>::quiet_NaN(); }
@@ -45,8 +47,19 @@ struct device_logits_case {
     const specdec::strided_view<const float, 2> l(lg.data(), {rows, vocab}, {stride, 1}, memory_space::device);
     const specdec::strided_view<float, 2> w(work.data(), {requests, vocab}, {work_stride, 1}, memory_space::device);
     const specdec::cuda pol{.stream = s};
-    if (chains) {
-      const specdec::strided_view<const float, 2> qv(q.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    const specdec::strided_view<const float, 2> qv(q.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    if (kind == logits_case_kind::multi_draft || kind == logits_case_kind::multi_draft_wor) {
+      const auto mode = kind == logits_case_kind::multi_draft_wor ? specdec::draft_sampling::without_replacement
+                                                                  : specdec::draft_sampling::with_replacement;
+      if (ctx)
+        specdec::verify_multi_draft_batch(pol, dv(ni), dv(tok), dv(par), l, qv, mode, dv(params), dv(rp), ctx->view(),
+                                          dv(seeds), dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon),
+                                          dv(out.emi), dv(out.st));
+      else
+        specdec::verify_multi_draft_batch(pol, dv(ni), dv(tok), dv(par), l, qv, mode, dv(params), dv(rp), dv(seeds),
+                                          dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
+                                          dv(out.st));
+    } else if (kind == logits_case_kind::chain) {
       if (ctx)
         specdec::verify_chain_speculative_batch(pol, dv(ni), dv(tok), dv(par), l, qv, dv(params), dv(rp), ctx->view(),
                                                 dv(seeds), dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon),

@@ -161,7 +161,7 @@ TEST_CASE("cuda verify_chain_speculative_batch from logits draws what the host's
   for (const bool penalties : {false, true})
     for (const auto& [R, max_nodes, V] : {std::tuple{1, 1, std::int64_t{1}}, {5, 8, 7}, {17, 12, 300}, {64, 8, 4099},
                                           {8, 16, 131075}, {3, 6, 300007}}) {
-      const sampled_logits_case c(R, max_nodes, V, 3, penalties, static_cast<std::uint64_t>(R * 17 + V + penalties), true);
+      const sampled_logits_case c(R, max_nodes, V, 3, penalties, static_cast<std::uint64_t>(R * 17 + V + penalties), specdec_test::logits_case_kind::chain);
       for (std::int64_t pad : {0, 5}) {
         device_logits_case d(c, pad);
         d.launch();
@@ -175,8 +175,8 @@ TEST_CASE("cuda verify_chain_speculative_batch from logits draws what the host's
 
 TEST_CASE("cuda verify_chain_speculative_batch from logits reports what processing reports, for rows it reaches only",
           "[cuda][verify]") {
-  sampled_logits_case c(3, 6, 40, 3, true, 99, true);
-  for (std::uint64_t s = 100; c.node_indptr[3] - c.node_indptr[2] < 2; ++s) c = sampled_logits_case(3, 6, 40, 3, true, s, true);
+  sampled_logits_case c(3, 6, 40, 3, true, 99, specdec_test::logits_case_kind::chain);
+  for (std::uint64_t s = 100; c.node_indptr[3] - c.node_indptr[2] < 2; ++s) c = sampled_logits_case(3, 6, 40, 3, true, s, specdec_test::logits_case_kind::chain);
   const auto expect = [](const sampled_logits_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
     device_logits_case d(bad);
     d.launch();
@@ -210,7 +210,7 @@ TEST_CASE("cuda verify_chain_speculative_batch from logits reports what processi
     expect(bad, specdec::device_error::row, -1, root2);
   }
   {  // the host test's hand case: node 0 rejected at temperature 0, NaN in the rows after it unread
-    sampled_logits_case h(0, 1, 5, 1, false, 1, true);
+    sampled_logits_case h(0, 1, 5, 1, false, 1, specdec_test::logits_case_kind::chain);
     h.node_indptr = {0, 2};
     h.tokens = {1, 2};
     h.parents = {-1, 0};
@@ -233,7 +233,7 @@ TEST_CASE("cuda verify_chain_speculative_batch from logits reports what processi
 
 TEST_CASE("cuda verify_chain_speculative_batch from logits is captured in a CUDA graph and replays with new streams",
           "[cuda][verify]") {
-  sampled_logits_case c(8, 12, 5003, 3, true, 5, true);
+  sampled_logits_case c(8, 12, 5003, 3, true, 5, specdec_test::logits_case_kind::chain);
   device_logits_case d(c);
   std::uint32_t step = 0;
   specdec_test::replay_in_graph(
@@ -250,7 +250,7 @@ TEST_CASE("cuda verify_chain_speculative_batch from logits is captured in a CUDA
 
 TEST_CASE("cuda verify_chain_speculative_batch from logits rejects host memory, a short workspace and overlaps first",
           "[cuda][verify][nogpu]") {
-  sampled_logits_case c(2, 5, 16, 2, false, 3, true);
+  sampled_logits_case c(2, 5, 16, 2, false, 3, specdec_test::logits_case_kind::chain);
   std::vector<std::int32_t> acc(c.tokens.size()), nacc(2), bon(2), emi(c.tokens.size() + 2), st(3);
   std::vector<float> work(2 * 16);
   auto dev = [](auto& x) {

@@ -18,6 +18,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/penalty_context.hpp"
+#include "specdec/verify/multi_draft.hpp"
 #include "specdec/verify/sample_and_match.hpp"
 #include "specdec/verify/speculative_sampling.hpp"
 #include "tree/tree_batch_util.hpp"
@@ -93,39 +94,67 @@ namespace specdec_test {
 //! contextual penalty over a committed context of up to 20 alphabet tokens and each row's root
 //! path). `expected` is what the form replaces: process_logits_batch on a copy of the rows,
 //! logits_to_probs_batch in place, then the probabilities form (host backends throughout).
-//! With `chains`: every tree a chain, with draft rows q for verify_chain_speculative_batch's logits
-//! form (positive weights in [0.01, 1.01), a weight of V on the node's token in half of the rows);
-//! `expected` is then that form's composition.
+//! `kind` says which verifier's logits form the case is for:
+//!   sample_and_match  as above;
+//!   chain             every tree a chain, with draft rows q (positive weights in [0.01, 1.01), a weight
+//!                     of V on the next node's token in half of the rows): verify_chain_speculative_batch;
+//!   multi_draft, multi_draft_wor
+//!                     the trees above with the same draft rows (a weight of V on a random child's token
+//!                     in half of the rows), drawn with replacement, or without (siblings then carry
+//!                     distinct tokens: a node whose parent's children already use every token joins
+//!                     the node before it instead): verify_multi_draft_batch in that mode.
+//! `expected` is then that verifier's composition.
+enum class logits_case_kind { sample_and_match, chain, multi_draft, multi_draft_wor };
+
 struct sampled_logits_case {
   std::vector<std::int32_t> node_indptr{0}, tokens, parents;
   std::vector<float> logits;  // [N + R, V]
-  std::vector<float> q;       // [N + R, V] draft rows (chains only)
+  std::vector<float> q;       // [N + R, V] draft rows (every kind but sample_and_match)
   std::vector<std::uint64_t> seeds, streams;
   std::int64_t vocab = 0;
   std::vector<specdec::sampling_params> params;
   std::vector<std::int32_t> row_params;
   specdec::penalty_context_builder b;
   bool penalties = false;
-  bool chains = false;
+  logits_case_kind kind = logits_case_kind::sample_and_match;
   tree_outputs expected;
 
   [[nodiscard]] int requests() const { return static_cast<int>(node_indptr.size()) - 1; }
   [[nodiscard]] int nodes() const { return static_cast<int>(tokens.size()); }
   [[nodiscard]] std::int64_t rows() const { return static_cast<std::int64_t>(nodes()) + requests(); }
 
+  [[nodiscard]] bool has_draft_rows() const { return kind != logits_case_kind::sample_and_match; }
+  [[nodiscard]] specdec::draft_sampling mode() const {
+    return kind == logits_case_kind::multi_draft_wor ? specdec::draft_sampling::without_replacement
+                                                     : specdec::draft_sampling::with_replacement;
+  }
+
   sampled_logits_case(int R, int max_nodes, std::int64_t V, int alphabet, bool with_penalties, std::uint64_t seed,
-                      bool chain_trees = false)
-      : vocab(V), b(static_cast<std::int32_t>(V)), penalties(with_penalties), chains(chain_trees) {
+                      logits_case_kind k = logits_case_kind::sample_and_match)
+      : vocab(V), b(static_cast<std::int32_t>(V)), penalties(with_penalties), kind(k) {
+    const bool chain_trees = k == logits_case_kind::chain, distinct = k == logits_case_kind::multi_draft_wor;
     specdec::philox_stream rng(seed, 11);
     std::vector<std::int32_t> committed;
     for (int r = 0; r < R; ++r) {
       const int n = rng.below(8) == 0 ? 0 : 1 + static_cast<int>(rng.below(static_cast<std::uint32_t>(max_nodes)));
       const auto shape = static_cast<int>(rng.below(4));
-      const auto par = random_parents(n, chain_trees ? 1 : shape, rng);
+      auto par = random_parents(n, chain_trees ? 1 : shape, rng);
       const auto lo = static_cast<std::int32_t>(tokens.size());
       for (int i = 0; i < n; ++i) {
+        auto t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(alphabet)));
+        if (distinct) {  // a token none of the node's earlier siblings carries
+          std::vector<bool> used(static_cast<std::size_t>(V), false);
+          std::int64_t count = 0;
+          for (int j = 0; j < i; ++j)
+            if (par[j] == par[i]) used[static_cast<std::size_t>(tokens[static_cast<std::size_t>(lo + j)])] = true, ++count;
+          if (count == V) {  // every token taken: a child of the node before instead (it has none yet)
+            par[i] = i - 1;
+            std::fill(used.begin(), used.end(), false);
+          }
+          while (used[static_cast<std::size_t>(t)]) t = static_cast<std::int32_t>((t + 1) % V);
+        }
         parents.push_back(par[i]);
-        tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(alphabet))));
+        tokens.push_back(t);
       }
       node_indptr.push_back(lo + n);
       for (int s = 0; s <= n; ++s) {
@@ -139,10 +168,14 @@ struct sampled_logits_case {
         row[rng.below(static_cast<std::uint32_t>(V))] = 1.5f;  // some logit above -inf
         logits.insert(logits.end(), row.begin(), row.end());
       }
-      for (int s = 0; chain_trees && s <= n; ++s) {
+      for (int s = 0; has_draft_rows() && s <= n; ++s) {
         std::vector<float> row(static_cast<std::size_t>(V));
         for (auto& x : row) x = 0.01f + rng.uniform();
-        if (s < n && rng.below(2) == 0) row[static_cast<std::size_t>(tokens[static_cast<std::size_t>(lo + s)])] = static_cast<float>(V);
+        std::vector<std::int32_t> kids;
+        for (int i = s; i < n; ++i)
+          if (par[i] == s - 1) kids.push_back(tokens[static_cast<std::size_t>(lo + i)]);
+        if (!kids.empty() && rng.below(2) == 0)
+          row[static_cast<std::size_t>(kids[rng.below(static_cast<std::uint32_t>(kids.size()))])] = static_cast<float>(V);
         q.insert(q.end(), row.begin(), row.end());
       }
       specdec::sampling_params p;
@@ -178,11 +211,15 @@ struct sampled_logits_case {
     specdec::logits_to_probs_batch(specdec::host{}, pr, pr, sv);
     expected = tree_outputs(static_cast<std::size_t>(requests()), tokens.size());
     auto& o = expected;
-    if (chains)
-      specdec::verify_chain_speculative_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr,
-                                              specdec::make_view<2>(q.data(), {rows(), vocab}), v1(seeds), v1(streams),
-                                              v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
-                                              v1(o.status));
+    const auto qv = specdec::make_view<2>(static_cast<const float*>(q.data()), {has_draft_rows() ? rows() : 0, vocab});
+    if (kind == logits_case_kind::chain)
+      specdec::verify_chain_speculative_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr, qv,
+                                              v1(seeds), v1(streams), v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
+                                              v1(o.emitted), v1(o.status));
+    else if (has_draft_rows())
+      specdec::verify_multi_draft_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr, qv, mode(),
+                                        v1(seeds), v1(streams), v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
+                                        v1(o.emitted), v1(o.status));
     else
       specdec::verify_sample_and_match_batch(specdec::host{}, v1(node_indptr), v1(tokens), v1(parents), pr, v1(seeds),
                                              v1(streams), v1(o.accepted), v1(o.num_accepted), v1(o.bonus),

@@ -137,7 +137,7 @@ TEST_CASE("verify_chain_speculative_batch from logits (host) equals processing e
         for (std::int64_t V : {1, 3, 200, 3000}) {
           const sampled_logits_case c(R, max_nodes, V, static_cast<int>(std::min<std::int64_t>(V, 3)), penalties,
                                       static_cast<std::uint64_t>(R * 100000 + max_nodes * 100 + V + (penalties ? 7 : 0)),
-                                      true);
+                                      specdec_test::logits_case_kind::chain);
           specdec_test::tree_outputs o(static_cast<std::size_t>(c.requests()), c.tokens.size());
           run_logits(c, o, specdec::host{.num_threads = 2}, (R + V) % 2 == 0 ? 0 : 3);
           accepted_total += c.matches(o);
@@ -155,7 +155,7 @@ TEST_CASE("verify_chain_speculative_batch from logits reads no target row after 
   // a chain of two nodes (tokens 1, 2) over V = 5 at temperature 0: the root row's argmax is token 3,
   // so p_0(1) = 0 and node 0 is rejected; the residual max(0, p - q) is p's one-hot at 3 (the bonus).
   // Rows 1 and 2 hold NaN and their entries are out of range: never read.
-  sampled_logits_case h(0, 1, 5, 1, false, 1, true);
+  sampled_logits_case h(0, 1, 5, 1, false, 1, specdec_test::logits_case_kind::chain);
   h.node_indptr = {0, 2};
   h.tokens = {1, 2};
   h.parents = {-1, 0};
@@ -184,8 +184,8 @@ TEST_CASE("verify_chain_speculative_batch from logits reads no target row after 
 
 TEST_CASE("verify_chain_speculative_batch from logits (host) rejects bad values and leaves the outputs untouched",
           "[verify][chain][validation]") {
-  sampled_logits_case c(3, 6, 40, 3, true, 99, true);
-  for (std::uint64_t s = 100; c.node_indptr[1] - c.node_indptr[0] < 2; ++s) c = sampled_logits_case(3, 6, 40, 3, true, s, true);
+  sampled_logits_case c(3, 6, 40, 3, true, 99, specdec_test::logits_case_kind::chain);
+  for (std::uint64_t s = 100; c.node_indptr[1] - c.node_indptr[0] < 2; ++s) c = sampled_logits_case(3, 6, 40, 3, true, s, specdec_test::logits_case_kind::chain);
   const auto reject = [](const sampled_logits_case& bad, const std::string& what) {
     specdec_test::tree_outputs o(static_cast<std::size_t>(bad.requests()), bad.tokens.size());
     const auto fresh = o;

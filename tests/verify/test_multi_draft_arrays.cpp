@@ -1,8 +1,12 @@
 // The array form of verify_multi_draft_batch (its cuda twin: tests/cuda/test_verify_multi_draft.cu):
 // equal to verify_multi_draft per request with the request's (seed, stream), with and without
-// replacement; bad values throw naming the problem and leave the outputs untouched.
+// replacement; bad values throw naming the problem and leave the outputs untouched. Its logits form
+// equals processing every row, logits_to_probs_batch and the probabilities form (both modes), reads
+// no row the walk does not reach, and refuses what it reads.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -10,6 +14,7 @@
 
 #include "specdec/verify/multi_draft.hpp"
 #include "verify/multi_draft_batch_util.hpp"
+#include "verify/sample_and_match_batch_util.hpp"
 #include "verify/tree_arrays_util.hpp"
 
 using specdec::draft_sampling;
@@ -167,4 +172,164 @@ TEST_CASE("verify_multi_draft_batch (arrays, host) reads only the rows its walk 
   outputs o(dirty);
   run(dirty, o);
   specdec_test::check_tree_outputs(c.expected, c.node_indptr, c.tokens, o);
+}
+
+namespace {
+
+using specdec_test::logits_case_kind;
+using specdec_test::sampled_logits_case;
+
+//! The logits form on c (a multi-draft kind), into o; the workspace's rows vocab + pad floats apart,
+//! the padding NaN (the form must not touch it).
+void run_logits(const sampled_logits_case& c, specdec_test::tree_outputs& o, const specdec::host& policy = {},
+                std::int64_t pad = 0) {
+  std::vector<float> w(static_cast<std::size_t>(c.requests() * (c.vocab + pad)), std::numeric_limits<float>::quiet_NaN());
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
+  const auto qv = specdec::make_view<2>(c.q.data(), {c.rows(), c.vocab});
+  const auto pa = specdec::make_view<1>(c.params.data(), {static_cast<std::int64_t>(c.params.size())});
+  const specdec::strided_view<float, 2> ws(w.data(), {c.requests(), c.vocab}, {c.vocab + pad, 1});
+  if (c.penalties)
+    specdec::verify_multi_draft_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, c.mode(), pa,
+                                      v1(c.row_params), c.b.view(), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                      v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  else
+    specdec::verify_multi_draft_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, c.mode(), pa,
+                                      v1(c.row_params), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                      v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  for (std::int64_t r = 0; r < c.requests(); ++r)
+    for (std::int64_t k = c.vocab; k < c.vocab + pad; ++k)
+      REQUIRE(std::isnan(w[static_cast<std::size_t>(r * (c.vocab + pad) + k)]));
+}
+
+}  // namespace
+
+TEST_CASE("verify_multi_draft_batch from logits (host) equals processing every row, then the probabilities form",
+          "[verify][multi_draft]") {
+  int accepted_total = 0, rejected_children = 0, cases = 0;
+  for (const auto kind : {logits_case_kind::multi_draft, logits_case_kind::multi_draft_wor})
+    for (const bool penalties : {false, true})
+      for (int R : {0, 1, 5, 17})
+        for (int max_nodes : {1, 9, 40})
+          for (std::int64_t V : {1, 3, 200, 3000}) {
+            const sampled_logits_case c(
+                R, max_nodes, V, static_cast<int>(std::min<std::int64_t>(V, 3)), penalties,
+                static_cast<std::uint64_t>(R * 100000 + max_nodes * 100 + V + (penalties ? 7 : 0)), kind);
+            specdec_test::tree_outputs o(static_cast<std::size_t>(c.requests()), c.tokens.size());
+            run_logits(c, o, specdec::host{.num_threads = 2}, (R + V) % 2 == 0 ? 0 : 3);
+            accepted_total += c.matches(o);
+            for (int r = 0; r < c.requests(); ++r) {  // the walk ended at a node with children: all rejected
+              const int b = c.node_indptr[r], n = c.node_indptr[r + 1] - b, k = o.num_accepted[static_cast<std::size_t>(r)];
+              const int last = k == 0 ? -1 : o.accepted[static_cast<std::size_t>(b + k - 1)];
+              rejected_children += std::any_of(c.parents.begin() + b, c.parents.begin() + b + n,
+                                               [&](std::int32_t p) { return p == last; });
+            }
+            ++cases;
+          }
+  CHECK(cases == 192);
+  CHECK(accepted_total > 100);   // accepted nodes, not only bonus tokens
+  CHECK(rejected_children > 50);  // the residual path is taken
+}
+
+TEST_CASE("verify_multi_draft_batch from logits reads no target row the walk does not reach",
+          "[verify][multi_draft][validation]") {
+  // root -> node 0 (token 1) -> node 1 (token 2) over V = 5 at temperature 0: the root row's argmax is
+  // token 3, so p(1) = 0 and node 0 is rejected; the residual is p's one-hot at 3 (the bonus). Rows 1
+  // and 2 hold NaN and their entries are out of range: never read.
+  sampled_logits_case h(0, 1, 5, 1, false, 1, logits_case_kind::multi_draft);
+  h.node_indptr = {0, 2};
+  h.tokens = {1, 2};
+  h.parents = {-1, 0};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
+  h.q = std::vector<float>(15, 0.2f);
+  specdec::sampling_params p;
+  p.temperature = 0.0f;
+  h.params = {p};
+  h.row_params = {0, 5, 6};
+  h.seeds = {3};
+  h.streams = {specdec::stream_id(0, 0)};
+  specdec_test::tree_outputs o(1, 2);
+  run_logits(h, o);
+  CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+  CHECK(o.num_accepted[0] == 0);
+  CHECK(o.bonus[0] == 3);
+  CHECK(o.emitted == std::vector<std::int32_t>{3, -9, -9});
+  // the root row peaking on token 1 instead: node 0 accepted (p(1) = 1 >= q), row 1 reached and refused
+  h.logits[1] = 20.0f;
+  h.row_params[1] = 0;
+  o = specdec_test::tree_outputs(1, 2);
+  CHECK_THROWS_WITH(run_logits(h, o), Catch::Contains("target_logits") && Catch::Contains("row 1"));
+  CHECK(o == specdec_test::tree_outputs(1, 2));
+}
+
+TEST_CASE("verify_multi_draft_batch from logits (host) rejects bad values and leaves the outputs untouched",
+          "[verify][multi_draft][validation]") {
+  sampled_logits_case c(3, 6, 40, 3, true, 99, logits_case_kind::multi_draft_wor);
+  for (std::uint64_t s = 100; c.node_indptr[1] - c.node_indptr[0] < 2; ++s)
+    c = sampled_logits_case(3, 6, 40, 3, true, s, logits_case_kind::multi_draft_wor);
+  const auto reject = [](const sampled_logits_case& bad, const std::string& what) {
+    specdec_test::tree_outputs o(static_cast<std::size_t>(bad.requests()), bad.tokens.size());
+    const auto fresh = o;
+    CHECK_THROWS_WITH(run_logits(bad, o), Catch::Contains("verify_multi_draft_batch") && Catch::Contains(what));
+    CHECK(o == fresh);
+  };
+  {  // request 0's root row (row 0) is always read
+    auto bad = c;
+    bad.logits[3] = std::numeric_limits<float>::infinity();
+    reject(bad, "target_logits");
+  }
+  {
+    auto bad = c;
+    bad.row_params[0] = 7;
+    reject(bad, "row_params");
+  }
+  {
+    auto bad = c;
+    bad.params[0].top_p = 1.5f;
+    reject(bad, "top_p");
+  }
+  {  // q = 0 at node 1's token in its parent's draft row: refused up front
+    auto bad = c;
+    bad.q[static_cast<std::size_t>((c.parents[1] + 1) * c.vocab + c.tokens[1])] = 0.0f;
+    reject(bad, "q > 0 at the parent's draft row");
+  }
+  {  // two siblings with one token, without replacement
+    auto bad = c;
+    bad.parents[1] = bad.parents[0];
+    bad.tokens[1] = bad.tokens[0];
+    reject(bad, "distinct sibling tokens");
+  }
+  {  // a bad entry in request 0's root draft row (the root has children: its decisions read it in full),
+     // refused even where the decision does not need it: the first child's token peaks in the root
+     // row (p ~ 1) with q = 0.5 there, so the child is accepted and the row is not summed for a residual
+    auto bad = c;
+    const auto x = static_cast<std::size_t>(c.tokens[0]);  // node 0 is the root's first child
+    bad.params[0] = specdec::sampling_params{};  // plain softmax: the peak keeps p ~ 1
+    bad.logits[x] = 60.0f;
+    bad.q[x] = 0.5f;
+    bad.q[x == 0 ? 1 : 0] = -1.0f;
+    reject(bad, "draft_probs");
+  }
+  {  // a row every admissible logit of which a penalty overflows to -inf
+    const auto bad = specdec_test::with_overflowing_row(c, 0, 0);
+    reject(bad, "after the penalties");
+  }
+  {  // shapes and overlaps first: a short workspace, the workspace over the draft rows
+    specdec_test::tree_outputs o(3, c.tokens.size());
+    const auto fresh = o;
+    const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
+    auto q = c.q;
+    const auto qv = specdec::make_view<2>(static_cast<const float*>(q.data()), {c.rows(), c.vocab});
+    const auto pa = specdec::make_view<1>(c.params.data(), {3});
+    std::vector<float> w_short(static_cast<std::size_t>(c.vocab));
+    const auto call = [&](auto ws) {
+      specdec::verify_multi_draft_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv,
+                                        c.mode(), pa, v1(c.row_params), c.b.view(), v1(c.seeds), v1(c.streams), ws,
+                                        v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+    };
+    CHECK_THROWS_WITH(call(specdec::make_view<2>(w_short.data(), {1, c.vocab})), Catch::Contains("workspace"));
+    CHECK_THROWS_WITH(call(specdec::make_view<2>(q.data(), {3, c.vocab})),
+                      Catch::Contains("workspace") && Catch::Contains("draft_probs"));
+    CHECK(o == fresh);
+  }
 }

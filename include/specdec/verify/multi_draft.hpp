@@ -58,6 +58,7 @@
 #include "specdec/sampling/sampler.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/batch.hpp"
+#include "specdec/verify/detail/logits_walk.hpp"
 #include "specdec/verify/detail/stochastic.hpp"
 #include "specdec/verify/detail/tree_arrays.hpp"
 #include "specdec/verify/verify_result.hpp"
@@ -364,8 +365,16 @@ struct multi_draft_args : draft_verify_arrays {
   draft_sampling mode = draft_sampling::with_replacement;
 };
 
-//! The seam between the array form of verify_multi_draft_batch and its backends:
-//!   static void run(const Policy&, const multi_draft_args&);
+//! The arguments of the logits form: the walk's (tree.rows = the target's logits, only read) and the
+//! rows (logits_walk.hpp).
+struct multi_draft_logits_args {
+  multi_draft_args walk;
+  logits_walk_rows logits;
+};
+
+//! The seam between the array forms of verify_multi_draft_batch and their backends:
+//!   static void run(const Policy&, const multi_draft_args&);         the probabilities form
+//!   static void run(const Policy&, const multi_draft_logits_args&);  the logits form
 //! The host backend is below, the cuda one in verify/multi_draft.cuh.
 SPECDEC_BACKEND_SEAM(multi_draft_backend, "verify_multi_draft_batch", "specdec/verify/multi_draft.cuh");
 
@@ -374,16 +383,74 @@ struct multi_draft_backend<host> {
   static void run(const host& policy, const multi_draft_args& a) {
     constexpr std::string_view fn = "specdec::verify_multi_draft_batch";
     run_tree_verify_host(policy, a.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& p) {
-      prob_rows q = p;
-      q.data = a.draft_rows + p.first_row * a.draft_stride;
-      q.row_stride = a.draft_stride;
+      const prob_rows q = draft_rows_of(a, p);
       validate_multi_draft(tokens, parents, p, q, a.mode, fn);
       philox_stream rng(a.seeds[r], a.streams[r]);
       multi_draft_scratch s;
       return multi_draft_walk(tokens, parents, p, q, a.mode, rng, s, fn);
     });
   }
+  //! The logits form: the tree checked first (run_tree_verify_host), then per request on the
+  //! policy's threads the draft checks (every child's q > 0 at its parent's row; siblings distinct
+  //! without replacement), and the walk, each target row it reaches checked as process_logits_batch
+  //! checks it, processed and turned into probabilities in the request's workspace row
+  //! (processed_probs_row_host); the outputs are written once every request is done.
+  static void run(const host& policy, const multi_draft_logits_args& a) {
+    constexpr std::string_view fn = "specdec::verify_multi_draft_batch";
+    run_tree_verify_host(policy, a.walk.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& lg) {
+      const prob_rows q = draft_rows_of(a.walk, lg);
+      validate_multi_draft_by(
+          tokens, parents, nullptr, [&](std::int64_t row, std::int32_t t) { return checked_prob(q, row, t, fn, "draft_probs"); },
+          a.walk.mode, fn);
+      philox_stream rng(a.walk.seeds[r], a.walk.streams[r]);
+      multi_draft_scratch s;
+      return multi_draft_walk_by(
+          tokens, parents, a.walk.mode, rng, s,
+          [&](std::int64_t k, bool) {
+            const std::int64_t i = lg.first_row + k;
+            return walk_row{processed_probs_row_host(a.logits, r, i, fn), row_ref{fn, "target_logits", i, r, k}};
+          },
+          [&](std::int64_t k, bool decide) {
+            if (decide) check_prob_row(q, k, fn, "draft_probs");
+            return walk_row{q.row(k), q.ref(fn, "draft_probs", k)};
+          });
+    });
+  }
 };
+
+//! The logits form's checks (named verify_multi_draft_batch) and arguments: the tree arrays,
+//! draft_probs, the mode, seeds, streams and outputs as the probabilities form's, and
+//! logits_walk_rows_of's (target_logits, params, row_params, the context when given, the workspace;
+//! everything written disjoint from everything read).
+template <class Policy, class NI, class TO, class PA, class LG, class QR, class Pa, class RP, class SE, class SR,
+          class WS, class AC, class NA, class BO, class EM, class ST>
+[[nodiscard]] multi_draft_logits_args multi_draft_logits_args_of(
+    const NI& node_indptr, const TO& tokens, const PA& parents, const LG& target_logits, const QR& draft_probs,
+    draft_sampling mode, const Pa& params, const RP& row_params, const penalty_context* context, const SE& seeds,
+    const SR& streams, const WS& workspace, const AC& accepted, const NA& num_accepted, const BO& bonus,
+    const EM& emitted, const ST& status) {
+  constexpr std::string_view fn = "specdec::verify_multi_draft_batch";
+  static_assert(LG::rank == 2 && std::is_same_v<std::remove_cv_t<typename LG::element_type>, float>,
+                "specdec::verify_multi_draft_batch: target_logits must be a rank-2 tensor of float [rows, vocab]");
+  static_assert(QR::rank == 2 && std::is_same_v<std::remove_cv_t<typename QR::element_type>, float>,
+                "specdec::verify_multi_draft_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
+  static_assert(WS::rank == 2 && std::is_same_v<typename WS::element_type, float>,
+                "specdec::verify_multi_draft_batch: workspace must be a writable rank-2 tensor of float [requests, vocab]");
+  require(mode == draft_sampling::with_replacement || mode == draft_sampling::without_replacement, fn, "mode",
+          "draft_sampling::with_replacement or draft_sampling::without_replacement", static_cast<int>(mode));
+  multi_draft_logits_args a;
+  static_cast<draft_verify_arrays&>(a.walk) =
+      draft_verify_arrays_of<Policy>(fn, "target_logits", device_cdf_max_vocab, node_indptr, tokens, parents,
+                                     target_logits, draft_probs, seeds, streams, accepted, num_accepted, bonus, emitted,
+                                     status);
+  a.walk.mode = mode;
+  a.logits = logits_walk_rows_of<Policy>(fn, a.walk.tree, target_logits, params, row_params, context, workspace,
+                                         accepted, num_accepted, bonus, emitted, status,
+                                         named_read{"draft_probs", draft_probs}, named_read{"seeds", seeds},
+                                         named_read{"streams", streams}, named_read{"node_indptr", node_indptr},
+                                         named_read{"tokens", tokens}, named_read{"parents", parents});
+  return a;
+}
 
 }  // namespace detail
 
@@ -441,6 +508,72 @@ void verify_multi_draft_batch(const Policy& policy, const NI& node_indptr, const
       streams_in, accepted, num_accepted, bonus, emitted, status);
   a.mode = mode;
   detail::multi_draft_backend<Policy>::run(policy, a);
+}
+
+//! verify_multi_draft_batch from the target's logits: each target row the walk reaches (the root's,
+//! then one per accepted node) is processed (params[row_params[i]]: temperature, top-k, top-p, min-p,
+//! eta; with a penalty_context also the repetition and contextual penalties), turned into
+//! probabilities in the request's workspace row and used there for every decision at that node and
+//! the bonus draw; rows the walk does not reach are never read. No [N + R, V] probability buffer. The
+//! result equals process_logits_batch(target_logits copy, params, row_params[, context]),
+//! logits_to_probs_batch, then the probabilities form, bit for bit (the same row functions on both
+//! backends; on cuda under process_logits_batch's conditions for bit-identity and the probabilities
+//! form's, an FMA-capable host level).
+//!   target_logits float [N + R, V]  request r's n_r + 1 rows from row node_indptr[r] + r; unit inner
+//!                                   stride; V <= 2,097,152; only read
+//!   draft_probs   float [N + R, V]  as the probabilities form's (node i drawn from row parents[i] + 1)
+//!   mode                            as the probabilities form's
+//!   params        sampling_params [P]; row_params int32 [N + R], entries in [0, P)
+//!   context       (penalty form) as process_logits_batch's, row i's context and suffix
+//!   seeds, streams uint64 [R]       as the probabilities form's
+//!   workspace     float [R, V]      scratch: request r's processed rows, one after another; its
+//!                                   contents afterwards are unspecified
+//!   other arguments and outputs     as the probabilities form's
+//! What the call writes (outputs, workspace) must be disjoint from what it reads. Checked: every
+//! child's q > 0 at its parent's draft row and distinct siblings without replacement, up front (p at
+//! a child's token cannot be known before its row is processed); the q rows a node's decisions read,
+//! in full; each target row the walk reaches as process_logits_batch checks it.
+//!   specdec::host: invalid_argument naming the row, the outputs untouched; requests on the policy's
+//!     threads.
+//!   specdec::cuda (needs verify/multi_draft.cuh and nvcc): device-accessible memory;
+//!     process_logits_batch's reports in `status` (device_error::params, ::context, ::row with the
+//!     row of target_logits), the rest as the probabilities form's (fanout included); a request with
+//!     a bad value gets unspecified outputs. One block per request. Enqueued on policy.stream without
+//!     synchronisation, graph-capturable.
+template <execution_policy Policy, class NI, class TO, class PA, class LG, class QR, tensor_like Pa, class RP,
+          class SE, class SR, tensor_like WS, class AC, class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           tensor_like<QR> && detail::int32_array<RP> && detail::uint64_array<SE> && detail::uint64_array<SR> &&
+           detail::int32_output<AC> && detail::int32_output<NA> && detail::int32_output<BO> &&
+           detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_multi_draft_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                              const LG& target_logits, const QR& draft_probs, draft_sampling mode, const Pa& params,
+                              const RP& row_params, const SE& seeds, const SR& streams, const WS& workspace,
+                              const AC& accepted, const NA& num_accepted, const BO& bonus, const EM& emitted,
+                              const ST& status) {
+  detail::multi_draft_backend<Policy>::run(
+      policy, detail::multi_draft_logits_args_of<Policy>(node_indptr, tokens, parents, target_logits, draft_probs, mode,
+                                                         params, row_params, nullptr, seeds, streams, workspace,
+                                                         accepted, num_accepted, bonus, emitted, status));
+}
+
+//! The logits form with each request's repetition and contextual penalties (a penalty_context, as
+//! process_logits_batch's six-argument form takes it).
+template <execution_policy Policy, class NI, class TO, class PA, class LG, class QR, tensor_like Pa, class RP,
+          class SE, class SR, tensor_like WS, class AC, class NA, class BO, class EM, class ST>
+  requires(detail::int32_array<NI> && detail::int32_array<TO> && detail::int32_array<PA> && tensor_like<LG> &&
+           tensor_like<QR> && detail::int32_array<RP> && detail::uint64_array<SE> && detail::uint64_array<SR> &&
+           detail::int32_output<AC> && detail::int32_output<NA> && detail::int32_output<BO> &&
+           detail::int32_output<EM> && detail::int32_output<ST>)
+void verify_multi_draft_batch(const Policy& policy, const NI& node_indptr, const TO& tokens, const PA& parents,
+                              const LG& target_logits, const QR& draft_probs, draft_sampling mode, const Pa& params,
+                              const RP& row_params, const penalty_context& context, const SE& seeds,
+                              const SR& streams, const WS& workspace, const AC& accepted, const NA& num_accepted,
+                              const BO& bonus, const EM& emitted, const ST& status) {
+  detail::multi_draft_backend<Policy>::run(
+      policy, detail::multi_draft_logits_args_of<Policy>(node_indptr, tokens, parents, target_logits, draft_probs, mode,
+                                                         params, row_params, &context, seeds, streams, workspace,
+                                                         accepted, num_accepted, bonus, emitted, status));
 }
 
 }  // namespace specdec

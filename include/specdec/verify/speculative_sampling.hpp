@@ -137,21 +137,13 @@ struct chain_speculative_logits_args {
 SPECDEC_BACKEND_SEAM(chain_speculative_backend, "verify_chain_speculative_batch",
                      "specdec/verify/speculative_sampling.cuh");
 
-//! Request r's draft rows, numbered as its target rows `p` are.
-inline prob_rows chain_draft_rows(const chain_speculative_args& a, const prob_rows& p) {
-  prob_rows q = p;
-  q.data = a.draft_rows + p.first_row * a.draft_stride;
-  q.row_stride = a.draft_stride;
-  return q;
-}
-
 template <>
 struct chain_speculative_backend<host> {
   static void run(const host& policy, const chain_speculative_args& a) {
     constexpr std::string_view fn = "specdec::verify_chain_speculative_batch";
     run_tree_verify_host(policy, a.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& p) {
       philox_stream rng(a.seeds[r], a.streams[r]);
-      return chain_speculative_walk(tokens, parents, p, chain_draft_rows(a, p), rng, fn);
+      return chain_speculative_walk(tokens, parents, p, draft_rows_of(a, p), rng, fn);
     });
   }
   //! The logits form: the tree checked first (run_tree_verify_host), then per request on the
@@ -161,7 +153,7 @@ struct chain_speculative_backend<host> {
   static void run(const host& policy, const chain_speculative_logits_args& a) {
     constexpr std::string_view fn = "specdec::verify_chain_speculative_batch";
     run_tree_verify_host(policy, a.walk.tree, fn, [&](int r, auto tokens, auto parents, const prob_rows& lg) {
-      const prob_rows q = chain_draft_rows(a.walk, lg);
+      const prob_rows q = draft_rows_of(a.walk, lg);
       check_chain_speculative(tokens, parents, nullptr, &q, fn, r);
       philox_stream rng(a.walk.seeds[r], a.walk.streams[r]);
       return chain_speculative_walk_by(

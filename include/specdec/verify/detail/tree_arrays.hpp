@@ -119,6 +119,14 @@ struct draft_verify_arrays {
   const std::uint64_t* streams = nullptr;
 };
 
+//! A request's draft rows, numbered as its target rows `p` (run_tree_verify_host's) are.
+inline prob_rows draft_rows_of(const draft_verify_arrays& a, const prob_rows& p) {
+  prob_rows q = p;
+  q.data = a.draft_rows + p.first_row * a.draft_stride;
+  q.row_stride = a.draft_stride;
+  return q;
+}
+
 //! tree_verify_arrays_of for the target's rows (target_probs, or target_logits: `rows_name`), then
 //! the same checks for draft_probs (its rows numbered as the target's) and for seeds and streams ([R]
 //! each); returns the pointers.
