@@ -14,7 +14,8 @@
 // only the rows the walks reach): the same against
 // chain_speculative_verifier with a sampling chain drafter whose q rows are copied, viewed in host
 // memory, viewed in device memory, or absent (one-hot rows); bad drafts refused ([nogpu]).
-// cuda_multi_draft_verifier: the same against multi_draft_verifier, 3 drafts per step from the
+// cuda_multi_draft_verifier (every row, and only the rows the walks reach): the same against
+// multi_draft_verifier, 3 drafts per step from the
 // library's multi_draft_sampler over a bigram draft table, with and without replacement; a step of
 // mixed modes refused ([nogpu]).
 #include <catch2/catch.hpp>
@@ -355,6 +356,13 @@ struct visited_rows_chain_verifier : specdec::cuda_chain_speculative_verifier {
       : specdec::cuda_chain_speculative_verifier(s, specdec::sampled_rows::visited_rows) {}
 };
 
+//! cuda_multi_draft_verifier processing only the rows its walks reach (the logits form of
+//! verify_multi_draft_batch).
+struct visited_rows_multi_verifier : specdec::cuda_multi_draft_verifier {
+  explicit visited_rows_multi_verifier(cudaStream_t s)
+      : specdec::cuda_multi_draft_verifier(s, specdec::sampled_rows::visited_rows) {}
+};
+
 }  // namespace
 
 TEST_CASE("cuda_chain_speculative_verifier equals the host's, token for token, wherever the q rows live",
@@ -445,6 +453,10 @@ TEST_CASE("cuda_multi_draft_verifier equals the host's, token for token, with an
                                              bigram_multi_drafter, specdec::multi_draft_tree_builder>(sampled_params, d, d);
     INFO("without replacement: " << (mode == specdec::draft_sampling::without_replacement));
     CHECK(got == want);
+    // only the rows the walks reach processed (the logits form)
+    CHECK(host_and_device<specdec::multi_draft_verifier, visited_rows_multi_verifier, bigram_multi_drafter,
+                          specdec::multi_draft_tree_builder>(sampled_params, d, d)
+              .second == want);
     std::size_t tokens = 0;
     for (const auto& [id, t] : want) tokens += t.size();
     CHECK(tokens >= 100);

@@ -3,14 +3,19 @@
 // bonus draws bit for bit on ragged batches of drawn trees, with and without replacement, up to 64
 // requests, 1024-node trees and vocabularies up to 256K (a padded row stride); device-side value
 // errors in status; graph capture. The kernel's walk also runs serially on the host in CI (its host
-// twin, tests/verify/test_multi_draft_arrays.cpp).
+// twin, tests/verify/test_multi_draft_arrays.cpp). The logits form (each target row the walk reaches
+// processed in the request's workspace row) against the host's processing of every row, then the
+// probabilities form, in both modes: the same outputs, process_logits_batch's reports for the rows it
+// reaches only, graph replay, and its host-side refusals ([nogpu]).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_test_util.cuh"
+#include "cuda/logits_verify_device_util.cuh"
 #include "cuda/tree_verify_device_util.cuh"
 #include "specdec/verify/multi_draft.cuh"
 #include "verify/multi_draft_batch_util.hpp"
@@ -273,4 +278,136 @@ TEST_CASE("cuda verify_multi_draft_batch rejects host memory, bad shapes and a b
                                                       dev(c.seeds), dev(c.streams), dev(acc), dev(nacc), dev(bon),
                                                       dev(emi), dev(st)),
                     Catch::Contains("mode"));
+}
+
+namespace {
+using specdec_test::device_logits_case;
+using specdec_test::logits_case_kind;
+using specdec_test::sampled_logits_case;
+}  // namespace
+
+TEST_CASE("cuda verify_multi_draft_batch from logits draws what the host's processed rows draw", "[cuda][verify]") {
+  // sampled_logits_case's expected result for multi-draft trees: process_logits_batch,
+  // logits_to_probs_batch and the probabilities form on the host; the device processes only the rows
+  // its walk reaches
+  int accepted = 0;
+  for (const auto kind : {logits_case_kind::multi_draft, logits_case_kind::multi_draft_wor})
+    for (const bool penalties : {false, true})
+      for (const auto& [R, max_nodes, V] : {std::tuple{1, 1, std::int64_t{1}}, {5, 8, 7}, {17, 40, 300},
+                                            {64, 16, 4099}, {8, 16, 131075}, {3, 64, 300007}}) {
+        const sampled_logits_case c(R, max_nodes, V, 3, penalties, static_cast<std::uint64_t>(R * 19 + V + penalties),
+                                    kind);
+        for (std::int64_t pad : {0, 5}) {
+          device_logits_case d(c, pad);
+          d.launch();
+          specdec_test::sync_check("verify_multi_draft_batch (logits)");
+          INFO("R " << R << " nodes <= " << max_nodes << " V " << V << " pad " << pad << " penalties " << penalties
+                    << " mode " << static_cast<int>(kind));
+          accepted += c.matches(d.out.download());
+        }
+      }
+  CHECK(accepted > 20);
+}
+
+TEST_CASE("cuda verify_multi_draft_batch from logits reports what processing reports, for rows it reaches only",
+          "[cuda][verify]") {
+  sampled_logits_case c(3, 6, 40, 3, true, 99, logits_case_kind::multi_draft_wor);
+  for (std::uint64_t s = 100; c.node_indptr[3] - c.node_indptr[2] < 2; ++s)
+    c = sampled_logits_case(3, 6, 40, 3, true, s, logits_case_kind::multi_draft_wor);
+  const auto expect = [](const sampled_logits_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
+    device_logits_case d(bad);
+    d.launch();
+    specdec_test::sync_check("verify_multi_draft_batch (logits, bad values)");
+    const auto s = d.out.status();
+    CHECK(s.error == e);
+    CHECK(s.request == request);
+    CHECK(s.index == index);
+  };
+  const std::int32_t b2 = c.node_indptr[2], root2 = b2 + 2;  // request 2's first row: always reached
+  {
+    auto bad = c;
+    bad.logits[static_cast<std::size_t>(root2 * c.vocab + 1)] = std::numeric_limits<float>::quiet_NaN();
+    expect(bad, specdec::device_error::row, -1, root2);
+  }
+  {
+    auto bad = c;
+    bad.row_params[static_cast<std::size_t>(root2)] = 9;
+    expect(bad, specdec::device_error::params, 9, root2);
+  }
+  {  // checked up front, before any row is processed: q = 0 at node 0's token in the root's draft row
+    auto bad = c;
+    bad.q[static_cast<std::size_t>(root2 * c.vocab + c.tokens[static_cast<std::size_t>(b2)])] = 0.0f;
+    expect(bad, specdec::device_error::draft_prob, 2, 0);
+  }
+  {  // a row every admissible logit of which the repetition penalty overflows to -inf
+    const auto bad = specdec_test::with_overflowing_row(c, root2, 2);
+    expect(bad, specdec::device_error::row, -1, root2);
+  }
+  {  // the host test's hand case: node 0 rejected at temperature 0, NaN in the rows after it unread
+    sampled_logits_case h(0, 1, 5, 1, false, 1, logits_case_kind::multi_draft);
+    h.node_indptr = {0, 2};
+    h.tokens = {1, 2};
+    h.parents = {-1, 0};
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
+    h.q = std::vector<float>(15, 0.2f);
+    specdec::sampling_params p;
+    p.temperature = 0.0f;
+    h.params = {p};
+    h.row_params = {0, 5, 6};
+    h.seeds = {3};
+    h.streams = {specdec::stream_id(0, 0)};
+    device_logits_case d(h);
+    d.launch();
+    specdec_test::sync_check("verify_multi_draft_batch (logits, unread NaN)");
+    CHECK(d.out.status().ok());
+    CHECK(d.out.emi.download() == std::vector<std::int32_t>{3, -9, -9});
+  }
+}
+
+TEST_CASE("cuda verify_multi_draft_batch from logits is captured in a CUDA graph and replays with new streams",
+          "[cuda][verify]") {
+  sampled_logits_case c(8, 24, 5003, 3, true, 5, logits_case_kind::multi_draft);
+  device_logits_case d(c);
+  std::uint32_t step = 0;
+  specdec_test::replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        ++step;
+        for (int r = 0; r < c.requests(); ++r) c.streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
+        c.finish();
+        d.streams.upload(c.streams);
+        d.out.reset();
+      },
+      [&] { (void)c.matches(d.out.download()); });
+}
+
+TEST_CASE("cuda verify_multi_draft_batch from logits rejects host memory, a short workspace, overlaps and a bad mode "
+          "first",
+          "[cuda][verify][nogpu]") {
+  sampled_logits_case c(2, 5, 16, 2, false, 3, logits_case_kind::multi_draft);
+  std::vector<std::int32_t> acc(c.tokens.size()), nacc(2), bon(2), emi(c.tokens.size() + 2), st(3);
+  std::vector<float> work(2 * 16);
+  auto dev = [](auto& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const auto l_dev = specdec::make_view<2>(c.logits.data(), {c.rows(), 16}, memory_space::device);
+  const auto l_host = specdec::make_view<2>(c.logits.data(), {c.rows(), 16});
+  const auto q_dev = specdec::make_view<2>(c.q.data(), {c.rows(), 16}, memory_space::device);
+  const auto w_dev = specdec::make_view<2>(work.data(), {2, 16}, memory_space::device);
+  const auto call = [&](auto l, auto q, auto w, draft_sampling mode = draft_sampling::with_replacement) {
+    specdec::verify_multi_draft_batch(specdec::cuda{}, dev(c.node_indptr), dev(c.tokens), dev(c.parents), l, q, mode,
+                                      dev(c.params), dev(c.row_params), dev(c.seeds), dev(c.streams), w, dev(acc),
+                                      dev(nacc), dev(bon), dev(emi), dev(st));
+  };
+  CHECK_THROWS_WITH(call(l_host, q_dev, w_dev), Catch::Contains("target_logits") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(call(l_dev, specdec::make_view<2>(c.q.data(), {c.rows(), 16}), w_dev),
+                    Catch::Contains("draft_probs") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(call(l_dev, q_dev, specdec::make_view<2>(work.data(), {2, 16})),
+                    Catch::Contains("workspace") && Catch::Contains("device-accessible"));
+  CHECK_THROWS_WITH(call(l_dev, q_dev, specdec::make_view<2>(work.data(), {1, 16}, memory_space::device)),
+                    Catch::Contains("workspace"));
+  CHECK_THROWS_WITH(call(l_dev, q_dev, specdec::make_view<2>(c.q.data(), {2, 16}, memory_space::device)),
+                    Catch::Contains("workspace") && Catch::Contains("draft_probs"));
+  CHECK_THROWS_WITH(call(l_dev, q_dev, w_dev, static_cast<draft_sampling>(7)), Catch::Contains("mode"));
 }

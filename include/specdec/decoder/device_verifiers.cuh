@@ -46,7 +46,7 @@
 //!   cuda_multi_draft_verifier
 //!                         multi_draft_verifier plus verify_batch: the same, with each request's draft
 //!                         rows assigned by the host verifier's rule (several drafts per request), then
-//!                         verify_multi_draft_batch(cuda).
+//!                         verify_multi_draft_batch(cuda) (every row, or its logits form).
 
 #include <cuda_runtime_api.h>
 
@@ -739,10 +739,15 @@ static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
 //! conditions (and verify_multi_draft_batch's: the host at an FMA-capable level). The step's drafts
 //! (batch_verify_input::drafts) are required, and its requests must share one draft_sampling mode
 //! (draft_candidates::sampled_as; one drafter's requests do): a step that mixes them is refused.
-//! `stream` as for cuda_greedy_verifier. Device memory: two [N + B, V] float buffers and the step's arrays.
+//! `rows` as for cuda_sample_and_match_verifier: every target row processed, or only those the walk
+//! reaches (the root's and one per accepted node; verify_multi_draft_batch's logits form), which
+//! refuses a bad value only in a row it reads. `stream` as for cuda_greedy_verifier. Device memory:
+//! two [N + B, V] float buffers (every_row) or one and a [B, V] workspace (visited_rows), and the
+//! step's arrays.
 class cuda_multi_draft_verifier : public multi_draft_verifier {
  public:
-  explicit cuda_multi_draft_verifier(cudaStream_t stream) : d_(stream) {}
+  explicit cuda_multi_draft_verifier(cudaStream_t stream, sampled_rows rows = sampled_rows::automatic)
+      : d_(stream), rows_(rows) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_multi_draft_verifier::verify_batch";
@@ -772,17 +777,32 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
           [&](std::int64_t row, std::int32_t token) { q.one_hot(first + row, token); });
     });
     const draft_sampling m = mode.value_or(draft_sampling::with_replacement);
-    detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
-                                                           const auto& probs, const auto& draft) {
-      verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, draft, m, io.seeds(),
-                               io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
-                               io.status_view(io.verification));
+    if (!detail::processes_visited_rows(rows_, in.logits.extent(0))) {
+      detail::run_stochastic_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                             const auto& probs, const auto& draft) {
+        verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), probs, draft, m, io.seeds(),
+                                 io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
+                                 io.status_view(io.verification));
+      });
+      return;
+    }
+    detail::run_logits_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
+                                                       const auto& up, const auto& work, const auto& draft) {
+      if (d_.rows->penalties())
+        verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, m, up.params,
+                                 up.row_params, up.context, io.seeds(), io.streams(), work, io.accepted(),
+                                 io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+      else
+        verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, m, up.params,
+                                 up.row_params, io.seeds(), io.streams(), work, io.accepted(), io.num_accepted(),
+                                 io.bonus(), io.emitted(), io.status_view(io.verification));
     });
   }
 
  private:
   detail::device_verifier_state d_;
   detail::multi_draft_rows_scratch scratch_;
+  sampled_rows rows_ = sampled_rows::automatic;
 };
 static_assert(check_verifier<cuda_multi_draft_verifier>() && verifier_has_verify_batch<cuda_multi_draft_verifier>);
 

@@ -21,6 +21,12 @@
 //!  4. the bonus after the last rejection at a node: from the residual's block sums, or from p when no
 //!     residual is in force (no child, or every rejection left a zero residual: see multi_draft.hpp).
 //! Rows of nodes the walk does not visit are never read. Outputs as the greedy backend writes them.
+//!
+//! The logits form (multi_draft_logits_kernel) walks the same way without step 1's p checks; the
+//! target row of each node it reaches is copied from the logits into the request's workspace row,
+//! processed there (block_process_row: process_logits_batch's steps and its reports,
+//! device_error::params / context / row with the row's number in target_logits) and turned into
+//! probabilities (block_probs_row), then read with plain loads (the kernel writes it).
 
 #include <cuda_runtime_api.h>
 
@@ -30,6 +36,7 @@
 #include "specdec/core/device_types.cuh"
 #include "specdec/core/error.hpp"
 #include "specdec/sampling/detail/cdf_device.cuh"
+#include "specdec/sampling/logits_processor.cuh"
 #include "specdec/verify/multi_draft.hpp"
 
 namespace specdec {
@@ -47,8 +54,9 @@ struct multi_draft_shared {
 
 //! The residual's weights (residual_ops::weight) as a split_weight (sampling/detail/cdf_device.cuh):
 //! a batch of tokens' p and q entries is loaded before any is weighed. Entry = true: the cdf_entry
-//! form cdf_block_sums takes (the rows were checked in full before, so never bad).
-template <bool Entry>
+//! form cdf_block_sums takes (the rows were checked in full before, so never bad). ReadOnlyP: p read
+//! through the read-only cache (the caller's probabilities; not a row the kernel writes).
+template <bool Entry, bool ReadOnlyP = true>
 struct residual_weight {
   const residual_ops* ops;
   const float* p;
@@ -56,7 +64,10 @@ struct residual_weight {
   struct pq {
     float p, q;
   };
-  __device__ pq load(std::int64_t i) const { return {__ldg(p + i), __ldg(q + i)}; }
+  __device__ pq load(std::int64_t i) const {
+    if constexpr (ReadOnlyP) return {__ldg(p + i), __ldg(q + i)};
+    else return {p[i], __ldg(q + i)};  // p in a workspace this kernel writes: plain loads
+  }
   __device__ auto weigh(pq v, std::int64_t i) const {
     const double w = ops->weight_of(v.p, v.q, i);
     if constexpr (Entry)
@@ -84,7 +95,14 @@ __device__ inline std::int32_t next_child(const std::int32_t* par, std::int32_t 
   return c == std::numeric_limits<std::int32_t>::max() ? -1 : c;
 }
 
-__global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const multi_draft_args args) {
+//! The walks of the file comment, a request per block (grid-stride). row_of(r, i, k) gives the target
+//! distribution of request r's local row k (i: its row in the tensor), or nullptr after reporting why
+//! it has none; every thread calls it, and its result is uniform. FromLogits: the rows are processed
+//! from logits into a workspace this kernel writes (plain loads; p at a child's token is not known
+//! before its row is processed, and a processed row is a distribution: no p checks); otherwise they
+//! are the caller's probabilities (read through the read-only cache, checked).
+template <bool FromLogits, class RowOf>
+__device__ void multi_draft_walks(const multi_draft_args& args, RowOf&& row_of) {
   __shared__ double bs[device_cdf_max_blocks];
   __shared__ cdf_draw_shared draw;
   __shared__ multi_draft_shared s;
@@ -101,7 +119,6 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
     const std::int32_t* par = a.parents + b;
     const std::int32_t* tok = a.tokens + b;
     const std::int64_t first_row = static_cast<std::int64_t>(b) + r;
-    const auto p_row = [&](std::int32_t i) { return a.rows + (first_row + i) * a.row_stride; };
     const auto q_row = [&](std::int32_t i) { return args.draft_rows + (first_row + i) * args.draft_stride; };
     bool bad = false;
     for (std::int64_t i64 = t; i64 < n; i64 += multi_draft_threads) {
@@ -115,9 +132,11 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
         device_report(a.status, device_error::token, r, i), bad = true;
         continue;
       }
-      const float qx = q_row(pi + 1)[x], px = p_row(pi + 1)[x];
+      const float qx = q_row(pi + 1)[x];
       if (prob_entry(qx).bad || !(qx > 0.0f)) device_report(a.status, device_error::draft_prob, r, i), bad = true;
-      if (prob_entry(px).bad) device_report(a.status, device_error::row, r, pi + 1), bad = true;
+      if constexpr (!FromLogits)
+        if (prob_entry(a.rows[(first_row + pi + 1) * a.row_stride + x]).bad)
+          device_report(a.status, device_error::row, r, pi + 1), bad = true;
       if (wor)
         for (std::int32_t j = pi + 1; j < i; ++j)
           if (par[j] == pi && tok[j] == x) {
@@ -129,11 +148,12 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
     philox_stream rng(args.seeds[r], args.streams[r]);  // drawn from by thread 0 only
     std::int32_t cur = -1, depth = 0;
     for (;;) {
-      const float* p = p_row(cur + 1);
+      const float* p = row_of(r, first_row + cur + 1, cur + 1);
+      if (p == nullptr) break;
       const float* q = q_row(cur + 1);
       std::int32_t c = next_child(par, n, cur, cur, s);
       if (c >= 0) {  // the rows this node's decisions use, in full
-        const bool bad_p = block_row_inadmissible(p, a.vocab);
+        const bool bad_p = !FromLogits && block_row_inadmissible(p, a.vocab);
         const bool bad_q = block_row_inadmissible(q, a.vocab);
         if (bad_p || bad_q) {
           if (t == 0) device_report(a.status, bad_p ? device_error::row : device_error::draft_row, r, cur + 1);
@@ -170,7 +190,7 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
         __syncthreads();  // every thread has read s before thread 0 changes it
         if (t == 0) s.ops.push_update(residual, total / remain);
         __syncthreads();
-        const residual_weight<true> weight{&s.ops, p, q};
+        const residual_weight<true, !FromLogits> weight{&s.ops, p, q};
         (void)cdf_block_sums<multi_draft_threads>(weight, a.vocab, nb, bs);  // both rows checked above
         const double tt = cdf_total(bs, nb);
         if (tt > 0.0) {
@@ -193,10 +213,14 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
       if (next < 0) {
         std::int64_t y;
         if (residual) {
-          y = cdf_draw_block(bs, nb, a.vocab, rng, residual_weight<false>{&s.ops, p, q}, draw);
+          y = cdf_draw_block(bs, nb, a.vocab, rng, residual_weight<false, !FromLogits>{&s.ops, p, q}, draw);
         } else {
-          if (cdf_block_sums<multi_draft_threads>([p](std::int64_t i) { return prob_entry(__ldg(p + i)); }, a.vocab, nb,
-                                                  bs)) {
+          if (cdf_block_sums<multi_draft_threads>(
+                  [p](std::int64_t i) {
+                    if constexpr (FromLogits) return prob_entry(p[i]);
+                    else return prob_entry(__ldg(p + i));
+                  },
+                  a.vocab, nb, bs)) {
             if (t == 0) device_report(a.status, device_error::row, r, cur + 1);
             break;
           }
@@ -217,6 +241,34 @@ __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const 
   }
 }
 
+__global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const multi_draft_args args) {
+  multi_draft_walks<false>(args, [&args](std::int32_t, std::int64_t i, std::int32_t) {
+    return args.tree.rows + i * args.tree.row_stride;
+  });
+}
+
+static_assert(multi_draft_threads == process_threads, "the logits form runs process_logits_batch's row functions");
+
+//! The logits form: each target row the walk reaches copied into the request's workspace row,
+//! processed there (block_process_row: process_logits_batch's reports), turned into probabilities in
+//! place (block_probs_row), then used for the node's decisions and the bonus as above. Its static
+//! shared memory, the walk's (residual lists, block sums) and the row functions', is within 0.5 KB of
+//! the 48 KB a block may declare (ptxas: 48,688 bytes on sm_90).
+__global__ void __launch_bounds__(multi_draft_threads, 1) multi_draft_logits_kernel(const multi_draft_logits_args args) {
+  __shared__ row_kernel_shared sh;
+  multi_draft_walks<true>(args.walk, [&args](std::int32_t r, std::int64_t i, std::int32_t) -> const float* {
+    const process_logits_batch_args& a = args.logits.rows;
+    const float* src = a.logits + i * a.stride;
+    float* work = args.logits.workspace + r * args.logits.workspace_stride;
+    __syncthreads();  // every thread is done with the request's previous row
+    for (std::int64_t k = threadIdx.x; k < a.vocab; k += multi_draft_threads) work[k] = src[k];
+    __syncthreads();
+    if (!block_process_row(a, i, work, sh)) return nullptr;
+    if (!block_probs_row(work, work, a.vocab, a.status, i, sh)) return nullptr;
+    return work;
+  });
+}
+
 //! The cuda backend (the seam in multi_draft.hpp): the entry point has checked shapes, strides,
 //! memory spaces, the mode and the vocabulary limit. Clears status and launches the kernel on
 //! policy.stream; no synchronisation. A failed launch throws cuda_error.
@@ -225,6 +277,11 @@ struct multi_draft_backend<cuda> {
   static void run(const cuda& policy, const multi_draft_args& a) {
     clear_device_status(a.tree.status, policy.stream);
     launch_per_request<multi_draft_threads>(multi_draft_kernel, a.tree.requests, policy.stream, "multi_draft_kernel", a);
+  }
+  static void run(const cuda& policy, const multi_draft_logits_args& a) {
+    clear_device_status(a.walk.tree.status, policy.stream);
+    launch_per_request<multi_draft_threads>(multi_draft_logits_kernel, a.walk.tree.requests, policy.stream,
+                                            "multi_draft_logits_kernel", a);
   }
 };
 
