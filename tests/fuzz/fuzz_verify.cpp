@@ -405,12 +405,14 @@ SPECDEC_FUZZ_TARGET(verify_arrays, "verify_{greedy,sample_and_match,chain_specul
   }
 }
 
-SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_sample_and_match_batch from logits == process_logits_batch, logits_to_probs_batch, then the probabilities form") {
+SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_{sample_and_match,chain_speculative,multi_draft}_batch from logits == process_logits_batch, logits_to_probs_batch, then the probabilities form") {
   // Raw (possibly invalid) trees, fuzzed logits rows (NaN, +inf, -inf rows, near FLT_MAX), one or two
   // sampling entries with any processors (penalties through a penalty_context when the trees are
-  // valid), entries out of range now and then. Where the composition succeeds the logits form must
-  // give the same outputs; where it refuses, the logits form (which checks only the rows its walks
-  // visit) either refuses too, leaving its outputs untouched, or gives root paths.
+  // valid), entries out of range now and then; then the verifier (read last, so inputs written before
+  // it existed still fuzz sample-and-match): sample-and-match, chain speculative sampling, or
+  // multi-draft with or without replacement, with fuzzed draft rows. Where the composition succeeds
+  // the logits form must give the same outputs; where it refuses, the logits form (which checks only
+  // the rows its walks reach) either refuses too, leaving its outputs untouched, or gives root paths.
   input in(data, size);
   const int vocab = in.range(1, 12);
   raw_batch b = fuzz_raw_batch(in, vocab);
@@ -447,6 +449,10 @@ SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_sample_and_match_batch from
     }
   std::vector<std::uint64_t> seeds, streams;
   for (std::int64_t r = 0; r < R; ++r) seeds.push_back(in.u64()), streams.push_back(in.u64());
+  const int kind = in.range(0, 3);  // 0 sample_and_match, 1 chain, 2 multi-draft, 3 multi-draft without replacement
+  const auto mode = kind == 3 ? specdec::draft_sampling::without_replacement : specdec::draft_sampling::with_replacement;
+  auto q = kind == 0 ? std::vector<float>{} : fuzz_rows(in, static_cast<std::size_t>(rows), vocab, true);
+  const auto qv = specdec::make_view<2>(static_cast<const float*>(q.data()), {kind == 0 ? 0 : rows, vocab});
   struct outs {
     std::vector<std::int32_t> acc, nacc, bon, emi, st{9, 9, 9};
     bool operator==(const outs&) const = default;
@@ -461,14 +467,31 @@ SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_sample_and_match_batch from
   bool threw = false, ref_threw = false;
   try {
     const auto w = specdec::make_view<2>(work.data(), {R, vocab});
-    if (penalties)
-      specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, pa,
-                                             v1(row_params), ctx.view(), v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc),
+    const specdec::host h{1};
+    if (penalties && kind == 0)
+      specdec::verify_sample_and_match_batch(h, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, pa, v1(row_params),
+                                             ctx.view(), v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc),
                                              v1(got.bon), v1(got.emi), v1(got.st));
+    else if (kind == 0)
+      specdec::verify_sample_and_match_batch(h, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, pa, v1(row_params),
+                                             v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc), v1(got.bon),
+                                             v1(got.emi), v1(got.st));
+    else if (penalties && kind == 1)
+      specdec::verify_chain_speculative_batch(h, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, qv, pa,
+                                              v1(row_params), ctx.view(), v1(seeds), v1(streams), w, v1(got.acc),
+                                              v1(got.nacc), v1(got.bon), v1(got.emi), v1(got.st));
+    else if (kind == 1)
+      specdec::verify_chain_speculative_batch(h, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, qv, pa,
+                                              v1(row_params), v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc),
+                                              v1(got.bon), v1(got.emi), v1(got.st));
+    else if (penalties)
+      specdec::verify_multi_draft_batch(h, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, qv, mode, pa,
+                                        v1(row_params), ctx.view(), v1(seeds), v1(streams), w, v1(got.acc),
+                                        v1(got.nacc), v1(got.bon), v1(got.emi), v1(got.st));
     else
-      specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, pa,
-                                             v1(row_params), v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc),
-                                             v1(got.bon), v1(got.emi), v1(got.st));
+      specdec::verify_multi_draft_batch(h, v1(b.node_indptr), v1(b.tokens), v1(b.parents), lg, qv, mode, pa,
+                                        v1(row_params), v1(seeds), v1(streams), w, v1(got.acc), v1(got.nacc),
+                                        v1(got.bon), v1(got.emi), v1(got.st));
   } catch (const specdec::invalid_argument&) {
     threw = true;
   }
@@ -486,8 +509,18 @@ SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_sample_and_match_batch from
     else
       specdec::process_logits_batch(specdec::host{1}, pv, pa, v1(row_params), sv);
     specdec::logits_to_probs_batch(specdec::host{1}, pv, pv, sv);
-    specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv, v1(seeds),
-                                           v1(streams), v1(want.acc), v1(want.nacc), v1(want.bon), v1(want.emi), v1(want.st));
+    if (kind == 0)
+      specdec::verify_sample_and_match_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv,
+                                             v1(seeds), v1(streams), v1(want.acc), v1(want.nacc), v1(want.bon),
+                                             v1(want.emi), v1(want.st));
+    else if (kind == 1)
+      specdec::verify_chain_speculative_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv, qv,
+                                              v1(seeds), v1(streams), v1(want.acc), v1(want.nacc), v1(want.bon),
+                                              v1(want.emi), v1(want.st));
+    else
+      specdec::verify_multi_draft_batch(specdec::host{1}, v1(b.node_indptr), v1(b.tokens), v1(b.parents), pv, qv, mode,
+                                        v1(seeds), v1(streams), v1(want.acc), v1(want.nacc), v1(want.bon), v1(want.emi),
+                                        v1(want.st));
   } catch (const specdec::invalid_argument&) {
     ref_threw = true;
   }

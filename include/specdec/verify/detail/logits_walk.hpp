@@ -32,6 +32,8 @@ struct named_read {
   const char* name;
   const A& array;
 };
+template <class A>
+named_read(const char*, const A&) -> named_read<A>;  // spelled out: clang before 17 deduces no aggregate
 
 //! The logits form's checks (named `fn`) beyond the tree's (`tree`, from tree_verify_arrays_of over
 //! target_logits and the outputs): target_logits float [N + R, V], params and row_params as
