@@ -210,24 +210,17 @@ TEST_CASE("cuda verify_chain_speculative_batch from logits reports what processi
     expect(bad, specdec::device_error::row, -1, root2);
   }
   {  // the host test's hand case: node 0 rejected at temperature 0, NaN in the rows after it unread
-    sampled_logits_case h(0, 1, 5, 1, false, 1, specdec_test::logits_case_kind::chain);
-    h.node_indptr = {0, 2};
-    h.tokens = {1, 2};
-    h.parents = {-1, 0};
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
-    h.q = std::vector<float>(15, 0.2f);
-    specdec::sampling_params p;
-    p.temperature = 0.0f;
-    h.params = {p};
-    h.row_params = {0, 5, 6};
-    h.seeds = {3};
-    h.streams = {specdec::stream_id(0, 0)};
+    const auto h = specdec_test::rejected_root_case(specdec_test::logits_case_kind::chain);
     device_logits_case d(h);
     d.launch();
     specdec_test::sync_check("verify_chain_speculative_batch (logits, unread NaN)");
     CHECK(d.out.status().ok());
     CHECK(d.out.emi.download() == std::vector<std::int32_t>{3, -9, -9});
+  }
+  {  // a bad entry in request 2's first draft row, read in full before the first decision
+    auto bad = c;
+    bad.q[static_cast<std::size_t>(root2 * c.vocab + c.vocab - 1)] = -0.5f;  // no child carries token V - 1
+    expect(bad, specdec::device_error::draft_row, 2, 0);
   }
 }
 

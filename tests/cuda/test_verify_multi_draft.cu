@@ -344,24 +344,30 @@ TEST_CASE("cuda verify_multi_draft_batch from logits reports what processing rep
     expect(bad, specdec::device_error::row, -1, root2);
   }
   {  // the host test's hand case: node 0 rejected at temperature 0, NaN in the rows after it unread
-    sampled_logits_case h(0, 1, 5, 1, false, 1, logits_case_kind::multi_draft);
-    h.node_indptr = {0, 2};
-    h.tokens = {1, 2};
-    h.parents = {-1, 0};
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
-    h.q = std::vector<float>(15, 0.2f);
-    specdec::sampling_params p;
-    p.temperature = 0.0f;
-    h.params = {p};
-    h.row_params = {0, 5, 6};
-    h.seeds = {3};
-    h.streams = {specdec::stream_id(0, 0)};
+    const auto h = specdec_test::rejected_root_case(specdec_test::logits_case_kind::multi_draft);
     device_logits_case d(h);
     d.launch();
     specdec_test::sync_check("verify_multi_draft_batch (logits, unread NaN)");
     CHECK(d.out.status().ok());
     CHECK(d.out.emi.download() == std::vector<std::int32_t>{3, -9, -9});
+  }
+  {  // a rejected sibling's row is not read either (the host test's second hand case)
+    device_logits_case d(specdec_test::rejected_sibling_case());
+    d.launch();
+    specdec_test::sync_check("verify_multi_draft_batch (logits, rejected sibling)");
+    CHECK(d.out.status().ok());
+    CHECK(d.out.emi.download() == std::vector<std::int32_t>{3, 4, -9});
+  }
+  {  // a bad entry in request 2's root draft row, read in full before the root's first decision
+    auto bad = c;
+    bad.q[static_cast<std::size_t>(root2 * c.vocab + c.vocab - 1)] = -0.5f;  // no child carries token V - 1
+    expect(bad, specdec::device_error::draft_row, 2, 0);
+  }
+  {  // two siblings with one token, without replacement
+    auto bad = c;
+    bad.parents[static_cast<std::size_t>(b2 + 1)] = bad.parents[static_cast<std::size_t>(b2)];
+    bad.tokens[static_cast<std::size_t>(b2 + 1)] = bad.tokens[static_cast<std::size_t>(b2)];
+    expect(bad, specdec::device_error::sibling, 2, 1);
   }
 }
 

@@ -450,6 +450,10 @@ SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_{sample_and_match,chain_spe
   std::vector<std::uint64_t> seeds, streams;
   for (std::int64_t r = 0; r < R; ++r) seeds.push_back(in.u64()), streams.push_back(in.u64());
   const int kind = in.range(0, 3);  // 0 sample_and_match, 1 chain, 2 multi-draft, 3 multi-draft without replacement
+  const std::string form = kind == 0   ? "verify_sample_and_match_batch"
+                           : kind == 1 ? "verify_chain_speculative_batch"
+                           : kind == 2 ? "verify_multi_draft_batch"
+                                       : "verify_multi_draft_batch (without replacement)";  // for findings
   const auto mode = kind == 3 ? specdec::draft_sampling::without_replacement : specdec::draft_sampling::with_replacement;
   auto q = kind == 0 ? std::vector<float>{} : fuzz_rows(in, static_cast<std::size_t>(rows), vocab, true);
   const auto qv = specdec::make_view<2>(static_cast<const float*>(q.data()), {kind == 0 ? 0 : rows, vocab});
@@ -497,7 +501,7 @@ SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_{sample_and_match,chain_spe
   }
   FUZZ_CHECK(before == logits || (before.size() == logits.size() &&
                                   std::memcmp(before.data(), logits.data(), logits.size() * sizeof(float)) == 0),
-             "sample_and_match from logits wrote its logits");  // == fails on NaN: then the bits
+             form + " from logits wrote its logits");  // == fails on NaN: then the bits
 
   try {
     auto probs = logits;
@@ -525,36 +529,36 @@ SPECDEC_FUZZ_TARGET(sample_and_match_logits, "verify_{sample_and_match,chain_spe
     ref_threw = true;
   }
   if (threw) {
-    FUZZ_CHECK(got == fresh, "sample_and_match from logits: a call that threw wrote its outputs");
-    FUZZ_CHECK(ref_threw, "sample_and_match from logits refused a batch the composition takes");
+    FUZZ_CHECK(got == fresh, form + " from logits: a call that threw wrote its outputs");
+    FUZZ_CHECK(ref_threw, form + " from logits refused a batch the composition takes");
     return;
   }
-  FUZZ_CHECK(b.valid, "sample_and_match from logits accepted invalid offsets, parents or tokens");
+  FUZZ_CHECK(b.valid, form + " from logits accepted invalid offsets, parents or tokens");
   if (!ref_threw) {
     FUZZ_CHECK(got.st == want.st && got.nacc == want.nacc && got.bon == want.bon,
-               "sample_and_match from logits: status, counts or bonus tokens differ from the composition");
+               form + " from logits: status, counts or bonus tokens differ from the composition");
     for (std::int64_t r = 0; r < R; ++r) {
       const auto lo = b.node_indptr[static_cast<std::size_t>(r)], k = want.nacc[static_cast<std::size_t>(r)];
       for (std::int32_t j = 0; j < k; ++j)
         FUZZ_CHECK(got.acc[static_cast<std::size_t>(lo + j)] == want.acc[static_cast<std::size_t>(lo + j)],
-                   "sample_and_match from logits: accepted nodes differ from the composition");
+                   form + " from logits: accepted nodes differ from the composition");
       for (std::int32_t j = 0; j <= k; ++j)
         FUZZ_CHECK(got.emi[static_cast<std::size_t>(lo + r + j)] == want.emi[static_cast<std::size_t>(lo + r + j)],
-                   "sample_and_match from logits: emitted tokens differ from the composition");
+                   form + " from logits: emitted tokens differ from the composition");
     }
     return;
   }
   for (std::int64_t r = 0; r < R; ++r) {  // the composition refused a row this call did not visit: root paths
     const auto lo = b.node_indptr[static_cast<std::size_t>(r)], n = b.node_indptr[static_cast<std::size_t>(r) + 1] - lo;
     const auto k = got.nacc[static_cast<std::size_t>(r)];
-    FUZZ_CHECK(k >= 0 && k <= n, "sample_and_match from logits: an accepted count outside [0, n]");
+    FUZZ_CHECK(k >= 0 && k <= n, form + " from logits: an accepted count outside [0, n]");
     std::int32_t prev = -1;
     for (std::int32_t j = 0; j < k; ++j) {
       const auto v = got.acc[static_cast<std::size_t>(lo + j)];
-      FUZZ_CHECK(v >= 0 && v < n && b.parents[static_cast<std::size_t>(lo + v)] == prev, "sample_and_match from logits: not a root path");
+      FUZZ_CHECK(v >= 0 && v < n && b.parents[static_cast<std::size_t>(lo + v)] == prev, form + " from logits: not a root path");
       prev = v;
     }
     FUZZ_CHECK(got.bon[static_cast<std::size_t>(r)] >= 0 && got.bon[static_cast<std::size_t>(r)] < vocab,
-               "sample_and_match from logits: a bonus token outside the vocabulary");
+               form + " from logits: a bonus token outside the vocabulary");
   }
 }

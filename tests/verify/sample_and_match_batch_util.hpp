@@ -264,6 +264,42 @@ inline sampled_logits_case unread_nan_logits_case() {
   return h;
 }
 
+//! For a draft kind (chain, multi_draft): root -> node 0 (token 1) -> node 1 (token 2) over V = 5 at
+//! temperature 0 with q = 0.2 everywhere. The root row's argmax is token 3, so p(1) = 0 and node 0 is
+//! rejected; the residual max(0, p - q) is one-hot at 3, the bonus. Rows 1 and 2 hold NaN and their
+//! row_params are out of range: read, they would be refused. Expected: nothing accepted, emitted {3}.
+inline sampled_logits_case rejected_root_case(logits_case_kind kind) {
+  sampled_logits_case h(0, 1, 5, 1, false, 1, kind);
+  h.node_indptr = {0, 2};
+  h.tokens = {1, 2};
+  h.parents = {-1, 0};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
+  h.q = std::vector<float>(15, 0.2f);
+  specdec::sampling_params p;
+  p.temperature = 0.0f;
+  h.params = {p};
+  h.row_params = {0, 5, 6};
+  h.seeds = {3};
+  h.streams = {specdec::stream_id(0, 0)};
+  return h;
+}
+
+//! multi_draft (with replacement): root -> {node 0 (token 1), node 1 (token 3)} over V = 5 at
+//! temperature 0 with q = 0.2 everywhere. The root row's argmax is 3: node 0 is rejected (p(1) = 0),
+//! the residual is one-hot at 3, so node 1 is accepted; row 2 (after node 1) gives the bonus, its
+//! argmax 4. Node 0's row (row 1) holds NaN and its row_params entry is out of range: never read (a
+//! rejected sibling's row). Expected: accepted {1}, emitted {3, 4}.
+inline sampled_logits_case rejected_sibling_case() {
+  auto h = rejected_root_case(logits_case_kind::multi_draft);
+  h.tokens = {1, 3};
+  h.parents = {-1, -1};
+  h.logits[11] = 0.0f;
+  h.logits[14] = 8.0f;  // row 2: argmax 4
+  h.row_params = {0, 5, 0};
+  return h;
+}
+
 //! c with tensor row `row` at -3e38 everywhere, entry `entry`'s repetition penalty 3 (no contextual
 //! penalty) and every request's committed context the whole vocabulary: the penalty overflows every
 //! admissible logit of that row to -inf, which processing refuses.

@@ -152,22 +152,8 @@ TEST_CASE("verify_chain_speculative_batch from logits (host) equals processing e
 
 TEST_CASE("verify_chain_speculative_batch from logits reads no target row after the first rejection",
           "[verify][chain][validation]") {
-  // a chain of two nodes (tokens 1, 2) over V = 5 at temperature 0: the root row's argmax is token 3,
-  // so p_0(1) = 0 and node 0 is rejected; the residual max(0, p - q) is p's one-hot at 3 (the bonus).
-  // Rows 1 and 2 hold NaN and their entries are out of range: never read.
-  sampled_logits_case h(0, 1, 5, 1, false, 1, specdec_test::logits_case_kind::chain);
-  h.node_indptr = {0, 2};
-  h.tokens = {1, 2};
-  h.parents = {-1, 0};
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
-  h.q = std::vector<float>(15, 0.2f);
-  specdec::sampling_params p;
-  p.temperature = 0.0f;
-  h.params = {p};
-  h.row_params = {0, 5, 6};
-  h.seeds = {3};
-  h.streams = {specdec::stream_id(0, 0)};
+  // the hand case of rejected_root_case: node 0 rejected at temperature 0, rows 1 and 2 never read
+  auto h = specdec_test::rejected_root_case(specdec_test::logits_case_kind::chain);
   specdec_test::tree_outputs o(1, 2);
   run_logits(h, o);
   CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});

@@ -232,22 +232,8 @@ TEST_CASE("verify_multi_draft_batch from logits (host) equals processing every r
 
 TEST_CASE("verify_multi_draft_batch from logits reads no target row the walk does not reach",
           "[verify][multi_draft][validation]") {
-  // root -> node 0 (token 1) -> node 1 (token 2) over V = 5 at temperature 0: the root row's argmax is
-  // token 3, so p(1) = 0 and node 0 is rejected; the residual is p's one-hot at 3 (the bonus). Rows 1
-  // and 2 hold NaN and their entries are out of range: never read.
-  sampled_logits_case h(0, 1, 5, 1, false, 1, logits_case_kind::multi_draft);
-  h.node_indptr = {0, 2};
-  h.tokens = {1, 2};
-  h.parents = {-1, 0};
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  h.logits = {0, 1, 2, 9, 3, /**/ nan, 0, 0, 0, 0, /**/ 0, nan, 0, 0, 0};
-  h.q = std::vector<float>(15, 0.2f);
-  specdec::sampling_params p;
-  p.temperature = 0.0f;
-  h.params = {p};
-  h.row_params = {0, 5, 6};
-  h.seeds = {3};
-  h.streams = {specdec::stream_id(0, 0)};
+  // the hand case of rejected_root_case: node 0 rejected at temperature 0, rows 1 and 2 never read
+  auto h = specdec_test::rejected_root_case(logits_case_kind::multi_draft);
   specdec_test::tree_outputs o(1, 2);
   run_logits(h, o);
   CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
@@ -260,6 +246,14 @@ TEST_CASE("verify_multi_draft_batch from logits reads no target row the walk doe
   o = specdec_test::tree_outputs(1, 2);
   CHECK_THROWS_WITH(run_logits(h, o), Catch::Contains("target_logits") && Catch::Contains("row 1"));
   CHECK(o == specdec_test::tree_outputs(1, 2));
+  // a rejected sibling's row is not read either: node 0 rejected, node 1 accepted from the residual
+  const auto sib = specdec_test::rejected_sibling_case();
+  o = specdec_test::tree_outputs(1, 2);
+  run_logits(sib, o);
+  CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+  CHECK(o.num_accepted[0] == 1);
+  CHECK(o.accepted[0] == 1);
+  CHECK(o.emitted == std::vector<std::int32_t>{3, 4, -9});
 }
 
 TEST_CASE("verify_multi_draft_batch from logits (host) rejects bad values and leaves the outputs untouched",

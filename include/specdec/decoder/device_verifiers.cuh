@@ -576,22 +576,28 @@ class cuda_greedy_verifier : public greedy_verifier {
 };
 static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batch<cuda_greedy_verifier>);
 
-//! Which rows cuda_sample_and_match_verifier processes on the device:
+//! Which rows the sampled device verifiers (cuda_sample_and_match_verifier,
+//! cuda_chain_speculative_verifier, cuda_multi_draft_verifier) process on the device:
 //!   every_row     a copy of the step's [N + B, V] logits processed (process_logits_batch, a block per
 //!                 row, all rows at once over the SMs) and turned into probabilities, then the walk
-//!                 (verify_sample_and_match_batch's probabilities form);
-//!   visited_rows  only the rows the walk visits, each processed when it is reached in its request's
-//!                 workspace row (the logits form: one block per request, [B, V] of device memory);
-//!                 the rows a request's walk visits are processed one after another;
+//!                 (the verify function's probabilities form);
+//!   visited_rows  only the rows the walk reaches (the root's and one per accepted node), each
+//!                 processed when it is reached in its request's workspace row (the logits form: one
+//!                 block per request, [B, V] of device memory); a request's rows are processed one
+//!                 after another;
 //!   automatic     visited_rows when the step has more than visited_rows_factor rows per SM, else
 //!                 every_row (few rows fit the SMs in one wave, and then processing them all at once
 //!                 costs about one row's time). The factor is a guess not yet measured on a GPU:
-//!                 bench_cuda_step's BM_sampled_step_batch (path 0 / 1) measures both.
+//!                 bench_cuda_step's BM_sampled_step_batch (path 0 / 1) measures it for
+//!                 sample-and-match. Each verifier's default: automatic for sample-and-match;
+//!                 every_row for chain and multi-draft (their visited-rows kernels are unmeasured:
+//!                 BM_chain_step_batch; the multi-draft walk also makes a residual pass over the
+//!                 vocabulary per rejected child in the same block, which moves the crossover).
 //! Where every row is valid the results are the same bits either way. The refusals differ:
 //! every_row refuses a step with a bad value (a NaN or +inf logit, a row the penalties empty) in
-//! any row, as sample_and_match_verifier does on the host, visited_rows only in a row its walk
-//! reads, so under automatic whether such a step throws depends on its size and the device's SM
-//! count. Pass every_row to refuse every bad row always.
+//! any row, as the host verifiers do, visited_rows only in a row its walk reads, so under automatic
+//! whether such a step throws depends on its size and the device's SM count. Pass every_row to refuse
+//! every bad row always.
 enum class sampled_rows { automatic, every_row, visited_rows };
 inline constexpr std::int64_t visited_rows_factor = 4;
 
@@ -664,15 +670,15 @@ static_assert(check_verifier<cuda_sample_and_match_verifier>() &&
 //! verify_chain_speculative_batch decides every request from its seed and stream. The results equal
 //! chain_speculative_verifier's on the host's processed rows bit for bit under process_logits_batch's
 //! conditions. The step's drafts (batch_verify_input::drafts) are required; a request's q rows must be
-//! [>= its chain, V] with unit inner stride (checked before any CUDA call). `rows` as for
-//! cuda_sample_and_match_verifier: every target row processed, or only those the walk reaches (rows
-//! 0..k of a request that accepts k nodes; verify_chain_speculative_batch's logits form), which
-//! refuses a bad value only in a row it reads. `stream` as for cuda_greedy_verifier. Device memory:
+//! [>= its chain, V] with unit inner stride (checked before any CUDA call). `rows` (sampled_rows;
+//! default every_row): every target row processed, or only those the walk reaches (rows 0..k of a
+//! request that accepts k nodes; verify_chain_speculative_batch's logits form), which refuses a bad
+//! value only in a row it reads. `stream` as for cuda_greedy_verifier. Device memory:
 //! two [N + B, V] float buffers (every_row) or one and a [B, V] workspace (visited_rows), and the
 //! step's arrays.
 class cuda_chain_speculative_verifier : public chain_speculative_verifier {
  public:
-  explicit cuda_chain_speculative_verifier(cudaStream_t stream, sampled_rows rows = sampled_rows::automatic)
+  explicit cuda_chain_speculative_verifier(cudaStream_t stream, sampled_rows rows = sampled_rows::every_row)
       : d_(stream), rows_(rows) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
@@ -724,7 +730,7 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
 
  private:
   detail::device_verifier_state d_;
-  sampled_rows rows_ = sampled_rows::automatic;
+  sampled_rows rows_ = sampled_rows::every_row;
 };
 static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
               verifier_has_verify_batch<cuda_chain_speculative_verifier>);
@@ -739,14 +745,14 @@ static_assert(check_verifier<cuda_chain_speculative_verifier>() &&
 //! conditions (and verify_multi_draft_batch's: the host at an FMA-capable level). The step's drafts
 //! (batch_verify_input::drafts) are required, and its requests must share one draft_sampling mode
 //! (draft_candidates::sampled_as; one drafter's requests do): a step that mixes them is refused.
-//! `rows` as for cuda_sample_and_match_verifier: every target row processed, or only those the walk
+//! `rows` (sampled_rows; default every_row): every target row processed, or only those the walk
 //! reaches (the root's and one per accepted node; verify_multi_draft_batch's logits form), which
 //! refuses a bad value only in a row it reads. `stream` as for cuda_greedy_verifier. Device memory:
 //! two [N + B, V] float buffers (every_row) or one and a [B, V] workspace (visited_rows), and the
 //! step's arrays.
 class cuda_multi_draft_verifier : public multi_draft_verifier {
  public:
-  explicit cuda_multi_draft_verifier(cudaStream_t stream, sampled_rows rows = sampled_rows::automatic)
+  explicit cuda_multi_draft_verifier(cudaStream_t stream, sampled_rows rows = sampled_rows::every_row)
       : d_(stream), rows_(rows) {}
 
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
@@ -802,7 +808,7 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
  private:
   detail::device_verifier_state d_;
   detail::multi_draft_rows_scratch scratch_;
-  sampled_rows rows_ = sampled_rows::automatic;
+  sampled_rows rows_ = sampled_rows::every_row;
 };
 static_assert(check_verifier<cuda_multi_draft_verifier>() && verifier_has_verify_batch<cuda_multi_draft_verifier>);
 

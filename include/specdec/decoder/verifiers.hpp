@@ -96,6 +96,23 @@ void walk_processed_rows(const logits_verify_input& in, Walk&& walk) {
     return std::span<float>(row);
   });
 }
+//! A row of V zeros with a one at no more than one token, moved from token to token in O(1): the
+//! draft rows of a deterministic drafter (one-hot at its tokens), built when a walk reaches them.
+struct one_hot_row {
+  std::vector<float> row;
+  std::int32_t hot = -1;
+  void reset(std::int64_t V) {
+    row.assign(static_cast<std::size_t>(V), 0.0f);
+    hot = -1;
+  }
+  //! The row one-hot at `token` (all zero for token < 0); valid until the next call.
+  std::span<const float> at(std::int32_t token) {
+    if (hot >= 0) row[static_cast<std::size_t>(hot)] = 0.0f;
+    hot = token;
+    if (hot >= 0) row[static_cast<std::size_t>(hot)] = 1.0f;
+    return row;
+  }
+};
 }  // namespace detail
 
 //! Greedy tree verification: longest path whose tokens equal the target argmax; bonus = argmax after it.
@@ -195,9 +212,8 @@ struct chain_speculative_verifier {
       detail::check_tokens_in_vocab(in.tree.tokens(), V, fn);
       const detail::prob_rows q{dq.data(), dq.stride(0), n, V};
       detail::check_chain_speculative(in.tree.tokens(), in.tree.parents(), nullptr, dq.data() != nullptr ? &q : nullptr, fn);
-      thread_local std::vector<float> one_hot;  // the one-hot draft row of the node the walk is at
-      one_hot.assign(dq.data() != nullptr ? 0 : static_cast<std::size_t>(V), 0.0f);
-      std::int32_t hot = -1;
+      thread_local detail::one_hot_row one_hot;  // the draft row of the node the walk is at, without q rows
+      one_hot.reset(dq.data() != nullptr ? 0 : V);
       out = detail::chain_speculative_walk_by(
           in.tree.tokens(), in.rng,
           [&](std::int64_t i, bool) {
@@ -212,10 +228,7 @@ struct chain_speculative_verifier {
               detail::check_prob_row(r);
               return r;
             }
-            if (hot >= 0) one_hot[static_cast<std::size_t>(hot)] = 0.0f;
-            hot = in.tree.token(static_cast<int>(i));
-            one_hot[static_cast<std::size_t>(hot)] = 1.0f;
-            return detail::walk_row{one_hot, at};
+            return detail::walk_row{one_hot.at(in.tree.token(static_cast<int>(i))), at};
           });
     });
   }
@@ -380,7 +393,7 @@ struct multi_draft_verifier {
       thread_local std::vector<std::int32_t> tokens, parents;
       thread_local detail::multi_draft_rows_scratch scratch;
       thread_local detail::multi_draft_scratch walk_scratch;
-      thread_local std::vector<float> local;  // a one-hot or zero row, built when the walk reaches it
+      thread_local detail::one_hot_row local;  // a one-hot or zero row, built when the walk reaches it
       src.assign(rows, source{});
       tokens.assign(in.tree.tokens().begin(), in.tree.tokens().end());
       parents.assign(in.tree.parents().begin(), in.tree.parents().end());
@@ -402,8 +415,7 @@ struct multi_draft_verifier {
             return v;
           },
           mode, fn);
-      local.assign(static_cast<std::size_t>(V), 0.0f);
-      std::int32_t hot = -1;
+      local.reset(V);
       out = detail::multi_draft_walk_by(
           tokens, parents, mode, in.rng, walk_scratch,
           [&](std::int64_t r, bool) {
@@ -419,10 +431,7 @@ struct multi_draft_verifier {
               if (decide) detail::check_prob_row(row);
               return row;
             }
-            if (hot >= 0) local[static_cast<std::size_t>(hot)] = 0.0f;
-            hot = sr.token;
-            if (hot >= 0) local[static_cast<std::size_t>(hot)] = 1.0f;
-            return detail::walk_row{local, at};
+            return detail::walk_row{local.at(sr.token), at};
           });
     });
   }

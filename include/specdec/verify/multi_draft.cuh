@@ -37,6 +37,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/sampling/detail/cdf_device.cuh"
 #include "specdec/sampling/logits_processor.cuh"
+#include "specdec/verify/detail/logits_walk.cuh"
 #include "specdec/verify/multi_draft.hpp"
 
 namespace specdec {
@@ -102,9 +103,9 @@ __device__ inline std::int32_t next_child(const std::int32_t* par, std::int32_t 
 //! before its row is processed, and a processed row is a distribution: no p checks); otherwise they
 //! are the caller's probabilities (read through the read-only cache, checked).
 template <bool FromLogits, class RowOf>
-__device__ void multi_draft_walks(const multi_draft_args& args, RowOf&& row_of) {
-  __shared__ double bs[device_cdf_max_blocks];
-  __shared__ cdf_draw_shared draw;
+__device__ void multi_draft_walks(const multi_draft_args& args, cdf_walk_shared& cdf, RowOf&& row_of) {
+  double* const bs = cdf.bs;
+  cdf_draw_shared& draw = cdf.draw;
   __shared__ multi_draft_shared s;
   const tree_verify_arrays& a = args.tree;
   const int t = static_cast<int>(threadIdx.x);
@@ -242,30 +243,20 @@ __device__ void multi_draft_walks(const multi_draft_args& args, RowOf&& row_of) 
 }
 
 __global__ void __launch_bounds__(multi_draft_threads) multi_draft_kernel(const multi_draft_args args) {
-  multi_draft_walks<false>(args, [&args](std::int32_t, std::int64_t i, std::int32_t) {
+  __shared__ cdf_walk_shared cdf;
+  multi_draft_walks<false>(args, cdf, [&args](std::int32_t, std::int64_t i, std::int32_t) {
     return args.tree.rows + i * args.tree.row_stride;
   });
 }
 
 static_assert(multi_draft_threads == process_threads, "the logits form runs process_logits_batch's row functions");
 
-//! The logits form: each target row the walk reaches copied into the request's workspace row,
-//! processed there (block_process_row: process_logits_batch's reports), turned into probabilities in
-//! place (block_probs_row), then used for the node's decisions and the bonus as above. Its static
-//! shared memory, the walk's (residual lists, block sums) and the row functions', is within 0.5 KB of
-//! the 48 KB a block may declare (ptxas: 48,688 bytes on sm_90).
+//! The logits form: each target row the walk reaches made in the request's workspace row
+//! (block_logits_walk_row), then used for the node's decisions and the bonus as above.
 __global__ void __launch_bounds__(multi_draft_threads, 1) multi_draft_logits_kernel(const multi_draft_logits_args args) {
-  __shared__ row_kernel_shared sh;
-  multi_draft_walks<true>(args.walk, [&args](std::int32_t r, std::int64_t i, std::int32_t) -> const float* {
-    const process_logits_batch_args& a = args.logits.rows;
-    const float* src = a.logits + i * a.stride;
-    float* work = args.logits.workspace + r * args.logits.workspace_stride;
-    __syncthreads();  // every thread is done with the request's previous row
-    for (std::int64_t k = threadIdx.x; k < a.vocab; k += multi_draft_threads) work[k] = src[k];
-    __syncthreads();
-    if (!block_process_row(a, i, work, sh)) return nullptr;
-    if (!block_probs_row(work, work, a.vocab, a.status, i, sh)) return nullptr;
-    return work;
+  __shared__ logits_walk_shared sh;
+  multi_draft_walks<true>(args.walk, sh.cdf, [&](std::int32_t r, std::int64_t i, std::int32_t) {
+    return block_logits_walk_row(args.logits, r, i, sh);
   });
 }
 

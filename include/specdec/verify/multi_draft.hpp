@@ -418,9 +418,9 @@ struct multi_draft_backend<host> {
   }
 };
 
-//! The logits form's checks (named verify_multi_draft_batch) and arguments: the tree arrays,
-//! draft_probs, the mode, seeds, streams and outputs as the probabilities form's, and
-//! logits_walk_rows_of's (target_logits, params, row_params, the context when given, the workspace;
+//! The logits form's checks (named verify_multi_draft_batch) and arguments: the mode, then
+//! draft_logits_walk_of's (the tree arrays, draft_probs, seeds, streams and outputs as the
+//! probabilities form's; target_logits, params, row_params, the context when given, the workspace;
 //! everything written disjoint from everything read).
 template <class Policy, class NI, class TO, class PA, class LG, class QR, class Pa, class RP, class SE, class SR,
           class WS, class AC, class NA, class BO, class EM, class ST>
@@ -439,16 +439,12 @@ template <class Policy, class NI, class TO, class PA, class LG, class QR, class 
   require(mode == draft_sampling::with_replacement || mode == draft_sampling::without_replacement, fn, "mode",
           "draft_sampling::with_replacement or draft_sampling::without_replacement", static_cast<int>(mode));
   multi_draft_logits_args a;
-  static_cast<draft_verify_arrays&>(a.walk) =
-      draft_verify_arrays_of<Policy>(fn, "target_logits", device_cdf_max_vocab, node_indptr, tokens, parents,
-                                     target_logits, draft_probs, seeds, streams, accepted, num_accepted, bonus, emitted,
-                                     status);
+  auto [walk, logits] = draft_logits_walk_of<Policy>(fn, node_indptr, tokens, parents, target_logits, draft_probs,
+                                                     params, row_params, context, seeds, streams, workspace, accepted,
+                                                     num_accepted, bonus, emitted, status);
+  static_cast<draft_verify_arrays&>(a.walk) = walk;
   a.walk.mode = mode;
-  a.logits = logits_walk_rows_of<Policy>(fn, a.walk.tree, target_logits, params, row_params, context, workspace,
-                                         accepted, num_accepted, bonus, emitted, status,
-                                         named_read{"draft_probs", draft_probs}, named_read{"seeds", seeds},
-                                         named_read{"streams", streams}, named_read{"node_indptr", node_indptr},
-                                         named_read{"tokens", tokens}, named_read{"parents", parents});
+  a.logits = logits;
   return a;
 }
 

@@ -35,6 +35,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/sampling/detail/cdf_device.cuh"
 #include "specdec/sampling/logits_processor.cuh"
+#include "specdec/verify/detail/logits_walk.cuh"
 #include "specdec/verify/sample_and_match.hpp"
 
 namespace specdec {
@@ -54,11 +55,11 @@ inline constexpr int sample_and_match_chunk = 32 * sample_and_match_threads;
 //! ReadOnly: the rows are read through the read-only cache (__ldg), which only rows this kernel never
 //! writes allow.
 template <bool ReadOnly, class RowOf>
-__device__ void sample_and_match_walks(const sample_and_match_args& args, RowOf&& row_of) {
-  __shared__ double bs[device_cdf_max_blocks];
+__device__ void sample_and_match_walks(const sample_and_match_args& args, cdf_walk_shared& cdf, RowOf&& row_of) {
+  double* const bs = cdf.bs;
+  cdf_draw_shared& draw = cdf.draw;
   __shared__ std::int32_t par_s[sample_and_match_smem_nodes], tok_s[sample_and_match_smem_nodes],
       mark_s[sample_and_match_smem_nodes];
-  __shared__ cdf_draw_shared draw;
   __shared__ std::int32_t next_rep;
   const tree_verify_arrays& a = args.tree;
   const int t = static_cast<int>(threadIdx.x);
@@ -148,7 +149,8 @@ __device__ void sample_and_match_walks(const sample_and_match_args& args, RowOf&
 }
 
 __global__ void __launch_bounds__(sample_and_match_threads) sample_and_match_kernel(const sample_and_match_args args) {
-  sample_and_match_walks<true>(args, [&args](std::int32_t, std::int64_t i, std::int32_t) {
+  __shared__ cdf_walk_shared cdf;
+  sample_and_match_walks<true>(args, cdf, [&args](std::int32_t, std::int64_t i, std::int32_t) {
     return args.tree.rows + i * args.tree.row_stride;
   });
 }
@@ -160,16 +162,9 @@ static_assert(sample_and_match_threads == process_threads, "the logits form runs
 //! (block_probs_row), then drawn from as above.
 __global__ void __launch_bounds__(sample_and_match_threads, 1) sample_and_match_logits_kernel(
     const sample_and_match_logits_args args) {
-  __shared__ row_kernel_shared sh;
-  sample_and_match_walks<false>(args.walk, [&args](std::int32_t r, std::int64_t i, std::int32_t) -> const float* {
-    const process_logits_batch_args& a = args.logits.rows;
-    const float* src = a.logits + i * a.stride;
-    float* work = args.logits.workspace + r * args.logits.workspace_stride;
-    for (std::int64_t k = threadIdx.x; k < a.vocab; k += sample_and_match_threads) work[k] = src[k];
-    __syncthreads();
-    if (!block_process_row(a, i, work, sh)) return nullptr;
-    if (!block_probs_row(work, work, a.vocab, a.status, i, sh)) return nullptr;
-    return work;
+  __shared__ logits_walk_shared sh;
+  sample_and_match_walks<false>(args.walk, sh.cdf, [&](std::int32_t r, std::int64_t i, std::int32_t) {
+    return block_logits_walk_row(args.logits, r, i, sh);
   });
 }
 

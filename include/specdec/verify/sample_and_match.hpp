@@ -202,14 +202,15 @@ template <class Policy, class NI, class TO, class PA, class LG, class Pa, class 
                                               status_in);
   const auto seeds = as_view(seeds_in);
   const auto streams = as_view(streams_in);
-  require_policy_array<Policy>(fn, "seeds", seeds, a.walk.tree.requests);
-  require_policy_array<Policy>(fn, "streams", streams, a.walk.tree.requests);
-  a.walk.seeds = seeds.data(), a.walk.streams = streams.data();
+  // the rows' checks before the seeds' and streams' (this form's order since session 47)
   a.logits = logits_walk_rows_of<Policy>(fn, a.walk.tree, target_logits, params, row_params, context, workspace_in,
                                          accepted_in, num_accepted_in, bonus_in, emitted_in, status_in,
                                          named_read{"seeds", seeds}, named_read{"streams", streams},
                                          named_read{"node_indptr", node_indptr}, named_read{"tokens", tokens},
                                          named_read{"parents", parents});
+  require_policy_array<Policy>(fn, "seeds", seeds, a.walk.tree.requests);
+  require_policy_array<Policy>(fn, "streams", streams, a.walk.tree.requests);
+  a.walk.seeds = seeds.data(), a.walk.streams = streams.data();
   return a;
 }
 

@@ -28,6 +28,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/sampling/detail/cdf_device.cuh"
 #include "specdec/sampling/logits_processor.cuh"
+#include "specdec/verify/detail/logits_walk.cuh"
 #include "specdec/verify/speculative_sampling.hpp"
 
 namespace specdec {
@@ -42,9 +43,9 @@ inline constexpr int chain_speculative_threads = 512;
 //! before row k is processed, and a processed row is a distribution: no p checks); otherwise they are
 //! the caller's probabilities (read through the read-only cache, checked).
 template <bool FromLogits, class RowOf>
-__device__ void chain_speculative_walks(const chain_speculative_args& args, RowOf&& row_of) {
-  __shared__ double bs[device_cdf_max_blocks];
-  __shared__ cdf_draw_shared draw;
+__device__ void chain_speculative_walks(const chain_speculative_args& args, cdf_walk_shared& cdf, RowOf&& row_of) {
+  double* const bs = cdf.bs;
+  cdf_draw_shared& draw = cdf.draw;
   __shared__ int accepted_here;
   const tree_verify_arrays& a = args.tree;
   const int t = static_cast<int>(threadIdx.x);
@@ -143,29 +144,21 @@ __device__ void chain_speculative_walks(const chain_speculative_args& args, RowO
 }
 
 __global__ void __launch_bounds__(chain_speculative_threads) chain_speculative_kernel(const chain_speculative_args args) {
-  chain_speculative_walks<false>(args, [&args](std::int32_t, std::int64_t i, std::int32_t) {
+  __shared__ cdf_walk_shared cdf;
+  chain_speculative_walks<false>(args, cdf, [&args](std::int32_t, std::int64_t i, std::int32_t) {
     return args.tree.rows + i * args.tree.row_stride;
   });
 }
 
 static_assert(chain_speculative_threads == process_threads, "the logits form runs process_logits_batch's row functions");
 
-//! The logits form: each target row the walk reaches copied into the request's workspace row,
-//! processed there (block_process_row: process_logits_batch's reports), turned into probabilities in
-//! place (block_probs_row), then used as above.
+//! The logits form: each target row the walk reaches made in the request's workspace row
+//! (block_logits_walk_row), then used as above.
 __global__ void __launch_bounds__(chain_speculative_threads, 1) chain_speculative_logits_kernel(
     const chain_speculative_logits_args args) {
-  __shared__ row_kernel_shared sh;
-  chain_speculative_walks<true>(args.walk, [&args](std::int32_t r, std::int64_t i, std::int32_t) -> const float* {
-    const process_logits_batch_args& a = args.logits.rows;
-    const float* src = a.logits + i * a.stride;
-    float* work = args.logits.workspace + r * args.logits.workspace_stride;
-    __syncthreads();  // every thread is done with the request's previous row
-    for (std::int64_t k = threadIdx.x; k < a.vocab; k += chain_speculative_threads) work[k] = src[k];
-    __syncthreads();
-    if (!block_process_row(a, i, work, sh)) return nullptr;
-    if (!block_probs_row(work, work, a.vocab, a.status, i, sh)) return nullptr;
-    return work;
+  __shared__ logits_walk_shared sh;
+  chain_speculative_walks<true>(args.walk, sh.cdf, [&](std::int32_t r, std::int64_t i, std::int32_t) {
+    return block_logits_walk_row(args.logits, r, i, sh);
   });
 }
 

@@ -170,10 +170,10 @@ struct chain_speculative_backend<host> {
   }
 };
 
-//! The logits form's checks (named verify_chain_speculative_batch) and arguments: the tree arrays,
-//! draft_probs, seeds, streams and outputs as the probabilities form's, and logits_walk_rows_of's
-//! (target_logits, params, row_params, the context when given, the workspace; everything written
-//! disjoint from everything read).
+//! The logits form's checks (named verify_chain_speculative_batch) and arguments (draft_logits_walk_of:
+//! the tree arrays, draft_probs, seeds, streams and outputs as the probabilities form's; target_logits,
+//! params, row_params, the context when given, the workspace; everything written disjoint from
+//! everything read).
 template <class Policy, class NI, class TO, class PA, class LG, class QR, class Pa, class RP, class SE, class SR,
           class WS, class AC, class NA, class BO, class EM, class ST>
 [[nodiscard]] chain_speculative_logits_args chain_speculative_logits_args_of(
@@ -188,16 +188,10 @@ template <class Policy, class NI, class TO, class PA, class LG, class QR, class 
                 "specdec::verify_chain_speculative_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
   static_assert(WS::rank == 2 && std::is_same_v<typename WS::element_type, float>,
                 "specdec::verify_chain_speculative_batch: workspace must be a writable rank-2 tensor of float [requests, vocab]");
-  chain_speculative_logits_args a;
-  a.walk = draft_verify_arrays_of<Policy>(fn, "target_logits", device_cdf_max_vocab, node_indptr, tokens, parents,
-                                          target_logits, draft_probs, seeds, streams, accepted, num_accepted, bonus,
-                                          emitted, status);
-  a.logits = logits_walk_rows_of<Policy>(fn, a.walk.tree, target_logits, params, row_params, context, workspace,
-                                         accepted, num_accepted, bonus, emitted, status,
-                                         named_read{"draft_probs", draft_probs}, named_read{"seeds", seeds},
-                                         named_read{"streams", streams}, named_read{"node_indptr", node_indptr},
-                                         named_read{"tokens", tokens}, named_read{"parents", parents});
-  return a;
+  auto [walk, logits] = draft_logits_walk_of<Policy>(fn, node_indptr, tokens, parents, target_logits, draft_probs,
+                                                     params, row_params, context, seeds, streams, workspace, accepted,
+                                                     num_accepted, bonus, emitted, status);
+  return {walk, logits};
 }
 
 }  // namespace detail

@@ -1,15 +1,16 @@
 #pragma once
 //! \file logits_walk.hpp
 //! What the logits forms of the stochastic array-form verifiers share (verify_sample_and_match_batch,
-//! verify_chain_speculative_batch): the target's logits as process_logits_batch sees them and a
+//! verify_chain_speculative_batch, verify_multi_draft_batch): the target's logits as
+//! process_logits_batch sees them and a
 //! workspace row per request, in which each row the walk reaches is processed and turned into
 //! probabilities. Their checks (logits_walk_rows_of) and the host's row step
-//! (processed_probs_row_host); the CUDA kernels run block_process_row and block_probs_row
-//! (sampling/logits_processor.cuh) on the same arguments.
+//! (processed_probs_row_host); the CUDA kernels' row step is logits_walk.cuh's.
 
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "specdec/core/tensor.hpp"
 #include "specdec/sampling/logits_processor.hpp"
@@ -73,6 +74,27 @@ template <class Policy, class LG, class Pa, class RP, class WS, class AC, class 
     attach_penalty_context<Policy>(fn, a.rows, *context, "workspace", work, "accepted", acc, "num_accepted", nacc,
                                    "bonus", bon, "emitted", emi, "status", st);
   return a;
+}
+
+//! The checks and arguments of a logits form that also reads draft rows (verify_chain_speculative_batch,
+//! verify_multi_draft_batch): draft_verify_arrays_of over target_logits (the tree, draft_probs, seeds,
+//! streams, outputs), then logits_walk_rows_of with every read argument.
+template <class Policy, class NI, class TO, class PA, class LG, class QR, class Pa, class RP, class SE, class SR,
+          class WS, class AC, class NA, class BO, class EM, class ST>
+[[nodiscard]] std::pair<draft_verify_arrays, logits_walk_rows> draft_logits_walk_of(
+    std::string_view fn, const NI& node_indptr, const TO& tokens, const PA& parents, const LG& target_logits,
+    const QR& draft_probs, const Pa& params, const RP& row_params, const penalty_context* context, const SE& seeds,
+    const SR& streams, const WS& workspace, const AC& accepted, const NA& num_accepted, const BO& bonus,
+    const EM& emitted, const ST& status) {
+  const draft_verify_arrays walk =
+      draft_verify_arrays_of<Policy>(fn, "target_logits", device_cdf_max_vocab, node_indptr, tokens, parents,
+                                     target_logits, draft_probs, seeds, streams, accepted, num_accepted, bonus, emitted,
+                                     status);
+  return {walk, logits_walk_rows_of<Policy>(fn, walk.tree, target_logits, params, row_params, context, workspace,
+                                            accepted, num_accepted, bonus, emitted, status,
+                                            named_read{"draft_probs", draft_probs}, named_read{"seeds", seeds},
+                                            named_read{"streams", streams}, named_read{"node_indptr", node_indptr},
+                                            named_read{"tokens", tokens}, named_read{"parents", parents})};
 }
 
 //! The host's row step: row i of the target's logits (request r's) checked as process_logits_batch
