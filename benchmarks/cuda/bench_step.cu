@@ -340,13 +340,114 @@ struct device_penalties {
   }
 };
 
+//! A sampled step's inputs on the device (BM_sampled_step_batch, BM_chain_step_batch) for the trees
+//! `tokens` / `parents` (`tree` nodes per request): `sets` copies of float logits [rows, V], uniform
+//! in [-8, 8), in which each request's rows 0 .. accept - 1 peak (logit 40) at node k's token, k = the
+//! row (its parent's row: node k's parent is node k - 1 there); one sampling entry per request (T 0.8;
+//! mode >= 1 top-p 0.9; >= 2 top-k 50; >= 3 min-p 0.05 and eta 0.02; >= 4 the penalties 1.1 / 1.2
+//! over W = 1024 with a 32K-token committed context per request, uploaded once); seeds and streams;
+//! the tree io; the work buffer (path 0: a copy of the rows, [rows, V]; path 1: the logits form's
+//! workspace, [batch, V]); two status words for the composition's calls.
+struct sampled_step_inputs {
+  std::vector<std::unique_ptr<dmem>> logits;
+  std::vector<std::int32_t> row_params;
+  device_penalties pen;
+  device_tree_io io;
+  dmem work, dparams, drp, st1, st2;
+  specdec::strided_view<const specdec::sampling_params, 1> params_view;
+  specdec::strided_view<const std::int32_t, 1> row_params_view;
+  sampled_step_inputs(const step_cell& cell, int accept, int path, const std::vector<std::int32_t>& indptr,
+                      const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& parents,
+                      specdec::philox_stream& rng, std::uint32_t fill_seed)
+      : row_params(rows_of(cell)),
+        pen(cell.mode >= 4 ? 32768 : 0, cell.V, indptr, tokens, parents, rng),
+        io(indptr, tokens, parents, std::vector<std::uint64_t>(static_cast<std::size_t>(cell.batch), 42),
+           streams_of(cell.batch)),
+        work(path == 0 ? cell.bytes_rows : static_cast<std::size_t>(cell.batch * cell.V) * sizeof(float)),
+        dparams(static_cast<std::size_t>(cell.batch) * sizeof(specdec::sampling_params)),
+        drp(row_params.size() * 4), st1(12), st2(12) {
+    const float peak = 40.0f;  // exp((40 - 8) / 0.8) = e^40 times any other token's weight: drawn
+    for (int i = 0; i < cell.sets; ++i) {
+      logits.push_back(std::make_unique<dmem>(cell.bytes_rows));
+      specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(cell.rows * cell.V), fill_seed + i,
+                                  -8.0f, 8.0f);
+      for (int r = 0; r < cell.batch; ++r)
+        for (int k = 0; k < accept; ++k) {
+          const std::int64_t row = static_cast<std::int64_t>(r) * (cell.tree + 1) + k;
+          SPECDEC_CUDA_CHECK(cudaMemcpy(logits.back()->as<float>() + row * cell.V +
+                                            tokens[static_cast<std::size_t>(r * cell.tree + k)],
+                                        &peak, sizeof(float), cudaMemcpyHostToDevice));
+        }
+    }
+    specdec::sampling_params sp{.temperature = 0.8f};
+    if (cell.mode >= 1) sp.top_p = 0.9f;
+    if (cell.mode >= 2) sp.top_k = 50;
+    if (cell.mode >= 3) sp.min_p = 0.05f, sp.eta_epsilon = 0.02f;
+    if (cell.mode >= 4) sp.repetition_penalty = 1.1f, sp.contextual_penalty = 1.2f, sp.penalty_window = 1024;
+    const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(cell.batch), sp);
+    SPECDEC_CUDA_CHECK(cudaMemcpy(dparams.p, params.data(), params.size() * sizeof(specdec::sampling_params),
+                                  cudaMemcpyHostToDevice));
+    SPECDEC_CUDA_CHECK(cudaMemcpy(drp.p, row_params.data(), row_params.size() * 4, cudaMemcpyHostToDevice));
+    params_view = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {cell.batch}, memory_space::device);
+    row_params_view = specdec::make_view<1>(drp.as<const std::int32_t>(), {cell.rows}, memory_space::device);
+  }
+  static std::vector<std::int32_t> rows_of(const step_cell& cell) {
+    std::vector<std::int32_t> rp;
+    for (int r = 0; r < cell.batch; ++r)
+      for (int i = 0; i <= cell.tree; ++i) rp.push_back(r);
+    return rp;
+  }
+  static std::vector<std::uint64_t> streams_of(int batch) {
+    std::vector<std::uint64_t> st(static_cast<std::size_t>(batch));
+    for (int r = 0; r < batch; ++r) st[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
+    return st;
+  }
+  [[nodiscard]] bool has_penalties(const step_cell& cell) const { return cell.mode >= 4; }
+  //! path 0's composition before the verification: the rows of set i copied into the work buffer,
+  //! processed (process_logits_batch, with the context when mode >= 4) and turned into
+  //! probabilities; returns them.
+  specdec::strided_view<float, 2> process_copy(const step_cell& cell, int i, cudaStream_t stream) {
+    const specdec::cuda pol{.stream = stream};
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[static_cast<std::size_t>(i % cell.sets)]->p, cell.bytes_rows,
+                                       cudaMemcpyDeviceToDevice, stream));
+    const auto lg = specdec::make_view<2>(work.as<float>(), {cell.rows, cell.V}, memory_space::device);
+    const auto sv = specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device);
+    if (has_penalties(cell))
+      specdec::process_logits_batch(pol, lg, params_view, row_params_view, pen.context, sv);
+    else
+      specdec::process_logits_batch(pol, lg, params_view, row_params_view, sv);
+    specdec::logits_to_probs_batch(pol, lg, lg, specdec::make_view<1>(st2.as<std::int32_t>(), {3}, memory_space::device));
+    return lg;
+  }
+  //! Set i's logits, and the logits form's workspace.
+  auto logits_of(const step_cell& cell, int i) const {
+    return specdec::make_view<2>(logits[static_cast<std::size_t>(i % cell.sets)]->as<const float>(), {cell.rows, cell.V},
+                                 memory_space::device);
+  }
+  auto workspace(const step_cell& cell) { return specdec::make_view<2>(work.as<float>(), {cell.batch, cell.V}, memory_space::device); }
+  //! Whether a call reported a device error (the status words of path 0's composition too).
+  [[nodiscard]] bool failed(int path) const {
+    std::int32_t s1[3] = {0, -1, -1}, s2[3] = {0, -1, -1};
+    if (path == 0) {
+      SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
+      SPECDEC_CUDA_CHECK(cudaMemcpy(s2, st2.p, 12, cudaMemcpyDeviceToHost));
+    }
+    return io.error() != 0 || s1[0] != 0 || s2[0] != 0;
+  }
+  //! The rows each request's walk reached (accepted + 1), averaged.
+  [[nodiscard]] double rows_reached(int batch) const {
+    double n = 0;
+    for (const auto k : io.accepted_counts()) n += k + 1;
+    return n / batch;
+  }
+};
+
 void BM_sampled_step_batch(benchmark::State& state) {
   const step_cell cell(state);
-  const int batch = cell.batch, tree = cell.tree, mode = cell.mode, sets = cell.sets;
+  const int batch = cell.batch, tree = cell.tree;
   const int accept = static_cast<int>(std::min<std::int64_t>(state.range(4), tree)), path = static_cast<int>(state.range(5));
-  const std::int64_t V = cell.V, rows = cell.rows;
-  const std::size_t bytes_rows = cell.bytes_rows;
-  std::vector<std::int32_t> indptr{0}, parents, tokens, row_params;
+  const std::int64_t V = cell.V;
+  std::vector<std::int32_t> indptr{0}, parents, tokens;
   specdec::philox_stream rng(8, 0);
   for (int r = 0; r < batch; ++r) {
     for (int i = 0; i < tree; ++i) {  // nodes 0 .. accept - 1 a chain from the root, the rest random
@@ -354,79 +455,36 @@ void BM_sampled_step_batch(benchmark::State& state) {
       tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
     }
     indptr.push_back(indptr.back() + tree);
-    for (int i = 0; i <= tree; ++i) row_params.push_back(r);
   }
-  std::vector<std::unique_ptr<dmem>> logits;
-  const float peak = 40.0f;  // exp((40 - 8) / 0.8) = e^40 times any other token's weight: the chain is drawn
-  for (int i = 0; i < sets; ++i) {
-    logits.push_back(std::make_unique<dmem>(bytes_rows));
-    specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 21u + i, -8.0f, 8.0f);
-    for (int r = 0; r < batch; ++r)
-      for (int k = 0; k < accept; ++k) {  // row k of request r follows node k - 1: node k's token peaks there
-        const std::int64_t row = static_cast<std::int64_t>(r) * (tree + 1) + k;
-        SPECDEC_CUDA_CHECK(cudaMemcpy(logits.back()->as<float>() + row * V + tokens[static_cast<std::size_t>(r * tree + k)],
-                                      &peak, sizeof(float), cudaMemcpyHostToDevice));
-      }
-  }
-  specdec::sampling_params sp{.temperature = 0.8f};
-  if (mode >= 1) sp.top_p = 0.9f;
-  if (mode >= 2) sp.top_k = 50;
-  if (mode >= 3) sp.min_p = 0.05f, sp.eta_epsilon = 0.02f;
-  if (mode >= 4) sp.repetition_penalty = 1.1f, sp.contextual_penalty = 1.2f, sp.penalty_window = 1024;
-  const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(batch), sp);
-  const device_penalties pen(mode >= 4 ? 32768 : 0, V, indptr, tokens, parents, rng);
-  const specdec::penalty_context& dctx = pen.context;
-  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
-  for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
-  const device_tree_io io(indptr, tokens, parents, seeds, streams);
-  dmem work(path == 0 ? bytes_rows : static_cast<std::size_t>(batch * V) * sizeof(float)),
-      dparams(params.size() * sizeof(specdec::sampling_params)), drp(row_params.size() * 4), st1(12), st2(12);
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dparams.p, params.data(), params.size() * sizeof(specdec::sampling_params),
-                                cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(drp.p, row_params.data(), row_params.size() * 4, cudaMemcpyHostToDevice));
+  sampled_step_inputs in(cell, accept, path, indptr, tokens, parents, rng, 21u);
+  const auto& io = in.io;
   cudaStream_t stream;
   SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const auto pv = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device);
-  const auto rv = specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device);
   graph_time(state, stream, [&](int i) {
     const specdec::cuda pol{.stream = stream};
     if (path == 1) {  // the logits form: the visited rows only, each in its request's workspace row
-      const auto lg = specdec::make_view<2>(logits[i % sets]->as<const float>(), {rows, V}, memory_space::device);
-      const auto ws = specdec::make_view<2>(work.as<float>(), {batch, V}, memory_space::device);
-      if (mode >= 4)
-        specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, pv, rv, dctx, io.seeds(),
-                                               io.streams(), ws, io.accepted(), io.num_accepted(), io.bonus(),
-                                               io.emitted(), io.status());
+      if (in.has_penalties(cell))
+        specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), in.logits_of(cell, i),
+                                               in.params_view, in.row_params_view, in.pen.context, io.seeds(),
+                                               io.streams(), in.workspace(cell), io.accepted(), io.num_accepted(),
+                                               io.bonus(), io.emitted(), io.status());
       else
-        specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, pv, rv, io.seeds(),
-                                               io.streams(), ws, io.accepted(), io.num_accepted(), io.bonus(),
+        specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), in.logits_of(cell, i),
+                                               in.params_view, in.row_params_view, io.seeds(), io.streams(),
+                                               in.workspace(cell), io.accepted(), io.num_accepted(), io.bonus(),
                                                io.emitted(), io.status());
       return;
     }
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
-    const auto lg = specdec::make_view<2>(work.as<float>(), {rows, V}, memory_space::device);
-    const auto sv = specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device);
-    if (mode >= 4)
-      specdec::process_logits_batch(pol, lg, pv, rv, dctx, sv);
-    else
-      specdec::process_logits_batch(pol, lg, pv, rv, sv);
-    specdec::logits_to_probs_batch(pol, lg, lg, specdec::make_view<1>(st2.as<std::int32_t>(), {3}, memory_space::device));
-    specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, io.seeds(), io.streams(),
+    const auto probs = in.process_copy(cell, i, stream);
+    specdec::verify_sample_and_match_batch(pol, io.indptr(), io.tokens(), io.parents(), probs, io.seeds(), io.streams(),
                                            io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
   });
-  std::int32_t s1[3] = {0, -1, -1}, s2[3] = {0, -1, -1};
-  if (path == 0) {
-    SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
-    SPECDEC_CUDA_CHECK(cudaMemcpy(s2, st2.p, 12, cudaMemcpyDeviceToHost));
-  }
-  if (io.error() != 0 || s1[0] != 0 || s2[0] != 0) state.SkipWithError("the sampled step reported a device error");
-  double visited = 0;
-  for (const auto k : io.accepted_counts()) visited += k + 1;
+  if (in.failed(path)) state.SkipWithError("the sampled step reported a device error");
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
-  const double bytes = static_cast<double>(bytes_rows);
+  const double bytes = static_cast<double>(cell.bytes_rows);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
-  state.counters["rows_visited"] = visited / batch;
+  state.counters["rows_visited"] = in.rows_reached(batch);
 }
 //! The cells: session 31's grid (random trees, the walk stops early; every row processed), then
 //! both paths where the walk accepts a 3-node chain (batch 1 / 8 / 64, V = 128K, modes 1 and 4).
@@ -445,17 +503,16 @@ BENCHMARK(BM_sampled_step_batch)->Apply(sampled_step_cells)->UseManualTime()->Un
 // with uniform draft rows q = 1 / V: path 0 = what cuda_chain_speculative_verifier enqueues with
 // sampled_rows::every_row (a copy of the rows, process_logits_batch, logits_to_probs_batch, the
 // probabilities form), path 1 = the logits form (only the rows the walk reaches processed, in a
-// [batch, V] workspace: sampled_rows::visited_rows). Modes as BM_sampled_step_batch's (1: T 0.8 and
-// top-p 0.9; 4: and top-k, min-p, eta, the penalties over 32K committed tokens). Nodes 0-2 of each
+// [batch, V] workspace: sampled_rows::visited_rows). Modes as BM_sampled_step_batch's
+// (sampled_step_inputs). Nodes 0-2 of each
 // chain peak in their parents' rows (accepted: p ~ 1 >= q), node 3 is almost surely rejected, so 4
 // rows are reached per request. bytes, read_us as BM_sampled_step_batch's (every row's bytes).
 void BM_chain_step_batch(benchmark::State& state) {
   const step_cell cell(state);
-  const int batch = cell.batch, tree = cell.tree, mode = cell.mode, sets = cell.sets, accept = std::min(3, tree);
+  const int batch = cell.batch, tree = cell.tree, accept = std::min(3, tree);
   const int path = static_cast<int>(state.range(4));
-  const std::int64_t V = cell.V, rows = cell.rows;
-  const std::size_t bytes_rows = cell.bytes_rows;
-  std::vector<std::int32_t> indptr{0}, parents, tokens, row_params;
+  const std::int64_t V = cell.V;
+  std::vector<std::int32_t> indptr{0}, parents, tokens;
   specdec::philox_stream rng(9, 0);
   for (int r = 0; r < batch; ++r) {
     for (int i = 0; i < tree; ++i) {
@@ -463,83 +520,41 @@ void BM_chain_step_batch(benchmark::State& state) {
       tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
     }
     indptr.push_back(indptr.back() + tree);
-    for (int i = 0; i <= tree; ++i) row_params.push_back(r);
   }
-  std::vector<std::unique_ptr<dmem>> logits;
-  const float peak = 40.0f;
-  for (int i = 0; i < sets; ++i) {
-    logits.push_back(std::make_unique<dmem>(bytes_rows));
-    specdec_bench::fill_uniform(logits.back()->as<float>(), static_cast<std::size_t>(rows * V), 31u + i, -8.0f, 8.0f);
-    for (int r = 0; r < batch; ++r)
-      for (int k = 0; k < accept; ++k) {
-        const std::int64_t row = static_cast<std::int64_t>(r) * (tree + 1) + k;
-        SPECDEC_CUDA_CHECK(cudaMemcpy(logits.back()->as<float>() + row * V + tokens[static_cast<std::size_t>(r * tree + k)],
-                                      &peak, sizeof(float), cudaMemcpyHostToDevice));
-      }
-  }
-  dmem q(bytes_rows);
+  sampled_step_inputs in(cell, accept, path, indptr, tokens, parents, rng, 31u);
+  const auto& io = in.io;
+  dmem q(cell.bytes_rows);
   const float uniform = 1.0f / static_cast<float>(V);
-  specdec_bench::fill_uniform(q.as<float>(), static_cast<std::size_t>(rows * V), 7u, uniform, uniform);
-  specdec::sampling_params sp{.temperature = 0.8f, .top_p = 0.9f};
-  if (mode >= 4)
-    sp.top_k = 50, sp.min_p = 0.05f, sp.eta_epsilon = 0.02f, sp.repetition_penalty = 1.1f, sp.contextual_penalty = 1.2f,
-    sp.penalty_window = 1024;
-  const std::vector<specdec::sampling_params> params(static_cast<std::size_t>(batch), sp);
-  const device_penalties pen(mode >= 4 ? 32768 : 0, V, indptr, tokens, parents, rng);
-  const specdec::penalty_context& dctx = pen.context;
-  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch), 42), streams(static_cast<std::size_t>(batch));
-  for (int r = 0; r < batch; ++r) streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), 1);
-  const device_tree_io io(indptr, tokens, parents, seeds, streams);
-  dmem work(path == 0 ? bytes_rows : static_cast<std::size_t>(batch * V) * sizeof(float)),
-      dparams(params.size() * sizeof(specdec::sampling_params)), drp(row_params.size() * 4), st1(12), st2(12);
-  SPECDEC_CUDA_CHECK(cudaMemcpy(dparams.p, params.data(), params.size() * sizeof(specdec::sampling_params),
-                                cudaMemcpyHostToDevice));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(drp.p, row_params.data(), row_params.size() * 4, cudaMemcpyHostToDevice));
+  specdec_bench::fill_uniform(q.as<float>(), static_cast<std::size_t>(cell.rows * V), 7u, uniform, uniform);
+  const auto qv = specdec::make_view<2>(q.as<const float>(), {cell.rows, V}, memory_space::device);
   cudaStream_t stream;
   SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const auto pv = specdec::make_view<1>(dparams.as<const specdec::sampling_params>(), {batch}, memory_space::device);
-  const auto rv = specdec::make_view<1>(drp.as<const std::int32_t>(), {rows}, memory_space::device);
-  const auto qv = specdec::make_view<2>(q.as<const float>(), {rows, V}, memory_space::device);
   graph_time(state, stream, [&](int i) {
     const specdec::cuda pol{.stream = stream};
     if (path == 1) {
-      const auto lg = specdec::make_view<2>(logits[i % sets]->as<const float>(), {rows, V}, memory_space::device);
-      const auto ws = specdec::make_view<2>(work.as<float>(), {batch, V}, memory_space::device);
-      if (mode >= 4)
-        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, qv, pv, rv, dctx,
-                                                io.seeds(), io.streams(), ws, io.accepted(), io.num_accepted(),
+      if (in.has_penalties(cell))
+        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), in.logits_of(cell, i), qv,
+                                                in.params_view, in.row_params_view, in.pen.context, io.seeds(),
+                                                io.streams(), in.workspace(cell), io.accepted(), io.num_accepted(),
                                                 io.bonus(), io.emitted(), io.status());
       else
-        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, qv, pv, rv, io.seeds(),
-                                                io.streams(), ws, io.accepted(), io.num_accepted(), io.bonus(),
+        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), in.logits_of(cell, i), qv,
+                                                in.params_view, in.row_params_view, io.seeds(), io.streams(),
+                                                in.workspace(cell), io.accepted(), io.num_accepted(), io.bonus(),
                                                 io.emitted(), io.status());
       return;
     }
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(work.p, logits[i % sets]->p, bytes_rows, cudaMemcpyDeviceToDevice, stream));
-    const auto lg = specdec::make_view<2>(work.as<float>(), {rows, V}, memory_space::device);
-    const auto sv = specdec::make_view<1>(st1.as<std::int32_t>(), {3}, memory_space::device);
-    if (mode >= 4)
-      specdec::process_logits_batch(pol, lg, pv, rv, dctx, sv);
-    else
-      specdec::process_logits_batch(pol, lg, pv, rv, sv);
-    specdec::logits_to_probs_batch(pol, lg, lg, specdec::make_view<1>(st2.as<std::int32_t>(), {3}, memory_space::device));
-    specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), lg, qv, io.seeds(),
+    const auto probs = in.process_copy(cell, i, stream);
+    specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), probs, qv, io.seeds(),
                                             io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
                                             io.status());
   });
-  std::int32_t s1[3] = {0, -1, -1}, s2[3] = {0, -1, -1};
-  if (path == 0) {
-    SPECDEC_CUDA_CHECK(cudaMemcpy(s1, st1.p, 12, cudaMemcpyDeviceToHost));
-    SPECDEC_CUDA_CHECK(cudaMemcpy(s2, st2.p, 12, cudaMemcpyDeviceToHost));
-  }
-  if (io.error() != 0 || s1[0] != 0 || s2[0] != 0) state.SkipWithError("the chain step reported a device error");
-  double reached = 0;
-  for (const auto k : io.accepted_counts()) reached += k + 1;
+  if (in.failed(path)) state.SkipWithError("the chain step reported a device error");
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
-  const double bytes = static_cast<double>(bytes_rows);
+  const double bytes = static_cast<double>(cell.bytes_rows);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
-  state.counters["rows_reached"] = reached / batch;
+  state.counters["rows_reached"] = in.rows_reached(batch);
 }
 BENCHMARK(BM_chain_step_batch)
     ->ArgNames({"batch", "tree", "vocab", "mode", "path"})

@@ -44,40 +44,66 @@ struct device_logits_case {
   }
   static float nan_fill() { return std::numeric_limits<float>::quiet_NaN(); }
   void launch(cudaStream_t s = nullptr) {
+    if (ctx)
+      launch_with(s, ctx->view());
+    else
+      launch_with(s);
+  }
+  //! The form of the case's kind, with the penalty context when given (`context...`: it or nothing).
+  template <class... Context>
+  void launch_with(cudaStream_t s, const Context&... context) {
     const specdec::strided_view<const float, 2> l(lg.data(), {rows, vocab}, {stride, 1}, memory_space::device);
     const specdec::strided_view<float, 2> w(work.data(), {requests, vocab}, {work_stride, 1}, memory_space::device);
-    const specdec::cuda pol{.stream = s};
     const specdec::strided_view<const float, 2> qv(q.data(), {rows, vocab}, {stride, 1}, memory_space::device);
+    const specdec::cuda pol{.stream = s};
     if (kind == logits_case_kind::multi_draft || kind == logits_case_kind::multi_draft_wor) {
       const auto mode = kind == logits_case_kind::multi_draft_wor ? specdec::draft_sampling::without_replacement
                                                                   : specdec::draft_sampling::with_replacement;
-      if (ctx)
-        specdec::verify_multi_draft_batch(pol, dv(ni), dv(tok), dv(par), l, qv, mode, dv(params), dv(rp), ctx->view(),
-                                          dv(seeds), dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon),
-                                          dv(out.emi), dv(out.st));
-      else
-        specdec::verify_multi_draft_batch(pol, dv(ni), dv(tok), dv(par), l, qv, mode, dv(params), dv(rp), dv(seeds),
-                                          dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
-                                          dv(out.st));
+      specdec::verify_multi_draft_batch(pol, dv(ni), dv(tok), dv(par), l, qv, mode, dv(params), dv(rp), context...,
+                                        dv(seeds), dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon),
+                                        dv(out.emi), dv(out.st));
     } else if (kind == logits_case_kind::chain) {
-      if (ctx)
-        specdec::verify_chain_speculative_batch(pol, dv(ni), dv(tok), dv(par), l, qv, dv(params), dv(rp), ctx->view(),
-                                                dv(seeds), dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon),
-                                                dv(out.emi), dv(out.st));
-      else
-        specdec::verify_chain_speculative_batch(pol, dv(ni), dv(tok), dv(par), l, qv, dv(params), dv(rp), dv(seeds),
-                                                dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
-                                                dv(out.st));
-    } else if (ctx) {
-      specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), ctx->view(),
+      specdec::verify_chain_speculative_batch(pol, dv(ni), dv(tok), dv(par), l, qv, dv(params), dv(rp), context...,
+                                              dv(seeds), dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon),
+                                              dv(out.emi), dv(out.st));
+    } else {
+      specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), context...,
                                              dv(seeds), dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon),
                                              dv(out.emi), dv(out.st));
-    } else {
-      specdec::verify_sample_and_match_batch(pol, dv(ni), dv(tok), dv(par), l, dv(params), dv(rp), dv(seeds),
-                                             dv(streams), w, dv(out.acc), dv(out.nacc), dv(out.bon), dv(out.emi),
-                                             dv(out.st));
     }
   }
 };
+
+//! c's form on the device with the logits' and draft rows' stride vocab and vocab + 5, each against
+//! the host composition (sampled_logits_case::matches); returns the nodes accepted, both runs counted.
+inline int device_matches_host(const sampled_logits_case& c) {
+  int accepted = 0;
+  for (std::int64_t pad : {0, 5}) {
+    device_logits_case d(c, pad);
+    d.launch();
+    sync_check("a logits form");
+    INFO("requests " << c.requests() << " V " << c.vocab << " pad " << pad << " penalties " << c.penalties << " kind "
+                     << static_cast<int>(c.kind));
+    accepted += c.matches(d.out.download());
+  }
+  return accepted;
+}
+
+//! c's form captured in a CUDA graph and replayed three times, the streams of step 1, 2, 3 uploaded
+//! between replays and each replay's outputs checked against the host composition for that step.
+inline void replay_logits_case(sampled_logits_case c) {
+  device_logits_case d(c);
+  std::uint32_t step = 0;
+  replay_in_graph(
+      3, [&](cudaStream_t s) { d.launch(s); },
+      [&] {
+        ++step;
+        for (int r = 0; r < c.requests(); ++r) c.streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
+        c.finish();
+        d.streams.upload(c.streams);
+        d.out.reset();
+      },
+      [&] { (void)c.matches(d.out.download()); });
+}
 
 }  // namespace specdec_test

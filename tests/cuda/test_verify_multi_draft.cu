@@ -297,14 +297,7 @@ TEST_CASE("cuda verify_multi_draft_batch from logits draws what the host's proce
                                             {64, 16, 4099}, {8, 16, 131075}, {3, 64, 300007}}) {
         const sampled_logits_case c(R, max_nodes, V, 3, penalties, static_cast<std::uint64_t>(R * 19 + V + penalties),
                                     kind);
-        for (std::int64_t pad : {0, 5}) {
-          device_logits_case d(c, pad);
-          d.launch();
-          specdec_test::sync_check("verify_multi_draft_batch (logits)");
-          INFO("R " << R << " nodes <= " << max_nodes << " V " << V << " pad " << pad << " penalties " << penalties
-                    << " mode " << static_cast<int>(kind));
-          accepted += c.matches(d.out.download());
-        }
+        accepted += specdec_test::device_matches_host(c);
       }
   CHECK(accepted > 20);
 }
@@ -324,24 +317,11 @@ TEST_CASE("cuda verify_multi_draft_batch from logits reports what processing rep
     CHECK(s.index == index);
   };
   const std::int32_t b2 = c.node_indptr[2], root2 = b2 + 2;  // request 2's first row: always reached
-  {
-    auto bad = c;
-    bad.logits[static_cast<std::size_t>(root2 * c.vocab + 1)] = std::numeric_limits<float>::quiet_NaN();
-    expect(bad, specdec::device_error::row, -1, root2);
-  }
-  {
-    auto bad = c;
-    bad.row_params[static_cast<std::size_t>(root2)] = 9;
-    expect(bad, specdec::device_error::params, 9, root2);
-  }
+  specdec_test::common_logits_reports(c, root2, 2, expect);
   {  // checked up front, before any row is processed: q = 0 at node 0's token in the root's draft row
     auto bad = c;
     bad.q[static_cast<std::size_t>(root2 * c.vocab + c.tokens[static_cast<std::size_t>(b2)])] = 0.0f;
     expect(bad, specdec::device_error::draft_prob, 2, 0);
-  }
-  {  // a row every admissible logit of which the repetition penalty overflows to -inf
-    const auto bad = specdec_test::with_overflowing_row(c, root2, 2);
-    expect(bad, specdec::device_error::row, -1, root2);
   }
   {  // the host test's hand case: node 0 rejected at temperature 0, NaN in the rows after it unread
     const auto h = specdec_test::rejected_root_case(specdec_test::logits_case_kind::multi_draft);
@@ -373,19 +353,7 @@ TEST_CASE("cuda verify_multi_draft_batch from logits reports what processing rep
 
 TEST_CASE("cuda verify_multi_draft_batch from logits is captured in a CUDA graph and replays with new streams",
           "[cuda][verify]") {
-  sampled_logits_case c(8, 24, 5003, 3, true, 5, logits_case_kind::multi_draft);
-  device_logits_case d(c);
-  std::uint32_t step = 0;
-  specdec_test::replay_in_graph(
-      3, [&](cudaStream_t s) { d.launch(s); },
-      [&] {
-        ++step;
-        for (int r = 0; r < c.requests(); ++r) c.streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
-        c.finish();
-        d.streams.upload(c.streams);
-        d.out.reset();
-      },
-      [&] { (void)c.matches(d.out.download()); });
+  specdec_test::replay_logits_case(sampled_logits_case(8, 24, 5003, 3, true, 5, logits_case_kind::multi_draft));
 }
 
 TEST_CASE("cuda verify_multi_draft_batch from logits rejects host memory, a short workspace, overlaps and a bad mode "

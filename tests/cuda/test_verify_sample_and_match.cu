@@ -211,13 +211,7 @@ TEST_CASE("cuda verify_sample_and_match_batch from logits draws what the host's 
     for (const auto& [R, max_nodes, V] : {std::tuple{1, 1, std::int64_t{1}}, {5, 8, 7}, {17, 40, 300}, {33, 16, 4099},
                                           {8, 16, 131075}, {3, 64, 300007}}) {
       const sampled_logits_case c(R, max_nodes, V, 3, penalties, static_cast<std::uint64_t>(R * 13 + V + penalties));
-      for (std::int64_t pad : {0, 5}) {
-        device_logits_case d(c, pad);
-        d.launch();
-        specdec_test::sync_check("verify_sample_and_match_batch (logits)");
-        INFO("R " << R << " nodes <= " << max_nodes << " V " << V << " pad " << pad << " penalties " << penalties);
-        accepted += c.matches(d.out.download());
-      }
+      accepted += specdec_test::device_matches_host(c);
     }
   CHECK(accepted > 20);
 }
@@ -237,26 +231,13 @@ TEST_CASE("cuda verify_sample_and_match_batch from logits reports what processin
     CHECK(s.index == index);
   };
   const std::int32_t root2 = c.node_indptr[2] + 2;  // request 2's root row: always visited
-  {
-    auto bad = c;
-    bad.logits[static_cast<std::size_t>(root2 * c.vocab + 1)] = std::numeric_limits<float>::quiet_NaN();
-    expect(bad, specdec::device_error::row, -1, root2);
-  }
-  {
-    auto bad = c;
-    bad.row_params[static_cast<std::size_t>(root2)] = 9;
-    expect(bad, specdec::device_error::params, 9, root2);
-  }
+  specdec_test::common_logits_reports(c, root2, 2, expect);
   {  // row 2's context out of range
     const auto view = c.b.view();
     std::vector<std::int32_t> row_context(view.row_context.data(), view.row_context.data() + c.rows());
     const auto contexts = static_cast<std::int32_t>(view.context_length.extent(0));
     row_context[static_cast<std::size_t>(root2)] = contexts;
     expect(c, specdec::device_error::context, contexts, root2, &row_context);
-  }
-  {  // a row every admissible logit of which the repetition penalty overflows to -inf
-    const auto bad = specdec_test::with_overflowing_row(c, root2, 2);
-    expect(bad, specdec::device_error::row, -1, root2);
   }
   {  // NaN and a bad entry in a row the walk does not visit: no report (the host test's hand case)
     const auto h = specdec_test::unread_nan_logits_case();
@@ -270,19 +251,7 @@ TEST_CASE("cuda verify_sample_and_match_batch from logits reports what processin
 
 TEST_CASE("cuda verify_sample_and_match_batch from logits is captured in a CUDA graph and replays with new streams",
           "[cuda][verify]") {
-  sampled_logits_case c(8, 32, 5003, 3, true, 5);
-  device_logits_case d(c);
-  std::uint32_t step = 0;
-  specdec_test::replay_in_graph(
-      3, [&](cudaStream_t s) { d.launch(s); },
-      [&] {
-        ++step;
-        for (int r = 0; r < c.requests(); ++r) c.streams[static_cast<std::size_t>(r)] = specdec::stream_id(static_cast<std::uint32_t>(r), step);
-        c.finish();
-        d.streams.upload(c.streams);
-        d.out.reset();
-      },
-      [&] { (void)c.matches(d.out.download()); });
+  specdec_test::replay_logits_case(sampled_logits_case(8, 32, 5003, 3, true, 5));
 }
 
 TEST_CASE("cuda verify_sample_and_match_batch from logits rejects host memory, a short workspace and overlaps first",

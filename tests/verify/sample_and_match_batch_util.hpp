@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sampling/penalty_test_util.hpp"
+#include "specdec/core/device_status.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/logits_processor.hpp"
 #include "specdec/sampling/penalty_context.hpp"
@@ -316,6 +317,85 @@ inline sampled_logits_case with_overflowing_row(sampled_logits_case c, std::int6
     c.b.add_tree_rows(c.b.add_context(all), std::span(c.tokens).subspan(lo, n), std::span(c.parents).subspan(lo, n));
   }
   return c;
+}
+
+//! The logits form of c's kind on the host (with c's penalty context, or `context` when given), into
+//! o; the workspace `work` (a fresh one unless given) with rows vocab + pad floats apart, the padding
+//! NaN, which the form must leave alone (checked).
+inline void run_host_logits(const sampled_logits_case& c, tree_outputs& o, const specdec::host& policy = {},
+                            std::int64_t pad = 0, const specdec::penalty_context* context = nullptr,
+                            std::vector<float>* work = nullptr) {
+  const auto v1 = [](auto& a) { return specdec::make_view<1>(a.data(), {static_cast<std::int64_t>(a.size())}); };
+  std::vector<float> own;
+  std::vector<float>& w = work != nullptr ? *work : own;
+  w.assign(static_cast<std::size_t>(c.requests() * (c.vocab + pad)), std::numeric_limits<float>::quiet_NaN());
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
+  const auto qv = specdec::make_view<2>(c.q.data(), {c.has_draft_rows() ? c.rows() : 0, c.vocab});
+  const auto pa = specdec::make_view<1>(c.params.data(), {static_cast<std::int64_t>(c.params.size())});
+  const specdec::strided_view<float, 2> ws(w.data(), {c.requests(), c.vocab}, {c.vocab + pad, 1});
+  const auto call = [&](const auto&... ctx) {  // ctx: the penalty context, or nothing
+    if (c.kind == logits_case_kind::chain)
+      specdec::verify_chain_speculative_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, pa,
+                                              v1(c.row_params), ctx..., v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                              v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+    else if (c.has_draft_rows())
+      specdec::verify_multi_draft_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, c.mode(), pa,
+                                        v1(c.row_params), ctx..., v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                        v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+    else
+      specdec::verify_sample_and_match_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, pa,
+                                             v1(c.row_params), ctx..., v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
+                                             v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
+  };
+  if (c.penalties)
+    call(context != nullptr ? *context : c.b.view());
+  else
+    call();
+  for (std::int64_t r = 0; r < c.requests(); ++r)
+    for (std::int64_t k = c.vocab; k < c.vocab + pad; ++k)
+      REQUIRE(std::isnan(w[static_cast<std::size_t>(r * (c.vocab + pad) + k)]));  // the padding is not the form's
+}
+
+//! The refusals every logits form makes in request 0's root row (row 0, always read), with entry 0
+//! its sampling entry: an infinite logit, an entry out of range, a bad top_p, a row the penalties
+//! empty. reject(bad_case, what) runs the form on bad_case and checks that it throws naming `what`
+//! and leaves its outputs untouched.
+template <class Reject>
+void common_logits_refusals(const sampled_logits_case& c, Reject&& reject) {
+  {
+    auto bad = c;
+    bad.logits[3] = std::numeric_limits<float>::infinity();
+    reject(bad, "target_logits");
+  }
+  {
+    auto bad = c;
+    bad.row_params[0] = 7;
+    reject(bad, "row_params");
+  }
+  {
+    auto bad = c;
+    bad.params[0].top_p = 1.5f;
+    reject(bad, "top_p");
+  }
+  reject(with_overflowing_row(c, 0, 0), "after the penalties");  // every admissible logit -> -inf
+}
+
+//! The same on the device: what every logits kernel reports for a request's first row `root` (always
+//! read; its sampling entry `entry`): a NaN logit, an entry out of range, a row the penalties empty.
+//! expect(bad_case, error, request, index) runs the form and checks the status.
+template <class Expect>
+void common_logits_reports(const sampled_logits_case& c, std::int32_t root, std::size_t entry, Expect&& expect) {
+  {
+    auto bad = c;
+    bad.logits[static_cast<std::size_t>(root * c.vocab + 1)] = std::numeric_limits<float>::quiet_NaN();
+    expect(bad, specdec::device_error::row, -1, root);
+  }
+  {
+    auto bad = c;
+    bad.row_params[static_cast<std::size_t>(root)] = 9;
+    expect(bad, specdec::device_error::params, 9, root);
+  }
+  expect(with_overflowing_row(c, root, entry), specdec::device_error::row, -1, root);
 }
 
 }  // namespace specdec_test

@@ -103,27 +103,10 @@ namespace {
 
 using specdec_test::sampled_logits_case;
 
-//! The logits form on c (chains), into o; the workspace's rows vocab + pad floats apart, the padding
-//! NaN (the form must not touch it).
+//! The logits form on c (its kind), into o (tests/verify/sample_and_match_batch_util.hpp).
 void run_logits(const sampled_logits_case& c, specdec_test::tree_outputs& o, const specdec::host& policy = {},
                 std::int64_t pad = 0) {
-  std::vector<float> w(static_cast<std::size_t>(c.requests() * (c.vocab + pad)), std::numeric_limits<float>::quiet_NaN());
-  const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
-  const auto qv = specdec::make_view<2>(c.q.data(), {c.rows(), c.vocab});
-  const auto pa = specdec::make_view<1>(c.params.data(), {static_cast<std::int64_t>(c.params.size())});
-  const specdec::strided_view<float, 2> ws(w.data(), {c.requests(), c.vocab}, {c.vocab + pad, 1});
-  if (c.penalties)
-    specdec::verify_chain_speculative_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, pa,
-                                            v1(c.row_params), c.b.view(), v1(c.seeds), v1(c.streams), ws,
-                                            v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted),
-                                            v1(o.status));
-  else
-    specdec::verify_chain_speculative_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, qv, pa,
-                                            v1(c.row_params), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
-                                            v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
-  for (std::int64_t r = 0; r < c.requests(); ++r)
-    for (std::int64_t k = c.vocab; k < c.vocab + pad; ++k)
-      REQUIRE(std::isnan(w[static_cast<std::size_t>(r * (c.vocab + pad) + k)]));
+  specdec_test::run_host_logits(c, o, policy, pad);
 }
 
 }  // namespace
@@ -178,21 +161,7 @@ TEST_CASE("verify_chain_speculative_batch from logits (host) rejects bad values 
     CHECK_THROWS_WITH(run_logits(bad, o), Catch::Contains("verify_chain_speculative_batch") && Catch::Contains(what));
     CHECK(o == fresh);
   };
-  {  // request 0's root row (row 0) is always read
-    auto bad = c;
-    bad.logits[3] = std::numeric_limits<float>::infinity();
-    reject(bad, "target_logits");
-  }
-  {
-    auto bad = c;
-    bad.row_params[0] = 7;
-    reject(bad, "row_params");
-  }
-  {
-    auto bad = c;
-    bad.params[0].top_p = 1.5f;
-    reject(bad, "top_p");
-  }
+  specdec_test::common_logits_refusals(c, reject);  // in request 0's root row (always read)
   {  // a valid tree, but not a chain
     auto bad = c;
     bad.parents[1] = -1;
@@ -207,10 +176,6 @@ TEST_CASE("verify_chain_speculative_batch from logits (host) rejects bad values 
     auto bad = c;
     bad.q[static_cast<std::size_t>(c.tokens[0] == 0 ? 1 : 0)] = -1.0f;
     reject(bad, "draft_probs");
-  }
-  {  // a row every admissible logit of which a penalty overflows to -inf
-    const auto bad = specdec_test::with_overflowing_row(c, 0, 0);
-    reject(bad, "after the penalties");
   }
   {  // shapes and overlaps first: a short workspace, the workspace over the draft rows
     specdec_test::tree_outputs o(3, c.tokens.size());

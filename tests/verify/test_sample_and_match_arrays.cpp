@@ -253,28 +253,12 @@ namespace {
 
 using specdec_test::sampled_logits_case;
 
-//! The logits form on c, into o (workspace: a fresh [R, V] buffer unless given).
-//! (pad: the workspace's rows are vocab + pad floats apart, the padding NaN; the form must not touch it)
+//! The logits form on c, into o (workspace: a fresh [R, V] buffer unless given; its rows vocab + pad
+//! apart, the padding untouched: tests/verify/sample_and_match_batch_util.hpp).
 void run_logits(const sampled_logits_case& c, specdec_test::tree_outputs& o, const specdec::host& policy = {},
                 std::vector<float>* work = nullptr, const specdec::penalty_context* context = nullptr,
                 std::int64_t pad = 0) {
-  std::vector<float> own;
-  std::vector<float>& w = work != nullptr ? *work : own;
-  w.assign(static_cast<std::size_t>(c.requests() * (c.vocab + pad)), std::numeric_limits<float>::quiet_NaN());
-  const auto lg = specdec::make_view<2>(c.logits.data(), {c.rows(), c.vocab});
-  const auto pa = specdec::make_view<1>(c.params.data(), {static_cast<std::int64_t>(c.params.size())});
-  const specdec::strided_view<float, 2> ws(w.data(), {c.requests(), c.vocab}, {c.vocab + pad, 1});
-  if (c.penalties)
-    specdec::verify_sample_and_match_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, pa,
-                                           v1(c.row_params), context != nullptr ? *context : c.b.view(), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
-                                           v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
-  else
-    specdec::verify_sample_and_match_batch(policy, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg, pa,
-                                           v1(c.row_params), v1(c.seeds), v1(c.streams), ws, v1(o.accepted),
-                                           v1(o.num_accepted), v1(o.bonus), v1(o.emitted), v1(o.status));
-  for (std::int64_t r = 0; r < c.requests(); ++r)
-    for (std::int64_t k = c.vocab; k < c.vocab + pad; ++k)
-      REQUIRE(std::isnan(w[static_cast<std::size_t>(r * (c.vocab + pad) + k)]));  // the padding is not the form's
+  specdec_test::run_host_logits(c, o, policy, pad, context, work);
 }
 
 }  // namespace
@@ -328,22 +312,7 @@ TEST_CASE("verify_sample_and_match_batch from logits (host) rejects bad values a
     CHECK_THROWS_WITH(run_logits(bad, o), Catch::Contains("verify_sample_and_match_batch") && Catch::Contains(what));
     CHECK(o == fresh);
   };
-  // request 0's root row (row 0) is always visited
-  {
-    auto bad = c;
-    bad.logits[3] = std::numeric_limits<float>::infinity();
-    reject(bad, "target_logits");
-  }
-  {
-    auto bad = c;
-    bad.row_params[0] = 7;
-    reject(bad, "row_params");
-  }
-  {
-    auto bad = c;
-    bad.params[0].top_p = 1.5f;
-    reject(bad, "top_p");
-  }
+  specdec_test::common_logits_refusals(c, reject);  // in request 0's root row (always visited)
   {  // a penalty without a context: the five-argument form refuses it (the same batch without it passes)
     sampled_logits_case plain(3, 6, 40, 3, false, 99);
     specdec_test::tree_outputs o(3, plain.tokens.size());
@@ -366,10 +335,6 @@ TEST_CASE("verify_sample_and_match_batch from logits (host) rejects bad values a
     const auto fresh = o;
     CHECK_THROWS_WITH(run_logits(c, o, {}, nullptr, &ctx), Catch::Contains("row_context"));
     CHECK(o == fresh);
-  }
-  {  // a row every admissible logit of which a penalty overflows to -inf
-    const auto bad = specdec_test::with_overflowing_row(c, 0, 0);
-    reject(bad, "after the penalties");
   }
 }
 

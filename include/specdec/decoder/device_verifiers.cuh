@@ -510,8 +510,9 @@ void run_stochastic_step(device_verifier_state& d, const batch_verify_input& in,
 //! functions: each request's walk processes the rows it reaches in its workspace row), after the host
 //! checks as for run_stochastic_step: the trees and words up, the step's sampling arrays up
 //! (device_step_rows::upload), a [B, V] workspace, the draft rows gathered when `drafts`, then
-//! verify(policy, io, up, work, draft) enqueues the verification into io's verification slot; one
-//! synchronisation. Work that throws is drained first.
+//! verify(policy, io, up, work, draft, context...) enqueues the verification into io's verification
+//! slot, `context...` being up.context when a request applies a penalty and nothing otherwise (the
+//! logits forms' two overloads); one synchronisation. Work that throws is drained first.
 template <class Verify>
 void run_logits_step(device_verifier_state& d, const batch_verify_input& in, verify_batch_result& out,
                      std::string_view fn, bool drafts, Verify&& verify) {
@@ -521,7 +522,10 @@ void run_logits_step(device_verifier_state& d, const batch_verify_input& in, ver
     const auto up = d.rows->upload(in, d.stream);
     const auto work = d.rows->buffer(static_cast<std::int64_t>(in.node_indptr.size()) - 1);
     const auto draft = drafts ? d.q->enqueue(in.logits.extent(0), d.stream) : strided_view<const float, 2>{};
-    verify(cuda{.stream = d.stream}, io, up, work, draft);
+    if (d.rows->penalties())
+      verify(cuda{.stream = d.stream}, io, up, work, draft, up.context);
+    else
+      verify(cuda{.stream = d.stream}, io, up, work, draft);
     io.finish(in, d.stream, fn, device_verify_io::bit(device_verify_io::verification), out);
   });
 }
@@ -643,15 +647,11 @@ class cuda_sample_and_match_verifier : public sample_and_match_verifier {
     }
     // the logits form: the visited rows in a [B, V] workspace
     detail::run_logits_step(d_, in, out, fn, false, [&](const cuda& policy, const detail::device_verify_io& io,
-                                                        const auto& up, const auto& work, const auto&) {
-      if (d_.rows->penalties())
-        verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params,
-                                      up.row_params, up.context, io.seeds(), io.streams(), work, io.accepted(),
-                                      io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
-      else
-        verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params,
-                                      up.row_params, io.seeds(), io.streams(), work, io.accepted(), io.num_accepted(),
-                                      io.bonus(), io.emitted(), io.status_view(io.verification));
+                                                        const auto& up, const auto& work, const auto&,
+                                                        const auto&... context) {
+      verify_sample_and_match_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, up.params,
+                                    up.row_params, context..., io.seeds(), io.streams(), work, io.accepted(),
+                                    io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
     });
   }
 
@@ -716,15 +716,11 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
       return;
     }
     detail::run_logits_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
-                                                       const auto& up, const auto& work, const auto& draft) {
-      if (d_.rows->penalties())
-        verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, up.params,
-                                       up.row_params, up.context, io.seeds(), io.streams(), work, io.accepted(),
-                                       io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
-      else
-        verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, up.params,
-                                       up.row_params, io.seeds(), io.streams(), work, io.accepted(),
-                                       io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
+                                                       const auto& up, const auto& work, const auto& draft,
+                                                       const auto&... context) {
+      verify_chain_speculative_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, up.params,
+                                     up.row_params, context..., io.seeds(), io.streams(), work, io.accepted(),
+                                     io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
     });
   }
 
@@ -793,15 +789,11 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
       return;
     }
     detail::run_logits_step(d_, in, out, fn, true, [&](const cuda& policy, const detail::device_verify_io& io,
-                                                       const auto& up, const auto& work, const auto& draft) {
-      if (d_.rows->penalties())
-        verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, m, up.params,
-                                 up.row_params, up.context, io.seeds(), io.streams(), work, io.accepted(),
-                                 io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
-      else
-        verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, m, up.params,
-                                 up.row_params, io.seeds(), io.streams(), work, io.accepted(), io.num_accepted(),
-                                 io.bonus(), io.emitted(), io.status_view(io.verification));
+                                                       const auto& up, const auto& work, const auto& draft,
+                                                       const auto&... context) {
+      verify_multi_draft_batch(policy, io.indptr(), io.tokens(), io.parents(), in.logits, draft, m, up.params,
+                               up.row_params, context..., io.seeds(), io.streams(), work, io.accepted(),
+                               io.num_accepted(), io.bonus(), io.emitted(), io.status_view(io.verification));
     });
   }
 
