@@ -197,6 +197,11 @@ TEST_CASE("cuda verify_chain_speculative_batch from logits reports what processi
     specdec_test::sync_check("verify_chain_speculative_batch (logits, unread NaN)");
     CHECK(d.out.status().ok());
     CHECK(d.out.emi.download() == std::vector<std::int32_t>{3, -9, -9});
+    // the root row peaking on token 1 instead: node 0 accepted, row 1 reached and its NaN reported
+    auto reached = h;
+    reached.logits[1] = 20.0f;
+    reached.row_params[1] = 0;
+    expect(reached, specdec::device_error::row, -1, 1);
   }
   {  // a bad entry in request 2's first draft row, read in full before the first decision
     auto bad = c;

@@ -330,6 +330,11 @@ TEST_CASE("cuda verify_multi_draft_batch from logits reports what processing rep
     specdec_test::sync_check("verify_multi_draft_batch (logits, unread NaN)");
     CHECK(d.out.status().ok());
     CHECK(d.out.emi.download() == std::vector<std::int32_t>{3, -9, -9});
+    // the root row peaking on token 1 instead: node 0 accepted, row 1 reached and its NaN reported
+    auto reached = h;
+    reached.logits[1] = 20.0f;
+    reached.row_params[1] = 0;
+    expect(reached, specdec::device_error::row, -1, 1);
   }
   {  // a rejected sibling's row is not read either (the host test's second hand case)
     device_logits_case d(specdec_test::rejected_sibling_case());

@@ -287,10 +287,11 @@ inline sampled_logits_case rejected_root_case(logits_case_kind kind) {
 }
 
 //! multi_draft (with replacement): root -> {node 0 (token 1), node 1 (token 3)} over V = 5 at
-//! temperature 0 with q = 0.2 everywhere. The root row's argmax is 3: node 0 is rejected (p(1) = 0),
-//! the residual is one-hot at 3, so node 1 is accepted; row 2 (after node 1) gives the bonus, its
-//! argmax 4. Node 0's row (row 1) holds NaN and its row_params entry is out of range: never read (a
-//! rejected sibling's row). Expected: accepted {1}, emitted {3, 4}.
+//! temperature 0 with q = 0.2 everywhere. The root row's argmax is 3: node 0 is rejected (p(1) = 0)
+//! and node 1 accepted (at temperature 0 the normalised residual max(0, p - q) is p itself, one-hot at
+//! 3: this case checks which rows are read, not the residual, which the random cases cover); row 2
+//! (after node 1) gives the bonus, its argmax 4. Node 0's row (row 1) holds NaN and its row_params
+//! entry is out of range: never read (a rejected sibling's row). Expected: accepted {1}, emitted {3, 4}.
 inline sampled_logits_case rejected_sibling_case() {
   auto h = rejected_root_case(logits_case_kind::multi_draft);
   h.tokens = {1, 3};
@@ -362,6 +363,7 @@ inline void run_host_logits(const sampled_logits_case& c, tree_outputs& o, const
 //! and leaves its outputs untouched.
 template <class Reject>
 void common_logits_refusals(const sampled_logits_case& c, Reject&& reject) {
+  REQUIRE((c.penalties && c.requests() > 0 && c.params.size() <= 7));  // entry 7 out of range; a penalty to overflow
   {
     auto bad = c;
     bad.logits[3] = std::numeric_limits<float>::infinity();
@@ -385,6 +387,7 @@ void common_logits_refusals(const sampled_logits_case& c, Reject&& reject) {
 //! expect(bad_case, error, request, index) runs the form and checks the status.
 template <class Expect>
 void common_logits_reports(const sampled_logits_case& c, std::int32_t root, std::size_t entry, Expect&& expect) {
+  REQUIRE((c.penalties && entry < c.params.size() && c.params.size() <= 9 && root < c.rows()));
   {
     auto bad = c;
     bad.logits[static_cast<std::size_t>(root * c.vocab + 1)] = std::numeric_limits<float>::quiet_NaN();
