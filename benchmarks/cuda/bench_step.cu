@@ -38,8 +38,10 @@
 //                           match_verifier's sampled_rows::visited_rows); rows_visited per request.
 //                           GB/s and read_us count every row's bytes on both paths (the step's
 //                           logits, the target's reference): compare the paths by time
-//   BM_chain_step_batch     chain speculative sampling of a step (chains of 8, uniform q rows):
-//                           every row processed (path 0) against the logits form (path 1); see there
+//   BM_chain_step_batch, BM_multi_draft_step_batch
+//                           chain / multi-draft speculative sampling of a step (chains of 8; two
+//                           drafts of 4; uniform q rows): every row processed (path 0) against the
+//                           logits form (path 1); see draft_step_batch
 //   BM_greedy_penalized_step_batch
 //                           greedy verification with a repetition penalty 1.1 and a contextual
 //                           penalty 1.2 (W = 1024) over a 32K-token committed context per request, on
@@ -499,24 +501,30 @@ void sampled_step_cells(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_sampled_step_batch)->Apply(sampled_step_cells)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// Chain speculative sampling of a step, on float logits [batch * (tree + 1), V] (uniform in [-8, 8))
-// with uniform draft rows q = 1 / V: path 0 = what cuda_chain_speculative_verifier enqueues with
-// sampled_rows::every_row (a copy of the rows, process_logits_batch, logits_to_probs_batch, the
-// probabilities form), path 1 = the logits form (only the rows the walk reaches processed, in a
-// [batch, V] workspace: sampled_rows::visited_rows). Modes as BM_sampled_step_batch's
-// (sampled_step_inputs). Nodes 0-2 of each
-// chain peak in their parents' rows (accepted: p ~ 1 >= q), node 3 is almost surely rejected, so 4
-// rows are reached per request. bytes, read_us as BM_sampled_step_batch's (every row's bytes).
-void BM_chain_step_batch(benchmark::State& state) {
+// Speculative sampling of a step with draft rows, on float logits [batch * (tree + 1), V] (uniform in
+// [-8, 8)) with uniform draft rows q = 1 / V. Multi = false: chain speculative sampling of chains of
+// `tree` nodes (BM_chain_step_batch); true: multi-draft speculative sampling, with replacement, of two
+// drafts of tree / 2 nodes each under the root (nodes 0 .. tree/2 - 1 the first, drawn first; the rest
+// the second: BM_multi_draft_step_batch). Path 0 = what the verifier (cuda_chain_speculative_verifier /
+// cuda_multi_draft_verifier) enqueues with sampled_rows::every_row (a copy of the rows,
+// process_logits_batch, logits_to_probs_batch, the probabilities form), path 1 = the logits form
+// (only the rows the walk reaches processed, in a [batch, V] workspace: sampled_rows::visited_rows).
+// Modes as BM_sampled_step_batch's (sampled_step_inputs). Nodes 0-2 (the first draft's) peak in their
+// parents' rows (accepted: p ~ 1 >= q), node 3 is almost surely rejected, so 4 rows are reached per
+// request (the multi-draft root also rejects nothing: its first child is accepted). bytes, read_us as
+// BM_sampled_step_batch's (every row's bytes).
+template <bool Multi>
+void draft_step_batch(benchmark::State& state) {
   const step_cell cell(state);
-  const int batch = cell.batch, tree = cell.tree, accept = std::min(3, tree);
+  const int batch = cell.batch, tree = cell.tree, accept = std::min(3, Multi ? tree / 2 : tree);
   const int path = static_cast<int>(state.range(4));
   const std::int64_t V = cell.V;
   std::vector<std::int32_t> indptr{0}, parents, tokens;
   specdec::philox_stream rng(9, 0);
   for (int r = 0; r < batch; ++r) {
     for (int i = 0; i < tree; ++i) {
-      parents.push_back(i - 1);
+      const bool second_root = Multi && i == tree / 2;  // the second draft's first node
+      parents.push_back(i == 0 || second_root ? -1 : i - 1);
       tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
     }
     indptr.push_back(indptr.back() + tree);
@@ -527,36 +535,46 @@ void BM_chain_step_batch(benchmark::State& state) {
   const float uniform = 1.0f / static_cast<float>(V);
   specdec_bench::fill_uniform(q.as<float>(), static_cast<std::size_t>(cell.rows * V), 7u, uniform, uniform);
   const auto qv = specdec::make_view<2>(q.as<const float>(), {cell.rows, V}, memory_space::device);
+  const auto mode = specdec::draft_sampling::with_replacement;
   cudaStream_t stream;
   SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  graph_time(state, stream, [&](int i) {
+  // the verification on `rows` (probabilities, or logits with `logits...` = params, row_params[,
+  // context] and the workspace in between: the two forms' argument lists)
+  const auto verify = [&](const auto& rows, const auto&... logits) {
     const specdec::cuda pol{.stream = stream};
+    if constexpr (Multi)
+      specdec::verify_multi_draft_batch(pol, io.indptr(), io.tokens(), io.parents(), rows, qv, mode, logits...,
+                                        io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
+    else
+      specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), rows, qv, logits...,
+                                              io.accepted(), io.num_accepted(), io.bonus(), io.emitted(), io.status());
+  };
+  graph_time(state, stream, [&](int i) {
     if (path == 1) {
       if (in.has_penalties(cell))
-        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), in.logits_of(cell, i), qv,
-                                                in.params_view, in.row_params_view, in.pen.context, io.seeds(),
-                                                io.streams(), in.workspace(cell), io.accepted(), io.num_accepted(),
-                                                io.bonus(), io.emitted(), io.status());
+        verify(in.logits_of(cell, i), in.params_view, in.row_params_view, in.pen.context, io.seeds(), io.streams(),
+               in.workspace(cell));
       else
-        specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), in.logits_of(cell, i), qv,
-                                                in.params_view, in.row_params_view, io.seeds(), io.streams(),
-                                                in.workspace(cell), io.accepted(), io.num_accepted(), io.bonus(),
-                                                io.emitted(), io.status());
+        verify(in.logits_of(cell, i), in.params_view, in.row_params_view, io.seeds(), io.streams(), in.workspace(cell));
       return;
     }
-    const auto probs = in.process_copy(cell, i, stream);
-    specdec::verify_chain_speculative_batch(pol, io.indptr(), io.tokens(), io.parents(), probs, qv, io.seeds(),
-                                            io.streams(), io.accepted(), io.num_accepted(), io.bonus(), io.emitted(),
-                                            io.status());
+    verify(in.process_copy(cell, i, stream), io.seeds(), io.streams());
   });
-  if (in.failed(path)) state.SkipWithError("the chain step reported a device error");
+  if (in.failed(path)) state.SkipWithError("the step reported a device error");
   SPECDEC_CUDA_CHECK(cudaStreamDestroy(stream));
   const double bytes = static_cast<double>(cell.bytes_rows);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["read_us"] = bytes / specdec_bench::copy_roof() * 1e6;
   state.counters["rows_reached"] = in.rows_reached(batch);
 }
+void BM_chain_step_batch(benchmark::State& state) { draft_step_batch<false>(state); }
+void BM_multi_draft_step_batch(benchmark::State& state) { draft_step_batch<true>(state); }
 BENCHMARK(BM_chain_step_batch)
+    ->ArgNames({"batch", "tree", "vocab", "mode", "path"})
+    ->ArgsProduct({{1, 8, 64}, {8}, {131072}, {1, 4}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_multi_draft_step_batch)
     ->ArgNames({"batch", "tree", "vocab", "mode", "path"})
     ->ArgsProduct({{1, 8, 64}, {8}, {131072}, {1, 4}, {0, 1}})
     ->UseManualTime()

@@ -595,8 +595,9 @@ static_assert(check_verifier<cuda_greedy_verifier>() && verifier_has_verify_batc
 //!                 bench_cuda_step's BM_sampled_step_batch (path 0 / 1) measures it for
 //!                 sample-and-match. Each verifier's default: automatic for sample-and-match;
 //!                 every_row for chain and multi-draft (their visited-rows kernels are unmeasured:
-//!                 BM_chain_step_batch; the multi-draft walk also makes a residual pass over the
-//!                 vocabulary per rejected child in the same block, which moves the crossover).
+//!                 BM_chain_step_batch, BM_multi_draft_step_batch; the multi-draft walk also makes a
+//!                 residual pass over the vocabulary per rejected child in the same block, which
+//!                 moves the crossover).
 //! Where every row is valid the results are the same bits either way. The refusals differ:
 //! every_row refuses a step with a bad value (a NaN or +inf logit, a row the penalties empty) in
 //! any row, as the host verifiers do, visited_rows only in a row its walk reads, so under automatic
