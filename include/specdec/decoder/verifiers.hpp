@@ -96,6 +96,15 @@ void walk_processed_rows(const logits_verify_input& in, Walk&& walk) {
     return std::span<float>(row);
   });
 }
+//! walk_processed_rows' processed_row(s) turned into probabilities (processed_row_to_probs): the
+//! verifiers' target row s, named as `fn`'s target_probs row s. Valid until the next processed_row.
+template <class ProcessedRow>
+walk_row processed_probs_row(ProcessedRow& processed_row, std::string_view fn, std::int64_t s) {
+  const std::span<float> row = processed_row(s);
+  processed_row_to_probs(row);
+  return walk_row{row, {fn, "target_probs", s}};
+}
+
 //! A row of V zeros with a one at no more than one token, moved from token to token in O(1): the
 //! draft rows of a deterministic drafter (one-hot at its tokens), built when a walk reaches them.
 struct one_hot_row {
@@ -160,9 +169,8 @@ struct sample_and_match_verifier {
   void verify_logits(const logits_verify_input& in, verify_result& out) const {
     detail::walk_processed_rows(in, [&](auto&& processed_row) {
       out = detail::sample_and_match_walk_by(in.tree.tokens(), in.tree.parents(), [&](std::int64_t s) {
-        const std::span<float> row = processed_row(s);
-        detail::processed_row_to_probs(row);
-        return detail::draw_from_probs(row, in.rng, detail::row_ref{"specdec::verify_sample_and_match", "target_probs", s});
+        const detail::walk_row p = detail::processed_probs_row(processed_row, "specdec::verify_sample_and_match", s);
+        return detail::draw_from_probs(p.v, in.rng, p.at);
       });
     });
   }
@@ -216,11 +224,7 @@ struct chain_speculative_verifier {
       one_hot.reset(dq.data() != nullptr ? 0 : V);
       out = detail::chain_speculative_walk_by(
           in.tree.tokens(), in.rng,
-          [&](std::int64_t i, bool) {
-            const std::span<float> row = processed_row(i);
-            detail::processed_row_to_probs(row);
-            return detail::walk_row{row, {fn, "target_probs", i}};
-          },
+          [&](std::int64_t i, bool) { return detail::processed_probs_row(processed_row, fn, i); },
           [&](std::int64_t i) {
             const detail::row_ref at{fn, "draft_probs", i};
             if (dq.data() != nullptr) {
@@ -390,13 +394,11 @@ struct multi_draft_verifier {
         std::int32_t token = -1;
       };
       thread_local std::vector<source> src;
-      thread_local std::vector<std::int32_t> tokens, parents;
       thread_local detail::multi_draft_rows_scratch scratch;
       thread_local detail::multi_draft_scratch walk_scratch;
       thread_local detail::one_hot_row local;  // a one-hot or zero row, built when the walk reaches it
       src.assign(rows, source{});
-      tokens.assign(in.tree.tokens().begin(), in.tree.tokens().end());
-      parents.assign(in.tree.parents().begin(), in.tree.parents().end());
+      const auto tokens = in.tree.tokens(), parents = in.tree.parents();
       detail::assign_multi_draft_rows(
           tokens, parents, in.draft, V, true, "specdec::multi_draft_verifier", scratch,
           [&](std::int64_t row, const strided_view<const float, 2>& q, std::int64_t depth) {
@@ -418,11 +420,7 @@ struct multi_draft_verifier {
       local.reset(V);
       out = detail::multi_draft_walk_by(
           tokens, parents, mode, in.rng, walk_scratch,
-          [&](std::int64_t r, bool) {
-            const std::span<float> row = processed_row(r);
-            detail::processed_row_to_probs(row);
-            return detail::walk_row{row, {fn, "target_probs", r}};
-          },
+          [&](std::int64_t r, bool) { return detail::processed_probs_row(processed_row, fn, r); },
           [&](std::int64_t r, bool decide) {
             const source& sr = src[static_cast<std::size_t>(r)];
             const detail::row_ref at{fn, "draft_probs", r};
