@@ -50,8 +50,8 @@ inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 //! rows in place, RV row vectors; fp16/bf16 rows are widened into a small L1 buffer first),
 //! prefetching K lanes_kpf_dist tokens ahead (into L1 at the avx512 level, L2 elsewhere) and the
 //! block's V rows into L2 as the rows kernel does; an online softmax per head and row vector with
-//! the rows in lanes; then O += P V per head (pv_blocks on the V rows in place, m_rows rounded up to
-//! 4), prefetching the next block's V. Score lanes m_rows..16 * RV - 1 have zero queries and are
+//! the rows in lanes; then O += P V per head on the V rows in place, m_rows rounded up to 4
+//! (pv_row_groups at the avx512 level, pv_blocks elsewhere), prefetching the next block's V. Score lanes m_rows..16 * RV - 1 have zero queries and are
 //! computed but never written out.
 template <int D, class T, int RV, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
@@ -61,7 +61,6 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
   constexpr int KB = lanes_score_keys_for(RV), LB = lanes_block_for(RV), NH = dot_heads;
   constexpr int W = RV * vlanes;  // rows per score vector set
   constexpr bool widen = !std::is_same_v<T, float>;
-  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
   alignas(64) float st[NH][LB][W];  // S, then P, key-major: a key's rows together
   alignas(64) float mrow[NH][W], lrow[NH][W], alpha[W];
   alignas(64) float kw[widen ? KB * D : 1];
@@ -110,13 +109,10 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
           softmax_block<W>(&st[hh][0][rv * vlanes], nb, mrow[hh] + rv * vlanes, lrow[hh] + rv * vlanes, alpha + rv * vlanes);
         // O = alpha O + P V from the V rows in place (in L2 by now), prefetching the next block's.
         const T* const* vph = vp[hh];
-        const T* const* vnh = vn[hh];
         const auto v_row = [vph](int j) { return vph[j]; };
-        const auto prefetch_next = [vnh, nnb](int c0, int j) {
-          if (j < nnb)
-            SPECDEC_UNROLL for (int e = 0; e < pv_cols * vlanes; e += line_elems) __builtin_prefetch(vnh[j] + c0 + e, 0, 2);
-        };
-        pv_blocks<D, W, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
+        const auto prefetch_next = prefetch_next_v(vn[hh], nnb);
+        if constexpr (vreg_parts == 1) pv_row_groups<D, W>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
+        else pv_blocks<D, W, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
       }
     }
     // Normalise and write the LSE where attend_part puts it: after Mpad rows of O.

@@ -53,7 +53,6 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   static_assert(D % (2 * vlanes) == 0, "attend_part_rows: head_dim a multiple of 32");
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   constexpr int dv = D / vlanes;                       // vectors per row
-  constexpr int cw = fit_block(RB + 1, 1, 4);          // PV column slice, in vectors (AVX-512: 4 / 2)
   constexpr int qs = fit_block(RB + 1, 0, 2);          // QK^T accumulator sets per row (AVX-512: 2)
   // Keys per score step. 2 (each query vector loaded once for two K rows) for 8 rows where 2 x 8
   // accumulators, two K vectors and a query vector fit in the register file (AVX-512): a two-token
@@ -74,8 +73,6 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
   float mrow[dot_heads][RB], lrow[dot_heads][RB], alpha[dot_heads][RB];
   const T* vp[dot_heads][dot_block];
   const T* vn[dot_heads][dot_block];  // the next block's V rows, prefetched during this block's PV pass
-  constexpr int slice_elems = cw * vlanes;
-  constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
 
   for (int h0 = 0; h0 < nheads; h0 += dot_heads) {
     const int hc = std::min(dot_heads, nheads - h0);
@@ -182,28 +179,13 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
           lrow[hh][i] = lrow[hh][i] * alpha[hh][i] + l;
         }
       }
-      // O = alpha O + P V, per head, RB x cw register blocks; V rows now come from L2.
+      // O = alpha O + P V, per head, all RB rows in one register block per column slice (pv_group);
+      // V rows now come from L2. Each line of the next block's V rows is prefetched once.
       for (int hh = 0; hh < hc; ++hh) {
-        float* o = part_of(h0 + hh);
-        for (int c0 = 0; c0 < dv; c0 += cw) {
-          vf16 acc[RB][cw];
-          SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
-            const vf16 a = vbroadcast(alpha[hh][i]);
-            SPECDEC_UNROLL for (int c = 0; c < cw; ++c) acc[i][c] = vload(o + i * D + (c0 + c) * vlanes) * a;
-          }
-          for (int j = 0; j < nb; ++j) {
-            if (j < nnb)
-              SPECDEC_UNROLL for (int e = 0; e < slice_elems; e += line_elems) __builtin_prefetch(vn[hh][j] + c0 * vlanes + e, 0, 2);
-            vf16 v[cw];
-            SPECDEC_UNROLL for (int c = 0; c < cw; ++c) v[c] = vload_as_float(vp[hh][j] + (c0 + c) * vlanes);
-            SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
-              const vf16 pij = vbroadcast(sb[hh][j][i]);
-              SPECDEC_UNROLL for (int c = 0; c < cw; ++c) acc[i][c] += pij * v[c];
-            }
-          }
-          SPECDEC_UNROLL for (int i = 0; i < RB; ++i)
-            SPECDEC_UNROLL for (int c = 0; c < cw; ++c) vstore(o + i * D + (c0 + c) * vlanes, acc[i][c]);
-        }
+        const T* const* vph = vp[hh];
+        const auto v_row = [vph](int j) { return vph[j]; };
+        auto prefetch_next = prefetch_next_v(vn[hh], nnb);
+        pv_group<D, RB, RB>(part_of(h0 + hh), alpha[hh], &sb[hh][0][0], v_row, nb, 0, prefetch_next);
       }
     }
     // Normalise and write the LSE where attend_part puts it: after Mpad rows of O.

@@ -3,7 +3,7 @@
 //! Level 1 of the host attention backend (see run.hpp for the whole call): the tile geometry and the
 //! register-blocked microkernels every pass is built from -- the score block S^T = K Qt (score_keys,
 //! on a few fp32 K rows wherever they lie; score_tile over a staged tile), the PV block
-//! O = alpha O + P^T V (pv_blocks on V rows in storage type; pv_tile over a staged tile),
+//! O = alpha O + P^T V (pv_blocks and pv_row_groups on V rows in storage type; pv_tile over a staged tile),
 //! row staging (widen to fp32, prefetch the next tile) and the masked tiles' non-finite-value
 //! handling. Each works on rows in L1/L2 and knows nothing of requests, parts or plans.
 

@@ -32,11 +32,11 @@ inline constexpr int vreg_parts = vlanes / native_lanes;
 inline constexpr int pv_cols = fit_block(4 + 1, 1, 4);
 //! Query rows per register block of the tile kernel's PV microkernel.
 inline constexpr int tile_pv_rows = 4;
-//! Query rows per register block of the lanes kernel's PV microkernel (an even number): 4 with
-//! AVX-512; with one column vector as many as fit beside it and the broadcast weight (AVX2: 6
-//! rows, 12 ymm accumulators, for the reason given at lanes_score_keys_for).
-inline constexpr int lanes_pv_rows =
-    pv_cols > 1 ? 4 : std::clamp((native_vregs - vreg_parts - 1) / vreg_parts / 2 * 2, 2, 8);
+//! Query rows per register block of the lanes kernel's PV microkernel where a 16-lane vector takes
+//! more than one register (the avx512 level runs pv_row_groups instead): an even number, as many as
+//! fit beside the one column vector and the broadcast weight (AVX2: 6 rows, 12 ymm accumulators,
+//! for the reason given at lanes_score_keys_for).
+inline constexpr int lanes_pv_rows = std::clamp((native_vregs - vreg_parts - 1) / vreg_parts / 2 * 2, 2, 8);
 
 //! The score microkernel: S^T[jj][r * 16 + lane] = sum_d K_jj[d] * Qt[d][r * 16 + lane] for the KB
 //! keys whose fp32 rows are kr[0..KB) and RV row vectors of the [D][32] query panel `qt`; row jj
@@ -114,54 +114,115 @@ void finish_part(float* o, float* lse, int rows, int with_keys, const float* m, 
   }
 }
 
+//! One register block of the PV microkernels: O[i][c] = alpha[i] * O[i][c] + sum_{j < nb} P[j][i] *
+//! V_j[c] for rows i0..i0+R-1 and the CW column vectors from c0 (P[j][i] at pt[j * PS + i]; V_j is
+//! vrow(j) in storage type, widened in registers). per_key(c0, CW * 16, j) runs before key j is read
+//! when `hook` is set (a prefetch hook). Keys are accumulated in order, so every R and CW give the
+//! same bits.
+template <int D, int PS, int R, int CW, class VRowFn, class PerKey>
+SPECDEC_FORCEINLINE void pv_register_block(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
+                                           VRowFn& vrow, int nb, int i0, int c0, bool hook, PerKey& per_key) noexcept {
+  vf16 acc[R][CW];
+  SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii) {
+    const vf16 a = vbroadcast(alpha[i0 + ii]);
+    SPECDEC_UNROLL for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
+  }
+  for (int j = 0; j < nb; ++j) {
+    if (hook) per_key(c0, CW * vlanes, j);
+    vf16 vv[CW];
+    SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
+    // Unrolled (SPECDEC_UNROLL) before GCC's -O3 unroll-and-jam sees a loop nest, which matters
+    // beyond -O2: the jam unrolled the key loop by 2 around this loop (two keys' V vectors live
+    // at once), which spilled an accumulator to the stack on AVX2 (6 rows x 2 ymm; its
+    // store-reload chain bound the loop). Without the jam the lanes and tile kernels ran
+    // 1.03-1.40x faster on a Zen 3 core (RESULTS.md, session 35). (#pragma GCC unroll on the
+    // key loop itself does not stop the jam.)
+    SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii) {
+      const vf16 p = vbroadcast(pt[j * PS + i0 + ii]);
+      SPECDEC_UNROLL for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
+    }
+  }
+  SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii)
+    SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
+}
+
 //! The PV microkernel: O[i][c] = alpha[i] * O[i][c] + sum_{j < nb} P[j][i] * V_j[c] for `rows` (a
 //! multiple of 4) rows i of O from `o` (rows D apart; P[j][i] at pt[j * PS + i]); V_j is vrow(j) in
 //! storage type, widened in registers. Register blocks of PR rows x pv_cols column vectors, then
 //! blocks of 4 and 2 rows for the rest; column slices outer, so one slice of the V
-//! rows stays in L1 while every row block consumes it. per_key(c0, j) runs before the first row
-//! block of slice c0 reads key j (a prefetch hook). Keys are accumulated in order whatever the
-//! blocks are, so every block size gives the same bits.
+//! rows stays in L1 while every row block consumes it. per_key(c0, width, j) runs before the first
+//! row block of the slice of `width` columns from c0 reads key j (a prefetch hook). Keys are
+//! accumulated in order whatever the blocks are, so every block size gives the same bits.
 template <int D, int PS, int PR, class VRowFn, class PerKey>
 SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                    VRowFn&& vrow, int nb, int rows, PerKey&& per_key) noexcept {
   static_assert(PR % 2 == 0);
   constexpr int CW = pv_cols;
-  auto block = [&]<int R>(int c0, int i0) {
-    vf16 acc[R][CW];
-    SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii) {
-      const vf16 a = vbroadcast(alpha[i0 + ii]);
-      SPECDEC_UNROLL for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
-    }
-    for (int j = 0; j < nb; ++j) {
-      if (i0 == 0) per_key(c0, j);
-      vf16 vv[CW];
-      SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
-      // Unrolled (SPECDEC_UNROLL) before GCC's -O3 unroll-and-jam sees a loop nest, which matters
-      // beyond -O2: the jam unrolled the key loop by 2 around this loop (two keys' V vectors live
-      // at once), which spilled an accumulator to the stack on AVX2 (6 rows x 2 ymm; its
-      // store-reload chain bound the loop). Without the jam the lanes and tile kernels ran
-      // 1.03-1.40x faster on a Zen 3 core (RESULTS.md, session 35). (#pragma GCC unroll on the
-      // key loop itself does not stop the jam.)
-      SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii) {
-        const vf16 p = vbroadcast(pt[j * PS + i0 + ii]);
-        SPECDEC_UNROLL for (int c = 0; c < CW; ++c) acc[ii][c] += p * vv[c];
-      }
-    }
-    SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii)
-      SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vstore(o + (i0 + ii) * D + c0 + c * vlanes, acc[ii][c]);
-  };
   for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
     int i0 = 0;
-    for (; i0 + PR <= rows; i0 += PR) block.template operator()<PR>(c0, i0);
+    for (; i0 + PR <= rows; i0 += PR) pv_register_block<D, PS, PR, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
     if constexpr (PR > 4) {
       if (i0 + 4 <= rows) {
-        block.template operator()<4>(c0, i0);
+        pv_register_block<D, PS, 4, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
         i0 += 4;
       }
     }
     if constexpr (PR > 2) {
-      if (i0 < rows) block.template operator()<2>(c0, i0);
+      if (i0 < rows) pv_register_block<D, PS, 2, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
     }
+  }
+}
+
+//! Column vectors per register block of a PV group of R rows: as many as fit beside the R x CW
+//! accumulators, the CW V vectors and the broadcast weight, a power of two (D is a multiple of 64:
+//! 4 column vectors), at most 4. AVX-512: R 4 -> 4, 8 -> 2, 12 -> 2, 16 -> 1.
+template <int R>
+inline constexpr int pv_group_cols = fit_block(R + 1, 1, 4);
+
+//! The PV step of R rows i0..i0+R-1 in one register block per column slice (pv_group_cols<R>
+//! vectors wide), so that each V vector is widened once for all R rows. Same arguments and bits as
+//! pv_blocks; per_key runs when i0 is 0. The rows kernel's PV step (4 or 8 rows) and pv_row_groups'
+//! groups.
+template <int D, int PS, int R, class VRowFn, class PerKey>
+SPECDEC_FORCEINLINE void pv_group(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
+                                  VRowFn& vrow, int nb, int i0, PerKey& per_key) noexcept {
+  constexpr int CW = pv_group_cols<R>;
+  for (int c0 = 0; c0 < D; c0 += CW * vlanes) pv_register_block<D, PS, R, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
+}
+
+//! The per_key hook of the rows and lanes kernels' PV step: prefetches (into L2) the next block's
+//! V rows vn[0..nnb) a 64-byte line at a time, each line once: the lines that start in the columns
+//! [c0, c0 + w) of the slice being read (w is 16, 32 or 64 and c0 a multiple of it, so a slice of a
+//! line or more starts on a line).
+template <class T>
+[[nodiscard]] auto prefetch_next_v(const T* const* vn, int nnb) noexcept {
+  return [vn, nnb](int c0, int w, int j) {
+    constexpr int line_elems = 64 / static_cast<int>(sizeof(T));
+    if (j >= nnb) return;
+    if (w >= line_elems)
+      for (int e = 0; e < w; e += line_elems) __builtin_prefetch(vn[j] + c0 + e, 0, 2);
+    else if (c0 % line_elems == 0)
+      __builtin_prefetch(vn[j] + c0, 0, 2);
+  };
+}
+
+//! The lanes kernel's PV step at the avx512 level: the rows in as few pv_group register blocks as
+//! the register file allows, 12 rows x 2 column vectors, then 8 x 2 or 4 x 4 for the rest, and 16
+//! rows x 1 column vector when exactly 16 rows are left. On an Intel Xeon (AVX-512) an fp16 -> fp32
+//! conversion costs about two FMA slots; there, with the V block in L1, these groups ran the PV step
+//! at 74-80% of the FMA peak for 12-32 rows, where 4-row blocks (pv_blocks, which widens every V
+//! vector once per 4 rows) ran it at 61-63% (RESULTS.md, session 49). Same arguments, result and
+//! bits as pv_blocks; per_key runs in the first group.
+template <int D, int PS, class VRowFn, class PerKey>
+SPECDEC_FORCEINLINE void pv_row_groups(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
+                                       VRowFn&& vrow, int nb, int rows, PerKey&& per_key) noexcept {
+  int i0 = 0;
+  for (; rows - i0 >= 12 && rows - i0 != 16; i0 += 12) pv_group<D, PS, 12>(o, alpha, pt, vrow, nb, i0, per_key);
+  switch (rows - i0) {
+    case 16: pv_group<D, PS, 16>(o, alpha, pt, vrow, nb, i0, per_key); break;
+    case 8: pv_group<D, PS, 8>(o, alpha, pt, vrow, nb, i0, per_key); break;
+    case 4: pv_group<D, PS, 4>(o, alpha, pt, vrow, nb, i0, per_key); break;
+    default: break;  // rows is a multiple of 4
   }
 }
 
@@ -169,7 +230,7 @@ SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict 
 template <int D>
 SPECDEC_FORCEINLINE void pv_tile(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                  const float* __restrict vf, int nb, int rows) noexcept {
-  pv_blocks<D, 2 * vlanes, tile_pv_rows>(o, alpha, pt, [&](int j) { return vf + j * D; }, nb, rows, [](int, int) {});
+  pv_blocks<D, 2 * vlanes, tile_pv_rows>(o, alpha, pt, [&](int j) { return vf + j * D; }, nb, rows, [](int, int, int) {});
 }
 
 //! Software-prefetches one K or V row (D elements), a 64-byte line at a time, with
