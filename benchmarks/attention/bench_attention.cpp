@@ -373,8 +373,8 @@ void small_tree_args(benchmark::internal::Benchmark* b) {
 
 // Small trees over a 4K and a larger cache, trees FirstTree..8, the trees a CPU verifies:
 // - small_tree_grid<Threads, 32768, 2>: #24 item 4's grid, hybrid fp16 at 32/8 heads (GQA 4): tree 2 runs
-//   the rows kernel (8 rows per kv head), trees 3-4 the lanes kernel (12-16 rows), trees 5-8 the tile
-//   kernel (20-32 rows);
+//   the rows kernel (8 rows per kv head), trees 3-4 the lanes kernel (12-16 rows), trees 5-8 the lanes
+//   kernel's two row vectors at the avx512 level and the tile kernel elsewhere (20-32 rows);
 // - small_tree_grid<Threads, 16384, 1>: the demo target's shape (BM_hybrid_demo_shape, four layers per
 //   iteration).
 template <int Threads, int LargeCache, int FirstTree>
@@ -392,6 +392,78 @@ void demo_pinned_args(benchmark::internal::Benchmark* b) {
     for (int kernel : {2, 3}) b->Args({16384, tree, Threads, kernel});
   b->ArgNames({"cache", "tree", "threads", "kernel"})->Unit(benchmark::kMillisecond);
   if (Threads != 1) b->UseRealTime();
+}
+
+// The lanes kernel's two register-blocked steps on one kv head's 32-key block in L1 (D 128, V / K
+// rows in storage type), the parts #24 item 4's small-tree cells are made of, against the FMA
+// roofline. FLOP counters count the lanes computed, used or not.
+// - BM_pv_step, args {rows, form}: O = alpha O + P V for `rows` query rows; form 0 = pv_blocks in
+//   4-row blocks (one widening of each V vector per 4 rows), 1 = pv_row_groups (what the avx512
+//   level runs since session 49: one widening per group of up to 16 rows).
+// - BM_score_step, args {rv}: the K rows widened into an L1 buffer (fp16) and score_keys over them,
+//   rv row vectors of 16 lanes (the lanes kernel's score step).
+constexpr int kStepKeys = 32;
+
+//! n elements of `buf` from a 64-byte boundary, as the kernels' workspace and a cache's pages lie.
+template <class E>
+E* aligned_elems(std::vector<E>& buf, std::size_t n) {
+  constexpr std::size_t per_line = 64 / sizeof(E);
+  buf.assign(n + per_line, E{});
+  const std::size_t skip = (per_line - reinterpret_cast<std::uintptr_t>(buf.data()) / sizeof(E) % per_line) % per_line;
+  return buf.data() + skip;
+}
+
+template <class T>
+void BM_pv_step(benchmark::State& st) {
+  constexpr int PS = 32;  // P's stride: two row vectors
+  const int rows = static_cast<int>(st.range(0));
+  const bool groups = st.range(1) != 0;
+  std::vector<T> vb;
+  std::vector<float> pb, ob;
+  T* v = aligned_elems(vb, static_cast<std::size_t>(kStepKeys) * kD);
+  float* pt = aligned_elems(pb, static_cast<std::size_t>(kStepKeys) * PS);
+  float* o = aligned_elems(ob, static_cast<std::size_t>(PS) * kD);
+  const std::vector<float> alpha(PS, 1.0f);
+  specdec::philox_stream rng(7, 1);
+  for (int i = 0; i < kStepKeys * kD; ++i) v[i] = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+  for (int i = 0; i < kStepKeys * PS; ++i) pt[i] = rng.uniform();
+  const auto vrow = [v](int j) { return v + static_cast<std::ptrdiff_t>(j) * kD; };
+  const auto no_prefetch = [](int, int, int) {};
+  // O accumulates over the iterations (alpha 1): |O| grows by at most 32 per call, far from overflow.
+  for (auto _ : st) {
+    if (groups) specdec::detail::pv_row_groups<kD, PS>(o, alpha.data(), pt, vrow, kStepKeys, rows, no_prefetch);
+    else specdec::detail::pv_blocks<kD, PS, 4>(o, alpha.data(), pt, vrow, kStepKeys, rows, no_prefetch);
+    benchmark::DoNotOptimize(o);
+    benchmark::ClobberMemory();
+  }
+  set_counters(st, static_cast<double>(kStepKeys) * kD * sizeof(T), 2.0 * rows * kD * kStepKeys);
+}
+
+template <class T, int RV>
+void BM_score_step(benchmark::State& st) {
+  constexpr int KB = specdec::detail::lanes_score_keys_for(RV), W = RV * 16;
+  std::vector<T> kb;
+  std::vector<float> qb, wb, sb;
+  T* k = aligned_elems(kb, static_cast<std::size_t>(kStepKeys) * kD);
+  float* qt = aligned_elems(qb, static_cast<std::size_t>(kD) * 32);
+  float* kw = aligned_elems(wb, static_cast<std::size_t>(KB) * kD);
+  float* s = aligned_elems(sb, static_cast<std::size_t>(kStepKeys) * W);
+  specdec::philox_stream rng(8, 1);
+  for (int i = 0; i < kStepKeys * kD; ++i) k[i] = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+  for (int i = 0; i < kD * 32; ++i) qt[i] = 2.0f * rng.uniform() - 1.0f;
+  for (auto _ : st) {
+    for (int j0 = 0; j0 < kStepKeys; j0 += KB) {
+      const float* kr[KB];
+      for (int jj = 0; jj < KB; ++jj) {
+        specdec::detail::widen_row(k + static_cast<std::ptrdiff_t>(j0 + jj) * kD, kw + jj * kD, kD);
+        kr[jj] = kw + jj * kD;
+      }
+      specdec::detail::score_keys<kD, RV, KB, W>(qt, kr, s + j0 * W);
+    }
+    benchmark::DoNotOptimize(s);
+    benchmark::ClobberMemory();
+  }
+  set_counters(st, static_cast<double>(kStepKeys) * kD * sizeof(T), 2.0 * W * kD * kStepKeys);
 }
 
 // Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
@@ -433,5 +505,11 @@ BENCHMARK_TEMPLATE(BM_hybrid_demo_shape_pinned, float)->Apply(demo_pinned_args<1
 BENCHMARK_TEMPLATE(BM_hybrid_demo_shape_pinned, float)->Apply(demo_pinned_args<0>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, float)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, specdec::half)->Apply(pinned_kernel_args<1>);
+BENCHMARK_TEMPLATE(BM_pv_step, specdec::half)
+    ->ArgNames({"rows", "form"})
+    ->ArgsProduct({{4, 8, 12, 16, 20, 24, 32}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_score_step, specdec::half, 1)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_score_step, specdec::half, 2)->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);
 BENCHMARK_TEMPLATE(BM_decode_attention, specdec::half)->Apply(ceiling_args);
