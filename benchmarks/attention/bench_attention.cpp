@@ -509,6 +509,10 @@ BENCHMARK_TEMPLATE(BM_pv_step, specdec::half)
     ->ArgNames({"rows", "form"})
     ->ArgsProduct({{4, 8, 12, 16, 20, 24, 32}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_pv_step, float)
+    ->ArgNames({"rows", "form"})
+    ->ArgsProduct({{12, 16, 32}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_score_step, specdec::half, 1)->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_score_step, specdec::half, 2)->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_decode_attention, float)->Apply(ceiling_args);

@@ -51,7 +51,8 @@ inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 //! prefetching K lanes_kpf_dist tokens ahead (into L1 at the avx512 level, L2 elsewhere) and the
 //! block's V rows into L2 as the rows kernel does; an online softmax per head and row vector with
 //! the rows in lanes; then O += P V per head on the V rows in place, m_rows rounded up to 4
-//! (pv_row_groups at the avx512 level, pv_blocks elsewhere), prefetching the next block's V. Score lanes m_rows..16 * RV - 1 have zero queries and are
+//! (pv_row_groups for fp16/bf16 rows at the avx512 level, pv_blocks elsewhere), prefetching the
+//! next block's V. Score lanes m_rows..16 * RV - 1 have zero queries and are
 //! computed but never written out.
 template <int D, class T, int RV, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
@@ -111,7 +112,10 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
         const T* const* vph = vp[hh];
         const auto v_row = [vph](int j) { return vph[j]; };
         const auto prefetch_next = prefetch_next_v(vn[hh], nnb);
-        if constexpr (vreg_parts == 1) pv_row_groups<D, W>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
+        // Row groups where they save widenings (fp16/bf16 V at the avx512 level). With fp32 V there is
+        // nothing to save, and 4-row blocks ran slightly faster (BM_pv_step<float> on an Intel Xeon,
+        // 12-32 rows: 92-96% of the FMA peak against 91-93%; RESULTS.md, session 49).
+        if constexpr (vreg_parts == 1 && widen) pv_row_groups<D, W>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
         else pv_blocks<D, W, lanes_pv_rows>(part_of(h0 + hh), alpha, &st[hh][0][0], v_row, nb, rows4, prefetch_next);
       }
     }

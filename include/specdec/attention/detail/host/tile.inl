@@ -32,11 +32,12 @@ inline constexpr int vreg_parts = vlanes / native_lanes;
 inline constexpr int pv_cols = fit_block(4 + 1, 1, 4);
 //! Query rows per register block of the tile kernel's PV microkernel.
 inline constexpr int tile_pv_rows = 4;
-//! Query rows per register block of the lanes kernel's PV microkernel where a 16-lane vector takes
-//! more than one register (the avx512 level runs pv_row_groups instead): an even number, as many as
-//! fit beside the one column vector and the broadcast weight (AVX2: 6 rows, 12 ymm accumulators,
-//! for the reason given at lanes_score_keys_for).
-inline constexpr int lanes_pv_rows = std::clamp((native_vregs - vreg_parts - 1) / vreg_parts / 2 * 2, 2, 8);
+//! Query rows per register block of the lanes kernel's PV microkernel (pv_blocks; an even number)
+//! where it does not run pv_row_groups: 4 with AVX-512 (fp32 V rows there); with one column vector
+//! as many as fit beside it and the broadcast weight (AVX2: 6 rows, 12 ymm accumulators, for the
+//! reason given at lanes_score_keys_for).
+inline constexpr int lanes_pv_rows =
+    pv_cols > 1 ? 4 : std::clamp((native_vregs - vreg_parts - 1) / vreg_parts / 2 * 2, 2, 8);
 
 //! The score microkernel: S^T[jj][r * 16 + lane] = sum_d K_jj[d] * Qt[d][r * 16 + lane] for the KB
 //! keys whose fp32 rows are kr[0..KB) and RV row vectors of the [D][32] query panel `qt`; row jj
@@ -206,13 +207,14 @@ template <class T>
   };
 }
 
-//! The lanes kernel's PV step at the avx512 level: the rows in as few pv_group register blocks as
-//! the register file allows, 12 rows x 2 column vectors, then 8 x 2 or 4 x 4 for the rest, and 16
-//! rows x 1 column vector when exactly 16 rows are left. On an Intel Xeon (AVX-512) an fp16 -> fp32
-//! conversion costs about two FMA slots; there, with the V block in L1, these groups ran the PV step
-//! at 74-80% of the FMA peak for 12-32 rows, where 4-row blocks (pv_blocks, which widens every V
-//! vector once per 4 rows) ran it at 61-63% (RESULTS.md, session 49). Same arguments, result and
-//! bits as pv_blocks; per_key runs in the first group.
+//! The lanes kernel's PV step on fp16/bf16 V rows at the avx512 level: the rows in as few pv_group
+//! register blocks as the register file allows, 12 rows x 2 column vectors, then 8 x 2 or 4 x 4 for
+//! the rest, and 16 rows x 1 column vector when exactly 16 rows are left, so each V vector is widened
+//! once per group instead of once per 4 rows (pv_blocks). On an Intel Xeon (AVX-512), where an fp16
+//! -> fp32 conversion costs about two FMA slots, fp16 D 128 with the block in L1 (BM_pv_step): 4-row
+//! blocks 62-63% of the FMA peak at 4-32 rows, these groups 73-82% at 8-32 (RESULTS.md, session
+//! 49). Not for fp32 V, where there is nothing to save (attend_part_lanes_rv). Same arguments,
+//! result and bits as pv_blocks; per_key runs in the first group.
 template <int D, int PS, class VRowFn, class PerKey>
 SPECDEC_FORCEINLINE void pv_row_groups(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                        VRowFn&& vrow, int nb, int rows, PerKey&& per_key) noexcept {
