@@ -396,7 +396,8 @@ void demo_pinned_args(benchmark::internal::Benchmark* b) {
 
 // The lanes kernel's two register-blocked steps on one kv head's 32-key block in L1 (D 128, V / K
 // rows in storage type), the parts #24 item 4's small-tree cells are made of, against the FMA
-// roofline. FLOP counters count the lanes computed, used or not.
+// roofline. FLOP counters count the lanes computed, used or not. These call the kernels at the build's
+// own ISA level (no run-time dispatch): build with -march=native to measure the avx512 level.
 // - BM_pv_step, args {rows, form}: O = alpha O + P V for `rows` query rows; form 0 = pv_blocks in
 //   4-row blocks (one widening of each V vector per 4 rows), 1 = pv_row_groups (what the avx512
 //   level runs since session 49: one widening per group of up to 16 rows).
