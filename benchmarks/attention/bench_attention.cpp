@@ -399,10 +399,13 @@ void demo_pinned_args(benchmark::internal::Benchmark* b) {
 // roofline. FLOP counters count the lanes computed, used or not. These call the kernels at the build's
 // own ISA level (no run-time dispatch): build with -march=native to measure the avx512 level.
 // - BM_pv_step, args {rows, form}: O = alpha O + P V for `rows` query rows; form 0 = pv_blocks in
-//   4-row blocks (one widening of each V vector per 4 rows), 1 = pv_row_groups (what the avx512
-//   level runs since session 49: one widening per group of up to 16 rows).
+//   lanes_pv_rows-row blocks (4 at the avx512 level: one widening of each V vector per 4 rows; what
+//   the lanes kernel runs on fp32 V there, and on all V elsewhere), 1 = pv_row_groups (what the
+//   avx512 level runs on fp16/bf16 V since session 49: one widening per group of up to 16 rows;
+//   registered at that level only).
 // - BM_score_step, args {rv}: the K rows widened into an L1 buffer (fp16) and score_keys over them,
-//   rv row vectors of 16 lanes (the lanes kernel's score step).
+//   rv row vectors of 16 lanes (the lanes kernel's score step), over 32 keys rounded up to whole
+//   score blocks (lanes_score_keys_for: 8 keys at the avx512 level, 6 or fewer elsewhere).
 constexpr int kStepKeys = 32;
 
 //! n elements of `buf` from a 64-byte boundary, as the kernels' workspace and a cache's pages lie.
@@ -432,8 +435,10 @@ void BM_pv_step(benchmark::State& st) {
   const auto no_prefetch = [](int, int, int) {};
   // O accumulates over the iterations (alpha 1): |O| grows by at most 32 per call, far from overflow.
   for (auto _ : st) {
-    if (groups) specdec::detail::pv_row_groups<kD, PS>(o, alpha.data(), pt, vrow, kStepKeys, rows, no_prefetch);
-    else specdec::detail::pv_blocks<kD, PS, 4>(o, alpha.data(), pt, vrow, kStepKeys, rows, no_prefetch);
+    if constexpr (specdec::detail::vreg_parts == 1) {
+      if (groups) specdec::detail::pv_row_groups<kD, PS>(o, alpha.data(), pt, vrow, kStepKeys, rows, no_prefetch);
+    }
+    if (!groups) specdec::detail::pv_blocks<kD, PS, specdec::detail::lanes_pv_rows>(o, alpha.data(), pt, vrow, kStepKeys, rows, no_prefetch);
     benchmark::DoNotOptimize(o);
     benchmark::ClobberMemory();
   }
@@ -443,17 +448,18 @@ void BM_pv_step(benchmark::State& st) {
 template <class T, int RV>
 void BM_score_step(benchmark::State& st) {
   constexpr int KB = specdec::detail::lanes_score_keys_for(RV), W = RV * 16;
+  constexpr int keys = (kStepKeys + KB - 1) / KB * KB;  // whole score blocks
   std::vector<T> kb;
   std::vector<float> qb, wb, sb;
-  T* k = aligned_elems(kb, static_cast<std::size_t>(kStepKeys) * kD);
+  T* k = aligned_elems(kb, static_cast<std::size_t>(keys) * kD);
   float* qt = aligned_elems(qb, static_cast<std::size_t>(kD) * 32);
   float* kw = aligned_elems(wb, static_cast<std::size_t>(KB) * kD);
-  float* s = aligned_elems(sb, static_cast<std::size_t>(kStepKeys) * W);
+  float* s = aligned_elems(sb, static_cast<std::size_t>(keys) * W);
   specdec::philox_stream rng(8, 1);
-  for (int i = 0; i < kStepKeys * kD; ++i) k[i] = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
+  for (int i = 0; i < keys * kD; ++i) k[i] = specdec::from_float<T>(2.0f * rng.uniform() - 1.0f);
   for (int i = 0; i < kD * 32; ++i) qt[i] = 2.0f * rng.uniform() - 1.0f;
   for (auto _ : st) {
-    for (int j0 = 0; j0 < kStepKeys; j0 += KB) {
+    for (int j0 = 0; j0 < keys; j0 += KB) {
       const float* kr[KB];
       for (int jj = 0; jj < KB; ++jj) {
         specdec::detail::widen_row(k + static_cast<std::ptrdiff_t>(j0 + jj) * kD, kw + jj * kD, kD);
@@ -464,7 +470,7 @@ void BM_score_step(benchmark::State& st) {
     benchmark::DoNotOptimize(s);
     benchmark::ClobberMemory();
   }
-  set_counters(st, static_cast<double>(kStepKeys) * kD * sizeof(T), 2.0 * W * kD * kStepKeys);
+  set_counters(st, static_cast<double>(keys) * kD * sizeof(T), 2.0 * W * kD * keys);
 }
 
 // Each cache kernel pinned (attention_options::kernel, #21) where both apply: a decode step and a
@@ -506,13 +512,16 @@ BENCHMARK_TEMPLATE(BM_hybrid_demo_shape_pinned, float)->Apply(demo_pinned_args<1
 BENCHMARK_TEMPLATE(BM_hybrid_demo_shape_pinned, float)->Apply(demo_pinned_args<0>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, float)->Apply(pinned_kernel_args<1>);
 BENCHMARK_TEMPLATE(BM_decode_attention_pinned, specdec::half)->Apply(pinned_kernel_args<1>);
+// Form 1 (pv_row_groups) only where it runs: the avx512 level.
+const std::vector<std::int64_t> pv_step_forms = specdec::detail::vreg_parts == 1 ? std::vector<std::int64_t>{0, 1}
+                                                                                   : std::vector<std::int64_t>{0};
 BENCHMARK_TEMPLATE(BM_pv_step, specdec::half)
     ->ArgNames({"rows", "form"})
-    ->ArgsProduct({{4, 8, 12, 16, 20, 24, 32}, {0, 1}})
+    ->ArgsProduct({{4, 8, 12, 16, 20, 24, 32}, pv_step_forms})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_pv_step, float)
     ->ArgNames({"rows", "form"})
-    ->ArgsProduct({{12, 16, 32}, {0, 1}})
+    ->ArgsProduct({{12, 16, 32}, pv_step_forms})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_score_step, specdec::half, 1)->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_score_step, specdec::half, 2)->Unit(benchmark::kMicrosecond);

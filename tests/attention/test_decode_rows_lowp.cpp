@@ -27,7 +27,7 @@ TEST_CASE("decode row kernel fp16/bf16: equals the tile kernel on the same input
   }
 }
 
-TEST_CASE("decode lanes kernel fp16/bf16: rows 9..32, GQA ratios, head dims; equals the tile kernel") {
+TEST_CASE("decode lanes kernel fp16/bf16: rows 9..32, GQA ratios, head dims; rows 1..32 equal the tile kernel") {
   using specdec::attention_kernel;
   std::uint64_t seed = 5600;
   for (int ratio : {1, 2, 4, 8})
@@ -43,7 +43,9 @@ TEST_CASE("decode lanes kernel fp16/bf16: rows 9..32, GQA ratios, head dims; equ
   // Rows 17-32: the two-row-vector form, pinned.
   row_kernel_sweep<specdec::half>(5710, 4, 128, {layout_kind::paged}, {}, true, attention_kernel::lanes, 0, true);
   row_kernel_sweep<specdec::bfloat16>(5711, 2, 64, {layout_kind::nhd}, {}, false, attention_kernel::lanes, 0, true);
-  for (int rows = 9; rows <= 32; ++rows) {
+  // Every row count the lanes kernel takes, 1-8 too (pinned there: rows4 4 and 8, where the PV
+  // step's first and only group is 4 or 8 rows and runs the V prefetch hook).
+  for (int rows = 1; rows <= 32; ++rows) {
     row_kernel_matches_tile_kernel<128, specdec::half, 0>(rows, rows, 0, 65, 2e-6);
     row_kernel_matches_tile_kernel<64, specdec::bfloat16, 0>(rows + 50, rows, 5, 40, 2e-6);
   }

@@ -218,6 +218,8 @@ template <class T>
 template <int D, int PS, class VRowFn, class PerKey>
 SPECDEC_FORCEINLINE void pv_row_groups(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                        VRowFn&& vrow, int nb, int rows, PerKey&& per_key) noexcept {
+  // (D > 0: dependent, so a level that never calls it still compiles the definition.)
+  static_assert(D > 0 && vreg_parts == 1, "pv_row_groups: its groups fit the avx512 level's 32 registers only");
   int i0 = 0;
   for (; rows - i0 >= 12 && rows - i0 != 16; i0 += 12) pv_group<D, PS, 12>(o, alpha, pt, vrow, nb, i0, per_key);
   switch (rows - i0) {
