@@ -405,7 +405,8 @@ void demo_pinned_args(benchmark::internal::Benchmark* b) {
 //   registered at that level only).
 // - BM_score_step, args {rv}: the K rows widened into an L1 buffer (fp16) and score_keys over them,
 //   rv row vectors of 16 lanes (the lanes kernel's score step), over 32 keys rounded up to whole
-//   score blocks (lanes_score_keys_for: 8 keys at the avx512 level, 6 or fewer elsewhere).
+//   score blocks (lanes_score_keys_for: at the avx512 level 16 keys with one row vector and 8 with
+//   two, 6 or fewer elsewhere).
 constexpr int kStepKeys = 32;
 
 //! n elements of `buf` from a 64-byte boundary, as the kernels' workspace and a cache's pages lie.
@@ -447,7 +448,7 @@ void BM_pv_step(benchmark::State& st) {
 
 template <class T, int RV>
 void BM_score_step(benchmark::State& st) {
-  constexpr int KB = specdec::detail::lanes_score_keys_for(RV), W = RV * 16;
+  constexpr int KB = specdec::detail::lanes_score_keys_for(RV, true), W = RV * 16;
   constexpr int keys = (kStepKeys + KB - 1) / KB * KB;  // whole score blocks
   std::vector<T> kb;
   std::vector<float> qb, wb, sb;

@@ -21,8 +21,8 @@ inline constexpr int lanes_auto_rows = vreg_parts == 1 ? 2 * vlanes : vlanes;
 }
 //! Keys per online-softmax block of attend_part_lanes with RV row vectors: whole score blocks, about
 //! 32 keys (the rows kernel's dot_block).
-[[nodiscard]] constexpr int lanes_block_for(int rv) noexcept {
-  const int kb = lanes_score_keys_for(rv);
+[[nodiscard]] constexpr int lanes_block_for(int rv, bool widened) noexcept {
+  const int kb = lanes_score_keys_for(rv, widened);
   return kb * ((dot_block + kb - 1) / kb);
 }
 //! Tokens ahead at which attend_part_lanes software-prefetches K rows, and the __builtin_prefetch
@@ -46,7 +46,7 @@ inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 //! one thread; RESULTS.md, session 34); on a Zen 5 core (AVX-512, RV = 2) #24's fp16 trees of 5-8
 //! tokens at GQA 4 ran 1.2-1.4x faster than through the tile kernel (session 41).
 //!
-//! Per block of lanes_block_for(RV) keys: scores token-major over the heads (score_keys on the K
+//! Per block of lanes_block_for(RV, widen) keys: scores token-major over the heads (score_keys on the K
 //! rows in place, RV row vectors; fp16/bf16 rows are widened into a small L1 buffer first),
 //! prefetching K lanes_kpf_dist tokens ahead (into L1 at the avx512 level, L2 elsewhere) and the
 //! block's V rows into L2 as the rows kernel does; an online softmax per head and row vector with
@@ -59,9 +59,9 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
                           int k_begin, int k_end) noexcept {
   static_assert(RV == 1 || RV == 2);  // m_rows <= 16 * RV: attend_part_lanes picks RV by the row count
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  constexpr int KB = lanes_score_keys_for(RV), LB = lanes_block_for(RV), NH = dot_heads;
-  constexpr int W = RV * vlanes;  // rows per score vector set
   constexpr bool widen = !std::is_same_v<T, float>;
+  constexpr int KB = lanes_score_keys_for(RV, widen), LB = lanes_block_for(RV, widen), NH = dot_heads;
+  constexpr int W = RV * vlanes;  // rows per score vector set
   alignas(64) float st[NH][LB][W];  // S, then P, key-major: a key's rows together
   alignas(64) float mrow[NH][W], lrow[NH][W], alpha[W];
   alignas(64) float kw[widen ? KB * D : 1];

@@ -24,8 +24,14 @@ inline constexpr int vreg_parts = vlanes / native_lanes;
 //! against 1.1 for 4 keys (8 ymm accumulators do not hide the FMA latency there). The tile kernel
 //! keeps tile_score_keys: the same change made its cells 10-25% slower on that core.
 //! With rv = 2 row vectors (17-32 rows): AVX-512 8 (16 of 32 zmm accumulate), AVX2 2.
-[[nodiscard]] constexpr int lanes_score_keys_for(int rv) noexcept {
-  return std::clamp((native_vregs - rv * vreg_parts - 1) / (rv * vreg_parts), 1, 8);
+//! With one row vector on widened (fp16/bf16) K rows at the avx512 level: 16 keys (16 zmm
+//! accumulators), so the query vector is loaded once per 16 broadcast FMAs instead of 8. That step
+//! is load-bound (a broadcast load per FMA), and on an Intel Xeon #24's fp16 trees 3-4 ran 3-5%
+//! faster at 4K and 32K. fp32 rows (read in place, not from the L1 buffer) keep 8: the demo
+//! target's fp32 cells of 10-16 rows came out up to 1.1x slower with 16 (RESULTS.md, session 49).
+[[nodiscard]] constexpr int lanes_score_keys_for(int rv, bool widened) noexcept {
+  return std::clamp((native_vregs - rv * vreg_parts - 1) / (rv * vreg_parts), 1,
+                    vreg_parts == 1 && rv == 1 && widened ? 16 : 8);
 }
 //! Column vectors per register block of the PV microkernel: 4 with AVX-512 (a 64-column slice),
 //! 1 where the register file is smaller.
