@@ -184,7 +184,7 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
       for (int hh = 0; hh < hc; ++hh) {
         const T* const* vph = vp[hh];
         const auto v_row = [vph](int j) { return vph[j]; };
-        auto prefetch_next = prefetch_next_v(vn[hh], nnb);
+        const auto prefetch_next = prefetch_next_v(vn[hh], nnb);
         pv_group<D, RB, RB>(part_of(h0 + hh), alpha[hh], &sb[hh][0][0], v_row, nb, 0, prefetch_next);
       }
     }

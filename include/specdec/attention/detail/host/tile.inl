@@ -124,18 +124,18 @@ void finish_part(float* o, float* lse, int rows, int with_keys, const float* m, 
 //! One register block of the PV microkernels: O[i][c] = alpha[i] * O[i][c] + sum_{j < nb} P[j][i] *
 //! V_j[c] for rows i0..i0+R-1 and the CW column vectors from c0 (P[j][i] at pt[j * PS + i]; V_j is
 //! vrow(j) in storage type, widened in registers). per_key(c0, CW * 16, j) runs before key j is read
-//! when `hook` is set (a prefetch hook). Keys are accumulated in order, so every R and CW give the
-//! same bits.
+//! when i0 is 0 (a prefetch hook, once per column slice). Keys are accumulated in order, so every R
+//! and CW give the same bits.
 template <int D, int PS, int R, int CW, class VRowFn, class PerKey>
 SPECDEC_FORCEINLINE void pv_register_block(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
-                                           VRowFn& vrow, int nb, int i0, int c0, bool hook, PerKey& per_key) noexcept {
+                                           VRowFn& vrow, int nb, int i0, int c0, PerKey& per_key) noexcept {
   vf16 acc[R][CW];
   SPECDEC_UNROLL for (int ii = 0; ii < R; ++ii) {
     const vf16 a = vbroadcast(alpha[i0 + ii]);
     SPECDEC_UNROLL for (int c = 0; c < CW; ++c) acc[ii][c] = vload(o + (i0 + ii) * D + c0 + c * vlanes) * a;
   }
   for (int j = 0; j < nb; ++j) {
-    if (hook) per_key(c0, CW * vlanes, j);
+    if (i0 == 0) per_key(c0, CW * vlanes, j);
     vf16 vv[CW];
     SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
     // Unrolled (SPECDEC_UNROLL) before GCC's -O3 unroll-and-jam sees a loop nest, which matters
@@ -167,15 +167,15 @@ SPECDEC_FORCEINLINE void pv_blocks(float* __restrict o, const float* __restrict 
   constexpr int CW = pv_cols;
   for (int c0 = 0; c0 < D; c0 += CW * vlanes) {
     int i0 = 0;
-    for (; i0 + PR <= rows; i0 += PR) pv_register_block<D, PS, PR, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
+    for (; i0 + PR <= rows; i0 += PR) pv_register_block<D, PS, PR, CW>(o, alpha, pt, vrow, nb, i0, c0, per_key);
     if constexpr (PR > 4) {
       if (i0 + 4 <= rows) {
-        pv_register_block<D, PS, 4, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
+        pv_register_block<D, PS, 4, CW>(o, alpha, pt, vrow, nb, i0, c0, per_key);
         i0 += 4;
       }
     }
     if constexpr (PR > 2) {
-      if (i0 < rows) pv_register_block<D, PS, 2, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
+      if (i0 < rows) pv_register_block<D, PS, 2, CW>(o, alpha, pt, vrow, nb, i0, c0, per_key);
     }
   }
 }
@@ -194,7 +194,7 @@ template <int D, int PS, int R, class VRowFn, class PerKey>
 SPECDEC_FORCEINLINE void pv_group(float* __restrict o, const float* __restrict alpha, const float* __restrict pt,
                                   VRowFn& vrow, int nb, int i0, PerKey& per_key) noexcept {
   constexpr int CW = pv_group_cols<R>;
-  for (int c0 = 0; c0 < D; c0 += CW * vlanes) pv_register_block<D, PS, R, CW>(o, alpha, pt, vrow, nb, i0, c0, i0 == 0, per_key);
+  for (int c0 = 0; c0 < D; c0 += CW * vlanes) pv_register_block<D, PS, R, CW>(o, alpha, pt, vrow, nb, i0, c0, per_key);
 }
 
 //! The per_key hook of the rows and lanes kernels' PV step: prefetches (into L2) the next block's
