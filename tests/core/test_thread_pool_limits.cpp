@@ -2,8 +2,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -75,4 +78,52 @@ TEST_CASE("concurrent callers of one pool are serialized and each completes") {
     });
   for (auto& t : callers) t.join();
   for (auto& h : hits) REQUIRE(h.load() == 1);
+}
+
+TEST_CASE("polling and sleeping pools run back-to-back jobs completely, whoever waits how") {
+  using std::chrono::microseconds;
+  // spin 0: every wait sleeps; 50 us: jobs arrive while the workers poll; 1 s: they never sleep here.
+  for (const auto spin : {microseconds(0), microseconds(50), microseconds(1000000)}) {
+    specdec::thread_pool pool(3, spin);
+    CHECK(pool.spin() == spin);
+    for (int rep = 0; rep < 2000; ++rep) {
+      // Alternate tiny and slower jobs, so that some workers join late or not at all.
+      const int n = rep % 3 == 0 ? 2 : 64;
+      std::vector<int> hits(static_cast<std::size_t>(n), 0);  // one writer per index: races show in TSan
+      pool.parallel_for(n, [&](std::int64_t i) { ++hits[static_cast<std::size_t>(i)]; });
+      for (int h : hits) REQUIRE(h == 1);
+    }
+    // A job whose items wait for each other: it completes only if every worker joins it.
+    std::atomic<int> arrived{0};
+    pool.parallel_for(4, [&](std::int64_t) {
+      arrived.fetch_add(1);
+      while (arrived.load() < 4) std::this_thread::yield();
+    });
+    CHECK(arrived.load() == 4);
+    CHECK_THROWS_AS(pool.parallel_for(50, [](std::int64_t i) {
+      if (i == 7) throw std::runtime_error("boom");
+    }),
+                    std::runtime_error);
+  }
+  CHECK_THROWS_AS(specdec::thread_pool(1, microseconds(-1)), specdec::invalid_argument);
+}
+
+TEST_CASE("SPECDEC_POOL_SPIN_US sets the spin time and rejects what is not a whole microsecond count") {
+  using std::chrono::microseconds;
+  const char* old = std::getenv("SPECDEC_POOL_SPIN_US");
+  const std::string saved = old ? old : "";
+  ::unsetenv("SPECDEC_POOL_SPIN_US");
+  CHECK(specdec::thread_pool::spin_from_env() == specdec::thread_pool::default_spin);
+  ::setenv("SPECDEC_POOL_SPIN_US", "", 1);
+  CHECK(specdec::thread_pool::spin_from_env() == specdec::thread_pool::default_spin);
+  ::setenv("SPECDEC_POOL_SPIN_US", "0", 1);
+  CHECK(specdec::thread_pool::spin_from_env() == microseconds(0));
+  ::setenv("SPECDEC_POOL_SPIN_US", "250", 1);
+  CHECK(specdec::thread_pool::spin_from_env() == microseconds(250));
+  for (const char* bad : {"-1", "12us", "abc", "1000001", " 5"}) {
+    ::setenv("SPECDEC_POOL_SPIN_US", bad, 1);
+    CHECK_THROWS_AS(specdec::thread_pool::spin_from_env(), specdec::invalid_argument);
+  }
+  if (old) ::setenv("SPECDEC_POOL_SPIN_US", saved.c_str(), 1);
+  else ::unsetenv("SPECDEC_POOL_SPIN_US");
 }

@@ -6,11 +6,22 @@
 //! returns when all calls are done. Work is handed out one index at a time from an atomic counter, so
 //! uneven items (ragged requests) balance. A parallel_for issued from inside a pool task runs inline,
 //! so nested parallelism cannot deadlock. The first exception thrown by f is rethrown to the caller.
+//!
+//! Waiting: a worker that has finished a job polls for the next one for a short while (the pool's
+//! spin time) before it sleeps on a condition variable, and so does the caller waiting for the
+//! workers to finish, as OpenMP runtimes and llama.cpp's thread pool do. A model step issues a few
+//! dozen parallel_for calls microseconds apart (the projections, attention, the MLP); with sleeping
+//! alone each of them paid a futex wake-up and a context switch on every thread, which took 13% of
+//! the CPU samples of the example demo's decode loop on a 2-core Xeon (benchmarks/RESULTS.md, "The
+//! thread pool polls before it sleeps"). The global pool's spin time comes from the environment
+//! variable SPECDEC_POOL_SPIN_US (microseconds; 0 = sleep at once), default default_spin.
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -24,9 +35,15 @@ namespace specdec {
 
 class thread_pool {
  public:
-  //! Starts `workers` background threads (the caller is an extra participant in each parallel_for).
-  explicit thread_pool(int workers) {
+  //! How long a worker polls for the next job, and the caller for the workers, before sleeping,
+  //! unless SPECDEC_POOL_SPIN_US says otherwise (the global pool) or the constructor is given one.
+  static constexpr std::chrono::microseconds default_spin{50};
+
+  //! Starts `workers` background threads (the caller is an extra participant in each parallel_for),
+  //! which poll for `spin` after each job before they sleep (0: sleep at once).
+  explicit thread_pool(int workers, std::chrono::microseconds spin = default_spin) : spin_(spin) {
     require(workers >= 0, "specdec::thread_pool", "workers", ">= 0", workers);
+    require(spin.count() >= 0, "specdec::thread_pool", "spin (microseconds)", ">= 0", spin.count());
     threads_.reserve(static_cast<std::size_t>(workers));
     for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
   }
@@ -35,7 +52,7 @@ class thread_pool {
   ~thread_pool() {
     {
       std::lock_guard lock(mutex_);
-      stop_ = true;
+      stop_.store(true, std::memory_order_relaxed);
     }
     wake_.notify_all();
     for (auto& t : threads_) t.join();
@@ -43,6 +60,8 @@ class thread_pool {
 
   //! Number of background threads.
   [[nodiscard]] int workers() const noexcept { return static_cast<int>(threads_.size()); }
+  //! How long a thread polls before it sleeps (see the file comment).
+  [[nodiscard]] std::chrono::microseconds spin() const noexcept { return spin_; }
 
   //! Calls f(i) for i in [0, n) using at most max_threads threads in all (0 = all of them).
   template <class F>
@@ -62,21 +81,39 @@ class thread_pool {
       std::lock_guard lock(mutex_);
       job_ = &j;
       slots_ = helpers;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);  // what polling workers watch
     }
     wake_.notify_all();
     run(j);
+    {
+      std::lock_guard lock(mutex_);
+      slots_ = 0;  // workers that have not joined yet skip this job: its work is already done
+    }
+    // The workers that joined finish their last items: poll, then sleep.
+    poll([&] { return j.active.load(std::memory_order_acquire) == 0; });
     std::unique_lock lock(mutex_);
-    slots_ = 0;  // workers that have not woken yet skip this job: its work is already done
-    done_.wait(lock, [&] { return j.active == 0; });
+    done_.wait(lock, [&] { return j.active.load(std::memory_order_acquire) == 0; });
     job_ = nullptr;
     if (j.error) std::rethrow_exception(j.error);
   }
 
-  //! The process-wide pool: hardware_concurrency - 1 workers, created on first use.
+  //! The process-wide pool: hardware_concurrency - 1 workers, created on first use, polling for
+  //! SPECDEC_POOL_SPIN_US microseconds (default_spin if unset; an invalid value is an error).
   static thread_pool& global() {
-    static thread_pool pool(std::max(1u, std::thread::hardware_concurrency()) - 1);
+    static thread_pool pool(std::max(1u, std::thread::hardware_concurrency()) - 1, spin_from_env());
     return pool;
+  }
+
+  //! SPECDEC_POOL_SPIN_US as a duration (default_spin when unset or empty). Throws invalid_argument
+  //! unless it is a whole number of microseconds in [0, 1000000].
+  [[nodiscard]] static std::chrono::microseconds spin_from_env() {
+    const char* v = std::getenv("SPECDEC_POOL_SPIN_US");
+    if (v == nullptr || *v == '\0') return default_spin;
+    char* end = nullptr;
+    const long long us = std::strtoll(v, &end, 10);
+    require(*v >= '0' && *v <= '9' && *end == '\0' && us <= 1000000, "specdec::thread_pool", "SPECDEC_POOL_SPIN_US",
+            "a whole number of microseconds in [0, 1000000]", v);
+    return std::chrono::microseconds(us);
   }
 
  private:
@@ -84,7 +121,7 @@ class thread_pool {
     std::int64_t n = 0;
     std::function<void(std::int64_t)> body;
     std::atomic<std::int64_t> next{0};
-    int active = 0;  // guarded by mutex_
+    std::atomic<int> active{0};  // workers in run(); joined under mutex_, left without it
     std::exception_ptr error;
     std::mutex error_mutex;
   };
@@ -111,35 +148,70 @@ class thread_pool {
     in_pool_task() = was;
   }
 
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  //! Polls ready() for up to spin_ (checking the clock every 64 polls); true once it holds.
+  template <class Ready>
+  bool poll(Ready&& ready) const noexcept {
+    if (spin_.count() == 0) return ready();
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return true;
+        cpu_relax();
+      }
+      if (std::chrono::steady_clock::now() >= until) return ready();
+    }
+  }
+
   void worker_loop() {
     std::uint64_t seen = 0;
     for (;;) {
+      poll([&] {
+        return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen;
+      });
       job* j = nullptr;
       {
         std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || (generation_ != seen && slots_ > 0); });
-        if (stop_) return;
-        seen = generation_;
+        const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
+        if (!stop_.load(std::memory_order_relaxed) && gen != seen && slots_ == 0) {
+          seen = gen;  // a job this worker was not needed for (or came too late to): poll for the next
+          continue;
+        }
+        wake_.wait(lock, [&] {
+          return stop_.load(std::memory_order_relaxed) ||
+                 (generation_.load(std::memory_order_relaxed) != seen && slots_ > 0);
+        });
+        if (stop_.load(std::memory_order_relaxed)) return;
+        seen = generation_.load(std::memory_order_relaxed);
         --slots_;
         j = job_;
-        ++j->active;
+        j->active.fetch_add(1, std::memory_order_relaxed);
       }
       run(*j);
-      {
-        std::lock_guard lock(mutex_);
-        --j->active;
+      // The caller may return (and free *j) as soon as active reaches 0: nothing of *j after this.
+      // Taking the mutex between the decrement and the notify keeps a sleeping caller from missing it.
+      if (j->active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        { std::lock_guard lock(mutex_); }
+        done_.notify_all();
       }
-      done_.notify_all();
     }
   }
 
   std::vector<std::thread> threads_;
+  std::chrono::microseconds spin_;
   std::mutex mutex_, submit_mutex_;
   std::condition_variable wake_, done_;
   job* job_ = nullptr;
-  int slots_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  int slots_ = 0;                             // guarded by mutex_
+  std::atomic<std::uint64_t> generation_{0};  // written under mutex_, polled without it
+  std::atomic<bool> stop_{false};             // written under mutex_, polled without it
 };
 
 //! parallel_for on the global pool, limited by a host policy's thread count.
