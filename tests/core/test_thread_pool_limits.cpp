@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -82,8 +84,8 @@ TEST_CASE("concurrent callers of one pool are serialized and each completes") {
 
 TEST_CASE("polling and sleeping pools run back-to-back jobs completely, whoever waits how") {
   using std::chrono::microseconds;
-  // spin 0: every wait sleeps; 50 us: jobs arrive while the workers poll; 1 s: they never sleep here.
-  for (const auto spin : {microseconds(0), microseconds(50), microseconds(1000000)}) {
+  // spin 0: every wait sleeps; 50 us: jobs arrive while the workers poll; 20 ms: they hardly sleep.
+  for (const auto spin : {microseconds(0), microseconds(50), microseconds(20000)}) {
     specdec::thread_pool pool(3, spin);
     CHECK(pool.spin() == spin);
     for (int rep = 0; rep < 2000; ++rep) {
@@ -93,19 +95,42 @@ TEST_CASE("polling and sleeping pools run back-to-back jobs completely, whoever 
       pool.parallel_for(n, [&](std::int64_t i) { ++hits[static_cast<std::size_t>(i)]; });
       for (int h : hits) REQUIRE(h == 1);
     }
-    // A job whose items wait for each other: it completes only if every worker joins it.
-    std::atomic<int> arrived{0};
+    // A job whose items wait for each other (up to 10 s): all 4 meet only if every worker joins it.
+    std::atomic<int> arrived{0}, met{0};
     pool.parallel_for(4, [&](std::int64_t) {
       arrived.fetch_add(1);
-      while (arrived.load() < 4) std::this_thread::yield();
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (arrived.load() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      if (arrived.load() == 4) met.fetch_add(1);
     });
-    CHECK(arrived.load() == 4);
+    CHECK(met.load() == 4);
     CHECK_THROWS_AS(pool.parallel_for(50, [](std::int64_t i) {
       if (i == 7) throw std::runtime_error("boom");
     }),
                     std::runtime_error);
+    // ... and the pool still works after an exception.
+    std::atomic<int> after{0};
+    pool.parallel_for(100, [&](std::int64_t) { after.fetch_add(1); });
+    CHECK(after.load() == 100);
   }
   CHECK_THROWS_AS(specdec::thread_pool(1, microseconds(-1)), specdec::invalid_argument);
+  CHECK_THROWS_AS(specdec::thread_pool(1, microseconds(1000001)), specdec::invalid_argument);
+}
+
+TEST_CASE("idle workers stop polling after the spin time") {
+  // Three workers polling for 2 ms after a job, then 300 ms without jobs: the process should use a
+  // few ms of CPU in that time. Workers that kept polling would use the whole 300 ms on each core
+  // they got (at least one: 300 ms or more).
+  specdec::thread_pool pool(3, std::chrono::microseconds(2000));
+  pool.parallel_for(64, [](std::int64_t) {});
+  const auto cpu = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-3;
+  };
+  const double before = cpu();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(cpu() - before < 100.0);
 }
 
 TEST_CASE("SPECDEC_POOL_SPIN_US sets the spin time and rejects what is not a whole microsecond count") {

@@ -26,6 +26,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -43,7 +44,8 @@ class thread_pool {
   //! which poll for `spin` after each job before they sleep (0: sleep at once).
   explicit thread_pool(int workers, std::chrono::microseconds spin = default_spin) : spin_(spin) {
     require(workers >= 0, "specdec::thread_pool", "workers", ">= 0", workers);
-    require(spin.count() >= 0, "specdec::thread_pool", "spin (microseconds)", ">= 0", spin.count());
+    require(spin.count() >= 0 && spin.count() <= 1000000, "specdec::thread_pool", "spin (microseconds)",
+            "in [0, 1000000]", spin.count());
     threads_.reserve(static_cast<std::size_t>(workers));
     for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
   }
@@ -172,6 +174,7 @@ class thread_pool {
 
   void worker_loop() {
     std::uint64_t seen = 0;
+    bool repoll = false;  // polls once more after a job it missed (only a worker that ran the job before)
     for (;;) {
       poll([&] {
         return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen;
@@ -181,8 +184,11 @@ class thread_pool {
         std::unique_lock lock(mutex_);
         const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
         if (!stop_.load(std::memory_order_relaxed) && gen != seen && slots_ == 0) {
-          seen = gen;  // a job this worker was not needed for (or came too late to): poll for the next
-          continue;
+          // A job this worker was not needed for (max_threads) or came too late to. Poll for the
+          // next one only if it ran the one before, so that workers a caller's thread cap leaves
+          // out sleep instead of polling through a stream of jobs.
+          seen = gen;
+          if (std::exchange(repoll, false)) continue;
         }
         wake_.wait(lock, [&] {
           return stop_.load(std::memory_order_relaxed) ||
@@ -195,6 +201,7 @@ class thread_pool {
         j->active.fetch_add(1, std::memory_order_relaxed);
       }
       run(*j);
+      repoll = true;
       // The caller may return (and free *j) as soon as active reaches 0: nothing of *j after this.
       // Taking the mutex between the decrement and the notify keeps a sleeping caller from missing it.
       if (j->active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
