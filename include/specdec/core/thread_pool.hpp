@@ -158,18 +158,18 @@ class thread_pool {
 #endif
   }
 
-  //! Polls ready() for up to spin_ (checking the clock every 64 polls); true once it holds.
+  //! Polls ready() until it holds or spin_ has passed (the clock checked every 64 polls). The
+  //! callers re-check their condition under the mutex afterwards, so this only saves a sleep.
   template <class Ready>
-  bool poll(Ready&& ready) const noexcept {
-    if (spin_.count() == 0) return ready();
+  void poll(Ready&& ready) const noexcept {
+    if (spin_.count() == 0) return;
     const auto until = std::chrono::steady_clock::now() + spin_;
-    for (;;) {
+    do {
       for (int i = 0; i < 64; ++i) {
-        if (ready()) return true;
+        if (ready()) return;
         cpu_relax();
       }
-      if (std::chrono::steady_clock::now() >= until) return ready();
-    }
+    } while (std::chrono::steady_clock::now() < until);
   }
 
   void worker_loop() {
