@@ -176,6 +176,8 @@ TEST_CASE("ngram_drafter: validation", "[decoder][ngram][validation]") {
   REQUIRE_THROWS_WITH((ngram_drafter{.max_ngram = 257}.propose({.tokens = t}, out)),
                       Contains("specdec::ngram_drafter::propose") && Contains("'max_ngram'") && Contains("256"));
   REQUIRE_THROWS_WITH((ngram_drafter{}.propose({.request = -1, .tokens = t}, out)), Contains("req.request"));
+  REQUIRE_THROWS_WITH((ngram_drafter{.search_window = -5}.propose({.tokens = t}, out)),
+                      Contains("'search_window'") && Contains(">= 0"));
   ngram_drafter{.max_ngram = 256}.propose({.tokens = t}, out);
   CHECK(out.chain == std::vector<draft_token>{{2, 0}, {1, 0}});
 }

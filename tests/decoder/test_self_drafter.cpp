@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "../../examples/common/tokenswift_draft.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/draft/chain_drafter.hpp"
+#include "specdec/draft/longspec_drafter.hpp"
 #include "specdec/draft/self_drafter.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 
@@ -229,7 +232,16 @@ TEST_CASE("self_drafter and tokenswift_self_draft: bad inputs are named", "[self
   CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = {}, .depth = 2}, out), Contains("'req.tokens.size()'"));
   CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 2, .width = 0}, out), Contains("'req.width'"));
   CHECK_THROWS_WITH(d.propose({.request = -1, .tokens = toks, .depth = 2}, out), Contains("'req.request'"));
+  // sampling_params are checked as process_logits checks them: a NaN or negative temperature is an
+  // error, not greedy drafting (a review's finding)
+  for (float t : {std::numeric_limits<float>::quiet_NaN(), -2.0f}) {
+    const sampling_params bad{.temperature = t};
+    CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 2, .sampling = &bad}, out),
+                      Contains("self_drafter::propose") && Contains("'params.temperature'"));
+  }
   m.gamma = -1;
+  CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 2}, out), Contains("'model.num_draft_heads()'"));
+  m.gamma = std::numeric_limits<int>::max();  // gamma + 1 overflowed before
   CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 2}, out), Contains("'model.num_draft_heads()'"));
   using namespace specdec::examples;
   const llama_config cfg{.vocab_size = 20, .hidden = 16, .layers = 1, .heads = 1, .kv_heads = 1, .head_dim = 64, .ffn_hidden = 16};
@@ -243,3 +255,62 @@ TEST_CASE("self_drafter and tokenswift_self_draft: bad inputs are named", "[self
 }
 
 }  // namespace
+
+namespace {
+// Drafter models that answer what a test sets: chain_drafter's and longspec_drafter's, every logit 0.
+struct flat_chain_model {
+  using logit_type = float;
+  int V = 4;
+  int vocab_size() const { return V; }
+  int max_requests() const { return 1; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  void forward(int, std::int32_t, const token_tree&, std::span<float> l) { std::fill(l.begin(), l.end(), 0.0f); }
+  void commit(int, std::span<const std::int32_t>) {}
+  int cache_length(int) const { return 0; }
+  void truncate(int, int) {}
+};
+struct flat_longspec_model {
+  using logit_type = float;
+  int V = 4, absorbed_ = 0;
+  int vocab_size() const { return V; }
+  int absorbed(int) const { return absorbed_; }
+  void reset(int) { absorbed_ = 0; }
+  void step(int, std::int32_t, int, bool commit, std::span<float> l) {
+    absorbed_ += commit ? 1 : 0;
+    std::fill(l.begin(), l.end(), 0.0f);
+  }
+  void discard_speculation(int) {}
+};
+}  // namespace
+
+TEST_CASE("chain_drafter and longspec_drafter: an empty vocabulary and bad sampling_params are named",
+          "[self_drafter][validation]") {
+  // (A review found vocab_size() == 0 dereferencing an empty top-k, and a NaN temperature drafting
+  // greedily while process_logits rejects it.)
+  using Catch::Matchers::Contains;
+  const std::vector<std::int32_t> toks{1};
+  draft_candidates out;
+  flat_chain_model cm{.V = 0};
+  chain_drafter<flat_chain_model> cd(cm);
+  CHECK_THROWS_WITH(cd.propose({.request = 0, .tokens = toks, .depth = 2}, out),
+                    Contains("chain_drafter::propose") && Contains("'model.vocab_size()'"));
+  flat_longspec_model lm{.V = 0};
+  longspec_drafter<flat_longspec_model> ld(lm);
+  CHECK_THROWS_WITH(ld.propose({.request = 0, .tokens = toks, .depth = 2}, out),
+                    Contains("longspec_drafter::propose") && Contains("'model.vocab_size()'"));
+  cm.V = lm.V = 4;
+  philox_stream rng(1, 2);
+  for (const sampling_params& bad : {sampling_params{.temperature = std::numeric_limits<float>::quiet_NaN()},
+                                     sampling_params{.temperature = -1.0f}, sampling_params{.temperature = 1.0f, .top_p = 0.0f}}) {
+    const draft_request req{.request = 0, .tokens = toks, .depth = 2, .sampling = &bad, .rng = &rng};
+    CHECK_THROWS_WITH(cd.propose(req, out), Contains("chain_drafter::propose") && Contains("'params."));
+    CHECK_THROWS_WITH(ld.propose(req, out), Contains("longspec_drafter::propose") && Contains("'params."));
+  }
+  const sampling_params good{.temperature = 0.7f};
+  cd.propose({.request = 0, .tokens = toks, .depth = 2, .sampling = &good, .rng = &rng}, out);
+  CHECK(out.chain.size() == 2);
+  // multi-draft mode: a draft_sampling value that is no enumerator
+  chain_drafter<flat_chain_model> md(cm, multi_draft_params{.mode = static_cast<draft_sampling>(7)});
+  CHECK_THROWS_WITH(md.propose({.request = 0, .tokens = toks, .depth = 2, .width = 2, .rng = &rng}, out),
+                    Contains("'multi_draft_params.mode'"));
+}

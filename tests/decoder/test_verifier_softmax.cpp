@@ -98,3 +98,58 @@ TEST_CASE("verifier softmax: non-finite policy messages", "[decoder][verify][val
                       Contains("specdec::sample_and_match_verifier") && Contains("'logits'") && Contains("row 1") &&
                           Contains("all -inf"));
 }
+
+TEST_CASE("verifiers' verify(): the logits and the tree are checked before a row is read or written",
+          "[decoder][verify][validation]") {
+  // (A review found each of these reading or writing out of bounds, or reading through a null or
+  // device pointer, in the stochastic verifiers; greedy_verifier checked them through verify_greedy.)
+  using Catch::Contains;
+  const std::int64_t V = 4;
+  const auto chain = token_tree::from_parents(std::vector<std::int32_t>{1, 2}, std::vector<std::int32_t>{-1, 0});
+  std::vector<float> l(static_cast<std::size_t>(3 * V), 0.0f);
+  draft_candidates draft;
+  verify_result out;
+  const auto each = [&](const verify_input& in, const std::string& what, bool greedy_too = true) {
+    philox_stream r(1, 2);
+    const verify_input again{in.tree, in.logits, in.draft, r};
+    CHECK_THROWS_WITH(sample_and_match_verifier{}.verify(again, out), Contains("sample_and_match_verifier") && Contains(what));
+    CHECK_THROWS_WITH(chain_speculative_verifier{}.verify(again, out), Contains("chain_speculative_verifier") && Contains(what));
+    CHECK_THROWS_WITH(multi_draft_verifier{}.verify(again, out), Contains("multi_draft_verifier") && Contains(what));
+    if (greedy_too) CHECK_THROWS_WITH(greedy_verifier{}.verify(again, out), Contains(what));
+  };
+  philox_stream rng(1, 2);
+  // one row for a two-node tree (the q rows were sized from the logits and written past them)
+  each({chain, make_view<2>(static_cast<const float*>(l.data()), {1, V}), draft, rng}, "expected shape [3, *]");
+  // null data, device memory
+  each({chain, strided_view<const float, 2>(static_cast<const float*>(nullptr), {3, V}, {V, 1}), draft, rng}, "null");
+  each({chain, strided_view<const float, 2>(l.data(), {3, V}, {V, 1}, memory_space::device), draft, rng},
+       "host-accessible");
+  // a tree token outside the vocabulary (the one-hot draft row was written at it)
+  const auto far = token_tree::from_parents(std::vector<std::int32_t>{1, 1000}, std::vector<std::int32_t>{-1, 0});
+  each({far, make_view<2>(static_cast<const float*>(l.data()), {3, V}), draft, rng}, "1000", false);
+  // and the same inputs done right run
+  philox_stream r(1, 2);
+  chain_speculative_verifier{}.verify({chain, make_view<2>(static_cast<const float*>(l.data()), {3, V}), draft, r}, out);
+  CHECK(out.num_emitted() >= 1);
+}
+
+TEST_CASE("exp_sum in place gives exp_sum's bits; logits_to_probs in place too, and refuses a partial overlap",
+          "[decoder][verify][validation]") {
+  for (const std::int64_t V : {1, 7, 256, 257, 1000}) {
+    auto l = random_rows(1, V, 40 + static_cast<std::uint64_t>(V));
+    const float m = *std::max_element(l.begin(), l.end());
+    std::vector<float> apart(l.size()), in_place = l;
+    const double s1 = detail::exp_sum(l.data(), l.size(), m, apart.data());
+    const double s2 = detail::exp_sum(in_place.data(), in_place.size(), m, in_place.data());
+    CHECK(s1 == s2);
+    CHECK(apart == in_place);
+    std::vector<float> probs(l.size()), row = l;
+    logits_to_probs(l, probs);
+    logits_to_probs(row, row);
+    CHECK(row == probs);
+  }
+  std::vector<float> buf(101, 0.5f);
+  CHECK_THROWS_WITH(logits_to_probs(std::span<const float>(buf.data(), 100), std::span<float>(buf.data() + 1, 100)),
+                    Catch::Contains("logits_to_probs") && Catch::Contains("'probs'") &&
+                        Catch::Contains("disjoint from 'logits'"));
+}

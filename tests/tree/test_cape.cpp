@@ -317,3 +317,66 @@ TEST_CASE("cape_expand_ranked: duplicate candidates become one expansion token (
   specdec::cape_expand_ranked<ranked_token>(chain, bad, cape_schedule::glide_bins(), 0, out);
   CHECK(out.tokens == std::vector<std::int32_t>{1, 7, 9, 10, 11});  // 8 is impossible; only 4 candidates left
 }
+
+TEST_CASE("cape_proposal: a hand-built proposal is checked before mask(), tree() and position_ids() index it",
+          "[tree][cape][validation]") {
+  // (A review found each of these reading or writing past the arrays.)
+  using Catch::Contains;
+  cape_proposal p;
+  p.gamma = 2;
+  p.tokens = {5, 6, 7};
+  p.pos = {1, 2, 2};
+  p.logprobs = {-0.1f, -0.2f, -0.3f};
+  CHECK(p.mask().rows() == 3);
+  CHECK(p.tree().size() == 3);
+  auto q = p;
+  q.pos = {1};
+  CHECK_THROWS_WITH(q.mask(), Contains("cape_proposal::mask") && Contains("'pos.size()'"));
+  q = p;
+  q.logprobs.pop_back();
+  CHECK_THROWS_WITH(q.tree(), Contains("cape_proposal::tree") && Contains("'logprobs.size()'"));
+  CHECK(q.mask().rows() == 3);  // the mask does not read log-probs
+  q = p;
+  q.gamma = 200;
+  CHECK_THROWS_WITH(q.mask(), Contains("'gamma'"));
+  q = p;
+  q.pos[2] = 150;  // an expansion step past gamma (set a bit outside the matrix before)
+  CHECK_THROWS_WITH(q.mask(), Contains("'pos[2]'") && Contains("[1, gamma = 2]"));
+  CHECK_THROWS_WITH(q.position_ids(10), Contains("position_ids") && Contains("'pos[2]'"));
+  q = p;
+  q.pos[1] = 1;  // a chain token not at its own step
+  CHECK_THROWS_WITH(q.tree(), Contains("'pos[1]'") && Contains("step 2"));
+  q.gamma = -1;
+  CHECK_THROWS_WITH(q.tree(), Contains("'gamma'"));
+}
+
+TEST_CASE("cape_expand_ranked: token ids >= 0, and a log-probability below float's exp range is the lowest bin",
+          "[tree][cape][validation]") {
+  using Catch::Contains;
+  cape_proposal out;
+  const std::vector<std::vector<ranked_token>> cands{{{3, -1.0f}, {4, -2.0f}}};
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(std::vector<ranked_token>{{-7, -0.5f}}, cands,
+                                                                cape_schedule::glide_bins(), 0, out),
+                      Contains("'chain[0].token'"));
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(std::vector<ranked_token>{{1, -0.5f}},
+                                                                std::vector<std::vector<ranked_token>>{{{-9, -1.0f}}},
+                                                                cape_schedule::glide_bins(), 0, out),
+                      Contains("'candidates[0][0].token'"));
+  // p = exp(-110) rounds to 0 in float, but the log-probability is valid: the widest expansion (7).
+  specdec::cape_expand_ranked<ranked_token>(std::vector<ranked_token>{{1, -110.0f}}, cands, cape_schedule::glide_bins(),
+                                            0, out);
+  CHECK(out.tokens == std::vector<std::int32_t>{1, 3, 4});
+  CHECK(out.logprobs[0] == -110.0f);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 0.5f})
+    REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(std::vector<ranked_token>{{1, bad}}, cands,
+                                                                  cape_schedule::glide_bins(), 0, out),
+                        Contains("'chain[0].logprob'"));
+}
+
+TEST_CASE("cape_expand: a row cape_expand accepts (sum within 1e-2) is expanded, a chain p above 1 read as 1",
+          "[tree][cape][validation]") {
+  const std::vector<float> row{1.005f, 0.0f, 0.0f};  // accepted by the row-sum tolerance
+  const auto p = cape_expand(row, 3);
+  CHECK(p.tokens == std::vector<std::int32_t>{0});  // S(1) = 1 expansion, but no other token has p > 0
+  CHECK(p.expansion_sizes == std::vector<std::int32_t>{0});
+}

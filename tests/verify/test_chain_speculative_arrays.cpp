@@ -197,3 +197,25 @@ TEST_CASE("verify_chain_speculative_batch from logits (host) rejects bad values 
     CHECK(o == fresh);
   }
 }
+
+TEST_CASE("verify_chain_speculative_batch (arrays) refuses outputs over the draft rows, seeds or streams",
+          "[verify][chain][validation]") {
+  auto c = specdec_test::random_chain_batch(2, 4, 6, 31);
+  outputs o(c);
+  const auto pv = specdec::make_view<2>(c.p.data(), {c.nodes() + c.requests(), c.vocab});
+  const auto qv = specdec::make_view<2>(c.q.data(), {c.nodes() + c.requests(), c.vocab});
+  // status (3 int32) written over the first draft row, then over the seeds
+  const auto status_over_q = specdec::make_view<1>(reinterpret_cast<std::int32_t*>(c.q.data()), {3});
+  CHECK_THROWS_WITH(specdec::verify_chain_speculative_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens),
+                                                            v1(c.parents), pv, qv, v1(c.seeds), v1(c.streams),
+                                                            v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
+                                                            v1(o.emitted), status_over_q),
+                    Catch::Contains("'draft_probs'") && Catch::Contains("disjoint from 'status'"));
+  const auto bonus_over_seeds = specdec::make_view<1>(reinterpret_cast<std::int32_t*>(c.seeds.data()), {c.requests()});
+  CHECK_THROWS_WITH(specdec::verify_chain_speculative_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens),
+                                                            v1(c.parents), pv, qv, v1(c.seeds), v1(c.streams),
+                                                            v1(o.accepted), v1(o.num_accepted), bonus_over_seeds,
+                                                            v1(o.emitted), v1(o.status)),
+                    Catch::Contains("'seeds'") && Catch::Contains("disjoint from 'bonus'"));
+  CHECK(o.status == std::vector<std::int32_t>{7, 7, 7});
+}

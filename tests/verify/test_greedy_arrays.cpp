@@ -202,3 +202,34 @@ TEST_CASE("verify_greedy_batch (arrays) checks shapes and memory spaces first", 
                                                  v1(o.emitted), v1(o.status)),
                     Catch::Contains("target_logits"));
 }
+
+TEST_CASE("verify_greedy_batch (arrays) refuses outputs that share memory with the trees or with each other",
+          "[verify][greedy][validation]") {
+  // A bonus written into node_indptr would move the next request's rows (found by a review: a heap
+  // overflow before the check); an emitted array over tokens would change the tokens being emitted.
+  auto c = specdec_test::random_greedy_batch(2, 5, 4, 2, 21);
+  outputs o(c);
+  const auto lg = specdec::make_view<2>(c.logits.data(), {c.nodes() + c.requests(), c.vocab});
+  const auto bonus_over_indptr = specdec::make_view<1>(c.node_indptr.data() + 1, {2});
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
+                                                 v1(o.accepted), v1(o.num_accepted), bonus_over_indptr, v1(o.emitted),
+                                                 v1(o.status)),
+                    Catch::Contains("'node_indptr'") && Catch::Contains("disjoint from 'bonus'"));
+  std::vector<std::int32_t> shared(c.tokens.size() + 2);
+  std::copy(c.tokens.begin(), c.tokens.end(), shared.begin());
+  const auto tokens_in_shared = specdec::make_view<1>(static_cast<const std::int32_t*>(shared.data()), {c.nodes()});
+  const auto emitted_over_tokens = specdec::make_view<1>(shared.data(), {c.nodes() + c.requests()});
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), tokens_in_shared, v1(c.parents),
+                                                 lg, v1(o.accepted), v1(o.num_accepted), v1(o.bonus),
+                                                 emitted_over_tokens, v1(o.status)),
+                    Catch::Contains("'tokens'") && Catch::Contains("disjoint from 'emitted'"));
+  // two outputs over one array
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
+                                                 v1(o.accepted), v1(o.num_accepted), v1(o.num_accepted), v1(o.emitted),
+                                                 v1(o.status)),
+                    Catch::Contains("'bonus'") && Catch::Contains("disjoint from 'num_accepted'"));
+  CHECK(o.status == std::vector<std::int32_t>{7, 7, 7});  // nothing written
+  // The logits may be read through any view that does not overlap the outputs: the call still runs.
+  run(c, o);
+  CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});
+}

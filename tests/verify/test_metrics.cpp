@@ -64,3 +64,19 @@ TEST_CASE("phase timers accumulate per phase") {
     REQUIRE_THROWS_WITH(m.add_ms(specdec::decode_phase::verify, bad), Catch::Contains("'ms'"));
   CHECK(m.ms(specdec::decode_phase::verify) == 0.0);
 }
+
+TEST_CASE("metrics at the int limits and with a value that is no decode_phase", "[verify][validation]") {
+  // gamma + 1 overflowed int at gamma = INT_MAX (a review's finding): now counted in 64 bits.
+  constexpr int big = std::numeric_limits<int>::max();
+  const std::vector<std::int32_t> a{0, big};
+  CHECK(specdec::acceptance_rate_eq4(a, big) == Approx(0.5 * big / (static_cast<double>(big) + 1.0)));
+  CHECK(specdec::expected_speedup(0.5, big, 0.0) == Approx(2.0));  // (1 - 0.5^(gamma+1)) / 0.5
+  CHECK(specdec::expected_speedup(0.5, big, 1.0) > 0.0);
+  specdec::decode_metrics m;
+  const auto bad = static_cast<specdec::decode_phase>(7);
+  REQUIRE_THROWS_WITH(m.add_ms(bad, 1.0), Catch::Contains("add_ms") && Catch::Contains("'phase'"));
+  REQUIRE_THROWS_WITH(m.ms(bad), Catch::Contains("'phase'"));
+  REQUIRE_THROWS_WITH(static_cast<void>(m.scoped(bad)), Catch::Contains("scoped") && Catch::Contains("'phase'"));
+  for (auto p : {specdec::decode_phase::draft, specdec::decode_phase::target, specdec::decode_phase::verify})
+    CHECK(m.ms(p) == 0.0);
+}

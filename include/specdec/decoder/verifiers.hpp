@@ -49,8 +49,8 @@ namespace detail {
 //! logits_to_probs (sampling/logits_processor.hpp) computes one: detail::checked_logit_scan (the
 //! non-finite policy; errors name `fn`, 'logits', the row and the token), then detail::exp_sum
 //! (vectorised fast_exp, relative error < 2e-7, sum in double), then a scale by 1 / sum. A row with a
-//! non-unit token stride is gathered into its output row first and exponentiated through a
-//! 256-token stack buffer, which gives the same bits as the contiguous path. O(rows V).
+//! non-unit token stride is gathered into its output row first and exponentiated there (exp_sum in
+//! place), which gives the same bits as the contiguous path. O(rows V).
 inline void softmax_rows(const strided_view<const float, 2>& logits, std::vector<float>& probs, std::string_view fn) {
   const auto rows = logits.extent(0), V = logits.extent(1);
   const auto n = static_cast<std::size_t>(V);
@@ -66,18 +66,24 @@ inline void softmax_rows(const strided_view<const float, 2>& logits, std::vector
     } else {
       for (std::int64_t v = 0; v < V; ++v) out[v] = row[v * logits.stride(1)];
       const float m = checked_logit_scan(std::span<const float>(out, n), at).max;
-      // exp_sum's own 256-token chunks, summed in the same order (exp_sum may not write in place)
-      constexpr std::size_t chunk = 256;
-      float tmp[chunk];
-      for (std::size_t lo = 0; lo < n; lo += chunk) {
-        const std::size_t len = std::min(chunk, n - lo);
-        std::copy_n(out + lo, len, tmp);
-        sum += exp_sum(tmp, len, m, out + lo);
-      }
+      sum = exp_sum(out, n, m, out);  // in place: the same bits as from the contiguous row
     }
     const auto inv = static_cast<float>(1.0 / sum);
     for (std::size_t v = 0; v < n; ++v) out[v] *= inv;
   }
+}
+
+//! What the stochastic verifiers' verify() checks before reading in.logits or writing a draft row
+//! (greedy_verifier's verify_greedy checks the same through to_rows): host-accessible memory, shape
+//! [tree size + 1, V] with V >= 1, non-null data, and the tree's tokens in [0, V) (the one-hot draft
+//! rows are written at them). Errors name `fn` and 'logits' (or the token).
+inline void check_verify_logits(const verify_input& in, std::string_view fn) {
+  const auto& v = in.logits;
+  require_host_accessible(fn, "logits", v);
+  require_shape(fn, "logits", v, {static_cast<std::int64_t>(in.tree.size()) + 1, -1});
+  require(v.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", v.extent(1));
+  require(v.data() != nullptr, fn, "logits", "non-null data", "nullptr");
+  check_tokens_in_vocab(in.tree.tokens(), v.extent(1), fn);
 }
 
 //! The verifiers' verify_logits: checks every row of `in` (process_tree_logits' checks and messages),
@@ -157,6 +163,7 @@ struct sample_and_match_verifier {
   static constexpr tree_shape accepts = tree_shape::tree;
   static constexpr bool needs_draft_q = false;
   void verify(const verify_input& in, verify_result& out) {
+    detail::check_verify_logits(in, "specdec::sample_and_match_verifier");
     detail::softmax_rows(in.logits, probs_, "specdec::sample_and_match_verifier");
     const auto p = make_view<2>(static_cast<const float*>(probs_.data()), {in.logits.extent(0), in.logits.extent(1)});
     out = verify_sample_and_match(in.tree, p, in.rng);
@@ -191,6 +198,7 @@ struct chain_speculative_verifier {
   static constexpr tree_shape accepts = tree_shape::chain;
   static constexpr bool needs_draft_q = false;
   void verify(const verify_input& in, verify_result& out) {
+    detail::check_verify_logits(in, "specdec::chain_speculative_verifier");
     const auto rows = in.logits.extent(0), V = in.logits.extent(1);
     detail::softmax_rows(in.logits, probs_, "specdec::chain_speculative_verifier");
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);
@@ -359,6 +367,7 @@ struct multi_draft_verifier {
   static constexpr tree_shape accepts = tree_shape::iid_drafts;
   static constexpr bool needs_draft_q = true;
   void verify(const verify_input& in, verify_result& out) {
+    detail::check_verify_logits(in, "specdec::multi_draft_verifier");
     const auto rows = in.logits.extent(0), V = in.logits.extent(1);
     detail::softmax_rows(in.logits, probs_, "specdec::multi_draft_verifier");
     q_.assign(static_cast<std::size_t>(rows * V), 0.0f);

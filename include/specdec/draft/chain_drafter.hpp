@@ -63,8 +63,9 @@ class chain_drafter {
     const auto& t = req.tokens;
     const int L = static_cast<int>(t.size());
     require(L >= 1, "specdec::chain_drafter::propose", "req.tokens.size()", ">= 1", L);
-    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::chain_drafter::propose");
     const int V = model_->vocab_size();
+    detail::validate_model_draft(req, V, "specdec::chain_drafter::propose");
+    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::chain_drafter::propose");
     logits_.resize(static_cast<std::size_t>(V));
     if (model_->cache_length(r) == 0 && L > 1) model_->prefill(r, t.first(static_cast<std::size_t>(L)));
     int cached = model_->cache_length(r);

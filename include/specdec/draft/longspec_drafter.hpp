@@ -101,6 +101,7 @@ class longspec_drafter {
     const int V = model_->vocab_size();
     require(L >= 1 && model_->absorbed(r) <= L, "specdec::longspec_drafter::propose", "req.tokens.size()",
             "at least the tokens already absorbed", L);
+    detail::validate_model_draft(req, V, "specdec::longspec_drafter::propose");
     if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::longspec_drafter::propose");
     root_.resize(static_cast<std::size_t>(V));
     logits_.resize(static_cast<std::size_t>(V));

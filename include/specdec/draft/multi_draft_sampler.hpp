@@ -72,6 +72,7 @@ struct multi_draft_sampler {
     require(req.rng != nullptr, fn, "draft_request.rng", "a Philox stream (multi-draft drafting samples)", "nullptr");
     require(p.greedy_temperature > 0.0f && std::isfinite(p.greedy_temperature), fn,
             "multi_draft_params.greedy_temperature", "a finite value > 0", p.greedy_temperature);
+    require_draft_sampling(fn, "multi_draft_params.mode", p.mode);
   }
 
   template <class T, class Feed>

@@ -75,6 +75,7 @@ struct ngram_drafter {
                              std::to_string(min_ngram) + "/" + std::to_string(max_ngram));
     require(max_ngram <= prompt_lookup_params::max_ngram_limit, fn, "max_ngram",
             "<= prompt_lookup_params::max_ngram_limit = 256", max_ngram);
+    require(search_window >= 0, fn, "search_window", ">= 0 (0 = the whole context)", search_window);
     out.clear();
     if (req.depth <= 0) return;
     require(req.request >= 0, fn, "req.request", ">= 0 (a request slot)", req.request);

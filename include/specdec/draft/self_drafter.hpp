@@ -130,11 +130,12 @@ class self_drafter {
     require(!req.tokens.empty(), fn, "req.tokens.size()", ">= 1 (the root is the last token)", req.tokens.size());
     require(req.width >= 1, fn, "req.width", ">= 1", req.width);
     const int gamma = model_->num_draft_heads(), V = model_->vocab_size();
-    require(gamma >= 0, fn, "model.num_draft_heads()", ">= 0", gamma);
-    require(V >= 1, fn, "model.vocab_size()", ">= 1", V);
+    require(gamma >= 0 && gamma < std::numeric_limits<int>::max(), fn, "model.num_draft_heads()",
+            "in [0, INT_MAX)", gamma);
+    detail::validate_model_draft(req, V, fn);
     feed_ngrams(r, req.tokens);
     if (req.depth <= 0) return;
-    rows_.resize(static_cast<std::size_t>(gamma + 1) * V);
+    rows_.resize((static_cast<std::size_t>(gamma) + 1) * static_cast<std::size_t>(V));
     model_->self_draft(r, req.tokens, std::span<typename Model::logit_type>(rows_));
     const int depth = std::min(req.depth, gamma + 1);
     const bool processed = req.sampling != nullptr && req.sampling->temperature > 0.0f;

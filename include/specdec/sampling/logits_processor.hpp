@@ -986,11 +986,16 @@ void logits_to_probs_batch(const Policy& policy, const Lg& logits_in, const Pr& 
 
 //! Softmax of a processed row into `probs` (same length): P = exp(l - max) / sum (exp by
 //! detail::fast_exp, sum in double). Preconditions (checked, invalid_argument otherwise): no NaN or
-//! +inf; at least one logit above -inf. O(V): a checking max pass, an exp-and-sum pass, a scale pass.
+//! +inf; at least one logit above -inf; probs either the logits' own row (in place) or disjoint from
+//! it. O(V): a checking max pass, an exp-and-sum pass, a scale pass.
 inline void logits_to_probs(std::span<const float> logits, std::span<float> probs) {
   constexpr std::string_view fn = "specdec::logits_to_probs";
   require_equal(fn, "probs.size()", logits.size(), probs.size());
   require(!logits.empty(), fn, "logits", "a non-empty row", logits.size());
+  const auto l0 = reinterpret_cast<std::uintptr_t>(logits.data()), p0 = reinterpret_cast<std::uintptr_t>(probs.data());
+  const std::uintptr_t bytes = logits.size() * sizeof(float);
+  require(p0 == l0 || p0 + bytes <= l0 || l0 + bytes <= p0, fn, "probs",
+          "memory disjoint from 'logits', or the logits' own row (in place)", "an overlapping span");
   const float m = detail::checked_logit_scan(logits, {fn, "logits"}).max;
   const double s = detail::exp_sum(logits.data(), logits.size(), m, probs.data());
   detail::scale_row(probs.data(), probs.size(), static_cast<float>(1.0 / s));

@@ -36,6 +36,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "specdec/core/bitmask.hpp"
@@ -126,10 +127,31 @@ struct cape_proposal {
 
   [[nodiscard]] int size() const noexcept { return static_cast<int>(tokens.size()); }
 
+  //! Throws invalid_argument naming `function` unless the members describe a linearized proposal
+  //! (a hand-built one may not): 0 <= gamma <= size(), pos (and, with `with_logprobs`, logprobs) as
+  //! long as tokens, the chain's steps pos[i] = i + 1 for i < gamma and every expansion token's step
+  //! in [1, gamma]. mask(), tree() and position_ids() call it. O(beta).
+  void validate(std::string_view function, bool with_logprobs = true) const {
+    require(gamma >= 0 && gamma <= size(), function, "gamma", "in [0, tokens.size() = " + std::to_string(size()) + "]",
+            gamma);
+    require_equal(function, "pos.size()", tokens.size(), pos.size());
+    if (with_logprobs) require_equal(function, "logprobs.size()", tokens.size(), logprobs.size());
+    for (int i = 0; i < size(); ++i) {
+      const std::int32_t p = pos[static_cast<std::size_t>(i)];
+      const bool ok = i < gamma ? p == i + 1 : p >= 1 && p <= gamma;
+      if (!ok) [[unlikely]]
+        throw_invalid_argument(function, "pos[" + std::to_string(i) + "]",
+                               i < gamma ? "the chain token's step " + std::to_string(i + 1)
+                                         : "an expansion step in [1, gamma = " + std::to_string(gamma) + "]",
+                               p);
+    }
+  }
+
   //! Algorithm 2's input_pi shifted to absolute positions: committed_length + pos(i) - 1 (= the
   //! tree's positions(), depth = pos - 1). Checked like token_tree::positions: committed_length >= 1
   //! and committed_length + max pos - 1 <= INT32_MAX. O(beta).
   [[nodiscard]] std::vector<std::int32_t> position_ids(std::int32_t committed_length) const {
+    validate("specdec::cape_proposal::position_ids", false);
     std::int32_t max_pos = 0;
     for (const auto p : pos) max_pos = std::max(max_pos, p);
     detail::check_committed_length("specdec::cape_proposal::position_ids", "committed_length", committed_length,
@@ -143,6 +165,7 @@ struct cape_proposal {
   //! Mask_CAPE (§4.2) as a beta x beta bit matrix (bit set = attend): (j < gamma and pos(i) > pos(j))
   //! or i == j, in 0-based indices (pos(j) = j + 1 for chain tokens). O(beta * gamma / 64 + beta).
   [[nodiscard]] bit_matrix mask() const {
+    validate("specdec::cape_proposal::mask", false);
     const int beta = size();
     bit_matrix m(beta, beta);
     for (int i = 0; i < beta; ++i) {
@@ -160,6 +183,7 @@ struct cape_proposal {
   }
   //! The same, written into out (its capacity reused). O(beta).
   void tree(token_tree& out) const {
+    validate("specdec::cape_proposal::tree");
     out.clear();
     out.reserve(size());
     for (int i = 0; i < size(); ++i) {
@@ -276,7 +300,8 @@ inline cape_proposal cape_expand(std::span<const float> probs, int vocab_size, s
     }
     const float p = row[static_cast<std::size_t>(x)];
     require(p > 0.0f, fn, "chain[" + std::to_string(i) + "]", "a token with draft probability > 0", x);
-    return detail::cape_step{x, std::log(p), std::min(schedule.expansion_size(p), vocab_size - 1)};
+    // p may exceed 1 by the row sum's tolerance: the schedule reads it as 1.
+    return detail::cape_step{x, std::log(p), std::min(schedule.expansion_size(std::min(p, 1.0f)), vocab_size - 1)};
   };
   auto expand = [&](int i, std::int32_t, int k, auto&& emit) {
     const std::span<const float> row = probs.subspan(static_cast<std::size_t>(i) * v, v);
@@ -308,21 +333,31 @@ void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::v
   const int gamma = static_cast<int>(chain.size());
   require(max_tokens == 0 || max_tokens >= gamma, fn, "max_tokens", "0 (no cap) or >= gamma = " + std::to_string(gamma),
           max_tokens);
-  // Validated before out is touched: a log-probability in (-inf, 0] (rounding up to 1e-4 above 0 is read as 0).
+  // Validated before out is touched: token ids >= 0, and a log-probability in (-inf, 0] (rounding up to
+  // 1e-4 above 0 is read as 0; a finite one below float's exp range, about -103, is a p that rounds to
+  // 0 and is read as the smallest positive float: the schedule's lowest bin).
   for (int i = 0; i < gamma; ++i) {
-    const float lp = chain[static_cast<std::size_t>(i)].logprob;
-    if (!(std::exp(lp) > 0.0f && lp <= 1e-4f)) [[unlikely]]  // the argument name is built only on failure
-      throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].logprob", "a log-probability in (-inf, 0] (p in (0, 1])", lp);
+    const auto& x = chain[static_cast<std::size_t>(i)];
+    if (x.token < 0) [[unlikely]]  // the argument name is built only on failure
+      throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].token", "a token id >= 0", x.token);
+    if (!(x.logprob > -std::numeric_limits<float>::infinity() && x.logprob <= 1e-4f)) [[unlikely]]
+      throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].logprob", "a log-probability in (-inf, 0] (p in (0, 1])",
+                             x.logprob);
   }
   for (std::size_t i = 0; i < candidates.size() && i < chain.size(); ++i)  // the candidates expand() may read
-    for (std::size_t j = 0; j < candidates[i].size(); ++j)
-      if (!(candidates[i][j].logprob < std::numeric_limits<float>::infinity())) [[unlikely]]
+    for (std::size_t j = 0; j < candidates[i].size(); ++j) {
+      const auto& c = candidates[i][j];
+      if (c.token < 0) [[unlikely]]
+        throw_invalid_argument(fn, "candidates[" + std::to_string(i) + "][" + std::to_string(j) + "].token",
+                               "a token id >= 0", c.token);
+      if (!(c.logprob < std::numeric_limits<float>::infinity())) [[unlikely]]
         throw_invalid_argument(fn, "candidates[" + std::to_string(i) + "][" + std::to_string(j) + "].logprob",
-                               "a log-probability that is not NaN or +inf (-inf = impossible)",
-                               candidates[i][j].logprob);
+                               "a log-probability that is not NaN or +inf (-inf = impossible)", c.logprob);
+    }
   auto step = [&](int i) {
     const auto& x = chain[static_cast<std::size_t>(i)];
-    return detail::cape_step{x.token, x.logprob, schedule.expansion_size(std::min(std::exp(x.logprob), 1.0f))};
+    const float p = std::clamp(std::exp(x.logprob), std::numeric_limits<float>::min(), 1.0f);
+    return detail::cape_step{x.token, x.logprob, schedule.expansion_size(p)};
   };
   auto expand = [&](int i, std::int32_t, int k, auto&& emit) {  // emit skips x_i and merges repeats
     if (static_cast<std::size_t>(i) >= candidates.size()) return;

@@ -13,6 +13,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -28,15 +29,16 @@ namespace specdec {
   constexpr std::string_view fn = "specdec::acceptance_rate_eq4";
   require(gamma >= 0, fn, "gamma", ">= 0", gamma);
   require(!accepted_per_step.empty(), fn, "accepted_per_step", "at least one step", accepted_per_step.size());
+  const std::int64_t per_step = std::int64_t{gamma} + 1;  // gamma may be INT_MAX
   double s = 0.0;
   for (std::size_t i = 0; i < accepted_per_step.size(); ++i) {
     const auto a = accepted_per_step[i];
-    if (a < 0 || a > gamma + 1) [[unlikely]]
+    if (a < 0 || a > per_step) [[unlikely]]
       throw_invalid_argument(fn, "accepted_per_step[" + std::to_string(i) + "]",
-                             "a value in [0, gamma + 1 = " + std::to_string(gamma + 1) + "]", a);
+                             "a value in [0, gamma + 1 = " + std::to_string(per_step) + "]", a);
     s += a;
   }
-  return s / (static_cast<double>(gamma + 1) * static_cast<double>(accepted_per_step.size()));
+  return s / (static_cast<double>(per_step) * static_cast<double>(accepted_per_step.size()));
 }
 
 //! tau, the mean accepted length (LongSpec §4: "the average number of tokens accepted per forward pass
@@ -59,7 +61,7 @@ namespace specdec {
   require(std::isfinite(c) && c >= 0.0, fn, "c", "a finite value >= 0", c);
   const double denom = static_cast<double>(gamma) * c + 1.0;
   if (alpha == 1.0) return (gamma + 1.0) / denom;
-  return (1.0 - std::pow(alpha, gamma + 1)) / ((1.0 - alpha) * denom);
+  return (1.0 - std::pow(alpha, static_cast<double>(gamma) + 1.0)) / ((1.0 - alpha) * denom);
 }
 
 //! Distinct-n (Li et al. 2016): number of distinct n-grams / number of n-grams in `tokens`; 0 when the
@@ -81,10 +83,12 @@ enum class decode_phase : std::uint8_t { draft, target, verify };
 //! speculative decoder. record() each verification result; time phases with scoped(phase).
 class decode_metrics {
  public:
-  //! RAII timer: adds the elapsed time to its phase on destruction.
+  //! RAII timer: adds the elapsed time to its phase on destruction (the phase is checked here, so the
+  //! destructor does not throw).
   class scoped_timer {
    public:
-    scoped_timer(decode_metrics& m, decode_phase p) : m_(m), p_(p), t0_(std::chrono::steady_clock::now()) {}
+    scoped_timer(decode_metrics& m, decode_phase p)
+        : m_(m), p_((static_cast<void>(phase_index(p, "specdec::decode_metrics::scoped")), p)), t0_(std::chrono::steady_clock::now()) {}
     scoped_timer(const scoped_timer&) = delete;
     scoped_timer& operator=(const scoped_timer&) = delete;
     ~scoped_timer() {
@@ -103,7 +107,7 @@ class decode_metrics {
   void add_ms(decode_phase phase, double ms) {
     require(ms >= 0.0 && ms <= std::numeric_limits<double>::max(), "specdec::decode_metrics::add_ms", "ms",
             "a finite value >= 0", ms);
-    ms_[static_cast<int>(phase)] += ms;
+    ms_[phase_index(phase, "specdec::decode_metrics::add_ms")] += ms;
   }
   //! Records one verification step (one target forward).
   void record(const verify_result& r) {
@@ -118,14 +122,21 @@ class decode_metrics {
   //! TokenSwift Eq. 4 over the recorded steps (accepted draft tokens per step, gamma + 1 per step).
   [[nodiscard]] double alpha(int gamma) const { return acceptance_rate_eq4(accepted_, gamma); }
   //! Accumulated milliseconds of a phase.
-  [[nodiscard]] double ms(decode_phase phase) const noexcept { return ms_[static_cast<int>(phase)]; }
+  [[nodiscard]] double ms(decode_phase phase) const { return ms_[phase_index(phase, "specdec::decode_metrics::ms")]; }
   //! Accepted draft tokens per recorded step.
   [[nodiscard]] std::span<const std::int32_t> accepted_per_step() const noexcept { return accepted_; }
 
  private:
+  static constexpr int num_phases = 3;
+  //! The slot of `phase` in ms_; invalid_argument for a value that is no decode_phase enumerator.
+  static std::size_t phase_index(decode_phase phase, std::string_view fn) {
+    const int i = static_cast<int>(phase);
+    require(i >= 0 && i < num_phases, fn, "phase", "decode_phase::draft, target or verify", i);
+    return static_cast<std::size_t>(i);
+  }
   std::int64_t steps_ = 0, emitted_ = 0;
   std::vector<std::int32_t> accepted_;
-  double ms_[3] = {0.0, 0.0, 0.0};
+  double ms_[num_phases] = {0.0, 0.0, 0.0};
 };
 
 }  // namespace specdec

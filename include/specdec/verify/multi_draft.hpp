@@ -73,6 +73,7 @@ namespace detail {
 template <class DraftAt>
 void validate_multi_draft_by(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
                              const prob_rows* p, DraftAt&& draft_at, draft_sampling mode, std::string_view fn) {
+  require_draft_sampling(fn, "mode", mode);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const float qx = draft_at(parents[i] + 1, tokens[i]);
     if (!(qx > 0.0f)) [[unlikely]]
@@ -436,8 +437,7 @@ template <class Policy, class NI, class TO, class PA, class LG, class QR, class 
                 "specdec::verify_multi_draft_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
   static_assert(WS::rank == 2 && std::is_same_v<typename WS::element_type, float>,
                 "specdec::verify_multi_draft_batch: workspace must be a writable rank-2 tensor of float [requests, vocab]");
-  require(mode == draft_sampling::with_replacement || mode == draft_sampling::without_replacement, fn, "mode",
-          "draft_sampling::with_replacement or draft_sampling::without_replacement", static_cast<int>(mode));
+  require_draft_sampling(fn, "mode", mode);
   multi_draft_logits_args a;
   auto [walk, logits] = draft_logits_walk_of<Policy>(fn, node_indptr, tokens, parents, target_logits, draft_probs,
                                                      params, row_params, context, seeds, streams, workspace, accepted,
@@ -496,8 +496,7 @@ void verify_multi_draft_batch(const Policy& policy, const NI& node_indptr, const
                 "specdec::verify_multi_draft_batch: target_probs must be a rank-2 tensor of float [rows, vocab]");
   static_assert(QR::rank == 2 && std::is_same_v<std::remove_cv_t<typename QR::element_type>, float>,
                 "specdec::verify_multi_draft_batch: draft_probs must be a rank-2 tensor of float [rows, vocab]");
-  require(mode == draft_sampling::with_replacement || mode == draft_sampling::without_replacement, fn, "mode",
-          "draft_sampling::with_replacement or draft_sampling::without_replacement", static_cast<int>(mode));
+  require_draft_sampling(fn, "mode", mode);
   detail::multi_draft_args a;
   static_cast<detail::draft_verify_arrays&>(a) = detail::draft_verify_arrays_of<Policy>(
       fn, "target_probs", detail::device_cdf_max_vocab, node_indptr, tokens, parents, target_probs, draft_probs_in, seeds_in,

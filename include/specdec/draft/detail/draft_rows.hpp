@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "specdec/core/detail/simd.hpp"
+#include "specdec/core/error.hpp"
 #include "specdec/core/simd_level.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/topk.hpp"
@@ -65,6 +67,15 @@ struct top_width_selector {
     for (int j = 0; j < k; ++j) out.push_back({idx[static_cast<std::size_t>(j)], val[static_cast<std::size_t>(j)]});
   }
 };
+
+//! The checks every model drafter makes on entry, before it touches its model (a bad request leaves
+//! the draft cache as it was): the model's vocabulary (>= 1: an empty one has no token to propose)
+//! and, when the request carries sampling_params, those parameters as process_logits checks them (a
+//! NaN or negative temperature is an error, not greedy drafting). Errors name `fn`.
+inline void validate_model_draft(const draft_request& req, int vocab, std::string_view fn) {
+  require(vocab >= 1, fn, "model.vocab_size()", ">= 1", vocab);
+  if (req.sampling != nullptr) validate_sampling_params(*req.sampling, fn);
+}
 
 //! Shared per-depth logic of the model drafters: records alternatives, picks the chain token (argmax,
 //! or a draw from the processed q when sampling) and appends it to out.

@@ -138,8 +138,9 @@ inline prob_sum checked_prob_sum(const float* x, std::size_t n) noexcept {
   return {lane_sum(x, n), any_inadmissible_prob(x, n)};
 }
 
-//! out[i] = fast_exp(x[i] - m) (out may be null: sum only); returns the sum in double (exp_sum_kernel
-//! in vec.inl: chunk by chunk, in a fixed order for a given n). Precondition: m >= every x[i].
+//! out[i] = fast_exp(x[i] - m) (out may be null: sum only; or x: in place); returns the sum in double
+//! (exp_sum_kernel in vec.inl: chunk by chunk, in a fixed order for a given n). Preconditions: m >=
+//! every x[i]; out null, x, or disjoint from x.
 inline double exp_sum(const float* x, std::size_t n, float m, float* out) noexcept {
   SPECDEC_ISA_DISPATCH_RETURN(exp_sum_kernel(x, n, m, out));
 }

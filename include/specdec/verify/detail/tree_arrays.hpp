@@ -9,7 +9,9 @@
 #include <limits>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/error.hpp"
@@ -70,6 +72,24 @@ void require_row_tensor(std::string_view fn, std::string_view name, const V& t, 
           t.stride(0));
 }
 
+//! require_disjoint over the outputs of an array-form verification (accepted, num_accepted, bonus,
+//! emitted, status) and each (name, view) input pair in turn: the outputs pairwise disjoint, and each
+//! input disjoint from all of them (inputs may share memory with each other: they are only read).
+template <class AC, class NA, class BO, class EM, class ST, class... In>
+void for_each_input_apart_from_outputs(std::string_view fn, const AC& accepted, const NA& num_accepted,
+                                       const BO& bonus, const EM& emitted, const ST& status, const In&... inputs) {
+  require_disjoint(fn, "accepted", accepted, "num_accepted", num_accepted, "bonus", bonus, "emitted", emitted,
+                   "status", status);
+  const auto apart = [&](std::string_view name, const auto& in) {
+    require_disjoint(fn, "accepted", accepted, "num_accepted", num_accepted, "bonus", bonus, "emitted", emitted,
+                     "status", status, name, in);
+  };
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    const auto args = std::forward_as_tuple(inputs...);
+    (apart(std::get<2 * I>(args), std::get<2 * I + 1>(args)), ...);
+  }(std::make_index_sequence<sizeof...(In) / 2>{});
+}
+
 //! Every host-side check of an array-form tree verification under Policy (shapes, strides, memory
 //! spaces, int32 limits, vocab <= max_vocab); returns the pointers. `rows_name` names the float
 //! tensor in messages ("target_logits", "target_probs").
@@ -98,6 +118,10 @@ template <class Policy, class NI, class TO, class PA, class RW, class AC, class 
   require_policy_array<Policy>(fn, "emitted", emitted, N + R);
   require_policy_array<Policy>(fn, "status", status, 3);
   require_row_tensor<Policy>(fn, rows_name, rows, N + R, -1, max_vocab);
+  // The outputs are written while the trees are still read (a bonus written into node_indptr would
+  // move the next request's rows): each disjoint from the others and from every input.
+  for_each_input_apart_from_outputs(fn, accepted, num_accepted, bonus, emitted, status, "node_indptr", node_indptr,
+                                    "tokens", tokens, "parents", parents, rows_name, rows);
   tree_verify_arrays a;
   a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
   a.vocab = rows.extent(1), a.row_stride = rows.stride(0);
@@ -149,6 +173,8 @@ template <class Policy, class NI, class TO, class PA, class PR, class QR, class 
   const auto streams = as_view(streams_in);
   require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
   require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
+  for_each_input_apart_from_outputs(fn, as_view(accepted), as_view(num_accepted), as_view(bonus), as_view(emitted),
+                                    as_view(status), "draft_probs", q, "seeds", seeds, "streams", streams);
   a.draft_rows = q.data(), a.draft_stride = q.stride(0);
   a.seeds = seeds.data(), a.streams = streams.data();
   return a;
