@@ -15,6 +15,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/draft/chain_drafter.hpp"
 #include "specdec/draft/longspec_drafter.hpp"
+#include "specdec/draft/ngram_drafter.hpp"
 #include "specdec/draft/self_drafter.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 
@@ -148,10 +149,14 @@ TEST_CASE("drafters' log_softmax: the vectorized float row equals the double com
   }
   CHECK(worst < 1e-5);
   CHECK(mass == Approx(1.0).epsilon(1e-5));
-  // A row with nothing finite is left as it is (no NaN).
+  // A row with nothing above -inf has no token to propose: an error naming the caller (it was left as
+  // it is, and a drafter then proposed a token of log-prob -inf), as a NaN or +inf logit is.
   std::vector<float> dead(20, -std::numeric_limits<float>::infinity()), dout(20);
-  detail::log_softmax(std::span<const float>(dead), std::span<float>(dout));
-  for (float x : dout) CHECK(std::isinf(x));
+  CHECK_THROWS_WITH(detail::log_softmax(std::span<const float>(dead), std::span<float>(dout), "caller"),
+                    Catch::Matchers::Contains("caller") && Catch::Matchers::Contains("all -inf"));
+  dead[7] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(detail::log_softmax(std::span<const float>(dead), std::span<float>(dout), "caller"),
+                    Catch::Matchers::Contains("token 7"));
 }
 
 TEST_CASE("tokenswift_tree_builder: Cartesian heads then n-grams in one trie", "[self_drafter][tree]") {
@@ -258,26 +263,32 @@ TEST_CASE("self_drafter and tokenswift_self_draft: bad inputs are named", "[self
 
 namespace {
 // Drafter models that answer what a test sets: chain_drafter's and longspec_drafter's, every logit 0.
+// (bad >= 0: that token's logit is `bad_value` instead.)
 struct flat_chain_model {
   using logit_type = float;
-  int V = 4;
+  int V = 4, bad = -1, truncates = 0;
+  float bad_value = std::numeric_limits<float>::quiet_NaN();
   int vocab_size() const { return V; }
   int max_requests() const { return 1; }
   void prefill(int, std::span<const std::int32_t>) {}
-  void forward(int, std::int32_t, const token_tree&, std::span<float> l) { std::fill(l.begin(), l.end(), 0.0f); }
+  void forward(int, std::int32_t, const token_tree&, std::span<float> l) {
+    std::fill(l.begin(), l.end(), 0.0f);
+    if (bad >= 0) l[static_cast<std::size_t>(bad)] = bad_value;
+  }
   void commit(int, std::span<const std::int32_t>) {}
   int cache_length(int) const { return 0; }
-  void truncate(int, int) {}
+  void truncate(int, int) { ++truncates; }
 };
 struct flat_longspec_model {
   using logit_type = float;
-  int V = 4, absorbed_ = 0;
+  int V = 4, absorbed_ = 0, bad = -1;
   int vocab_size() const { return V; }
   int absorbed(int) const { return absorbed_; }
   void reset(int) { absorbed_ = 0; }
   void step(int, std::int32_t, int, bool commit, std::span<float> l) {
     absorbed_ += commit ? 1 : 0;
     std::fill(l.begin(), l.end(), 0.0f);
+    if (bad >= 0) l[static_cast<std::size_t>(bad)] = std::numeric_limits<float>::infinity();
   }
   void discard_speculation(int) {}
 };
@@ -313,4 +324,46 @@ TEST_CASE("chain_drafter and longspec_drafter: an empty vocabulary and bad sampl
   chain_drafter<flat_chain_model> md(cm, multi_draft_params{.mode = static_cast<draft_sampling>(7)});
   CHECK_THROWS_WITH(md.propose({.request = 0, .tokens = toks, .depth = 2, .width = 2, .rng = &rng}, out),
                     Contains("'multi_draft_params.mode'"));
+  // and bad logits in multi-draft mode drop the speculation on the way out, as the chain mode does
+  chain_drafter<flat_chain_model> md2(cm, multi_draft_params{});
+  cm.bad = 1;
+  cm.truncates = 0;
+  CHECK_THROWS_WITH(md2.propose({.request = 0, .tokens = toks, .depth = 2, .width = 2, .rng = &rng}, out),
+                    Contains("token 1"));
+  CHECK(cm.truncates == 1);
+  cm.bad = -1;
+}
+
+TEST_CASE("model drafters: non-finite draft logits are named; request slots are bounded", "[self_drafter][validation]") {
+  using Catch::Matchers::Contains;
+  const std::vector<std::int32_t> toks{1};
+  draft_candidates out;
+  flat_chain_model cm{.V = 6, .bad = 4};
+  chain_drafter<flat_chain_model> cd(cm);
+  CHECK_THROWS_WITH(cd.propose({.request = 0, .tokens = toks, .depth = 2}, out),
+                    Contains("chain_drafter::propose") && Contains("'draft logits'") && Contains("token 4"));
+  CHECK(cm.truncates == 1);  // the speculation was dropped on the way out
+  cm.bad_value = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH(cd.propose({.request = 0, .tokens = toks, .depth = 2}, out), Contains("token 4"));
+  cm.bad = -1;
+  cd.propose({.request = 0, .tokens = toks, .depth = 2}, out);
+  CHECK(out.chain.size() == 2);
+  flat_longspec_model lm{.V = 6, .bad = 2};
+  longspec_drafter<flat_longspec_model> ld(lm);
+  CHECK_THROWS_WITH(ld.propose({.request = 0, .tokens = toks, .depth = 2}, out),
+                    Contains("longspec_drafter::propose") && Contains("'draft logits'") && Contains("token 2"));
+  // the double path of the drafters' log-softmax
+  std::vector<float> lp(3);
+  const std::vector<double> all_masked(3, -std::numeric_limits<double>::infinity());
+  CHECK_THROWS_WITH(detail::log_softmax(std::span<const double>(all_masked), std::span<float>(lp), "me"),
+                    Contains("me") && Contains("above -inf"));
+  const std::vector<double> with_nan{0.0, std::nan(""), 1.0};
+  CHECK_THROWS_WITH(detail::log_softmax(std::span<const double>(with_nan), std::span<float>(lp), "me"),
+                    Contains("token 1"));
+  // slots
+  scripted_model sm;
+  self_drafter<scripted_model> sd(sm);
+  CHECK_THROWS_WITH(sd.propose({.request = max_request_slot + 1, .tokens = toks, .depth = 2}, out), Contains("'req.request'"));
+  CHECK_THROWS_WITH((ngram_drafter{}.propose({.request = std::numeric_limits<int>::max(), .tokens = toks}, out)),
+                    Contains("'req.request'") && Contains("max_request_slot"));
 }

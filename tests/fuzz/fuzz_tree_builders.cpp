@@ -233,7 +233,8 @@ SPECDEC_FUZZ_TARGET(cape, "cape_expand / cape_expand_ranked / cape_schedule: pro
     specdec::cape_expand_ranked<ranked>(ch, cands, schedule, max_tokens, prop);
     for (int i = 0; i < gamma; ++i) {
       const auto& c = ch[static_cast<std::size_t>(i)];
-      chain.push_back(c.token), chain_p.push_back(std::min(std::exp(c.logprob), 1.0f));
+      // p rounding to 0 below exp's range reads as the smallest positive float (cape_expand_ranked's rule)
+      chain.push_back(c.token), chain_p.push_back(std::clamp(std::exp(c.logprob), std::numeric_limits<float>::min(), 1.0f));
       // X_i = the first distinct candidates other than x_i with a finite log-prob, in the order given
       // (a token listed twice is one expansion token: duplicate siblings would be one context twice)
       std::vector<std::int32_t> e;

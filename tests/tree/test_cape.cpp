@@ -375,8 +375,10 @@ TEST_CASE("cape_expand_ranked: token ids >= 0, and a log-probability below float
 
 TEST_CASE("cape_expand: a row cape_expand accepts (sum within 1e-2) is expanded, a chain p above 1 read as 1",
           "[tree][cape][validation]") {
-  const std::vector<float> row{1.005f, 0.0f, 0.0f};  // accepted by the row-sum tolerance
+  // Sum 1.009: accepted by the row-sum tolerance; the chain token's p = 1.004 reads as 1, S(1) = 1
+  // (§4.2 bins), so exactly one expansion token of the two with p > 0 (S(.004) would be 7).
+  const std::vector<float> row{1.004f, 0.003f, 0.002f};
   const auto p = cape_expand(row, 3);
-  CHECK(p.tokens == std::vector<std::int32_t>{0});  // S(1) = 1 expansion, but no other token has p > 0
-  CHECK(p.expansion_sizes == std::vector<std::int32_t>{0});
+  CHECK(p.tokens == std::vector<std::int32_t>{0, 1});
+  CHECK(p.expansion_sizes == std::vector<std::int32_t>{1});
 }

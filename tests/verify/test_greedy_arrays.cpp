@@ -228,7 +228,7 @@ TEST_CASE("verify_greedy_batch (arrays) refuses outputs that share memory with t
                                                  v1(o.accepted), v1(o.num_accepted), v1(o.num_accepted), v1(o.emitted),
                                                  v1(o.status)),
                     Catch::Contains("'bonus'") && Catch::Contains("disjoint from 'num_accepted'"));
-  CHECK(o.status == std::vector<std::int32_t>{7, 7, 7});  // nothing written
+  CHECK(o == outputs(c));  // nothing written
   // The logits may be read through any view that does not overlap the outputs: the call still runs.
   run(c, o);
   CHECK(o.status == std::vector<std::int32_t>{0, -1, -1});

@@ -75,14 +75,13 @@ inline void softmax_rows(const strided_view<const float, 2>& logits, std::vector
 
 //! What the stochastic verifiers' verify() checks before reading in.logits or writing a draft row
 //! (greedy_verifier's verify_greedy checks the same through to_rows): host-accessible memory, shape
-//! [tree size + 1, V] with V >= 1, non-null data, and the tree's tokens in [0, V) (the one-hot draft
+//! [tree size + 1, V] with V >= 1 and non-null data, and the tree's tokens in [0, V) (the one-hot draft
 //! rows are written at them). Errors name `fn` and 'logits' (or the token).
 inline void check_verify_logits(const verify_input& in, std::string_view fn) {
   const auto& v = in.logits;
   require_host_accessible(fn, "logits", v);
   require_shape(fn, "logits", v, {static_cast<std::int64_t>(in.tree.size()) + 1, -1});
-  require(v.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", v.extent(1));
-  require(v.data() != nullptr, fn, "logits", "non-null data", "nullptr");
+  require(v.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", v.extent(1));  // (require_shape: non-null data)
   check_tokens_in_vocab(in.tree.tokens(), v.extent(1), fn);
 }
 

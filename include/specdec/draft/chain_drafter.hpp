@@ -84,24 +84,35 @@ class chain_drafter {
       model_->forward(r, t.back(), empty, logits_);
       model_->commit(r, {});
       root_.assign(logits_.begin(), logits_.end());
-      multi_sampler_.run(std::span<const typename Model::logit_type>(root_), req, *multi_,
-                         [&](std::int32_t tok, int, bool new_draft) {
-                           if (new_draft) model_->truncate(r, L);
-                           model_->forward(r, tok, empty, logits_);
-                           model_->commit(r, {});
-                           return std::span<const typename Model::logit_type>(logits_);
-                         },
-                         out);
+      try {
+        multi_sampler_.run(std::span<const typename Model::logit_type>(root_), req, *multi_,
+                           [&](std::int32_t tok, int, bool new_draft) {
+                             if (new_draft) model_->truncate(r, L);
+                             model_->forward(r, tok, empty, logits_);
+                             model_->commit(r, {});
+                             return std::span<const typename Model::logit_type>(logits_);
+                           },
+                           out);
+      } catch (...) {  // bad draft logits: drop the speculation as a finished step would
+        model_->truncate(r, L - 1);
+        throw;
+      }
       model_->truncate(r, L - 1);
       return;
     }
     context_.assign(t.begin(), t.end());
     std::int32_t cur = t.back();
-    for (int d = 0; d < req.depth; ++d) {
-      model_->forward(r, cur, empty, logits_);
-      model_->commit(r, {});
-      cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out);
-      context_.push_back(cur);
+    try {
+      for (int d = 0; d < req.depth; ++d) {
+        model_->forward(r, cur, empty, logits_);
+        model_->commit(r, {});
+        cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out,
+                           "specdec::chain_drafter::propose");
+        context_.push_back(cur);
+      }
+    } catch (...) {  // bad draft logits: drop the speculation as a finished step would
+      model_->truncate(r, L - 1);
+      throw;
     }
     model_->truncate(r, L - 1);
   }

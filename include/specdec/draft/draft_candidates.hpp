@@ -92,6 +92,11 @@ struct draft_candidates {
   [[nodiscard]] bool empty() const noexcept { return chain.empty() && sequences.empty(); }
 };
 
+//! The largest request slot (draft_request::request) a drafter keeps per-request state for. Drafters
+//! index that state by slot, so a slot is bounded: an id of 2^31 - 1 would ask for that many states
+//! (an out-of-memory kill, not an error). Engines number their slots densely from 0.
+inline constexpr int max_request_slot = (1 << 20) - 1;
+
 //! What the decoder tells a drafter: which request, its committed tokens (prompt and output so far;
 //! the last one is the root) and how deep / wide to draft.
 struct draft_request {

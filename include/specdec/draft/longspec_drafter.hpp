@@ -129,11 +129,13 @@ class longspec_drafter {
     }
     if (!use_beam_) {
       context_.assign(t.begin(), t.end());
-      std::int32_t cur = picker_.pick(std::span<const typename Model::logit_type>(root_), req, context_, out);
+      std::int32_t cur = picker_.pick(std::span<const typename Model::logit_type>(root_), req, context_, out,
+                                        "specdec::longspec_drafter::propose");
       for (int d = 1; d < req.depth; ++d) {
         context_.push_back(cur);
         model_->step(r, cur, L + d - 1, false, logits_);
-        cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out);
+        cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out,
+                           "specdec::longspec_drafter::propose");
       }
       model_->discard_speculation(r);
       return;
@@ -155,14 +157,16 @@ class longspec_drafter {
       for (std::size_t f = 0; f < frontier.size(); ++f) {
         std::span<float> row = rows.subspan(f * static_cast<std::size_t>(V), static_cast<std::size_t>(V));
         if (frontier[f] < 0) {
-          detail::log_softmax(std::span<const typename Model::logit_type>(root_), row);
+          detail::log_softmax(std::span<const typename Model::logit_type>(root_), row,
+                              "specdec::longspec_drafter::propose");
           continue;
         }
         model_->discard_speculation(r);
         const auto path = cur.path_tokens(frontier[f]);
         for (std::size_t d = 0; d < path.size(); ++d)
           model_->step(r, path[d], L + static_cast<int>(d), false, logits_);
-        detail::log_softmax(std::span<const typename Model::logit_type>(logits_), row);
+        detail::log_softmax(std::span<const typename Model::logit_type>(logits_), row,
+                            "specdec::longspec_drafter::propose");
       }
     });
     model_->discard_speculation(r);
@@ -219,14 +223,16 @@ class longspec_drafter {
     for (std::size_t f = 0; f < frontier.size(); ++f) {
       std::span<float> row = rows.subspan(f * V, V);
       if (frontier[f] < 0) {
-        detail::log_softmax(std::span<const typename Model::logit_type>(root_), row);
+        detail::log_softmax(std::span<const typename Model::logit_type>(root_), row,
+                            "specdec::longspec_drafter::propose");
         continue;
       }
       const int id = spec_id_[static_cast<std::size_t>(frontier[f])];
       require(id >= base, "specdec::longspec_drafter::propose", "beam frontier",
               "nodes not scored at an earlier level (each level's frontier is the previous level's new nodes)", frontier[f]);
       const std::size_t i = static_cast<std::size_t>(id - base);
-      detail::log_softmax(std::span<const typename Model::logit_type>(tree_logits_).subspan(i * V, V), row);
+      detail::log_softmax(std::span<const typename Model::logit_type>(tree_logits_).subspan(i * V, V), row,
+                          "specdec::longspec_drafter::propose");
     }
   }
 

@@ -78,7 +78,8 @@ struct ngram_drafter {
     require(search_window >= 0, fn, "search_window", ">= 0 (0 = the whole context)", search_window);
     out.clear();
     if (req.depth <= 0) return;
-    require(req.request >= 0, fn, "req.request", ">= 0 (a request slot)", req.request);
+    require(req.request >= 0 && req.request <= max_request_slot, fn, "req.request",
+            "a request slot in [0, max_request_slot = 2^20 - 1]", req.request);
     const auto& t = req.tokens;
     const auto L = static_cast<std::int64_t>(t.size());
     const prompt_lookup& pl = state_.indexed(static_cast<std::size_t>(req.request), t, min_ngram, max_ngram);

@@ -126,7 +126,7 @@ class self_drafter {
     constexpr std::string_view fn = "specdec::self_drafter::propose";
     out.clear();
     const int r = req.request;
-    require(r >= 0, fn, "req.request", ">= 0", r);
+    require(r >= 0 && r <= max_request_slot, fn, "req.request", "a request slot in [0, max_request_slot = 2^20 - 1]", r);
     require(!req.tokens.empty(), fn, "req.tokens.size()", ">= 1 (the root is the last token)", req.tokens.size());
     require(req.width >= 1, fn, "req.width", ">= 1", req.width);
     const int gamma = model_->num_draft_heads(), V = model_->vocab_size();
@@ -148,7 +148,7 @@ class self_drafter {
       std::transform(src, src + V, row_.begin(), [](auto x) { return static_cast<float>(x); });
       // The penalty window sees the committed tokens and the chain drafted so far (Eq. 3's W).
       if (processed) process_logits(std::span<float>(row_), *req.sampling, context_, ws_);
-      detail::log_softmax(std::span<const float>(row_), std::span<float>(lp_));
+      detail::log_softmax(std::span<const float>(row_), std::span<float>(lp_), fn);
       out.alternatives.emplace_back();
       top_(lp_, req.width, out.alternatives.back());
       out.chain.push_back(out.alternatives.back().front());

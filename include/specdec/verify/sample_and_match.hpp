@@ -259,6 +259,8 @@ void verify_sample_and_match_batch(const Policy& policy, const NI& node_indptr, 
   const auto streams = as_view(streams_in);
   require_policy_array<Policy>(fn, "seeds", seeds, a.tree.requests);
   require_policy_array<Policy>(fn, "streams", streams, a.tree.requests);
+  detail::for_each_input_apart_from_outputs(fn, as_view(accepted), as_view(num_accepted), as_view(bonus),
+                                            as_view(emitted), as_view(status), "seeds", seeds, "streams", streams);
   a.seeds = seeds.data(), a.streams = streams.data();
   detail::sample_and_match_backend<Policy>::run(policy, a);
 }

@@ -35,13 +35,26 @@ inline namespace SPECDEC_HOST_ISA {  // the float path dispatches: see core/isa.
 //! 16-lane vectors (vexp2, relative error < 1e-7), each 16-lane block summed into a double, at the
 //! level the call dispatches to (draft_rows.inl); at a 128K-token vocabulary the scalar double `exp`
 //! per element took ~0.5 ms a row (the self-drafter runs gamma + 1 = 4 rows a step). -inf entries
-//! (masked tokens) stay -inf.
+//! (masked tokens) stay -inf. The row is a draft model's output, so it is checked first with the
+//! samplers' policy (detail::checked_logit_scan): NaN or +inf, or no entry above -inf, throws
+//! invalid_argument naming `fn`, 'draft logits' and the token (a NaN used to become a NaN log-prob
+//! that only a tree builder downstream refused).
 template <class T>
-void log_softmax(std::span<const T> row, std::span<float> out) {
+void log_softmax(std::span<const T> row, std::span<float> out, std::string_view fn = "specdec drafter") {
   const std::size_t n = row.size();
   if constexpr (std::is_same_v<T, float>) {
+    (void)checked_logit_scan(row, {fn, "draft logits"});
     SPECDEC_ISA_DISPATCH_CALL(log_softmax_kernel(row.data(), out.data(), n));
   } else {
+    bool any = false;
+    for (std::size_t i = 0; i < n; ++i) {  // checked_logit_scan's rule and messages, for double rows
+      const double x = static_cast<double>(row[i]);
+      if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) [[unlikely]]
+        throw_bad_entry({fn, "draft logits"}, bad_logit_text, static_cast<std::int64_t>(i), x);
+      any = any || x > -std::numeric_limits<double>::infinity();
+    }
+    if (!any) [[unlikely]]
+      throw_empty_row({fn, "draft logits"}, "at least one logit above -inf", "all -inf");
     double mx = -std::numeric_limits<double>::infinity();
     for (auto x : row) mx = std::max(mx, static_cast<double>(x));
     double sum = 0;
@@ -83,10 +96,10 @@ struct chain_picker {
   std::vector<float> lp, processed;
   template <class T>
   std::int32_t pick(std::span<const T> logits, const draft_request& req, std::span<const std::int32_t> context,
-                    draft_candidates& out) {
+                    draft_candidates& out, std::string_view fn = "specdec drafter") {
     const auto V = logits.size();
     lp.resize(V);
-    log_softmax(logits, std::span<float>(lp));
+    log_softmax(logits, std::span<float>(lp), fn);
     out.alternatives.emplace_back();
     top_width(lp, std::max(1, req.width), out.alternatives.back());
     const bool sample = req.rng != nullptr && req.sampling != nullptr && req.sampling->temperature > 0.0f;
