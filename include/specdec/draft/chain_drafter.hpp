@@ -80,11 +80,11 @@ class chain_drafter {
       model_->commit(r, path_);
     }
     const token_tree empty;
-    if (multi_ && req.depth > 0) {  // root logits once, then each draft from cache length L
-      model_->forward(r, t.back(), empty, logits_);
-      model_->commit(r, {});
-      root_.assign(logits_.begin(), logits_.end());
-      try {
+    try {  // the speculation is dropped at the end, also when a step throws (bad draft logits)
+      if (multi_ && req.depth > 0) {  // root logits once, then each draft from cache length L
+        model_->forward(r, t.back(), empty, logits_);
+        model_->commit(r, {});
+        root_.assign(logits_.begin(), logits_.end());
         multi_sampler_.run(std::span<const typename Model::logit_type>(root_), req, *multi_,
                            [&](std::int32_t tok, int, bool new_draft) {
                              if (new_draft) model_->truncate(r, L);
@@ -93,24 +93,18 @@ class chain_drafter {
                              return std::span<const typename Model::logit_type>(logits_);
                            },
                            out);
-      } catch (...) {  // bad draft logits: drop the speculation as a finished step would
-        model_->truncate(r, L - 1);
-        throw;
+      } else {
+        context_.assign(t.begin(), t.end());
+        std::int32_t cur = t.back();
+        for (int d = 0; d < req.depth; ++d) {
+          model_->forward(r, cur, empty, logits_);
+          model_->commit(r, {});
+          cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out,
+                             "specdec::chain_drafter::propose");
+          context_.push_back(cur);
+        }
       }
-      model_->truncate(r, L - 1);
-      return;
-    }
-    context_.assign(t.begin(), t.end());
-    std::int32_t cur = t.back();
-    try {
-      for (int d = 0; d < req.depth; ++d) {
-        model_->forward(r, cur, empty, logits_);
-        model_->commit(r, {});
-        cur = picker_.pick(std::span<const typename Model::logit_type>(logits_), req, context_, out,
-                           "specdec::chain_drafter::propose");
-        context_.push_back(cur);
-      }
-    } catch (...) {  // bad draft logits: drop the speculation as a finished step would
+    } catch (...) {
       model_->truncate(r, L - 1);
       throw;
     }

@@ -87,8 +87,9 @@ class decode_metrics {
   //! destructor does not throw).
   class scoped_timer {
    public:
-    scoped_timer(decode_metrics& m, decode_phase p)
-        : m_(m), p_((static_cast<void>(phase_index(p, "specdec::decode_metrics::scoped")), p)), t0_(std::chrono::steady_clock::now()) {}
+    scoped_timer(decode_metrics& m, decode_phase p) : m_(m), p_(p), t0_(std::chrono::steady_clock::now()) {
+      static_cast<void>(phase_index(p, "specdec::decode_metrics::scoped"));
+    }
     scoped_timer(const scoped_timer&) = delete;
     scoped_timer& operator=(const scoped_timer&) = delete;
     ~scoped_timer() {
