@@ -11,9 +11,19 @@
 // (drafting + tree building + logits processing and verification) over the target's forward time;
 // "commit_%" = the target's KV commit over its forward (model work, reported apart); "rows" = mean
 // query rows per forward.
+//
+// BM_demo_target_forward: the cost curve c(n) of one target forward that verifies n tokens, at the
+// shape of specdec_demo's trained target (vocab 256, hidden 256, 4 layers, GQA 4/2, head_dim 64,
+// ffn 768; random weights: the cost does not depend on their values) over a cache of C tokens: one
+// forward_chain of n tokens per iteration, uncommitted, so the cache stays at C. The demo's
+// speculative step pays c(n) where decoding pays c(1), so c(n) / c(1) against tau bounds its speedup.
+// Counters: "matmul_GFLOP/s" = the projections' and LM head's FLOPs (2 n params) over the whole
+// forward's time, "kv_GB/s" = the K/V bytes read over the same time.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "../../examples/common/llama.hpp"
@@ -101,7 +111,50 @@ void BM_step_round_robin(benchmark::State& state) {
   per_request_only target{&model};
   run(state, model, target);
 }
+const llama_config demo_cfg{.vocab_size = 256, .hidden = 256, .layers = 4, .heads = 4, .kv_heads = 2, .head_dim = 64,
+                            .ffn_hidden = 768};
+
+// One model per cache length, prefilled once for every tree size (a 16K prefill takes seconds).
+llama_model<float>& demo_target(int cache) {
+  static const auto w = random_llama_weights<float>(demo_cfg, 7);
+  static std::map<int, std::unique_ptr<llama_model<float>>> models;
+  auto& m = models[cache];
+  if (!m) {
+    m = std::make_unique<llama_model<float>>(demo_cfg, w, 1, cache + 16);
+    philox_stream rng(9, static_cast<std::uint64_t>(cache));
+    std::vector<std::int32_t> prompt(static_cast<std::size_t>(cache) + 1);
+    for (auto& t : prompt) t = static_cast<std::int32_t>(rng.below(demo_cfg.vocab_size));
+    m->prefill(0, prompt);
+  }
+  return *m;
+}
+
+void BM_demo_target_forward(benchmark::State& state) {
+  const int cache = static_cast<int>(state.range(0)), n = static_cast<int>(state.range(1));
+  auto& model = demo_target(cache);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = (37 * i + 11) % demo_cfg.vocab_size;
+  std::vector<float> logits(static_cast<std::size_t>(n) * demo_cfg.vocab_size);
+  for (auto _ : state) {
+    model.forward_chain(0, tokens, logits);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  const auto& c = demo_cfg;
+  const double params = static_cast<double>(c.layers) * (static_cast<double>(c.hidden) * (c.heads + 2 * c.kv_heads) * c.head_dim +
+                                                          static_cast<double>(c.heads) * c.head_dim * c.hidden +
+                                                          3.0 * c.hidden * c.ffn_hidden) +
+                        static_cast<double>(c.vocab_size) * c.hidden;
+  const double kv_bytes = 2.0 * c.layers * c.kv_heads * c.head_dim * sizeof(float) * cache;
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["matmul_GFLOP/s"] = benchmark::Counter(2.0 * n * params * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["kv_GB/s"] = benchmark::Counter(kv_bytes * iters / 1e9, benchmark::Counter::kIsRate);
+}
 }  // namespace
 
+BENCHMARK(BM_demo_target_forward)
+    ->ArgNames({"cache", "tree"})
+    ->ArgsProduct({{4096, 16384}, {1, 2, 3, 4, 5, 8}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_step_batched)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_step_round_robin)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -16,23 +16,70 @@ template <class T>
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+//! out[t * NO + o] = sum_i x[t, i] w[o, i] for NT tokens (rows of x) and NO weight rows (of w), both
+//! `stride` elements apart, i < n. Every pair is summed in one fixed order, whatever NT and NO: for
+//! float, 16-lane partial sums over the whole 16-element blocks (the vector layer's FMA), reduced by
+//! vhsum, then the tail in order; other types take dot(). So a tile's sums equal a lone row's to the
+//! bit. For float the NT x NO sums are independent FMA chains, and each weight load feeds NT tokens:
+//! one chain per output, as dot() alone gives, waits on the FMA latency.
+template <class T, int NT, int NO>
+inline void dot_tile(const T* x, const T* w, std::ptrdiff_t stride, int n, accum_t<T>* out) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    vf16 acc[NT][NO];
+    SPECDEC_UNROLL for (int t = 0; t < NT; ++t)
+      SPECDEC_UNROLL for (int o = 0; o < NO; ++o) acc[t][o] = vbroadcast(0.0f);
+    int i = 0;
+    for (; i + vlanes <= n; i += vlanes)
+      SPECDEC_UNROLL for (int t = 0; t < NT; ++t) {
+        const vf16 xv = vload(x + t * stride + i);
+        SPECDEC_UNROLL for (int o = 0; o < NO; ++o) acc[t][o] = xv * vload(w + o * stride + i) + acc[t][o];
+      }
+    SPECDEC_UNROLL for (int t = 0; t < NT; ++t)
+      SPECDEC_UNROLL for (int o = 0; o < NO; ++o) {
+        float s = vhsum(acc[t][o]);
+        for (int j = i; j < n; ++j) s += x[t * stride + j] * w[o * stride + j];
+        out[t * NO + o] = s;
+      }
+  } else {
+    for (int t = 0; t < NT; ++t)
+      for (int o = 0; o < NO; ++o) out[t * NO + o] = dot(x + t * stride, w + o * stride, n);
+  }
+}
+
 //! y[t, o] (= or +=) sum_i x[t, i] W[o, i] for t < m, o < out, i < in. Streams each weight row once
-//! for all m tokens (what makes verifying a tree cheap when the model is memory-bound). O(m out in).
+//! for all m tokens (what makes verifying a tree cheap when the model is memory-bound), in tiles of
+//! tokens x weight rows (dot_tile) sized to the level's vector registers; each element is dot_tile's
+//! fixed-order sum, so the result does not depend on m or on the tiling. O(m out in).
 template <class T, bool Add>
 void matmul_impl(std::span<const T> x, std::span<const T> W, std::span<T> y, int m, int out, int in) {
+  using A = accum_t<T>;
   constexpr int block = 32;
+  // 32 vector registers (AVX-512): 8 sums for one token, 2 x 4 for more; 16 (AVX2): half that.
+  constexpr int wide = vregs16 >= 32 ? 8 : 4;
   const int blocks = (out + block - 1) / block;
+  auto tile = [&]<int nt, int no>(int t0, int o0) {
+    A d[nt * no];
+    dot_tile<T, nt, no>(x.data() + static_cast<std::ptrdiff_t>(t0) * in, W.data() + static_cast<std::ptrdiff_t>(o0) * in,
+                        in, in, d);
+    for (int t = 0; t < nt; ++t)
+      for (int o = 0; o < no; ++o) {
+        T& dst = y[static_cast<std::size_t>(t0 + t) * out + o0 + o];
+        if constexpr (Add) dst = static_cast<T>(static_cast<A>(dst) + d[t * no + o]);
+        else dst = static_cast<T>(d[t * no + o]);
+      }
+  };
   auto body = [&](std::int64_t b) {
     const int o0 = static_cast<int>(b) * block, o1 = std::min(out, o0 + block);
-    for (int o = o0; o < o1; ++o) {
-      const T* w = W.data() + static_cast<std::ptrdiff_t>(o) * in;
-      for (int t = 0; t < m; ++t) {
-        T& dst = y[static_cast<std::size_t>(t) * out + o];
-        const auto d = dot(x.data() + static_cast<std::ptrdiff_t>(t) * in, w, in);
-        if constexpr (Add) dst = static_cast<T>(static_cast<accum_t<T>>(dst) + d);
-        else dst = static_cast<T>(d);
-      }
+    int o = o0;
+    if (m == 1)
+      for (; o + wide <= o1; o += wide) tile.template operator()<1, wide>(0, o);
+    for (; o + wide / 2 <= o1; o += wide / 2) {
+      int t = 0;
+      for (; t + 2 <= m; t += 2) tile.template operator()<2, wide / 2>(t, o);
+      if (t < m) tile.template operator()<1, wide / 2>(t, o);
     }
+    for (; o < o1; ++o)
+      for (int t = 0; t < m; ++t) tile.template operator()<1, 1>(t, o);
   };
   if (static_cast<std::int64_t>(m) * out * in < (1 << 16)) {
     for (int b = 0; b < blocks; ++b) body(b);
