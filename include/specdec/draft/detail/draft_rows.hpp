@@ -43,8 +43,8 @@ template <class T>
 void log_softmax(std::span<const T> row, std::span<float> out, std::string_view fn = "specdec drafter") {
   const std::size_t n = row.size();
   if constexpr (std::is_same_v<T, float>) {
-    (void)checked_logit_scan(row, {fn, "draft logits"});
-    SPECDEC_ISA_DISPATCH_CALL(log_softmax_kernel(row.data(), out.data(), n));
+    const float mx = checked_logit_scan(row, {fn, "draft logits"}).max;  // the check's pass gives the max
+    SPECDEC_ISA_DISPATCH_CALL(log_softmax_kernel(row.data(), out.data(), n, mx));
   } else {
     bool any = false;
     for (std::size_t i = 0; i < n; ++i) {  // checked_logit_scan's rule and messages, for double rows

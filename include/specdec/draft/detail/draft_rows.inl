@@ -2,15 +2,12 @@
 // file's flags and once per run-time dispatch level (core/detail/isa_levels.inl, after the vector
 // layer). No include guard, no #include, no namespace.
 
-//! out[i] = row[i] - (max + log sum_j exp(row[j] - max)) for i < n (see log_softmax).
-inline void log_softmax_kernel(const float* row, float* out, std::size_t n) noexcept {
-  constexpr float ninf = -std::numeric_limits<float>::infinity();
+//! out[i] = row[i] - (max + log sum_j exp(row[j] - max)) for i < n, given the row's maximum mx
+//! (log_softmax takes it from the samplers' checked scan, so the row is read once for both). A row
+//! with nothing finite to normalise by (mx -inf) is copied as it is.
+inline void log_softmax_kernel(const float* row, float* out, std::size_t n, float mx) noexcept {
   const std::size_t nv = n / vlanes * vlanes;
-  vf16 vm = vbroadcast(ninf);
-  for (std::size_t i = 0; i < nv; i += vlanes) vm = vmax(vm, vload(row + i));
-  float mx = vhmax(vm);
-  for (std::size_t i = nv; i < n; ++i) mx = std::max(mx, row[i]);
-  if (mx == ninf || std::isnan(mx)) {  // nothing finite to normalise by: keep the row as it is
+  if (!(mx > -std::numeric_limits<float>::infinity())) {
     for (std::size_t i = 0; i < n; ++i) out[i] = row[i];
     return;
   }
