@@ -248,8 +248,8 @@ TEST_CASE("a null K or V row inside a request's cache is an error, not a read th
           INFO("hole at token " << hole << (in_v ? " (V)" : " (K)") << ", kernel " << static_cast<int>(kernel) << ", split " << split);
           const sd::attention_options opt{.kv_split_size = split, .kernel = kernel};
           std::fill(b.out.begin(), b.out.end(), -7.0f);
-          const std::string what = in_v ? "a non-null v_row for every cached token (request 0, token " + std::to_string(hole)
-                                        : "a non-null k_row for every cached token (request 0, token " + std::to_string(hole);
+          const std::string what = in_v ? "a non-null v_row for every row read (request 0, token " + std::to_string(hole)
+                                        : "a non-null k_row for every row read (request 0, token " + std::to_string(hole);
           REQUIRE_BAD(sd::decode_attention(sd::host{}, q, c, ip, o, l, opt), what);
           REQUIRE_BAD(sd::hybrid_tree_attention(sd::host{}, q, c, b.k_view(), b.v_view(), ip, b.mask_view(), o, l, opt), what);
           // thrown before the merge pass: the output is untouched

@@ -409,7 +409,7 @@ TEST_CASE("commits through a user's layout reject null rows they would move, bef
   const std::vector<holed_slots> layers{{{k.data(), v.data(), lens.data(), 1, cap}, 4}};
   const std::vector<std::int32_t> par{-1, 0, 1}, deep{0, 1, 2}, shallow{0, 1};
   REQUIRE_THROWS_WITH(specdec::kv_commit_in_place(std::span(layers), 0, 2, 3, std::span(deep), std::span(par)),
-                      Contains("'layers[0]'") && Contains("non-null k_row/v_row") && Contains("token 4"));
+                      Contains("'layers[0]'") && Contains("a non-null k_row") && Contains("token 4"));
   std::vector<float> buf(3 * H * D, 5.0f);
   const std::vector<specdec::strided_view<const float, 3>> sb{specdec::make_view<3>(static_cast<const float*>(buf.data()), {3, H, D})};
   REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(std::span(layers), 0, 2, std::span(sb), std::span(sb), std::span(deep)),
@@ -423,4 +423,37 @@ TEST_CASE("commits through a user's layout reject null rows they would move, bef
   // The control: a path that stays in rows 2-3 commits.
   CHECK(specdec::kv_commit_in_place(std::span(layers), 0, 2, 3, std::span(shallow), std::span(par)) == 4);
   CHECK(specdec::kv_commit_from_buffer(std::span(layers), 0, 2, std::span(sb), std::span(sb), std::span(shallow)) == 4);
+}
+
+TEST_CASE("commits refuse layers that share rows (a layer listed twice, one buffer under two layers)") {
+  using Catch::Contains;
+  constexpr int cap = 8;
+  std::vector<float> k(cap * H * D), v(k.size()), k2(k.size()), v2(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i), v[i] = -static_cast<float>(i);
+  const auto k0 = k, v0 = v;
+  std::vector<std::int32_t> lens{0};
+  const specdec::contiguous_kv<float> a{k.data(), v.data(), lens.data(), 1, cap, H, D};
+  const specdec::contiguous_kv<float> b{k2.data(), v2.data(), lens.data(), 1, cap, H, D};
+  const specdec::contiguous_kv<float> kv_swapped{v.data(), k2.data(), lens.data(), 1, cap, H, D};  // a's V as its K
+  const std::vector<std::int32_t> par{-1, -1, 1}, acc{1, 2};
+  for (const auto& layers : {std::vector{a, a}, std::vector{a, b, a}, std::vector{a, kv_swapped}}) {
+    INFO(layers.size() << " layers");
+    REQUIRE_THROWS_WITH(specdec::kv_commit_in_place(std::span(layers), 0, 0, 3, std::span(acc), std::span(par)),
+                        Contains("rows apart from every other layer's"));
+    const std::vector<std::int32_t> cl{0}, ts{3}, ai{0, 2};
+    REQUIRE_THROWS_WITH(specdec::kv_commit_in_place_batch(std::span(layers), std::span(cl), std::span(ts), std::span(ai),
+                                                          std::span(acc)),
+                        Contains("rows apart from every other layer's"));
+    std::vector<float> buf(3 * H * D, 5.0f);
+    const auto sv = specdec::make_view<3>(static_cast<const float*>(buf.data()), {3, H, D});
+    const std::vector<specdec::strided_view<const float, 3>> sb(layers.size(), sv);
+    REQUIRE_THROWS_WITH(specdec::kv_commit_from_buffer(std::span(layers), 0, 0, std::span(sb), std::span(sb), std::span(acc)),
+                        Contains("layers["));
+  }
+  CHECK(std::memcmp(k.data(), k0.data(), k.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(v.data(), v0.data(), v.size() * sizeof(float)) == 0);
+  // The control: two layers of their own commit, row 1 -> 0 and row 2 -> 1.
+  const std::vector two{a, b};
+  CHECK(specdec::kv_commit_in_place(std::span(two), 0, 0, 3, std::span(acc), std::span(par)) == 2);
+  CHECK(k[0] == k0[static_cast<std::size_t>(H * D)]);
 }

@@ -865,3 +865,75 @@ TEST_CASE("partial_kv: partial_kv_append_batch refuses a shrinking cache, a bad 
         std::vector<std::int32_t>(untouched.begin() + hkv * budget, untouched.end()));  // request 1 untouched
   CHECK(seen[1] == 4);
 }
+
+namespace {
+// A user's own layout (not a kv_cache): 3 tokens, 1 kv head, head_dim 4, token `hole` without storage
+// (validate_kv_layout checks only the corner rows).
+struct holed_rows {
+  using value_type = const float;
+  const float* rows;
+  int hole = 1;
+  int num_requests() const { return 1; }
+  int num_kv_heads() const { return 1; }
+  int head_dim() const { return 4; }
+  int length(int) const { return 3; }
+  const float* k_row(int, int t, int) const { return t == hole ? nullptr : rows + 4 * t; }
+  const float* v_row(int r, int t, int h) const { return k_row(r, t, h); }
+  specdec::memory_space space() const { return specdec::memory_space::host; }
+};
+}  // namespace
+
+TEST_CASE("partial_kv: a null row of a user's layout, scores over q, and moved-from objects are refused") {
+  using Catch::Matchers::Contains;
+  std::vector<float> rows(12, 1.0f), q(4, 1.0f), scores(3, -5.0f);
+  const holed_rows holed{rows.data()};
+  // kv_importance, its batch form and rebuild check every row they read, before writing a score
+  CHECK_THROWS_WITH(specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {1, 4}), holed, 0,
+                                           specdec::make_view<2>(scores.data(), {1, 3})),
+                    Contains("'cache'") && Contains("non-null k_row") && Contains("token 1"));
+  std::vector<std::int32_t> status(3, 9);
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::host{}, specdec::make_view<3>(q.data(), {1, 1, 4}), holed,
+                                                 specdec::make_view<3>(scores.data(), {1, 1, 3}),
+                                                 specdec::make_view<1>(status.data(), {3})),
+                    Contains("'cache'") && Contains("token 1"));
+  CHECK(std::all_of(scores.begin(), scores.end(), [](float x) { return x == -5.0f; }));
+  partial_kv_index idx(1, 1, 4, 0);
+  CHECK_THROWS_WITH(idx.rebuild(specdec::host{}, 0, specdec::make_view<2>(q.data(), {1, 4}), holed), Contains("token 1"));
+  // the same layout whole is scored
+  const holed_rows whole{rows.data(), -1};
+  specdec::kv_importance(specdec::host{}, specdec::make_view<2>(q.data(), {1, 4}), whole, 0,
+                         specdec::make_view<2>(scores.data(), {1, 3}));
+  CHECK(scores == std::vector<float>{4.0f, 4.0f, 4.0f});
+
+  // compact_partial_kv::sync checks the rows it copies before the first copy
+  partial_kv_index shown(1, 1, 4, 0);
+  shown.append(0, 3);  // shows tokens 0, 1, 2
+  specdec::compact_partial_kv<float> copy(1, 1, 4, 4);
+  CHECK_THROWS_WITH(copy.sync(shown, holed, 0), Contains("'full'") && Contains("non-null k_row") && Contains("token 1"));
+  CHECK(copy.layout().length(0) == 0);
+  CHECK(copy.sync(shown, whole, 0) == 3);
+
+  // scores overlapping q: a later request's query would be read after an earlier one's scores
+  std::vector<float> buf(8, 1.0f);
+  cache_data<float> c(2, 4, 1, 4, {2, 2}, 3);
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::host{}, specdec::make_view<3>(buf.data(), {2, 1, 4}), c.layout(),
+                                                 specdec::make_view<3>(buf.data() + 4, {2, 1, 2}),
+                                                 specdec::make_view<1>(status.data(), {3})),
+                    Contains("'q'") && Contains("disjoint from 'scores'"));
+  CHECK_THROWS_WITH(specdec::kv_importance(specdec::host{}, specdec::make_view<2>(buf.data(), {1, 4}), c.layout(), 0,
+                                           specdec::make_view<2>(buf.data() + 2, {1, 2})),
+                    Contains("'scores'") && Contains("disjoint from 'q'"));
+
+  // moved-from: no requests left, so every call is refused instead of indexing moved storage
+  partial_kv_index a(2, 1, 4, 1);
+  partial_kv_index b(std::move(a));
+  CHECK(b.num_requests() == 2);
+  CHECK(a.num_requests() == 0);  // NOLINT(bugprone-use-after-move): the state under test
+  CHECK_THROWS_WITH(a.append(1, 1), Contains("'request'"));  // NOLINT(bugprone-use-after-move)
+  specdec::compact_partial_kv<float> ca(2, 1, 4, 4);
+  specdec::compact_partial_kv<float> cb(std::move(ca));
+  CHECK(cb.num_requests() == 2);
+  CHECK(ca.num_requests() == 0);                              // NOLINT(bugprone-use-after-move)
+  CHECK_THROWS_WITH(ca.invalidate(1), Contains("'request'"));  // NOLINT(bugprone-use-after-move)
+  CHECK(ca.layout().num_requests() == 0);                     // NOLINT(bugprone-use-after-move)
+}

@@ -182,6 +182,18 @@ TEST_CASE("ring: memory does not grow over 100K appended tokens") {
 }
 
 TEST_CASE("ring: bad inputs are rejected with named arguments") {
+  {  // a moved-from ring holds no requests: every call is refused, not run over storage it gave away
+    ring_kv_cache<float> a({.requests = 2, .kv_heads = 1, .head_dim = 4, .window = 4, .speculative_capacity = 2});
+    ring_kv_cache<float> b(std::move(a));
+    CHECK(b.num_requests() == 2);
+    CHECK(a.num_requests() == 0);  // NOLINT(bugprone-use-after-move): the state under test
+    CHECK_THROWS_WITH(a.rollback(1, 0), Catch::Contains("'request'"));  // NOLINT(bugprone-use-after-move)
+    CHECK(a.layout().num_requests() == 0);  // NOLINT(bugprone-use-after-move)
+    ring_kv_cache<float> c({.requests = 1, .kv_heads = 1, .head_dim = 4});
+    c = std::move(b);
+    CHECK(c.num_requests() == 2);
+    CHECK_THROWS_WITH(b.reset(0), Catch::Contains("'request'"));  // NOLINT(bugprone-use-after-move)
+  }
   using cfg = specdec::ring_kv_config;
   CHECK_THROWS_WITH(ring_kv_cache<float>(cfg{.kv_heads = 0, .head_dim = 4}), Catch::Contains("config.kv_heads"));
   CHECK_THROWS_WITH(ring_kv_cache<float>(cfg{.kv_heads = 1, .head_dim = 0}), Catch::Contains("config.head_dim"));

@@ -101,4 +101,12 @@ TEST_CASE("anchor-offset generators reject bad inputs") {
   CHECK_THROWS_WITH(specdec::anchor_offset_indices_batch(1, 0, 100, lens, out15, offs), Catch::Contains("'out'"));
   CHECK_THROWS_WITH(specdec::anchor_offset_indices_batch(1, 0, 100, lens, out, offs1), Catch::Contains("offsets"));
   CHECK_THROWS_AS(specdec::anchor_offset_indices_batch(1, 0, 100, lens, out, offs1), specdec::invalid_argument);
+  // offsets and out are written while lengths is read: one buffer for two of them is refused
+  std::vector<std::int32_t> shared{4, 4, 4}, idx(12);
+  CHECK_THROWS_WITH(specdec::anchor_offset_indices_batch(1, 0, 100000, shared, idx, shared),
+                    Catch::Contains("'lengths'") && Catch::Contains("disjoint from 'offsets'"));
+  std::vector<std::int32_t> both(16 + 1);  // out = [0, 16), offsets = [15, 17)
+  CHECK_THROWS_WITH(specdec::anchor_offset_indices_batch(1, 0, 100, lens, std::span(both).first(16), std::span(both).last(2)),
+                    Catch::Contains("'offsets'") && Catch::Contains("disjoint from 'out'"));
+  CHECK(shared == std::vector<std::int32_t>{4, 4, 4});
 }

@@ -238,6 +238,14 @@ TEST_CASE("apply_rope rejects bad inputs with named arguments") {
   throws([&] { specdec::apply_rope(h, rope_params{.theta = NAN}, v, ps); }, "params.theta");
   throws([&] { specdec::apply_rope(h, rope_params{.rotary_dim = 10}, v, ps); }, "params.rotary_dim");
   throws([&] { specdec::apply_rope(h, rope_params{.rotary_dim = 3}, v, ps); }, "params.rotary_dim");
+  {  // a moved-from table has no positions: every position is refused, not looked up in a table it gave away
+    specdec::rope_cache a(rope_params{}, 8, 16);
+    specdec::rope_cache b(std::move(a));
+    CHECK(b.max_positions() == 16);
+    CHECK(a.max_positions() == 0);  // NOLINT(bugprone-use-after-move): the state under test
+    throws([&] { specdec::apply_rope(h, a, v, ps); }, "max_positions");  // NOLINT(bugprone-use-after-move)
+    specdec::apply_rope(h, b, v, ps);
+  }
   throws([&] { specdec::apply_rope(h, rope_params{.rotary_dim = -2}, v, ps); }, "params.rotary_dim");
   throws([&] { specdec::apply_rope(h, rope_params{.style = static_cast<rope_style>(9)}, v, ps); }, "params.style");
   std::vector<float> odd(2 * 2 * 7);

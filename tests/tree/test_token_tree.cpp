@@ -113,6 +113,8 @@ TEST_CASE("token_tree: validation rejects malformed trees with named arguments",
   std::vector<specdec::mask_word> buf(9);
   const auto t3 = token_tree::from_parents(tok, std::vector<std::int32_t>{-1, 0, 0});
   REQUIRE_THROWS_WITH(t3.write_ancestor_mask(buf.data(), 0), Contains("row_stride"));
+  REQUIRE_THROWS_WITH(t3.write_ancestor_mask(nullptr, 1), Contains("'rows'") && Contains("non-null"));
+  token_tree{}.write_ancestor_mask(nullptr, 1);  // an empty tree writes no row
 }
 
 TEST_CASE("token_tree: ancestor mask, paths and leaves of large random trees match brute force", "[tree]") {

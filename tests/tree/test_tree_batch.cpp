@@ -229,6 +229,30 @@ TEST_CASE("tree_batch: shapes, strides and memory spaces are checked before anyt
     CHECK_THROWS_WITH(call(v1(c.node_indptr), sv, v1(c.committed), v1(o.depths), v1(o.positions), v1(o.mask_indptr),
                            v1(o.mask), v1(o.status)),
                       Catch::Contains("parents") && Catch::Contains("unit stride"));
+  // outputs apart from each other and from the inputs: the host writes positions before it reads a
+  // request's parents again for its mask, so positions over parents read past the mask
+  if (!c.parents.empty()) {
+    std::vector<std::int32_t> pa = c.parents;
+    CHECK_THROWS_WITH(call(v1(c.node_indptr), v1(pa), v1(c.committed), v1(o.depths), v1(pa), v1(o.mask_indptr),
+                           v1(o.mask), v1(o.status)),
+                      Catch::Contains("'parents'") && Catch::Contains("disjoint from 'positions'"));
+    CHECK(pa == c.parents);
+    CHECK_THROWS_WITH(call(v1(c.node_indptr), v1(c.parents), v1(c.committed), v1(o.depths), v1(o.depths),
+                           v1(o.mask_indptr), v1(o.mask), v1(o.status)),
+                      Catch::Contains("'positions'") && Catch::Contains("disjoint from 'depths'"));
+  }
+  // inputs may share memory: they are only read (committed_lengths = node_indptr[1..] here)
+  {
+    specdec_test::tree_batch_case one;
+    one.add({-1, 0}, 2);
+    one.finish();
+    host_out e(one);
+    REQUIRE(one.node_indptr == std::vector<std::int32_t>{0, 2});
+    call(v1(one.node_indptr), v1(one.parents), specdec::make_view<1>(one.node_indptr.data() + 1, {1}), v1(e.depths),
+         v1(e.positions), v1(e.mask_indptr), v1(e.mask), v1(e.status));
+    CHECK(e.status == std::vector<std::int32_t>{0, -1, -1});
+    CHECK(e.positions == std::vector<std::int32_t>{2, 3});
+  }
 }
 
 TEST_CASE("device_status decodes the device report and names the problem", "[tree][tree_batch]") {

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -298,6 +299,21 @@ void require_disjoint(std::string_view function, const Args&... args) {
         throw_invalid_argument(function, spans[j].first, "memory disjoint from '" + std::string(spans[i].first) + "'",
                                "an overlapping view");
     }
+}
+
+//! require_disjoint for a primitive's outputs and inputs, each a tuple of name, view pairs
+//! (std::forward_as_tuple("depths", depths, ...)): the outputs pairwise disjoint, and every input
+//! disjoint from every output. Inputs may share memory with each other: they are only read.
+template <class... Out, class... In>
+void require_outputs_apart(std::string_view function, const std::tuple<Out...>& outputs, const std::tuple<In...>& inputs) {
+  static_assert(sizeof...(Out) % 2 == 0 && sizeof...(In) % 2 == 0, "require_outputs_apart: name, view pairs");
+  std::apply([&](const auto&... o) { require_disjoint(function, o...); }, outputs);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    const auto apart = [&](std::string_view name, const auto& in) {
+      std::apply([&](const auto&... o) { require_disjoint(function, o..., name, in); }, outputs);
+    };
+    (apart(std::get<2 * I>(inputs), std::get<2 * I + 1>(inputs)), ...);
+  }(std::make_index_sequence<sizeof...(In) / 2>{});
 }
 
 //! Validates v's extents against `expected` (-1 = any), and that v describes an array

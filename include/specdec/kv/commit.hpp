@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -43,6 +44,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
+#include "specdec/kv/kv_cache.hpp"
 #include "specdec/kv/kv_layout.hpp"
 #include "specdec/kv/ring_kv.hpp"
 
@@ -68,23 +70,41 @@ void validate_commit_layers(std::span<const L> layers, std::int64_t requests, st
 
 //! The rows a commit reads or writes in place, tokens [first, last) of `request` in every layer and
 //! kv head, exist: a user's layout may return null for rows it has no storage for (validate_kv_layout
-//! checks only the corners of each request). Host-accessible layouts only: a device layout's row
-//! addresses may come from tables in device memory.
+//! checks only the corners of each request); and no two layers share them. Host-accessible layouts
+//! only: a device layout's row addresses may come from tables in device memory.
 template <class L>
 void require_commit_rows(std::span<const L> layers, int request, std::int64_t first, std::int64_t last,
                          std::string_view fn) {
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    if (!host_accessible(layers[l].space())) continue;
-    for (std::int64_t t = first; t < last; ++t)
-      for (int h = 0; h < layers[l].num_kv_heads(); ++h)
-        if (layers[l].k_row(request, static_cast<int>(t), h) == nullptr ||
-            layers[l].v_row(request, static_cast<int>(t), h) == nullptr) [[unlikely]]
-          throw_invalid_argument(fn, "layers[" + std::to_string(l) + "]",
-                                 "non-null k_row/v_row for every row the commit moves (request " +
-                                     std::to_string(request) + ", token " + std::to_string(t) + ", head " +
-                                     std::to_string(h) + ")",
-                                 "nullptr");
-  }
+  for (std::size_t l = 0; l < layers.size(); ++l)
+    if (host_accessible(layers[l].space()))
+      require_kv_rows(layers[l], request, static_cast<int>(first), static_cast<int>(last), 0, layers[l].num_kv_heads(),
+                      kv_rows_read::keys_and_values, fn, "layers[" + std::to_string(l) + "]");
+  // Layers must not share rows: the commit moves (or writes) one layer after another, and a layer
+  // over rows an earlier one has already moved would move them again (a layer listed twice, or one
+  // buffer under two layers). Compared at the first row the commit touches: the K and V rows of
+  // every layer, sorted, O(layers log layers).
+  if (last <= first) return;
+  struct row_at {
+    const void* p;
+    std::size_t layer;
+    bool v;
+  };
+  std::vector<row_at> rows;
+  rows.reserve(2 * layers.size());
+  for (std::size_t l = 0; l < layers.size(); ++l)
+    if (host_accessible(layers[l].space())) {
+      rows.push_back({layers[l].k_row(request, static_cast<int>(first), 0), l, false});
+      rows.push_back({layers[l].v_row(request, static_cast<int>(first), 0), l, true});
+    }
+  std::sort(rows.begin(), rows.end(), [](const row_at& a, const row_at& b) {
+    return std::less<const void*>{}(a.p, b.p) || (a.p == b.p && a.layer < b.layer);
+  });
+  for (std::size_t i = 1; i < rows.size(); ++i)
+    if (rows[i].p == rows[i - 1].p && rows[i].layer != rows[i - 1].layer) [[unlikely]]
+      throw_invalid_argument(fn, "layers[" + std::to_string(rows[i].layer) + "]",
+                             "rows apart from every other layer's (layers[" + std::to_string(rows[i - 1].layer) +
+                                 "] has the same " + (rows[i - 1].v ? "V" : "K") + " row)",
+                             "a layer sharing its storage");
 }
 
 template <class L>

@@ -198,6 +198,31 @@ inline constexpr bool kv_rows_from_bases = [] {
     return false;
   }
 }();
+
+//! Which rows require_kv_rows checks: the keys only (a scan that reads K), or keys and values.
+enum class kv_rows_read { keys, keys_and_values };
+
+//! The rows a host primitive is about to read through a layout, tokens [t0, t1) and kv heads
+//! [h0, h1) of `request`, are non-null: a user's own layout may return null for rows between the
+//! corners validate_kv_layout checks. Throws invalid_argument naming `function`, `argument` and the
+//! first null row, before anything is read through it (the kernels are noexcept). Compiled out for
+//! layouts whose rows are base + offset (kv_rows_from_bases: a kv_cache). O((t1 - t0) (h1 - h0)).
+template <class L>
+void require_kv_rows(const L& cache, int request, int t0, int t1, int h0, int h1, kv_rows_read read,
+                     std::string_view function, std::string_view argument) {
+  if constexpr (!kv_rows_from_bases<L>) {
+    for (int t = t0; t < t1; ++t)
+      for (int h = h0; h < h1; ++h) {
+        const bool k_null = cache.k_row(request, t, h) == nullptr;
+        if (k_null || (read == kv_rows_read::keys_and_values && cache.v_row(request, t, h) == nullptr)) [[unlikely]]
+          throw_invalid_argument(function, argument,
+                                 std::string("a non-null ") + (k_null ? "k_row" : "v_row") + " for every row read (request " +
+                                     std::to_string(request) + ", token " + std::to_string(t) + ", kv head " +
+                                     std::to_string(h) + ")",
+                                 "nullptr");
+      }
+  }
+}
 }  // namespace detail
 
 //! The kv_cache's own checks, found by ADL from validate_kv_layout (which checks geometry before and

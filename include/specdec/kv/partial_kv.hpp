@@ -63,6 +63,7 @@
 #include "specdec/core/thread_pool.hpp"
 #include "specdec/core/topk.hpp"
 #include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/kv_cache.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
 namespace specdec {
@@ -211,6 +212,8 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
       throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
                              scores.extent(1));
     require_unit_inner_stride(fn, "scores", scores);
+    require_disjoint(fn, "q", q, "scores", scores);
+    detail::require_kv_rows(cache, request, 0, len, 0, hkv, detail::kv_rows_read::keys, fn, "cache");
     const auto* qd = static_cast<const std::remove_cv_t<typename Q::element_type>*>(q.data());
     float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
     detail::kv_importance_request<KT>(policy, qd, q.stride(0), hq, cache, request, len, sd, scores.stride(0));
@@ -244,12 +247,14 @@ struct kv_importance_backend<host> {
   static void run(const host& policy, const kv_importance_batch_args<QT, L>& a) {
     constexpr std::string_view fn = "specdec::kv_importance_batch";
     const int R = a.cache.num_requests();
-    for (int r = 0; r < R; ++r)  // every length first: a rejected call writes no score
+    for (int r = 0; r < R; ++r) {  // every length and row first: a rejected call writes no score
       if (a.cache.length(r) > a.columns) [[unlikely]]
         throw_invalid_argument(fn, "scores",
                                "at least cache.length(r) columns for every request (request " + std::to_string(r) +
                                    " has length " + std::to_string(a.cache.length(r)) + ")",
                                a.columns);
+      require_kv_rows(a.cache, r, 0, a.cache.length(r), 0, a.cache.num_kv_heads(), kv_rows_read::keys, fn, "cache");
+    }
     for (int r = 0; r < R; ++r)
       kv_importance_request<std::remove_cv_t<typename L::value_type>>(
           policy, a.q + r * a.q_stride_request, a.q_stride_head, a.hq, a.cache, r, a.cache.length(r),
@@ -317,6 +322,7 @@ void kv_importance_batch(const Policy& policy, const Q& q_in, const L& cache, co
     require_shape(fn, "scores", scores, {R, hkv, -1});
     require_unit_inner_stride(fn, "scores", scores);
     require_unique_elements(fn, "scores", scores);
+    require_outputs_apart(fn, std::forward_as_tuple("scores", scores, "status", status), std::forward_as_tuple("q", q));
     if constexpr (on_device_v<Policy>)
       require(static_cast<std::int64_t>(hkv) * d <= detail::importance_max_qsum_device, fn, "cache",
               "num_kv_heads() x head_dim() <= " + std::to_string(detail::importance_max_qsum_device) +
@@ -464,7 +470,7 @@ class partial_kv_index {
   //! (the paper) or all share one set. Throws specdec::invalid_argument naming the bad argument.
   partial_kv_index(int requests, int kv_heads, int budget, int sink,
                    partial_kv_selection selection = partial_kv_selection::per_kv_head)
-      : requests_(requests), heads_(kv_heads), budget_(budget), sink_(sink), selection_(selection) {
+      : heads_(kv_heads), budget_(budget), sink_(sink), selection_(selection) {
     constexpr std::string_view fn = "specdec::partial_kv_index";
     require(selection == partial_kv_selection::per_kv_head || selection == partial_kv_selection::shared, fn, "selection",
             "partial_kv_selection::per_kv_head or ::shared", static_cast<int>(selection));
@@ -484,7 +490,9 @@ class partial_kv_index {
     placed_.assign(static_cast<std::size_t>(requests), 0);
   }
 
-  [[nodiscard]] int num_requests() const noexcept { return requests_; }
+  //! The requests it was built for; 0 once moved from (its arrays went with the move, so every call
+  //! then throws instead of indexing arrays it no longer has).
+  [[nodiscard]] int num_requests() const noexcept { return static_cast<int>(size_.size()); }
   [[nodiscard]] int num_kv_heads() const noexcept { return heads_; }
   [[nodiscard]] int budget() const noexcept { return budget_; }
   [[nodiscard]] int sink() const noexcept { return sink_; }
@@ -584,7 +592,7 @@ class partial_kv_index {
     if constexpr (kv_layout<L>) {
       constexpr std::string_view fn = "specdec::partial_kv_index::layout";
       require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
-      require_equal(fn, "cache.num_requests()", requests_, cache.num_requests());
+      require_equal(fn, "cache.num_requests()", num_requests(), cache.num_requests());
       return indexed_kv<L>{cache, index_.data(), size_.data(), budget_};
     }
   }
@@ -599,12 +607,12 @@ class partial_kv_index {
 
  private:
   int check_request(int r, std::string_view member) const {
-    if (r < 0 || r >= requests_) [[unlikely]]  // the name is built only on failure: appends never allocate
-      require_in_range(std::string("specdec::partial_kv_index::") + std::string(member), "request", r, 0, requests_ - 1);
+    if (r < 0 || r >= num_requests()) [[unlikely]]  // the name is built only on failure: appends never allocate
+      require_in_range(std::string("specdec::partial_kv_index::") + std::string(member), "request", r, 0, num_requests() - 1);
     return r;
   }
 
-  int requests_, heads_, budget_, sink_;
+  int heads_, budget_, sink_;
   partial_kv_selection selection_;
   std::vector<std::int32_t> index_;                  // [requests, heads, budget]
   std::vector<std::int32_t> evict_;                  // [requests, heads, budget - sink]: eviction order
@@ -924,7 +932,7 @@ class compact_partial_kv {
   //! Geometry must match the partial_kv_index it will follow (checked by sync). Allocates the
   //! whole copy: 2 * requests * budget * kv_heads * head_dim elements.
   compact_partial_kv(int requests, int kv_heads, int budget, int head_dim)
-      : requests_(requests), heads_(kv_heads), budget_(budget), dim_(head_dim) {
+      : heads_(kv_heads), budget_(budget), dim_(head_dim) {
     constexpr std::string_view fn = "specdec::compact_partial_kv";
     require(requests >= 0, fn, "requests", ">= 0", requests);
     require(kv_heads >= 1, fn, "kv_heads", ">= 1", kv_heads);
@@ -952,11 +960,11 @@ class compact_partial_kv {
       constexpr std::string_view fn = "specdec::compact_partial_kv::sync";
       static_assert(std::is_same_v<std::remove_cv_t<typename L::value_type>, T>,
                     "specdec::compact_partial_kv::sync: the full cache must hold the copy's storage type T");
-      if (r < 0 || r >= requests_) [[unlikely]]
-        throw_invalid_argument(fn, "request", "in [0, " + std::to_string(requests_ - 1) + "]", r);
+      if (r < 0 || r >= num_requests()) [[unlikely]]
+        throw_invalid_argument(fn, "request", "in [0, " + std::to_string(num_requests() - 1) + "]", r);
       require_equal(fn, "index.num_kv_heads()", heads_, index.num_kv_heads());
       require_equal(fn, "index.budget()", budget_, index.budget());
-      require_equal(fn, "index.num_requests()", requests_, index.num_requests());
+      require_equal(fn, "index.num_requests()", num_requests(), index.num_requests());
       require_equal(fn, "full.num_kv_heads()", heads_, full.num_kv_heads());
       require_equal(fn, "full.head_dim()", dim_, full.head_dim());
       require(host_accessible(full.space()), fn, "full", "host-accessible memory", full.space());
@@ -970,9 +978,11 @@ class compact_partial_kv {
         const std::int32_t* have = shown_.data() + (static_cast<std::size_t>(r) * heads_ + h) * budget_;
         for (int t = 0; t < n; ++t) {
           const std::int32_t tok = shown[static_cast<std::size_t>(t)];
-          if (have[t] != tok && !(tok >= 0 && tok < len)) [[unlikely]]
+          if (have[t] == tok) continue;
+          if (!(tok >= 0 && tok < len)) [[unlikely]]
             throw_invalid_argument(fn, "index", "shown tokens in [0, full.length(request) = " + std::to_string(len) + ")",
                                    tok);
+          detail::require_kv_rows(full, r, tok, tok + 1, h, h + 1, detail::kv_rows_read::keys_and_values, fn, "full");
         }
       }
       std::int64_t copied = 0;
@@ -997,17 +1007,20 @@ class compact_partial_kv {
 
   //! Forgets what request r's copy holds: the next sync copies every shown row.
   void invalidate(int r) {
-    if (r < 0 || r >= requests_) [[unlikely]]
+    if (r < 0 || r >= num_requests()) [[unlikely]]
       throw_invalid_argument("specdec::compact_partial_kv::invalidate", "request",
-                             "in [0, " + std::to_string(requests_ - 1) + "]", r);
+                             "in [0, " + std::to_string(num_requests() - 1) + "]", r);
     std::fill_n(shown_.data() + static_cast<std::size_t>(r) * heads_ * budget_, static_cast<std::size_t>(heads_) * budget_, -1);
     lengths_[static_cast<std::size_t>(r)] = 0;
   }
 
   //! The copy as a read-only contiguous NHD layout (request r shows lengths = its last sync's size).
   [[nodiscard]] contiguous_kv<const T> layout() const {
-    return {k_.data(), v_.data(), lengths_.data(), requests_, budget_, heads_, dim_, memory_space::host};
+    return {k_.data(), v_.data(), lengths_.data(), num_requests(), budget_, heads_, dim_, memory_space::host};
   }
+  //! The requests it was built for; 0 once moved from (its storage went with the move, so every call
+  //! then throws instead of indexing storage it no longer has).
+  [[nodiscard]] int num_requests() const noexcept { return static_cast<int>(lengths_.size()); }
   //! Bytes of K/V held (fixed at construction).
   [[nodiscard]] std::size_t bytes() const noexcept { return (k_.size() + v_.size()) * sizeof(T); }
 
@@ -1015,7 +1028,7 @@ class compact_partial_kv {
   [[nodiscard]] std::size_t offset(int r, int t, int h) const noexcept {
     return ((static_cast<std::size_t>(r) * budget_ + t) * heads_ + h) * dim_;
   }
-  int requests_, heads_, budget_, dim_;
+  int heads_, budget_, dim_;
   std::vector<T> k_, v_;
   std::vector<std::int32_t> shown_;    // [requests, heads, budget]: full-cache token each slot holds (-1: none)
   std::vector<std::int32_t> lengths_;  // [requests]

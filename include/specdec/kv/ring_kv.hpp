@@ -166,7 +166,9 @@ class ring_kv_cache {
   }
 
   [[nodiscard]] const ring_kv_config& config() const noexcept { return cfg_; }
-  [[nodiscard]] int num_requests() const noexcept { return cfg_.requests; }
+  //! config().requests; 0 for a moved-from cache (its storage went with the move), so that every
+  //! call on it throws instead of indexing storage it no longer has.
+  [[nodiscard]] int num_requests() const noexcept { return static_cast<int>(lengths_.size()); }
   [[nodiscard]] int window() const noexcept { return cfg_.window; }
   [[nodiscard]] int slots() const noexcept { return slots_; }
   //! Bytes held by the K and V buffers together; constant for the object's lifetime.
@@ -191,12 +193,12 @@ class ring_kv_cache {
   //! The kv_layout view over the current contents (valid until the cache is destroyed; it reflects
   //! later appends since it points at the cache's own start/length arrays).
   [[nodiscard]] ring_kv<T> layout() noexcept {
-    return {k_.data(), v_.data(),   starts_.data(), lengths_.data(), cfg_.requests,
+    return {k_.data(), v_.data(),   starts_.data(), lengths_.data(), num_requests(),
             slots_,    cfg_.window, cfg_.kv_heads,  cfg_.head_dim,   memory_space::host};
   }
   //! Read-only view.
   [[nodiscard]] ring_kv<const T> layout() const noexcept {
-    return {k_.data(), v_.data(),   starts_.data(), lengths_.data(), cfg_.requests,
+    return {k_.data(), v_.data(),   starts_.data(), lengths_.data(), num_requests(),
             slots_,    cfg_.window, cfg_.kv_heads,  cfg_.head_dim,   memory_space::host};
   }
 
@@ -284,8 +286,8 @@ class ring_kv_cache {
 
  private:
   std::size_t checked(int r, std::string_view fn) const {
-    if (!(r >= 0 && r < cfg_.requests)) [[unlikely]]
-      throw_invalid_argument(fn, "request", "a request index in [0, " + std::to_string(cfg_.requests) + ")", r);
+    if (!(r >= 0 && r < num_requests())) [[unlikely]]
+      throw_invalid_argument(fn, "request", "a request index in [0, " + std::to_string(num_requests()) + ")", r);
     return static_cast<std::size_t>(r);
   }
 

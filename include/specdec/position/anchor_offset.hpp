@@ -20,6 +20,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
+#include "specdec/core/tensor.hpp"
 
 namespace specdec {
 
@@ -77,7 +78,7 @@ inline int anchor_offset_indices(int max_len, philox_stream& rng, std::span<std:
 //! philox_stream(seed, stream_id(b, step)), so batches are reproducible and independent of order.
 //! Writes the indices of all sequences back to back into `out` (size sum(lengths)) and the offsets
 //! into `offsets` (size lengths.size()). Preconditions: every 0 <= lengths[b] <= max_len, sizes as
-//! stated. O(sum lengths).
+//! stated, out and offsets apart from each other and from lengths. O(sum lengths).
 inline void anchor_offset_indices_batch(std::uint64_t seed, std::uint32_t step, int max_len,
                                         std::span<const std::int32_t> lengths, std::span<std::int32_t> out,
                                         std::span<std::int32_t> offsets, int num_anchors = longspec_num_anchors) {
@@ -96,12 +97,15 @@ inline void anchor_offset_indices_batch(std::uint64_t seed, std::uint32_t step, 
   }
   if (!(static_cast<std::int64_t>(out.size()) == total)) [[unlikely]]
     throw_invalid_argument(fn, "out", "size == sum(lengths) = " + std::to_string(total), out.size());
+  const auto view = [](auto sp) { return make_view<1>(sp.data(), {static_cast<std::int64_t>(sp.size())}); };
+  require_outputs_apart(fn, std::forward_as_tuple("out", view(out), "offsets", view(offsets)),
+                        std::forward_as_tuple("lengths", view(lengths)));
   std::size_t at = 0;
   for (std::size_t b = 0; b < lengths.size(); ++b) {
     philox_stream rng(seed, stream_id(static_cast<std::uint32_t>(b), step));
-    offsets[b] =
-        anchor_offset_indices(max_len, rng, out.subspan(at, static_cast<std::size_t>(lengths[b])), num_anchors);
-    at += static_cast<std::size_t>(lengths[b]);
+    const auto n = static_cast<std::size_t>(lengths[b]);
+    offsets[b] = anchor_offset_indices(max_len, rng, out.subspan(at, n), num_anchors);
+    at += n;
   }
 }
 

@@ -259,7 +259,7 @@ class rope_cache {
   //! Builds the table. Throws invalid_argument on bad params, head_dim <= 0 or max_positions < 0.
   //! O(max_positions * R).
   rope_cache(const rope_params& params, int head_dim, int max_positions)
-      : params_(params), head_dim_(head_dim), max_positions_(max_positions) {
+      : params_(params), head_dim_(head_dim) {
     constexpr std::string_view fn = "specdec::rope_cache";
     rotary_ = detail::validate_rope_params(params, head_dim, fn);
     require(max_positions >= 0, fn, "max_positions", ">= 0", max_positions);
@@ -277,7 +277,11 @@ class rope_cache {
   [[nodiscard]] const rope_params& params() const noexcept { return params_; }
   [[nodiscard]] int head_dim() const noexcept { return head_dim_; }
   [[nodiscard]] int rotary_dim() const noexcept { return rotary_; }
-  [[nodiscard]] int max_positions() const noexcept { return max_positions_; }
+  //! The table's positions: max_positions as built, 0 for a moved-from cache (its table went with the
+  //! move, so apply_rope then refuses every position instead of reading a table it no longer has).
+  [[nodiscard]] int max_positions() const noexcept {
+    return rotary_ >= 2 ? static_cast<int>(cos_.size() / static_cast<std::size_t>(rotary_ / 2)) : 0;
+  }
   //! cos row (R/2 floats) of position p (unchecked; p in [0, max_positions)).
   [[nodiscard]] const float* cos_row(int p) const noexcept {
     return cos_.data() + static_cast<std::size_t>(p) * static_cast<std::size_t>(rotary_ / 2);
@@ -289,7 +293,7 @@ class rope_cache {
 
  private:
   rope_params params_;
-  int head_dim_ = 0, max_positions_ = 0, rotary_ = 0;
+  int head_dim_ = 0, rotary_ = 0;
   std::vector<float> cos_, sin_;
 };
 

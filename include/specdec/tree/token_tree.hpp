@@ -318,6 +318,9 @@ class token_tree {
     if (row_stride < w) [[unlikely]]
       throw_invalid_argument("specdec::token_tree::write_ancestor_mask", "row_stride",
                              ">= words_per_row(size()) = " + std::to_string(w), row_stride);
+    if (n > 0 && rows == nullptr) [[unlikely]]
+      throw_invalid_argument("specdec::token_tree::write_ancestor_mask", "rows", "a non-null pointer (size() > 0)",
+                             "nullptr");
     detail::write_ancestor_rows(parents_.data(), n, rows, row_stride);
   }
 

@@ -159,7 +159,8 @@ struct tree_batch_backend<host> {
 //!                                    (n_r + 1 with root_and_nodes)
 //!   status            int32 [3]      out: [error, request, index] (device_status)
 //!   rows              tree_batch_rows: one row per node (default), or the root's row first
-//! (the file comment gives the layout). Every array 1-D with unit stride.
+//! (the file comment gives the layout). Every array 1-D with unit stride; the outputs apart from each
+//! other and from the inputs (invalid_argument otherwise).
 //!   specdec::host: host-accessible memory; every value checked first, specdec::invalid_argument on
 //!     a bad one (outputs then untouched), status {0, -1, -1} on success. O(N + mask words).
 //!   specdec::cuda (needs tree/tree_batch.cuh and nvcc): device-accessible memory; shapes checked on
@@ -198,6 +199,12 @@ void build_tree_batch(const Policy& policy, const NI& node_indptr_in, const PA& 
   require_policy_array<Policy>(fn, "mask_indptr", mask_indptr, R + 1);
   require_policy_array<Policy>(fn, "mask", mask, -1);
   require_policy_array<Policy>(fn, "status", status, 3);
+  // the host writes positions before it reads a request's parents again (for its mask)
+  require_outputs_apart(fn,
+                        std::forward_as_tuple("depths", depths, "positions", positions, "mask_indptr", mask_indptr,
+                                              "mask", mask, "status", status),
+                        std::forward_as_tuple("node_indptr", node_indptr, "parents", parents, "committed_lengths",
+                                              committed_lengths));
   detail::tree_batch_backend<Policy>::run(
       policy, rows, static_cast<std::int32_t>(R), static_cast<std::int32_t>(N), node_indptr.data(), parents.data(),
       committed_lengths.data(), depths.data(), positions.data(), mask_indptr.data(), mask.data(), mask.extent(0),

@@ -72,22 +72,15 @@ void require_row_tensor(std::string_view fn, std::string_view name, const V& t, 
           t.stride(0));
 }
 
-//! require_disjoint over the outputs of an array-form verification (accepted, num_accepted, bonus,
-//! emitted, status) and each (name, view) input pair in turn: the outputs pairwise disjoint, and each
-//! input disjoint from all of them (inputs may share memory with each other: they are only read).
+//! require_outputs_apart (core/tensor.hpp) over the outputs of an array-form verification (accepted,
+//! num_accepted, bonus, emitted, status) and the (name, view) input pairs.
 template <class AC, class NA, class BO, class EM, class ST, class... In>
 void for_each_input_apart_from_outputs(std::string_view fn, const AC& accepted, const NA& num_accepted,
                                        const BO& bonus, const EM& emitted, const ST& status, const In&... inputs) {
-  require_disjoint(fn, "accepted", accepted, "num_accepted", num_accepted, "bonus", bonus, "emitted", emitted,
-                   "status", status);
-  const auto apart = [&](std::string_view name, const auto& in) {
-    require_disjoint(fn, "accepted", accepted, "num_accepted", num_accepted, "bonus", bonus, "emitted", emitted,
-                     "status", status, name, in);
-  };
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    const auto args = std::forward_as_tuple(inputs...);
-    (apart(std::get<2 * I>(args), std::get<2 * I + 1>(args)), ...);
-  }(std::make_index_sequence<sizeof...(In) / 2>{});
+  require_outputs_apart(fn,
+                        std::forward_as_tuple("accepted", accepted, "num_accepted", num_accepted, "bonus", bonus,
+                                              "emitted", emitted, "status", status),
+                        std::forward_as_tuple(inputs...));
 }
 
 //! Every host-side check of an array-form tree verification under Policy (shapes, strides, memory

@@ -79,15 +79,10 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
         const int k0 = part * split;  // < cache.length(r): the plan made ceil(length / split) parts
         const int k1 = static_cast<int>(std::min<std::int64_t>(cache.length(r), static_cast<std::int64_t>(k0) + split));
         // A user's own layout may return null for a row between the first and last ones
-        // validate_kv_layout checks: an error before this part reads anything, not a read through
-        // nullptr inside the (noexcept) kernels. kv_cache layouts cannot (kv/kv_cache.hpp).
-        if constexpr (!kv_rows_from_bases<Layout>) {
-          for (int t = k0; t < k1; ++t)
-            for (int hh = 0; hh < hpi; ++hh) {
-              if (cache.k_row(r, t, g0 + hh) == nullptr) [[unlikely]] throw_null_kv_row("k_row", r, t, g0 + hh);
-              if (cache.v_row(r, t, g0 + hh) == nullptr) [[unlikely]] throw_null_kv_row("v_row", r, t, g0 + hh);
-            }
-        }
+        // validate_kv_layout checks: an error before this part reads anything (so before O and LSE
+        // are written), not a read through nullptr inside the (noexcept) kernels. kv_cache layouts
+        // cannot (kv/kv_cache.hpp), and the check is compiled out for them.
+        require_kv_rows(cache, r, k0, k1, g0, g0 + hpi, kv_rows_read::keys_and_values, "specdec attention", "cache");
         auto krow = [&](int t, int hh) { return static_cast<const T*>(cache.k_row(r, t, g0 + hh)); };
         auto vrow = [&](int t, int hh) { return static_cast<const T*>(cache.v_row(r, t, g0 + hh)); };
         // Few query rows per kv head (decode steps, small trees): vectorise along head_dim up to 8,

@@ -55,17 +55,6 @@ namespace specdec::detail {
 inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 struct no_cache {};
 
-//! The error of a null K or V row inside a request's cached tokens of a user's own layout.
-//! validate_kv_layout checks only each request's first and last rows; pass 2 checks the rows of each
-//! cache part before its kernel reads them (one more k_row/v_row call per row of head_dim elements;
-//! kv_cache layouts skip it: their rows are a checked base plus an offset). Thrown before O and LSE
-//! are written.
-[[noreturn]] inline void throw_null_kv_row(const char* which, int r, int t, int h) {
-  throw_invalid_argument("specdec attention", "cache",
-                         std::string("a non-null ") + which + " for every cached token (request " + std::to_string(r) +
-                             ", token " + std::to_string(t) + ", kv head " + std::to_string(h) + ")",
-                         "nullptr");
-}
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace specdec::detail
 
