@@ -131,6 +131,16 @@ TEST_CASE("from_dlpack: ndim, shape, data and alignment are validated") {
   CHECK(from_dlpack_f32_2(make_tensor(nullptr, empty, nullptr, 2, f32)).size() == 0);
   CHECK_THROWS_WITH(from_dlpack_f32_2(make_tensor(x, shape2, nullptr, 2, f32, kDLCPU, 2)),
                     Contains("aligned to 4 bytes") && Contains("byte_offset 2"));
+  // a byte_offset that wraps the pointer (here 16 bytes before the buffer), and strides whose reach
+  // overflows int64 bytes (the view's arithmetic would wrap)
+  CHECK_THROWS_WITH(from_dlpack_f32_2(make_tensor(x, shape2, nullptr, 2, f32, kDLCPU, ~std::uint64_t{15})),
+                    Contains("within the address space"));
+  std::int64_t shape3[2] = {3, 4}, far[2] = {std::int64_t{1} << 62, 1};
+  CHECK_THROWS_WITH(from_dlpack_f32_2(make_tensor(x, shape3, far, 2, f32)), Contains("fit int64"));
+  std::int64_t lowest[2] = {INT64_MIN, 1};
+  CHECK_THROWS_WITH(from_dlpack_f32_2(make_tensor(x, shape3, lowest, 2, f32)), Contains("fit int64"));
+  std::int64_t back[2] = {-4, 1};  // negative strides are fine when they stay in range
+  CHECK(from_dlpack_f32_2(make_tensor(x + 8, shape2, back, 2, f32))(1, 0) == x[4]);
 }
 
 TEST_CASE("from_dlpack rejects shapes whose element count overflows int64", "[dlpack][sizes]") {

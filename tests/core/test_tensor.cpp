@@ -119,6 +119,23 @@ TEST_CASE("require_shape, require_unit_inner_stride and require_host_accessible"
   CHECK_FALSE(specdec::host_accessible(specdec::memory_space::device));
 }
 
+TEST_CASE("require_array refuses views whose element offsets overflow int64 bytes; require_disjoint treats them as overlapping") {
+  using Catch::Matchers::Contains;
+  std::vector<float> buf(16);
+  const std::int64_t e[2] = {3, 4}, e1[2] = {3, 1};
+  const std::int64_t far[2] = {std::int64_t{1} << 62, 1}, edge[2] = {(INT64_MAX / 4) / 2, 1}, past[2] = {(INT64_MAX / 4) / 2 + 1, 1};
+  const specdec::strided_view<float, 2> a(buf.data(), e, far), ok(buf.data(), e1, edge), over(buf.data(), e1, past);
+  CHECK_THROWS_WITH(specdec::require_array("specdec::f", "x", a), Contains("'x'") && Contains("fit int64"));
+  CHECK_THROWS_WITH(specdec::require_shape("specdec::f", "x", over, {3, 1}), Contains("fit int64"));
+  CHECK_NOTHROW(specdec::require_array("specdec::f", "x", ok));  // the last float at 2 x ((2^63 - 1) / 4 / 2) floats: in range
+  CHECK(specdec::detail::addressable(ok));
+  CHECK_FALSE(specdec::detail::addressable(a));
+  // an unaddressable view overlaps everything (no wrapped span can make it look apart)
+  const auto other = specdec::make_view<1>(buf.data() + 12, {4});
+  CHECK_THROWS_WITH(specdec::require_disjoint("specdec::f", "x", a, "y", other), Contains("'y'"));
+  CHECK(specdec::views_overlap(a, other));
+}
+
 // has_unique_elements against enumeration: on random small rank-3 views (extents 0-4, strides -13..13,
 // stride 0 included) it may say "unique" only when every index tuple has its own offset, and it must
 // say so for every layout a real array has (any permutation of packed or padded strides).

@@ -145,6 +145,16 @@ TEST_CASE("topk_batch validates its arguments", "[core][topk][validation]") {
   CHECK_THROWS_WITH(specdec::topk_batch(specdec::host{}, vv, 2, specdec::make_view<2>(idx.data(), {3, 2}),
                                         specdec::make_view<2>(val.data(), {3, 2}, specdec::memory_space::device)),
                     Catch::Contains("out_values") && Catch::Contains("host"));
+  // outputs over the values: a later row would be read after an earlier row's outputs were written
+  std::vector<float> shared(12 + 6, 1.0f);
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::host{1}, specdec::make_view<2>(shared.data(), {3, 4}), 2,
+                                        specdec::make_view<2>(idx.data(), {3, 2}),
+                                        specdec::make_view<2>(shared.data() + 4, {3, 2})),
+                    Catch::Contains("'values'") && Catch::Contains("disjoint from 'out_values'"));
+  const std::int64_t neg_e[2] = {-1, 4}, neg_s[2] = {4, 1};
+  CHECK_THROWS_WITH(specdec::topk_batch(specdec::host{}, specdec::strided_view<float, 2>(v.data(), neg_e, neg_s), 2,
+                                        specdec::make_view<2>(idx.data(), {0, 2}), specdec::make_view<2>(val.data(), {0, 2})),
+                    Catch::Contains("'values'") && Catch::Contains("non-negative"));
   // k = 0 and zero rows write nothing
   std::fill(idx.begin(), idx.end(), -7);
   specdec::topk_batch(specdec::host{}, vv, 0, specdec::make_view<2>(idx.data(), {3, 0}),

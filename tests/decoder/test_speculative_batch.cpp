@@ -675,3 +675,100 @@ TEST_CASE("a target with commit_batch is committed once per step, with the same 
   CHECK(once.commit_calls == b.stats().batch_steps);
   CHECK(b.stats().steps > b.stats().batch_steps);
 }
+
+namespace {
+// A toy target (next token = context token + 1 mod V) whose vocabulary may change after a number of
+// vocab_size() calls, and whose release may throw once.
+struct toy_next {
+  using logit_type = float;
+  int V = 8;
+  mutable int vocab_calls = 0;
+  int vocab_after = -1, switch_at = 1 << 30;
+  int releases = 0;
+  bool throw_on_first_release = false;
+  int vocab_size() const { return ++vocab_calls > switch_at ? vocab_after : V; }
+  int max_requests() const { return 4; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  void forward(int, std::int32_t root, const token_tree& t, std::span<float> logits) {
+    const auto n = static_cast<std::size_t>(t.size());
+    const std::size_t v = logits.size() / (n + 1);
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    logits[static_cast<std::size_t>(root + 1) % v] = 5.0f;
+    for (std::size_t i = 0; i < n; ++i) logits[(i + 1) * v + static_cast<std::size_t>(t.token(static_cast<int>(i)) + 1) % v] = 5.0f;
+  }
+  void commit(int, std::span<const std::int32_t>) {}
+  void release(int) {
+    if (releases++ == 0 && throw_on_first_release) throw std::runtime_error("release failed once");
+  }
+};
+
+// A batched target whose logits view claims rows 2^62 elements apart.
+struct far_rows {
+  std::vector<float> buf;
+  int vocab_size() const { return 8; }
+  int max_requests() const { return 4; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  strided_view<float, 2> forward_batch(const target_batch& b) {
+    buf.assign(static_cast<std::size_t>(b.total_rows()) * 8, 0.0f);
+    return strided_view<float, 2>(buf.data(), {b.total_rows(), std::int64_t{8}}, {std::int64_t{1} << 62, 1});
+  }
+  void commit(int, std::span<const std::int32_t>) {}
+};
+}  // namespace
+
+TEST_CASE("a target that misbehaves through its own type is refused: vocabulary, release, batch arrays, logits strides",
+          "[decoder][batch]") {
+  using Catch::Contains;
+  const std::vector<std::int32_t> p{1, 2, 3};
+  {  // vocab_size() drops to 0 after add_request: step and calibration refuse it (no division by 0)
+    toy_next t;
+    t.switch_at = 1, t.vocab_after = 0;
+    speculative_batch<toy_next, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+    b.add_request(7, p, {.max_new_tokens = 32, .adaptive_depth = true});
+    REQUIRE_THROWS_WITH(b.calibrate_costs(7), Contains("'target.vocab_size()'") && Contains("got 0"));
+    REQUIRE_THROWS_WITH(b.step(), Contains("'target.vocab_size()'"));
+  }
+  {  // draft_depth is bounded for every request, adaptive or not (planning sizes arrays by it)
+    toy_next t;
+    speculative_batch<toy_next, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+    REQUIRE_THROWS_WITH(b.add_request(1, p, {.draft_depth = INT_MAX}), Contains("max_draft_depth"));
+    CHECK(b.add_request(1, p, {.draft_depth = max_draft_depth}) == 0);
+  }
+  {  // a release that throws: every finished request has still left (none generates past its EOS)
+    toy_next t;
+    t.throw_on_first_release = true;
+    speculative_batch<toy_next, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+    b.add_request(1, p, {.max_new_tokens = 1});
+    b.add_request(2, p, {.max_new_tokens = 10, .eos = 4});  // emits 4 in its first step
+    REQUIRE_THROWS_WITH(b.step(), Contains("release failed once"));
+    CHECK(b.active() == 0);
+    CHECK_FALSE(b.contains(1));
+    CHECK_FALSE(b.contains(2));
+    CHECK(t.releases == 2);
+  }
+  {  // the adapter checks a hand-built batch's arrays; target_batch's accessors check the entry
+    toy_next t;
+    batched_target_adapter<toy_next> a(t);
+    token_tree tree;
+    token_tree_batch trees;
+    trees.push_back(tree, 3), trees.push_back(tree, 3);
+    const std::vector<int> slots{0, 1};
+    const std::vector<std::int32_t> roots{3, 3}, bad{0, 4, 2}, wrong_count{0, 2, 3}, good{0, 1, 2};
+    const std::vector<const token_tree*> ptrs{&tree, &tree};
+    REQUIRE_THROWS_WITH(a.forward_batch(target_batch{slots, roots, trees, bad, ptrs}),
+                        Contains("non-decreasing row_indptr"));
+    REQUIRE_THROWS_WITH(a.forward_batch(target_batch{slots, roots, trees, wrong_count, ptrs}),
+                        Contains("n_b + 1 rows for entry 0"));
+    CHECK(a.forward_batch(target_batch{slots, roots, trees, good, ptrs}).extent(0) == 2);
+    const target_batch tb{slots, roots, trees, good, ptrs};
+    REQUIRE_THROWS_WITH(tb.tokens(3), Contains("target_batch::tokens") && Contains("'b'"));
+    REQUIRE_THROWS_WITH(tb.parents(-1), Contains("target_batch::parents"));
+    CHECK(tb.tokens(1).empty());
+  }
+  {  // logits rows whose offsets overflow are refused before a row is read
+    far_rows t;
+    speculative_batch<far_rows, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+    for (std::uint32_t id = 0; id < 3; ++id) b.add_request(id, p, {.max_new_tokens = 4});
+    REQUIRE_THROWS_WITH(b.step(), Contains("'target logits'") && Contains("fit int64"));
+  }
+}

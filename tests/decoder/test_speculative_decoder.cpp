@@ -104,6 +104,30 @@ TEST_CASE("decoder rejects bad arguments", "[decoder][errors]") {
   REQUIRE_THROWS_AS(d.generate(prompt, {.sampling = {.temperature = -1.0f}}), specdec::invalid_argument);
 }
 
+TEST_CASE("on_tokens callbacks cannot break the run: a nested generate and an added request are refused", "[decoder][errors]") {
+  llama_model<double> target(cfg, weights(), 4, 512);
+  decoder d(target);
+  // a callback that runs the decoder again (the batch is empty then: both requests finish in step 1)
+  const std::vector<std::vector<std::int32_t>> two{prompt, prompt};
+  generation_options nested{.max_new_tokens = 1};
+  nested.on_tokens = [&](int, std::span<const std::int32_t>) { (void)d.generate(prompt, {.max_new_tokens = 1}); };
+  REQUIRE_THROWS_WITH(d.generate_batch(two, nested), Catch::Contains("not called from its own on_tokens callback"));
+  CHECK(d.batch().active() == 0);
+  // a callback that adds a request the decoder did not start
+  generation_options adds{.max_new_tokens = 4};
+  bool added = false;
+  adds.on_tokens = [&](int, std::span<const std::int32_t>) {
+    if (!added) added = true, (void)d.batch().add_request(999, prompt, {.max_new_tokens = 4});
+  };
+  REQUIRE_THROWS_WITH(d.generate(prompt, adds), Catch::Contains("an on_tokens callback added one"));
+  CHECK(d.batch().abort(999));
+  // the callback sees the step's tokens, which the result then holds in the same order
+  std::vector<std::int32_t> seen;
+  generation_options streams{.max_new_tokens = 12};
+  streams.on_tokens = [&](int, std::span<const std::int32_t> t) { seen.insert(seen.end(), t.begin(), t.end()); };
+  CHECK(d.generate(prompt, streams).tokens == seen);
+}
+
 namespace {
 // Policies whose declared traits (decoder/pairing.hpp) promise more than they deliver in a run: a
 // builder that declares chains but branches, and a drafter able to draw i.i.d. drafts that gives two

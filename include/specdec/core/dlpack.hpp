@@ -9,6 +9,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -97,8 +98,9 @@ template <class T>
 
 //! Views a DLTensor as strided_view<T, Rank> after checking it: dtype (code, bits, lanes) equals T's,
 //! ndim == Rank, the device type is supported (see memory_space_of), shape is non-negative, data is
-//! non-null unless the tensor is empty, and data + byte_offset is aligned for T. Null strides mean
-//! compact row-major (DLPack's convention); otherwise strides are taken as given, in elements.
+//! non-null unless the tensor is empty, data + byte_offset does not wrap and is aligned for T. Null
+//! strides mean compact row-major (DLPack's convention); otherwise strides are taken as given, in
+//! elements, if every element's byte offset fits int64 (require_array).
 //! Violations throw specdec::invalid_argument naming `function`, `argument`, the expectation and what
 //! was found. O(Rank).
 template <class T, int Rank>
@@ -133,11 +135,20 @@ template <class T, int Rank>
   }
   require(numel == 0 || t.data != nullptr, function, argument, "non-null data for a non-empty tensor", "nullptr");
   char* base = static_cast<char*>(const_cast<void*>(static_cast<const void*>(t.data)));
-  if (base != nullptr) base += t.byte_offset;
+  if (base != nullptr) {
+    const auto at = reinterpret_cast<std::uintptr_t>(base);
+    if (!(t.byte_offset <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+          at + t.byte_offset >= at)) [[unlikely]]
+      throw_invalid_argument(function, argument, "data + byte_offset within the address space",
+                             "byte_offset " + std::to_string(t.byte_offset));
+    base += t.byte_offset;
+  }
   require(reinterpret_cast<std::uintptr_t>(base) % alignof(T) == 0, function, argument,
           "data + byte_offset aligned to " + std::to_string(alignof(T)) + " bytes",
           "byte_offset " + std::to_string(t.byte_offset));
-  return strided_view<T, Rank>(reinterpret_cast<T*>(base), extents, strides, space);
+  const strided_view<T, Rank> view(reinterpret_cast<T*>(base), extents, strides, space);
+  require_array(function, argument, view);  // strides whose reach overflows are refused here
+  return view;
 }
 
 //! from_dlpack on the DLTensor inside a DLManagedTensor (ownership stays with the caller).

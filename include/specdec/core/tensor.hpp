@@ -177,12 +177,33 @@ template <class V>
 concept uint64_array =
     tensor_like<V> && (V::rank == 1) && std::is_same_v<std::remove_cv_t<typename V::element_type>, std::uint64_t>;
 
-//! The first and last byte any index of v reaches ({1, 0}, empty, when an extent is 0).
+//! True when every element of a non-empty v lies within int64 bytes of data(): the sum over the
+//! dimensions of (extent - 1) |stride|, times the element size, fits int64 (a view past that wraps
+//! the address arithmetic of every kernel; require_array refuses it). Extents non-negative.
+template <class V>
+[[nodiscard]] bool addressable(const V& v) noexcept {
+  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(sizeof(typename V::element_type));
+  std::int64_t reach = 0;
+  for (int d = 0; d < V::rank; ++d) {
+    const std::int64_t e = v.extent(d) - 1, s = v.stride(d);
+    if (e <= 0 || s == 0) continue;
+    if (s == std::numeric_limits<std::int64_t>::min()) return false;
+    const std::int64_t a = s < 0 ? -s : s;
+    if (e > (limit - reach) / a) return false;
+    reach += e * a;
+  }
+  return true;
+}
+
+//! The first and last byte any index of v reaches ({1, 0}, empty, when an extent is 0; the whole
+//! address space when the view is not addressable, so that it overlaps everything).
 template <class V>
 [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> view_byte_span(const V& v) noexcept {
+  for (int d = 0; d < V::rank; ++d)
+    if (v.extent(d) <= 0) return {1, 0};
+  if (!addressable(v)) return {0, std::numeric_limits<std::uintptr_t>::max()};
   std::int64_t lo = 0, hi = 0;
   for (int d = 0; d < V::rank; ++d) {
-    if (v.extent(d) == 0) return {1, 0};
     const std::int64_t reach = (v.extent(d) - 1) * v.stride(d);
     (reach < 0 ? lo : hi) += reach;
   }
@@ -226,6 +247,13 @@ void require_array(std::string_view function, std::string_view argument, const V
   }
   if (!empty && v.data() == nullptr) [[unlikely]]
     throw_invalid_argument(function, argument, "a non-null data pointer (the view has elements)", "nullptr");
+  if (!empty && !detail::addressable(v)) [[unlikely]] {
+    std::ostringstream os;
+    os << "strides [";
+    for (int i = 0; i < V::rank; ++i) os << (i ? ", " : "") << v.stride(i);
+    os << "] for shape " << shape_string(v);
+    throw_invalid_argument(function, argument, "element offsets whose bytes fit int64", os.str());
+  }
 }
 
 //! True when distinct indices of v address distinct elements, so a view written by several threads

@@ -88,14 +88,42 @@ struct target_batch {
   std::span<const token_tree* const> request_trees;
   [[nodiscard]] int size() const noexcept { return static_cast<int>(slots.size()); }
   [[nodiscard]] std::int32_t total_rows() const noexcept { return row_indptr.empty() ? 0 : row_indptr.back(); }
-  //! Entry b's tree as (tokens, parents) spans of local node indices.
-  [[nodiscard]] std::span<const std::int32_t> tokens(int b) const noexcept {
+  //! Entry b's tree as (tokens, parents) spans of local node indices. b in [0, size()), else
+  //! invalid_argument.
+  [[nodiscard]] std::span<const std::int32_t> tokens(int b) const {
+    const int n = trees.num_nodes(checked_entry(b, "specdec::target_batch::tokens"));
     return trees.tokens().subspan(static_cast<std::size_t>(trees.node_indptr()[static_cast<std::size_t>(b)]),
-                                  static_cast<std::size_t>(trees.num_nodes(b)));
+                                  static_cast<std::size_t>(n));
   }
-  [[nodiscard]] std::span<const std::int32_t> parents(int b) const noexcept {
+  [[nodiscard]] std::span<const std::int32_t> parents(int b) const {
+    const int n = trees.num_nodes(checked_entry(b, "specdec::target_batch::parents"));
     return trees.parents().subspan(static_cast<std::size_t>(trees.node_indptr()[static_cast<std::size_t>(b)]),
-                                   static_cast<std::size_t>(trees.num_nodes(b)));
+                                   static_cast<std::size_t>(n));
+  }
+  //! The batch's arrays agree (what speculative_batch builds; a hand-built one passed to a target
+  //! helper is checked with this): B slots, roots, trees and request_trees, B + 1 row offsets from 0,
+  //! non-decreasing, n_b + 1 rows for entry b. Throws invalid_argument naming `fn`. O(B).
+  void validate(std::string_view fn) const {
+    const auto B = static_cast<std::size_t>(size());
+    require_equal(fn, "batch.roots.size()", B, roots.size());
+    require_equal(fn, "batch.request_trees.size()", B, request_trees.size());
+    require_equal(fn, "batch.trees.num_requests()", B, static_cast<std::size_t>(trees.num_requests()));
+    require_equal(fn, "batch.row_indptr.size()", B + 1, row_indptr.size());
+    detail::validate_indptr(fn, "batch", "row_indptr", row_indptr.data(), static_cast<std::int64_t>(B));
+    for (std::size_t e = 0; e < B; ++e) {
+      require(request_trees[e] != nullptr, fn, "batch.request_trees[b]", "non-null", "nullptr");
+      if (!(row_indptr[e + 1] - row_indptr[e] == request_trees[e]->size() + 1)) [[unlikely]]
+        throw_invalid_argument(fn, "batch.row_indptr",
+                               "n_b + 1 rows for entry " + std::to_string(e) + " (its tree has " +
+                                   std::to_string(request_trees[e]->size()) + " nodes)",
+                               row_indptr[e + 1] - row_indptr[e]);
+    }
+  }
+
+ private:
+  [[nodiscard]] int checked_entry(int b, std::string_view fn) const {
+    require_in_range(fn, "b", b, 0, size() - 1);
+    return b;
   }
 };
 

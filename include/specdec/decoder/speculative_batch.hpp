@@ -66,6 +66,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <span>
@@ -96,12 +97,17 @@ namespace specdec {
 //! draft and verification streams of one (request, step) never coincide.
 inline constexpr std::uint64_t draft_seed_mix = 0x9e3779b97f4a7c15ull;
 
+//! The deepest chain a request may draft per step (generation_options::draft_depth). Far beyond what
+//! pays (the papers draft 4-10 levels; adaptive_depth plans up to 64), and it bounds what planning
+//! sizes per step.
+inline constexpr int max_draft_depth = 4096;
+
 //! Per-request generation options.
 struct generation_options {
   int max_new_tokens = 256;
   sampling_params sampling{.temperature = 0.0f};  //!< temperature 0 = greedy
   std::uint64_t seed = 0;
-  int draft_depth = 4;   //!< chain length each step drafts (with adaptive_depth: the largest)
+  int draft_depth = 4;   //!< chain length each step drafts (with adaptive_depth: the largest); <= max_draft_depth
   int draft_width = 3;   //!< alternatives per depth the drafter keeps
   std::optional<std::int32_t> eos{};
   std::vector<std::vector<std::int32_t>> stop_sequences{};
@@ -111,7 +117,9 @@ struct generation_options {
   //! outputs keep their distribution but follow timing-dependent depths (not bit-reproducible).
   bool adaptive_depth = false;
   //! speculative_decoder only: called with each step's newly emitted tokens of a request (after stop /
-  //! length truncation), `request` = the prompt's index. speculative_batch reports through step().
+  //! length truncation), `request` = the prompt's index, once the step's outputs are all taken. It
+  //! must not call generate again (refused) nor add requests to batch() (generate then throws).
+  //! speculative_batch reports through step().
   std::function<void(int request, std::span<const std::int32_t> tokens)> on_tokens{};
 };
 
@@ -159,8 +167,9 @@ class batched_target_adapter {
 
   strided_view<logit_type, 2> forward_batch(const target_batch& b) {
     constexpr std::string_view fn = "specdec::batched_target_adapter::forward_batch";
-    require_equal(fn, "request_trees.size()", static_cast<std::size_t>(b.size()), b.request_trees.size());
+    b.validate(fn);
     const std::int64_t V = target_->vocab_size();
+    require(V >= 1, fn, "target.vocab_size()", ">= 1", V);
     rows_.resize(static_cast<std::size_t>(b.total_rows()) * static_cast<std::size_t>(V));
     for (int e = 0; e < b.size(); ++e) {
       const auto first = static_cast<std::size_t>(b.row_indptr[static_cast<std::size_t>(e)]);
@@ -249,14 +258,16 @@ class speculative_batch {
 
   //! Runs one speculative step for every active request (see the file comment) and returns one
   //! step_output per request that was active, in slot order. The span is valid until the next call of
-  //! step, add_request or abort. O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
+  //! step, add_request or abort. When target.release throws for a finished request, every finished
+  //! request has still left the batch and been released, and the first exception propagates (the
+  //! step's outputs are then lost). O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
   std::span<const step_output> step() {
     out_count_ = 0;
     order_.clear();
     for (int r = 0; r < max_requests(); ++r)
       if (req_[static_cast<std::size_t>(r)].used) order_.push_back(r);
     if (order_.empty()) return {};
-    const int V = target_->vocab_size();
+    const int V = target_vocab("specdec::speculative_batch::step");
 
     // 1. depths (adaptive_depth: planned over the batch), drafts and trees, per request on this thread
     //    (drafters keep per-slot state)
@@ -382,6 +393,7 @@ class speculative_batch {
     metrics_.add_ms(decode_phase::verify, 1e3 * verify_s);
 
     // 5. outputs; finished requests leave
+    leaving_.clear();
     std::size_t k = 0;
     for (const int r : order_) {
       auto& s = req_[static_cast<std::size_t>(r)];
@@ -398,8 +410,20 @@ class speculative_batch {
       }
       out.reason = s.reason;
       out.stats = s.stats;
-      if (out.finished) leave(r);
+      if (out.finished) vacate(r), leaving_.push_back(r);
     }
+    // every finished request has left before the target hears of any (a throwing release must not
+    // leave a finished request generating); the first exception is rethrown after every release
+    std::exception_ptr failed;
+    for (const int r : leaving_) {
+      try {
+        release(r);
+      } catch (...) {
+        if (!failed) failed = std::current_exception();
+      }
+    }
+    leaving_.clear();
+    if (failed) std::rethrow_exception(failed);
     return {outputs_.data(), out_count_};
   }
 
@@ -471,7 +495,8 @@ class speculative_batch {
   void validate_request(std::string_view fn, std::span<const std::int32_t> prompt, const generation_options& opt,
                         std::string_view prompt_arg = "prompt") const {
     require(opt.max_new_tokens >= 0, fn, "options.max_new_tokens", ">= 0", opt.max_new_tokens);
-    require(opt.draft_depth >= 0, fn, "options.draft_depth", ">= 0", opt.draft_depth);
+    require(opt.draft_depth >= 0 && opt.draft_depth <= max_draft_depth, fn, "options.draft_depth",
+            "in [0, max_draft_depth = " + std::to_string(max_draft_depth) + "]", opt.draft_depth);
     require(opt.draft_width >= 1, fn, "options.draft_width", ">= 1", opt.draft_width);
     require(!opt.adaptive_depth || opt.draft_depth <= 64, fn, "options.draft_depth",
             "<= 64 with adaptive_depth (the depths it plans over)", opt.draft_depth);
@@ -481,12 +506,18 @@ class speculative_batch {
     for (const auto& seq : opt.stop_sequences)
       require(!seq.empty(), fn, "options.stop_sequences", "non-empty sequences", "an empty one");
     require(!prompt.empty(), fn, prompt_arg, "a non-empty prompt", prompt.size());
-    const int V = target_->vocab_size();
+    const int V = target_vocab(fn);
     for (auto t : prompt) require_in_range(fn, std::string(prompt_arg) + "[j]", t, 0, V - 1);
   }
 
  private:
   using clock = std::chrono::steady_clock;
+  //! target.vocab_size(), read where it is used (a user's target may change it): >= 1.
+  [[nodiscard]] int target_vocab(std::string_view fn) const {
+    const int V = target_->vocab_size();
+    require(V >= 1, fn, "target.vocab_size()", ">= 1", V);
+    return V;
+  }
   //! A verifier (the library's or a user's) must accept a root path of the tree, in path order, and
   //! add a bonus token of the vocabulary: the target commits those rows and the tokens are emitted.
   static void check_verify_result(const verify_result& result, const token_tree& tree, int vocab) {
@@ -868,7 +899,7 @@ class speculative_batch {
   void calibrate(int slot) {
     const auto t0 = clock::now();
     auto& s = req_[static_cast<std::size_t>(slot)];
-    const int V = target_->vocab_size();
+    const int V = target_vocab("specdec::speculative_batch::calibrate_costs");
     const std::array<int, 1> slots{slot};
     const std::array<std::int32_t, 1> roots{s.tokens.back()};
     std::vector<int> counts;  // no more rows than the longest chain this request may draft (its room)
@@ -960,10 +991,16 @@ class speculative_batch {
   }
 
   void leave(int slot) {
+    vacate(slot);
+    release(slot);
+  }
+  void vacate(int slot) {
     auto& s = req_[static_cast<std::size_t>(slot)];
     s.used = false;
     s.finished_now = false;
     --active_;
+  }
+  void release(int slot) {
     if constexpr (target_has_release<Target>) target_->release(slot);
   }
 
@@ -995,7 +1032,7 @@ class speculative_batch {
   decoder_stats stats_;
   decode_metrics metrics_;
   // per-step scratch, reused
-  std::vector<int> order_, running_, slots_;
+  std::vector<int> order_, running_, slots_, leaving_;
   std::vector<std::int32_t> roots_, row_indptr_;
   std::vector<const token_tree*> tree_ptrs_;
   token_tree_batch trees_;

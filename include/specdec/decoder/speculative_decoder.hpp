@@ -83,6 +83,7 @@ class speculative_decoder {
                                                 const generation_options& opt,
                                                 std::span<const std::uint32_t> request_ids = {}) {
     constexpr std::string_view fn = "specdec::speculative_decoder::generate";
+    require(!generating_, fn, "generate", "not called from its own on_tokens callback", "a nested call");
     require(batch_.active() == 0, fn, "batch()", "no request left active by a caller of batch()", batch_.active());
     require(!prompts.empty() && static_cast<int>(prompts.size()) <= batch_.max_requests(), fn, "prompts.size()",
             "in [1, target.max_requests() = " + std::to_string(batch_.max_requests()) + "]", prompts.size());
@@ -102,15 +103,31 @@ class speculative_decoder {
       // an empty batch fills slots from 0, so prompt i lands in slot i
       (void)batch_.add_request(ids[i], prompts[i], opt);
     }
+    // The step's outputs are taken in full before any on_tokens callback runs: a callback that calls
+    // into batch() cannot invalidate them, and it is handed tokens the results own.
+    struct guard {
+      bool& flag;
+      explicit guard(bool& f) : flag(f) { flag = true; }
+      ~guard() { flag = false; }
+    } running(generating_);
+    std::vector<std::pair<std::size_t, std::size_t>> fresh;  // (prompt, where its new tokens start)
     try {
       while (batch_.active() > 0) {
+        fresh.clear();
         for (const step_output& out : batch_.step()) {
           const auto i = static_cast<std::size_t>(std::find(ids.begin(), ids.end(), out.id) - ids.begin());
+          if (i == R) [[unlikely]]
+            throw_invalid_argument(fn, "batch()", "only the requests generate started (an on_tokens callback added one)",
+                                   "request id " + std::to_string(out.id));
           auto& res = results[i];
+          fresh.emplace_back(i, res.tokens.size());
           res.tokens.insert(res.tokens.end(), out.tokens.begin(), out.tokens.end());
           if (out.finished) res.reason = out.reason;
-          if (opt.on_tokens && !out.tokens.empty()) opt.on_tokens(static_cast<int>(i), out.tokens);
         }
+        if (opt.on_tokens)
+          for (const auto& [i, from] : fresh)
+            if (results[i].tokens.size() > from)
+              opt.on_tokens(static_cast<int>(i), std::span<const std::int32_t>(results[i].tokens).subspan(from));
       }
     } catch (...) {
       for (auto id : ids) batch_.abort(id);  // leave the batch empty for the next call
@@ -121,6 +138,7 @@ class speculative_decoder {
 
  private:
   batch_type batch_;
+  bool generating_ = false;  // inside generate / generate_batch (a nested call from on_tokens is refused)
 };
 
 }  // namespace specdec
