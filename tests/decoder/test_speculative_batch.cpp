@@ -728,6 +728,14 @@ TEST_CASE("a target that misbehaves through its own type is refused: vocabulary,
     REQUIRE_THROWS_WITH(b.calibrate_costs(7), Contains("'target.vocab_size()'") && Contains("got 0"));
     REQUIRE_THROWS_WITH(b.step(), Contains("'target.vocab_size()'"));
   }
+  {  // it shrinks below the request's last token: the root is refused before the forward
+    toy_next t;
+    t.switch_at = 1, t.vocab_after = 3;
+    speculative_batch<toy_next, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+    b.add_request(7, p, {.max_new_tokens = 4});
+    REQUIRE_THROWS_WITH(b.step(), Contains("'root (the request's last token)'") && Contains("got 3"));
+    CHECK(b.tokens(7).size() == 3);
+  }
   {  // draft_depth is bounded for every request, adaptive or not (planning sizes arrays by it)
     toy_next t;
     speculative_batch<toy_next, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);

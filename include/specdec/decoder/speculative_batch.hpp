@@ -289,6 +289,10 @@ class speculative_batch {
       // A drafter or tree builder (the library's or a user's) must propose tokens of the target's
       // vocabulary, checked before the target's forward indexes its embedding rows with them.
       detail::check_context(s.tree.tokens(), V, "specdec::speculative_batch::step", "drafted tree");
+      // and the root, the request's last token, is one (a target whose vocabulary shrank would not
+      // have an embedding row for it)
+      detail::check_context(std::span<const std::int32_t>(&s.tokens.back(), 1), V, "specdec::speculative_batch::step",
+                            "root (the request's last token)");
       s.phase_draft = std::chrono::duration<double>(tb - td).count();
       s.phase_build = seconds(tb);
       running_.push_back(r);
