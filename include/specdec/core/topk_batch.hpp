@@ -99,7 +99,7 @@ void topk_batch(const Policy& policy, const Values& values_in, int k, const Indi
   require_policy_memory<Policy>(fn, "values", values);
   require_policy_memory<Policy>(fn, "out_indices", out_indices);
   require_policy_memory<Policy>(fn, "out_values", out_values);
-  require_array(fn, "values", values);
+  require_array(fn, "values", values);  // non-negative extents, non-null data when non-empty, addressable
   const std::int64_t rows = values.extent(0), n = values.extent(1);
   require(n <= INT32_MAX, fn, "values", "at most 2^31 - 1 entries per row (extent 1)", n);
   require_in_range(fn, "k", k, 0, static_cast<int>(n));
@@ -115,7 +115,6 @@ void topk_batch(const Policy& policy, const Values& values_in, int k, const Indi
   require_unique_elements(fn, "out_values", out_values);
   require_outputs_apart(fn, std::forward_as_tuple("out_indices", out_indices, "out_values", out_values),
                         std::forward_as_tuple("values", values));
-  require(rows == 0 || n == 0 || values.data() != nullptr, fn, "values", "a non-null data pointer", "nullptr");
   if (rows == 0 || k == 0) return;
   require(out_indices.data() != nullptr && out_values.data() != nullptr, fn, "out_indices", "non-null outputs",
           "nullptr");

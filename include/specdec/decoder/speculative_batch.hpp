@@ -156,6 +156,17 @@ struct step_output {
   decoder_stats stats;               //!< the request's statistics so far (final when finished)
 };
 
+namespace detail {
+//! target.vocab_size(), read where it is used (a user's target may change it): >= 1, else
+//! invalid_argument naming `fn`.
+template <class Target>
+[[nodiscard]] int checked_vocab_size(const Target& target, std::string_view fn) {
+  const int V = target.vocab_size();
+  require(V >= 1, fn, "target.vocab_size()", ">= 1", V);
+  return V;
+}
+}  // namespace detail
+
 //! A target with only the per-request forward as a batched one: forward_batch runs forward(slot,
 //! root, tree, rows) per entry into one host buffer [total_rows, V] of logit_type and returns it.
 template <class Target>
@@ -168,8 +179,7 @@ class batched_target_adapter {
   strided_view<logit_type, 2> forward_batch(const target_batch& b) {
     constexpr std::string_view fn = "specdec::batched_target_adapter::forward_batch";
     b.validate(fn);
-    const std::int64_t V = target_->vocab_size();
-    require(V >= 1, fn, "target.vocab_size()", ">= 1", V);
+    const std::int64_t V = detail::checked_vocab_size(*target_, fn);
     rows_.resize(static_cast<std::size_t>(b.total_rows()) * static_cast<std::size_t>(V));
     for (int e = 0; e < b.size(); ++e) {
       const auto first = static_cast<std::size_t>(b.row_indptr[static_cast<std::size_t>(e)]);
@@ -267,7 +277,7 @@ class speculative_batch {
     for (int r = 0; r < max_requests(); ++r)
       if (req_[static_cast<std::size_t>(r)].used) order_.push_back(r);
     if (order_.empty()) return {};
-    const int V = target_vocab("specdec::speculative_batch::step");
+    const int V = detail::checked_vocab_size(*target_, "specdec::speculative_batch::step");
 
     // 1. depths (adaptive_depth: planned over the batch), drafts and trees, per request on this thread
     //    (drafters keep per-slot state)
@@ -426,7 +436,6 @@ class speculative_batch {
         if (!failed) failed = std::current_exception();
       }
     }
-    leaving_.clear();
     if (failed) std::rethrow_exception(failed);
     return {outputs_.data(), out_count_};
   }
@@ -510,18 +519,12 @@ class speculative_batch {
     for (const auto& seq : opt.stop_sequences)
       require(!seq.empty(), fn, "options.stop_sequences", "non-empty sequences", "an empty one");
     require(!prompt.empty(), fn, prompt_arg, "a non-empty prompt", prompt.size());
-    const int V = target_vocab(fn);
+    const int V = detail::checked_vocab_size(*target_, fn);
     for (auto t : prompt) require_in_range(fn, std::string(prompt_arg) + "[j]", t, 0, V - 1);
   }
 
  private:
   using clock = std::chrono::steady_clock;
-  //! target.vocab_size(), read where it is used (a user's target may change it): >= 1.
-  [[nodiscard]] int target_vocab(std::string_view fn) const {
-    const int V = target_->vocab_size();
-    require(V >= 1, fn, "target.vocab_size()", ">= 1", V);
-    return V;
-  }
   //! A verifier (the library's or a user's) must accept a root path of the tree, in path order, and
   //! add a bonus token of the vocabulary: the target commits those rows and the tokens are emitted.
   static void check_verify_result(const verify_result& result, const token_tree& tree, int vocab) {
@@ -903,7 +906,7 @@ class speculative_batch {
   void calibrate(int slot) {
     const auto t0 = clock::now();
     auto& s = req_[static_cast<std::size_t>(slot)];
-    const int V = target_vocab("specdec::speculative_batch::calibrate_costs");
+    const int V = detail::checked_vocab_size(*target_, "specdec::speculative_batch::calibrate_costs");
     const std::array<int, 1> slots{slot};
     const std::array<std::int32_t, 1> roots{s.tokens.back()};
     std::vector<int> counts;  // no more rows than the longest chain this request may draft (its room)

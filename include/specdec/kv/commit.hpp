@@ -89,8 +89,8 @@ void require_commit_rows(std::span<const L> layers, int request, std::int64_t fi
     std::size_t layer;
     bool v;
   };
-  std::vector<row_at> rows;
-  rows.reserve(2 * layers.size());
+  thread_local std::vector<row_at> rows;  // kept between commits: no allocation per call
+  rows.clear();
   for (std::size_t l = 0; l < layers.size(); ++l)
     if (host_accessible(layers[l].space())) {
       rows.push_back({layers[l].k_row(request, static_cast<int>(first), 0), l, false});
