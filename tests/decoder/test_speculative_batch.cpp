@@ -5,6 +5,7 @@
 // device logits are refused; bad requests are rejected before the target is touched.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -686,10 +687,14 @@ struct toy_next {
   int vocab_after = -1, switch_at = 1 << 30;
   int releases = 0;
   bool throw_on_first_release = false;
+  std::function<void()> on_prefill, on_forward, on_release;  // a target that calls back into its batch
   int vocab_size() const { return ++vocab_calls > switch_at ? vocab_after : V; }
   int max_requests() const { return 4; }
-  void prefill(int, std::span<const std::int32_t>) {}
+  void prefill(int, std::span<const std::int32_t>) {
+    if (on_prefill) on_prefill();
+  }
   void forward(int, std::int32_t root, const token_tree& t, std::span<float> logits) {
+    if (on_forward) on_forward();
     const auto n = static_cast<std::size_t>(t.size());
     const std::size_t v = logits.size() / (n + 1);
     std::fill(logits.begin(), logits.end(), 0.0f);
@@ -698,6 +703,7 @@ struct toy_next {
   }
   void commit(int, std::span<const std::int32_t>) {}
   void release(int) {
+    if (on_release) on_release();
     if (releases++ == 0 && throw_on_first_release) throw std::runtime_error("release failed once");
   }
 };
@@ -772,6 +778,36 @@ TEST_CASE("a target that misbehaves through its own type is refused: vocabulary,
     REQUIRE_THROWS_WITH(tb.tokens(3), Contains("target_batch::tokens") && Contains("'b'"));
     REQUIRE_THROWS_WITH(tb.parents(-1), Contains("target_batch::parents"));
     CHECK(tb.tokens(1).empty());
+  }
+  {  // a target that calls back into the batch that is calling it: refused, and the batch still works
+    toy_next t;
+    using batch_t = speculative_batch<toy_next, ngram_drafter, trie_tree_builder, greedy_verifier>;
+    batch_t b(t);
+    const std::string refused = "re-entrant call";
+    t.on_prefill = [&] { (void)b.add_request(9, p); };
+    REQUIRE_THROWS_WITH(b.add_request(1, p, {.max_new_tokens = 4}),
+                        Contains("add_request") && Contains("not made from the batch's own target") &&
+                            Contains("got a re-entrant call"));
+    CHECK(b.active() == 0);
+    t.on_prefill = {};
+    b.add_request(1, p, {.max_new_tokens = 4});
+    b.add_request(2, p, {.max_new_tokens = 1});
+    for (const auto& call : std::vector<std::function<void()>>{[&] { (void)b.step(); }, [&] { (void)b.abort(2); },
+                                                               [&] { (void)b.add_request(3, p); },
+                                                               [&] { b.calibrate_costs(1); }}) {
+      t.on_forward = call;
+      REQUIRE_THROWS_WITH(b.step(), Contains(refused));
+      CHECK(b.active() == 2);
+      CHECK(b.tokens(1).size() == 3);  // nothing committed by the refused step
+    }
+    t.on_forward = {};
+    t.on_release = [&] { (void)b.abort(1); };  // request 2 finishes in this step and is released
+    REQUIRE_THROWS_WITH(b.step(), Contains(refused));
+    CHECK_FALSE(b.contains(2));
+    CHECK(b.contains(1));
+    t.on_release = {};
+    CHECK(b.step().size() == 1);  // the batch is usable again after every refusal
+    CHECK(b.abort(1));
   }
   {  // logits rows whose offsets overflow are refused before a row is read
     far_rows t;

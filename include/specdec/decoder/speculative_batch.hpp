@@ -165,6 +165,24 @@ template <class Target>
   require(V >= 1, fn, "target.vocab_size()", ">= 1", V);
   return V;
 }
+
+//! Marks an object busy for one call that runs user code (a target, drafter, builder, verifier or
+//! callback): the same object called again from that code is refused (invalid_argument naming `fn`,
+//! `expected` saying from where the call may not come) instead of rewriting the state the outer call
+//! is still using. The flag is cleared when the scope ends, by return or by exception.
+class busy_scope {
+ public:
+  busy_scope(bool& busy, std::string_view fn, std::string_view expected) : busy_(busy) {
+    require(!busy, fn, "the call", expected, "a re-entrant call");
+    busy_ = true;
+  }
+  ~busy_scope() { busy_ = false; }
+  busy_scope(const busy_scope&) = delete;
+  busy_scope& operator=(const busy_scope&) = delete;
+
+ private:
+  bool& busy_;
+};
 }  // namespace detail
 
 //! A target with only the per-request forward as a batched one: forward_batch runs forward(slot,
@@ -228,6 +246,7 @@ class speculative_batch {
   //! an argument is invalid or no slot is free (free_slots() == 0).
   int add_request(std::uint32_t id, std::span<const std::int32_t> prompt, const generation_options& opt = {}) {
     constexpr std::string_view fn = "specdec::speculative_batch::add_request";
+    const detail::busy_scope busy(busy_, fn, not_from_callbacks);
     require(find(id) < 0, fn, "id", "an id that is not active", id);
     validate_request(fn, prompt, opt);
     int slot = 0;
@@ -260,6 +279,7 @@ class speculative_batch {
   //! Removes request `id` between steps (its slot becomes free; target.release(slot) when the target
   //! has it). Returns false when no such request is active. Other requests are untouched.
   bool abort(std::uint32_t id) {
+    const detail::busy_scope busy(busy_, "specdec::speculative_batch::abort", not_from_callbacks);
     const int slot = find(id);
     if (slot < 0) return false;
     leave(slot);
@@ -272,6 +292,7 @@ class speculative_batch {
   //! request has still left the batch and been released, and the first exception propagates (the
   //! step's outputs are then lost). O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
   std::span<const step_output> step() {
+    const detail::busy_scope busy(busy_, "specdec::speculative_batch::step", not_from_callbacks);
     out_count_ = 0;
     order_.clear();
     for (int r = 0; r < max_requests(); ++r)
@@ -495,6 +516,7 @@ class speculative_batch {
   //! stats().calibrate_s. Throws invalid_argument when `id` is not active or has nothing left to
   //! generate.
   void calibrate_costs(std::uint32_t id) {
+    const detail::busy_scope busy(busy_, "specdec::speculative_batch::calibrate_costs", not_from_callbacks);
     const int slot = slot_of(id);
     require(remaining(req_[static_cast<std::size_t>(slot)]) >= 1, "specdec::speculative_batch::calibrate_costs", "id",
             "a request with tokens left to generate", id);
@@ -1036,6 +1058,11 @@ class speculative_batch {
   typename adapter_for<Target>::type adapter_;
   std::vector<request_state> req_;
   int active_ = 0;
+  // inside add_request, abort, step or calibrate_costs: the target, drafter, builder and verifier
+  // they call may not call them again (the step's scratch and the slots would change under it)
+  bool busy_ = false;
+  static constexpr std::string_view not_from_callbacks =
+      "not made from the batch's own target, drafter, tree builder or verifier while a call of the batch runs";
   decoder_stats stats_;
   decode_metrics metrics_;
   // per-step scratch, reused

@@ -83,7 +83,7 @@ class speculative_decoder {
                                                 const generation_options& opt,
                                                 std::span<const std::uint32_t> request_ids = {}) {
     constexpr std::string_view fn = "specdec::speculative_decoder::generate";
-    require(!generating_, fn, "generate", "not called from its own on_tokens callback", "a nested call");
+    const detail::busy_scope running(generating_, fn, "not called from its own on_tokens callback");
     require(batch_.active() == 0, fn, "batch()", "no request left active by a caller of batch()", batch_.active());
     require(!prompts.empty() && static_cast<int>(prompts.size()) <= batch_.max_requests(), fn, "prompts.size()",
             "in [1, target.max_requests() = " + std::to_string(batch_.max_requests()) + "]", prompts.size());
@@ -105,11 +105,6 @@ class speculative_decoder {
     }
     // The step's outputs are taken in full before any on_tokens callback runs: a callback that calls
     // into batch() cannot invalidate them, and it is handed tokens the results own.
-    struct guard {
-      bool& flag;
-      explicit guard(bool& f) : flag(f) { flag = true; }
-      ~guard() { flag = false; }
-    } running(generating_);
     std::vector<std::pair<std::size_t, std::size_t>> fresh;  // (prompt, where its new tokens start)
     try {
       while (batch_.active() > 0) {
