@@ -113,4 +113,25 @@ struct device_penalty_context {
   }
 };
 
+//! A user's KV layout in managed memory (so the host can read its mapping) over `tokens` packed rows
+//! of one request: token `hole`'s K and V rows are null. The cuda entry points must refuse it on the
+//! host, as the host passes do, before a kernel dereferences the null row. Its rows are never read.
+template <class T>
+struct holed_layout {
+  using value_type = T;
+  T* rows = nullptr;
+  int tokens = 3, hole = 1, kv_heads = 1, dim = 64;
+  specdec::memory_space where = specdec::memory_space::managed;
+  SPECDEC_HOST_DEVICE int num_requests() const { return 1; }
+  SPECDEC_HOST_DEVICE int num_kv_heads() const { return kv_heads; }
+  SPECDEC_HOST_DEVICE int head_dim() const { return dim; }
+  SPECDEC_HOST_DEVICE int length(int) const { return tokens; }
+  SPECDEC_HOST_DEVICE int capacity(int) const { return tokens; }
+  SPECDEC_HOST_DEVICE T* k_row(int, int t, int h) const {
+    return t == hole ? nullptr : rows + (static_cast<std::ptrdiff_t>(t) * kv_heads + h) * dim;
+  }
+  SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const { return k_row(r, t, h); }
+  specdec::memory_space space() const { return where; }
+};
+
 }  // namespace specdec_test

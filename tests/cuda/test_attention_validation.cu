@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "cuda/cuda_test_util.cuh"
 #include "cuda/test_attention_common.cuh"
 #include "specdec/attention/decode_attention.cuh"
 #include "specdec/attention/hybrid_tree_attention.cuh"
@@ -94,6 +95,13 @@ TEST_CASE("cuda decode_attention rejects bad inputs before any CUDA call", "[cud
     auto cm = a.cache;
     cm.k = fake<bf>(0x800008);
     EXPECT_ARG(run(a.q, cm, a.ip, a.out, a.lse), fn, "'cache'");
+  }
+  SECTION("a user layout in managed memory with a null row between its corners") {
+    std::vector<bf> rows(static_cast<std::size_t>(3) * HKV * D);  // never read
+    specdec_test::holed_layout<bf> holed{.rows = rows.data(), .tokens = 3, .hole = 1, .kv_heads = HKV, .dim = D};
+    EXPECT_ARG(run(a.q, holed, a.ip, a.out, a.lse), fn, "non-null k_row for every row read (request 0, token 1");
+    EXPECT_ARG(specdec::hybrid_tree_attention(specdec::cuda{}, a.q, holed, a.k, a.v, a.ip, a.mask, a.out, a.lse),
+               "specdec::hybrid_tree_attention", "token 1");
   }
   SECTION("options") {
     EXPECT_ARG(run(a.q, a.cache, a.ip, a.out, a.lse, {.scale = std::numeric_limits<float>::infinity()}), fn,

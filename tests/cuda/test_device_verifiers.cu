@@ -182,6 +182,32 @@ TEST_CASE("cuda_greedy_verifier reports a bad tree value found on the device", "
   REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("verify_batch") && Catch::Contains("token of node 1"));
 }
 
+TEST_CASE("cuda_greedy_verifier checks the logits' shape, memory and row spacing before any CUDA call",
+          "[cuda][decoder][nogpu]") {
+  std::vector<float> fake(16 * V, 0.0f);  // never read: every call is refused on the host
+  const std::vector<std::int32_t> indptr{0, 2}, tokens{1, 2}, parents{-1, 0};  // N + B = 3 rows
+  const specdec::sampling_params greedy{.temperature = 0.0f};
+  const specdec::sampling_params* sp[] = {&greedy};
+  const std::uint64_t zero[] = {0};
+  specdec::cuda_greedy_verifier v{nullptr};
+  specdec::verify_batch_result out;
+  const auto refused = [&](std::int64_t rows, std::int64_t cols, std::int64_t stride, memory_space space) {
+    const specdec::batch_verify_input in{
+        indptr, tokens, parents,
+        specdec::strided_view<const float, 2>(fake.data(), {rows, cols}, {stride, 1}, space), sp, zero, zero};
+    try {
+      v.verify_batch(in, out);
+    } catch (const specdec::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("not refused on the host");
+  };
+  CHECK_THAT(refused(7, V, V, memory_space::device), Catch::Contains("'logits'") && Catch::Contains("shape [3, *]"));
+  CHECK_THAT(refused(3, 0, V, memory_space::device), Catch::Contains("'logits'") && Catch::Contains("vocab >= 1"));
+  CHECK_THAT(refused(3, V, 1, memory_space::device), Catch::Contains("rows at least vocab apart"));
+  CHECK_THAT(refused(3, V, V, memory_space::host), Catch::Contains("'logits'"));
+}
+
 TEST_CASE("cuda_greedy_verifier refuses a temperature, and penalties without committed tokens, before any CUDA call",
           "[cuda][decoder][nogpu]") {
   const specdec::sampling_params plain{.temperature = 0.0f}, rep{.temperature = 0.0f, .repetition_penalty = 1.1f},

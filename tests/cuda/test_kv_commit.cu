@@ -318,4 +318,20 @@ TEST_CASE("cuda kv_commit_in_place_batch rejects host layouts and bad shapes bef
                                                       dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
                                                       dev(st2)),
                     Catch::Contains("status"));
+  // more kv heads than the copy grid's y dimension holds (65535)
+  const std::vector<specdec::contiguous_kv<float>> wide{
+      {k.data(), v.data(), lens.data(), 2, CAP, 70000, 64, memory_space::device}};
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(wide), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      dev(st)),
+                    Catch::Contains("num_kv_heads()") && Catch::Contains("65535"));
+  // outputs over inputs: the device clears status before the check kernel reads node_indptr
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(dev_layers), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      specdec::make_view<1>(c.node_indptr.data(), {3}, memory_space::device)),
+                    Catch::Contains("'status'") && Catch::Contains("'node_indptr'"));
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(dev_layers), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted),
+                                                      dev(c.committed), dev(st)),
+                    Catch::Contains("'new_lengths'") && Catch::Contains("'committed_lengths'"));
 }

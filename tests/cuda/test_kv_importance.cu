@@ -195,6 +195,15 @@ TEST_CASE("cuda kv_importance_batch refuses host memory and too many kv_heads x 
   CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(big_q.data(), {2, 128, 128}, memory_space::device),
                                                  wide, specdec::make_view<3>(s.data(), {2, 128, 4}, memory_space::device), std_),
                     Catch::Contains("12288"));
+  // a user layout in managed memory whose row 1 is null: refused on the host, as the host backend does
+  std::vector<float> rows(3 * 2 * 64);  // never read
+  const specdec_test::holed_layout<float> holed{.rows = rows.data(), .tokens = 3, .hole = 1, .kv_heads = 2, .dim = 64};
+  std::vector<float> q1(4 * 64), s1(2 * 4);
+  CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(q1.data(), {1, 4, 64}, memory_space::managed),
+                                                 holed, specdec::make_view<3>(s1.data(), {1, 2, 4}, memory_space::managed),
+                                                 specdec::make_view<1>(st.data(), {3}, memory_space::managed)),
+                    Catch::Contains("kv_importance_batch") && Catch::Contains("non-null k_row") &&
+                        Catch::Contains("token 1"));
 }
 
 namespace {

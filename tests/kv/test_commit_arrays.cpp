@@ -141,6 +141,23 @@ TEST_CASE("kv_commit_in_place_batch (arrays, host) rejects bad values before wri
     bad.node_indptr[4] += 1;
     reject(bad, "accepted.extent(0)");
   }
+  {  // outputs over inputs: new_lengths over committed_lengths (even in place), status over node_indptr
+    auto cc = c;
+    std::vector<std::int32_t> st{8, 8, 8};
+    CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::host{}, std::span(layers), v1(cc.committed),
+                                                        v1(cc.node_indptr), v1(cc.accepted), v1(cc.num_accepted),
+                                                        v1(cc.committed), v1(st)),
+                      Catch::Contains("'new_lengths'") && Catch::Contains("'committed_lengths'"));
+    std::vector<std::int32_t> nl(R, -5);
+    CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::host{}, std::span(layers), v1(cc.committed),
+                                                        v1(cc.node_indptr), v1(cc.accepted), v1(cc.num_accepted), v1(nl),
+                                                        specdec::make_view<1>(cc.node_indptr.data(), {3})),
+                      Catch::Contains("'status'") && Catch::Contains("'node_indptr'"));
+    CHECK(cc.committed == c.committed);
+    CHECK(cc.node_indptr == c.node_indptr);
+    CHECK(nl == std::vector<std::int32_t>(R, -5));
+    CHECK(k == k0);
+  }
 }
 
 TEST_CASE("kv_commit_from_buffer_batch (arrays, host) equals kv_commit_from_buffer per request", "[kv][commit]") {

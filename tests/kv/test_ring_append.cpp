@@ -113,4 +113,20 @@ TEST_CASE("ring_append_batch rejects bad values before writing anything", "[kv][
                                                  v1(starts), v1(lengths), v1(s.status)),
                       Catch::Contains("the ring's own starts and lengths"));
   }
+  {  // outputs over inputs: status over node_indptr (the device clears status before reading the trees)
+    state s(R, hkv, d, 8, 0);
+    const auto ring = s.cache.layout();
+    auto wi = w;
+    const std::int64_t N = wi.node_indptr.back();
+    auto starts = specdec::make_view<1>(const_cast<std::int32_t*>(ring.mapping.starts), {ring.requests});
+    auto lengths = specdec::make_view<1>(const_cast<std::int32_t*>(ring.mapping.lengths), {ring.requests});
+    const auto before = wi.node_indptr;
+    CHECK_THROWS_WITH(specdec::ring_append_batch(specdec::host{}, ring, v1(wi.node_indptr), v1(wi.accepted),
+                                                 v1(wi.num_accepted), specdec::make_view<3>(wi.spec_k.data(), {N, hkv, d}),
+                                                 specdec::make_view<3>(wi.spec_v.data(), {N, hkv, d}), v1(s.appended),
+                                                 starts, lengths, specdec::make_view<1>(wi.node_indptr.data(), {3})),
+                      Catch::Contains("'status'") && Catch::Contains("'node_indptr'"));
+    CHECK(wi.node_indptr == before);
+    CHECK(s.appended == zeros);
+  }
 }

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <vector>
@@ -242,6 +243,21 @@ TEST_CASE("processors validate their inputs") {
   bad([](auto& p) { p.repetition_penalty = 0.5f; }, "params.repetition_penalty");
   bad([](auto& p) { p.contextual_penalty = 0.9f; }, "params.contextual_penalty");
   bad([](auto& p) { p.penalty_window = -1; }, "params.penalty_window");
+  // params filled as raw memory: a bool byte other than 0 or 1 is refused (reading it as bool is UB),
+  // also where process_logits_batch takes its params (batch_sampling_params_ok, host and device)
+  bad([](auto& p) {
+    const unsigned char two = 2;
+    std::memcpy(&p.contextual_sign_aware, &two, 1);
+    p.contextual_penalty = 2.0f;
+  }, "params.contextual_sign_aware");
+  {
+    specdec::sampling_params p;
+    const unsigned char byte = 0x80;
+    std::memcpy(&p.contextual_sign_aware, &byte, 1);
+    CHECK_FALSE(specdec::detail::batch_sampling_params_ok(p, true));
+    std::memcpy(&p.contextual_sign_aware, "\1", 1);
+    CHECK(specdec::detail::batch_sampling_params_ok(p, true));
+  }
   specdec::sampling_params p;
   const std::vector<std::int32_t> out_of_range{0, 3};
   auto r = row;

@@ -4,7 +4,10 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <span>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "specdec/core/philox.hpp"
 #include "specdec/sampling/logits_processor.hpp"
@@ -95,6 +98,31 @@ TEST_CASE("samplers validate their inputs") {
                       Catch::Contains("specdec::sample_from_probs") && Catch::Contains("'probs'"));
   REQUIRE_THROWS_WITH(specdec::sample_from_probs(std::vector<float>{0.0f, 0.0f}, rng), Catch::Contains("positive sum"));
   REQUIRE_THROWS_AS(specdec::sample_from_probs(std::vector<float>{}, rng), specdec::invalid_argument);
+}
+
+TEST_CASE("single-row samplers and processors refuse rows of 2^31 or more tokens (their ids would not fit int32)") {
+  // 2^31 floats of address space, never touched (each call throws before reading the row): zero
+  // pages reserved lazily, so the test costs no memory
+  const std::size_t n = std::size_t{1} << 31;
+  void* p = ::mmap(nullptr, n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  struct unmap {
+    void* p;
+    std::size_t bytes;
+    ~unmap() { ::munmap(p, bytes); }
+  } guard{p, n * sizeof(float)};
+  const std::span<float> row(static_cast<float*>(p), n);
+  specdec::philox_stream rng(1, 1);
+  specdec::sampling_workspace ws;
+  CHECK_THROWS_WITH(specdec::greedy_token(row), Catch::Contains("specdec::greedy_token") && Catch::Contains("at most 2^31 - 1 tokens"));
+  CHECK_THROWS_WITH(specdec::sample_token(row, rng), Catch::Contains("at most 2^31 - 1 tokens"));
+  CHECK_THROWS_WITH(specdec::sample_from_probs(row, rng), Catch::Contains("at most 2^31 - 1 tokens"));
+  CHECK_THROWS_WITH(specdec::logits_to_probs(row, row), Catch::Contains("at most 2^31 - 1 tokens"));
+  CHECK_THROWS_WITH(specdec::process_logits(row, {.temperature = 2.0f, .top_k = 5}, {}, ws),
+                    Catch::Contains("specdec::process_logits") && Catch::Contains("at most 2^31 - 1 tokens"));
+  CHECK_THROWS_WITH(specdec::process_tree_logits(specdec::make_view<2>(static_cast<float*>(p), {1, static_cast<std::int64_t>(n)}),
+                                                 {.temperature = 2.0f}, {}, {}, {}, ws),
+                    Catch::Contains("in [1, 2^31 - 1]"));
 }
 
 TEST_CASE("fast_exp is accurate on [-87.3, 0] and exactly 0 below") {

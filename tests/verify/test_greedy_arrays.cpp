@@ -191,6 +191,24 @@ TEST_CASE("verify_greedy_batch (arrays) checks shapes and memory spaces first", 
   CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
                                                  v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(o.emitted), dev),
                     Catch::Contains("status") && Catch::Contains("host-accessible"));
+  // bonus is checked like every other array: its memory space, its stride, a null pointer
+  const auto bonus_dev = specdec::make_view<1>(o.bonus.data(), {c.requests()}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
+                                                 v1(o.accepted), v1(o.num_accepted), bonus_dev, v1(o.emitted),
+                                                 v1(o.status)),
+                    Catch::Contains("'bonus'") && Catch::Contains("host-accessible"));
+  std::vector<std::int32_t> wide(2 * o.bonus.size());
+  const auto bonus_strided =
+      specdec::strided_view<std::int32_t, 1>(wide.data(), {static_cast<std::int64_t>(c.requests())}, {2});
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
+                                                 v1(o.accepted), v1(o.num_accepted), bonus_strided, v1(o.emitted),
+                                                 v1(o.status)),
+                    Catch::Contains("'bonus'"));
+  const auto bonus_null = specdec::strided_view<std::int32_t, 1>(nullptr, {static_cast<std::int64_t>(c.requests())}, {1});
+  CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
+                                                 v1(o.accepted), v1(o.num_accepted), bonus_null, v1(o.emitted),
+                                                 v1(o.status)),
+                    Catch::Contains("'bonus'"));
   std::vector<std::int32_t> short_emitted(o.emitted.size() - 1);
   CHECK_THROWS_WITH(specdec::verify_greedy_batch(specdec::host{}, v1(c.node_indptr), v1(c.tokens), v1(c.parents), lg,
                                                  v1(o.accepted), v1(o.num_accepted), v1(o.bonus), v1(short_emitted),

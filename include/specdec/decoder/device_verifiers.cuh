@@ -121,6 +121,17 @@ inline void check_step_trees(const batch_verify_input& in, std::string_view fn) 
                   "tokens.size()");
 }
 
+//! The host-side checks of a step's logits (invalid_argument naming `fn`), after check_step_trees:
+//! [N + B, V] rows in device memory, rows at least V apart. (The tree tokens are checked against V
+//! on the device, with the verification: device_error::token.)
+inline void check_step_logits(const batch_verify_input& in, std::string_view fn) {
+  const std::int64_t rows = static_cast<std::int64_t>(in.tokens.size() + in.node_indptr.size() - 1);
+  require_shape(fn, "logits", in.logits, {rows, -1});
+  detail::require_batch_rows<cuda>(fn, in.logits);
+  const std::int64_t V = in.logits.extent(1);
+  require(rows <= 1 || in.logits.stride(0) >= V, fn, "logits", "rows at least vocab apart", in.logits.stride(0));
+}
+
 //! The device verifiers' processing of a step's rows (see the file comment): a copy of the target's
 //! logits in a buffer of its own, processed in place by process_logits_batch on the device, with a
 //! penalty_context when some request applies a penalty. Host-side checks of the step's arrays first
@@ -158,10 +169,8 @@ class device_step_rows {
         }
       }
     }
+    check_step_logits(in, fn);
     const std::int64_t rows = static_cast<std::int64_t>(in.tokens.size() + B), V = in.logits.extent(1);
-    require_shape(fn, "logits", in.logits, {rows, -1});
-    detail::require_batch_rows<cuda>(fn, in.logits);
-    require(rows <= 1 || in.logits.stride(0) >= V, fn, "logits", "rows at least vocab apart", in.logits.stride(0));
     // which sampling entry each row takes: request b's rows are node_indptr[b] + b .. node_indptr[b + 1] + b
     // (in range: node_indptr was checked above)
     row_params_.assign(static_cast<std::size_t>(rows), 0);
@@ -546,7 +555,7 @@ class cuda_greedy_verifier : public greedy_verifier {
     detail::device_verify_io::check(in, false, fn);  // the trees
     require_equal(fn, "sampling.size()", in.node_indptr.size() - 1, in.sampling.size());
     detail::require_greedy(in.sampling, fn);
-    require_policy_memory<cuda>(fn, "logits", in.logits);
+    detail::check_step_logits(in, fn);
     bool penalties = false;
     for (const sampling_params* sp : in.sampling) penalties = penalties || detail::applies_penalty(*sp);
     if (penalties) d_.rows->prepare(in, fn);

@@ -143,7 +143,8 @@ struct commit_batch_backend<cuda> {
     const auto group = [&](std::size_t first) {
       return make_commit_group<L, G>(layers, specs, first, std::make_index_sequence<G>{});
     };
-    const int check_blocks = a.requests < 1 ? 1 : (a.requests + commit_check_threads - 1) / commit_check_threads;
+    const int check_blocks = static_cast<int>(  // in 64 bits: requests may be up to INT32_MAX
+        a.requests < 1 ? 1 : (std::int64_t{a.requests} + commit_check_threads - 1) / commit_check_threads);
     for (std::size_t l = 0; l < layers.size(); l += G) {
       commit_check_kernel<L, G><<<check_blocks < 1024 ? check_blocks : 1024, commit_check_threads, 0, stream>>>(
           group(l), a);

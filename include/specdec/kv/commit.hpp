@@ -35,6 +35,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -492,7 +493,16 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
   require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
   require_policy_array<Policy>(fn, "new_lengths", new_lengths, R);
   require_policy_array<Policy>(fn, "status", status, 3);
+  // The outputs are written while the inputs are still read (the device clears status first, and a
+  // request's new length is written while other blocks read its committed length): each apart from
+  // the other and from every input, new_lengths over committed_lengths included.
+  require_outputs_apart(fn, std::forward_as_tuple("new_lengths", new_lengths, "status", status),
+                        std::forward_as_tuple("committed_lengths", committed_lengths, "node_indptr", node_indptr,
+                                              "accepted", accepted, "num_accepted", num_accepted));
   validate_commit_layers<L, Policy>(layers, R, fn);
+  if constexpr (on_device_v<Policy>)  // the copy kernel's grid has a y block per kv head
+    require(layers.empty() || layers[0].num_kv_heads() <= 65535, fn, "layers[0].num_kv_heads()",
+            "at most 65535 (cuda grid limit)", layers.empty() ? 0 : layers[0].num_kv_heads());
   commit_batch_args a;
   a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
   a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();

@@ -226,6 +226,12 @@ template <>
 struct kv_importance_backend<cuda> {
   template <class QT, class L>
   static void run(const cuda& policy, const kv_importance_batch_args<QT, L>& a) {
+    // a user layout the host can read (managed memory): every key row the kernel reads checked
+    // first, as the host backend does (a device-resident one's mapping is not read on the host)
+    if (host_accessible(a.cache.space()))
+      for (int r = 0; r < a.cache.num_requests(); ++r)
+        require_kv_rows(a.cache, r, 0, a.cache.length(r), 0, a.cache.num_kv_heads(), kv_rows_read::keys,
+                        "specdec::kv_importance_batch", "cache");
     clear_device_status(a.status, policy.stream);
     const std::int64_t chunks = std::max<std::int64_t>(1, (a.columns + importance_chunk - 1) / importance_chunk);
     const std::int64_t items = static_cast<std::int64_t>(a.cache.num_requests()) * chunks;
@@ -286,7 +292,8 @@ struct partial_kv_append_backend<cuda> {
     clear_device_status(a.status, policy.stream);
     const int R = a.cache.num_requests();
     if (R == 0) return;
-    const auto blocks = static_cast<unsigned>(std::min(65535, (R + append_threads - 1) / append_threads));
+    const auto blocks = static_cast<unsigned>(  // in 64 bits: R may be up to INT32_MAX
+        std::min<std::int64_t>(65535, (std::int64_t{R} + append_threads - 1) / append_threads));
     partial_kv_append_kernel<L><<<blocks, append_threads, 0, policy.stream>>>(a);
     cuda_check(cudaGetLastError(), "partial_kv_append_kernel");
   }

@@ -15,6 +15,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -166,6 +167,11 @@ void ring_append_batch(const Policy& policy, const ring_kv<T>& ring, const NI& n
             t->stride(1));
     require(N == 0 || t->data() != nullptr, fn, name, "a non-null data pointer", "nullptr");
   }
+  // The outputs are written while the inputs are still read (the device clears status first): each
+  // apart from the others and from every input.
+  require_outputs_apart(fn, std::forward_as_tuple("appended", appended, "starts", starts, "lengths", lengths, "status", status),
+                        std::forward_as_tuple("node_indptr", node_indptr, "accepted", accepted, "num_accepted",
+                                              num_accepted, "spec_k", spec_k, "spec_v", spec_v));
   detail::ring_append_args<T> a;
   a.ring = ring;
   a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);

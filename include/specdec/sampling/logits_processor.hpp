@@ -45,6 +45,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -78,6 +79,17 @@ struct sampling_params {
   bool contextual_sign_aware = false;//!< false: Eq. 3 (l / theta); true: l > 0 ? l / theta : l * theta
 };
 
+namespace detail {
+//! The byte a bool is stored in. sampling_params may arrive as raw memory (a batch's params tensor,
+//! a struct a user filled byte by byte) where a bool holds any byte, and reading a byte other than 0
+//! or 1 as a bool is undefined: validation reads the byte, not the bool. Host and device.
+[[nodiscard]] SPECDEC_HOST_DEVICE inline unsigned bool_byte(const bool& b) noexcept {
+  unsigned char byte = 0;
+  memcpy(&byte, &b, 1);
+  return byte;
+}
+}  // namespace detail
+
 //! Validates a sampling_params; throws invalid_argument naming `function` and the field.
 inline void validate_sampling_params(const sampling_params& p, std::string_view function) {
   require(std::isfinite(p.temperature) && p.temperature >= 0.0f, function, "params.temperature",
@@ -95,6 +107,8 @@ inline void validate_sampling_params(const sampling_params& p, std::string_view 
           "params.contextual_penalty", "a finite value >= 1 (Eq. 3: theta in (1, inf), 1 = off)",
           p.contextual_penalty);
   require(p.penalty_window >= 0, function, "params.penalty_window", ">= 0", p.penalty_window);
+  require(detail::bool_byte(p.contextual_sign_aware) <= 1, function, "params.contextual_sign_aware",
+          "false or true (a byte of 0 or 1)", detail::bool_byte(p.contextual_sign_aware));
 }
 
 //! Reusable scratch for the processors (no allocation once warmed up for a vocabulary size).
@@ -334,7 +348,7 @@ inline void process_logits(std::span<float> logits, const sampling_params& param
                            std::span<const std::int32_t> context, std::span<const std::int32_t> context_suffix,
                            sampling_workspace& ws) {
   constexpr std::string_view fn = "specdec::process_logits";
-  require(!logits.empty(), fn, "logits", "a non-empty row (vocab >= 1)", logits.size());
+  detail::require_row_size(fn, "logits", logits.size());
   validate_sampling_params(params, fn);
   const int vocab = static_cast<int>(logits.size());
   detail::check_context(context, vocab, fn, "context");
@@ -371,7 +385,8 @@ class tree_rows_processor {
     const auto n = static_cast<std::int64_t>(tokens.size());
     require_shape(fn, "logits", view, {n + 1, -1});
     if (in_place) require_unique_elements(fn, "logits", view);  // processed in place, row by row
-    require(view.extent(1) >= 1, fn, "logits", "vocab (extent 1) >= 1", view.extent(1));
+    require(view.extent(1) >= 1 && view.extent(1) <= std::numeric_limits<std::int32_t>::max(), fn, "logits",
+            "vocab (extent 1) in [1, 2^31 - 1]", view.extent(1));
     require_unit_inner_stride(fn, "logits", view);
     validate_sampling_params(params, fn);
     vocab_ = view.extent(1);
@@ -469,7 +484,8 @@ namespace detail {
                      p.top_p <= 1.0f && p.min_p >= 0.0f && p.min_p <= 1.0f && p.eta_epsilon >= 0.0f &&
                      p.eta_epsilon < 1.0f && std::isfinite(p.eta_alpha) && p.eta_alpha != 0.0f &&
                      std::isfinite(p.repetition_penalty) && p.repetition_penalty >= 1.0f &&
-                     std::isfinite(p.contextual_penalty) && p.contextual_penalty >= 1.0f && p.penalty_window >= 0;
+                     std::isfinite(p.contextual_penalty) && p.contextual_penalty >= 1.0f && p.penalty_window >= 0 &&
+                     bool_byte(p.contextual_sign_aware) <= 1;
   return valid && (penalties || (p.repetition_penalty == 1.0f && (p.contextual_penalty == 1.0f || p.penalty_window == 0)));
 }
 
@@ -991,7 +1007,7 @@ void logits_to_probs_batch(const Policy& policy, const Lg& logits_in, const Pr& 
 inline void logits_to_probs(std::span<const float> logits, std::span<float> probs) {
   constexpr std::string_view fn = "specdec::logits_to_probs";
   require_equal(fn, "probs.size()", logits.size(), probs.size());
-  require(!logits.empty(), fn, "logits", "a non-empty row", logits.size());
+  detail::require_row_size(fn, "logits", logits.size());
   const auto l0 = reinterpret_cast<std::uintptr_t>(logits.data()), p0 = reinterpret_cast<std::uintptr_t>(probs.data());
   const std::uintptr_t bytes = logits.size() * sizeof(float);
   require(p0 == l0 || p0 + bytes <= l0 || l0 + bytes <= p0, fn, "probs",

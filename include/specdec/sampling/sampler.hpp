@@ -154,7 +154,7 @@ inline std::int32_t draw_from_probs(std::span<const float> probs, philox_stream&
 //! a search for the first maximum.
 [[nodiscard]] inline std::int32_t greedy_token(std::span<const float> row) {
   constexpr std::string_view fn = "specdec::greedy_token";
-  require(!row.empty(), fn, "row", "a non-empty row", row.size());
+  detail::require_row_size(fn, "row", row.size());
   const detail::logit_scan s = detail::checked_logit_scan(row, {fn, "row"});
   return static_cast<std::int32_t>(detail::first_index_of(row.data(), row.size(), s.max));
 }
@@ -166,7 +166,7 @@ inline std::int32_t draw_from_probs(std::span<const float> probs, philox_stream&
 //! block; no sorting, no allocation below 128K tokens.
 [[nodiscard]] inline std::int32_t sample_token(std::span<const float> logits, philox_stream& rng) {
   constexpr std::string_view fn = "specdec::sample_token";
-  require(!logits.empty(), fn, "logits", "a non-empty row", logits.size());
+  detail::require_row_size(fn, "logits", logits.size());
   const detail::row_ref at{fn, "logits"};
   const float m = detail::checked_logit_scan(logits, at).max;
   const float* x = logits.data();
@@ -182,7 +182,7 @@ inline std::int32_t draw_from_probs(std::span<const float> probs, philox_stream&
 //! one 1024-token block.
 [[nodiscard]] inline std::int32_t sample_from_probs(std::span<const float> probs, philox_stream& rng) {
   constexpr std::string_view fn = "specdec::sample_from_probs";
-  require(!probs.empty(), fn, "probs", "a non-empty row", probs.size());
+  detail::require_row_size(fn, "probs", probs.size());
   return detail::draw_from_probs(probs, rng, {fn, "probs"});
 }
 

@@ -25,6 +25,7 @@
 #include "specdec/core/execution.hpp"
 #include "specdec/core/isa.hpp"
 #include "specdec/core/tensor.hpp"
+#include "specdec/kv/kv_cache.hpp"
 #include "specdec/kv/kv_layout.hpp"
 
 namespace specdec::detail {
@@ -227,6 +228,13 @@ void validate_cache(std::string_view fn, const L& cache, const Q& q) {
     if constexpr (requires { cache.k; cache.v; })
       require(aligned(cache.k) && aligned(cache.v), fn, "cache", "16-byte aligned k and v buffers (cuda backend)",
               "misaligned");
+    // The host passes check each row as they read it; the kernels cannot, so a user layout the host
+    // can read (managed memory) has every row it will read checked here (a device-resident one's
+    // mapping is not read on the host). Compiled out for the shipped kv_cache layouts.
+    if (host_accessible(cache.space()))
+      for (int r = 0; r < cache.num_requests(); ++r)
+        require_kv_rows(cache, r, 0, cache.length(r), 0, cache.num_kv_heads(), kv_rows_read::keys_and_values, fn,
+                        "cache");
   }
 }
 

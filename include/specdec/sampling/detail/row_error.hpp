@@ -5,7 +5,9 @@
 //! argument, the row (and the request, in a ragged batch) and the token, in the canonical shape of
 //! core/error.hpp. Built only on the error path.
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -16,6 +18,13 @@ namespace specdec::detail {
 //! What the policy expects of a logit / a probability (the start of the messages).
 inline constexpr std::string_view bad_logit_text = "finite or -inf logits (no NaN, no +inf)";
 inline constexpr std::string_view bad_prob_text = "finite probabilities >= 0 (no NaN, no inf, no negative entry)";
+
+//! A single row's size: 1 to 2^31 - 1 entries (token ids are int32, so a longer row would hand back
+//! negative ids). Throws invalid_argument naming `function` and `argument`.
+inline void require_row_size(std::string_view function, std::string_view argument, std::size_t size) {
+  require(size >= 1 && size <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()), function, argument,
+          "a non-empty row of at most 2^31 - 1 tokens (vocab >= 1)", size);
+}
 
 //! Where a row of logits / probabilities comes from, for messages. `row` < 0: the argument is one
 //! row (no row index is printed). In a ragged batch `request` >= 0 and `row` is the row in the

@@ -108,6 +108,7 @@ template <class Policy, class NI, class TO, class PA, class RW, class AC, class 
   require_policy_array<Policy>(fn, "parents", parents, N);
   require_policy_array<Policy>(fn, "accepted", accepted, N);
   require_policy_array<Policy>(fn, "num_accepted", num_accepted, R);
+  require_policy_array<Policy>(fn, "bonus", bonus, R);
   require_policy_array<Policy>(fn, "emitted", emitted, N + R);
   require_policy_array<Policy>(fn, "status", status, 3);
   require_row_tensor<Policy>(fn, rows_name, rows, N + R, -1, max_vocab);
