@@ -244,6 +244,21 @@ TEST_CASE("self_drafter and tokenswift_self_draft: bad inputs are named", "[self
     CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 2, .sampling = &bad}, out),
                       Contains("self_drafter::propose") && Contains("'params.temperature'"));
   }
+  {  // tokens outside the model's vocabulary (V = 8) never reach the n-gram pool, so never come back
+    // as candidates; from the prompt (ngrams_from_prompt) and from later steps alike
+    self_drafter<scripted_model> dp(m, {.ngram_candidates = 2, .ngram = {.n = 3}, .ngrams_from_prompt = true});
+    const std::vector<std::int32_t> bad{1, 1000000, -7, 2, 1, 1000000, -7, 3, 1};
+    CHECK_THROWS_WITH(dp.propose({.request = 0, .tokens = bad, .depth = 3}, out),
+                      Contains("self_drafter::propose") && Contains("'req.tokens") && Contains("got 1000000"));
+    self_drafter<scripted_model> dg(m, {.ngram_candidates = 2, .ngram = {.n = 3}});
+    std::vector<std::int32_t> grown{1, 2, 3};
+    dg.propose({.request = 0, .tokens = grown, .depth = 3}, out);
+    grown.push_back(-7);
+    CHECK_THROWS_WITH(dg.propose({.request = 0, .tokens = grown, .depth = 3}, out), Contains("got -7"));
+    grown.back() = 4;  // the same step with a good token goes through
+    dg.propose({.request = 0, .tokens = grown, .depth = 3}, out);
+    CHECK(dg.pool(0).tokens_seen() == 1);
+  }
   m.gamma = -1;
   CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 2}, out), Contains("'model.num_draft_heads()'"));
   m.gamma = std::numeric_limits<int>::max();  // gamma + 1 overflowed before

@@ -178,6 +178,21 @@ TEST_CASE("residual_heads: bad inputs are named", "[residual_heads]") {
   CHECK_THROWS_WITH(specdec::residual_heads(h, xv, make_view<3>(std::as_const(w).data(), {1, 16, 16}), make_view<2>(std::as_const(b).data(), {1, 16}),
                                             make_view<3>(b.data(), {1, 4, 16})),
                     Contains("'out'") && Contains("disjoint from bias"));
+  // half out: the chain runs in params.workspace, which the call resizes (its storage may move) and
+  // writes; an input kept in that storage is refused, a workspace apart from every input is used
+  std::vector<specdec::half> oh(3 * 4 * 16);
+  const auto ohv = make_view<3>(oh.data(), {3, 4, 16});
+  std::vector<float> scratch(x.begin(), x.end());
+  const auto in_scratch = make_view<2>(std::as_const(scratch).data(), {4, 16});
+  CHECK_THROWS_WITH(specdec::residual_heads(h, in_scratch, wv, bv, ohv, {.workspace = &scratch}),
+                    Contains("'params.workspace'") && Contains("apart from h0"));
+  std::vector<float> holds_bias(b.begin(), b.end());
+  CHECK_THROWS_WITH(specdec::residual_heads(h, xv, wv, make_view<2>(std::as_const(holds_bias).data(), {3, 16}), ohv,
+                                            {.workspace = &holds_bias}),
+                    Contains("'params.workspace'") && Contains("apart from bias"));
+  std::vector<float> apart;
+  CHECK_NOTHROW(specdec::residual_heads(h, in_scratch, wv, bv, ohv, {.workspace = &apart}));
+  CHECK(apart.size() >= 2 * 4 * 16);
 }
 
 // One call on fixed finite data: h0 [3, 8] of TX, weights [2, 8, 8] (all entries non-zero), biases

@@ -96,6 +96,8 @@ class philox_stream {
   }
 
   //! Uniform integer in [0, n) by Lemire's multiply-shift (bias below 2^-32 * n; documented, not rejected).
+  //! Precondition n >= 1, not checked (noexcept, callable on the device): [0, 0) is empty, and n = 0
+  //! returns 0 after consuming a word. The library's callers check n first.
   SPECDEC_HOST_DEVICE constexpr std::uint32_t below(std::uint32_t n) noexcept {
     return static_cast<std::uint32_t>((static_cast<std::uint64_t>(next_u32()) * n) >> 32);
   }

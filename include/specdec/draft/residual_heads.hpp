@@ -124,6 +124,21 @@ void residual_heads_impl(const host& policy, const H0& h0, const W& weights, con
   require(!views_overlap(out, h0), fn, "out", "memory disjoint from h0", "an overlapping view");
   require(!views_overlap(out, weights), fn, "out", "memory disjoint from weights", "an overlapping view");
   if (bias != nullptr) require(!views_overlap(out, *bias), fn, "out", "memory disjoint from bias", "an overlapping view");
+  // The chain's workspace is resized (its storage may move) and written while h0, weights and bias
+  // are read: none of them (nor out) may live in its storage.
+  if constexpr (!std::is_same_v<TO, float>) {
+    if (params.workspace != nullptr && params.workspace->capacity() > 0) {
+      const auto ws = make_view<1>(static_cast<const float*>(params.workspace->data()),
+                                   {static_cast<std::int64_t>(params.workspace->capacity())});
+      const auto apart = [&](std::string_view name, const auto& v) {
+        if (views_overlap(ws, v)) [[unlikely]]  // messages built on the error path only (no allocation)
+          throw_invalid_argument(fn, "params.workspace", "storage apart from " + std::string(name),
+                                 "a workspace holding " + std::string(name));
+      };
+      apart("h0", h0), apart("weights", weights), apart("out", out);
+      if (bias != nullptr) apart("bias", *bias);
+    }
+  }
   if (gamma == 0 || n == 0) return;
 
   const int ni = static_cast<int>(n), Hi = static_cast<int>(H);

@@ -133,7 +133,7 @@ class self_drafter {
     require(gamma >= 0 && gamma < std::numeric_limits<int>::max(), fn, "model.num_draft_heads()",
             "in [0, INT_MAX)", gamma);
     detail::validate_model_draft(req, V, fn);
-    feed_ngrams(r, req.tokens);
+    feed_ngrams(r, req.tokens, V, fn);
     if (req.depth <= 0) return;
     rows_.resize((static_cast<std::size_t>(gamma) + 1) * static_cast<std::size_t>(V));
     model_->self_draft(r, req.tokens, std::span<typename Model::logit_type>(rows_));
@@ -180,10 +180,14 @@ class self_drafter {
 
   // Pushes the request's tokens not yet seen: on the first call after a reset the prompt is skipped
   // (unless ngrams_from_prompt); a shorter token list than before means a new sequence.
-  void feed_ngrams(int r, std::span<const std::int32_t> tokens) {
+  void feed_ngrams(int r, std::span<const std::int32_t> tokens, int V, std::string_view fn) {
     if (static_cast<std::size_t>(r) >= state_.size()) state_.resize(static_cast<std::size_t>(r) + 1);
     auto& st = state_[static_cast<std::size_t>(r)];
     if (st.started && tokens.size() < st.fed) st = request_state{};
+    // the tokens not yet fed, which the pool would hand back as candidates: of the model's
+    // vocabulary (checked once each, before any is pushed)
+    detail::check_context(tokens.subspan(st.started ? st.fed : p_.ngrams_from_prompt ? 0 : tokens.size()), V, fn,
+                          "req.tokens (not yet fed to the n-gram pool)");
     if (!st.started) {
       st.pool = ngram_pool(p_.ngram);
       st.started = true;
