@@ -422,6 +422,108 @@ TEST_CASE("attention, merges, RoPE and projections reject outputs whose elements
               "'q_out'");
 }
 
+// Found by a session-54 review: outputs over each other or over inputs, and a workspace over the
+// call's tensors, were accepted and gave wrong numbers.
+TEST_CASE("outputs apart from each other, from the inputs and from a caller's workspace", "[attention][sizes]") {
+  constexpr int D = 64;
+  const sd::host one{.num_threads = 1};
+  std::vector<float> qb(2 * D, 1.f), kc(4 * D, 0.5f), vc(4 * D, 0.25f), buf(2 * D + 8, -7.f);
+  std::vector<std::int32_t> lens{4}, ip{0, 2};
+  const sd::contiguous_kv<float> cache(kc.data(), vc.data(), lens.data(), 1, 4, 1, D);
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  const auto q = sd::make_view<3>(qb.data(), {2, 1, D});
+  // out and lse in one buffer, lse over out's second row
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, sd::make_view<3>(buf.data(), {2, 1, D}),
+                                   sd::make_view<2>(buf.data() + D + 1, {2, 1})),
+              "memory disjoint from 'out'");
+  REQUIRE(buf[D + 1] == -7.f);
+  // a scale whose exp2 form (scale * log2 e) is +inf
+  std::vector<float> ob(2 * D), lb(2);
+  const auto o = sd::make_view<3>(ob.data(), {2, 1, D});
+  const auto l = sd::make_view<2>(lb.data(), {2, 1});
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, o, l, {.scale = 3e38f}), "'options.scale'");
+  // a caller's workspace holding out
+  const std::size_t need = sd::decode_attention_workspace_bytes(one, q, cache, ipv);
+  std::vector<std::byte> big(need + 2 * D * sizeof(float) + 64);
+  sd::attention_workspace ws(big.data(), big.size());
+  const auto o_in_ws = sd::make_view<3>(reinterpret_cast<float*>(big.data() + 64), {2, 1, D});
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, o_in_ws, l, {.workspace = &ws}), "'options.workspace'");
+  std::vector<sd::mask_word> m{1, 3};
+  REQUIRE_BAD(sd::hybrid_tree_attention(one, q, cache, sd::make_view<3>(reinterpret_cast<const float*>(big.data()), {2, 1, D}),
+                                        sd::make_view<3>(kc.data(), {2, 1, D}), ipv, sd::make_view<1>(m.data(), {2}), o, l,
+                                        {.workspace = &ws}),
+              "memory disjoint from 'spec_k'");
+  sd::attention_workspace apart(need);
+  sd::decode_attention(one, q, cache, ipv, o, l, {.workspace = &apart});  // control: a workspace of its own
+  CHECK(ob[0] == Approx(0.25f));
+  // attention_workspace sizes that would wrap when rounded up to 64 bytes
+  REQUIRE_BAD(sd::attention_workspace(std::numeric_limits<std::size_t>::max() - 10), "SIZE_MAX - 63");
+  // lse_merge: out shifted one row over o_a, lse_out inside out, an n-way out over part 1
+  std::vector<float> oa(3 * D, 0.f), obb(2 * D, 1.f), la(2, 0.f), lbb(2, 0.f), lo(2);
+  const auto va = sd::make_view<3>(oa.data(), {2, 1, D});
+  const auto vb = sd::make_view<3>(obb.data(), {2, 1, D});
+  const auto vla = sd::make_view<2>(la.data(), {2, 1});
+  const auto vlb = sd::make_view<2>(lbb.data(), {2, 1});
+  REQUIRE_BAD(sd::lse_merge(one, va, vla, vb, vlb, sd::make_view<3>(oa.data() + D, {2, 1, D}), sd::make_view<2>(lo.data(), {2, 1})),
+              "or exactly 'out' (in place)");
+  std::vector<float> ox(2 * D);
+  REQUIRE_BAD(sd::lse_merge(one, va, vla, vb, vlb, sd::make_view<3>(ox.data(), {2, 1, D}),
+                            sd::make_view<2>(ox.data() + 5, {2, 1})),
+              "'lse_out'");
+  sd::lse_merge(one, va, vla, vb, vlb, va, vla);  // control: in place over o_a and lse_a
+  CHECK(oa[0] == Approx(0.5f));
+  std::vector<float> parts(3 * 2 * D, 1.f), lparts(3 * 2, 0.f);
+  const auto vp = sd::make_view<4>(parts.data(), {3, 2, 1, D});
+  const auto vlp = sd::make_view<3>(lparts.data(), {3, 2, 1});
+  REQUIRE_BAD(sd::lse_merge(one, vp, vlp, sd::make_view<3>(parts.data() + 2 * D, {2, 1, D}), sd::make_view<2>(lo.data(), {2, 1})),
+              "'o_parts[1..]'");
+  sd::lse_merge(one, vp, vlp, sd::make_view<3>(parts.data(), {2, 1, D}), sd::make_view<2>(lparts.data(), {2, 1}));  // part 0
+  // glide_project_queries writing its queries over the hidden states
+  std::vector<float> hq(2 * D, 1.f), wq(D * D, 0.5f);
+  REQUIRE_BAD(sd::glide_project_queries(one, sd::make_view<2>(hq.data(), {2, D}), sd::make_view<2>(wq.data(), {D, D}),
+                                        sd::make_view<3>(hq.data(), {2, 1, D})),
+              "'hidden'");
+}
+
+// Found by the same review: a user layout claiming caches of 2^31 tokens over thousands of requests
+// and heads made the host plan's sizes wrap (a small workspace, then writes past it).
+namespace {
+// one_row_layout over R requests of H kv heads
+struct big_layout {
+  using value_type = float;
+  const float* row;
+  int R, H;
+  int num_requests() const { return R; }
+  int num_kv_heads() const { return H; }
+  int head_dim() const { return 64; }
+  int length(int) const { return std::numeric_limits<std::int32_t>::max(); }
+  const float* k_row(int, int, int) const { return row; }
+  const float* v_row(int, int, int) const { return row; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+TEST_CASE("host attention plans whose sizes pass int64 are refused, not wrapped", "[attention][sizes]") {
+  std::vector<float> row(64, 0.5f), qb(64, 1.f);
+  {
+    const int R = 4096, H = 1024;
+    std::vector<std::int32_t> ip(R + 1);
+    for (int r = 0; r <= R; ++r) ip[static_cast<std::size_t>(r)] = r;
+    const sd::strided_view<const float, 3> q(qb.data(), {R, H, 64}, {0, 0, 1});
+    REQUIRE_BAD(sd::decode_attention_workspace_bytes(sd::host{}, q, big_layout{row.data(), R, H},
+                                                     sd::make_view<1>(ip.data(), {R + 1}), {.kv_split_size = 2}),
+                "fits in int64");
+  }
+  {  // the automatic split's heuristic saturates instead of overflowing
+    const int R = 129, H = 1 << 25;
+    std::vector<std::int32_t> ip(R + 1, 33);
+    ip[0] = 0;
+    const sd::strided_view<const float, 3> q(qb.data(), {33, H, 64}, {0, 0, 1});
+    CHECK_NOTHROW(sd::decode_attention_workspace_bytes(sd::host{}, q, big_layout{row.data(), R, H},
+                                                       sd::make_view<1>(ip.data(), {R + 1})));
+  }
+}
+
 namespace {
 // A user's layout whose every token is one row: a cache of INT32_MAX tokens in 2 KB.
 struct one_row_layout {

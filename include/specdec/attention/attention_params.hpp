@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -102,6 +103,8 @@ class attention_workspace {
     if (bytes <= bytes_) return;
     require(owned_ != nullptr || data_ == nullptr, "specdec::attention_workspace::reserve", "bytes",
             "at most the size of the wrapped caller memory (" + std::to_string(bytes_) + " bytes)", bytes);
+    require(bytes <= std::numeric_limits<std::size_t>::max() - 63, "specdec::attention_workspace::reserve", "bytes",
+            "at most SIZE_MAX - 63 (rounded up to 64 bytes)", bytes);
     const std::size_t rounded = (bytes + 63) / 64 * 64;
     owned_.reset(static_cast<std::byte*>(::operator new(rounded, std::align_val_t{64})));
     data_ = owned_.get();

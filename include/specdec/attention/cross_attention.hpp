@@ -28,6 +28,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "specdec/attention/attention_params.hpp"
@@ -228,6 +229,8 @@ void glide_project_queries(const host& policy, const H& hidden_in, const W& w_in
   require_shape(fn, "q_out", q, {tokens, -1, -1});
   require_shape(fn, "w_q", w, {heads * hd, dd});
   require_unique_elements(fn, "q_out", q);
+  // q_out is written while hidden and w_q are still read (by other tasks too)
+  require_outputs_apart(fn, std::forward_as_tuple("q_out", q), std::forward_as_tuple("hidden", hidden, "w_q", w));
   if (tokens == 0) return;
   constexpr std::int64_t tok_block = 8;
   const std::int64_t tblocks = (tokens + tok_block - 1) / tok_block;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+#include <tuple>
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/backend.hpp"
@@ -176,6 +177,24 @@ lse_merge_params<T> validate_merge(std::string_view fn, const OP& o_parts, const
   require_unit_inner_stride(fn, "o_parts", o_parts);
   lse_merge_params<T> p;
   validate_merge_out<Policy>(fn, "o_parts", out, lse_out, n, h, d, p);
+  // out and lse_out are written while the parts are read: each may be exactly part 0 (in place),
+  // else apart from every part; and apart from each other and from the other kind of input
+  using TP = typename OP::element_type;
+  const strided_view<TP, 3> part0(o_parts.data(), {n, h, d}, {o_parts.stride(1), o_parts.stride(2), o_parts.stride(3)});
+  const strided_view<typename LP::element_type, 2> lse0(lse_parts.data(), {n, h}, {lse_parts.stride(1), lse_parts.stride(2)});
+  require_same_or_apart(fn, "out", out, "o_parts[0]", part0);
+  require_same_or_apart(fn, "lse_out", lse_out, "lse_parts[0]", lse0);
+  if (s > 1) {
+    const strided_view<TP, 4> rest(o_parts.data() + o_parts.stride(0), {s - 1, n, h, d},
+                                   {o_parts.stride(0), o_parts.stride(1), o_parts.stride(2), o_parts.stride(3)});
+    const strided_view<typename LP::element_type, 3> lse_rest(lse_parts.data() + lse_parts.stride(0), {s - 1, n, h},
+                                                              {lse_parts.stride(0), lse_parts.stride(1), lse_parts.stride(2)});
+    require_outputs_apart(fn, std::forward_as_tuple("out", out, "lse_out", lse_out),
+                          std::forward_as_tuple("o_parts[1..]", rest, "lse_parts[1..]", lse_rest));
+  }
+  require_disjoint(fn, "out", out, "lse_out", lse_out);
+  require_disjoint(fn, "out", out, "lse_parts", lse_parts);
+  require_disjoint(fn, "lse_out", lse_out, "o_parts", o_parts);
   p.in.o = static_cast<const T*>(o_parts.data());
   p.in.o_stride_part = o_parts.stride(0);
   p.in.o_stride_token = o_parts.stride(1);
@@ -211,6 +230,17 @@ lse_merge_params<T> validate_merge2(std::string_view fn, const OA& o_a, const LA
   require_unit_inner_stride(fn, "o_b", o_b);
   lse_merge_params<T> p;
   validate_merge_out<Policy>(fn, "o_a", out, lse_out, n, h, d, p);
+  // out and lse_out are written while the parts are read: each may be exactly one of its inputs
+  // (in-place accumulation), else apart from them; and apart from each other and the other kind
+  require_same_or_apart(fn, "out", out, "o_a", o_a);
+  require_same_or_apart(fn, "out", out, "o_b", o_b);
+  require_same_or_apart(fn, "lse_out", lse_out, "lse_a", lse_a);
+  require_same_or_apart(fn, "lse_out", lse_out, "lse_b", lse_b);
+  require_disjoint(fn, "out", out, "lse_out", lse_out);
+  require_disjoint(fn, "out", out, "lse_a", lse_a);
+  require_disjoint(fn, "out", out, "lse_b", lse_b);
+  require_disjoint(fn, "lse_out", lse_out, "o_a", o_a);
+  require_disjoint(fn, "lse_out", lse_out, "o_b", o_b);
   p.in.o = static_cast<const T*>(o_a.data());
   p.in.o_stride_token = o_a.stride(0);
   p.in.o_stride_head = o_a.stride(1);

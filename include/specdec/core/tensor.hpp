@@ -329,6 +329,22 @@ void require_disjoint(std::string_view function, const Args&... args) {
     }
 }
 
+//! An output that may be written in place over one input: `in` is either exactly `out` (the same
+//! data pointer, extents and strides) or disjoint from it (views_overlap); anything between (a shifted
+//! or partly overlapping view) throws invalid_argument naming function and `in_name`.
+template <class O, class I>
+void require_same_or_apart(std::string_view function, std::string_view out_name, const O& out,
+                           std::string_view in_name, const I& in) {
+  bool same = static_cast<const void*>(out.data()) == static_cast<const void*>(in.data()) && O::rank == I::rank;
+  if constexpr (O::rank == I::rank)
+    for (int i = 0; same && i < O::rank; ++i) same = out.extent(i) == in.extent(i) && out.stride(i) == in.stride(i);
+  if (!same && views_overlap(out, in)) [[unlikely]]
+    throw_invalid_argument(function, in_name,
+                           "memory disjoint from '" + std::string(out_name) + "', or exactly '" + std::string(out_name) +
+                               "' (in place)",
+                           "a partly overlapping view");
+}
+
 //! require_disjoint for a primitive's outputs and inputs, each a tuple of name, view pairs
 //! (std::forward_as_tuple("depths", depths, ...)): the outputs pairwise disjoint, and every input
 //! disjoint from every output. Inputs may share memory with each other: they are only read.

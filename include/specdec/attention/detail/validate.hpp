@@ -11,9 +11,11 @@
 //! time (one static_assert per argument), so a wrong type never compiles.
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -123,6 +125,7 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   if (lse) {
     require_shape(fn, "lse", *lse, {tokens, hq});
     require_unique_elements(fn, "lse", *lse);
+    if (out) require_disjoint(fn, "out", *out, "lse", *lse);  // both written row by row
   }
   if (num_requests < 0) num_requests = static_cast<int>(q_indptr.extent(0)) - 1;
   require(num_requests >= 0, fn, "q_indptr", "at least one element (num_requests + 1)", q_indptr.extent(0));
@@ -132,7 +135,9 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   require(ips == 1 || num_requests == 0, fn, "q_indptr", "unit stride", ips);
   if constexpr (!on_device_v<Policy>)
     validate_indptr(fn, "q_indptr", "q_indptr", ip, num_requests, tokens, "the number of query tokens q.extent(0)");
-  require(std::isfinite(scale), fn, "options.scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
+  // the kernels scale by scale * log2(e) (exp2 form): that product must stay finite too
+  require(std::isfinite(scale) && std::isfinite(scale * 1.4426950408889634f), fn, "options.scale",
+          "a finite value with |scale| * log2(e) < FLT_MAX (0 = 1/sqrt(head_dim))", scale);
 
   attention_io_params<T> p;
   p.q = static_cast<const T*>(q.data());
@@ -238,6 +243,26 @@ void validate_cache(std::string_view fn, const L& cache, const Q& q) {
   }
 }
 
+//! A caller's workspace (options.workspace) is written all through the call (query panels, partials,
+//! staging): it must not share memory with the call's tensors, given as name, view pairs (null
+//! pointers to views are skipped). Checked against the workspace's [data, data + size_bytes()).
+template <class... Args>
+void require_workspace_apart(std::string_view fn, const attention_options& options, const Args&... named) {
+  const attention_workspace* ws = options.workspace;
+  if (ws == nullptr || ws->data() == nullptr || ws->size_bytes() == 0) return;
+  const strided_view<const std::byte, 1> bytes(static_cast<const std::byte*>(ws->data()),
+                                               {static_cast<std::int64_t>(ws->size_bytes())}, {1});
+  const auto apart = [&](std::string_view name, const auto* view) {
+    if (view != nullptr && views_overlap(bytes, *view)) [[unlikely]]
+      throw_invalid_argument(fn, "options.workspace", "memory disjoint from '" + std::string(name) + "'",
+                             "an overlapping workspace");
+  };
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    const auto args = std::forward_as_tuple(named...);
+    (apart(std::get<2 * I>(args), std::get<2 * I + 1>(args)), ...);
+  }(std::make_index_sequence<sizeof...(Args) / 2>{});
+}
+
 //! Validates the arguments of a call over a cache (decode and hybrid attention, and their
 //! workspace queries): the policy, the cache against q, then q / q_indptr / out / lse with the
 //! cache's request and kv-head counts. out and lse may be null (workspace queries).
@@ -257,7 +282,10 @@ attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& p
   require(options.kv_split_size >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", options.kv_split_size);
   require(options.kv_chunks >= 0 && options.kv_chunks <= 1024, fn, "options.kv_chunks", "in [0, 1024] (0 = automatic)",
           options.kv_chunks);
-  return validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
+  const auto io =
+      validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
+  require_workspace_apart(fn, options, "q", &q, "q_indptr", &q_indptr, "out", out, "lse", lse);
+  return io;
 }
 
 //! Number of mask words of a batch: sum over requests of n_r * words_per_row(n_r).
@@ -364,7 +392,10 @@ std::pair<attention_io_params<T>, tree_kv_params<T>> validate_tree_call(std::str
   const int hkv = static_cast<int>(spec_k.extent(1));
   require(hkv > 0, fn, "spec_k", "at least one kv head (extent 1)", hkv);
   const auto io = validate_io<Policy, T>(fn, q, q_indptr, &out, &lse, -1, hkv, options.scale);
-  return {io, validate_tree<Policy>(fn, io, spec_k, spec_v, mask)};
+  const auto tree = validate_tree<Policy>(fn, io, spec_k, spec_v, mask);
+  require_workspace_apart(fn, options, "q", &q, "q_indptr", &q_indptr, "out", &out, "lse", &lse, "spec_k", &spec_k,
+                          "spec_v", &spec_v, "mask", &mask);
+  return {io, tree};
 }
 
 //! The body of decode_attention_workspace_bytes and hybrid_tree_attention_workspace_bytes (a

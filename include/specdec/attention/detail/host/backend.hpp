@@ -65,7 +65,7 @@ struct attention_backend<host> {
                                                    const attention_io_params<T>& io, const L& cache,
                                                    const attention_options& options) {
     (void)host_kernel(fn, io, options);
-    return host_attention_bytes<HasCache, HasTree>(policy, io, cache, host_kv_split<HasCache>(fn, policy, io, cache, options));
+    return host_attention_bytes<HasCache, HasTree>(fn, policy, io, cache, host_kv_split<HasCache>(fn, policy, io, cache, options));
   }
 
   template <bool HasCache, bool HasTree, class T, class L>

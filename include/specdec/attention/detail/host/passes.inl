@@ -18,7 +18,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
   p.has_tree = HasTree;
   p.heads_per_item = heads_per_item(io);
   p.scratch_slots = host_threads(policy);
-  const std::size_t planned = plan_host_attention(p, io.q_indptr, [&](int r) {
+  const std::size_t planned = plan_host_attention("specdec attention", p, io.q_indptr, [&](int r) {
     if constexpr (HasCache) return static_cast<int>(cache.length(r));
     else return 0 * r;
   }, ws);

@@ -39,6 +39,8 @@ inline constexpr int min_kv_split = 256;  //!< smallest automatic split-KV chunk
 //! next to streaming its K/V. A request with L cached tokens gets ceil(L / split) chunks.
 [[nodiscard]] inline int choose_kv_split(std::int64_t total_cache_tokens, int head_groups, int threads) {
   const std::int64_t want = 4 * static_cast<std::int64_t>(std::max(threads, 1));
+  // a product past int64 (user layouts claiming huge caches) wants the largest split anyway
+  if (head_groups > 0 && total_cache_tokens > (INT64_MAX - want) / head_groups) return 1 << 30;
   std::int64_t s = (total_cache_tokens * head_groups + want - 1) / want;
   s = std::max<std::int64_t>(s, min_kv_split);
   s = (s + kv_tile - 1) / kv_tile * kv_tile;
@@ -103,9 +105,18 @@ struct host_plan {
   [[nodiscard]] static int mpad(int rows) noexcept { return padded_rows(rows); }
 };
 
-//! Bytes of scratch a call needs; with `ws` non-null also lays the plan out in it.
+//! Bytes of scratch a call needs; with `ws` non-null also lays the plan out in it. Sizes that would
+//! not fit int64 (a user layout claiming caches of 2^31 tokens over many requests and heads) throw
+//! invalid_argument naming `fn` and the cache, never wrap into a small workspace.
 template <class LengthFn>
-std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, LengthFn&& cache_length, void* ws) {
+std::size_t plan_host_attention(std::string_view fn, host_plan& p, const std::int32_t* q_indptr,
+                                LengthFn&& cache_length, void* ws) {
+  const auto sum = [&](std::int64_t a, std::int64_t b) {
+    std::int64_t s = 0;
+    if (__builtin_add_overflow(a, b, &s)) [[unlikely]]
+      throw_invalid_argument(fn, "cache", "caches whose attention scratch fits in int64 bytes", "larger caches");
+    return s;
+  };
   const int R = p.num_requests;
   const std::int64_t header = round_up((static_cast<std::int64_t>(R) * 4 + 1) * 8, 64);
   std::int64_t floats = 0, items = 0;
@@ -133,19 +144,21 @@ std::size_t plan_host_attention(host_plan& p, const std::int32_t* q_indptr, Leng
       p.part_off[r] = floats + static_cast<std::int64_t>(p.hkv) * p.head_dim * mp;
       p.mask_off[r] = mask_words;
     }
-    mask_words += static_cast<std::int64_t>(n) * words_per_row(n);
-    floats += static_cast<std::int64_t>(p.hkv) * mp * (p.head_dim + parts * (p.head_dim + 2));
-    items += static_cast<std::int64_t>(p.hkv / p.heads_per_item) * parts;
+    mask_words += static_cast<std::int64_t>(n) * words_per_row(n);  // <= 2^31 * 2^25 in all
+    // parts < 2^32 and head_dim + 2 <= 258, so the inner sum fits; the products and sums are checked
+    floats = sum(floats, checked_size_product(fn, "cache", {p.hkv, mp, p.head_dim + parts * (p.head_dim + 2)}));
+    items = sum(items, checked_size_product(fn, "cache", {p.hkv / p.heads_per_item, parts}));
   }
   if (ws) p.item_begin[R] = items;
   p.total_items = items;
   // The kernels' staging slots (scratch.hpp), one per thread of pass 2, after the partials.
+  (void)sum(floats, 15);  // round_up's own sum, checked
   floats = round_up(floats, 16);
   if (ws) p.scratch = p.floats + floats;
-  floats += static_cast<std::int64_t>(p.scratch_slots) * static_cast<std::int64_t>(host_kernel_scratch_floats(p.head_dim));
+  floats = sum(floats, static_cast<std::int64_t>(p.scratch_slots) * static_cast<std::int64_t>(host_kernel_scratch_floats(p.head_dim)));
   if (ws) p.slot_flags = reinterpret_cast<std::int32_t*>(p.floats + floats);
-  floats += p.scratch_slots;  // one int32 flag per slot
-  return static_cast<std::size_t>(header + floats * 4);
+  floats = sum(floats, p.scratch_slots);  // one int32 flag per slot
+  return static_cast<std::size_t>(sum(header, checked_size_product(fn, "cache", {floats, 4})));
 }
 
 //! Number of parts of request r (derived from the plan's item counts).

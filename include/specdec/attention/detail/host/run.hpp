@@ -103,8 +103,8 @@ void run_host_attention(const host& policy, const attention_io_params<T>& io, co
 //! Bytes of scratch host_attention_entry<HasCache, HasTree> needs for these io params and split:
 //! the plan it builds. `cache` is a kv_layout, or no_cache when HasCache is false. O(requests).
 template <bool HasCache, bool HasTree, class T, class Layout>
-[[nodiscard]] std::size_t host_attention_bytes(const host& policy, const attention_io_params<T>& io, const Layout& cache,
-                                               int split) {
+[[nodiscard]] std::size_t host_attention_bytes(std::string_view fn, const host& policy, const attention_io_params<T>& io,
+                                               const Layout& cache, int split) {
   host_plan p;
   p.scratch_slots = host_threads(policy);
   p.num_requests = io.num_requests;
@@ -115,7 +115,7 @@ template <bool HasCache, bool HasTree, class T, class Layout>
   p.has_cache = HasCache;
   p.has_tree = HasTree;
   p.heads_per_item = heads_per_item(io);
-  return plan_host_attention(p, io.q_indptr, [&](int r) {
+  return plan_host_attention(fn, p, io.q_indptr, [&](int r) {
     if constexpr (HasCache) return static_cast<int>(cache.length(r));
     else return 0 * r;
   }, nullptr);
@@ -132,7 +132,7 @@ void host_attention_entry(std::string_view fn, const host& policy, const attenti
                            "a head_dim (extent 2) this file compiles the host kernels for (SPECDEC_HOST_HEAD_DIMS = " SPECDEC_HOST_HEAD_DIMS_STRING
                            "; core/isa.hpp)",
                            io.head_dim);
-  const std::size_t need = host_attention_bytes<HasCache, HasTree>(policy, io, cache, split);
+  const std::size_t need = host_attention_bytes<HasCache, HasTree>(fn, policy, io, cache, split);
   if (io.total_tokens == 0) return;
   if (ws != nullptr) {
     require(host_accessible(ws->space()), fn, "options.workspace", "host-accessible memory", ws->space());
