@@ -139,6 +139,9 @@ TEST_CASE("from_dlpack: ndim, shape, data and alignment are validated") {
   CHECK_THROWS_WITH(from_dlpack_f32_2(make_tensor(x, shape3, far, 2, f32)), Contains("fit int64"));
   std::int64_t lowest[2] = {INT64_MIN, 1};
   CHECK_THROWS_WITH(from_dlpack_f32_2(make_tensor(x, shape3, lowest, 2, f32)), Contains("fit int64"));
+  std::int64_t long_shape[1] = {std::int64_t{1} << 46}, minus[1] = {-1};  // reaches below address 0
+  const auto from_dlpack_f32_1 = [](auto&&... a) { return specdec::from_dlpack<float, 1>(a...); };
+  CHECK_THROWS_WITH(from_dlpack_f32_1(make_tensor(x, long_shape, minus, 1, f32)), Contains("do not wrap"));
   std::int64_t back[2] = {-4, 1};  // negative strides are fine when they stay in range
   CHECK(from_dlpack_f32_2(make_tensor(x + 8, shape2, back, 2, f32))(1, 0) == x[4]);
 }

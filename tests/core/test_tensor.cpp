@@ -133,6 +133,17 @@ TEST_CASE("require_array refuses views whose element offsets overflow int64 byte
   // an unaddressable view overlaps everything (no wrapped span can make it look apart)
   const auto other = specdec::make_view<1>(buf.data() + 12, {4});
   CHECK_THROWS_WITH(specdec::require_disjoint("specdec::f", "x", a, "y", other), Contains("'y'"));
+  // offsets that fit int64 but addresses that wrap: below address 0 (a negative stride from a real
+  // pointer), past the top (a pointer near UINTPTR_MAX); both refused, both overlap everything
+  const std::int64_t huge[1] = {std::int64_t{1} << 50}, minus[1] = {-1}, two[1] = {2}, page[1] = {4096};
+  const specdec::strided_view<float, 1> below_zero(buf.data(), huge, minus);
+  const specdec::strided_view<float, 1> past_top(reinterpret_cast<float*>(~std::uintptr_t{0} - 4095), two, page);
+  CHECK_THROWS_WITH(specdec::require_array("specdec::f", "x", below_zero), Contains("addresses that do not wrap"));
+  CHECK_THROWS_WITH(specdec::require_array("specdec::f", "x", past_top), Contains("addresses that do not wrap"));
+  CHECK(specdec::views_overlap(below_zero, below_zero));
+  CHECK(specdec::views_overlap(past_top, other));
+  const std::int64_t four[1] = {4};
+  CHECK(specdec::detail::addressable(specdec::strided_view<float, 1>(buf.data() + 3, four, minus)));  // in range
   CHECK(specdec::views_overlap(a, other));
 }
 

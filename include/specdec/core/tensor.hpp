@@ -177,13 +177,16 @@ template <class V>
 concept uint64_array =
     tensor_like<V> && (V::rank == 1) && std::is_same_v<std::remove_cv_t<typename V::element_type>, std::uint64_t>;
 
-//! True when every element of a non-empty v lies within int64 bytes of data(): the sum over the
-//! dimensions of (extent - 1) |stride|, times the element size, fits int64 (a view past that wraps
-//! the address arithmetic of every kernel; require_array refuses it). Extents non-negative.
+//! True when every element of a non-empty v lies within int64 bytes of data() and at an address
+//! that does not wrap: the sum over the dimensions of (extent - 1) |stride|, times the element size,
+//! fits int64, and the lowest and highest bytes any index reaches lie between 0 and UINTPTR_MAX (a
+//! view past that wraps the address arithmetic of every kernel and of the overlap checks;
+//! require_array refuses it). Extents non-negative.
 template <class V>
 [[nodiscard]] bool addressable(const V& v) noexcept {
-  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(sizeof(typename V::element_type));
-  std::int64_t reach = 0;
+  constexpr auto size = static_cast<std::int64_t>(sizeof(typename V::element_type));
+  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / size;
+  std::int64_t reach = 0, down = 0;  // elements: all dimensions' reach, and the negative strides' part
   for (int d = 0; d < V::rank; ++d) {
     const std::int64_t e = v.extent(d) - 1, s = v.stride(d);
     if (e <= 0 || s == 0) continue;
@@ -191,8 +194,12 @@ template <class V>
     const std::int64_t a = s < 0 ? -s : s;
     if (e > (limit - reach) / a) return false;
     reach += e * a;
+    if (s < 0) down += e * a;
   }
-  return true;
+  const auto base = reinterpret_cast<std::uintptr_t>(v.data());
+  const auto below = static_cast<std::uintptr_t>(down * size);
+  const auto above = static_cast<std::uintptr_t>((reach - down) * size) + static_cast<std::uintptr_t>(size - 1);
+  return below <= base && above <= std::numeric_limits<std::uintptr_t>::max() - base;
 }
 
 //! The first and last byte any index of v reaches ({1, 0}, empty, when an extent is 0; the whole
@@ -252,7 +259,8 @@ void require_array(std::string_view function, std::string_view argument, const V
     os << "strides [";
     for (int i = 0; i < V::rank; ++i) os << (i ? ", " : "") << v.stride(i);
     os << "] for shape " << shape_string(v);
-    throw_invalid_argument(function, argument, "element offsets whose bytes fit int64", os.str());
+    throw_invalid_argument(function, argument,
+                           "element offsets whose bytes fit int64, at addresses that do not wrap", os.str());
   }
 }
 

@@ -520,7 +520,8 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
 //! in every layer and KV head, as kv_commit_in_place does. new_lengths[r] = committed_lengths[r] +
 //! num_accepted[r] (the layouts' own lengths are the caller's to update). Arrays 1-D int32, unit
 //! stride: committed_lengths, num_accepted, new_lengths [R], node_indptr [R + 1], accepted [N],
-//! status [3] (core/device_status.hpp).
+//! status [3] (core/device_status.hpp); new_lengths and status apart from each other and from every
+//! input (new_lengths over committed_lengths too: the device writes it while other blocks read it).
 //! Everything is checked before the first write, so a rejected commit leaves every cache untouched:
 //!   specdec::host: host-accessible layouts and arrays; invalid_argument on a bad value; status
 //!     {0, -1, -1} on success. O(layers * sum accepted * Hkv * D).
