@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -243,6 +244,8 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   require(o.tree_nodes >= 0, "specdec::examples::run_demo", "tree_nodes", ">= 0 (0 = no cap)", o.tree_nodes);
+  require(o.new_tokens >= 0, "specdec::examples::run_demo", "new_tokens", ">= 0", o.new_tokens);
+  require(o.draft_depth >= 0, "specdec::examples::run_demo", "draft_depth", ">= 0", o.draft_depth);
   // the lookup's lengths, by the library's own check, before the long runs (ngram matches from 1 token)
   if (o.drafter == demo_drafter::ngram || o.drafter == demo_drafter::lookup_longspec)
     specdec::detail::validate_pld("specdec::examples::run_demo (lookup_min, lookup_max)",
@@ -329,8 +332,11 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   rep.prompt_tokens = static_cast<int>(prompt.size());
   // room for the last step's whole tree past new_tokens: the beam (68 nodes uncapped) and TokenSwift (64)
   // verify their full trees even when fewer tokens are left; CAPE adds up to 7 per depth
-  const int max_tree = std::max({68, 8 * o.draft_depth, o.tree_nodes});
-  const int capacity = static_cast<int>(prompt.size()) + o.new_tokens + max_tree + 1;
+  const std::int64_t max_tree = std::max<std::int64_t>({68, std::int64_t{8} * o.draft_depth, o.tree_nodes});
+  const std::int64_t cap64 = static_cast<std::int64_t>(prompt.size()) + o.new_tokens + max_tree + 1;
+  require(cap64 <= INT_MAX, "specdec::examples::run_demo", "new_tokens",
+          "a prompt, new tokens and a last tree (8 x depth nodes) of at most INT_MAX tokens in all", o.new_tokens);
+  const int capacity = static_cast<int>(cap64);
   // Two request slots: the speculative decoder runs in slot 0, autoregressive decoding in slot 1.
   llama_model<float> target(c, std::move(w), 2, capacity,
                             {.storage = o.paged ? kv_storage::paged : kv_storage::contiguous, .page_size = 16});

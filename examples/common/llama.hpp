@@ -24,9 +24,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -67,7 +69,12 @@ struct llama_config {
     require(heads >= kv_heads && heads % kv_heads == 0, fn, "config.heads", "a positive multiple of kv_heads", heads);
     require(head_dim == 64 || head_dim == 128 || head_dim == 256, fn, "config.head_dim", "64, 128 or 256", head_dim);
     require(ffn_hidden >= 1, fn, "config.ffn_hidden", ">= 1", ffn_hidden);
-    require(rope_theta > 1.0, fn, "config.rope_theta", "> 1", rope_theta);
+    // the projections' widths are ints (heads * head_dim; kv_heads <= heads)
+    require(static_cast<std::int64_t>(heads) * head_dim <= std::numeric_limits<std::int32_t>::max(), fn, "config.heads",
+            "heads * head_dim <= INT32_MAX", heads);
+    require(std::isfinite(rope_theta) && rope_theta > 1.0, fn, "config.rope_theta", "a finite value > 1", rope_theta);
+    require(std::isfinite(norm_eps) && norm_eps > 0.0, fn, "config.norm_eps", "a finite value > 0 (RMSNorm's epsilon)",
+            norm_eps);
   }
 };
 
@@ -81,6 +88,29 @@ struct llama_weights {
   std::vector<layer> layers;
   std::vector<T> final_norm;  //!< [hidden]
   std::vector<T> lm_head;     //!< [vocab, hidden]
+
+  //! Every tensor has its config's size (a model reads them with the config's strides): throws
+  //! specdec::invalid_argument naming the first tensor that does not. The config is validated first.
+  void validate(const llama_config& c, std::string_view fn) const {
+    c.validate(fn);
+    const auto H = static_cast<std::size_t>(c.hidden), V = static_cast<std::size_t>(c.vocab_size),
+               F = static_cast<std::size_t>(c.ffn_hidden), Dq = static_cast<std::size_t>(c.heads) * c.head_dim,
+               Dk = static_cast<std::size_t>(c.kv_heads) * c.head_dim;
+    require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(c.layers), layers.size());
+    require_equal(fn, "weights.embed.size()", V * H, embed.size());
+    require_equal(fn, "weights.lm_head.size()", V * H, lm_head.size());
+    require_equal(fn, "weights.final_norm.size()", H, final_norm.size());
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto& L = layers[l];
+      const std::string at = "weights.layers[" + std::to_string(l) + "].";
+      for (const auto& [name, got, want] : {std::tuple{"attn_norm", L.attn_norm.size(), H}, {"ffn_norm", L.ffn_norm.size(), H},
+                                            {"wq", L.wq.size(), Dq * H}, {"wk", L.wk.size(), Dk * H},
+                                            {"wv", L.wv.size(), Dk * H}, {"wo", L.wo.size(), H * Dq},
+                                            {"w_gate", L.w_gate.size(), F * H}, {"w_up", L.w_up.size(), F * H},
+                                            {"w_down", L.w_down.size(), H * F}})
+        require_equal(fn, at + name + ".size()", want, got);
+    }
+  }
 };
 
 //! Knobs of the synthetic random init.
@@ -291,15 +321,12 @@ class llama_model {
   llama_model(const llama_config& c, llama_weights<T> w, int max_requests, int capacity, const llama_options& o = {})
       : cfg_(c), w_(std::move(w)), opt_(o), max_requests_(max_requests), capacity_(capacity) {
     constexpr std::string_view fn = "specdec::examples::llama_model";
-    c.validate(fn);
+    w_.validate(c, fn);
     require(max_requests >= 1, fn, "max_requests", ">= 1", max_requests);
     require(capacity >= 1, fn, "capacity", ">= 1", capacity);
     require(o.storage == kv_storage::contiguous || o.storage == kv_storage::paged, fn, "options.storage",
             "kv_storage::contiguous or kv_storage::paged", static_cast<int>(o.storage));
     require(o.page_size >= 1, fn, "options.page_size", ">= 1", o.page_size);
-    require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(c.layers), w_.layers.size());
-    require_equal(fn, "weights.embed.size()", static_cast<std::size_t>(c.vocab_size) * c.hidden, w_.embed.size());
-    require_equal(fn, "weights.lm_head.size()", static_cast<std::size_t>(c.vocab_size) * c.hidden, w_.lm_head.size());
     std::size_t per_layer = static_cast<std::size_t>(max_requests) * capacity * c.kv_heads * c.head_dim;
     if (o.storage == kv_storage::paged) {
       const int per_request = (capacity + o.page_size - 1) / o.page_size;

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include <utility>
@@ -54,6 +55,24 @@ struct longspec_draft_weights {
     std::vector<T> ffn_norm, w_gate, w_up, w_down;
   };
   std::vector<layer> layers;
+
+  //! Every tensor has the size a draft of `draft_layers` layers over a target of geometry `t` reads:
+  //! throws specdec::invalid_argument naming the first tensor that does not.
+  void validate(const llama_config& t, int draft_layers, std::string_view fn) const {
+    require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(draft_layers), layers.size());
+    const auto H = static_cast<std::size_t>(t.hidden), F = static_cast<std::size_t>(t.ffn_hidden),
+               Dq = static_cast<std::size_t>(t.heads) * t.head_dim, Dk = static_cast<std::size_t>(t.kv_heads) * t.head_dim;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto& L = layers[l];
+      const std::string at = "weights.layers[" + std::to_string(l) + "].";
+      for (const auto& [name, got, want] :
+           {std::tuple{"attn_norm", L.attn_norm.size(), H}, {"wq", L.wq.size(), Dq * H}, {"wk", L.wk.size(), Dk * H},
+            {"wv", L.wv.size(), Dk * H}, {"wo", L.wo.size(), H * Dq}, {"cross_norm", L.cross_norm.size(), H},
+            {"cq", L.cq.size(), Dq * H}, {"co", L.co.size(), H * Dq}, {"ffn_norm", L.ffn_norm.size(), H},
+            {"w_gate", L.w_gate.size(), F * H}, {"w_up", L.w_up.size(), F * H}, {"w_down", L.w_down.size(), H * F}})
+        require_equal(fn, at + name + ".size()", want, got);
+    }
+  }
 };
 
 //! GLIDE's default layer mapping (§4.1, specdec::glide_target_layer_index): draft layer j reads target
@@ -138,12 +157,15 @@ class longspec_draft_model {
   using value_type = T;
   using logit_type = T;
 
-  //! Preconditions (checked): window >= 1, one weight block and one layer_map entry per draft layer.
+  //! Preconditions (checked): window >= 1, one weight block of the target's geometry and one
+  //! layer_map entry per draft layer. A window longer than the target's capacity is cut to it (the
+  //! ring could never hold more; the rings are allocated for the window).
   longspec_draft_model(const llama_model<T>& target, longspec_draft_config c, longspec_draft_weights<T> w)
       : target_(&target), cfg_(std::move(c)), w_(std::move(w)) {
     constexpr std::string_view fn = "specdec::examples::longspec_draft_model";
     require(cfg_.window >= 1, fn, "config.window", ">= 1", cfg_.window);
-    require_equal(fn, "weights.layers.size()", static_cast<std::size_t>(cfg_.layers), w_.layers.size());
+    cfg_.window = std::min(cfg_.window, target.capacity());
+    w_.validate(target.config(), cfg_.layers, fn);
     require_equal(fn, "config.layer_map.size()", static_cast<std::size_t>(cfg_.layers), cfg_.layer_map.size());
     for (int m : cfg_.layer_map) require_in_range(fn, "config.layer_map[j]", m, 0, target.config().layers - 1);
     const auto& tc = target.config();

@@ -3,6 +3,7 @@
 // argument parsing works; the live progress lines report growing token counts, tok/s and tau.
 #include <catch2/catch.hpp>
 
+#include <climits>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -189,6 +190,15 @@ TEST_CASE("demo with each LongSpec tree: CAPE and the beam tree under a node bud
   o.drafter = demo_drafter::longspec;
   o.tree_nodes = -1;
   CHECK_THROWS_AS(run_demo(o, log), specdec::invalid_argument);
+  o.tree_nodes = 0;
+  // sizes whose sum (the target's capacity) overflowed int: refused before anything is allocated
+  o.draft_depth = 300000000;
+  CHECK_THROWS_WITH(run_demo(o, log), Catch::Contains("'new_tokens'") && Catch::Contains("INT_MAX"));
+  o.draft_depth = 4;
+  o.new_tokens = INT_MAX;
+  CHECK_THROWS_WITH(run_demo(o, log), Catch::Contains("'new_tokens'") && Catch::Contains("INT_MAX"));
+  o.new_tokens = -1;
+  CHECK_THROWS_WITH(run_demo(o, log), Catch::Contains("'new_tokens'") && Catch::Contains(">= 0"));
 }
 
 TEST_CASE("demo live progress: rewritten lines with growing token counts, both loops' tok/s and tau", "[examples][demo]") {

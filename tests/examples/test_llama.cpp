@@ -3,6 +3,8 @@
 // the model; the random init is not degenerate; bad arguments are rejected.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <set>
 
 #include "../../examples/common/llama.hpp"
@@ -101,6 +103,30 @@ TEST_CASE("llama rejects bad configurations and arguments", "[llama][errors]") {
   c.heads = 3;
   c.kv_heads = 2;
   REQUIRE_THROWS_WITH(random_llama_weights<float>(c, 1), Catch::Contains("config.heads"));
+  c = tiny();
+  c.heads = c.kv_heads * (1 << 25);  // heads * head_dim past INT32_MAX
+  REQUIRE_THROWS_WITH(c.validate("f"), Catch::Contains("config.heads") && Catch::Contains("INT32_MAX"));
+  for (double eps : {0.0, -10.0, std::numeric_limits<double>::infinity()}) {
+    c = tiny();
+    c.norm_eps = eps;  // RMSNorm would divide by zero or a negative root: NaN logits
+    REQUIRE_THROWS_WITH(c.validate("f"), Catch::Contains("config.norm_eps"));
+  }
+  c = tiny();
+  c.rope_theta = std::numeric_limits<double>::infinity();
+  REQUIRE_THROWS_WITH(c.validate("f"), Catch::Contains("config.rope_theta"));
+  {  // weights of another geometry than the model's config: refused before any forward reads them
+    c = tiny();
+    auto wrong = c;
+    wrong.ffn_hidden *= 2;
+    REQUIRE_THROWS_WITH(llama_model<float>(wrong, random_llama_weights<float>(c, 1), 1, 8),
+                        Catch::Contains("weights.layers[0].w_gate.size()"));
+    auto w = random_llama_weights<float>(c, 1);
+    w.final_norm.clear();
+    REQUIRE_THROWS_WITH(llama_model<float>(c, w, 1, 8), Catch::Contains("weights.final_norm.size()"));
+    w = random_llama_weights<float>(c, 1);
+    w.layers[1].wk.pop_back();
+    REQUIRE_THROWS_WITH(llama_model<float>(c, w, 1, 8), Catch::Contains("weights.layers[1].wk.size()"));
+  }
   c = tiny();
   llama_model<float> m(c, random_llama_weights<float>(c, 1), 1, 8);
   std::vector<float> l(static_cast<std::size_t>(c.vocab_size));

@@ -5,6 +5,8 @@
 // outside the receptive field, and GLIDE's layer map is checked.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "../../examples/common/longspec_draft.hpp"
 
 using namespace specdec;
@@ -55,6 +57,15 @@ TEST_CASE("LongSpec draft: constant state, speculation discarded, float matches 
     df.step(0, prompt[p], p, true, p == 299 ? std::span<float>(f) : std::span<float>{});
   }
   CHECK(dd.state_bytes() == bytes);  // the ring does not grow with the context
+  {  // draft weights of another geometry are refused; a window past the target's capacity is cut to it
+    auto bad = derive_longspec_draft(wd, dc);
+    bad.layers[0].co.clear();
+    REQUIRE_THROWS_WITH(longspec_draft_model<double>(td, dc, bad), Catch::Contains("weights.layers[0].co.size()"));
+    auto wide = dc;
+    wide.window = std::numeric_limits<int>::max();
+    const longspec_draft_model<double> cut(td, wide, derive_longspec_draft(wd, wide));
+    CHECK(cut.config().window == td.capacity());
+  }
   CHECK(dd.absorbed(0) == 300);
   for (int v = 0; v < 40; ++v) REQUIRE(f[v] == Approx(a[v]).margin(2e-3 * (1 + std::abs(a[v]))));
   // Speculate three tokens, discard, and the next committed step is unaffected.
