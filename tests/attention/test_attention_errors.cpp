@@ -485,14 +485,12 @@ TEST_CASE("outputs apart from each other, from the inputs and from a caller's wo
               "'hidden'");
 }
 
-// Found by the same review: a user layout claiming caches of 2^31 tokens over thousands of requests
-// and heads made the host plan's sizes wrap (a small workspace, then writes past it).
 namespace {
-// one_row_layout over R requests of H kv heads
-struct big_layout {
+// A user's layout whose every token is one row: a cache of INT32_MAX tokens in 2 KB.
+struct one_row_layout {
   using value_type = float;
   const float* row;
-  int R, H;
+  int R = 1, H = 1;  // requests, kv heads
   int num_requests() const { return R; }
   int num_kv_heads() const { return H; }
   int head_dim() const { return 64; }
@@ -503,6 +501,8 @@ struct big_layout {
 };
 }  // namespace
 
+// Found by a session-54 review: the same layout over thousands of requests and heads made the host
+// plan's sizes wrap (a small workspace, then writes past it).
 TEST_CASE("host attention plans whose sizes pass int64 are refused, not wrapped", "[attention][sizes]") {
   std::vector<float> row(64, 0.5f), qb(64, 1.f);
   {
@@ -510,7 +510,7 @@ TEST_CASE("host attention plans whose sizes pass int64 are refused, not wrapped"
     std::vector<std::int32_t> ip(R + 1);
     for (int r = 0; r <= R; ++r) ip[static_cast<std::size_t>(r)] = r;
     const sd::strided_view<const float, 3> q(qb.data(), {R, H, 64}, {0, 0, 1});
-    REQUIRE_BAD(sd::decode_attention_workspace_bytes(sd::host{}, q, big_layout{row.data(), R, H},
+    REQUIRE_BAD(sd::decode_attention_workspace_bytes(sd::host{}, q, one_row_layout{row.data(), R, H},
                                                      sd::make_view<1>(ip.data(), {R + 1}), {.kv_split_size = 2}),
                 "fits in int64");
   }
@@ -519,25 +519,11 @@ TEST_CASE("host attention plans whose sizes pass int64 are refused, not wrapped"
     std::vector<std::int32_t> ip(R + 1, 33);
     ip[0] = 0;
     const sd::strided_view<const float, 3> q(qb.data(), {33, H, 64}, {0, 0, 1});
-    CHECK_NOTHROW(sd::decode_attention_workspace_bytes(sd::host{}, q, big_layout{row.data(), R, H},
+    CHECK_NOTHROW(sd::decode_attention_workspace_bytes(sd::host{}, q, one_row_layout{row.data(), R, H},
                                                        sd::make_view<1>(ip.data(), {R + 1})));
   }
 }
 
-namespace {
-// A user's layout whose every token is one row: a cache of INT32_MAX tokens in 2 KB.
-struct one_row_layout {
-  using value_type = float;
-  const float* row;
-  int num_requests() const { return 1; }
-  int num_kv_heads() const { return 1; }
-  int head_dim() const { return 64; }
-  int length(int) const { return std::numeric_limits<std::int32_t>::max(); }
-  const float* k_row(int, int, int) const { return row; }
-  const float* v_row(int, int, int) const { return row; }
-  sd::memory_space space() const { return sd::memory_space::host; }
-};
-}  // namespace
 
 // Found by a session-25 audit of user layouts: kv_split_size = 1 over INT32_MAX tokens made 2^31
 // parts (int overflow in the host plan, then a workspace size that wrapped).
