@@ -1,6 +1,6 @@
 // specdec_demo: long-context speculative decoding end to end on the reference model.
 //   specdec_demo [--prompt N] [--new N] [--drafter lookup+longspec|longspec|tokenswift|ngram] [--temperature T [--top-p P]]
-//                [--tree chain|cartesian|cape|beam] [--nodes N] [--depth D] [--fixed-depth] [--cartesian] [--paged]
+//                [--tree chain|cartesian|cape|beam] [--nodes N] [--depth D] [--fixed-depth] [--cartesian] [--paged] [--interleave]
 //                [--lookup-min N] [--lookup-max M]
 //                [--quiet]
 //                [--weights-dir DIR] [--draft-weights FILE] [--prompt-file PATH] [--prompt-offset N] [--show N]
@@ -18,7 +18,8 @@
 // greedy verification, or with --temperature T > 0 sampling verified by sample-and-match; each step's depth in [0, D] (the beam: its
 // levels in [0, 5]) chosen from the verification cost measured on this machine and the running acceptance, --fixed-depth: always D), shows live progress on stderr and prints the report (the prompt's end
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
-// stdout.
+// stdout. --interleave: the autoregressive run alternates with the speculative one step by step
+// (each timed by its own clock) instead of running first, alone.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
     else if (a == "--nodes") o.tree_nodes = static_cast<int>(next());
     else if (a == "--fixed-depth") o.adaptive = false;
     else if (a == "--paged") o.paged = true;
+    else if (a == "--interleave") o.interleave = true;
     else if (a == "--quiet") o.progress = false;
     else if (a == "--drafter" || a == "--tree") {
       if (i + 1 >= argc) return std::cerr << "specdec_demo: " << a << " needs a name\n", 2;

@@ -216,6 +216,10 @@ struct demo_options {
   float temperature = 0.0f;   //!< 0 = greedy; > 0: sampled (with top_p), verified by sample-and-match
   float top_p = 1.0f;         //!< nucleus mass with temperature > 0 (1 = off)
   bool paged = false;         //!< target KV in a paged_kv pool (16-token pages) instead of contiguous
+  //! autoregressive decoding alternates with the speculative run step by step (after each speculative
+  //! step it catches up to the same token count), so both loops pay the same noisy moments; else it
+  //! runs first, alone (the figures in RESULTS.md up to session 53)
+  bool interleave = false;
   std::uint64_t seed = 1;
   bool progress = true;
   int progress_every = 128;   //!< a live progress line (tok/s, tau) each time this many more tokens are done
@@ -237,7 +241,8 @@ struct demo_report {
   std::vector<std::int32_t> output;                     //!< the speculative run's tokens
 };
 
-//! Runs both decodings, interleaved step by step (see run_demo's part 1). O(prompt prefill + new_tokens
+//! Runs both decodings, one after the other or interleaved step by step (demo_options::interleave).
+//! O(prompt prefill + new_tokens
 //! target steps) twice.
 inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   using clock = std::chrono::steady_clock;
@@ -342,10 +347,10 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
                             {.storage = o.paged ? kv_storage::paged : kv_storage::contiguous, .page_size = 16});
 
   // 1. Autoregressive decoding: greedy, the reference the speculative output must equal; sampled, a draw
-  // of the same processed distribution (the speed reference). Its tokens are decoded in step with the
-  // speculative run's (ar_catch_up, called after each speculative step and once at the end): the two
-  // loops alternate, so both pay the same moments of a noisy machine, and the speedup compares like
-  // with like. Each loop's clock counts its own work only.
+  // of the same processed distribution (the speed reference). ar_catch_up decodes up to a token count;
+  // it runs all of them before the speculative run, or with o.interleave after each speculative step
+  // (the two loops alternate, so both pay the same moments of a noisy machine). Each loop's clock
+  // counts its own work only.
   rep.sampled = o.temperature > 0.0f;
   constexpr int ar_slot = 1;
   sampling_workspace ws;
@@ -372,6 +377,11 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
     }
     ar_s += secs(ta);
   };
+  if (!o.interleave) {
+    ar_catch_up(o.new_tokens);
+    if (o.progress && o.new_tokens >= o.progress_every)  // as the progress lines: none below one interval
+      log << "[autoregressive] " << ar.size() << " tokens, " << static_cast<double>(ar.size()) / ar_s << " tok/s\n";
+  }
 
   // 2. Speculative decoding. One code path for every drafter and tree builder: they differ only in type.
   // depth: the most a step drafts, o.draft_depth unless given (the beam: its number of levels; the
@@ -384,14 +394,18 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
                          .adaptive_depth = o.adaptive};
     const auto t1 = clock::now();
     int done = 0;
+    double interleaved_s = 0;  // autoregressive time spent inside this run's callbacks
     g.on_tokens = [&](int, std::span<const std::int32_t> toks) {
       const int before = done;
       done += static_cast<int>(toks.size());
-      ar_catch_up(done);
+      const double ar_before = ar_s;  // the catch-up's time is not the speculative loop's
+      if (o.interleave) ar_catch_up(done);
       if (o.progress && done / o.progress_every != before / o.progress_every)
         log << "\r[speculative " << done << "/" << o.new_tokens << " tokens, "
-            << done / (secs(t1) - dec.stats().prefill_s - ar_s) << " tok/s, tau " << dec.stats().tau()
-            << "; autoregressive " << static_cast<double>(ar.size()) / ar_s << " tok/s]   " << std::flush;
+            << done / (secs(t1) - dec.stats().prefill_s - (ar_s - ar_before) - interleaved_s) << " tok/s, tau "
+            << dec.stats().tau() << "; autoregressive " << static_cast<double>(ar.size()) / ar_s << " tok/s]   "
+            << std::flush;
+      interleaved_s += ar_s - ar_before;
     };
     auto out = dec.generate(prompt, g);
     ar_catch_up(o.new_tokens);  // the rest, when the speculative run stopped early

@@ -204,12 +204,23 @@ TEST_CASE("demo with each LongSpec tree: CAPE and the beam tree under a node bud
 TEST_CASE("demo live progress: rewritten lines with growing token counts, both loops' tok/s and tau", "[examples][demo]") {
   demo_options o = tiny_options(64);
   o.progress_every = 8;  // the default 128 would print nothing at this size
+  {  // the autoregressive run first, alone (the default): one line for it, then the speculative lines
+    std::ostringstream log;
+    REQUIRE(run_demo(o, log).lossless);
+    int n = 0;
+    double ar_tok_s = 0;
+    CHECK(std::sscanf(log.str().c_str(), "[autoregressive] %d tokens, %lf tok/s", &n, &ar_tok_s) == 2);
+    CHECK(n == 64);
+    CHECK(ar_tok_s > 0);
+  }
+  o.interleave = true;
   std::ostringstream log;
   const auto rep = run_demo(o, log);
   REQUIRE(rep.lossless);
+  CHECK(rep.ar_tokens_per_s > 0);
   // Each progress line is rewritten in place: segments are separated by '\r' (and '\n' at the end).
-  // The two loops alternate (autoregressive decoding catches up after each speculative step), so one
-  // line reports both.
+  // Interleaved, the two loops alternate (autoregressive decoding catches up after each speculative
+  // step), and every line reports both.
   std::vector<int> spec_counts;
   std::vector<double> taus;
   std::string seg;
