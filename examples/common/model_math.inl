@@ -18,13 +18,17 @@ template <class T>
 
 //! out[t * NO + o] = sum_i x[t, i] w[o, i] for NT tokens (rows of x) and NO weight rows (of w), both
 //! `stride` elements apart, i < n. Every pair is summed in one fixed order, whatever NT and NO: for
-//! float, 16-lane partial sums over the whole 16-element blocks (the vector layer's FMA), reduced by
-//! vhsum, then the tail in order; other types take dot(). So a tile's sums equal a lone row's to the
-//! bit. For float the NT x NO sums are independent FMA chains, and each weight load feeds NT tokens:
-//! one chain per output, as dot() alone gives, waits on the FMA latency.
+//! float, 16-lane partial sums over the whole 16-element blocks (the vector layer's FMA), reduced
+//! with vhsum's pairing, then the tail in order; other types take dot(). So a tile's sums equal a
+//! lone row's to the bit. For float the NT x NO sums are independent FMA chains, and each weight load
+//! feeds NT tokens: one chain per output, as dot() alone gives, waits on the FMA latency. A tile of
+//! 16 sums is reduced by one vhsum16, whose lane k is vhsum of input k bit for bit (with AVX-512 30
+//! shuffles and 15 adds for the 16, against 16 separate halvings); smaller tiles by one vhsum each
+//! (padded to 16, 8 sums measured slower that way).
 template <class T, int NT, int NO>
 inline void dot_tile(const T* x, const T* w, std::ptrdiff_t stride, int n, accum_t<T>* out) noexcept {
   if constexpr (std::is_same_v<T, float>) {
+    static_assert(NT * NO <= 16, "dot_tile: at most 16 sums per tile (one vhsum16)");
     vf16 acc[NT][NO];
     SPECDEC_UNROLL for (int t = 0; t < NT; ++t)
       SPECDEC_UNROLL for (int o = 0; o < NO; ++o) acc[t][o] = vbroadcast(0.0f);
@@ -34,9 +38,19 @@ inline void dot_tile(const T* x, const T* w, std::ptrdiff_t stride, int n, accum
         const vf16 xv = vload(x + t * stride + i);
         SPECDEC_UNROLL for (int o = 0; o < NO; ++o) acc[t][o] = xv * vload(w + o * stride + i) + acc[t][o];
       }
+    float sums[NT * NO];
+    if constexpr (NT * NO == 16) {
+      vf16 all[16];
+      SPECDEC_UNROLL for (int k = 0; k < 16; ++k) all[k] = acc[k / NO][k % NO];
+      alignas(64) float lanes[16];
+      vstore(lanes, vhsum16(all));
+      SPECDEC_UNROLL for (int k = 0; k < NT * NO; ++k) sums[k] = lanes[k];
+    } else {
+      SPECDEC_UNROLL for (int k = 0; k < NT * NO; ++k) sums[k] = vhsum(acc[k / NO][k % NO]);
+    }
     SPECDEC_UNROLL for (int t = 0; t < NT; ++t)
       SPECDEC_UNROLL for (int o = 0; o < NO; ++o) {
-        float s = vhsum(acc[t][o]);
+        float s = sums[t * NO + o];
         for (int j = i; j < n; ++j) s += x[t * stride + j] * w[o * stride + j];
         out[t * NO + o] = s;
       }
@@ -54,8 +68,14 @@ template <class T, bool Add>
 void matmul_impl(std::span<const T> x, std::span<const T> W, std::span<T> y, int m, int out, int in) {
   using A = accum_t<T>;
   constexpr int block = 32;
-  // 32 vector registers (AVX-512): 8 sums for one token, 2 x 4 for more; 16 (AVX2): half that.
+  // 32 vector registers (AVX-512): 8 sums for one token; for more, 4 x 4 tiles while four tokens are
+  // left (a weight load feeds four tokens, 8 loads per 16 FMAs, and one vhsum16 reduces the 16 sums),
+  // then 2 x 4 and 1 x 4. 16 registers (AVX2 and below): half that, and no 4-token tiles. (On a
+  // 2-core Zen 5, the demo target's 28 projections: 4 tokens 0.49 -> 0.37 ms, 8 tokens 0.73 -> 0.57;
+  // 3 x 4 tiles, and 2 x 8 / 1 x 16 ones with a full or padded vhsum16, were no faster than these for
+  // 1-3 tokens. benchmarks/RESULTS.md, session 55.)
   constexpr int wide = vregs16 >= 32 ? 8 : 4;
+  constexpr bool quad = vregs16 >= 32;
   const int blocks = (out + block - 1) / block;
   auto tile = [&]<int nt, int no>(int t0, int o0) {
     A d[nt * no];
@@ -75,6 +95,8 @@ void matmul_impl(std::span<const T> x, std::span<const T> W, std::span<T> y, int
       for (; o + wide <= o1; o += wide) tile.template operator()<1, wide>(0, o);
     for (; o + wide / 2 <= o1; o += wide / 2) {
       int t = 0;
+      if constexpr (quad)
+        for (; t + 4 <= m; t += 4) tile.template operator()<4, wide / 2>(t, o);
       for (; t + 2 <= m; t += 2) tile.template operator()<2, wide / 2>(t, o);
       if (t < m) tile.template operator()<1, wide / 2>(t, o);
     }
