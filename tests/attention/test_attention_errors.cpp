@@ -3,6 +3,8 @@
 // tests/compile_fail/attention_element_types.cpp.)
 #include "attention_fixture.hpp"
 
+#include <cstring>
+
 #include "specdec/attention/cross_attention.hpp"
 #include "specdec/attention/decode_attention.hpp"
 #include "specdec/attention/hybrid_tree_attention.hpp"
@@ -483,6 +485,63 @@ TEST_CASE("outputs apart from each other, from the inputs and from a caller's wo
   REQUIRE_BAD(sd::glide_project_queries(one, sd::make_view<2>(hq.data(), {2, D}), sd::make_view<2>(wq.data(), {D, D}),
                                         sd::make_view<3>(hq.data(), {2, 1, D})),
               "'hidden'");
+}
+
+// Session 55: out or lse over q (in place included), q_indptr or the tree's K, V and mask. Each query
+// row is read by every kv split of its head while other rows' outputs are written, so an output over
+// an input gave other numbers with one thread than with two; refused before anything is written.
+TEST_CASE("attention outputs apart from q, q_indptr and the tree inputs", "[attention][sizes]") {
+  constexpr int D = 64;
+  const sd::host one{.num_threads = 1};
+  std::vector<float> qb(2 * D, 1.f), kc(4 * D, 0.5f), vc(4 * D, 0.25f), ob(2 * D, -7.f), lb(2, -7.f);
+  std::vector<std::int32_t> lens{4}, ip{0, 2};
+  const sd::contiguous_kv<float> cache(kc.data(), vc.data(), lens.data(), 1, 4, 1, D);
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  const auto q = sd::make_view<3>(qb.data(), {2, 1, D});
+  const auto o = sd::make_view<3>(ob.data(), {2, 1, D});
+  const auto l = sd::make_view<2>(lb.data(), {2, 1});
+  std::vector<float> sk(2 * D, 0.5f), sv(2 * D, 0.25f);
+  const auto skv = sd::make_view<3>(sk.data(), {2, 1, D});
+  const auto svv = sd::make_view<3>(sv.data(), {2, 1, D});
+  std::vector<sd::mask_word> m{1, 3};
+  const auto mv = sd::make_view<1>(m.data(), {2});
+  // in place over q, and shifted by one row
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, sd::make_view<3>(qb.data(), {2, 1, D}), l),
+              "'q': expected memory disjoint from 'out'");
+  REQUIRE_BAD(sd::hybrid_tree_attention(one, q, cache, skv, svv, ipv, mv, sd::make_view<3>(qb.data(), {2, 1, D}), l),
+              "'q': expected memory disjoint from 'out'");
+  REQUIRE_BAD(sd::tree_attention(one, q, skv, svv, ipv, mv, sd::make_view<3>(qb.data(), {2, 1, D}), l),
+              "'q': expected memory disjoint from 'out'");
+  std::vector<float> qo(3 * D, 1.f);
+  REQUIRE_BAD(sd::decode_attention(one, sd::make_view<3>(qo.data(), {2, 1, D}), cache, ipv,
+                                   sd::make_view<3>(qo.data() + D, {2, 1, D}), l),
+              "'q': expected memory disjoint from 'out'");
+  REQUIRE(lb[0] == -7.f);  // nothing written
+  // lse over q's last row; lse over q_indptr (both written row by row while read)
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, o, sd::make_view<2>(qb.data() + 2 * D - 2, {2, 1})),
+              "'q': expected memory disjoint from 'lse'");
+  std::vector<float> ipf(4);
+  std::memcpy(ipf.data(), ip.data(), sizeof(std::int32_t) * 2);
+  const auto ip_in_lse = sd::make_view<1>(reinterpret_cast<const std::int32_t*>(ipf.data()), {2});
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ip_in_lse, o, sd::make_view<2>(ipf.data(), {2, 1})),
+              "'q_indptr': expected memory disjoint from 'lse'");
+  REQUIRE(ob[0] == -7.f);
+  // the tree's keys, values or mask under out or lse
+  REQUIRE_BAD(sd::hybrid_tree_attention(one, q, cache, skv, svv, ipv, mv, sd::make_view<3>(sk.data(), {2, 1, D}), l),
+              "'spec_k': expected memory disjoint from 'out'");
+  REQUIRE_BAD(sd::tree_attention(one, q, skv, svv, ipv, mv, o, sd::make_view<2>(sv.data() + D, {2, 1})),
+              "'spec_v': expected memory disjoint from 'lse'");
+  std::vector<float> mf(2 * D, 0.f);
+  std::memcpy(mf.data(), m.data(), sizeof(sd::mask_word) * 2);
+  REQUIRE_BAD(sd::tree_attention(one, q, skv, svv, ipv,
+                                 sd::make_view<1>(reinterpret_cast<const sd::mask_word*>(mf.data()), {2}),
+                                 sd::make_view<3>(mf.data(), {2, 1, D}), l),
+              "'mask': expected memory disjoint from 'out'");
+  REQUIRE(lb[0] == -7.f);
+  REQUIRE(sk[0] == 0.5f);
+  // control: every output apart
+  sd::hybrid_tree_attention(one, q, cache, skv, svv, ipv, mv, o, l);
+  CHECK(ob[0] == Approx(0.25f));
 }
 
 namespace {

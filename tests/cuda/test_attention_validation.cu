@@ -138,6 +138,19 @@ TEST_CASE("cuda tree_attention and hybrid_tree_attention reject bad inputs", "[c
                                               {.kv_split_size = -5}),
                fn, "'options.kv_split_size'");
   }
+  SECTION("outputs over the inputs (session 55): in place over q, over the tree's keys and mask") {
+    auto oq = specdec::make_view<3>(fake<bf>(0x100000), {T_, HQ, D}, memory_space::device);
+    EXPECT_ARG(specdec::hybrid_tree_attention(specdec::cuda{}, a.q, a.cache, a.k, a.v, a.ip, a.mask, oq, a.lse),
+               "specdec::hybrid_tree_attention", "'q': expected memory disjoint from 'out'");
+    EXPECT_ARG(specdec::decode_attention(specdec::cuda{}, a.q, a.cache, a.ip, oq, a.lse), "specdec::decode_attention",
+               "'q': expected memory disjoint from 'out'");
+    auto ok = specdec::make_view<3>(fake<bf>(0x300000 + 64), {T_, HQ, D}, memory_space::device);
+    EXPECT_ARG(specdec::hybrid_tree_attention(specdec::cuda{}, a.q, a.cache, a.k, a.v, a.ip, a.mask, ok, a.lse),
+               "specdec::hybrid_tree_attention", "'spec_k': expected memory disjoint from 'out'");
+    auto lm = specdec::make_view<2>(fake<float>(0x700000), {T_, HQ}, memory_space::device);
+    EXPECT_ARG(specdec::tree_attention(specdec::cuda{}, a.q, a.k, a.v, a.ip, a.mask, a.out, lm), "specdec::tree_attention",
+               "'mask': expected memory disjoint from 'lse'");
+  }
   SECTION("lse_merge") {
     const char* fn = "specdec::lse_merge";
     auto ob = specdec::make_view<3>(fake<bf>(0x300000), {T_, HQ + 1, D}, memory_space::device);

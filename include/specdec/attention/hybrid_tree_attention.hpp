@@ -84,6 +84,7 @@ void hybrid_tree_attention(const P& policy, const Q& q, const L& cache, const K&
                                                 typename M::element_type>()) {
       const auto io = detail::validate_cached_call<P, T>(fn, policy, q, cache, q_indptr, &out, &lse, options);
       const auto tree = detail::validate_tree<P>(fn, io, spec_k, spec_v, mask);
+      detail::require_tree_inputs_apart(fn, out, lse, spec_k, spec_v, mask);
       detail::require_workspace_apart(fn, options, "spec_k", &spec_k, "spec_v", &spec_v, "mask", &mask);
       detail::attention_backend<P>::template run<true, true>(fn, policy, io, cache, &tree, options);
     }

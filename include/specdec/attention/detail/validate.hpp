@@ -127,6 +127,11 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
     require_unique_elements(fn, "lse", *lse);
     if (out) require_disjoint(fn, "out", *out, "lse", *lse);  // both written row by row
   }
+  // Every query row is read by each kv split and tile of its head while other rows' outputs are
+  // written (on other threads, or other blocks on a GPU), so no output may share memory with q or
+  // q_indptr, not even exactly (in place). (The tree inputs: require_tree_inputs_apart.)
+  if (out) require_outputs_apart(fn, std::forward_as_tuple("out", *out), std::forward_as_tuple("q", q, "q_indptr", q_indptr));
+  if (lse) require_outputs_apart(fn, std::forward_as_tuple("lse", *lse), std::forward_as_tuple("q", q, "q_indptr", q_indptr));
   if (num_requests < 0) num_requests = static_cast<int>(q_indptr.extent(0)) - 1;
   require(num_requests >= 0, fn, "q_indptr", "at least one element (num_requests + 1)", q_indptr.extent(0));
   require_shape(fn, "q_indptr", q_indptr, {static_cast<std::int64_t>(num_requests) + 1});
@@ -379,6 +384,15 @@ tree_kv_params<T> validate_tree(std::string_view fn, const attention_io_params<T
   return t;
 }
 
+//! out and lse apart from the tree's K, V and mask, which every tile of a head reads while others
+//! write their outputs.
+template <class O, class LS, class K, class V, class M>
+void require_tree_inputs_apart(std::string_view fn, const O& out, const LS& lse, const K& spec_k, const V& spec_v,
+                               const M& mask) {
+  require_outputs_apart(fn, std::forward_as_tuple("out", out, "lse", lse),
+                        std::forward_as_tuple("spec_k", spec_k, "spec_v", spec_v, "mask", mask));
+}
+
 //! Validates the arguments of a tree-only call (tree attention): the policy, spec_k's kv-head count,
 //! then q / q_indptr / out / lse and the tree K/V and mask.
 template <class Policy, class T, class Q, class K, class V, class I, class M, class O, class LS>
@@ -393,6 +407,7 @@ std::pair<attention_io_params<T>, tree_kv_params<T>> validate_tree_call(std::str
   require(hkv > 0, fn, "spec_k", "at least one kv head (extent 1)", hkv);
   const auto io = validate_io<Policy, T>(fn, q, q_indptr, &out, &lse, -1, hkv, options.scale);
   const auto tree = validate_tree<Policy>(fn, io, spec_k, spec_v, mask);
+  require_tree_inputs_apart(fn, out, lse, spec_k, spec_v, mask);
   require_workspace_apart(fn, options, "q", &q, "q_indptr", &q_indptr, "out", &out, "lse", &lse, "spec_k", &spec_k,
                           "spec_v", &spec_v, "mask", &mask);
   return {io, tree};
