@@ -19,6 +19,8 @@
 // speculative step pays c(n) where decoding pays c(1), so c(n) / c(1) against tau bounds its speedup.
 // Counters: "matmul_GFLOP/s" = the projections' and LM head's FLOPs (2 n params) over the whole
 // forward's time, "kv_GB/s" = the K/V bytes read over the same time.
+// BM_demo_target_matmuls: those projections and the LM head alone for n tokens; "GFLOP/s" and
+// "weights_GB/s" (the fp32 weights read once per iteration) against the machine's roofline.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -149,8 +151,41 @@ void BM_demo_target_forward(benchmark::State& state) {
   state.counters["matmul_GFLOP/s"] = benchmark::Counter(2.0 * n * params * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["kv_GB/s"] = benchmark::Counter(kv_bytes * iters / 1e9, benchmark::Counter::kIsRate);
 }
+
+// The same target's dense part alone: every projection of its 4 layers and the LM head for n tokens
+// (matmul_nt, the example models' tiled y = x W^T, both cores), no attention, norms or activations.
+// The inputs are the weights' own rows (values do not change the cost).
+void BM_demo_target_matmuls(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  static const auto w = random_llama_weights<float>(demo_cfg, 7);
+  const auto& c = demo_cfg;
+  const int H = c.hidden, Dq = c.heads * c.head_dim, Dk = c.kv_heads * c.head_dim, F = c.ffn_hidden;
+  std::vector<float> x(static_cast<std::size_t>(n) * std::max(H, F), 0.25f), y(static_cast<std::size_t>(n) * std::max({F, Dq, c.vocab_size}));
+  const auto in = [&](int width) { return std::span<const float>(x.data(), static_cast<std::size_t>(n) * width); };
+  double params = static_cast<double>(c.vocab_size) * H;
+  for (auto _ : state) {
+    for (const auto& L : w.layers) {
+      matmul_nt<float>(in(H), L.wq, y, n, Dq, H);
+      matmul_nt<float>(in(H), L.wk, y, n, Dk, H);
+      matmul_nt<float>(in(H), L.wv, y, n, Dk, H);
+      matmul_nt<float>(in(Dq), L.wo, y, n, H, Dq);
+      matmul_nt<float>(in(H), L.w_gate, y, n, F, H);
+      matmul_nt<float>(in(H), L.w_up, y, n, F, H);
+      matmul_nt<float>(in(F), L.w_down, y, n, H, F);
+    }
+    matmul_nt<float>(in(H), w.lm_head, y, n, c.vocab_size, H);
+    benchmark::DoNotOptimize(y.data());
+  }
+  for (const auto& L : w.layers)
+    params += static_cast<double>(L.wq.size() + L.wk.size() + L.wv.size() + L.wo.size() + L.w_gate.size() + L.w_up.size() +
+                                  L.w_down.size());
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * params * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["weights_GB/s"] = benchmark::Counter(params * sizeof(float) * iters / 1e9, benchmark::Counter::kIsRate);
+}
 }  // namespace
 
+BENCHMARK(BM_demo_target_matmuls)->ArgName("tokens")->DenseRange(1, 5)->Arg(8)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_demo_target_forward)
     ->ArgNames({"cache", "tree"})
     ->ArgsProduct({{4096, 16384}, {1, 2, 3, 4, 5, 8}})

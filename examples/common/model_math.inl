@@ -16,8 +16,8 @@ template <class T>
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-//! out[t * NO + o] = sum_i x[t, i] w[o, i] for NT tokens (rows of x) and NO weight rows (of w), both
-//! `stride` elements apart, i < n. Every pair is summed in one fixed order, whatever NT and NO: for
+//! out[t * NO + o] = sum_i x[t][i] w[o, i] for NT tokens (rows x[t]) and NO weight rows (of w,
+//! `stride` elements apart), i < n. Every pair is summed in one fixed order, whatever NT and NO: for
 //! float, 16-lane partial sums over the whole 16-element blocks (the vector layer's FMA), reduced
 //! with vhsum's pairing, then the tail in order; other types take dot(). So a tile's sums equal a
 //! lone row's to the bit. For float the NT x NO sums are independent FMA chains, and each weight load
@@ -26,7 +26,7 @@ template <class T>
 //! shuffles and 15 adds for the 16, against 16 separate halvings); smaller tiles by one vhsum each
 //! (padded to 16, 8 sums measured slower that way).
 template <class T, int NT, int NO>
-inline void dot_tile(const T* x, const T* w, std::ptrdiff_t stride, int n, accum_t<T>* out) noexcept {
+inline void dot_tile(const T* const (&x)[NT], const T* w, std::ptrdiff_t stride, int n, accum_t<T>* out) noexcept {
   if constexpr (std::is_same_v<T, float>) {
     static_assert(NT * NO <= 16, "dot_tile: at most 16 sums per tile (one vhsum16)");
     vf16 acc[NT][NO];
@@ -35,7 +35,7 @@ inline void dot_tile(const T* x, const T* w, std::ptrdiff_t stride, int n, accum
     int i = 0;
     for (; i + vlanes <= n; i += vlanes)
       SPECDEC_UNROLL for (int t = 0; t < NT; ++t) {
-        const vf16 xv = vload(x + t * stride + i);
+        const vf16 xv = vload(x[t] + i);
         SPECDEC_UNROLL for (int o = 0; o < NO; ++o) acc[t][o] = xv * vload(w + o * stride + i) + acc[t][o];
       }
     float sums[NT * NO];
@@ -51,12 +51,12 @@ inline void dot_tile(const T* x, const T* w, std::ptrdiff_t stride, int n, accum
     SPECDEC_UNROLL for (int t = 0; t < NT; ++t)
       SPECDEC_UNROLL for (int o = 0; o < NO; ++o) {
         float s = sums[t * NO + o];
-        for (int j = i; j < n; ++j) s += x[t * stride + j] * w[o * stride + j];
+        for (int j = i; j < n; ++j) s += x[t][j] * w[o * stride + j];
         out[t * NO + o] = s;
       }
   } else {
     for (int t = 0; t < NT; ++t)
-      for (int o = 0; o < NO; ++o) out[t * NO + o] = dot(x + t * stride, w + o * stride, n);
+      for (int o = 0; o < NO; ++o) out[t * NO + o] = dot(x[t], w + o * stride, n);
   }
 }
 
@@ -70,18 +70,21 @@ void matmul_impl(std::span<const T> x, std::span<const T> W, std::span<T> y, int
   constexpr int block = 32;
   // 32 vector registers (AVX-512): 8 sums for one token; for more, 4 x 4 tiles while four tokens are
   // left (a weight load feeds four tokens, 8 loads per 16 FMAs, and one vhsum16 reduces the 16 sums),
-  // then 2 x 4 and 1 x 4. 16 registers (AVX2 and below): half that, and no 4-token tiles. (On a
-  // 2-core Zen 5, the demo target's 28 projections: 4 tokens 0.49 -> 0.37 ms, 8 tokens 0.73 -> 0.57;
-  // 3 x 4 tiles, and 2 x 8 / 1 x 16 ones with a full or padded vhsum16, were no faster than these for
-  // 1-3 tokens. benchmarks/RESULTS.md, session 55.)
+  // three last tokens as a 4 x 4 tile with the third token twice, then 2 x 4 and 1 x 4. 16 registers
+  // (AVX2 and below): half that, and no 4-token tiles. (BM_demo_target_matmuls, benchmarks/RESULTS.md
+  // session 55: on a 2-core Zen 5 four tokens took less time than 2 x 4 + 1 x 4 tiles took for three;
+  // 3 x 4 tiles, and 2 x 8 / 1 x 16 ones with a full or padded vhsum16, were no faster than these.)
   constexpr int wide = vregs16 >= 32 ? 8 : 4;
   constexpr bool quad = vregs16 >= 32;
   const int blocks = (out + block - 1) / block;
-  auto tile = [&]<int nt, int no>(int t0, int o0) {
+  // Tokens t0 .. t0 + nt - 1 (the last `pad` of them a copy of the one before, their sums dropped)
+  // against weight rows o0 .. o0 + no - 1.
+  auto tile = [&]<int nt, int no>(int t0, int o0, int pad = 0) {
+    const T* rows[nt];
+    for (int t = 0; t < nt; ++t) rows[t] = x.data() + static_cast<std::ptrdiff_t>(t0 + std::min(t, nt - 1 - pad)) * in;
     A d[nt * no];
-    dot_tile<T, nt, no>(x.data() + static_cast<std::ptrdiff_t>(t0) * in, W.data() + static_cast<std::ptrdiff_t>(o0) * in,
-                        in, in, d);
-    for (int t = 0; t < nt; ++t)
+    dot_tile<T, nt, no>(rows, W.data() + static_cast<std::ptrdiff_t>(o0) * in, in, in, d);
+    for (int t = 0; t < nt - pad; ++t)
       for (int o = 0; o < no; ++o) {
         T& dst = y[static_cast<std::size_t>(t0 + t) * out + o0 + o];
         if constexpr (Add) dst = static_cast<T>(static_cast<A>(dst) + d[t * no + o]);
@@ -95,8 +98,13 @@ void matmul_impl(std::span<const T> x, std::span<const T> W, std::span<T> y, int
       for (; o + wide <= o1; o += wide) tile.template operator()<1, wide>(0, o);
     for (; o + wide / 2 <= o1; o += wide / 2) {
       int t = 0;
-      if constexpr (quad)
+      if constexpr (quad) {
         for (; t + 4 <= m; t += 4) tile.template operator()<4, wide / 2>(t, o);
+        if (m - t == 3) {  // as four: costs less than 2 + 1
+          tile.template operator()<4, wide / 2>(t, o, 1);
+          t = m;
+        }
+      }
       for (; t + 2 <= m; t += 2) tile.template operator()<2, wide / 2>(t, o);
       if (t < m) tile.template operator()<1, wide / 2>(t, o);
     }
