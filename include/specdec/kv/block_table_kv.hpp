@@ -52,6 +52,8 @@ inline void validate_kv_mapping(const block_table_mapping& m, const kv_geometry&
   require(m.max_blocks >= 0, function, argument, "max_blocks >= 0", m.max_blocks);
   require(m.block_size > 0, function, argument, "block_size > 0", m.block_size);
   require(m.num_blocks >= 0, function, argument, "num_blocks >= 0", m.num_blocks);
+  // pooled_row_offset() addresses [num_blocks, block_size, kv_heads, head_dim] elements in int64
+  (void)checked_size_product(function, argument, {m.num_blocks, m.block_size, g.num_kv_heads, g.head_dim});
   // capacity() multiplies in int
   require(static_cast<std::int64_t>(m.max_blocks) * m.block_size <= INT32_MAX, function, argument,
           "max_blocks x block_size <= 2^31 - 1 tokens", static_cast<std::int64_t>(m.max_blocks) * m.block_size);

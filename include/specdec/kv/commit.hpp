@@ -436,9 +436,21 @@ SPECDEC_BACKEND_SEAM(commit_batch_backend, "batched KV commit", "specdec/kv/comm
 template <>
 struct commit_batch_backend<host> {
   template <class L>
-  static void run(const host&, std::span<const L> layers, const commit_batch_args& a,
+  static void run(const host&, std::span<const L> layers, const commit_batch_args& in,
                   std::span<const commit_spec<typename L::value_type>> specs) {
-    const std::string_view fn = a.from_buffer ? "specdec::kv_commit_from_buffer_batch" : "specdec::kv_commit_in_place_batch";
+    const std::string_view fn = in.from_buffer ? "specdec::kv_commit_from_buffer_batch" : "specdec::kv_commit_in_place_batch";
+    // The index arrays are copied first and only the copies are checked and used: arrays that a
+    // caller keeps inside the cache's own rows (a user's layout can put them anywhere) would
+    // otherwise change under the row moves, after they were checked.
+    const auto copy = [](const std::int32_t* p, std::int64_t n) {
+      return std::vector<std::int32_t>(p, p + std::max<std::int64_t>(n, 0));
+    };
+    const std::vector<std::int32_t> indptr = copy(in.node_indptr, std::int64_t{in.requests} + 1),
+                                    committed = copy(in.committed, in.requests), accepted = copy(in.accepted, in.nodes),
+                                    num_accepted = copy(in.num_accepted, in.requests);
+    commit_batch_args a = in;
+    a.node_indptr = indptr.data(), a.committed = committed.data(), a.accepted = accepted.data();
+    a.num_accepted = num_accepted.data();
     validate_indptr(fn, "node_indptr", "node_indptr", a.node_indptr, a.requests, a.nodes, "accepted.extent(0)");
     for (std::int32_t r = 0; r < a.requests; ++r) {  // everything before the first write
       const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b, c = a.committed[r], k = a.num_accepted[r];
@@ -467,8 +479,8 @@ struct commit_batch_backend<host> {
               copy_row(layers[l], layers[l].v_row(r, c + j, h), specs[l].v_row(b + a.accepted[b + j], h));
             }
       }
-      a.new_lengths[r] = c + k;
     }
+    for (std::int32_t r = 0; r < a.requests; ++r) a.new_lengths[r] = a.committed[r] + a.num_accepted[r];
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
 };
@@ -580,7 +592,15 @@ void kv_commit_from_buffer_batch(const Policy& policy, std::span<LayerT, E> laye
     a.from_buffer = true;
     const std::int64_t N = a.nodes;
     std::vector<detail::commit_spec<T>> specs(layers.size());
+    // new_lengths and status are written while the spec buffers are read (on the device by other
+    // blocks): apart from every layer's buffers, as from the index arrays (commit_batch_arrays).
+    const strided_view<const std::int32_t, 1> new_lengths(a.new_lengths, {a.requests}, {1}), status(a.status, {3}, {1});
     detail::check_spec_buffers<Policy>(fn, layers, spec_k, spec_v, N, [&](std::size_t l, const auto& k, const auto& v) {
+      if (views_overlap(new_lengths, k) || views_overlap(new_lengths, v) || views_overlap(status, k) ||
+          views_overlap(status, v)) [[unlikely]]
+        throw_invalid_argument(fn, views_overlap(new_lengths, k) || views_overlap(new_lengths, v) ? "new_lengths" : "status",
+                               "memory disjoint from spec_k[" + std::to_string(l) + "] and spec_v[" + std::to_string(l) + "]",
+                               "an overlapping view");
       specs[l] = {k.data(), v.data(), k.stride(0), k.stride(1), v.stride(0), v.stride(1)};
     });
     detail::commit_batch_backend<Policy>::run(policy, layers, a, std::span<const detail::commit_spec<T>>(specs));

@@ -39,12 +39,15 @@ struct contiguous_mapping {
   }
 };
 
-//! Checks max_tokens, the lengths pointer and (host-accessible) every length against max_tokens.
+//! Checks max_tokens (and that the slabs' element count fits int64), the lengths pointer and
+//! (host-accessible) every length against max_tokens.
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <kv_order O>
 void validate_kv_mapping(const contiguous_mapping<O>& m, const kv_geometry& g, memory_space where,
                          std::string_view function, std::string_view argument) {
   require(m.max_tokens >= 0, function, argument, "max_tokens >= 0", m.max_tokens);
+  // offset() addresses [requests, max_tokens, kv_heads, head_dim] elements in int64
+  (void)checked_size_product(function, argument, {g.num_requests, m.max_tokens, g.num_kv_heads, g.head_dim});
   require(g.num_requests == 0 || m.lengths != nullptr, function, argument, "non-null lengths", "nullptr");
   if (host_accessible(where))
     for (int r = 0; r < g.num_requests; ++r)

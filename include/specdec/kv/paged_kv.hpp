@@ -39,6 +39,8 @@ inline void validate_kv_mapping(const paged_mapping& m, const kv_geometry& g, me
                                 std::string_view function, std::string_view argument) {
   require(m.num_pages >= 0, function, argument, "num_pages >= 0", m.num_pages);
   require(m.page_size > 0, function, argument, "page_size > 0", m.page_size);
+  // pooled_row_offset() addresses [num_pages, page_size, kv_heads, head_dim] elements in int64
+  (void)checked_size_product(function, argument, {m.num_pages, m.page_size, g.num_kv_heads, g.head_dim});
   require(m.page_indptr != nullptr, function, argument, "non-null page_indptr", "nullptr");
   require(g.num_requests == 0 || m.lengths != nullptr, function, argument, "non-null lengths", "nullptr");
   if (!host_accessible(where)) return;

@@ -247,17 +247,21 @@ struct kv_importance_backend<host> {
   static void run(const host& policy, const kv_importance_batch_args<QT, L>& a) {
     constexpr std::string_view fn = "specdec::kv_importance_batch";
     const int R = a.cache.num_requests();
-    for (int r = 0; r < R; ++r) {  // every length and row first: a rejected call writes no score
-      if (a.cache.length(r) > a.columns) [[unlikely]]
+    // Every length and row first, so a rejected call writes no score; each length is read once (a
+    // user's layout whose length changes between reads would otherwise score past the checked columns).
+    std::vector<int> lens(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      const int len = lens[static_cast<std::size_t>(r)] = a.cache.length(r);
+      if (len > a.columns) [[unlikely]]
         throw_invalid_argument(fn, "scores",
                                "at least cache.length(r) columns for every request (request " + std::to_string(r) +
-                                   " has length " + std::to_string(a.cache.length(r)) + ")",
+                                   " has length " + std::to_string(len) + ")",
                                a.columns);
-      require_kv_rows(a.cache, r, 0, a.cache.length(r), 0, a.cache.num_kv_heads(), kv_rows_read::keys, fn, "cache");
+      require_kv_rows(a.cache, r, 0, len, 0, a.cache.num_kv_heads(), kv_rows_read::keys, fn, "cache");
     }
     for (int r = 0; r < R; ++r)
       kv_importance_request<std::remove_cv_t<typename L::value_type>>(
-          policy, a.q + r * a.q_stride_request, a.q_stride_head, a.hq, a.cache, r, a.cache.length(r),
+          policy, a.q + r * a.q_stride_request, a.q_stride_head, a.hq, a.cache, r, lens[static_cast<std::size_t>(r)],
           a.scores + r * a.s_stride_request, a.s_stride_head);
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
   }
@@ -672,17 +676,21 @@ struct partial_kv_select_backend<host> {
   static void run(const host& policy, const partial_kv_select_args<L>& a) {
     constexpr std::string_view fn = "specdec::partial_kv_select_batch";
     const int R = a.cache.num_requests(), hkv = a.cache.num_kv_heads(), n = a.budget - a.sink;
-    for (int r = 0; r < R; ++r)  // every length first: a rejected call writes nothing
-      if (a.cache.length(r) > a.columns) [[unlikely]]
+    // Every length first (a rejected call writes nothing), each read once (kv_importance_batch).
+    std::vector<int> lens(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      const int len = lens[static_cast<std::size_t>(r)] = a.cache.length(r);
+      if (len > a.columns) [[unlikely]]
         throw_invalid_argument(fn, "scores",
                                "at least cache.length(r) columns for every request (request " + std::to_string(r) +
-                                   " has length " + std::to_string(a.cache.length(r)) + ")",
+                                   " has length " + std::to_string(len) + ")",
                                a.columns);
+    }
     const int ranked = a.shared ? 1 : hkv;
     std::vector<float> sum;
     std::vector<std::uint64_t> order;
     for (int r = 0; r < R; ++r) {
-      const int len = a.cache.length(r), keep = std::min(a.sink, len);
+      const int len = lens[static_cast<std::size_t>(r)], keep = std::min(a.sink, len);
       const float* s = a.scores + r * a.s_stride_request;
       if (a.shared) {
         sum.resize(static_cast<std::size_t>(len));

@@ -39,8 +39,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -91,6 +93,8 @@ inline void validate_kv_mapping(const ring_mapping& m, const kv_geometry& g, mem
   require(m.window >= 1, function, argument, "window >= 1", m.window);
   if (!(m.slots >= m.window)) [[unlikely]]
     throw_invalid_argument(function, argument, "slots >= window = " + std::to_string(m.window), m.slots);
+  // slot_offset() addresses [requests, slots, kv_heads, head_dim] elements in int64
+  (void)checked_size_product(function, argument, {g.num_requests, m.slots, g.num_kv_heads, g.head_dim});
   require(g.num_requests == 0 || (m.starts != nullptr && m.lengths != nullptr), function, argument,
           "non-null starts and lengths", "nullptr");
   if (!host_accessible(where)) return;
@@ -213,7 +217,7 @@ class ring_kv_cache {
     require(appended_[r] == committed_[r], fn, "request",
             "a request with no pending speculative tokens (commit or rollback first); pending",
             appended_[r] - committed_[r]);
-    write(r, as_view(k), as_view(v), n, [](std::int64_t i) { return i; });
+    write(fn, r, as_view(k), as_view(v), n, [](std::int64_t i) { return i; });
     committed_[r] = appended_[r];
   }
 
@@ -233,7 +237,7 @@ class ring_kv_cache {
     require(appended_[r] == committed_[r], fn, "request",
             "a request with no pending speculative tokens (commit or rollback first); pending",
             appended_[r] - committed_[r]);
-    write(r, as_view(k), as_view(v), static_cast<std::int64_t>(rows.size()),
+    write(fn, r, as_view(k), as_view(v), static_cast<std::int64_t>(rows.size()),
           [&](std::int64_t i) { return static_cast<std::int64_t>(rows[static_cast<std::size_t>(i)]); });
     committed_[r] = appended_[r];
   }
@@ -252,7 +256,7 @@ class ring_kv_cache {
           "at most speculative_capacity - pending = " + std::to_string(cfg_.speculative_capacity - pend) +
               " tokens (more would overwrite slots a rollback needs); tokens",
           n);
-    write(r, as_view(k), as_view(v), n, [](std::int64_t i) { return i; });
+    write(fn, r, as_view(k), as_view(v), n, [](std::int64_t i) { return i; });
   }
 
   //! Drops the newest `count` pending tokens; the view is exactly as before they were appended.
@@ -309,9 +313,15 @@ class ring_kv_cache {
   }
 
   // Writes n source rows (source index src(i)) as the next tokens. When n exceeds the slots only the
-  // newest `slots` are written: older ones would be overwritten within this same call.
+  // newest `slots` are written: older ones would be overwritten within this same call. The appended
+  // count must stay an int64 (a broadcast view of 2^63 - 1 rows is a valid k).
   template <class KV, class VV, class Src>
-  void write(std::size_t r, const KV& k, const VV& v, std::int64_t n, Src src) {
+  void write(std::string_view fn, std::size_t r, const KV& k, const VV& v, std::int64_t n, Src src) {
+    if (n > std::numeric_limits<std::int64_t>::max() - appended_[r]) [[unlikely]]
+      throw_invalid_argument(fn, "k",
+                             "at most 2^63 - 1 - appended(request) = " +
+                                 std::to_string(std::numeric_limits<std::int64_t>::max() - appended_[r]) + " tokens",
+                             n);
     const std::int64_t skip = std::max<std::int64_t>(0, n - slots_);
     const std::int64_t base = appended_[r];
     for (std::int64_t i = skip; i < n; ++i) {

@@ -170,6 +170,7 @@ void validate_rope_call(const X& x, const P& positions, std::string_view fn) {
                            "extent(0) == x.extent(0) = " + std::to_string(x.extent(0)) + " (one position per token)",
                            positions.extent(0));
   require_array(fn, "positions", positions);
+  require_disjoint(fn, "x", x, "positions", positions);  // read while x is rotated
   if constexpr (!std::is_same_v<Policy, cuda>)
     for (std::int64_t t = 0; t < positions.extent(0); ++t)
       if (!(positions(t) >= 0)) [[unlikely]]

@@ -1,0 +1,211 @@
+// Bad input found by a session-55 review of kv/ and position/, each reproduced first (ASan/UBSan or a
+// wrong result), now a clear error or the right result:
+//  - a user's layout whose length() changes between the check and the work (kv_importance_batch and
+//    partial_kv_select_batch read each length twice: scores written / read past the checked columns);
+//  - ring_kv_cache appends whose token count overflows int64;
+//  - layout geometries whose element offsets overflow int64 (contiguous, ring, paged, block table);
+//  - apply_rope's positions inside x (rotated while read);
+//  - ring_append_batch's arrays inside the ring's own K/V slots;
+//  - the batched commits' index arrays inside the cache rows they move, and from-buffer outputs over
+//    the spec buffers.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "specdec/kv/block_table_kv.hpp"
+#include "specdec/kv/commit.hpp"
+#include "specdec/kv/contiguous_kv.hpp"
+#include "specdec/kv/paged_kv.hpp"
+#include "specdec/kv/partial_kv.hpp"
+#include "specdec/kv/ring_append.hpp"
+#include "specdec/kv/ring_kv.hpp"
+#include "specdec/position/rope.hpp"
+
+namespace sd = specdec;
+using Catch::Contains;
+
+namespace {
+// length() is 4 for the first `short_calls` calls, then 1000.
+struct growing_layout {
+  using value_type = float;
+  const float* row;
+  int short_calls;
+  int* calls;
+  int num_requests() const { return 1; }
+  int num_kv_heads() const { return 1; }
+  int head_dim() const { return 64; }
+  int length(int) const { return (*calls)++ < short_calls ? 4 : 1000; }
+  const float* k_row(int, int, int) const { return row; }
+  const float* v_row(int, int, int) const { return row; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+TEST_CASE("batched importance and selection read each request's length once", "[kv][partial]") {
+  std::vector<float> row(64, 1.f), q(64, 1.f);
+  int scored = 0, selected = 0;
+  for (int short_calls = 0; short_calls < 8; ++short_calls) {
+    CAPTURE(short_calls);
+    int calls = 0;
+    growing_layout cache{row.data(), short_calls, &calls};
+    std::vector<float> scores(6, -7.f);  // [1, 1, 4] and two guard floats after it
+    std::vector<std::int32_t> status(3);
+    const auto sv = sd::make_view<3>(scores.data(), {1, 1, 4});
+    // Refused when a length the checks read is 1000 (more than the 4 columns), else the 4 keys
+    // scored: never a write past the columns.
+    try {
+      sd::kv_importance_batch(sd::host{}, sd::make_view<3>(q.data(), {1, 1, 64}), cache, sv,
+                              sd::make_view<1>(status.data(), {3}));
+      ++scored;
+      CHECK(scores[3] == Approx(64.f));  // q . K over the 4 checked keys
+    } catch (const sd::invalid_argument& e) {
+      CHECK_THAT(e.what(), Contains("'scores'"));
+    }
+    CHECK(scores[4] == -7.f);  // nothing past the columns
+    CHECK(scores[5] == -7.f);
+    calls = 0;
+    std::vector<std::int32_t> index(8, -1), evict(8, -1), sizes(1), seen(1), placed(1);
+    const auto select = [&] {
+      sd::partial_kv_select_batch(sd::host{}, sd::make_view<3>(scores.data(), {1, 1, 4}), cache, 8, 0,
+                                  sd::partial_kv_selection::per_kv_head, sd::make_view<3>(index.data(), {1, 1, 8}),
+                                  sd::make_view<3>(evict.data(), {1, 1, 8}), sd::make_view<1>(sizes.data(), {1}),
+                                  sd::make_view<1>(seen.data(), {1}), sd::make_view<1>(placed.data(), {1}),
+                                  sd::make_view<1>(status.data(), {3}));
+    };
+    // The same for the selection: refused, or the 4 keys kept (budget 8); never a read past the
+    // columns (ASan in CI's sanitizer build) or an index >= 4.
+    bool refused = false;
+    try {
+      select();
+    } catch (const sd::invalid_argument& e) {
+      refused = true;
+      CHECK_THAT(e.what(), Contains("'scores'"));
+    }
+    if (!refused) {
+      ++selected;
+      CHECK(sizes[0] == 4);
+      for (int i = 0; i < 4; ++i) CHECK((index[static_cast<std::size_t>(i)] >= 0 && index[static_cast<std::size_t>(i)] < 4));
+    }
+  }
+  CHECK(scored > 0);
+  CHECK(selected > 0);
+}
+
+TEST_CASE("ring_kv_cache refuses appends past 2^63 - 1 tokens", "[kv][ring]") {
+  sd::ring_kv_cache<float> cache({.requests = 1, .kv_heads = 1, .head_dim = 64, .window = 4, .speculative_capacity = 0});
+  std::vector<float> src(64, 1.f);
+  // a broadcast view of INT64_MAX rows is a valid k (only the newest `slots` rows are copied)
+  const sd::strided_view<float, 3> all(src.data(), {std::numeric_limits<std::int64_t>::max(), 1, 64}, {0, 64, 1});
+  cache.append(0, all, all);
+  REQUIRE(cache.appended(0) == std::numeric_limits<std::int64_t>::max());
+  const sd::strided_view<float, 3> one(src.data(), {1, 1, 64}, {0, 64, 1});
+  REQUIRE_THROWS_WITH(cache.append(0, one, one), Contains("at most 2^63 - 1 - appended(request) = 0 tokens"));
+  std::vector<std::int32_t> rows{0};
+  REQUIRE_THROWS_WITH(cache.append_rows(0, one, one, rows), Contains("'k'"));
+  CHECK(cache.appended(0) == std::numeric_limits<std::int64_t>::max());  // unchanged
+  CHECK(cache.length(0) == 4);
+}
+
+TEST_CASE("layouts whose element offsets pass int64 are refused", "[kv][sizes]") {
+  static float dummy[64];
+  constexpr int big = std::numeric_limits<std::int32_t>::max();
+  std::int32_t len[1] = {big}, zero[1] = {0};
+  const sd::contiguous_kv<float> c(dummy, dummy, len, 1, big, big, big);
+  REQUIRE_THROWS_WITH(sd::validate_kv_layout(c, "test", "cache"), Contains("product fits in int64"));
+  const sd::ring_kv<float> ring(dummy, dummy, zero, zero, 1, big, 1, big, big);
+  REQUIRE_THROWS_WITH(sd::validate_kv_layout(ring, "test", "cache"), Contains("product fits in int64"));
+  std::int32_t indptr[2] = {0, 0};
+  const sd::paged_kv<float> paged(dummy, dummy, indptr, nullptr, zero, 1, big, big, big, big);
+  REQUIRE_THROWS_WITH(sd::validate_kv_layout(paged, "test", "cache"), Contains("product fits in int64"));
+  // the same geometries at a size that fits are accepted
+  const sd::contiguous_kv<float> fits(dummy, dummy, zero, 1, 1, 1, 64);
+  sd::validate_kv_layout(fits, "test", "cache");
+}
+
+TEST_CASE("apply_rope refuses positions inside x", "[position][rope]") {
+  std::vector<float> x(2 * 64 + 4, 0.f);
+  auto* pos = reinterpret_cast<std::int32_t*>(x.data() + 10);
+  pos[0] = 1, pos[1] = 2;
+  const sd::rope_cache rc(sd::rope_params{}, 64, 16);
+  REQUIRE_THROWS_WITH(sd::apply_rope(sd::host{.num_threads = 1}, rc, sd::make_view<3>(x.data(), {2, 1, 64}),
+                                     sd::strided_view<const std::int32_t, 1>(pos, {2}, {1})),
+                      Contains("'positions': expected memory disjoint from 'x'"));
+  REQUIRE_THROWS_WITH(sd::apply_rope(sd::host{.num_threads = 1}, sd::rope_params{}, sd::make_view<3>(x.data(), {2, 1, 64}),
+                                     sd::strided_view<const std::int32_t, 1>(pos, {2}, {1})),
+                      Contains("'positions'"));
+  CHECK(pos[0] == 1);  // x not rotated
+  // control: positions apart
+  std::vector<std::int32_t> apart{1, 2};
+  sd::apply_rope(sd::host{.num_threads = 1}, rc, sd::make_view<3>(x.data(), {2, 1, 64}), sd::make_view<1>(apart.data(), {2}));
+}
+
+TEST_CASE("ring_append_batch refuses arrays inside the ring's slots", "[kv][ring]") {
+  constexpr int R = 2, S = 4, D = 64;
+  std::vector<float> k(R * S * D, 0.f), v(R * S * D, 0.f);
+  std::vector<std::int32_t> starts(R, 0), lengths(R, 0);
+  const sd::ring_kv<float> ring(k.data(), v.data(), starts.data(), lengths.data(), R, S, S, 1, D);
+  std::vector<std::int32_t> indptr{0, 2, 4}, accepted{0, 1, 0, 1}, num{2, 2}, status(3);
+  std::vector<float> spec(4 * D, -1.f);
+  const auto call = [&](std::int64_t* appended, const float* sk) {
+    sd::ring_append_batch(sd::host{}, ring, sd::make_view<1>(indptr.data(), {3}), sd::make_view<1>(accepted.data(), {4}),
+                          sd::make_view<1>(num.data(), {2}), sd::make_view<3>(sk, {4, 1, D}),
+                          sd::make_view<3>(static_cast<const float*>(spec.data()), {4, 1, D}), sd::make_view<1>(appended, {2}),
+                          sd::make_view<1>(starts.data(), {2}), sd::make_view<1>(lengths.data(), {2}),
+                          sd::make_view<1>(status.data(), {3}));
+  };
+  auto* in_k = reinterpret_cast<std::int64_t*>(k.data() + D);  // request 0, slot 1
+  in_k[0] = in_k[1] = 0;
+  REQUIRE_THROWS_WITH(call(in_k, spec.data()), Contains("'appended': expected memory disjoint from 'ring.k'"));
+  std::vector<std::int64_t> appended(2, 0);
+  REQUIRE_THROWS_WITH(call(appended.data(), v.data()), Contains("'spec_k': expected memory disjoint from 'ring.v'"));
+  CHECK(lengths[1] == 0);  // nothing written
+  call(appended.data(), spec.data());  // control
+  CHECK(appended[0] == 2);
+  CHECK(appended[1] == 2);
+  CHECK(lengths[1] == 2);
+}
+
+TEST_CASE("batched commits: index arrays inside the moved rows, outputs over the spec buffers", "[kv][commit]") {
+  constexpr int R = 2, T = 8, D = 64;
+  std::vector<float> k(R * T * D, -1.f), v(R * T * D, 0.f);
+  std::vector<std::int32_t> lens{0, 0};
+  const sd::contiguous_kv<float> cache(k.data(), v.data(), lens.data(), R, T, 1, D);
+  const std::span<const sd::contiguous_kv<float>> layers(&cache, 1);
+  std::vector<std::int32_t> newl(2, -9), status(3);
+  SECTION("in place: committed_lengths in request 0's slot 0, which its move overwrites") {
+    auto* committed = reinterpret_cast<std::int32_t*>(k.data());
+    committed[0] = committed[1] = 0;
+    k[2 * D] = 42.f;  // request 0's node 2 (moved to slot 1)
+    k[T * D + D] = 43.f;  // request 1's node 1 (moved to slot 0)
+    std::vector<std::int32_t> indptr{0, 3, 6}, accepted{1, 2, 0, 1, 2, 0}, num{2, 2};
+    sd::kv_commit_in_place_batch(sd::host{}, layers, sd::make_view<1>(static_cast<const std::int32_t*>(committed), {2}),
+                                 sd::make_view<1>(indptr.data(), {3}), sd::make_view<1>(accepted.data(), {6}),
+                                 sd::make_view<1>(num.data(), {2}), sd::make_view<1>(newl.data(), {2}),
+                                 sd::make_view<1>(status.data(), {3}));
+    CHECK(newl[0] == 2);  // committed 0 + 2, as checked (not the moved row's bits)
+    CHECK(newl[1] == 2);
+    CHECK(k[D] == 42.f);
+    CHECK(k[T * D] == 43.f);  // request 1 moved from its checked committed length 0
+  }
+  SECTION("from a buffer: new_lengths inside a spec buffer") {
+    std::vector<float> spec(4 * D, 5.f), specv(4 * D, 5.f);
+    auto* in_spec = reinterpret_cast<std::int32_t*>(spec.data() + 2 * D);  // request 1's node 0
+    std::vector<std::int32_t> committed{0, 0}, indptr{0, 2, 4}, accepted{0, 1, 0, 1}, num{2, 2};
+    std::vector<sd::strided_view<const float, 3>> sk{sd::make_view<3>(static_cast<const float*>(spec.data()), {4, 1, D})},
+        svv{sd::make_view<3>(static_cast<const float*>(specv.data()), {4, 1, D})};
+    const auto call = [&](std::int32_t* out) {
+      sd::kv_commit_from_buffer_batch(sd::host{}, layers, std::span(sk), std::span(svv),
+                                      sd::make_view<1>(committed.data(), {2}), sd::make_view<1>(indptr.data(), {3}),
+                                      sd::make_view<1>(accepted.data(), {4}), sd::make_view<1>(num.data(), {2}),
+                                      sd::make_view<1>(out, {2}), sd::make_view<1>(status.data(), {3}));
+    };
+    REQUIRE_THROWS_WITH(call(in_spec), Contains("'new_lengths': expected memory disjoint from spec_k[0]"));
+    CHECK(k[T * D] == -1.f);  // nothing written
+    call(newl.data());  // control
+    CHECK(k[T * D] == 5.f);
+    CHECK(newl[1] == 2);
+  }
+}
