@@ -47,18 +47,19 @@ class thread_pool {
     require(spin.count() >= 0 && spin.count() <= 1000000, "specdec::thread_pool", "spin (microseconds)",
             "in [0, 1000000]", spin.count());
     threads_.reserve(static_cast<std::size_t>(workers));
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+    // A thread the system cannot start (a thread or memory limit) throws std::system_error: the
+    // threads already running are stopped and joined first, since a joinable std::thread destroyed
+    // unwinding calls std::terminate (and the condition variable cannot be destroyed under waiters).
+    try {
+      for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+    } catch (...) {
+      stop_and_join();
+      throw;
+    }
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
-  ~thread_pool() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_.store(true, std::memory_order_relaxed);
-    }
-    wake_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
+  ~thread_pool() { stop_and_join(); }
 
   //! Number of background threads.
   [[nodiscard]] int workers() const noexcept { return static_cast<int>(threads_.size()); }
@@ -119,6 +120,16 @@ class thread_pool {
   }
 
  private:
+  void stop_and_join() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      stop_.store(true, std::memory_order_relaxed);
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+
   struct job {
     std::int64_t n = 0;
     std::function<void(std::int64_t)> body;

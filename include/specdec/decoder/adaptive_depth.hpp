@@ -173,10 +173,13 @@ class step_cost_curve {
     if (hi == rows_.size()) {      // beyond the largest point: extend the last segment
       const std::size_t lo = hi - 1;
       const double slope = lo == 0 ? 0.0 : std::max(0.0, (cost_[lo] - cost_[lo - 1]) / (rows_[lo] - rows_[lo - 1]));
-      return cost_[lo] + slope * (rows - rows_[lo]);
+      // finite whatever the points (a slope near DBL_MAX over 2^24 rows would overflow)
+      return std::min(cost_[lo] + slope * (rows - rows_[lo]), std::numeric_limits<double>::max());
     }
     const std::size_t lo = hi - 1;
-    return cost_[lo] + (cost_[hi] - cost_[lo]) * (rows - rows_[lo]) / (rows_[hi] - rows_[lo]);
+    // The fraction first: the difference times (rows - rows_[lo]) overflowed to +-inf for costs near
+    // DBL_MAX, where the interpolated value itself lies between two finite points.
+    return cost_[lo] + (cost_[hi] - cost_[lo]) * ((rows - rows_[lo]) / (rows_[hi] - rows_[lo]));
   }
 
   //! "rows seconds" per line, in increasing rows.

@@ -267,6 +267,8 @@ class speculative_batch {
     s.opt.on_tokens = {};
     s.tokens.assign(prompt.begin(), prompt.end());
     s.prompt_len = s.tokens.size();
+    s.reported = s.prompt_len;
+    s.stopped = false;
     s.reason = stop_reason::max_tokens;
     s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
     if (s.history) s.history->clear();
@@ -307,7 +309,7 @@ class speculative_batch {
     running_.clear();
     for (const int r : order_) {
       auto& s = req_[static_cast<std::size_t>(r)];
-      if (s.depth < 0) continue;  // max_new_tokens = 0: finishes below without a forward
+      if (s.depth < 0) continue;  // nothing left (or stopped in a step that threw): finishes below without a forward
       const int depth = s.depth;
       const auto td = clock::now();
       s.draft_rng = philox_stream(s.opt.seed ^ draft_seed_mix, stream_id(s.id, s.step));
@@ -317,6 +319,14 @@ class speculative_batch {
       const auto tb = clock::now();
       if (depth > 0) builder_.build(s.cand, s.tree);
       else s.tree.clear();
+      // No deeper than asked: the step's depth keeps a request within prompt + max_new_tokens (the
+      // capacity a target is sized for) and is what the cost plan priced. A drafter or builder (a
+      // user's) that returns more levels is an error, not a longer commit.
+      if (s.tree.max_depth() >= depth) [[unlikely]]
+        throw_invalid_argument("specdec::speculative_batch::step", "drafted tree",
+                               "at most the step's draft depth " + std::to_string(depth) + " of levels (request id " +
+                                   std::to_string(s.id) + ")",
+                               s.tree.max_depth() + 1);
       // A drafter or tree builder (the library's or a user's) must propose tokens of the target's
       // vocabulary, checked before the target's forward indexes its embedding rows with them.
       detail::check_context(s.tree.tokens(), V, "specdec::speculative_batch::step", "drafted tree");
@@ -411,6 +421,9 @@ class speculative_batch {
         for (auto i : s.result.accepted) s.tokens.push_back(s.tree.token(i));
         s.tokens.push_back(s.result.bonus);
         s.tokens.resize(apply_stop_rules(s, s.emitted_begin));
+        // Committed: should a later request's commit throw, the next step reports these tokens (from
+        // `reported`) and, when a stop rule fired, finishes the request without another forward.
+        s.stopped = s.finished_now;
       }
       commit_s = seconds(t0);
       ++stats_.batch_steps;
@@ -435,13 +448,16 @@ class speculative_batch {
       step_output& out = next_output();
       out.id = s.id;
       out.tokens.clear();
+      // Tokens since the last report: this step's, plus any a step that threw after this request's
+      // commit had appended.
+      out.tokens.assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(s.reported), s.tokens.end());
+      s.reported = s.tokens.size();
       if (k < running_.size() && running_[k] == r) {
         ++k;
-        out.tokens.assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(s.emitted_begin), s.tokens.end());
         out.finished = s.finished_now;
       } else {
-        out.finished = true;  // nothing left to generate before this step (max_new_tokens = 0)
-        s.reason = stop_reason::max_tokens;
+        out.finished = true;  // nothing left to generate before this step (max_new_tokens = 0), or stopped
+        if (!s.stopped) s.reason = stop_reason::max_tokens;
       }
       out.reason = s.reason;
       out.stats = s.stats;
@@ -605,6 +621,8 @@ class speculative_batch {
     //! tokens' penalty pairs, kept across steps for a verifier of device logits (batch_verify_input::histories)
     std::optional<penalty_history> history;
     std::size_t emitted_begin = 0;  //!< tokens[emitted_begin ..) were emitted by the last step
+    std::size_t reported = 0;       //!< tokens[0 .. reported) were in a step_output (the prompt counts)
+    bool stopped = false;           //!< a stop rule fired in a committed step (reason set)
     double phase_draft = 0, phase_build = 0, phase_verify = 0, phase_commit = 0;
     int depth = -1;  //!< this step's draft depth (-1: nothing left to generate)
     // adaptive depth (decoder/adaptive_depth.hpp); the running estimates are kept for every request,
@@ -739,7 +757,7 @@ class speculative_batch {
     for (const int r : order_) {
       auto& s = req_[static_cast<std::size_t>(r)];
       const int left = remaining(s);
-      s.depth = left <= 0 ? -1 : std::min(s.opt.draft_depth, std::max(0, left - 1));
+      s.depth = left <= 0 || s.stopped ? -1 : std::min(s.opt.draft_depth, std::max(0, left - 1));
       s.probing = false;
       s.planned = s.depth;
       s.source = 0;

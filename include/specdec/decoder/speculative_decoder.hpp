@@ -98,15 +98,14 @@ class speculative_decoder {
     const auto R = prompts.size();
     std::vector<generation_result> results(R);
     std::vector<std::uint32_t> ids(R);
-    for (std::size_t i = 0; i < R; ++i) {
-      ids[i] = request_ids.empty() ? static_cast<std::uint32_t>(i) : request_ids[i];
-      // an empty batch fills slots from 0, so prompt i lands in slot i
-      (void)batch_.add_request(ids[i], prompts[i], opt);
-    }
+    for (std::size_t i = 0; i < R; ++i) ids[i] = request_ids.empty() ? static_cast<std::uint32_t>(i) : request_ids[i];
     // The step's outputs are taken in full before any on_tokens callback runs: a callback that calls
     // into batch() cannot invalidate them, and it is handed tokens the results own.
     std::vector<std::pair<std::size_t, std::size_t>> fresh;  // (prompt, where its new tokens start)
     try {
+      // Inside the try: a prefill that throws for a later prompt aborts the ones already added.
+      // An empty batch fills slots from 0, so prompt i lands in slot i.
+      for (std::size_t i = 0; i < R; ++i) (void)batch_.add_request(ids[i], prompts[i], opt);
       while (batch_.active() > 0) {
         fresh.clear();
         for (const step_output& out : batch_.step()) {

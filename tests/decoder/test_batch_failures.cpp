@@ -1,0 +1,147 @@
+// What the decoder does when a user's component fails or misbehaves part-way (session-55 review, each
+// reproduced first): a prefill that throws inside generate_batch, a commit that throws after other
+// requests of the step committed, a drafter that proposes more levels than asked; and the step cost
+// curve between points near DBL_MAX.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "specdec/decoder/adaptive_depth.hpp"
+#include "specdec/decoder/speculative_decoder.hpp"
+
+using namespace specdec;
+using Catch::Contains;
+
+namespace {
+// Next token = (context token + 1) % 16, so a chain of the next tokens is always accepted. Prefill or
+// commit of a chosen slot throws; commits past `cap` tokens are counted.
+struct counting_target {
+  using logit_type = float;
+  int slots = 2, cap = 1000;
+  int throw_prefill_slot = -1, throw_commit_slot = -1;
+  std::vector<int> len = std::vector<int>(2, 0);
+  int over_capacity = 0;
+  int vocab_size() const { return 16; }
+  int max_requests() const { return slots; }
+  void prefill(int r, std::span<const std::int32_t> prompt) {
+    if (r == throw_prefill_slot) throw std::runtime_error("prefill failed");
+    len[static_cast<std::size_t>(r)] = static_cast<int>(prompt.size()) - 1;
+  }
+  void forward(int, std::int32_t root, const token_tree& t, std::span<float> logits) {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    logits[static_cast<std::size_t>((root + 1) % 16)] = 10;
+    for (int i = 0; i < t.size(); ++i) logits[static_cast<std::size_t>((i + 1) * 16 + (t.token(i) + 1) % 16)] = 10;
+  }
+  void commit(int r, std::span<const std::int32_t> accepted) {
+    if (r == throw_commit_slot) throw std::runtime_error("commit failed");
+    auto& l = len[static_cast<std::size_t>(r)];
+    l += 1 + static_cast<int>(accepted.size());
+    if (l > cap) ++over_capacity;
+  }
+};
+// Proposes the right next tokens, `extra` more than the request's depth.
+struct next_token_drafter {
+  int extra = 0;
+  void reset(int) {}
+  void propose(const draft_request& q, draft_candidates& out) {
+    out.clear();
+    std::int32_t t = q.tokens.back();
+    for (int d = 0; d < q.depth + extra; ++d) out.chain.push_back({t = (t + 1) % 16, -0.1f});
+  }
+};
+}  // namespace
+
+TEST_CASE("generate_batch whose second prefill throws leaves the decoder usable", "[decoder][errors]") {
+  counting_target tg;
+  tg.throw_prefill_slot = 1;
+  speculative_decoder<counting_target, next_token_drafter, chain_tree_builder, greedy_verifier> dec(tg);
+  generation_options opt;
+  opt.max_new_tokens = 4;
+  const std::vector<std::vector<std::int32_t>> two{{1, 2}, {3, 4}};
+  REQUIRE_THROWS_WITH(dec.generate_batch(two, opt), Contains("prefill failed"));
+  CHECK(dec.batch().active() == 0);  // request 0, added before the throw, aborted
+  tg.throw_prefill_slot = -1;
+  const auto r = dec.generate_batch(two, opt);
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].tokens == std::vector<std::int32_t>{3, 4, 5, 6});
+  CHECK(r[1].tokens == std::vector<std::int32_t>{5, 6, 7, 8});
+}
+
+TEST_CASE("a commit that throws after other requests committed loses none of their tokens", "[decoder][errors]") {
+  counting_target tg;
+  speculative_batch<counting_target, next_token_drafter, chain_tree_builder, greedy_verifier> b(tg);
+  generation_options opt;
+  opt.max_new_tokens = 6;
+  opt.draft_depth = 4;
+  opt.eos = 5;
+  b.add_request(10, std::vector<std::int32_t>{1, 2}, opt);  // slot 0: 3 4 5, then eos
+  b.add_request(11, std::vector<std::int32_t>{7, 8}, opt);  // slot 1
+  tg.throw_commit_slot = 1;
+  REQUIRE_THROWS_WITH(b.step(), Contains("commit failed"));
+  CHECK(b.tokens(10).size() == 5);  // committed: 1 2 3 4 5
+  const int slot0_len = tg.len[0];
+  tg.throw_commit_slot = -1;
+  const auto find = [](const std::vector<step_output>& v, std::uint32_t id) {
+    const auto it = std::find_if(v.begin(), v.end(), [&](const step_output& o) { return o.id == id; });
+    REQUIRE(it != v.end());
+    return *it;
+  };
+  const auto second = b.step();
+  const std::vector<step_output> got(second.begin(), second.end());
+  REQUIRE(got.size() == 2);
+  const step_output o10 = find(got, 10), o11 = find(got, 11);
+  // request 10: the failed step's tokens, reported now, finished by its eos, without another forward
+  CHECK(o10.tokens == std::vector<std::int32_t>{3, 4, 5});
+  CHECK(o10.finished);
+  CHECK(o10.reason == stop_reason::eos);
+  CHECK(tg.len[0] == slot0_len);
+  // request 11 had not committed: its step runs now (4 drafts and the bonus, 5 of its 6 tokens)
+  CHECK(o11.tokens == std::vector<std::int32_t>{9, 10, 11, 12, 13});
+  CHECK_FALSE(o11.finished);
+  const auto third = b.step();
+  REQUIRE(third.size() == 1);
+  CHECK(third[0].id == 11);
+  CHECK(third[0].tokens == std::vector<std::int32_t>{14});
+  CHECK(third[0].finished);
+  CHECK(third[0].reason == stop_reason::max_tokens);
+  CHECK(b.active() == 0);
+}
+
+TEST_CASE("a drafter that proposes more levels than asked is refused before the target forwards", "[decoder][errors]") {
+  counting_target tg;
+  tg.cap = 2 + 3;  // the prompt and max_new_tokens: all a request can need
+  next_token_drafter dr{.extra = 10};
+  speculative_decoder<counting_target, next_token_drafter, chain_tree_builder, greedy_verifier> dec(tg, dr);
+  generation_options opt;
+  opt.max_new_tokens = 3;
+  opt.draft_depth = 1;
+  REQUIRE_THROWS_WITH(dec.generate(std::vector<std::int32_t>{1, 2}, opt),
+                      Contains("'drafted tree': expected at most the step's draft depth 1 of levels"));
+  CHECK(tg.over_capacity == 0);
+  CHECK(dec.batch().active() == 0);
+  dec.drafter().extra = 0;  // the same decoder, a well-behaved drafter
+  CHECK(dec.generate(std::vector<std::int32_t>{1, 2}, opt).tokens == std::vector<std::int32_t>{3, 4, 5});
+}
+
+TEST_CASE("step_cost_curve interpolates finitely between points near DBL_MAX", "[decoder][adaptive]") {
+  constexpr double big = 1.7e308;
+  step_cost_curve down;
+  down.record(1, big);
+  down.record(5, 0.0);
+  CHECK(std::isfinite(down.seconds(3.0)));
+  CHECK(down.seconds(3.0) == Approx(big / 2));
+  step_cost_curve up;
+  up.record(1, 0.0);
+  up.record(5, big);
+  CHECK(up.seconds(3.0) == Approx(big / 2));
+  CHECK(up.seconds(1 << 24) == std::numeric_limits<double>::max());  // extended past the last point, capped
+  step_cost_curve plain;  // ordinary costs keep their values
+  plain.record(1, 2e-3);
+  plain.record(4, 3.5e-3);
+  CHECK(plain.seconds(2.0) == Approx(2.5e-3));
+}
