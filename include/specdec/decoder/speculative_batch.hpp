@@ -292,7 +292,12 @@ class speculative_batch {
   //! step_output per request that was active, in slot order. The span is valid until the next call of
   //! step, add_request or abort. When target.release throws for a finished request, every finished
   //! request has still left the batch and been released, and the first exception propagates (the
-  //! step's outputs are then lost). O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
+  //! step's outputs are then lost). When a target without commit_batch throws from commit(slot), the
+  //! requests committed before it keep their new tokens: the next step reports them (in front of its
+  //! own), and a request a stop rule finished is reported finished then, without another forward; the
+  //! throwing request and those after it are as before the step. A drafted tree deeper than the
+  //! step's draft depth is refused (invalid_argument) before the target's forward.
+  //! O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
   std::span<const step_output> step() {
     const detail::busy_scope busy(busy_, "specdec::speculative_batch::step", not_from_callbacks);
     out_count_ = 0;
