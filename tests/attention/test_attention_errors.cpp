@@ -12,6 +12,7 @@
 #include "specdec/attention/tree_attention.hpp"
 #include "specdec/kv/ring_kv.hpp"
 #include "specdec/position/rope.hpp"
+#include "common/growing_layout.hpp"
 
 using namespace attn_test;
 namespace sd = specdec;
@@ -605,23 +606,7 @@ TEST_CASE("a split into 2^31 - 1 or more parts is refused", "[attention][sizes]"
   CHECK(bytes > (std::size_t{1} << 30) * 66 * sizeof(float));
 }
 
-namespace {
-// A user's layout whose length() answers 4 for its first `calls_before` calls, then 1000 (every
-// token is one row, so each length is memory-safe for the cache itself).
-struct growing_layout {
-  using value_type = float;
-  const float* row;
-  int calls_before;
-  int* calls;
-  int num_requests() const { return 1; }
-  int num_kv_heads() const { return 1; }
-  int head_dim() const { return 64; }
-  int length(int) const { return (*calls)++ < calls_before ? 4 : 1000; }
-  const float* k_row(int, int, int) const { return row; }
-  const float* v_row(int, int, int) const { return row; }
-  sd::memory_space space() const { return sd::memory_space::host; }
-};
-}  // namespace
+using specdec_test::growing_layout;
 
 // Found by a session-25 audit: the host workspace was sized from one reading of the lengths and the
 // plan laid out from another, so a length that grew in between wrote past the workspace. Whenever

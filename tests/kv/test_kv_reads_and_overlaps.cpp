@@ -23,34 +23,20 @@
 #include "specdec/kv/ring_append.hpp"
 #include "specdec/kv/ring_kv.hpp"
 #include "specdec/position/rope.hpp"
+#include "common/growing_layout.hpp"
 
 namespace sd = specdec;
 using Catch::Contains;
 
-namespace {
-// length() is 4 for the first `short_calls` calls, then 1000.
-struct growing_layout {
-  using value_type = float;
-  const float* row;
-  int short_calls;
-  int* calls;
-  int num_requests() const { return 1; }
-  int num_kv_heads() const { return 1; }
-  int head_dim() const { return 64; }
-  int length(int) const { return (*calls)++ < short_calls ? 4 : 1000; }
-  const float* k_row(int, int, int) const { return row; }
-  const float* v_row(int, int, int) const { return row; }
-  sd::memory_space space() const { return sd::memory_space::host; }
-};
-}  // namespace
+using specdec_test::growing_layout;  // length() 4 for its first calls, then 1000
 
 TEST_CASE("batched importance and selection read each request's length once", "[kv][partial]") {
   std::vector<float> row(64, 1.f), q(64, 1.f);
   int scored = 0, selected = 0;
-  for (int short_calls = 0; short_calls < 8; ++short_calls) {
-    CAPTURE(short_calls);
+  for (int calls_before = 0; calls_before < 8; ++calls_before) {
+    CAPTURE(calls_before);
     int calls = 0;
-    growing_layout cache{row.data(), short_calls, &calls};
+    growing_layout cache{row.data(), calls_before, &calls};
     std::vector<float> scores(6, -7.f);  // [1, 1, 4] and two guard floats after it
     std::vector<std::int32_t> status(3);
     const auto sv = sd::make_view<3>(scores.data(), {1, 1, 4});
