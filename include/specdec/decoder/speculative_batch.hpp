@@ -268,7 +268,6 @@ class speculative_batch {
     s.tokens.assign(prompt.begin(), prompt.end());
     s.prompt_len = s.tokens.size();
     s.reported = s.prompt_len;
-    s.stopped = false;
     s.reason = stop_reason::max_tokens;
     s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
     if (s.history) s.history->clear();
@@ -425,10 +424,10 @@ class speculative_batch {
         s.emitted_begin = s.tokens.size();
         for (auto i : s.result.accepted) s.tokens.push_back(s.tree.token(i));
         s.tokens.push_back(s.result.bonus);
-        s.tokens.resize(apply_stop_rules(s, s.emitted_begin));
         // Committed: should a later request's commit throw, the next step reports these tokens (from
-        // `reported`) and, when a stop rule fired, finishes the request without another forward.
-        s.stopped = s.finished_now;
+        // `reported`) and, when a stop rule fired (finished_now), finishes the request without
+        // another forward.
+        s.tokens.resize(apply_stop_rules(s, s.emitted_begin));
       }
       commit_s = seconds(t0);
       ++stats_.batch_steps;
@@ -462,7 +461,7 @@ class speculative_batch {
         out.finished = s.finished_now;
       } else {
         out.finished = true;  // nothing left to generate before this step (max_new_tokens = 0), or stopped
-        if (!s.stopped) s.reason = stop_reason::max_tokens;
+        if (!s.finished_now) s.reason = stop_reason::max_tokens;
       }
       out.reason = s.reason;
       out.stats = s.stats;
@@ -609,7 +608,7 @@ class speculative_batch {
 
   struct request_state {
     bool used = false;
-    bool finished_now = false;
+    bool finished_now = false;  //!< a stop rule fired in its last committed step (it leaves once reported)
     std::uint32_t id = 0;    //!< request id: keys the random streams
     std::uint32_t step = 0;  //!< committed steps
     generation_options opt;
@@ -627,7 +626,6 @@ class speculative_batch {
     std::optional<penalty_history> history;
     std::size_t emitted_begin = 0;  //!< tokens[emitted_begin ..) were emitted by the last step
     std::size_t reported = 0;       //!< tokens[0 .. reported) were in a step_output (the prompt counts)
-    bool stopped = false;           //!< a stop rule fired in a committed step (reason set)
     double phase_draft = 0, phase_build = 0, phase_verify = 0, phase_commit = 0;
     int depth = -1;  //!< this step's draft depth (-1: nothing left to generate)
     // adaptive depth (decoder/adaptive_depth.hpp); the running estimates are kept for every request,
@@ -762,7 +760,7 @@ class speculative_batch {
     for (const int r : order_) {
       auto& s = req_[static_cast<std::size_t>(r)];
       const int left = remaining(s);
-      s.depth = left <= 0 || s.stopped ? -1 : std::min(s.opt.draft_depth, std::max(0, left - 1));
+      s.depth = left <= 0 || s.finished_now ? -1 : std::min(s.opt.draft_depth, std::max(0, left - 1));
       s.probing = false;
       s.planned = s.depth;
       s.source = 0;

@@ -596,11 +596,8 @@ void kv_commit_from_buffer_batch(const Policy& policy, std::span<LayerT, E> laye
     // blocks): apart from every layer's buffers, as from the index arrays (commit_batch_arrays).
     const strided_view<const std::int32_t, 1> new_lengths(a.new_lengths, {a.requests}, {1}), status(a.status, {3}, {1});
     detail::check_spec_buffers<Policy>(fn, layers, spec_k, spec_v, N, [&](std::size_t l, const auto& k, const auto& v) {
-      if (views_overlap(new_lengths, k) || views_overlap(new_lengths, v) || views_overlap(status, k) ||
-          views_overlap(status, v)) [[unlikely]]
-        throw_invalid_argument(fn, views_overlap(new_lengths, k) || views_overlap(new_lengths, v) ? "new_lengths" : "status",
-                               "memory disjoint from spec_k[" + std::to_string(l) + "] and spec_v[" + std::to_string(l) + "]",
-                               "an overlapping view");
+      require_outputs_apart(fn, std::forward_as_tuple("new_lengths", new_lengths, "status", status),
+                            std::forward_as_tuple("spec_k", k, "spec_v", v));
       specs[l] = {k.data(), v.data(), k.stride(0), k.stride(1), v.stride(0), v.stride(1)};
     });
     detail::commit_batch_backend<Policy>::run(policy, layers, a, std::span<const detail::commit_spec<T>>(specs));

@@ -241,24 +241,34 @@ struct kv_importance_batch_args {
 //! The host backend is below, the cuda one in kv/partial_kv.cuh.
 SPECDEC_BACKEND_SEAM(kv_importance_backend, "kv_importance_batch", "specdec/kv/partial_kv.cuh");
 
+//! Every request's cache.length(r), each read once (a user's layout whose answer changes between
+//! reads would otherwise be checked at one length and worked at another), checked against the
+//! `columns` of a scores array: the host batch forms' first step.
+template <class L>
+[[nodiscard]] std::vector<int> lengths_within(std::string_view fn, const L& cache, std::int64_t columns) {
+  std::vector<int> lens(static_cast<std::size_t>(cache.num_requests()));
+  for (int r = 0; r < cache.num_requests(); ++r) {
+    const int len = lens[static_cast<std::size_t>(r)] = cache.length(r);
+    if (len > columns) [[unlikely]]
+      throw_invalid_argument(fn, "scores",
+                             "at least cache.length(r) columns for every request (request " + std::to_string(r) +
+                                 " has length " + std::to_string(len) + ")",
+                             columns);
+  }
+  return lens;
+}
+
 template <>
 struct kv_importance_backend<host> {
   template <class QT, class L>
   static void run(const host& policy, const kv_importance_batch_args<QT, L>& a) {
     constexpr std::string_view fn = "specdec::kv_importance_batch";
     const int R = a.cache.num_requests();
-    // Every length and row first, so a rejected call writes no score; each length is read once (a
-    // user's layout whose length changes between reads would otherwise score past the checked columns).
-    std::vector<int> lens(static_cast<std::size_t>(R));
-    for (int r = 0; r < R; ++r) {
-      const int len = lens[static_cast<std::size_t>(r)] = a.cache.length(r);
-      if (len > a.columns) [[unlikely]]
-        throw_invalid_argument(fn, "scores",
-                               "at least cache.length(r) columns for every request (request " + std::to_string(r) +
-                                   " has length " + std::to_string(len) + ")",
-                               a.columns);
-      require_kv_rows(a.cache, r, 0, len, 0, a.cache.num_kv_heads(), kv_rows_read::keys, fn, "cache");
-    }
+    // every length and row first: a rejected call writes no score
+    const std::vector<int> lens = lengths_within(fn, a.cache, a.columns);
+    for (int r = 0; r < R; ++r)
+      require_kv_rows(a.cache, r, 0, lens[static_cast<std::size_t>(r)], 0, a.cache.num_kv_heads(), kv_rows_read::keys,
+                      fn, "cache");
     for (int r = 0; r < R; ++r)
       kv_importance_request<std::remove_cv_t<typename L::value_type>>(
           policy, a.q + r * a.q_stride_request, a.q_stride_head, a.hq, a.cache, r, lens[static_cast<std::size_t>(r)],
@@ -676,16 +686,7 @@ struct partial_kv_select_backend<host> {
   static void run(const host& policy, const partial_kv_select_args<L>& a) {
     constexpr std::string_view fn = "specdec::partial_kv_select_batch";
     const int R = a.cache.num_requests(), hkv = a.cache.num_kv_heads(), n = a.budget - a.sink;
-    // Every length first (a rejected call writes nothing), each read once (kv_importance_batch).
-    std::vector<int> lens(static_cast<std::size_t>(R));
-    for (int r = 0; r < R; ++r) {
-      const int len = lens[static_cast<std::size_t>(r)] = a.cache.length(r);
-      if (len > a.columns) [[unlikely]]
-        throw_invalid_argument(fn, "scores",
-                               "at least cache.length(r) columns for every request (request " + std::to_string(r) +
-                                   " has length " + std::to_string(len) + ")",
-                               a.columns);
-    }
+    const std::vector<int> lens = lengths_within(fn, a.cache, a.columns);  // a rejected call writes nothing
     const int ranked = a.shared ? 1 : hkv;
     std::vector<float> sum;
     std::vector<std::uint64_t> order;

@@ -167,20 +167,17 @@ void ring_append_batch(const Policy& policy, const ring_kv<T>& ring, const NI& n
             t->stride(1));
     require(N == 0 || t->data() != nullptr, fn, name, "a non-null data pointer", "nullptr");
   }
-  // The outputs are written while the inputs are still read (the device clears status first): each
-  // apart from the others and from every input.
-  require_outputs_apart(fn, std::forward_as_tuple("appended", appended, "starts", starts, "lengths", lengths, "status", status),
-                        std::forward_as_tuple("node_indptr", node_indptr, "accepted", accepted, "num_accepted",
-                                              num_accepted, "spec_k", spec_k, "spec_v", spec_v));
-  // The ring's slots are written too: its K and V apart from each other and from every array of the
-  // call (an index or count kept in a slot would change under the copies).
+  // The outputs, the ring's K/V slots among them, are written while the inputs are still read (the
+  // device clears status first; an index or count kept in a slot would change under the copies):
+  // each apart from the others and from every input.
   const std::int64_t ring_elems =
       checked_size_product(fn, "ring", {R, ring.mapping.slots, ring.num_kv_heads(), ring.head_dim()});
   const strided_view<const T, 1> ring_k(ring.k, {ring_elems}, {1}, ring.where), ring_v(ring.v, {ring_elems}, {1}, ring.where);
-  require_outputs_apart(fn, std::forward_as_tuple("ring.k", ring_k, "ring.v", ring_v),
+  require_outputs_apart(fn,
+                        std::forward_as_tuple("ring.k", ring_k, "ring.v", ring_v, "appended", appended, "starts", starts,
+                                              "lengths", lengths, "status", status),
                         std::forward_as_tuple("node_indptr", node_indptr, "accepted", accepted, "num_accepted",
-                                              num_accepted, "spec_k", spec_k, "spec_v", spec_v, "appended", appended,
-                                              "starts", starts, "lengths", lengths, "status", status));
+                                              num_accepted, "spec_k", spec_k, "spec_v", spec_v));
   detail::ring_append_args<T> a;
   a.ring = ring;
   a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
