@@ -1,7 +1,8 @@
 // Bad input found by a session-55 review of kv/ and position/, each reproduced first (ASan/UBSan or a
 // wrong result), now a clear error or the right result:
 //  - a user's layout whose length() changes between the check and the work (kv_importance_batch and
-//    partial_kv_select_batch read each length twice: scores written / read past the checked columns);
+//    partial_kv_select_batch read each length twice: scores written / read past the checked columns;
+//    partial_kv_append_batch, found in session 56, placed a length other than the one it checked);
 //  - ring_kv_cache appends whose token count overflows int64;
 //  - layout geometries whose element offsets overflow int64 (contiguous, ring, paged, block table);
 //  - apply_rope's positions inside x (rotated while read);
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "specdec/kv/block_table_kv.hpp"
@@ -78,6 +80,58 @@ TEST_CASE("batched importance and selection read each request's length once", "[
   }
   CHECK(scored > 0);
   CHECK(selected > 0);
+}
+
+namespace {
+// A user's layout whose length() answers 1000 for its first `calls_before` calls, then 4: the
+// opposite of growing_layout, for a length that passes a check and then falls below it.
+struct shrinking_layout {
+  using value_type = float;
+  const float* row;
+  int calls_before;
+  int* calls;
+  int num_requests() const { return 1; }
+  int num_kv_heads() const { return 1; }
+  int head_dim() const { return 64; }
+  int length(int) const { return (*calls)++ < calls_before ? 1000 : 4; }
+  const float* k_row(int, int, int) const { return row; }
+  const float* v_row(int, int, int) const { return row; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+TEST_CASE("partial_kv_append_batch places the length it checked", "[kv][partial]") {
+  // Session 56: the host backend read each length twice, once for the state check and once to
+  // place. A length that passed the check (1000 >= seen 10) and then read 4 rewound seen to 4, so
+  // the next append placed tokens 4..9 a second time.
+  std::vector<float> row(64, 1.f);
+  int appended = 0, refused = 0;
+  for (int calls_before = 0; calls_before < 8; ++calls_before) {
+    CAPTURE(calls_before);
+    int calls = 0;
+    shrinking_layout cache{row.data(), calls_before, &calls};
+    // budget 8, sink 0, full: 8 slots showing tokens 2..9, seen 10, eviction order slots 0..7
+    std::vector<std::int32_t> index{2, 3, 4, 5, 6, 7, 8, 9}, evict{0, 1, 2, 3, 4, 5, 6, 7};
+    std::vector<std::int32_t> sizes{8}, seen{10}, placed{0}, status(3, 5);
+    try {
+      sd::partial_kv_append_batch(sd::host{}, cache, 8, 0, sd::make_view<3>(index.data(), {1, 1, 8}),
+                                  sd::make_view<3>(std::as_const(evict).data(), {1, 1, 8}),
+                                  sd::make_view<1>(sizes.data(), {1}), sd::make_view<1>(seen.data(), {1}),
+                                  sd::make_view<1>(placed.data(), {1}), sd::make_view<1>(status.data(), {3}));
+      ++appended;  // the checked length was 1000: tokens 10..999 placed, the last 8 shown
+      CHECK(seen[0] == 1000);
+      CHECK(sizes[0] == 8);
+      CHECK(status[0] == 0);
+      for (int i = 0; i < 8; ++i) CHECK(index[static_cast<std::size_t>(i)] >= 992);
+    } catch (const sd::invalid_argument& e) {
+      ++refused;  // the checked length was 4, below seen: nothing written
+      CHECK_THAT(e.what(), Contains("length 4") && Contains("seen 10"));
+      CHECK(seen[0] == 10);
+      CHECK(index == std::vector<std::int32_t>{2, 3, 4, 5, 6, 7, 8, 9});
+    }
+  }
+  CHECK(appended > 0);
+  CHECK(refused > 0);
 }
 
 TEST_CASE("ring_kv_cache refuses appends past 2^63 - 1 tokens", "[kv][ring]") {

@@ -846,16 +846,21 @@ struct partial_kv_append_backend<host> {
   static void run(const host&, const partial_kv_append_args<L>& a) {
     constexpr std::string_view fn = "specdec::partial_kv_append_batch";
     const int R = a.cache.num_requests(), hkv = a.cache.num_kv_heads();
-    for (int r = 0; r < R; ++r)  // every request's state first
-      if (!partial_kv_state_ok(a.cache.length(r), a.sizes[r], a.seen[r], a.placed[r], a.budget, a.sink)) [[unlikely]]
+    // Each length read once: the one checked is the one placed (a user's layout may answer
+    // differently from call to call; a length below seen would rewind the state).
+    std::vector<int> lens(static_cast<std::size_t>(std::max(R, 0)));
+    for (int r = 0; r < R; ++r) {  // every request's state first
+      const int len = lens[static_cast<std::size_t>(r)] = a.cache.length(r);
+      if (!partial_kv_state_ok(len, a.sizes[r], a.seen[r], a.placed[r], a.budget, a.sink)) [[unlikely]]
         throw_invalid_argument(fn, "sizes, seen, placed",
                                "for request " + std::to_string(r) +
                                    ": cache length >= seen >= 0, sizes in [0, budget], placed in [0, 2 (budget - sink)]",
-                               "length " + std::to_string(a.cache.length(r)) + ", size " + std::to_string(a.sizes[r]) +
+                               "length " + std::to_string(len) + ", size " + std::to_string(a.sizes[r]) +
                                    ", seen " + std::to_string(a.seen[r]) + ", placed " + std::to_string(a.placed[r]));
+    }
     for (int r = 0; r < R; ++r) {
       std::int32_t size = a.sizes[r], seen = a.seen[r], placed = a.placed[r];
-      if (!partial_kv_place(a.cache.length(r), hkv, a.budget, a.sink, a.index + r * a.i_stride_request, a.i_stride_head,
+      if (!partial_kv_place(lens[static_cast<std::size_t>(r)], hkv, a.budget, a.sink, a.index + r * a.i_stride_request, a.i_stride_head,
                             a.evict + r * a.e_stride_request, a.e_stride_head, size, seen, placed)) [[unlikely]]
         throw_invalid_argument(fn, "evict",
                                "slots in [0, budget = " + std::to_string(a.budget) + ") where request " +
