@@ -8,7 +8,7 @@
 //  - apply_rope's positions inside x (rotated while read);
 //  - ring_append_batch's arrays inside the ring's own K/V slots;
 //  - the batched commits' index arrays inside the cache rows they move, and from-buffer outputs over
-//    the spec buffers.
+//    the spec buffers; their new_lengths and status inside a row they write (session 56).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -247,5 +247,43 @@ TEST_CASE("batched commits: index arrays inside the moved rows, outputs over the
     call(newl.data());  // control
     CHECK(k[T * D] == 5.f);
     CHECK(newl[1] == 2);
+  }
+  SECTION("new_lengths or status inside a row the commit writes (session 56)") {
+    // Written after the rows: the commit would leave a length where a committed key was. Rows
+    // outside the written ones (request 1's slot 2, past its 2 accepted tokens) are fine.
+    std::vector<float> spec(4 * D, 5.f), specv(4 * D, 6.f);
+    std::vector<sd::strided_view<const float, 3>> sk{sd::make_view<3>(static_cast<const float*>(spec.data()), {4, 1, D})},
+        svv{sd::make_view<3>(static_cast<const float*>(specv.data()), {4, 1, D})};
+    std::vector<std::int32_t> committed{0, 0}, indptr{0, 2, 4}, accepted{0, 1, 0, 1}, num{2, 2};
+    const auto commit = [&](bool from_buffer, std::int32_t* nl, std::int32_t* st) {
+      if (from_buffer)
+        sd::kv_commit_from_buffer_batch(sd::host{}, layers, std::span(sk), std::span(svv),
+                                        sd::make_view<1>(committed.data(), {2}), sd::make_view<1>(indptr.data(), {3}),
+                                        sd::make_view<1>(accepted.data(), {4}), sd::make_view<1>(num.data(), {2}),
+                                        sd::make_view<1>(nl, {2}), sd::make_view<1>(st, {3}));
+      else
+        sd::kv_commit_in_place_batch(sd::host{}, layers, sd::make_view<1>(committed.data(), {2}),
+                                     sd::make_view<1>(indptr.data(), {3}), sd::make_view<1>(accepted.data(), {4}),
+                                     sd::make_view<1>(num.data(), {2}), sd::make_view<1>(nl, {2}),
+                                     sd::make_view<1>(st, {3}));
+    };
+    for (const bool from_buffer : {false, true}) {
+      CAPTURE(from_buffer);
+      auto* k_row_1_1 = reinterpret_cast<std::int32_t*>(k.data() + (T + 1) * D + D - 2);  // request 1, token 1, last 2 floats
+      auto* v_row_0_0 = reinterpret_cast<std::int32_t*>(v.data() + 5);                     // request 0, token 0
+      REQUIRE_THROWS_WITH(commit(from_buffer, k_row_1_1, status.data()),
+                          Contains("'new_lengths'") && Contains("request 1, token 1, kv head 0"));
+      REQUIRE_THROWS_WITH(commit(from_buffer, newl.data(), v_row_0_0),
+                          Contains("'status'") && Contains("layers[0], request 0, token 0"));
+      CHECK(k[(T + 1) * D] == -1.f);  // nothing written
+      CHECK(v[0] == 0.f);
+      auto* past = reinterpret_cast<std::int32_t*>(k.data() + (T + 2) * D);  // request 1, token 2: not written
+      commit(from_buffer, past, status.data());
+      CHECK(past[0] == 2);
+      CHECK(past[1] == 2);
+      CHECK(status[0] == 0);
+    }
+    CHECK(k[T * D] == 5.f);  // the last (from-buffer) commit's rows
+    CHECK(v[D] == 6.f);
   }
 }

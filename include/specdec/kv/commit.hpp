@@ -433,6 +433,35 @@ SPECDEC_HOST_DEVICE void commit_copy_columns(const L& layer, const commit_spec<t
 //! cuda one in kv/commit.cuh.
 SPECDEC_BACKEND_SEAM(commit_batch_backend, "batched KV commit", "specdec/kv/commit.cuh");
 
+//! new_lengths and status are written after the rows, so neither may lie inside a row the commit
+//! writes, tokens [committed, committed + accepted) of request r in any layer and kv head (a user's
+//! layout can put its rows anywhere, the caller's arrays among them): the commit would then leave a
+//! length where a key was. O(layers accepted Hkv) address compares, against the copies' O(... D).
+template <class L>
+void require_lengths_outside_rows(std::span<const L> layers, std::int32_t request, std::int32_t committed,
+                                  std::int32_t accepted, const commit_batch_args& a, std::string_view fn) {
+  using T = typename L::value_type;
+  const auto span_of = [](const std::int32_t* p, std::int64_t n) {
+    return view_byte_span(strided_view<const std::int32_t, 1>(p, {n}, {1}));
+  };
+  const std::pair<std::uintptr_t, std::uintptr_t> outs[2] = {span_of(a.new_lengths, a.requests), span_of(a.status, 3)};
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const auto row_bytes = static_cast<std::uintptr_t>(layers[l].head_dim()) * sizeof(T);
+    for (std::int32_t j = 0; j < accepted; ++j)
+      for (int h = 0; h < layers[l].num_kv_heads(); ++h)
+        for (const T* row : {layers[l].k_row(request, committed + j, h), layers[l].v_row(request, committed + j, h)}) {
+          const auto lo = reinterpret_cast<std::uintptr_t>(row), hi = lo + (row_bytes - 1);
+          for (int o = 0; o < 2; ++o)
+            if (outs[o].first <= hi && lo <= outs[o].second) [[unlikely]]
+              throw_invalid_argument(fn, o == 0 ? "new_lengths" : "status",
+                                     "memory apart from the rows the commit writes (layers[" + std::to_string(l) +
+                                         "], request " + std::to_string(request) + ", token " +
+                                         std::to_string(committed + j) + ", kv head " + std::to_string(h) + ")",
+                                     "an array inside that row");
+        }
+  }
+}
+
 template <>
 struct commit_batch_backend<host> {
   template <class L>
@@ -466,6 +495,7 @@ struct commit_batch_backend<host> {
       validate_accepted_path({a.accepted + b, static_cast<std::size_t>(k)}, n, {}, fn);
       if (k > 0)  // from a buffer: the path's destinations; in place: up to the last accepted node
         require_commit_rows(layers, r, c, std::int64_t{c} + (a.from_buffer ? k : a.accepted[b + k - 1] + 1), fn);
+      require_lengths_outside_rows(layers, r, c, k, a, fn);
     }
     for (std::int32_t r = 0; r < a.requests; ++r) {
       const std::int32_t b = a.node_indptr[r], k = a.num_accepted[r], c = a.committed[r];
@@ -535,8 +565,9 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
 //! status [3] (core/device_status.hpp); new_lengths and status apart from each other and from every
 //! input (new_lengths over committed_lengths too: the device writes it while other blocks read it).
 //! Everything is checked before the first write, so a rejected commit leaves every cache untouched:
-//!   specdec::host: host-accessible layouts and arrays; invalid_argument on a bad value; status
-//!     {0, -1, -1} on success. O(layers * sum accepted * Hkv * D).
+//!   specdec::host: host-accessible layouts and arrays; invalid_argument on a bad value (new_lengths
+//!     or status inside a row the commit writes included); status {0, -1, -1} on success.
+//!     O(layers * sum accepted * Hkv * D).
 //!   specdec::cuda (needs kv/commit.cuh and nvcc): device-accessible layouts (mappings callable on the
 //!     device) and arrays; shapes and geometry checked on the host, values (offsets, committed
 //!     lengths, accepted paths, capacities) by check kernels (one per group of up to 32 layers), all
