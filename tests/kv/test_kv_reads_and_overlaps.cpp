@@ -82,24 +82,6 @@ TEST_CASE("batched importance and selection read each request's length once", "[
   CHECK(selected > 0);
 }
 
-namespace {
-// A user's layout whose length() answers 1000 for its first `calls_before` calls, then 4: the
-// opposite of growing_layout, for a length that passes a check and then falls below it.
-struct shrinking_layout {
-  using value_type = float;
-  const float* row;
-  int calls_before;
-  int* calls;
-  int num_requests() const { return 1; }
-  int num_kv_heads() const { return 1; }
-  int head_dim() const { return 64; }
-  int length(int) const { return (*calls)++ < calls_before ? 1000 : 4; }
-  const float* k_row(int, int, int) const { return row; }
-  const float* v_row(int, int, int) const { return row; }
-  sd::memory_space space() const { return sd::memory_space::host; }
-};
-}  // namespace
-
 TEST_CASE("partial_kv_append_batch places the length it checked", "[kv][partial]") {
   // Session 56: the host backend read each length twice, once for the state check and once to
   // place. A length that passed the check (1000 >= seen 10) and then read 4 rewound seen to 4, so
@@ -109,7 +91,7 @@ TEST_CASE("partial_kv_append_batch places the length it checked", "[kv][partial]
   for (int calls_before = 0; calls_before < 8; ++calls_before) {
     CAPTURE(calls_before);
     int calls = 0;
-    shrinking_layout cache{row.data(), calls_before, &calls};
+    growing_layout cache{row.data(), calls_before, &calls, 1000, 4};  // 1000, then 4
     // budget 8, sink 0, full: 8 slots showing tokens 2..9, seen 10, eviction order slots 0..7
     std::vector<std::int32_t> index{2, 3, 4, 5, 6, 7, 8, 9}, evict{0, 1, 2, 3, 4, 5, 6, 7};
     std::vector<std::int32_t> sizes{8}, seen{10}, placed{0}, status(3, 5);
