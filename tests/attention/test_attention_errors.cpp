@@ -649,6 +649,73 @@ TEST_CASE("a layout whose lengths change during a call gets an error or a right 
   CHECK(computed > 0);
 }
 
+// Found by a session-56 review: pass 2 read each length again after the plan had cut the cache into
+// parts, so a length that changed in between attended over keys no single length() reported (the
+// mean of 256 keys where the layout said 4 or 1000). With K zero and V row t holding t, a right
+// result is the mean of 0 .. L - 1 for an L the layout reported.
+TEST_CASE("a layout whose lengths change during a call is attended over one of its lengths", "[attention][sizes]") {
+  struct growing_rows : growing_layout {
+    const float* v;
+    const float* v_row(int, int t, int) const { return v + static_cast<std::ptrdiff_t>(t) * 64; }
+  };
+  std::vector<float> k(64, 0.f), v(1000 * 64), qb(64, 0.5f), ob(64), lb(1);
+  for (int t = 0; t < 1000; ++t)
+    for (int c = 0; c < 64; ++c) v[static_cast<std::size_t>(t * 64 + c)] = static_cast<float>(t);
+  std::vector<std::int32_t> ip{0, 1};
+  const auto q = sd::make_view<3>(qb.data(), {1, 1, 64});
+  const auto o = sd::make_view<3>(ob.data(), {1, 1, 64});
+  const auto l = sd::make_view<2>(lb.data(), {1, 1});
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  int refused = 0, short_cache = 0, long_cache = 0;
+  for (int before = 0; before < 16; ++before)
+    for (const int threads : {1, 2}) {
+      CAPTURE(before, threads);
+      int calls = 0;
+      const growing_rows cache{{k.data(), before, &calls}, v.data()};
+      try {
+        sd::decode_attention(sd::host{.num_threads = threads}, q, cache, ipv, o, l);
+      } catch (const sd::invalid_argument& e) {
+        REQUIRE_THAT(e.what(), Contains("'cache'"));
+        ++refused;
+        continue;
+      }
+      const bool four = std::abs(ob[0] - 1.5f) < 1e-3f;
+      REQUIRE((four || std::abs(ob[0] - 499.5f) < 1e-2f));
+      REQUIRE(lb[0] == Approx(std::log(four ? 4.f : 1000.f)));
+      ++(four ? short_cache : long_cache);
+    }
+  CHECK(refused > 0);
+  CHECK(short_cache > 0);
+  CHECK(long_cache > 0);
+}
+
+// Session 56 review: tree_attention counted its requests as int(q_indptr.extent(0)) - 1 before any
+// shape check (signed overflow at extent 2^31, UBSan), and the n-way lse_merge formed part 1's
+// address from an empty input's unchecked stride (a wrapped or null-based pointer, UBSan).
+TEST_CASE("tree_attention's q_indptr extent and an empty n-way merge's strides", "[attention][sizes]") {
+  std::vector<float> qb(64, 0.5f), kb(64, 0.f), ob(64), lb(1);
+  std::vector<sd::mask_word> m{1};
+  std::int32_t ip[2] = {0, 1};
+  const sd::strided_view<const std::int32_t, 1> huge(ip, {std::int64_t{1} << 31}, {1});
+  const auto q = sd::make_view<3>(qb.data(), {1, 1, 64});
+  const auto k = sd::make_view<3>(static_cast<const float*>(kb.data()), {1, 1, 64});
+  const auto o = sd::make_view<3>(ob.data(), {1, 1, 64});
+  const auto l = sd::make_view<2>(lb.data(), {1, 1});
+  const auto mv = sd::make_view<1>(m.data(), {1});
+  REQUIRE_BAD(sd::tree_attention(sd::host{}, q, k, k, huge, mv, o, l), "between 1 and 2^31 - 1 elements");
+  sd::tree_attention(sd::host{}, q, k, k, sd::make_view<1>(static_cast<const std::int32_t*>(ip), {2}), mv, o, l);
+  CHECK(ob[0] == 0.f);  // control: one token over its own zero V
+  static float pb[64], plb[1];
+  float eo[64], el[1];
+  for (const bool null_base : {false, true}) {
+    const std::int64_t big = std::int64_t{1} << 61;
+    const sd::strided_view<const float, 4> op(null_base ? nullptr : pb, {2, 0, 1, 64}, {null_base ? 64 : big, 64, 64, 1});
+    const sd::strided_view<const float, 3> lp(null_base ? nullptr : plb, {2, 0, 1}, {null_base ? 1 : big, 1, 1});
+    sd::lse_merge(sd::host{}, op, lp, sd::strided_view<float, 3>(eo, {0, 1, 64}, {64, 64, 1}),
+                  sd::strided_view<float, 2>(el, {0, 1}, {1, 1}));  // nothing to merge: no error, no UB
+  }
+}
+
 TEST_CASE("glide_project_queries rejects a negative token count", "[attention][sizes]") {
   std::vector<float> h(8, 1.f), w(64 * 8, 0.5f), qo(64, -7.f);
   const sd::strided_view<float, 2> hidden(h.data(), {-3, 8}, {8, 1});

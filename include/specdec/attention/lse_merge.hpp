@@ -184,7 +184,7 @@ lse_merge_params<T> validate_merge(std::string_view fn, const OP& o_parts, const
   const strided_view<typename LP::element_type, 2> lse0(lse_parts.data(), {n, h}, {lse_parts.stride(1), lse_parts.stride(2)});
   require_same_or_apart(fn, "out", out, "o_parts[0]", part0);
   require_same_or_apart(fn, "lse_out", lse_out, "lse_parts[0]", lse0);
-  if (s > 1) {
+  if (s > 1 && n > 0 && h > 0) {  // an empty merge forms no offset pointer (its strides were not checked)
     const strided_view<TP, 4> rest(o_parts.data() + o_parts.stride(0), {s - 1, n, h, d},
                                    {o_parts.stride(0), o_parts.stride(1), o_parts.stride(2), o_parts.stride(3)});
     const strided_view<typename LP::element_type, 3> lse_rest(lse_parts.data() + lse_parts.stride(0), {s - 1, n, h},

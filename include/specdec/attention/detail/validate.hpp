@@ -132,8 +132,11 @@ attention_io_params<T> validate_io(std::string_view fn, const Q& q, const I& q_i
   // q_indptr, not even exactly (in place). (The tree inputs: require_tree_inputs_apart.)
   if (out) require_outputs_apart(fn, std::forward_as_tuple("out", *out), std::forward_as_tuple("q", q, "q_indptr", q_indptr));
   if (lse) require_outputs_apart(fn, std::forward_as_tuple("lse", *lse), std::forward_as_tuple("q", q, "q_indptr", q_indptr));
-  if (num_requests < 0) num_requests = static_cast<int>(q_indptr.extent(0)) - 1;
-  require(num_requests >= 0, fn, "q_indptr", "at least one element (num_requests + 1)", q_indptr.extent(0));
+  if (num_requests < 0) {  // counted from q_indptr (tree_attention): in int64, before narrowing
+    const std::int64_t e = q_indptr.extent(0);
+    require(e >= 1 && e <= INT32_MAX, fn, "q_indptr", "between 1 and 2^31 - 1 elements (num_requests + 1)", e);
+    num_requests = static_cast<int>(e - 1);
+  }
   require_shape(fn, "q_indptr", q_indptr, {static_cast<std::int64_t>(num_requests) + 1});
   const auto* ip = static_cast<const std::int32_t*>(q_indptr.data());
   const std::int64_t ips = q_indptr.stride(0);

@@ -18,8 +18,28 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
   p.has_tree = HasTree;
   p.heads_per_item = heads_per_item(io);
   p.scratch_slots = host_threads(policy);
+  // Each request's cache length, read once before anything is written to the workspace and used by
+  // the plan and both passes: a user's layout may answer differently from call to call (pass 2 read
+  // keys the plan's parts did not cover, a silently wrong result), and a workspace laid over a
+  // cache's own length array changed it under pass 1. Kept between calls (no allocation per call);
+  // the passes' threads reach it through len_of, not by its thread_local name.
+  const int* len_of = nullptr;
+  if constexpr (HasCache) {
+    thread_local std::vector<int> lens;
+    lens.resize(static_cast<std::size_t>(io.num_requests));
+    for (int r = 0; r < io.num_requests; ++r) {
+      const int len = lens[static_cast<std::size_t>(r)] = static_cast<int>(cache.length(r));
+      bool ok = len >= 0;
+      if constexpr (kv_layout_has_capacity<Layout>) ok = ok && len <= cache.capacity(r);
+      if (!ok) [[unlikely]]
+        throw_invalid_argument("specdec attention", "cache",
+                               "length(" + std::to_string(r) + ") in [0, capacity] for the whole call", len);
+    }
+    len_of = lens.data();
+  }
+  (void)len_of;
   const std::size_t planned = plan_host_attention("specdec attention", p, io.q_indptr, [&](int r) {
-    if constexpr (HasCache) return static_cast<int>(cache.length(r));
+    if constexpr (HasCache) return len_of[r];
     else return 0 * r;
   }, ws);
   // The workspace was sized from the lengths read before (a user's layout may answer differently
@@ -76,8 +96,8 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
     float* const scratch = p.scratch + static_cast<std::int64_t>(lease.slot()) * host_kernel_scratch_floats(D);
     if constexpr (HasCache) {
       if (part < cache_parts) {
-        const int k0 = part * split;  // < cache.length(r): the plan made ceil(length / split) parts
-        const int k1 = static_cast<int>(std::min<std::int64_t>(cache.length(r), static_cast<std::int64_t>(k0) + split));
+        const int k0 = part * split;  // < len_of[r]: the plan made ceil(length / split) parts
+        const int k1 = static_cast<int>(std::min<std::int64_t>(len_of[r], static_cast<std::int64_t>(k0) + split));
         // A user's own layout may return null for a row between the first and last ones
         // validate_kv_layout checks: an error before this part reads anything (so before O and LSE
         // are written), not a read through nullptr inside the (noexcept) kernels. kv_cache layouts

@@ -35,6 +35,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "specdec/attention/attention_params.hpp"
 #include "specdec/attention/detail/host/attend_lanes.hpp"
