@@ -97,11 +97,6 @@ namespace specdec {
 //! draft and verification streams of one (request, step) never coincide.
 inline constexpr std::uint64_t draft_seed_mix = 0x9e3779b97f4a7c15ull;
 
-//! The deepest chain a request may draft per step (generation_options::draft_depth). Far beyond what
-//! pays (the papers draft 4-10 levels; adaptive_depth plans up to 64), and it bounds what planning
-//! sizes per step.
-inline constexpr int max_draft_depth = 4096;
-
 //! Per-request generation options.
 struct generation_options {
   int max_new_tokens = 256;

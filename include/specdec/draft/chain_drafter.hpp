@@ -60,16 +60,20 @@ class chain_drafter {
   void propose(const draft_request& req, draft_candidates& out) {
     out.clear();
     const int r = req.request;
+    constexpr std::string_view fn = "specdec::chain_drafter::propose";
     const auto& t = req.tokens;
-    const int L = static_cast<int>(t.size());
-    require(L >= 1, "specdec::chain_drafter::propose", "req.tokens.size()", ">= 1", L);
-    const int V = model_->vocab_size();
-    detail::validate_model_draft(req, V, "specdec::chain_drafter::propose");
-    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::chain_drafter::propose");
+    const int L = detail::context_length(req, fn);
+    const int V = detail::model_int(model_->vocab_size(), fn, "model.vocab_size()");
+    detail::validate_model_draft(req, V, fn);
+    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, fn);
+    const auto cache_length = [&] { return detail::model_int(model_->cache_length(r), fn, "model.cache_length(request)"); };
+    int cached = cache_length();
+    require(cached >= 0, fn, "model.cache_length(request)", ">= 0", cached);
     logits_.resize(static_cast<std::size_t>(V));
-    if (model_->cache_length(r) == 0 && L > 1) model_->prefill(r, t.first(static_cast<std::size_t>(L)));
-    int cached = model_->cache_length(r);
-    require(cached <= L - 1, "specdec::chain_drafter::propose", "req.tokens.size()", "no shorter than last step", L);
+    if (cached == 0 && L > 1) model_->prefill(r, t.first(static_cast<std::size_t>(L)));
+    cached = cache_length();
+    require(cached >= 0, fn, "model.cache_length(request)", ">= 0", cached);
+    require(cached <= L - 1, fn, "req.tokens.size()", "no shorter than last step", L);
     if (cached < L - 1) {  // catch up: root = t[cached], chain of the rest, commit all
       token_tree catch_up;
       for (int i = cached + 1; i < L - 1; ++i) catch_up.add(t[static_cast<std::size_t>(i)], i - cached - 2);

@@ -97,13 +97,24 @@ struct draft_candidates {
 //! (an out-of-memory kill, not an error). Engines number their slots densely from 0.
 inline constexpr int max_request_slot = (1 << 20) - 1;
 
+//! The deepest chain a request may draft per step (draft_request::depth, and
+//! generation_options::draft_depth). Far beyond what pays (the papers draft 4-10 levels;
+//! adaptive_depth plans up to 64), and it bounds what planning sizes per step and how many forwards
+//! a model drafter runs for one proposal.
+inline constexpr int max_draft_depth = 4096;
+
+//! The most independent drafts one multi-draft proposal samples (draft_request::width in
+//! multi-draft mode): each keeps depth q rows of the vocabulary, so an unbounded width asked for
+//! memory without end (an out-of-memory kill, not an error). SpecInfer-style multi-draft uses a few.
+inline constexpr int max_multi_drafts = 4096;
+
 //! What the decoder tells a drafter: which request, its committed tokens (prompt and output so far;
 //! the last one is the root) and how deep / wide to draft.
 struct draft_request {
   int request = 0;
   std::span<const std::int32_t> tokens;
-  int depth = 4;  //!< chain length to draft (0 = propose nothing)
-  int width = 1;  //!< alternatives to keep per depth (>= 1)
+  int depth = 4;  //!< chain length to draft (0 = propose nothing); model drafters refuse > max_draft_depth
+  int width = 1;  //!< alternatives to keep per depth (>= 1); in multi-draft mode the drafts, <= max_multi_drafts
   //! When both are set and temperature > 0, model drafters sample their chain from the processed
   //! draft distribution q (stored in draft_candidates::q) instead of taking the argmax.
   const sampling_params* sampling = nullptr;

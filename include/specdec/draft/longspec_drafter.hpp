@@ -96,22 +96,33 @@ class longspec_drafter {
   void propose(const draft_request& req, draft_candidates& out) {
     out.clear();
     const int r = req.request;
+    constexpr std::string_view fn = "specdec::longspec_drafter::propose";
     const auto& t = req.tokens;
-    const int L = static_cast<int>(t.size());
-    const int V = model_->vocab_size();
-    require(L >= 1 && model_->absorbed(r) <= L, "specdec::longspec_drafter::propose", "req.tokens.size()",
-            "at least the tokens already absorbed", L);
-    detail::validate_model_draft(req, V, "specdec::longspec_drafter::propose");
-    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, "specdec::longspec_drafter::propose");
+    const int L = detail::context_length(req, fn);
+    const int V = detail::model_int(model_->vocab_size(), fn, "model.vocab_size()");
+    const auto absorbed = [&] {
+      const int a = detail::model_int(model_->absorbed(r), fn, "model.absorbed(request)");
+      require(a >= 0, fn, "model.absorbed(request)", ">= 0", a);
+      return a;
+    };
+    require(absorbed() <= L, fn, "req.tokens.size()", "at least the tokens already absorbed", L);
+    detail::validate_model_draft(req, V, fn);
+    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, fn);
+    int rf = L;  // every absorbed position can be seen
+    if constexpr (requires { model_->receptive_field(); }) {
+      rf = detail::model_int(model_->receptive_field(), fn, "model.receptive_field()");
+      require(rf >= 0, fn, "model.receptive_field()", ">= 0", rf);
+    }
     root_.resize(static_cast<std::size_t>(V));
     logits_.resize(static_cast<std::size_t>(V));
     model_->discard_speculation(r);
-    if (model_->absorbed(r) == L) {  // nothing new (only possible when re-proposing): recompute the root row
+    if (absorbed() == L) {  // nothing new (only possible when re-proposing): recompute the root row
       model_->reset(r);
     }
-    int first = model_->absorbed(r);
-    if constexpr (requires { model_->receptive_field(); })  // skip history no future prediction can see
-      first = std::max(first, L - 1 - static_cast<int>(model_->receptive_field()));
+    int first = absorbed();
+    require(first < L, fn, "model.absorbed(request)", "below the context length after reset", first);
+    // skip history no future prediction can see (in int64: L - 1 - rf may pass INT_MIN)
+    first = static_cast<int>(std::max<std::int64_t>(first, std::int64_t{L} - 1 - rf));
     for (int p = first; p < L; ++p)
       model_->step(r, t[static_cast<std::size_t>(p)], p, true,
                    p == L - 1 ? std::span<typename Model::logit_type>(root_) : std::span<typename Model::logit_type>{});

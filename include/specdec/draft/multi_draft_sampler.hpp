@@ -73,6 +73,8 @@ struct multi_draft_sampler {
     require(p.greedy_temperature > 0.0f && std::isfinite(p.greedy_temperature), fn,
             "multi_draft_params.greedy_temperature", "a finite value > 0", p.greedy_temperature);
     require_draft_sampling(fn, "multi_draft_params.mode", p.mode);
+    require(req.width <= max_multi_drafts, fn, "req.width",
+            "at most max_multi_drafts = " + std::to_string(max_multi_drafts) + " drafts", req.width);
   }
 
   template <class T, class Feed>

@@ -12,7 +12,8 @@
 //! (slot, frequency node, per-first-token list entry, hash cell at load <= 1/2).
 //! Eviction rule (when a NEW n-gram arrives and the table is full): the least frequent n-gram is
 //! dropped; among equally frequent ones, the one whose count was last raised longest ago (its last
-//! occurrence is the oldest). This is O(1) LFU with per-count recency lists.
+//! occurrence is the oldest). This is O(1) LFU with per-count recency lists. A count saturates at
+//! 2^32 - 1 (further occurrences only refresh its recency).
 //! Ranking (deterministic): higher count first; ties broken by a seeded pseudo-random key of the
 //! n-gram (Philox of a hash of its tokens, keyed by `seed`), then lexicographically; so equal counts
 //! are ordered "randomly" (TokenSwift §3.4 randomizes among candidates) but reproducibly, and two
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -230,6 +232,11 @@ class ngram_pool {
     if (s >= 0) {
       slot& x = slots_[static_cast<std::size_t>(s)];
       const std::int32_t f = x.freq;
+      if (x.count == std::numeric_limits<std::uint32_t>::max()) [[unlikely]] {  // saturated (2^32 - 1
+        unlink(s);  // occurrences; a wrap to 0 ranked it last): only its recency is refreshed
+        link_tail(s, f);
+        return;
+      }
       std::int32_t nf = freqs_[static_cast<std::size_t>(f)].next;
       if (nf < 0 || freqs_[static_cast<std::size_t>(nf)].count != x.count + 1) nf = new_freq(x.count + 1, f);
       unlink(s);

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -87,7 +89,29 @@ struct top_width_selector {
 //! NaN or negative temperature is an error, not greedy drafting). Errors name `fn`.
 inline void validate_model_draft(const draft_request& req, int vocab, std::string_view fn) {
   require(vocab >= 1, fn, "model.vocab_size()", ">= 1", vocab);
+  require(req.depth <= max_draft_depth, fn, "req.depth", "at most max_draft_depth = " + std::to_string(max_draft_depth),
+          req.depth);
   if (req.sampling != nullptr) validate_sampling_params(*req.sampling, fn);
+}
+
+//! A model's integer answer (vocab_size(), cache_length(r), ...) as an int: the model concepts ask
+//! only for a type convertible to int, so a wider integer is range-checked here, not narrowed (a
+//! vocabulary of 2^32 + 4 was drafted as one of 4).
+template <class I>
+[[nodiscard]] int model_int(I value, std::string_view fn, std::string_view name) {
+  if constexpr (std::is_integral_v<I>)
+    if (!std::in_range<int>(value)) [[unlikely]]
+      throw_invalid_argument(fn, name, "a value that fits in int", std::to_string(value));
+  return static_cast<int>(value);
+}
+
+//! The request's context length (its committed tokens, the last one the root) as an int: at least
+//! one token, and few enough that every drafted position (length + depth) fits in int.
+[[nodiscard]] inline int context_length(const draft_request& req, std::string_view fn) {
+  constexpr std::size_t most = std::numeric_limits<std::int32_t>::max() - max_draft_depth;
+  require(!req.tokens.empty() && req.tokens.size() <= most, fn, "req.tokens.size()",
+          "in [1, 2^31 - 1 - max_draft_depth]", req.tokens.size());
+  return static_cast<int>(req.tokens.size());
 }
 
 //! Shared per-depth logic of the model drafters: records alternatives, picks the chain token (argmax,

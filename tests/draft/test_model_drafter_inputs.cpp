@@ -1,0 +1,167 @@
+// Bad input that reaches the model drafters through a user's own model or through the request, found
+// by a session-56 review (each reproduced first under ASan/UBSan or as a wrong draft), now a clear
+// error:
+//  - chain_drafter: a negative cache_length() (read tokens before the context);
+//  - longspec_drafter: a negative absorbed() (read tokens before the context), a negative
+//    receptive_field() (no step ran: the chain was drafted from a stale root row);
+//  - integer answers wider than int (vocab_size() of 2^32 + 4 drafted as 4, num_draft_heads());
+//  - a context of more than 2^31 - 1 - max_draft_depth tokens (its size was narrowed to int);
+//  - depth past max_draft_depth, and a multi-draft width past max_multi_drafts (unbounded forwards,
+//    unbounded memory).
+#include <catch2/catch.hpp>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "specdec/draft/chain_drafter.hpp"
+#include "specdec/draft/longspec_drafter.hpp"
+#include "specdec/draft/self_drafter.hpp"
+
+namespace sd = specdec;
+using Catch::Contains;
+
+namespace {
+// A chain_drafter model over 4 tokens whose logits favour token 2; cache_length and vocab_size are
+// what the test sets (of type I).
+template <class I = int>
+struct chain_model {
+  using logit_type = float;
+  I cache = 0, vocab = 4;
+  int forwards = 0;
+  I vocab_size() const { return vocab; }
+  int max_requests() const { return 1; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  void forward(int, std::int32_t, const sd::token_tree&, std::span<float> l) {
+    ++forwards;
+    std::fill(l.begin(), l.end(), 0.0f);
+    l[2] = 5.0f;
+  }
+  void commit(int, std::span<const std::int32_t>) {}
+  I cache_length(int) const { return cache; }
+  void truncate(int, int) {}
+};
+
+// A longspec_drafter model whose absorbed() and receptive_field() the test sets; its rows favour 2.
+struct longspec_model {
+  using logit_type = float;
+  int absorbed_tokens = 0, field = 1000, steps = 0;
+  int vocab_size() const { return 4; }
+  int absorbed(int) const { return absorbed_tokens; }
+  void reset(int) { absorbed_tokens = 0; }
+  void step(int, std::int32_t, int, bool, std::span<float> l) {
+    ++steps;
+    std::fill(l.begin(), l.end(), 0.0f);
+    if (!l.empty()) l[2] = 5.0f;
+  }
+  void discard_speculation(int) {}
+  int receptive_field() const { return field; }
+};
+
+struct wide_self_model {
+  using logit_type = float;
+  std::int64_t heads = 2, vocab = 4;
+  std::int64_t vocab_size() const { return vocab; }
+  std::int64_t num_draft_heads() const { return heads; }
+  void self_draft(int, std::span<const std::int32_t>, std::span<float> rows) { std::fill(rows.begin(), rows.end(), 0.0f); }
+  void reset_draft(int) {}
+};
+}  // namespace
+
+TEST_CASE("chain_drafter refuses a negative cache length and integer answers wider than int", "[draft][inputs]") {
+  const std::vector<std::int32_t> toks{1, 2, 3};
+  sd::draft_candidates out;
+  chain_model<> m;
+  m.cache = -3;
+  sd::chain_drafter<chain_model<>> d(m);
+  REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 1}, out),
+                      Contains("'model.cache_length(request)'") && Contains(">= 0"));
+  CHECK(m.forwards == 0);
+  m.cache = 2;  // control: the root's row drafts token 2
+  d.propose({.request = 0, .tokens = toks, .depth = 1}, out);
+  REQUIRE(out.chain.size() == 1);
+  CHECK(out.chain[0].token == 2);
+
+  chain_model<std::int64_t> w;
+  w.vocab = (std::int64_t{1} << 32) + 4;
+  sd::chain_drafter<chain_model<std::int64_t>> dw(w);
+  REQUIRE_THROWS_WITH(dw.propose({.request = 0, .tokens = toks, .depth = 1}, out),
+                      Contains("'model.vocab_size()'") && Contains("fits in int") && Contains("4294967300"));
+  w.vocab = 4;
+  w.cache = std::int64_t{1} << 33;
+  REQUIRE_THROWS_WITH(dw.propose({.request = 0, .tokens = toks, .depth = 1}, out), Contains("'model.cache_length(request)'"));
+  CHECK(w.forwards == 0);
+}
+
+TEST_CASE("longspec_drafter refuses a negative absorbed count or receptive field", "[draft][inputs]") {
+  const std::vector<std::int32_t> toks{1, 2, 3};
+  sd::draft_candidates out;
+  longspec_model m;
+  sd::longspec_drafter<longspec_model> d(m);
+  m.absorbed_tokens = -1000000;
+  REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 1}, out),
+                      Contains("'model.absorbed(request)'") && Contains(">= 0"));
+  m.absorbed_tokens = 0;
+  m.field = -5;
+  REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 1}, out),
+                      Contains("'model.receptive_field()'") && Contains(">= 0"));
+  CHECK(m.steps == 0);
+  m.field = INT_MAX;  // L - 1 - field counted in int64: every token stepped
+  d.propose({.request = 0, .tokens = toks, .depth = 1}, out);
+  CHECK(m.steps >= 3);  // the three context tokens stepped (the last one gives the root row)
+  REQUIRE(out.chain.size() == 1);
+  CHECK(out.chain[0].token == 2);
+}
+
+TEST_CASE("self_drafter refuses head and vocabulary counts wider than int", "[draft][inputs]") {
+  const std::vector<std::int32_t> toks{1};
+  sd::draft_candidates out;
+  wide_self_model m;
+  sd::self_drafter<wide_self_model> d(m, {.ngram_candidates = 0});
+  m.heads = (std::int64_t{1} << 32) + 1;
+  REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 4}, out), Contains("'model.num_draft_heads()'"));
+  m.heads = 2;
+  m.vocab = (std::int64_t{1} << 32) + 4;
+  REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 4}, out), Contains("'model.vocab_size()'"));
+  m.vocab = 4;
+  d.propose({.request = 0, .tokens = toks, .depth = 4}, out);  // control
+  CHECK(out.chain.size() == 3);  // the root row and two heads' rows
+}
+
+TEST_CASE("model drafters bound the depth, the multi-draft width and the context length", "[draft][inputs]") {
+  const std::vector<std::int32_t> toks{1, 2, 3};
+  sd::draft_candidates out;
+  chain_model<> m;
+  m.cache = 2;
+  sd::chain_drafter<chain_model<>> d(m);
+  REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = sd::max_draft_depth + 1}, out),
+                      Contains("'req.depth'") && Contains("max_draft_depth"));
+  CHECK(m.forwards == 0);
+  sd::philox_stream rng(1, 2);
+  sd::chain_drafter<chain_model<>> multi(m, sd::multi_draft_params{});
+  REQUIRE_THROWS_WITH(multi.propose({.request = 0, .tokens = toks, .depth = 1, .width = INT_MAX, .rng = &rng}, out),
+                      Contains("'req.width'") && Contains("max_multi_drafts"));
+  CHECK(m.forwards == 0);
+  multi.propose({.request = 0, .tokens = toks, .depth = 2, .width = 3, .rng = &rng}, out);  // control
+  CHECK(out.sequences.size() == 2);  // three drafts: the chain and two more
+
+  // A context past 2^31 - 1 - max_draft_depth tokens: read-only zero pages that are never touched
+  // (the size is refused before any token is read). Skipped where the address space is limited.
+  const std::size_t n = std::size_t{INT_MAX} - sd::max_draft_depth + 1;
+  void* p = mmap(nullptr, n * sizeof(std::int32_t), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    WARN("mmap of " << n * sizeof(std::int32_t) << " bytes failed: the long-context case is skipped");
+    return;
+  }
+  const std::span<const std::int32_t> huge(static_cast<const std::int32_t*>(p), n);
+  longspec_model lm;
+  sd::longspec_drafter<longspec_model> ld(lm);
+  CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = huge, .depth = 1}, out), Contains("'req.tokens.size()'"));
+  CHECK_THROWS_WITH(ld.propose({.request = 0, .tokens = huge, .depth = 1}, out), Contains("'req.tokens.size()'"));
+  CHECK(lm.steps == 0);
+  munmap(p, n * sizeof(std::int32_t));
+}
