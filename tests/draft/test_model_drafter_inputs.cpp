@@ -7,7 +7,9 @@
 //  - integer answers wider than int (vocab_size() of 2^32 + 4 drafted as 4, num_draft_heads());
 //  - a context of more than 2^31 - 1 - max_draft_depth tokens (its size was narrowed to int);
 //  - depth past max_draft_depth, and a multi-draft width past max_multi_drafts (unbounded forwards,
-//    unbounded memory).
+//    unbounded memory);
+//  - double logits outside float's range, narrowed before their check (refused as "inf", or taken
+//    for masked tokens).
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
@@ -60,6 +62,26 @@ struct longspec_model {
   }
   void discard_speculation(int) {}
   int receptive_field() const { return field; }
+};
+
+// Double logits: a row of `big` with token 2 at big + 1 (finite in double).
+struct double_model {
+  using logit_type = double;
+  double big = 0.0;
+  int vocab_size() const { return 4; }
+  int max_requests() const { return 1; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  void forward(int, std::int32_t, const sd::token_tree&, std::span<double> l) { fill(l); }
+  void commit(int, std::span<const std::int32_t>) {}
+  int cache_length(int) const { return 2; }
+  void truncate(int, int) {}
+  int num_draft_heads() const { return 1; }
+  void self_draft(int, std::span<const std::int32_t>, std::span<double> rows) { fill(rows); }
+  void reset_draft(int) {}
+  void fill(std::span<double> l) const {
+    std::fill(l.begin(), l.end(), big);
+    for (std::size_t i = 2; i < l.size(); i += 4) l[i] = big + 1.0;
+  }
 };
 
 struct wide_self_model {
@@ -164,4 +186,26 @@ TEST_CASE("model drafters bound the depth, the multi-draft width and the context
   CHECK_THROWS_WITH(ld.propose({.request = 0, .tokens = huge, .depth = 1}, out), Contains("'req.tokens.size()'"));
   CHECK(lm.steps == 0);
   munmap(p, n * sizeof(std::int32_t));
+}
+
+TEST_CASE("double draft logits outside float's range are refused by name, not narrowed", "[draft][inputs]") {
+  const std::vector<std::int32_t> toks{1, 2, 3};
+  sd::draft_candidates out;
+  double_model m;
+  const sd::sampling_params sampling{.temperature = 1.0f};
+  sd::philox_stream rng(3, 4);
+  sd::chain_drafter<double_model> chain(m);
+  sd::self_drafter<double_model> self(m, {.ngram_candidates = 0});
+  const sd::draft_request sampled{.request = 0, .tokens = toks, .depth = 1, .sampling = &sampling, .rng = &rng};
+  m.big = -1e39;  // finite in double, -inf as a float
+  REQUIRE_THROWS_WITH(chain.propose(sampled, out), Contains("float's range") && Contains("-1e+39"));
+  REQUIRE_THROWS_WITH(self.propose({.request = 0, .tokens = toks, .depth = 2}, out), Contains("float's range"));
+  m.big = 1e39;
+  REQUIRE_THROWS_WITH(self.propose({.request = 0, .tokens = toks, .depth = 2}, out), Contains("float's range"));
+  m.big = -50.0;  // control: the same rows within float's range
+  chain.propose(sampled, out);
+  REQUIRE(out.chain.size() == 1);
+  self.propose({.request = 0, .tokens = toks, .depth = 2}, out);
+  REQUIRE(out.chain.size() == 2);
+  CHECK(out.chain[0].token == 2);
 }

@@ -46,7 +46,7 @@ struct multi_draft_sampler {
 
   template <class T>
   void q_row(std::span<const T> logits, const draft_request& req, float greedy_temperature) {
-    processed.assign(logits.begin(), logits.end());
+    detail::assign_float_logits(processed, logits, {"specdec::multi_draft_sampler", "draft logits"});
     if (req.sampling != nullptr && req.sampling->temperature > 0.0f) {
       process_logits(std::span<float>(processed), *req.sampling, context, ws);
     } else {

@@ -145,8 +145,9 @@ class self_drafter {
     row_.resize(static_cast<std::size_t>(V));
     lp_.resize(static_cast<std::size_t>(V));
     for (int d = 0; d < depth; ++d) {
-      const auto src = rows_.begin() + static_cast<std::ptrdiff_t>(d) * V;
-      std::transform(src, src + V, row_.begin(), [](auto x) { return static_cast<float>(x); });
+      detail::assign_float_logits(row_, std::span<const typename Model::logit_type>(rows_).subspan(
+                                             static_cast<std::size_t>(d) * V, static_cast<std::size_t>(V)),
+                                  {fn, "draft logits", d});
       // The penalty window sees the committed tokens and the chain drafted so far (Eq. 3's W).
       if (processed) process_logits(std::span<float>(row_), *req.sampling, context_, ws_);
       detail::log_softmax(std::span<const float>(row_), std::span<float>(lp_), fn);

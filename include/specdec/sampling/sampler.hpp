@@ -36,6 +36,7 @@
 #include <limits>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
@@ -58,6 +59,26 @@ inline logit_scan checked_logit_scan(std::span<const float> row, const row_ref& 
   if (!(s.max > -std::numeric_limits<float>::infinity())) [[unlikely]]
     throw_empty_row(at, "at least one logit above -inf", "all -inf");
   return s;
+}
+
+//! A model's logits row (float, or double for a model whose logit_type is double) as float, for the
+//! float processors and samplers: a finite value outside float's range is refused (its conversion
+//! is undefined; it read as +-inf and was then refused as "inf" or taken for a masked token), NaN and
+//! +-inf are kept for the checks downstream. O(V).
+template <class T>
+void assign_float_logits(std::vector<float>& dst, std::span<const T> src, const row_ref& at) {
+  if constexpr (std::is_same_v<std::remove_cv_t<T>, float>) {
+    dst.assign(src.begin(), src.end());
+  } else {
+    dst.resize(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      const auto x = src[i];
+      if (std::isfinite(x) && !(std::abs(x) <= std::numeric_limits<float>::max())) [[unlikely]]
+        throw_bad_entry(at, "logits within float's range (|x| <= FLT_MAX, or +-inf)", static_cast<std::int64_t>(i),
+                        static_cast<double>(x));
+      dst[i] = static_cast<float>(x);
+    }
+  }
 }
 
 //! Block sums of one row of non-negative weights, and draws from the row by blocked inverse CDF (see

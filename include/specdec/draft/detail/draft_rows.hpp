@@ -131,7 +131,7 @@ struct chain_picker {
       out.chain.push_back(out.alternatives.back().front());
       return out.chain.back().token;
     }
-    processed.assign(logits.begin(), logits.end());
+    assign_float_logits(processed, logits, {fn, "draft logits"});
     process_logits(std::span<float>(processed), *req.sampling, context, ws);
     std::int32_t tok = sample_token(processed, *req.rng);
     // q row = softmax of the processed logits (the distribution tok was drawn from).
