@@ -104,7 +104,7 @@ TEST_CASE("decoder rejects bad arguments", "[decoder][errors]") {
   REQUIRE_THROWS_AS(d.generate(prompt, {.sampling = {.temperature = -1.0f}}), specdec::invalid_argument);
 }
 
-TEST_CASE("on_tokens callbacks cannot break the run: a nested generate and an added request are refused", "[decoder][errors]") {
+TEST_CASE("on_tokens callbacks cannot break the run: a nested generate, an added request, a step and an abort are refused", "[decoder][errors]") {
   llama_model<double> target(cfg, weights(), 4, 512);
   decoder d(target);
   // a callback that runs the decoder again (the batch is empty then: both requests finish in step 1)
@@ -119,8 +119,22 @@ TEST_CASE("on_tokens callbacks cannot break the run: a nested generate and an ad
   adds.on_tokens = [&](int, std::span<const std::int32_t>) {
     if (!added) added = true, (void)d.batch().add_request(999, prompt, {.max_new_tokens = 4});
   };
-  REQUIRE_THROWS_WITH(d.generate(prompt, adds), Catch::Contains("an on_tokens callback added one"));
-  CHECK(d.batch().abort(999));
+  REQUIRE_THROWS_WITH(d.generate(prompt, adds), Catch::Contains("nor from speculative_decoder's on_tokens callback"));
+  CHECK(d.batch().active() == 0);
+  CHECK_FALSE(d.batch().abort(999));  // refused before it was added
+  // Session 56: a callback that stepped the batch dropped that step's tokens (the output was no
+  // longer the target's greedy output), and one that aborted the request ended it early as
+  // max_tokens; both are refused now, and the batch is left empty.
+  for (const bool abort : {false, true}) {
+    generation_options steps{.max_new_tokens = 12};
+    steps.on_tokens = [&](int, std::span<const std::int32_t>) {
+      if (abort) (void)d.batch().abort(0);
+      else (void)d.batch().step();
+    };
+    REQUIRE_THROWS_WITH(d.generate(prompt, steps), Catch::Contains("nor from speculative_decoder's on_tokens callback"));
+    CHECK(d.batch().active() == 0);
+  }
+  CHECK(d.generate(prompt, {.max_new_tokens = 12}).tokens == greedy_of(prompt, 12));  // the batch still works
   // the callback sees the step's tokens, which the result then holds in the same order
   std::vector<std::int32_t> seen;
   generation_options streams{.max_new_tokens = 12};

@@ -120,6 +120,19 @@ TEST_CASE("verify_result helpers") {
   CHECK(batch.request(0) == a);
   CHECK(batch.request(1) == b);
   REQUIRE_THROWS_WITH(batch.accepted_nodes(2), Catch::Contains("'r'"));
+  // Session 56: a hand-built result whose offsets disagree with its arrays was read past accepted
+  // (or past accepted_indptr) by accepted_nodes and request.
+  specdec::verify_batch_result bad;
+  bad.accepted_indptr = {0, 5};
+  bad.accepted = {1};
+  bad.bonus = {7};
+  REQUIRE_THROWS_WITH(bad.request(0), Catch::Contains("'accepted_indptr'") && Catch::Contains("accepted.size() = 1"));
+  bad.accepted_indptr = {0};
+  REQUIRE_THROWS_WITH(bad.accepted_nodes(0), Catch::Contains("'accepted_indptr.size()'"));
+  bad.accepted_indptr = {1, 0};
+  REQUIRE_THROWS_WITH(bad.accepted_nodes(0), Catch::Contains("'accepted_indptr'"));
+  bad.accepted_indptr = {0, 1};
+  CHECK(bad.request(0) == specdec::verify_result{{1}, 7});
 }
 
 namespace {

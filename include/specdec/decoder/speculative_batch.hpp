@@ -272,6 +272,13 @@ class speculative_batch {
     return slot;
   }
 
+  //! Marks the batch busy while its owner runs user code between calls (speculative_decoder's
+  //! on_tokens callbacks): add_request, abort, step and calibrate_costs are refused until the
+  //! returned scope ends (a step or an abort from there dropped tokens the owner had not taken).
+  [[nodiscard]] detail::busy_scope hold_during_callbacks() {
+    return detail::busy_scope(busy_, "specdec::speculative_batch::hold_during_callbacks", not_from_callbacks);
+  }
+
   //! Removes request `id` between steps (its slot becomes free; target.release(slot) when the target
   //! has it). Returns false when no such request is active. Other requests are untouched.
   bool abort(std::uint32_t id) {
@@ -1078,7 +1085,8 @@ class speculative_batch {
   // they call may not call them again (the step's scratch and the slots would change under it)
   bool busy_ = false;
   static constexpr std::string_view not_from_callbacks =
-      "not made from the batch's own target, drafter, tree builder or verifier while a call of the batch runs";
+      "not made from the batch's own target, drafter, tree builder or verifier while a call of the batch runs, "
+      "nor from speculative_decoder's on_tokens callback";
   decoder_stats stats_;
   decode_metrics metrics_;
   // per-step scratch, reused

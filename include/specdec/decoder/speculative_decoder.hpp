@@ -118,10 +118,13 @@ class speculative_decoder {
           res.tokens.insert(res.tokens.end(), out.tokens.begin(), out.tokens.end());
           if (out.finished) res.reason = out.reason;
         }
-        if (opt.on_tokens)
-          for (const auto& [i, from] : fresh)
-            if (results[i].tokens.size() > from)
-              opt.on_tokens(static_cast<int>(i), std::span<const std::int32_t>(results[i].tokens).subspan(from));
+        if (!opt.on_tokens) continue;
+        // The batch is held while the callbacks run: a step or an abort from one would drop tokens
+        // (or a request) this loop has not taken, and the output would no longer be the target's.
+        const detail::busy_scope held = batch_.hold_during_callbacks();
+        for (const auto& [i, from] : fresh)
+          if (results[i].tokens.size() > from)
+            opt.on_tokens(static_cast<int>(i), std::span<const std::int32_t>(results[i].tokens).subspan(from));
       }
     } catch (...) {
       for (auto id : ids) batch_.abort(id);  // leave the batch empty for the next call

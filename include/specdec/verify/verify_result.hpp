@@ -66,12 +66,20 @@ struct verify_batch_result {
 
   [[nodiscard]] int num_requests() const noexcept { return static_cast<int>(bonus.size()); }
   //! Request r's accepted nodes.
+  //! Its offsets are checked first (the members are public: a hand-built result may disagree with
+  //! itself): accepted_indptr has num_requests() + 1 entries and request r's lie within accepted.
   [[nodiscard]] std::span<const std::int32_t> accepted_nodes(int r) const {
-    require_in_range("specdec::verify_batch_result::accepted_nodes", "r", r, 0, num_requests() - 1);
-    return std::span<const std::int32_t>(accepted).subspan(
-        static_cast<std::size_t>(accepted_indptr[static_cast<std::size_t>(r)]),
-        static_cast<std::size_t>(accepted_indptr[static_cast<std::size_t>(r) + 1] -
-                                 accepted_indptr[static_cast<std::size_t>(r)]));
+    constexpr std::string_view fn = "specdec::verify_batch_result::accepted_nodes";
+    require_in_range(fn, "r", r, 0, num_requests() - 1);
+    require(accepted_indptr.size() == bonus.size() + 1, fn, "accepted_indptr.size()",
+            "bonus.size() + 1 = " + std::to_string(bonus.size() + 1), accepted_indptr.size());
+    const std::int32_t b = accepted_indptr[static_cast<std::size_t>(r)], e = accepted_indptr[static_cast<std::size_t>(r) + 1];
+    if (!(b >= 0 && b <= e && static_cast<std::size_t>(e) <= accepted.size())) [[unlikely]]
+      throw_invalid_argument(fn, "accepted_indptr",
+                             "0 <= accepted_indptr[r] <= accepted_indptr[r + 1] <= accepted.size() = " +
+                                 std::to_string(accepted.size()) + " (r = " + std::to_string(r) + ")",
+                             "[" + std::to_string(b) + ", " + std::to_string(e) + ")");
+    return std::span<const std::int32_t>(accepted).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b));
   }
   //! Request r as a verify_result.
   [[nodiscard]] verify_result request(int r) const {
