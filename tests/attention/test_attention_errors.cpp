@@ -716,6 +716,44 @@ TEST_CASE("tree_attention's q_indptr extent and an empty n-way merge's strides",
   }
 }
 
+// Session 56 review: options.workspace was checked apart from q, out and the tree inputs but not from
+// the cache. Pass 1 writes query panels into it before pass 2 reads K/V (a silently wrong result with
+// K inside it) and the mapping's arrays (a page table rewritten under the reads: out of bounds).
+TEST_CASE("the workspace is refused over the cache's K/V and its mapping's arrays", "[attention][sizes]") {
+  constexpr int D = 64;
+  std::vector<float> qb(D, 1.f), ob(D), lb(1), kc(4 * D, 0.f), vc(4 * D, 1.f);
+  std::vector<std::int32_t> lens{4}, ip{0, 1}, page_indptr{0, 1}, page_indices{0};
+  const auto q = sd::make_view<3>(qb.data(), {1, 1, D});
+  const auto o = sd::make_view<3>(ob.data(), {1, 1, D});
+  const auto l = sd::make_view<2>(lb.data(), {1, 1});
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  const sd::host one{.num_threads = 1};
+  alignas(64) static std::byte big[1 << 20];
+  sd::attention_workspace ws(big, sizeof big);
+  auto* inside = reinterpret_cast<float*>(big + 4096);
+  std::copy(kc.begin(), kc.end(), inside);
+  const auto decode = [&](const auto& cache) { sd::decode_attention(one, q, cache, ipv, o, l, {.workspace = &ws}); };
+  REQUIRE_BAD(decode(sd::contiguous_kv<float>(inside, vc.data(), lens.data(), 1, 4, 1, D)), "disjoint from 'cache.k'");
+  REQUIRE_BAD(decode(sd::contiguous_kv<float>(kc.data(), inside, lens.data(), 1, 4, 1, D)), "disjoint from 'cache.v'");
+  auto* len_inside = reinterpret_cast<std::int32_t*>(big + 64);
+  *len_inside = 4;
+  REQUIRE_BAD(decode(sd::contiguous_kv<float>(kc.data(), vc.data(), len_inside, 1, 4, 1, D)),
+              "disjoint from 'cache.mapping.lengths'");
+  auto* pages_inside = reinterpret_cast<std::int32_t*>(big + 128);
+  *pages_inside = 0;
+  REQUIRE_BAD(decode(sd::paged_kv<float>(kc.data(), vc.data(), page_indptr.data(), pages_inside, lens.data(), 1, 1, 4, 1, D)),
+              "disjoint from 'cache.mapping.page_indices'");
+  std::vector<std::int32_t> starts{0};
+  REQUIRE_BAD(decode(sd::ring_kv<float>(kc.data(), vc.data(), starts.data(), len_inside, 1, 4, 4, 1, D)),
+              "disjoint from 'cache.mapping.lengths'");
+  // control: the same caches over memory of their own attend (V all ones: O = 1)
+  decode(sd::paged_kv<float>(kc.data(), vc.data(), page_indptr.data(), page_indices.data(), lens.data(), 1, 1, 4, 1, D));
+  CHECK(ob[0] == Approx(1.f));
+  ob[0] = 0.f;
+  decode(sd::contiguous_kv<float>(kc.data(), vc.data(), lens.data(), 1, 4, 1, D));
+  CHECK(ob[0] == Approx(1.f));
+}
+
 TEST_CASE("glide_project_queries rejects a negative token count", "[attention][sizes]") {
   std::vector<float> h(8, 1.f), w(64 * 8, 0.5f), qo(64, -7.f);
   const sd::strided_view<float, 2> hidden(h.data(), {-3, 8}, {8, 1});

@@ -41,6 +41,17 @@ struct block_table_mapping {
     return pooled_row_offset(block_table[static_cast<std::int64_t>(r) * max_blocks + t / block_size], block_size,
                              t % block_size, h, g);
   }
+  //! Elements of each pool the offsets reach, and the arrays read (kv_cache::visit_memory). Geometry
+  //! validated first.
+  std::int64_t required_span_size(const kv_geometry& g) const noexcept {
+    return static_cast<std::int64_t>(num_blocks) * block_size * g.num_kv_heads * g.head_dim;
+  }
+  template <class F>
+  void visit_arrays(const kv_geometry& g, bool, F&& f) const {
+    f("cache.mapping.block_table", block_table, static_cast<std::int64_t>(g.num_requests) * max_blocks);
+    f("cache.mapping.seq_lens", seq_lens, g.num_requests);
+    f("cache.mapping.blocks_allocated", blocks_allocated, g.num_requests);
+  }
 };
 
 //! Checks the sizes (max_blocks x block_size fits the int token index) and, for host-accessible

@@ -37,6 +37,15 @@ struct contiguous_mapping {
   SPECDEC_HOST_DEVICE std::int64_t token_stride(const kv_geometry& g) const noexcept {
     return Order == kv_order::nhd ? static_cast<std::int64_t>(g.num_kv_heads) * g.head_dim : g.head_dim;
   }
+  //! Elements of k (and of v) the offsets reach, and the arrays read (kv_cache::visit_memory).
+  //! Geometry validated first (validate_kv_mapping: the product fits int64).
+  std::int64_t required_span_size(const kv_geometry& g) const noexcept {
+    return static_cast<std::int64_t>(g.num_requests) * max_tokens * g.num_kv_heads * g.head_dim;
+  }
+  template <class F>
+  void visit_arrays(const kv_geometry& g, bool, F&& f) const {
+    f("cache.mapping.lengths", lengths, g.num_requests);
+  }
 };
 
 //! Checks max_tokens (and that the slabs' element count fits int64), the lengths pointer and

@@ -17,6 +17,12 @@
 //!   - optionally an ADL-found `validate_kv_mapping(const M&, const kv_geometry&, memory_space,
 //!     std::string_view function, std::string_view argument)` that checks the mapping's own arrays
 //!     (read them only when host_accessible(space)) and throws specdec::invalid_argument.
+//!   - optionally `required_span_size(const kv_geometry&)`: the elements of K (and of V) its offsets
+//!     reach (every row lies in [0, that)), as mdspan's mappings report it, and `visit_arrays(const
+//!     kv_geometry&, bool readable, F&& f)`: f(name, pointer, count) for every index array it reads
+//!     (readable: the arrays may be read to size the others). With them, kv_cache::visit_memory names
+//!     the cache's memory, and a call's workspace is checked apart from it (host reads through a
+//!     workspace that pass 1 had written were silently wrong, or out of bounds for a page table).
 //! A mapping used from CUDA kernels must mark offset/length/capacity `SPECDEC_HOST_DEVICE`
 //! (core/config.hpp): the kernels call them on the device, and nvcc rejects a __host__ function
 //! called from device code (tests/compile_fail: nvcc_kv_mapping_host_only).
@@ -124,6 +130,13 @@ SPECDEC_DEVICE std::int64_t device_mapping_offset(const M& m, int r, int t, int 
 #endif
 }  // namespace detail
 
+namespace detail {
+//! A visit_arrays callback that ignores what it is given (to ask whether a mapping has visit_arrays).
+struct ignore_array {
+  void operator()(std::string_view, const std::int32_t*, std::int64_t) const noexcept {}
+};
+}  // namespace detail
+
 //! The cache type over a mapping: K and V base pointers (same mapping, separate buffers), geometry and
 //! memory space. Satisfies kv_layout, and writable_kv_layout when T is not const and the mapping has
 //! capacity(). Rows: k_row(r, t, h) = k + mapping offset, v_row likewise from v. Aggregate:
@@ -177,6 +190,26 @@ struct kv_cache {
   }
   SPECDEC_HOST_DEVICE T* k_row(int r, int t, int h) const { return k + row_offset(r, t, h); }
   SPECDEC_HOST_DEVICE T* v_row(int r, int t, int h) const { return v + row_offset(r, t, h); }
+
+  //! The memory the cache reads, for overlap checks (host code, after validate_kv_layout): f(name,
+  //! view) with a 1-D strided_view over K and over V (when the mapping reports required_span_size)
+  //! and over each index array of the mapping (when it has visit_arrays; an array in memory the host
+  //! cannot read is visited only when its size needs no read). f must take any view type. O(1).
+  template <class F>
+  void visit_memory(F&& f) const {
+    if constexpr (requires(const kv_geometry& g) {
+                    { mapping.required_span_size(g) } -> std::convertible_to<std::int64_t>;
+                  }) {
+      const std::int64_t n = mapping.required_span_size(geometry());
+      if (k != nullptr && n > 0) f(std::string_view("cache.k"), strided_view<const T, 1>(k, {n}, {1}, where));
+      if (v != nullptr && n > 0) f(std::string_view("cache.v"), strided_view<const T, 1>(v, {n}, {1}, where));
+    }
+    if constexpr (requires { mapping.visit_arrays(geometry(), true, detail::ignore_array{}); })
+      mapping.visit_arrays(geometry(), host_accessible(where),
+                           [&](std::string_view name, const std::int32_t* p, std::int64_t n) {
+                             if (p != nullptr && n > 0) f(name, strided_view<const std::int32_t, 1>(p, {n}, {1}, where));
+                           });
+  }
 };
 
 namespace detail {

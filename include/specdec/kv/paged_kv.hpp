@@ -29,6 +29,17 @@ struct paged_mapping {
   SPECDEC_HOST_DEVICE std::int64_t offset(int r, int t, int h, const kv_geometry& g) const noexcept {
     return pooled_row_offset(page_indices[page_indptr[r] + t / page_size], page_size, t % page_size, h, g);
   }
+  //! Elements of each pool the offsets reach, and the arrays read (kv_cache::visit_memory; page_indices
+  //! only when `readable`: its size is page_indptr[requests]). Geometry validated first.
+  std::int64_t required_span_size(const kv_geometry& g) const noexcept {
+    return static_cast<std::int64_t>(num_pages) * page_size * g.num_kv_heads * g.head_dim;
+  }
+  template <class F>
+  void visit_arrays(const kv_geometry& g, bool readable, F&& f) const {
+    f("cache.mapping.page_indptr", page_indptr, std::int64_t{g.num_requests} + 1);
+    f("cache.mapping.lengths", lengths, g.num_requests);
+    if (readable && page_indptr != nullptr) f("cache.mapping.page_indices", page_indices, page_indptr[g.num_requests]);
+  }
 };
 
 //! Checks sizes and, for host-accessible index arrays, page_indptr (0 first, non-decreasing), each

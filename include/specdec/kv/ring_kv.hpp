@@ -83,6 +83,16 @@ struct ring_mapping {
   SPECDEC_HOST_DEVICE std::int64_t slot_offset(int r, int s, int h, const kv_geometry& g) const noexcept {
     return ((static_cast<std::int64_t>(r) * slots + s) * g.num_kv_heads + h) * g.head_dim;
   }
+  //! Elements of k (and of v) the offsets reach, and the arrays read (kv_cache::visit_memory).
+  //! Geometry validated first.
+  std::int64_t required_span_size(const kv_geometry& g) const noexcept {
+    return static_cast<std::int64_t>(g.num_requests) * slots * g.num_kv_heads * g.head_dim;
+  }
+  template <class F>
+  void visit_arrays(const kv_geometry& g, bool, F&& f) const {
+    f("cache.mapping.starts", starts, g.num_requests);
+    f("cache.mapping.lengths", lengths, g.num_requests);
+  }
 };
 
 //! Checks window and slots and (host-accessible) per-request starts/lengths. Found by ADL from the

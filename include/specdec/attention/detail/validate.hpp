@@ -293,6 +293,10 @@ attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& p
   const auto io =
       validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
   require_workspace_apart(fn, options, "q", &q, "q_indptr", &q_indptr, "out", out, "lse", lse);
+  // and from the cache: pass 1 writes the workspace before pass 2 reads K/V rows (and a page table)
+  if constexpr (requires { cache.visit_memory([](std::string_view, const auto&) {}); })
+    if (options.workspace != nullptr)
+      cache.visit_memory([&](std::string_view name, const auto& view) { require_workspace_apart(fn, options, name, &view); });
   return io;
 }
 
