@@ -159,6 +159,9 @@ class array_llama {
     };
     const std::size_t H = cfg.hidden, V = cfg.vocab_size, F = cfg.ffn_hidden, q = std::size_t(cfg.heads) * cfg.head_dim,
                       kv = std::size_t(cfg.kv_heads) * cfg.head_dim;
+    // the cache's size in int64, checked: it wrapped size_t for large slots x capacity x heads
+    const auto cache_elems = static_cast<std::size_t>(checked_size_product(
+        "specdec::examples::array_llama", "capacity", {max_requests, capacity, cfg.kv_heads, cfg.head_dim}));
     embed_ = up(w.embed, V * H, "weights.embed");
     final_norm_ = up(w.final_norm, H, "weights.final_norm");
     lm_head_ = up(w.lm_head, V * H, "weights.lm_head");
@@ -166,8 +169,7 @@ class array_llama {
       layers_.push_back({up(l.attn_norm, H, "attn_norm"), up(l.wq, q * H, "wq"), up(l.wk, kv * H, "wk"),
                          up(l.wv, kv * H, "wv"), up(l.wo, H * q, "wo"), up(l.ffn_norm, H, "ffn_norm"),
                          up(l.w_gate, F * H, "w_gate"), up(l.w_up, F * H, "w_up"), up(l.w_down, H * F, "w_down"),
-                         Ops::template make<kv_type>(std::size_t(max_requests) * capacity * kv),
-                         Ops::template make<kv_type>(std::size_t(max_requests) * capacity * kv)});
+                         Ops::template make<kv_type>(cache_elems), Ops::template make<kv_type>(cache_elems)});
     length_.assign(static_cast<std::size_t>(max_requests), 0);
   }
 
@@ -230,9 +232,14 @@ class array_llama {
     require(std::equal(b.trees.node_indptr().begin(), b.trees.node_indptr().end(), last_node_indptr_.begin(),
                        last_node_indptr_.end()),
             fn, "batch", "the last forward_batch's trees", "other trees");
-    std::vector<std::int32_t> acc_indptr{0};
-    for (int e = 0; e < b.size(); ++e) acc_indptr.push_back(acc_indptr.back() + static_cast<std::int32_t>(res.accepted_nodes(e).size()));
-    commit_entries(b.trees.node_indptr(), res.accepted, acc_indptr, -1);
+    // each entry's nodes through accepted_nodes (which checks the result's offsets), packed from 0
+    std::vector<std::int32_t> acc_indptr{0}, acc;
+    for (int e = 0; e < b.size(); ++e) {
+      const auto a = res.accepted_nodes(e);
+      acc.insert(acc.end(), a.begin(), a.end());
+      acc_indptr.push_back(static_cast<std::int32_t>(acc.size()));
+    }
+    commit_entries(b.trees.node_indptr(), acc, acc_indptr, -1);
   }
 
   //! commit_batch for one slot of the last forward_batch (the per-request form of the concept).
@@ -248,10 +255,12 @@ class array_llama {
     commit_entries(node_indptr, acc, acc_indptr, static_cast<int>(e));
   }
 
-  //! Slot r is free again.
+  //! Slot r is free again (and its entry of the last forward_batch can no longer be committed).
   void release(int r) {
     check_slot(r, "specdec::examples::array_llama::release");
     length_[static_cast<std::size_t>(r)] = 0;
+    for (std::size_t e = 0; e < last_slots_.size(); ++e)
+      if (last_slots_[e] == r) pending_[e] = 0;
   }
 
  private:
@@ -316,6 +325,7 @@ class array_llama {
     specdec::detail::check_context(tok, cfg_.vocab_size, fn, "tokens");
     last_slots_.assign(slots.begin(), slots.end());
     last_node_indptr_.assign(node_indptr.begin(), node_indptr.end());
+    pending_.assign(B, 0);  // committable once the run completes
     const int M = ai.back();
     rows_ = M;
     const auto N = static_cast<std::size_t>(node_indptr[B]);
@@ -374,10 +384,12 @@ class array_llama {
       ops_.silu_mul(g_.data(), u_.data(), std::size_t(M) * F);
       ops_.matmul_nt(g_.data(), L.w_down.data(), x_.data(), M, H, F, true);
     }
-    if (!logits) return;
-    ops_.rms_norm(x_.data(), final_norm_.data(), xn_.data(), M, H, cfg_.norm_eps);
-    grow(logits_, P * cfg_.vocab_size);
-    ops_.matmul_nt(xn_.data(), lm_head_.data(), logits_.data(), M, cfg_.vocab_size, H, false);
+    if (logits) {
+      ops_.rms_norm(x_.data(), final_norm_.data(), xn_.data(), M, H, cfg_.norm_eps);
+      grow(logits_, P * cfg_.vocab_size);
+      ops_.matmul_nt(xn_.data(), lm_head_.data(), logits_.data(), M, cfg_.vocab_size, H, false);
+    }
+    pending_.assign(B, 1);
   }
 
   // Keeps each entry's root and its accepted nodes accepted[acc_indptr[e] ..) (local indices of tree
@@ -389,6 +401,12 @@ class array_llama {
     const auto B = last_slots_.size();
     require(node_indptr.size() == B + 1 && acc_indptr.size() == B + 1, fn, "node_indptr", "the last forward's entries",
             node_indptr.size());
+    // each entry once, and not after its slot was released: a second commit moved the moved rows
+    // again and counted them twice
+    for (std::size_t e = 0; e < B; ++e)
+      if (only < 0 || static_cast<std::size_t>(only) == e)
+        require(pending_[e] != 0, fn, "result", "entries of the last forward_batch not yet committed or released",
+                "slot " + std::to_string(last_slots_[e]) + " again");
     const auto N = static_cast<std::size_t>(node_indptr[B]);
     // verify_greedy_batch's layout: entry e's accepted nodes from accepted[node_indptr[e]]
     std::vector<std::int32_t> acc(std::max<std::size_t>(N, 1), 0), num(B, 0);
@@ -414,7 +432,7 @@ class array_llama {
             std::to_string(st[0]) + ", " + std::to_string(st[3]));
     for (std::size_t e = 0; e < B; ++e)
       if (only < 0 || static_cast<std::size_t>(only) == e)
-        length_[static_cast<std::size_t>(last_slots_[e])] += 1 + num[e];
+        length_[static_cast<std::size_t>(last_slots_[e])] += 1 + num[e], pending_[e] = 0;
   }
 
   static constexpr int attention_kv_split = 256;  // llama.hpp's: a multiple of the 64-token tile
@@ -429,6 +447,7 @@ class array_llama {
   // the last run (for commit) and the step's device arrays, grown as needed
   std::vector<int> last_slots_;
   std::vector<std::int32_t> last_node_indptr_;
+  std::vector<unsigned char> pending_;  // per entry of the last run: its forward completed, not yet committed
   std::int64_t rows_ = 0;
   array<std::int32_t> ai_d_, ni_d_, par_d_, len_d_, tok_d_, slots_d_, committed_d_, depth_d_, pos_d_, status_d_,
       cni_d_, acc_d_, num_d_, new_len_d_, commit_status_d_;

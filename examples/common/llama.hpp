@@ -365,13 +365,17 @@ class llama_model {
   //! Bytes of KV cache in use by request r (all layers).
   [[nodiscard]] std::size_t kv_bytes(int r) const { return static_cast<std::size_t>(cache_length(r)) * kv_bytes_per_token(); }
 
-  //! Empties request r's cache.
-  void reset(int r) { lengths_[check_r(r, "reset")] = 0; }
+  //! Empties request r's cache (and forgets its last forward: a commit before the next one throws).
+  void reset(int r) {
+    lengths_[check_r(r, "reset")] = 0;
+    spec_[static_cast<std::size_t>(r)].committable = false;
+  }
   //! Shrinks request r's cache to its first `length` tokens (a draft model rolls back its speculation).
   void truncate(int r, int length) {
     const auto i = check_r(r, "truncate");
     require_in_range("specdec::examples::llama_model::truncate", "length", length, 0, lengths_[i]);
     lengths_[i] = length;
+    spec_[i].committable = false;  // its rows were computed at positions past the new length
   }
 
   //! The cache of one layer as a read-only contiguous kv_layout over all requests. Contiguous storage
@@ -418,6 +422,7 @@ class llama_model {
     set_tree(r, root, tree.tokens(), tree.parents(), tree.depths());
     const int slot[1] = {r};
     run(slot, logits);
+    spec_[static_cast<std::size_t>(r)].committable = true;
   }
 
   //! Batched forward (decoder/concepts.hpp, target_has_forward_batch): ONE transformer pass over the
@@ -467,6 +472,7 @@ class llama_model {
     const std::int64_t M = b.total_rows();
     logits_.resize(static_cast<std::size_t>(M) * cfg_.vocab_size);
     run(b.slots, logits_);
+    for (int e = 0; e < B; ++e) spec_[static_cast<std::size_t>(b.slots[static_cast<std::size_t>(e)])].committable = true;
     return make_view<2>(logits_.data(), {M, static_cast<std::int64_t>(cfg_.vocab_size)});
   }
 
@@ -476,6 +482,7 @@ class llama_model {
     auto& s = spec_[check_r(r, "release")];
     lengths_[static_cast<std::size_t>(r)] = 0;
     s.tokens.clear(), s.positions.clear(), s.parents.clear();
+    s.committable = false;
   }
 
   //! Chain forward used for prefill: tokens[i] at position cache_length + i, causal mask. Writes
@@ -488,14 +495,16 @@ class llama_model {
     require(logits.empty() || logits.size() == static_cast<std::size_t>(m) * cfg_.vocab_size, fn, "logits.size()",
             "0 or tokens.size() * vocab_size", logits.size());
     require(lengths_[r] + m <= capacity_, fn, "tokens.size()", "cache_length + tokens.size() <= capacity", m);
+    for (auto t : tokens) require_in_range(fn, "tokens[i]", t, 0, cfg_.vocab_size - 1);  // before any state changes
     auto& s = spec_[static_cast<std::size_t>(r)];
+    s.committable = false;
     s.tokens.assign(tokens.begin(), tokens.end());
-    for (auto t : s.tokens) require_in_range(fn, "tokens[i]", t, 0, cfg_.vocab_size - 1);
     s.positions.resize(static_cast<std::size_t>(m));
     s.parents.resize(static_cast<std::size_t>(m));
     for (int i = 0; i < m; ++i) s.positions[i] = lengths_[r] + i, s.parents[i] = i - 1;
     const int slot[1] = {r};
     run(slot, logits);
+    s.committable = true;
   }
 
   //! Prefills request r with prompt[0 .. size-1) in chunks (the last prompt token becomes the root of
@@ -520,6 +529,8 @@ class llama_model {
     constexpr std::string_view fn = "specdec::examples::llama_model::commit";
     check_r(r, "commit");
     const auto& s = spec_[static_cast<std::size_t>(r)];
+    require(s.committable, fn, "request", "a forward since its last commit, reset, truncate or release",
+            "request " + std::to_string(r) + " without one");
     std::vector<std::int32_t> rows{0};
     std::int32_t prev = 0;
     for (auto node : accepted_nodes) {
@@ -536,6 +547,7 @@ class llama_model {
  private:
   struct spec_state {
     std::vector<std::int32_t> tokens, positions, parents;
+    bool committable = false;  // a forward completed since the last commit, reset, truncate or release
     std::vector<std::vector<T>> k, v;  // per layer [m, kv_heads, head_dim]
   };
 
@@ -564,6 +576,7 @@ class llama_model {
   // layout (a paged commit writes into the request's own pages).
   void commit_rows(int r, std::span<const std::int32_t> rows) {
     auto& s = spec_[static_cast<std::size_t>(r)];
+    s.committable = false;  // once: a second commit would append the same rows again
     const int L = lengths_[r];
     require(L + static_cast<int>(rows.size()) <= capacity_, "specdec::examples::llama_model::commit", "rows",
             "fits in the capacity", rows.size());
@@ -593,6 +606,7 @@ class llama_model {
   void set_tree(int r, std::int32_t root, std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
                 std::span<const std::int32_t> depths) {
     auto& s = spec_[static_cast<std::size_t>(r)];
+    s.committable = false;  // until the forward's run completes
     const std::int32_t L = lengths_[static_cast<std::size_t>(r)];
     s.tokens.assign(1, root);
     s.positions.assign(1, L);

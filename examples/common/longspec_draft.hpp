@@ -20,6 +20,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -215,7 +216,9 @@ class longspec_draft_model {
             "0 or vocab_size", logits.size());
     const std::int32_t tok[1] = {token}, pos[1] = {position};
     if (commit) {
-      require(position >= s.absorbed, fn, "position", ">= absorbed(request) = " + std::to_string(s.absorbed), position);
+      require(position >= s.absorbed && position < std::numeric_limits<int>::max(), fn, "position",
+              "in [absorbed(request) = " + std::to_string(s.absorbed) + ", INT_MAX) (absorbed(request) becomes position + 1)",
+              position);
       discard_speculation(r);
       if (position > s.absorbed)
         for (auto& ring : rings_) ring.reset(r);
@@ -225,7 +228,7 @@ class longspec_draft_model {
     }
     const std::int32_t parent = s.nodes - 1;
     new_depth_.assign(1, depth_below(s, parent));
-    require_equal(fn, "position", s.absorbed + new_depth_[0], position);
+    require_equal(fn, "position", std::int64_t{s.absorbed} + new_depth_[0], std::int64_t{position});
     add_nodes(s, std::span<const std::int32_t>(&parent, 1));
     forward(r, tok, pos, false, logits);
     ++s.nodes;
@@ -261,7 +264,7 @@ class longspec_draft_model {
       require_in_range(fn, "tokens[i]", tokens[i], 0, tc.vocab_size - 1);
       require_in_range(fn, "parents[i]", parents[i], -1, s.nodes + static_cast<int>(i) - 1);
       new_depth_[i] = depth_below(s, parents[i]);
-      require_equal(fn, "positions[i]", s.absorbed + new_depth_[i], positions[i]);
+      require_equal(fn, "positions[i]", std::int64_t{s.absorbed} + new_depth_[i], std::int64_t{positions[i]});
     }
     if (m == 0) return;
     add_nodes(s, parents);

@@ -207,4 +207,32 @@ TEST_CASE("array_llama<host_ops<>>: the per-request commit equals commit_batch; 
   a.commit_batch(next, none_accepted);
   CHECK(a.cached(0) == c0 + 1);
   CHECK(a.cached(1) == c1 + 1);
+  // Session 56: a forward was committed twice (its rows moved again, counted again), after its slot's
+  // release, or through a result whose offsets disagree with its arrays (read out of bounds)
+  CHECK_THROWS_WITH(a.commit_batch(next, none_accepted), Contains("not yet committed"));
+  CHECK_THROWS_WITH(a.commit(0, {}), Contains("not yet committed"));
+  CHECK(a.cached(0) == c0 + 1);
+  const std::vector<std::int32_t> committed5{a.cached(0) + 1, a.cached(1) + 1};
+  const token_tree_batch tb5(none, committed5);
+  const target_batch fifth{slots, roots2, tb5, rows2, tp2};
+  a.forward_batch(fifth);
+  verify_batch_result torn;
+  torn.accepted_indptr = {0, 2, 2};
+  torn.accepted = {0};
+  torn.bonus = {0, 0};
+  CHECK_THROWS_WITH(a.commit_batch(fifth, torn), Contains("'accepted_indptr'"));
+  a.release(1);
+  CHECK_THROWS_WITH(a.commit(1, {}), Contains("not yet committed"));
+  a.commit(0, {});  // entry 0 of the same forward is still pending
+  CHECK(a.cached(0) == c0 + 2);
+  CHECK(a.cached(1) == 0);
+}
+
+TEST_CASE("array_llama refuses a cache whose size wraps", "[examples][array_llama]") {
+  // slots x capacity x kv_heads x head_dim = 1012625 x 1111862641 x 256 x 64 elements: 2^64 + 2^14,
+  // which wrapped size_t to a one-row cache that the first prefill wrote past
+  auto c = cfg();
+  c.heads = c.kv_heads = 256;
+  CHECK_THROWS_WITH(array_llama<host_ops<>>(c, random_llama_weights<float>(c, 1), 1012625, 1111862641),
+                    Catch::Matchers::Contains("'capacity'"));
 }

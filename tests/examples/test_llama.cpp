@@ -49,7 +49,10 @@ TEST_CASE("llama tree forward equals autoregressive forward along every path", "
   // Commit a path and check the cache length and the next step against the reference.
   model.commit(1, std::vector<std::int32_t>{0, 3, 5});
   CHECK(model.cache_length(1) == 19 + 4);
+  REQUIRE_THROWS_WITH(model.commit(1, std::vector<std::int32_t>{1, 3}), Catch::Contains("a forward since its last commit"));
+  model.forward(1, 7, tree, tl);
   REQUIRE_THROWS_WITH(model.commit(1, std::vector<std::int32_t>{1, 3}), Catch::Contains("accepted_nodes"));
+  CHECK(model.cache_length(1) == 19 + 4);
 }
 
 TEST_CASE("llama chain prefill equals step-by-step decoding; greedy output is not degenerate", "[llama]") {
@@ -140,6 +143,37 @@ TEST_CASE("llama rejects bad configurations and arguments", "[llama][errors]") {
   REQUIRE_THROWS_WITH(m.forward(0, 1, token_tree::from_parents(std::vector<std::int32_t>{1}, std::vector<std::int32_t>{-1}), l2),
                       Catch::Contains("capacity"));
   REQUIRE_THROWS_AS(m.prefill(0, std::span(prompt).first(0)), specdec::invalid_argument);
+}
+
+// Session 56 review: a forward could be committed twice, after reset or truncate (its rows were
+// computed at other positions), or after a forward_chain that threw on a bad token had already
+// replaced the stored tokens (the commit then read past its parents).
+TEST_CASE("llama commits each forward once, and a refused forward leaves nothing to commit", "[llama][errors]") {
+  const auto c = tiny();
+  llama_model<float> m(c, random_llama_weights<float>(c, 1), 1, 32);
+  const auto prompt = prompt_of(8, c.vocab_size, 2);
+  m.prefill(0, prompt);
+  std::vector<float> l(static_cast<std::size_t>(c.vocab_size));
+  m.forward(0, prompt.back(), token_tree{}, l);
+  m.commit(0, {});
+  CHECK(m.cache_length(0) == 8);
+  REQUIRE_THROWS_WITH(m.commit(0, {}), Catch::Contains("a forward since its last commit"));
+  m.forward(0, 3, token_tree{}, l);
+  m.reset(0);
+  REQUIRE_THROWS_WITH(m.commit(0, {}), Catch::Contains("a forward since its last commit"));
+  CHECK(m.cache_length(0) == 0);
+  m.prefill(0, prompt);
+  m.forward(0, prompt.back(), token_tree{}, l);
+  m.truncate(0, 5);
+  REQUIRE_THROWS_WITH(m.commit(0, {}), Catch::Contains("a forward since its last commit"));
+  CHECK(m.cache_length(0) == 5);
+  const std::vector<std::int32_t> two{1, 2}, bad{1, 99};
+  std::vector<float> l2(2 * static_cast<std::size_t>(c.vocab_size)), l3(3 * static_cast<std::size_t>(c.vocab_size));
+  m.forward(0, 1, token_tree::from_parents(two, std::vector<std::int32_t>{-1, 0}), l3);
+  REQUIRE_THROWS_WITH(m.forward_chain(0, bad, l2), Catch::Contains("'tokens[i]'"));
+  // the refused chain left the tree forward as it was: its path commits
+  m.commit(0, std::vector<std::int32_t>{0, 1});
+  CHECK(m.cache_length(0) == 8);
 }
 
 TEST_CASE("llama float (library hybrid_tree_attention) matches the double model", "[llama][float]") {

@@ -79,6 +79,9 @@ TEST_CASE("LongSpec draft: constant state, speculation discarded, float matches 
   for (int v = 0; v < 40; ++v) REQUIRE(a[v] == b[v]);
   REQUIRE_THROWS_WITH(dd.step(0, 99, 301, true, a), Catch::Contains("'token'"));
   REQUIRE_THROWS_WITH(dd.step(2, 1, 301, true, a), Catch::Contains("'request'"));
+  // Session 56: a committed step at INT_MAX set absorbed to INT_MAX + 1 (signed overflow)
+  REQUIRE_THROWS_WITH(dd.step(0, 1, std::numeric_limits<int>::max(), true, a), Catch::Contains("'position'"));
+  CHECK(dd.absorbed(0) == 301);
 }
 
 TEST_CASE("LongSpec draft: window semantics, speculative chain, float vs double on the chain", "[longspec]") {

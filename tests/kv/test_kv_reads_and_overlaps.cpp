@@ -131,6 +131,24 @@ TEST_CASE("ring_kv_cache refuses appends past 2^63 - 1 tokens", "[kv][ring]") {
   CHECK(cache.length(0) == 4);
 }
 
+TEST_CASE("ring_kv_cache refuses rows from its own storage", "[kv][ring]") {
+  // Session 56: rows were copied slot by slot, so appending the cache's own K rows in another order
+  // read a row already overwritten (tokens 2 3 1 1 where 2 3 1 0 was meant).
+  sd::ring_kv_cache<float> cache({.requests = 1, .kv_heads = 1, .head_dim = 64, .window = 4, .speculative_capacity = 0});
+  std::vector<float> src(4 * 64);
+  for (int t = 0; t < 4; ++t) std::fill_n(src.begin() + t * 64, 64, static_cast<float>(t));
+  const auto all = sd::make_view<3>(static_cast<const float*>(src.data()), {4, 1, 64});
+  cache.append(0, all, all);
+  const auto own_k = sd::make_view<3>(cache.k_data(), {4, 1, 64});
+  const auto own_v = sd::make_view<3>(cache.v_data(), {4, 1, 64});
+  const std::vector<std::int32_t> rows{1, 0};
+  REQUIRE_THROWS_WITH(cache.append_rows(0, own_k, own_v, rows), Contains("'k'") && Contains("K slots"));
+  REQUIRE_THROWS_WITH(cache.append(0, all, own_v), Contains("'v'") && Contains("V slots"));
+  CHECK(cache.appended(0) == 4);  // nothing appended
+  cache.append_rows(0, all, all, rows);  // control: the same rows from memory of their own
+  CHECK(cache.appended(0) == 6);
+}
+
 TEST_CASE("layouts whose element offsets pass int64 are refused", "[kv][sizes]") {
   static float dummy[64];
   constexpr int big = std::numeric_limits<std::int32_t>::max();

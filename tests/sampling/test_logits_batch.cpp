@@ -162,6 +162,15 @@ TEST_CASE("penalty_context_builder: each context's distinct tokens ascending wit
   CHECK_THROWS_WITH(b.add_tree_rows(0, std::vector<std::int32_t>{3, 11}, std::vector<std::int32_t>{-1, 0}),
                     Contains("'tokens'") && Contains("position 1"));
   CHECK(b.rows() == rows_before);  // a refused tree adds no row
+  // Session 56: a span over the builder's own arrays was read after they grew and moved (a
+  // use-after-free under ASan): refused by name.
+  const auto paths_before = b.path().size();
+  CHECK_THROWS_WITH(b.add_tree_rows(0, b.path().first(3), parents), Contains("'tokens'") && Contains("own arrays"));
+  CHECK_THROWS_WITH(b.add_tree_rows(0, tokens, b.path().first(3)), Contains("'parents'") && Contains("own arrays"));
+  CHECK_THROWS_WITH(b.add_row(0, b.path()), Contains("'path'") && Contains("own arrays"));
+  CHECK_THROWS_WITH(b.add_context(b.distinct()), Contains("'committed'") && Contains("own arrays"));
+  CHECK(b.path().size() == paths_before);
+  CHECK(b.rows() == rows_before);
   b.clear();
   CHECK(b.rows() == 0);
   CHECK(b.contexts() == 0);

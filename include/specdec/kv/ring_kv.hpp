@@ -319,6 +319,12 @@ class ring_kv_cache {
     require_unit_inner_stride(fn, "v", v);
     require(k.extent(0) == 0 || (k.data() != nullptr && v.data() != nullptr), fn, "k", "non-null k and v data",
             "nullptr");
+    // Rows are copied slot by slot: a source inside the ring's own storage (its k_data(), say) could
+    // be overwritten before it is read.
+    const strided_view<const T, 1> ring_k(k_.data(), {static_cast<std::int64_t>(k_.size())}, {1}),
+        ring_v(v_.data(), {static_cast<std::int64_t>(v_.size())}, {1});
+    require_outputs_apart(fn, std::forward_as_tuple("the cache's K slots", ring_k, "the cache's V slots", ring_v),
+                          std::forward_as_tuple("k", k, "v", v));
     return k.extent(0);
   }
 

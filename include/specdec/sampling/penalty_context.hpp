@@ -447,6 +447,7 @@ class penalty_context_builder {
                 static_cast<std::size_t>(detail::penalty_context_max),
             fn_, "committed", "at most INT32_MAX distinct tokens in all contexts", distinct_.size());
     detail::check_context(committed, vocab_, fn_, "committed");  // before anything is added
+    require_not_own("committed", committed);
     marks_.append_pairs(committed, 0, vocab_, distinct_, last_);
     context_indptr_.push_back(static_cast<std::int32_t>(distinct_.size()));
     context_length_.push_back(static_cast<std::int32_t>(committed.size()));
@@ -470,21 +471,16 @@ class penalty_context_builder {
 
   //! Adds a row with context `context` (an add_context result, or -1 for none) and suffix `path`.
   void add_row(std::int32_t context, std::span<const std::int32_t> path) {
-    check_context_index(context);
-    require(row_context_.size() < static_cast<std::size_t>(detail::penalty_context_max), fn_, "rows",
-            "fewer than INT32_MAX", row_context_.size());
-    require(path_.size() + path.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "path",
-            "at most INT32_MAX suffix tokens in all rows", path_.size() + path.size());
-    detail::check_context(path, vocab_, fn_, "path");
-    path_.insert(path_.end(), path.begin(), path.end());
-    path_indptr_.push_back(static_cast<std::int32_t>(path_.size()));
-    row_context_.push_back(context);
+    require_not_own("path", path);
+    append_row(context, path);
   }
 
   //! Adds the n + 1 verification rows of a tree (process_tree_logits' rows): row 0 with an empty
   //! suffix, row i + 1 with node i's root path (root child first, node i last). tokens[i], parents[i]
   //! (-1 = a child of the root, else < i).
   void add_tree_rows(std::int32_t context, std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents) {
+    require_not_own("tokens", tokens);
+    require_not_own("parents", parents);
     require_equal(fn_, "parents.size()", tokens.size(), parents.size());
     for (std::size_t i = 0; i < parents.size(); ++i)
       if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i)) [[unlikely]]
@@ -492,13 +488,13 @@ class penalty_context_builder {
                                parents[i]);
     detail::check_context(tokens, vocab_, fn_, "tokens");  // every check before the first row is added
     check_context_index(context);
-    add_row(context, {});
+    append_row(context, {});
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       scratch_.clear();
       for (std::int64_t a = static_cast<std::int64_t>(i); a >= 0; a = parents[static_cast<std::size_t>(a)])
         scratch_.push_back(tokens[static_cast<std::size_t>(a)]);
       std::reverse(scratch_.begin(), scratch_.end());
-      add_row(context, scratch_);
+      append_row(context, scratch_);
     }
   }
 
@@ -524,6 +520,29 @@ class penalty_context_builder {
   }
 
  private:
+  // add_row without the aliasing check (add_tree_rows passes its own scratch).
+  void append_row(std::int32_t context, std::span<const std::int32_t> path) {
+    check_context_index(context);
+    require(row_context_.size() < static_cast<std::size_t>(detail::penalty_context_max), fn_, "rows",
+            "fewer than INT32_MAX", row_context_.size());
+    require(path_.size() + path.size() <= static_cast<std::size_t>(detail::penalty_context_max), fn_, "path",
+            "at most INT32_MAX suffix tokens in all rows", path_.size() + path.size());
+    detail::check_context(path, vocab_, fn_, "path");
+    path_.insert(path_.end(), path.begin(), path.end());
+    path_indptr_.push_back(static_cast<std::int32_t>(path_.size()));
+    row_context_.push_back(context);
+  }
+  // An argument must not view the builder's own arrays: they grow (and may move) while it is read.
+  void require_not_own(std::string_view argument, std::span<const std::int32_t> in) const {
+    const auto view = [](std::span<const std::int32_t> a) {
+      return strided_view<const std::int32_t, 1>(a.data(), {static_cast<std::int64_t>(a.size())}, {1});
+    };
+    for (const auto* own : {&distinct_, &last_, &context_indptr_, &context_length_, &row_context_, &path_indptr_, &path_,
+                            &scratch_})
+      if (views_overlap(view(in), view(*own))) [[unlikely]]
+        throw_invalid_argument(fn_, argument, "memory apart from the builder's own arrays (they grow while it is read)",
+                               "a view of one of them");
+  }
   void check_context_index(std::int32_t context) const {
     require(context >= -1 && context < contexts(), fn_, "context",
             "-1 or an index from add_context (< " + std::to_string(contexts()) + ")", context);
