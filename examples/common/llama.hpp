@@ -327,15 +327,19 @@ class llama_model {
     require(o.storage == kv_storage::contiguous || o.storage == kv_storage::paged, fn, "options.storage",
             "kv_storage::contiguous or kv_storage::paged", static_cast<int>(o.storage));
     require(o.page_size >= 1, fn, "options.page_size", ">= 1", o.page_size);
-    std::size_t per_layer = static_cast<std::size_t>(max_requests) * capacity * c.kv_heads * c.head_dim;
+    // the cache's size in int64, checked (as array_llama's): the product wrapped size_t for large
+    // max_requests x capacity x heads, and a wrapped size allocated a cache too small for the views
+    std::size_t per_layer =
+        static_cast<std::size_t>(checked_size_product(fn, "capacity", {max_requests, capacity, c.kv_heads, c.head_dim}));
     if (o.storage == kv_storage::paged) {
-      const int per_request = (capacity + o.page_size - 1) / o.page_size;
-      require(static_cast<std::int64_t>(per_request) * max_requests <= INT32_MAX, fn, "capacity",
-              "max_requests * pages per request <= INT32_MAX", capacity);
-      num_pages_ = per_request * max_requests;
-      per_layer = static_cast<std::size_t>(num_pages_) * o.page_size * c.kv_heads * c.head_dim;
+      const std::int64_t per_request = (static_cast<std::int64_t>(capacity) + o.page_size - 1) / o.page_size;
+      require(per_request * max_requests <= INT32_MAX, fn, "capacity", "max_requests * pages per request <= INT32_MAX",
+              capacity);
+      num_pages_ = static_cast<int>(per_request * max_requests);
+      per_layer = static_cast<std::size_t>(
+          checked_size_product(fn, "options.page_size", {num_pages_, o.page_size, c.kv_heads, c.head_dim}));
       page_indptr_.resize(static_cast<std::size_t>(max_requests) + 1);
-      for (int r = 0; r <= max_requests; ++r) page_indptr_[static_cast<std::size_t>(r)] = r * per_request;
+      for (int r = 0; r <= max_requests; ++r) page_indptr_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r * per_request);
       page_indices_.resize(static_cast<std::size_t>(num_pages_));  // one block table shared by all layers
       std::iota(page_indices_.begin(), page_indices_.end(), 0);
       philox_stream rng(o.page_seed, 0x9a9e);

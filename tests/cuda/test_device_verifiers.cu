@@ -442,6 +442,71 @@ TEST_CASE("cuda_chain_speculative_verifier refuses missing drafts and misshapen 
 
 namespace {
 
+//! What Verifier::verify_batch says of a step of the given trees, sampling entries and vocabulary
+//! `vocab` (its logits host memory labelled device memory, never read): "not refused" when it
+//! passes the host checks.
+template <class Verifier>
+std::string refused_step(std::vector<std::int32_t> indptr, std::vector<std::int32_t> tokens,
+                         std::vector<std::int32_t> parents, std::span<const specdec::sampling_params* const> sp,
+                         std::int64_t vocab, std::span<const specdec::draft_candidates* const> drafts = {}) {
+  const std::vector<std::uint64_t> zero(indptr.size() - 1, 0);
+  static const std::vector<float> never_read(8);
+  const auto rows = static_cast<std::int64_t>(tokens.size() + indptr.size() - 1);
+  Verifier v{nullptr};
+  specdec::verify_batch_result out;
+  const specdec::batch_verify_input in{
+      indptr, tokens, parents,
+      specdec::strided_view<const float, 2>(never_read.data(), {rows, vocab}, {vocab, 1}, memory_space::device),
+      sp, zero, zero, {}, drafts};
+  try {
+    v.verify_batch(in, out);
+  } catch (const specdec::invalid_argument& e) {
+    return std::string(e.what());
+  }
+  return std::string("not refused");
+}
+
+}  // namespace
+
+TEST_CASE("The device verifiers check the trees, the sampling entries and the sampled vocabulary on the host, as the "
+          "host verifiers do, before any CUDA call",
+          "[cuda][decoder][nogpu]") {
+  const specdec::sampling_params greedy{.temperature = 0.0f}, hot{.temperature = 0.7f},
+      bad_k{.temperature = 0.0f, .top_k = -3};
+  const specdec::sampling_params* g2[] = {&greedy, &greedy};
+  const specdec::sampling_params* h2[] = {&hot, &hot};
+  const specdec::sampling_params* null_second[] = {&greedy, nullptr};
+  const specdec::sampling_params* bad_second[] = {&greedy, &bad_k};
+  using greedy_v = specdec::cuda_greedy_verifier;
+  using sample_v = specdec::cuda_sample_and_match_verifier;
+  // a token outside the vocabulary, a parent after its node: refused on the host (they reached the
+  // device's own check only after uploads and launches)
+  CHECK_THAT(refused_step<greedy_v>({0, 1, 2}, {1, 37}, {-1, -1}, g2, 32),
+             Catch::Contains("'tokens'") && Catch::Contains("request 1") && Catch::Contains("37"));
+  CHECK_THAT(refused_step<sample_v>({0, 1, 2}, {1, 37}, {-1, -1}, h2, 32),
+             Catch::Contains("'tokens'") && Catch::Contains("request 1"));
+  CHECK_THAT(refused_step<greedy_v>({0, 1, 3}, {1, 2, 3}, {-1, -1, 1}, g2, 32),
+             Catch::Contains("'parents'") && Catch::Contains("request 1"));
+  // a null sampling entry (it was dereferenced) and invalid parameters under greedy verification
+  CHECK_THAT(refused_step<greedy_v>({0, 1, 2}, {1, 2}, {-1, -1}, null_second, 32),
+             Catch::Contains("'sampling'") && Catch::Contains("null at 1"));
+  CHECK_THAT(refused_step<sample_v>({0, 1, 2}, {1, 2}, {-1, -1}, null_second, 32),
+             Catch::Contains("'sampling'") && Catch::Contains("null at 1"));
+  CHECK_THAT(refused_step<greedy_v>({0, 1, 2}, {1, 2}, {-1, -1}, bad_second, 32), Catch::Contains("top_k"));
+  // the sampled verifiers' device draws take at most device_cdf_max_vocab tokens: refused before the
+  // rows are uploaded and processed (the greedy verifier has no such bound)
+  const std::int64_t big = specdec::detail::device_cdf_max_vocab + 64;
+  CHECK_THAT(refused_step<sample_v>({0, 1, 2}, {1, 2}, {-1, -1}, h2, big),
+             Catch::Contains("'logits'") && Catch::Contains("device_cdf_max_vocab"));
+  // the chain verifier takes chains only (node 1's parent is the root, not node 0)
+  specdec::draft_candidates none;
+  const specdec::draft_candidates* drafts[] = {&none, &none};
+  CHECK_THAT(refused_step<specdec::cuda_chain_speculative_verifier>({0, 0, 2}, {1, 2}, {-1, -1}, h2, 32, drafts),
+             Catch::Contains("'tree'") && Catch::Contains("a chain") && Catch::Contains("request 1"));
+}
+
+namespace {
+
 // A multi-draft drafter over a bigram draft table (the target's, scaled and shifted: a close but
 // different q): k = 3 drafts drawn by the library's multi_draft_sampler, with their q rows.
 struct bigram_multi_drafter {

@@ -334,4 +334,35 @@ TEST_CASE("cuda kv_commit_in_place_batch rejects host layouts and bad shapes bef
                                                       dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted),
                                                       dev(c.committed), dev(st)),
                     Catch::Contains("'new_lengths'") && Catch::Contains("'committed_lengths'"));
+  // what the host backend compares row by row, on the device's side from the layers' memory: a layer
+  // listed twice (the copy kernels run a group's layers concurrently) ...
+  const std::vector<specdec::contiguous_kv<float>> twice{dev_layers[0], dev_layers[0]};
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(twice), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      dev(st)),
+                    Catch::Contains("'layers[1]'") && Catch::Contains("the same K memory"));
+  // ... one layer's K buffer as another's V ...
+  const std::vector<specdec::contiguous_kv<float>> crossed{
+      dev_layers[0], {v.data(), k.data(), lens.data(), 2, CAP, H, 64, memory_space::device}};
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(crossed), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      dev(st)),
+                    Catch::Contains("'layers[1]'") && Catch::Contains("apart from every other layer's"));
+  // ... and the outputs or index arrays inside a layer's K or V (the rows written are known only on the device)
+  const auto in_k = specdec::make_view<1>(reinterpret_cast<std::int32_t*>(k.data() + 64), {2}, memory_space::device);
+  const auto in_v = specdec::make_view<1>(reinterpret_cast<std::int32_t*>(v.data() + 64), {3}, memory_space::device);
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(dev_layers), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), in_k,
+                                                      dev(st)),
+                    Catch::Contains("'new_lengths'") && Catch::Contains("'layers[0].k'"));
+  CHECK_THROWS_WITH(specdec::kv_commit_from_buffer_batch(specdec::cuda{}, std::span(dev_layers), std::span(host_spec),
+                                                         std::span(host_spec), dev(c.committed), dev(c.node_indptr),
+                                                         dev(c.accepted), dev(c.num_accepted), dev(nl), in_v),
+                    Catch::Contains("'status'") && Catch::Contains("'layers[0].v'"));
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(
+                        specdec::cuda{}, std::span(dev_layers),
+                        specdec::make_view<1>(reinterpret_cast<const std::int32_t*>(v.data() + 128), {2},
+                                              memory_space::device),
+                        dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl), dev(st)),
+                    Catch::Contains("'committed_lengths'") && Catch::Contains("'layers[0].v'"));
 }

@@ -95,6 +95,12 @@ TEST_CASE("llama storage options are validated", "[llama][paged][errors]") {
   const auto w = random_llama_weights<float>(c, 1);
   REQUIRE_THROWS_WITH((llama_model<float>(c, w, 1, 8, {.storage = kv_storage::paged, .page_size = 0})),
                       Catch::Contains("options.page_size"));
+  // pages per request counted in int64 (capacity + page_size - 1 overflowed int), and the cache's
+  // element count checked (max_requests * capacity * kv_heads * head_dim wrapped size_t to a tiny cache)
+  REQUIRE_THROWS_WITH((llama_model<float>(c, w, 2, INT32_MAX, {.storage = kv_storage::paged, .page_size = 2})),
+                      Catch::Contains("'capacity'") && Catch::Contains("INT32_MAX"));
+  REQUIRE_THROWS_WITH((llama_model<float>(c, w, INT32_MAX, INT32_MAX)),
+                      Catch::Contains("'capacity'") && Catch::Contains("fits in int64"));
   llama_model<float> p(c, w, 1, 8, {.storage = kv_storage::paged});
   REQUIRE_THROWS_WITH(p.layer_kv(0), Catch::Contains("'storage'"));
   llama_model<float> q(c, w, 1, 8);

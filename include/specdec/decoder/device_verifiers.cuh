@@ -103,7 +103,19 @@ class device_arrays {
 };
 using device_int32_arrays = device_arrays<std::int32_t>;
 
-//! Refuses a request that is not greedy (the greedy verifier's rows must come out one-hot).
+//! The host-side checks of a step's sampling entries (invalid_argument naming `fn`): one per request
+//! of the step, none null, each valid as process_logits checks it (validate_sampling_params).
+inline void check_step_sampling(const batch_verify_input& in, std::string_view fn) {
+  require_equal(fn, "sampling.size()", in.node_indptr.size() - 1, in.sampling.size());
+  for (std::size_t b = 0; b < in.sampling.size(); ++b) {
+    require(in.sampling[b] != nullptr, fn, "sampling", "an entry for every request (null at " + std::to_string(b) + ")",
+            "nullptr");
+    validate_sampling_params(*in.sampling[b], fn);
+  }
+}
+
+//! Refuses a request that is not greedy (the greedy verifier's rows must come out one-hot), after
+//! check_step_sampling.
 inline void require_greedy(std::span<const sampling_params* const> sampling, std::string_view fn) {
   for (std::size_t b = 0; b < sampling.size(); ++b)
     require(sampling[b]->temperature == 0.0f, fn,
@@ -122,14 +134,24 @@ inline void check_step_trees(const batch_verify_input& in, std::string_view fn) 
 }
 
 //! The host-side checks of a step's logits (invalid_argument naming `fn`), after check_step_trees:
-//! [N + B, V] rows in device memory, rows at least V apart. (The tree tokens are checked against V
-//! on the device, with the verification: device_error::token.)
+//! [N + B, V] rows in device memory, rows at least V apart; and each request's tree against them, as
+//! the host verifiers check it (the trees are host arrays): parents in [-1, i) and token ids in
+//! [0, V). (The device checks the tokens again, with the verification: device_error::token.)
 inline void check_step_logits(const batch_verify_input& in, std::string_view fn) {
   const std::int64_t rows = static_cast<std::int64_t>(in.tokens.size() + in.node_indptr.size() - 1);
   require_shape(fn, "logits", in.logits, {rows, -1});
   detail::require_batch_rows<cuda>(fn, in.logits);
   const std::int64_t V = in.logits.extent(1);
   require(rows <= 1 || in.logits.stride(0) >= V, fn, "logits", "rows at least vocab apart", in.logits.stride(0));
+  for (std::size_t b = 0; b + 1 < in.node_indptr.size(); ++b) {
+    const auto lo = static_cast<std::size_t>(in.node_indptr[b]);
+    const std::int64_t n = in.node_indptr[b + 1] - in.node_indptr[b];
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int32_t t = in.tokens[lo + static_cast<std::size_t>(i)], p = in.parents[lo + static_cast<std::size_t>(i)];
+      require(t >= 0 && t < V, fn, "tokens", "token ids in [0, vocab) (request " + std::to_string(b) + ")", t);
+      require(p >= -1 && p < i, fn, "parents", "parents[i] in [-1, i) (request " + std::to_string(b) + ")", p);
+    }
+  }
 }
 
 //! The device verifiers' processing of a step's rows (see the file comment): a copy of the target's
@@ -144,12 +166,9 @@ class device_step_rows {
   void prepare(const batch_verify_input& in, std::string_view fn) {
     check_step_trees(in, fn);
     const auto B = in.node_indptr.size() - 1;
-    require_equal(fn, "sampling.size()", B, in.sampling.size());
+    check_step_sampling(in, fn);
     bool penalties = false;
-    for (const sampling_params* p : in.sampling) {
-      validate_sampling_params(*p, fn);
-      penalties = penalties || applies_penalty(*p);
-    }
+    for (const sampling_params* p : in.sampling) penalties = penalties || applies_penalty(*p);
     if (penalties) {
       if (in.histories.empty()) {
         require_equal(fn, "committed.size() (a request applies a penalty)", B, in.committed.size());
@@ -293,6 +312,12 @@ class device_verify_io {
     if (words) {
       require_equal(fn, "seeds.size()", in.node_indptr.size() - 1, in.seeds.size());
       require_equal(fn, "streams.size()", in.node_indptr.size() - 1, in.streams.size());
+      // the sampled walks draw from the device's blocked CDF (verify_*_batch refuse a larger
+      // vocabulary too, but only after the rows were uploaded and processed)
+      require(in.logits.extent(1) <= device_cdf_max_vocab, fn, "logits",
+              "a vocabulary (extent 1) of at most device_cdf_max_vocab = " + std::to_string(device_cdf_max_vocab) +
+                  " tokens (the sampled device verifiers)",
+              in.logits.extent(1));
     }
   }
 
@@ -553,7 +578,7 @@ class cuda_greedy_verifier : public greedy_verifier {
   void verify_batch(const batch_verify_input& in, verify_batch_result& out) {
     constexpr std::string_view fn = "specdec::cuda_greedy_verifier::verify_batch";
     detail::device_verify_io::check(in, false, fn);  // the trees
-    require_equal(fn, "sampling.size()", in.node_indptr.size() - 1, in.sampling.size());
+    detail::check_step_sampling(in, fn);
     detail::require_greedy(in.sampling, fn);
     detail::check_step_logits(in, fn);
     bool penalties = false;
@@ -698,6 +723,10 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
     // each request's draft rows: its drafter's q rows, or one-hot rows at its tokens (every check first)
     detail::plan_draft_rows(d_, in, fn, [&](std::size_t b, std::int64_t lo, std::int64_t n, const draft_candidates& d) {
       const std::int64_t row = lo + static_cast<std::int64_t>(b);
+      // a chain, as chain_speculative_verifier requires (the device walk reads node i's row as depth i)
+      detail::check_chain_speculative(in.tokens.subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n)),
+                                      in.parents.subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n)),
+                                      nullptr, nullptr, fn, static_cast<std::int64_t>(b));
       const auto dq = d.chain_q();
       if (dq.extent(0) > 0) {
         if (!(dq.extent(1) == V && dq.extent(0) >= n)) [[unlikely]]
@@ -709,11 +738,8 @@ class cuda_chain_speculative_verifier : public chain_speculative_verifier {
                 "non-null rows at least vocab apart", dq.stride(0));
         q.copy_rows(row, dq.data(), dq.stride(0), n);
       } else {
-        for (std::int64_t i = 0; i < n; ++i) {
-          const std::int32_t t = in.tokens[static_cast<std::size_t>(lo + i)];
-          require(t >= 0 && t < V, fn, "tokens", "token ids in [0, vocab) (request " + std::to_string(b) + ")", t);
-          q.one_hot(row + i, t);
-        }
+        for (std::int64_t i = 0; i < n; ++i)  // tokens in [0, V): checked by plan_draft_rows (check_step_logits)
+          q.one_hot(row + i, in.tokens[static_cast<std::size_t>(lo + i)]);
       }
     });
     if (!detail::processes_visited_rows(rows_, in.logits.extent(0))) {
@@ -773,14 +799,9 @@ class cuda_multi_draft_verifier : public multi_draft_verifier {
               "one draft_sampling mode for the step's requests (request " + std::to_string(b) + " differs)",
               m == draft_sampling::with_replacement ? "with_replacement" : "without_replacement");
       mode = m;
+      // the assignment reads the tree: checked by plan_draft_rows (check_step_logits)
       const auto tokens = in.tokens.subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n));
       const auto parents = in.parents.subspan(static_cast<std::size_t>(lo), static_cast<std::size_t>(n));
-      for (std::int64_t i = 0; i < n; ++i) {  // the assignment reads the tree: checked here (the device checks again)
-        require(tokens[static_cast<std::size_t>(i)] >= 0 && tokens[static_cast<std::size_t>(i)] < V, fn, "tokens",
-                "token ids in [0, vocab) (request " + std::to_string(b) + ")", tokens[static_cast<std::size_t>(i)]);
-        require(parents[static_cast<std::size_t>(i)] >= -1 && parents[static_cast<std::size_t>(i)] < i, fn, "parents",
-                "parents[i] in [-1, i) (request " + std::to_string(b) + ")", parents[static_cast<std::size_t>(i)]);
-      }
       detail::assign_multi_draft_rows(
           tokens, parents, d, V, false, fn, scratch_,
           [&](std::int64_t row, const strided_view<const float, 2>& rows_q, std::int64_t depth) {

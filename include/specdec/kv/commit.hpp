@@ -37,6 +37,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/config.hpp"
@@ -462,6 +463,47 @@ void require_lengths_outside_rows(std::span<const L> layers, std::int32_t reques
   }
 }
 
+//! The device commit's memory checks that need no per-request value (those live in device memory,
+//! where the check kernels read them): no two layers over the same K or V memory (a layer listed
+//! twice, or one buffer under two layers: the copy kernels run a group's layers concurrently), and
+//! every array of the call apart from every layer's K and V (the rows written are known only on the
+//! device, so the arrays are kept out of the whole pools; the host backend compares them row by row:
+//! require_commit_rows, require_lengths_outside_rows). `arrays` are name, view pairs. A layout whose
+//! mapping does not report required_span_size (kv_cache::visit_memory) is not compared. O(layers log
+//! layers + layers * arrays).
+template <class L, class... Arrays>
+void require_device_commit_memory(std::span<const L> layers, std::string_view fn, const Arrays&... arrays) {
+  struct pool {
+    std::uintptr_t lo, hi;
+    std::size_t layer;
+    bool v;
+  };
+  std::vector<pool> pools;
+  for (std::size_t l = 0; l < layers.size(); ++l)
+    if constexpr (requires { layers[l].visit_memory([](std::string_view, const auto&) {}); })
+      layers[l].visit_memory([&](std::string_view name, const auto& view) {
+        if (name != "cache.k" && name != "cache.v") return;  // the mapping's own arrays: read, not written
+        const std::string where = "layers[" + std::to_string(l) + "]." + std::string(name.substr(6));
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          const auto named = std::forward_as_tuple(arrays...);
+          (require_disjoint(fn, where, view, std::get<2 * I>(named), std::get<2 * I + 1>(named)), ...);
+        }(std::make_index_sequence<sizeof...(Arrays) / 2>{});
+        const auto [lo, hi] = view_byte_span(view);
+        pools.push_back({lo, hi, l, name == "cache.v"});
+      });
+  std::sort(pools.begin(), pools.end(), [](const pool& a, const pool& b) {
+    return std::tie(a.lo, a.hi, a.layer) < std::tie(b.lo, b.hi, b.layer);
+  });
+  for (std::size_t i = 1; i < pools.size(); ++i)
+    if (pools[i].lo == pools[i - 1].lo && pools[i].hi == pools[i - 1].hi && pools[i].layer != pools[i - 1].layer)
+      [[unlikely]]
+      throw_invalid_argument(fn, "layers[" + std::to_string(pools[i].layer) + "]",
+                             "K and V memory apart from every other layer's (layers[" +
+                                 std::to_string(pools[i - 1].layer) + "] has the same " +
+                                 (pools[i - 1].v ? "V" : "K") + " memory)",
+                             "a layer sharing its storage");
+}
+
 template <>
 struct commit_batch_backend<host> {
   template <class L>
@@ -542,9 +584,13 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
                         std::forward_as_tuple("committed_lengths", committed_lengths, "node_indptr", node_indptr,
                                               "accepted", accepted, "num_accepted", num_accepted));
   validate_commit_layers<L, Policy>(layers, R, fn);
-  if constexpr (on_device_v<Policy>)  // the copy kernel's grid has a y block per kv head
+  if constexpr (on_device_v<Policy>) {  // the copy kernel's grid has a y block per kv head
     require(layers.empty() || layers[0].num_kv_heads() <= 65535, fn, "layers[0].num_kv_heads()",
             "at most 65535 (cuda grid limit)", layers.empty() ? 0 : layers[0].num_kv_heads());
+    require_device_commit_memory(layers, fn, "committed_lengths", committed_lengths, "node_indptr", node_indptr,
+                                 "accepted", accepted, "num_accepted", num_accepted, "new_lengths", new_lengths,
+                                 "status", status);
+  }
   commit_batch_args a;
   a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
   a.committed = committed_lengths.data(), a.node_indptr = node_indptr.data(), a.accepted = accepted.data();
@@ -573,7 +619,12 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
 //!     lengths, accepted paths, capacities) by check kernels (one per group of up to 32 layers), all
 //!     enqueued before the first copy kernel, into `status`; the copies run only when status is
 //!     clear, the layers of a group concurrently, so layers must not share rows (the host copies
-//!     them one after another). Enqueued on policy.stream without synchronisation, graph-capturable.
+//!     them one after another). Checked on the host, for layouts that report their span (kv_cache::
+//!     visit_memory): no two layers over the same K or V memory, and every array apart from the
+//!     layers' K and V memory (not only from the rows written, as on the host: those are known
+//!     only on the device). Page ids in device memory are read only by the kernels: a page id
+//!     outside the pool is the caller's error there, as for the attention calls. Enqueued on
+//!     policy.stream without synchronisation, graph-capturable.
 template <execution_policy Policy, class LayerT, std::size_t E, class CL, class NI, class AC, class NA, class NL,
           class ST>
   requires(detail::int32_array<CL> && detail::int32_array<NI> && detail::int32_array<AC> && detail::int32_array<NA> &&
