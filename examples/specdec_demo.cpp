@@ -20,8 +20,12 @@
 // and the continuation, lossless yes/no, tau, alpha, tokens/s, speedup, per-phase ms, draft memory) on
 // stdout. --interleave: the autoregressive run alternates with the speculative one step by step
 // (each timed by its own clock) instead of running first, alone.
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <iostream>
+#include <set>
+#include <stdexcept>
 #include <string>
 
 #include "common/demo.hpp"
@@ -29,48 +33,52 @@
 int main(int argc, char** argv) {
   specdec::examples::demo_options o;
   bool drafter_given = false;  // --tree beam alone means the LongSpec draft's beam (the trees are its)
+  std::set<std::string> given;  // the options named, for the checks of what applies after the loop
+  try {  // a bad value throws std::invalid_argument (the lambdas below): exit 2 with its message
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&]() -> long {
-      if (i + 1 >= argc) {
-        std::cerr << "specdec_demo: " << a << " needs a value\n";
-        std::exit(2);
-      }
-      return std::strtol(argv[++i], nullptr, 10);
-    };
-    auto next_float = [&]() -> float {
-      if (i + 1 >= argc) {
-        std::cerr << "specdec_demo: " << a << " needs a value\n";
-        std::exit(2);
-      }
+    given.insert(a);
+    // an integer option's value: the whole argument a number in [lo, hi] (text, trailing characters or
+    // a value out of range are errors: they were read as 0, cut, or wrapped)
+    auto next_integer = [&](long long lo, long long hi) -> long long {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      const char* text = argv[++i];
       char* end = nullptr;
-      const float v = std::strtof(argv[++i], &end);
-      if (end == argv[i] || *end != 0) {
-        std::cerr << "specdec_demo: " << a << " needs a number, got '" << argv[i] << "'\n";
-        std::exit(2);
-      }
+      errno = 0;
+      const long long v = std::strtoll(text, &end, 10);
+      if (end == text || *end != 0 || errno == ERANGE || v < lo || v > hi)
+        throw std::invalid_argument(a + " needs an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                    "], got '" + text + "'");
       return v;
     };
-    if (a == "--prompt") o.prompt_tokens = static_cast<int>(next());
-    else if (a == "--new") o.new_tokens = static_cast<int>(next());
-    else if (a == "--vocab") o.model.vocab_size = static_cast<int>(next());
-    else if (a == "--hidden") o.model.hidden = static_cast<int>(next());
-    else if (a == "--layers") o.model.layers = static_cast<int>(next());
-    else if (a == "--heads") o.model.heads = static_cast<int>(next());
-    else if (a == "--kv-heads") o.model.kv_heads = static_cast<int>(next());
-    else if (a == "--ffn") o.model.ffn_hidden = static_cast<int>(next());
-    else if (a == "--window") o.window = static_cast<int>(next());
-    else if (a == "--depth") o.draft_depth = static_cast<int>(next());
-    else if (a == "--lookup-min") o.lookup_min = static_cast<int>(next());
-    else if (a == "--lookup-max") o.lookup_max = static_cast<int>(next());
+    auto next = [&]() { return static_cast<int>(next_integer(INT_MIN, INT_MAX)); };
+    auto next_float = [&]() -> float {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      char* end = nullptr;
+      const float v = std::strtof(argv[++i], &end);
+      if (end == argv[i] || *end != 0) throw std::invalid_argument(a + " needs a number, got '" + argv[i] + "'");
+      return v;
+    };
+    if (a == "--prompt") o.prompt_tokens = next();
+    else if (a == "--new") o.new_tokens = next();
+    else if (a == "--vocab") o.model.vocab_size = next();
+    else if (a == "--hidden") o.model.hidden = next();
+    else if (a == "--layers") o.model.layers = next();
+    else if (a == "--heads") o.model.heads = next();
+    else if (a == "--kv-heads") o.model.kv_heads = next();
+    else if (a == "--ffn") o.model.ffn_hidden = next();
+    else if (a == "--window") o.window = next();
+    else if (a == "--depth") o.draft_depth = next();
+    else if (a == "--lookup-min") o.lookup_min = next();
+    else if (a == "--lookup-max") o.lookup_max = next();
     else if (a == "--temperature") o.temperature = next_float();
     else if (a == "--top-p") o.top_p = next_float();
-    else if (a == "--seed") o.seed = static_cast<std::uint64_t>(next());
-    else if (a == "--show") o.show_bytes = static_cast<int>(next());
-    else if (a == "--prompt-offset") o.prompt_offset = next();
+    else if (a == "--seed") o.seed = static_cast<std::uint64_t>(next_integer(0, LLONG_MAX));
+    else if (a == "--show") o.show_bytes = next();
+    else if (a == "--prompt-offset") o.prompt_offset = static_cast<long>(next_integer(LONG_MIN, LONG_MAX));
     else if (a == "--random") o.random_model = true;
-    else if (a == "--cartesian") o.tree = specdec::examples::demo_tree::cartesian;
-    else if (a == "--nodes") o.tree_nodes = static_cast<int>(next());
+    else if (a == "--cartesian") o.tree = specdec::examples::demo_tree::cartesian, given.insert("--tree");
+    else if (a == "--nodes") o.tree_nodes = next();
     else if (a == "--fixed-depth") o.adaptive = false;
     else if (a == "--paged") o.paged = true;
     else if (a == "--interleave") o.interleave = true;
@@ -91,7 +99,29 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "specdec_demo: " << e.what() << "\n";
+    return 2;
+  }
   if (!drafter_given && o.tree != specdec::examples::demo_tree::chain) o.drafter = specdec::examples::demo_drafter::longspec;
+  // options that do not apply to the run asked for are refused, not ignored
+  const auto refuse = [&](const char* option, const char* why) {
+    if (given.count(option) == 0) return false;
+    std::cerr << "specdec_demo: " << option << " " << why << "\n";
+    return true;
+  };
+  using specdec::examples::demo_tree;
+  for (const char* f : {"--vocab", "--hidden", "--layers", "--heads", "--kv-heads", "--ffn", "--window"})
+    if (!o.random_model && refuse(f, "shapes the seeded random model: it needs --random (the trained pair's shapes are its own)"))
+      return 2;
+  for (const char* f : {"--weights-dir", "--draft-weights", "--prompt-file", "--prompt-offset", "--show"})
+    if (o.random_model && refuse(f, "applies to the trained pair, not to --random"))
+      return 2;
+  if (!(o.drafter == specdec::examples::demo_drafter::longspec && (o.tree == demo_tree::cape || o.tree == demo_tree::beam)) &&
+      refuse("--nodes", "caps the LongSpec draft's CAPE or beam tree (--tree cape|beam)"))
+    return 2;
+  if (!(o.temperature > 0.0f) && refuse("--top-p", "applies to sampling: it needs --temperature > 0"))
+    return 2;
   try {
     const auto report = specdec::examples::run_demo(o, std::cerr);
     specdec::examples::print_report(o, report, std::cout);

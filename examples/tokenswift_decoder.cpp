@@ -13,6 +13,7 @@
 // byte 8192, in its code). --random: the seeded random model with heads fitted by ridge regression on its own greedy text
 // (examples/common/tokenswift_draft.hpp), the example's original setting.
 #include <cstdio>
+#include <exception>
 #include <string_view>
 #include <vector>
 
@@ -22,10 +23,10 @@
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+int tokenswift_decoder_run(bool random) {
   using namespace specdec;
   using namespace specdec::examples;
-  const bool random = argc > 1 && std::string_view(argv[1]) == "--random";
   llama_config cfg{.vocab_size = 256, .hidden = 64, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64,
                    .ffn_hidden = 128};
   llama_weights<float> weights;
@@ -78,4 +79,20 @@ int main(int argc, char** argv) {
               // the decoder released the request's slot when it finished: computed, not read back
               static_cast<double>((prompt.size() + out.tokens.size() - 1) * target.kv_bytes_per_token()) / 1024.0);
   return lossless ? 0 : 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  // one optional argument; anything else (a typo of --random) is an error, not the trained run
+  if (argc > 2 || (argc == 2 && std::string_view(argv[1]) != "--random")) {
+    std::fprintf(stderr, "tokenswift_decoder: unknown argument %s (usage: tokenswift_decoder [--random])\n",
+                 argv[argc > 2 && std::string_view(argv[1]) == "--random" ? 2 : 1]);
+    return 2;
+  }
+  try {
+    return tokenswift_decoder_run(argc == 2);
+  } catch (const std::exception& e) {  // missing weights or prompt file: a message, not std::terminate
+    std::fprintf(stderr, "tokenswift_decoder: %s\n", e.what());
+    return 2;
+  }
 }

@@ -29,6 +29,10 @@
 #include <string_view>
 #include <vector>
 
+#if __has_include(<unistd.h>)
+#include <unistd.h>  // sysconf: require_fits_in_memory
+#endif
+
 #include "longspec_draft.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/decoder/tree_builders.hpp"
@@ -241,6 +245,21 @@ struct demo_report {
   std::vector<std::int32_t> output;                     //!< the speculative run's tokens
 };
 
+//! Refuses an allocation of `bytes` larger than this machine's physical memory (POSIX sysconf; no
+//! bound elsewhere), naming `what`: a mistyped size is an error message, not an out-of-memory kill.
+inline void require_fits_in_memory(double bytes, std::string_view what) {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGE_SIZE)
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0 && bytes > memory) [[unlikely]]
+    throw_invalid_argument("specdec::examples::run_demo", what,
+                           "at most this machine's memory (" + std::to_string(static_cast<std::int64_t>(memory)) +
+                               " bytes)",
+                           std::to_string(static_cast<unsigned long long>(std::min(bytes, 1e19))) + " bytes");
+#else
+  (void)bytes, (void)what;
+#endif
+}
+
 //! Runs both decodings, one after the other or interleaved step by step (demo_options::interleave).
 //! O(prompt prefill + new_tokens
 //! target steps) twice.
@@ -249,8 +268,19 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   auto secs = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   require(o.progress_every >= 1, "specdec::examples::run_demo", "progress_every", ">= 1", o.progress_every);
   require(o.tree_nodes >= 0, "specdec::examples::run_demo", "tree_nodes", ">= 0 (0 = no cap)", o.tree_nodes);
-  require(o.new_tokens >= 0, "specdec::examples::run_demo", "new_tokens", ">= 0", o.new_tokens);
+  // at least one token: the report's rates and speedup are per generated token
+  require(o.new_tokens >= 1, "specdec::examples::run_demo", "new_tokens", ">= 1", o.new_tokens);
   require(o.draft_depth >= 0, "specdec::examples::run_demo", "draft_depth", ">= 0", o.draft_depth);
+  require(o.prompt_tokens >= 1, "specdec::examples::run_demo", "prompt_tokens", ">= 1", o.prompt_tokens);
+  if (o.random_model) {  // before the weights and the prompt are allocated
+    o.model.validate("specdec::examples::run_demo (model)");
+    require(o.window >= 1, "specdec::examples::run_demo", "window", ">= 1 (the random draft's sliding window)", o.window);
+    const double H = o.model.hidden, F = o.model.ffn_hidden, Dq = double(o.model.heads) * o.model.head_dim,
+                 Dk = double(o.model.kv_heads) * o.model.head_dim;
+    require_fits_in_memory((2.0 * o.model.vocab_size * H + o.model.layers * (2 * Dq * H + 2 * Dk * H + 3 * F * H)) *
+                               sizeof(float),
+                           "the random model's weights (--vocab, --hidden, --layers, --heads, --ffn)");
+  }
   // the lookup's lengths, by the library's own check, before the long runs (ngram matches from 1 token)
   if (o.drafter == demo_drafter::ngram || o.drafter == demo_drafter::lookup_longspec)
     specdec::detail::validate_pld("specdec::examples::run_demo (lookup_min, lookup_max)",
@@ -336,12 +366,18 @@ inline demo_report run_demo(const demo_options& o, std::ostream& log) {
   rep.model += std::string("; target KV ") + (o.paged ? "paged (16-token pages)" : "contiguous");
   rep.prompt_tokens = static_cast<int>(prompt.size());
   // room for the last step's whole tree past new_tokens: the beam (68 nodes uncapped) and TokenSwift (64)
-  // verify their full trees even when fewer tokens are left; CAPE adds up to 7 per depth
-  const std::int64_t max_tree = std::max<std::int64_t>({68, std::int64_t{8} * o.draft_depth, o.tree_nodes});
+  // verify their full trees even when fewer tokens are left; CAPE adds up to 7 per depth; the node cap
+  // counts only where it caps a tree (CAPE and the beam)
+  const bool capped_tree = o.drafter == demo_drafter::longspec && (o.tree == demo_tree::cape || o.tree == demo_tree::beam);
+  const std::int64_t max_tree =
+      std::max<std::int64_t>({68, std::int64_t{8} * o.draft_depth, capped_tree ? o.tree_nodes : 0});
   const std::int64_t cap64 = static_cast<std::int64_t>(prompt.size()) + o.new_tokens + max_tree + 1;
   require(cap64 <= INT_MAX, "specdec::examples::run_demo", "new_tokens",
           "a prompt, new tokens and a last tree (8 x depth nodes) of at most INT_MAX tokens in all", o.new_tokens);
   const int capacity = static_cast<int>(cap64);
+  // the target's two request slots are allocated whole, up front
+  require_fits_in_memory(double(cap64) * 2 * c.layers * c.kv_heads * c.head_dim * 2 * sizeof(float),
+                         "the target's KV cache (--prompt + --new + the last tree: --depth, --nodes)");
   // Two request slots: the speculative decoder runs in slot 0, autoregressive decoding in slot 1.
   llama_model<float> target(c, std::move(w), 2, capacity,
                             {.storage = o.paged ? kv_storage::paged : kv_storage::contiguous, .page_size = 16});

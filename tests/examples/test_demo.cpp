@@ -198,7 +198,9 @@ TEST_CASE("demo with each LongSpec tree: CAPE and the beam tree under a node bud
   o.new_tokens = INT_MAX;
   CHECK_THROWS_WITH(run_demo(o, log), Catch::Contains("'new_tokens'") && Catch::Contains("INT_MAX"));
   o.new_tokens = -1;
-  CHECK_THROWS_WITH(run_demo(o, log), Catch::Contains("'new_tokens'") && Catch::Contains(">= 0"));
+  CHECK_THROWS_WITH(run_demo(o, log), Catch::Contains("'new_tokens'") && Catch::Contains(">= 1"));
+  o.new_tokens = 0;  // the report's rates divided by zero
+  CHECK_THROWS_WITH(run_demo(o, log), Catch::Contains("'new_tokens'") && Catch::Contains(">= 1"));
 }
 
 TEST_CASE("demo live progress: rewritten lines with growing token counts, both loops' tok/s and tau", "[examples][demo]") {
@@ -327,4 +329,35 @@ TEST_CASE("specdec_demo main: flags and errors", "[examples][demo]") {
   CHECK(specdec_demo_main(3, const_cast<char**>(bad_drafter)) == 2);
   const char* no_drafter[] = {"specdec_demo", "--drafter"};
   CHECK(specdec_demo_main(2, const_cast<char**>(no_drafter)) == 2);
+  // every failure below exits 2 before any model runs
+  const auto rc = [](std::vector<const char*> args) {
+    return specdec_demo_main(static_cast<int>(args.size()), const_cast<char**>(args.data()));
+  };
+  const std::vector<const char*> tiny{"specdec_demo", "--random", "--prompt", "40", "--vocab", "64", "--hidden", "16",
+                                      "--layers", "2", "--heads", "1", "--kv-heads", "1", "--ffn", "16", "--quiet"};
+  const auto tiny_with = [&](std::initializer_list<const char*> extra) {
+    auto a = tiny;
+    a.insert(a.end(), extra);
+    return a;
+  };
+  // integer options: text, trailing characters and values out of range were read as 0, cut or wrapped
+  CHECK(rc(tiny_with({"--new", "abc"})) == 2);
+  CHECK(rc(tiny_with({"--new", "16x"})) == 2);
+  CHECK(rc(tiny_with({"--new", "4294967312"})) == 2);  // 2^32 + 16: ran as 16
+  CHECK(rc(tiny_with({"--new", "16", "--seed", "-1"})) == 2);
+  CHECK(rc(tiny_with({"--new", "16", "--depth", ""})) == 2);
+  // at least one new token (the report divided by zero), and a prompt before anything is allocated
+  CHECK(rc(tiny_with({"--new", "0"})) == 2);
+  CHECK(rc({"specdec_demo", "--random", "--prompt", "-5", "--new", "4", "--quiet"}) == 2);
+  // options that do not apply to the run are refused, not ignored
+  CHECK(rc({"specdec_demo", "--vocab", "64", "--quiet"}) == 2);              // shapes only the random model
+  CHECK(rc(tiny_with({"--new", "16", "--prompt-file", "/etc/hostname"})) == 2);  // the trained pair's
+  CHECK(rc(tiny_with({"--new", "16", "--top-p", "0.5"})) == 2);              // greedy: no top-p
+  CHECK(rc(tiny_with({"--new", "16", "--nodes", "300000"})) == 2);           // no capped tree: it sized the cache
+  // sizes past this machine's memory are refused before they are allocated
+  CHECK(rc(tiny_with({"--new", "16", "--depth", "200000000", "--fixed-depth"})) == 2);    // ~3 TB of KV cache
+  CHECK(rc({"specdec_demo", "--random", "--prompt", "8", "--new", "4", "--vocab", "2000000000", "--hidden", "4096",
+            "--quiet"}) == 2);  // ~65 TB of weights
+  CHECK(rc(tiny_with({"--new", "16", "--window", "0"})) == 2);
+  CHECK(rc(tiny_with({"--new", "16", "--window", "8", "--drafter", "ngram"})) == 0);  // --window is the random draft's
 }

@@ -10,6 +10,10 @@
 TEST_CASE("example tokenswift_decoder runs and is lossless", "[examples]") {
   const char* random[] = {"tokenswift_decoder", "--random"};
   CHECK(tokenswift_decoder_main(2, const_cast<char**>(random)) == 0);
+  const char* typo[] = {"tokenswift_decoder", "--rnadom"};  // ran the trained pair
+  CHECK(tokenswift_decoder_main(2, const_cast<char**>(typo)) == 2);
+  const char* extra[] = {"tokenswift_decoder", "--random", "--fast"};
+  CHECK(tokenswift_decoder_main(3, const_cast<char**>(extra)) == 2);
 #ifndef SPECDEC_TEST_SANITIZED  // a 3072-byte prompt through the 3.3M-parameter target: too slow at -O0
   if (!specdec::examples::default_prompt_file().empty()) {
     const char* trained[] = {"tokenswift_decoder"};
