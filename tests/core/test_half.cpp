@@ -145,3 +145,48 @@ TEST_CASE("from_float<half> narrows with round to nearest even") {
   CHECK(specdec::from_float<half>(2.5).bits == 0x4100);
   CHECK(specdec::to_float(specdec::from_float<half>(-3.0f)) == -3.0f);
 }
+
+TEST_CASE("from_float<half> and from_float<bfloat16> round a double once, not through float") {
+  using specdec::bfloat16;
+  // just above a midpoint by less than a float ulp: a float cast rounded to the midpoint, then to even
+  CHECK(specdec::from_float<half>(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)).bits == 0x3c01);
+  CHECK(specdec::from_float<half>(-(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40))).bits == 0xbc01);
+  CHECK(specdec::from_float<bfloat16>(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40)).bits == 0x3f81);
+  CHECK(specdec::from_float<half>(1.0 + std::ldexp(1.0, -11) - std::ldexp(1.0, -40)).bits == 0x3c00);
+  CHECK(specdec::from_float<half>(1e300).bits == 0x7c00);
+  CHECK(specdec::from_float<bfloat16>(-1e300).bits == 0xff80);
+  CHECK(specdec::from_float<half>(std::ldexp(1.0, -30)).bits == 0x0000);  // below half the smallest subnormal
+  CHECK(std::isnan(specdec::to_float(specdec::from_float<half>(std::numeric_limits<double>::quiet_NaN()))));
+  // against the table-search reference, on doubles within 2^-20 relative of the formats' midpoints
+  // (where rounding twice differs) and on random doubles over both formats' ranges
+  for (const auto& [fmt, inf_exp] : {std::pair{specdec_test::binary16, 16}, std::pair{specdec_test::bfloat16_format, 128}}) {
+    const specdec_test::rne_reference ref(fmt);
+    const bool is_half = fmt.mant_bits == 10;
+    const auto narrow = [&](double x) -> std::uint16_t {
+      return is_half ? specdec::from_float<half>(x).bits : specdec::from_float<bfloat16>(x).bits;
+    };
+    specdec::philox_stream rng(0xd0b1e, is_half ? 1 : 2);
+    int bad = 0;
+    for (int i = 0; i < 200000; ++i) {
+      const auto p = static_cast<std::uint16_t>(rng.below(ref.inf_bits()));  // a finite magnitude below Inf
+      const double mid = 0.5 * (ref.magnitude(p) + ref.magnitude(static_cast<std::uint16_t>(p + 1)));
+      const double off = std::ldexp(mid, -20 - static_cast<int>(rng.below(30))) * (rng.below(2) ? 1 : -1);
+      const double x = (rng.below(2) ? 1.0 : -1.0) * (mid + (i % 3 == 0 ? 0.0 : off));
+      bad += narrow(x) != ref.round(x);
+      const double y = (rng.uniform_double() - 0.5) * std::ldexp(1.0, static_cast<int>(rng.below(inf_exp + 28)) - 24);
+      bad += narrow(y) != ref.round(y);
+    }
+    INFO((is_half ? "half" : "bfloat16"));
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("half -> float quiets a signalling NaN and keeps its payload, as F16C does") {
+  for (std::uint32_t m = 1; m < 0x200; ++m)  // the signalling NaNs: quiet bit (0x200) clear
+    for (const std::uint32_t sign : {0u, 0x8000u}) {
+      const auto h = static_cast<std::uint16_t>(sign | 0x7c00u | m);
+      const std::uint32_t want = (sign << 16) | 0x7fc00000u | (m << 13);
+      REQUIRE(specdec_test::fbits(half::to_float(h)) == want);
+    }
+  CHECK(specdec_test::fbits(half::to_float(0x7e01)) == 0x7fc02000u);  // a quiet one is unchanged
+}

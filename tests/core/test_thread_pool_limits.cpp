@@ -188,3 +188,21 @@ TEST_CASE("a thread the system refuses makes the constructor throw, not hang") {
   else CHECK(code == 0);
 }
 #endif
+
+TEST_CASE("parallel_for refuses a negative thread cap, and an exception ends a job of INT64_MAX items") {
+  specdec::thread_pool pool(1);
+  CHECK_THROWS_WITH(pool.parallel_for(64, [](std::int64_t) {}, -5),
+                    Catch::Contains("'max_threads'") && Catch::Contains(">= 0"));
+  // the exception moves the job's counter to n, and each thread adds once more: at n = INT64_MAX the
+  // counter wrapped to INT64_MIN and the other thread ran f(INT64_MIN), f(INT64_MIN + 1), ... for ~2^63 calls
+  std::atomic<std::int64_t> calls{0}, negative{0};
+  CHECK_THROWS_AS(pool.parallel_for(INT64_MAX,
+                                    [&](std::int64_t i) {
+                                      calls.fetch_add(1);
+                                      if (i < 0) negative.fetch_add(1);
+                                      throw std::runtime_error("stop");
+                                    }),
+                  std::runtime_error);
+  CHECK(negative.load() == 0);
+  CHECK(calls.load() <= 2);
+}

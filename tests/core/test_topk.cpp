@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "specdec/core/numeric.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/topk.hpp"
 
@@ -56,6 +57,22 @@ TEST_CASE("topk: NaN ranks below -inf; -inf handled", "[core][topk]") {
   const auto got = specdec::topk_indices<float>(v, 6);
   REQUIRE(got == std::vector<std::int32_t>{46, 2, 4, 5, 1, 0});
   REQUIRE(got == specdec::topk_indices_by_sort<float>(v, 6));
+}
+
+TEST_CASE("topk: half and bfloat16 rank NaN last too", "[core][topk]") {
+  // their NaN test widened to float: it said "not NaN" for every 16-bit value, and a NaN ranked second
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> f{1.0f, nan, 3.0f, 2.0f, nan, -inf, 5.0f};
+  const std::vector<std::int32_t> want{6, 2, 3, 0, 5, 1};
+  const auto check = [&]<class T>(T) {
+    std::vector<T> v;
+    for (float x : f) v.push_back(specdec::from_float<T>(x));
+    CHECK(specdec::topk_indices<T>(v, 4) == std::vector<std::int32_t>(want.begin(), want.begin() + 4));
+    CHECK(specdec::topk_indices<T>(v, 6) == want);
+    CHECK(specdec::topk_indices_by_sort<T>(v, 6) == want);
+  };
+  check(specdec::half{});
+  check(specdec::bfloat16{});
 }
 
 TEST_CASE("topk: validation", "[core][topk][validation]") {

@@ -61,7 +61,7 @@ SPECDEC_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcept
     }
     return bits_float(sign | (e << 23) | ((m & 0x3ffu) << 13));
   }
-  if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13));
+  if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13) | (m != 0 ? 0x00400000u : 0u));  // NaN quieted, as F16C
   return bits_float(sign | ((e + 112u) << 23) | (m << 13));
 }
 

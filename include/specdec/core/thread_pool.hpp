@@ -66,9 +66,12 @@ class thread_pool {
   //! How long a thread polls before it sleeps (see the file comment).
   [[nodiscard]] std::chrono::microseconds spin() const noexcept { return spin_; }
 
-  //! Calls f(i) for i in [0, n) using at most max_threads threads in all (0 = all of them).
+  //! Calls f(i) for i in [0, n) using at most max_threads threads in all (0 = all of them; negative
+  //! throws invalid_argument).
   template <class F>
   void parallel_for(std::int64_t n, F&& f, int max_threads = 0) {
+    require(max_threads >= 0, "specdec::thread_pool::parallel_for", "max_threads", ">= 0 (0 = all threads)",
+            max_threads);
     if (n <= 0) return;
     const int helpers = std::min<std::int64_t>(
         n - 1, max_threads > 0 ? std::min(max_threads - 1, workers()) : workers());
@@ -149,7 +152,9 @@ class thread_pool {
     in_pool_task() = true;
     for (;;) {
       const std::int64_t i = j.next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= j.n) break;
+      // i < 0: the counter wrapped past INT64_MAX (each thread adds once more after the last item,
+      // and an exception moves it to n), for n within a few of INT64_MAX: done, not f(INT64_MIN)
+      if (i >= j.n || i < 0) break;
       try {
         j.body(i);
       } catch (...) {

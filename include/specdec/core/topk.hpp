@@ -30,6 +30,11 @@ template <class T>
 SPECDEC_FORCEINLINE bool topk_isnan(T v) noexcept {
   if constexpr (std::is_floating_point_v<T>) {
     return v != v;
+  } else if constexpr (std::is_convertible_v<T, float> && !std::is_integral_v<T>) {
+    // half, bfloat16: NaN after widening (exact), so NaN ranks last for them too; a `false` here
+    // broke the order (a NaN ranked above numbers, and std::sort got an invalid comparator)
+    const float f = static_cast<float>(v);
+    return f != f;
   } else {
     return false;
   }

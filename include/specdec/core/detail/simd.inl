@@ -453,6 +453,7 @@ SPECDEC_FORCEINLINE vf16 vload_as_float(const T* p) noexcept {
     const vu16 infnan = (em << 13) | 0x7f800000u;
     vu16 r = vselect(em < 0x0400u, vbitcast<vu16>(sub), normal);
     r = vselect(em > 0x7bffu, infnan, r);
+    r = vselect(em > 0x7c00u, r | 0x00400000u, r);  // a NaN quieted, as F16C and half_bits_to_float do
     return vbitcast<vf16>(r | sign);
 #endif
   }

@@ -9,7 +9,7 @@
 template <class T>
 [[gnu::noinline]] std::int32_t topk_skip_kernel(const T* v, std::int32_t i, std::int32_t n, T thr) noexcept {
   constexpr std::int32_t block = 32;
-  for (; i + block <= n; i += block) {
+  for (; n - i >= block; i += block) {  // not i + block <= n: i + block wraps past INT32_MAX for n near it
     int hits = 0;
     for (std::int32_t j = 0; j < block; ++j) hits += v[i + j] > thr ? 1 : 0;
     if (hits != 0) return i;
@@ -55,9 +55,9 @@ void topk_select_kernel(const T* v, std::int32_t n, std::int32_t k, topk_entry<T
       continue;
     }
     const T thr = heap[0].value;
-    if (i + block <= n) {
+    if (n - i >= block) {  // (i + block would wrap for rows near INT32_MAX tokens)
       i = topk_skip_kernel(v, i, n, thr);
-      if (i + block > n) continue;  // only the tail is left
+      if (n - i < block) continue;  // only the tail is left
       for (std::int32_t j = i; j < i + block; ++j)
         if (v[j] > heap[0].value) admit(j);
       i += block;
