@@ -75,9 +75,8 @@ inline void process(std::vector<float>& row, const specdec::sampling_params& p, 
     for (; j < v; ++j) row[order[j]] = ninf;
   }
   if (p.min_p > 0.0f) {  // P >= p_base * p_max  <=>  l - max >= ln(p_base)
-    const float m = *std::max_element(row.begin(), row.end());
-    const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
-    for (std::size_t i = 0; i < v; ++i) if (!(row[i] >= cut)) row[i] = ninf;
+    const double m = *std::max_element(row.begin(), row.end()), lnp = std::log(static_cast<double>(p.min_p));
+    for (std::size_t i = 0; i < v; ++i) if (!(static_cast<double>(row[i]) - m >= lnp)) row[i] = ninf;
   }
   if (p.eta_epsilon > 0.0f) {
     const auto w = weights();

@@ -157,6 +157,27 @@ TEST_CASE("truncations keep the documented sets") {
     specdec::process_logits(row, p, none, ws);
     CHECK(kept(row) == std::vector<int>{0, 1});
   }
+  SECTION("min-p's cut is exact at large logits (the float sum max + ln(p) rounded below it)") {
+    specdec::sampling_params p;
+    p.min_p = 0.05f;  // ln 0.05 = -2.99573...
+    // token 2 sits 2.99585 below the maximum: P / P_max = 0.049994 < 0.05, dropped
+    std::vector<float> row{3000.0f, 2997.00439453125f, 2997.0041503906f, 2997.0f};
+    specdec::process_logits(row, p, none, ws);
+    CHECK(kept(row) == std::vector<int>{0, 1});
+    row = {200000.0f, 199997.0f, 199990.0f};  // e^-3 = 0.0498 < 0.05: only the maximum
+    specdec::process_logits(row, p, none, ws);
+    CHECK(kept(row) == std::vector<int>{0});
+    // every cut is the smallest float whose difference to the maximum reaches ln(min_p)
+    specdec::philox_stream rng(0x313, 1);
+    for (int i = 0; i < 20000; ++i) {
+      const float m = (rng.uniform() - 0.5f) * std::ldexp(1.0f, static_cast<int>(rng.below(40)) - 10);
+      const float mp = std::max(rng.uniform(), 1e-30f);
+      const float c = specdec::detail::min_p_cut(m, mp);
+      const double lnp = std::log(static_cast<double>(mp));
+      REQUIRE(static_cast<double>(c) - m >= lnp);
+      REQUIRE(static_cast<double>(std::nextafter(c, -INFINITY)) - m < lnp);
+    }
+  }
   SECTION("eta-sampling keeps P >= min(eps, alpha exp(-H))") {
     const std::vector<double> probs{0.6, 0.25, 0.1, 0.04, 0.01};
     double h = 0;

@@ -407,7 +407,7 @@ __device__ inline bool block_process_row(const process_logits_batch_args& a, std
   if (p.top_p < 1.0f) block_top_p(row, n, m, p.top_p, sh);
   if (p.min_p > 0.0f) {
     // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base) (the device's double log: within 1 ulp)
-    const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
+    const float cut = min_p_cut(m, p.min_p);
     for (std::int64_t i = t; i < n; i += process_threads) row[i] = row[i] >= cut ? row[i] : ninf;
     __syncthreads();
   }

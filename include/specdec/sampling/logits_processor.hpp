@@ -26,7 +26,8 @@
 //!      exactly as l - max >= ln(p_base) on the logits;
 //!   7. eta-sampling (Appendix D.1, Hewitt et al. 2022): keep tokens with P >= eta,
 //!      eta = min(epsilon, alpha * exp(-H(P))), H the entropy of the current distribution; the argmax
-//!      is always kept so the set is never empty (only reachable when alpha > 1).
+//!      (the first, lowest id, among tied maxima, as top-k breaks ties) is always kept so the set is
+//!      never empty (only reachable when alpha > 1).
 //! Steps 5-7 each renormalise over what the previous steps kept. Removed tokens get -inf.
 //!
 //! Non-finite numbers (the policy of every token-producing entry point, sampling/sampler.hpp): a row
@@ -52,6 +53,7 @@
 #include <vector>
 
 #include "specdec/core/config.hpp"
+#include "specdec/core/detail/bits.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/execution.hpp"
 #include "specdec/core/tensor.hpp"
@@ -269,6 +271,25 @@ inline void apply_top_k(std::span<float> row, int k, sampling_workspace& ws) {
   return x;
 }
 
+//! min-p's cut for a row whose maximum is m: the smallest float c with double(c) - double(m) >=
+//! ln(min_p) (ln in double), so that the keep test `l >= c` on a float logit is exactly l - m >=
+//! ln(min_p), i.e. P(l) >= min_p * P(max) (the float sum m + ln(min_p) could round below that and
+//! keep tokens under the threshold at large logits: 2.99585 below the maximum at 3000). m finite,
+//! min_p in (0, 1]. A step or two from the rounded sum; the device computes the same (its log within
+//! 1 ulp of the host's).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline float min_p_cut(float m, float min_p) noexcept {
+  const double lnp = std::log(static_cast<double>(min_p)), md = m;
+  const auto up = [](float x) {  // the next float above a finite x
+    const std::uint32_t b = float_bits(x);
+    return bits_float(b == 0x80000000u ? 1u : (b & 0x80000000u) ? b - 1u : b + 1u);
+  };
+  const auto down = [&](float x) { return -up(-x); };
+  float c = static_cast<float>(md + lnp);
+  while (static_cast<double>(c) - md < lnp) c = up(c);
+  for (float d = down(c); static_cast<double>(d) - md >= lnp; d = down(c)) c = d;
+  return c;
+}
+
 //! Whether a request's processing reads its context (a repetition or contextual penalty).
 [[nodiscard]] SPECDEC_HOST_DEVICE inline bool applies_penalty(const sampling_params& p) noexcept {
   return p.repetition_penalty != 1.0f || (p.contextual_penalty != 1.0f && p.penalty_window > 0);
@@ -321,8 +342,7 @@ inline void process_row(std::span<float> row, const sampling_params& p, std::spa
   if (p.top_p < 1.0f) apply_top_p(row, p.top_p, m, ws);
   if (p.min_p > 0.0f) {
     // P(v) >= p_base * p_max  <=>  l_v - max >= ln(p_base): compared on logits, no exp needed
-    const float cut = m + static_cast<float>(std::log(static_cast<double>(p.min_p)));
-    mask_below(row.data(), row.size(), cut);
+    mask_below(row.data(), row.size(), min_p_cut(m, p.min_p));
   }
   if (p.eta_epsilon > 0.0f) {
     const double sum = softmax_weights(row, m, ws);
