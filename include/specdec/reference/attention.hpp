@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -76,9 +78,77 @@ double elem(const V& v, std::int64_t i, std::int64_t j, std::int64_t k) {
 
 //! The one reference: for each request r, query token i, head h, keys = [cache tokens 0..L_r) ++
 //! [tree tokens j of r with mask bit (i, j)] (all tree tokens when Masked is false).
+//! Argument checks (throwing specdec::invalid_argument naming the public reference and the
+//! argument): the shapes, q_indptr's values, the mask's word count, the heads, the cache's layout
+//! (validate_kv_layout) and a finite scale; everything the loops below read is then in bounds.
+//! They accept every call the optimized entry point accepts (the mask's bits and the head_dim
+//! values 64/128/256 are not restricted here).
 template <class Q, class L, class K, class V, class I, class M>
 attention_result attention(const Q& q_in, const L* cache, const K* spec_k, const V* spec_v, const I& q_indptr,
                            const M* mask, double scale) {
+  constexpr std::string_view fn = std::is_same_v<L, none>   ? "specdec::reference::tree_attention"
+                                  : std::is_same_v<K, none> ? "specdec::reference::decode_attention"
+                                                            : "specdec::reference::hybrid_tree_attention";
+  {
+    const auto qv = as_view(q_in);
+    const auto iv = as_view(q_indptr);
+    static_assert(decltype(qv)::rank == 3, "specdec::reference attention: q is [tokens, heads, head_dim]");
+    static_assert(decltype(iv)::rank == 1, "specdec::reference attention: q_indptr is [requests + 1]");
+    if constexpr (!std::is_same_v<L, none>) {
+      // q_indptr's extent against the layout's request count before the layout's lengths are read
+      require(cache->num_requests() >= 0, fn, "cache", "num_requests() >= 0", cache->num_requests());
+      require_shape(fn, "q_indptr", iv, {static_cast<std::int64_t>(cache->num_requests()) + 1});
+      validate_kv_layout(*cache, fn, "cache");
+    } else {
+      require_array(fn, "q_indptr", iv);
+      require(iv.extent(0) >= 1 && iv.extent(0) <= INT32_MAX, fn, "q_indptr",
+              "between 1 and 2^31 - 1 elements (num_requests + 1)", iv.extent(0));
+    }
+    require_array(fn, "q", qv);
+    const std::int64_t tokens = qv.extent(0), hq = qv.extent(1), d = qv.extent(2);
+    require(tokens <= INT32_MAX, fn, "q", "at most 2^31-1 tokens", tokens);
+    require(hq >= 1 && hq <= INT32_MAX, fn, "q", "between 1 and 2^31-1 query heads (extent 1)", hq);
+    require(d >= 1 && d <= INT32_MAX, fn, "q", "a head_dim (extent 2) between 1 and 2^31-1", d);
+    (void)checked_size_product(fn, "q", {tokens, hq, d});
+    std::int64_t hkv = 1;
+    if constexpr (!std::is_same_v<L, none>) {
+      hkv = cache->num_kv_heads();
+      if (cache->head_dim() != d) [[unlikely]]
+        throw_invalid_argument(fn, "cache", "head_dim() equal to q's head_dim " + std::to_string(d),
+                               cache->head_dim());
+    } else if constexpr (!std::is_same_v<K, none>) {
+      hkv = as_view(*spec_k).extent(1);
+      require(hkv >= 1, fn, "spec_k", "at least one kv head (extent 1)", hkv);
+    }
+    if (!(hq % hkv == 0)) [[unlikely]]
+      throw_invalid_argument(fn, "q",
+                             "a number of query heads that is a multiple of the number of kv heads (" +
+                                 std::to_string(hkv) + ")",
+                             hq);
+    const std::int64_t requests = iv.extent(0) - 1;
+    std::vector<std::int32_t> offsets(static_cast<std::size_t>(requests) + 1);  // q_indptr's values, unit stride
+    for (std::int64_t r = 0; r <= requests; ++r)
+      offsets[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(iv(r));
+    specdec::detail::validate_indptr(fn, "q_indptr", "q_indptr", offsets.data(), requests, tokens,
+                                     "the number of query tokens q.extent(0)");
+    if constexpr (!std::is_same_v<K, none>) {
+      const auto kv = as_view(*spec_k);
+      const auto vv = as_view(*spec_v);
+      const auto mv = as_view(*mask);
+      static_assert(decltype(kv)::rank == 3 && decltype(vv)::rank == 3,
+                    "specdec::reference attention: spec_k and spec_v are [tokens, kv_heads, head_dim]");
+      static_assert(decltype(mv)::rank == 1, "specdec::reference attention: the mask is rank 1");
+      require_shape(fn, "spec_k", kv, {tokens, hkv, d});
+      require_shape(fn, "spec_v", vv, {tokens, hkv, d});
+      std::int64_t words = 0;  // sum over requests of n_r * words_per_row(n_r)
+      for (std::int64_t r = 0; r < requests; ++r) {
+        const int n = offsets[static_cast<std::size_t>(r) + 1] - offsets[static_cast<std::size_t>(r)];
+        words += static_cast<std::int64_t>(n) * words_per_row(n);
+      }
+      require_shape(fn, "mask", mv, {words});
+    }
+    require(std::isfinite(scale), fn, "scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
+  }
   const auto q = as_view(q_in);
   const auto ip = as_view(q_indptr);
   const int tokens = static_cast<int>(q.extent(0)), hq = static_cast<int>(q.extent(1)), d = static_cast<int>(q.extent(2));

@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "specdec/core/bitmask.hpp"
+#include "specdec/core/error.hpp"
 #include "specdec/core/numeric.hpp"
 #include "specdec/reference/attention.hpp"
 #include "specdec/reference/ring_kv.hpp"
@@ -23,11 +26,58 @@ namespace specdec::reference {
 //!   q [T, Hq, D], spec_k/spec_v [T, Hkv, D] (or null), q_indptr [R + 1].
 //! Returns out [T, Hq, D] and natural-log lse [T, Hq] (-inf for a row with no keys).
 //! O(sum_r n_r (min(|history_r|, W) + n_r) Hq D).
+//! Throws specdec::invalid_argument naming this function on: q_indptr not of R + 1 valid offsets
+//! (validate_indptr), q not of q_indptr.back() * hq * head_dim elements, hq < 1, head_dim < 1, a
+//! history whose kv_heads, head_dim or window (>= 1) differs from the first's / head_dim, hq not a
+//! multiple of kv_heads, spec_k without spec_v, a non-finite scale. spec_k, spec_v and mask are raw
+//! pointers: their sizes ([T, Hkv, D], the packed masks) remain the caller's to get right.
 template <class S>
 attention_result sliding_window_attention(const std::vector<double>& q, int hq, int head_dim,
                                           const std::vector<sliding_window_history<S>>& history, const double* spec_k,
                                           const double* spec_v, const std::vector<std::int32_t>& q_indptr,
                                           const mask_word* mask, double scale = 0.0) {
+  {
+    constexpr std::string_view fn = "specdec::reference::sliding_window_attention";
+    const std::int64_t requests = static_cast<std::int64_t>(history.size());
+    require(requests <= INT32_MAX - 1, fn, "history", "at most 2^31-2 requests", requests);
+    if (!(static_cast<std::int64_t>(q_indptr.size()) == requests + 1)) [[unlikely]]
+      throw_invalid_argument(fn, "q_indptr",
+                             "history.size() + 1 = " + std::to_string(requests + 1) + " offsets (num_requests + 1)",
+                             q_indptr.size());
+    specdec::detail::validate_indptr(fn, "q_indptr", "q_indptr", q_indptr.data(), requests);
+    require(hq >= 1, fn, "hq", ">= 1", hq);
+    require(head_dim >= 1, fn, "head_dim", ">= 1", head_dim);
+    const std::int64_t q_size = checked_size_product(fn, "q", {q_indptr.back(), hq, head_dim});
+    if (!(q.size() == static_cast<std::size_t>(q_size))) [[unlikely]]
+      throw_invalid_argument(fn, "q",
+                             "q_indptr.back() * hq * head_dim = " + std::to_string(q_size) +
+                                 " elements ([tokens, hq, head_dim])",
+                             q.size());
+    const int kv_heads = requests ? history[0].kv_heads : 1;
+    for (std::size_t r = 0; r < history.size(); ++r) {
+      const auto& h = history[r];
+      if (!(h.kv_heads == kv_heads)) [[unlikely]]
+        throw_invalid_argument(fn, "history",
+                               "the same kv_heads = " + std::to_string(kv_heads) + " in every history (request " +
+                                   std::to_string(r) + ")",
+                               h.kv_heads);
+      if (!(h.head_dim == head_dim)) [[unlikely]]
+        throw_invalid_argument(fn, "history",
+                               "head_dim equal to the argument head_dim = " + std::to_string(head_dim) +
+                                   " in every history (request " + std::to_string(r) + ")",
+                               h.head_dim);
+      if (!(h.window >= 1)) [[unlikely]]
+        throw_invalid_argument(fn, "history", "window >= 1 in every history (request " + std::to_string(r) + ")",
+                               h.window);
+    }
+    require(kv_heads >= 1, fn, "history", "kv_heads >= 1", kv_heads);
+    if (!(hq % kv_heads == 0)) [[unlikely]]
+      throw_invalid_argument(fn, "hq",
+                             "a multiple of the number of kv heads (" + std::to_string(kv_heads) + ")", hq);
+    if (spec_k != nullptr && spec_v == nullptr) [[unlikely]]
+      throw_invalid_argument(fn, "spec_v", "non-null when spec_k is given (the tree tokens' values)", "nullptr");
+    require(std::isfinite(scale), fn, "scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
+  }
   const int requests = static_cast<int>(history.size());
   const int hkv = requests ? history[0].kv_heads : 1;
   const int group = hq / hkv, d = head_dim;
