@@ -41,6 +41,27 @@ struct attention_result {
 struct none {};
 
 namespace detail {
+//! hq a multiple of hkv (the GQA group), checked for the attention references (naming `fn`).
+inline void require_head_groups(std::string_view fn, std::int64_t hq, std::int64_t hkv) {
+  if (!(hq % hkv == 0)) [[unlikely]]
+    throw_invalid_argument(fn, "q",
+                           "a number of query heads that is a multiple of the number of kv heads (" +
+                               std::to_string(hkv) + ")",
+                           hq);
+}
+
+//! q_indptr's values (any stride) as a unit-stride copy, checked as offsets into q's `tokens` rows
+//! (validate_indptr, naming `fn`).
+template <class IV>
+std::vector<std::int32_t> checked_q_offsets(std::string_view fn, const IV& iv, std::int64_t tokens) {
+  const std::int64_t requests = iv.extent(0) - 1;
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(requests) + 1);
+  for (std::int64_t r = 0; r <= requests; ++r) offsets[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(iv(r));
+  specdec::detail::validate_indptr(fn, "q_indptr", "q_indptr", offsets.data(), requests, tokens,
+                                   "the number of query tokens q.extent(0)");
+  return offsets;
+}
+
 //! The softmax of one query row over its visible keys: given the scaled logits of the row's keys and
 //! value_row(k), a callable whose result `v` gives element c of key k's value row as v(c), adds
 //! sum_k softmax(logits)_k * v_k into o[0, d) and returns the row's natural-log LSE,
@@ -120,17 +141,9 @@ attention_result attention(const Q& q_in, const L* cache, const K* spec_k, const
       hkv = as_view(*spec_k).extent(1);
       require(hkv >= 1, fn, "spec_k", "at least one kv head (extent 1)", hkv);
     }
-    if (!(hq % hkv == 0)) [[unlikely]]
-      throw_invalid_argument(fn, "q",
-                             "a number of query heads that is a multiple of the number of kv heads (" +
-                                 std::to_string(hkv) + ")",
-                             hq);
+    detail::require_head_groups(fn, hq, hkv);
     const std::int64_t requests = iv.extent(0) - 1;
-    std::vector<std::int32_t> offsets(static_cast<std::size_t>(requests) + 1);  // q_indptr's values, unit stride
-    for (std::int64_t r = 0; r <= requests; ++r)
-      offsets[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(iv(r));
-    specdec::detail::validate_indptr(fn, "q_indptr", "q_indptr", offsets.data(), requests, tokens,
-                                     "the number of query tokens q.extent(0)");
+    const std::vector<std::int32_t> offsets = detail::checked_q_offsets(fn, iv, tokens);
     if constexpr (!std::is_same_v<K, none>) {
       const auto kv = as_view(*spec_k);
       const auto vv = as_view(*spec_v);

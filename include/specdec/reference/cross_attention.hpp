@@ -58,16 +58,8 @@ attention_result cross_attention(const Q& q_in, const L& target, std::span<const
     (void)checked_size_product(fn, "q", {tokens, hq, d});
     if (target.head_dim() != d) [[unlikely]]
       throw_invalid_argument(fn, "target", "head_dim() equal to q's head_dim " + std::to_string(d), target.head_dim());
-    if (!(hq % target.num_kv_heads() == 0)) [[unlikely]]
-      throw_invalid_argument(fn, "q",
-                             "a number of query heads that is a multiple of the number of kv heads (" +
-                                 std::to_string(target.num_kv_heads()) + ")",
-                             hq);
-    std::vector<std::int32_t> offsets(static_cast<std::size_t>(requests) + 1);  // q_indptr's values, unit stride
-    for (std::int64_t r = 0; r <= requests; ++r)
-      offsets[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(iv(r));
-    specdec::detail::validate_indptr(fn, "q_indptr", "q_indptr", offsets.data(), requests, tokens,
-                                     "the number of query tokens q.extent(0)");
+    detail::require_head_groups(fn, hq, target.num_kv_heads());
+    (void)detail::checked_q_offsets(fn, iv, tokens);
     require(std::isfinite(scale), fn, "scale", "a finite value (0 = 1/sqrt(head_dim))", scale);
   }
   const auto q = as_view(q_in);
