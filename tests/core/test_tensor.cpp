@@ -79,6 +79,30 @@ TEST_CASE("make_view rejects negative extents and keeps the memory space") {
   CHECK(z.size() == 0);
 }
 
+TEST_CASE("make_view refuses extents whose product overflows int64; contiguous wraps without UB and require_array refuses") {
+  float x = 0;
+  const std::int64_t big = std::int64_t{1} << 32;
+  CHECK_THROWS_WITH(specdec::make_view(&x, {big, big}),
+                    Contains("specdec::make_view") && Contains("'extents'") && Contains("product fits in int64") &&
+                        Contains("4294967296 * 4294967296"));
+  CHECK_THROWS_AS(specdec::make_view(&x, {2, big, big / 2, 2}), specdec::invalid_argument);
+  // A product just under 2^63 is accepted (a view, not an allocation). A zero extent makes an empty
+  // array, but the other extents still give the strides, so their product must fit too (as from_dlpack).
+  CHECK_NOTHROW(specdec::make_view(&x, {std::int64_t{1} << 31, (std::int64_t{1} << 31) - 1, 2}));
+  const auto e = specdec::make_view(&x, {0, big, big / 4});
+  CHECK(e.size() == 0);
+  CHECK(e.stride(0) == big * (big / 4));
+  CHECK_NOTHROW(specdec::require_array("f", "e", e));
+  CHECK_THROWS_AS(specdec::make_view(&x, {0, big, big, big}), specdec::invalid_argument);
+  // strided_view::contiguous is noexcept: its strides wrap (uint64 arithmetic, no signed overflow for
+  // UBSan to report) into a view that the entry points' check refuses.
+  const auto w = specdec::strided_view<float, 3>::contiguous(&x, {4, big, big});
+  CHECK(w.stride(2) == 1);
+  CHECK(w.stride(1) == big);
+  CHECK(w.stride(0) == 0);  // 2^64 wrapped
+  CHECK_THROWS_WITH(specdec::require_array("f", "w", w), Contains("'w'") && Contains("do not wrap"));
+}
+
 TEST_CASE("as_view converts any tensor_like") {
   std::vector<float> buf(3 * 8);
   std::iota(buf.begin(), buf.end(), 0.0f);

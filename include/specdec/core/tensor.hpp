@@ -76,14 +76,17 @@ class strided_view {
     }
   }
 
-  //! Row-major contiguous view of `data` with the given extents.
+  //! Row-major contiguous view of `data` with the given extents. Extents whose product does not fit
+  //! int64 give strides that wrap (computed in uint64, so without undefined behaviour): such a view
+  //! describes no array, and require_array (every entry point's check) refuses it; make_view refuses
+  //! it first.
   static strided_view contiguous(T* data, const std::int64_t (&extents)[Rank],
                                  memory_space space = memory_space::host) noexcept {
     std::int64_t strides[Rank];
-    std::int64_t s = 1;
+    std::uint64_t s = 1;
     for (int i = Rank - 1; i >= 0; --i) {
-      strides[i] = s;
-      s *= extents[i];
+      strides[i] = static_cast<std::int64_t>(s);
+      s *= static_cast<std::uint64_t>(extents[i]);
     }
     return strided_view(data, extents, strides, space);
   }
@@ -104,11 +107,12 @@ class strided_view {
   SPECDEC_HOST_DEVICE std::int64_t extent(int i) const noexcept { return extents_[i]; }
   SPECDEC_HOST_DEVICE std::int64_t stride(int i) const noexcept { return strides_[i]; }
   SPECDEC_HOST_DEVICE memory_space space() const noexcept { return space_; }
-  //! Number of elements.
+  //! Number of elements. Precondition: non-negative extents whose product fits int64 (make_view and
+  //! from_dlpack check it; otherwise the product wraps, computed in uint64 without undefined behaviour).
   SPECDEC_HOST_DEVICE std::int64_t size() const noexcept {
-    std::int64_t n = 1;
-    for (int i = 0; i < Rank; ++i) n *= extents_[i];
-    return n;
+    std::uint64_t n = 1;
+    for (int i = 0; i < Rank; ++i) n *= static_cast<std::uint64_t>(extents_[i]);
+    return static_cast<std::int64_t>(n);
   }
   //! True when strides are exactly row-major over the extents (size-1 dims ignored).
   SPECDEC_HOST_DEVICE bool is_contiguous() const noexcept {
@@ -138,12 +142,17 @@ class strided_view {
 
 static_assert(tensor_like<strided_view<float, 3>>);
 
-//! Row-major contiguous view over a raw pointer: make_view(ptr, {tokens, heads, dim}).
+//! Row-major contiguous view over a raw pointer: make_view(ptr, {tokens, heads, dim}). Throws
+//! invalid_argument for a negative extent, or extents whose product of non-zero extents does not fit
+//! int64 (no array has that many elements; the strides would wrap).
 template <int Rank, class T>
 [[nodiscard]] strided_view<T, Rank> make_view(T* data, const std::int64_t (&extents)[Rank],
                                               memory_space space = memory_space::host) {
-  for (int i = 0; i < Rank; ++i)
+  std::int64_t nonzero = 1;
+  for (int i = 0; i < Rank; ++i) {
     require(extents[i] >= 0, "specdec::make_view", "extents", "non-negative extents", extents[i]);
+    if (extents[i] != 0) nonzero = checked_size_product("specdec::make_view", "extents", {nonzero, extents[i]});
+  }
   return strided_view<T, Rank>::contiguous(data, extents, space);
 }
 
