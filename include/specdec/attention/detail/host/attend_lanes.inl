@@ -35,6 +35,14 @@ inline constexpr int lanes_auto_rows = vreg_parts == 1 ? 2 * vlanes : vlanes;
 //! Zen 4 core the rows kernel's far L1 form was the slow one, attend_rows.inl).
 inline constexpr int lanes_kpf_dist = vreg_parts == 1 ? 16 : kpf_dist;
 inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
+//! Tokens ahead at which attend_part_lanes also prefetches K rows into L2 where the near prefetch
+//! above goes to L1 (the avx512 level; 0: none). On a Zen 4 core the near prefetcht0 of a line still
+//! in DRAM or L3 holds an L1 miss buffer for the whole round trip (attend_rows.inl): #24's fp16 grid
+//! ran trees 3-4 at a 4K and a 32K cache 1.25-1.35x faster with this far prefetch (the near one then
+//! hits L2), trees 5-8 1.02-1.17x, and the demo target's fp32 D 64 trees 5-8 1.06-1.28x (RESULTS.md,
+//! session 59). 64 into L2 alone was as fast there; 32 and 128 were within 5%; the near L1 prefetch
+//! is kept for the Zen 5 core it was measured on (session 41).
+inline constexpr int lanes_kpf_far = vreg_parts == 1 ? 64 : 0;
 
 //! Unmasked online-softmax attention of m_rows <= 16 * RV query rows per kv head over keys
 //! [k_begin, k_end) of `nheads` kv heads (automatic runs it for 9 to lanes_auto_rows rows, RV = 2
@@ -48,7 +56,8 @@ inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 //!
 //! Per block of lanes_block_for(RV, widen) keys: scores token-major over the heads (score_keys on the K
 //! rows in place, RV row vectors; fp16/bf16 rows are widened into a small L1 buffer first),
-//! prefetching K lanes_kpf_dist tokens ahead (into L1 at the avx512 level, L2 elsewhere) and the
+//! prefetching K lanes_kpf_dist tokens ahead (into L1 at the avx512 level, L2 elsewhere; at the
+//! avx512 level also lanes_kpf_far tokens ahead into L2) and the
 //! block's V rows into L2 as the rows kernel does; an online softmax per head and row vector with
 //! the rows in lanes; then O += P V per head on the V rows in place, m_rows rounded up to 4
 //! (pv_row_groups for fp16/bf16 rows at the avx512 level, pv_blocks elsewhere), prefetching the
@@ -93,6 +102,7 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
               if (j < nnb) vn[hh][j] = vrow(b + LB + j, h0 + hh);
               prefetch_row<D>(vr);
               if (b + j + lanes_kpf_dist < k_end) prefetch_row<D, lanes_kpf_locality>(krow(b + j + lanes_kpf_dist, h0 + hh));
+              if (lanes_kpf_far > 0 && b + j + lanes_kpf_far < k_end) prefetch_row<D, 2>(krow(b + j + lanes_kpf_far, h0 + hh));
             }
             if constexpr (widen) {
               widen_row(src, kw + jj * D, D);
