@@ -38,10 +38,11 @@ inline constexpr int lanes_kpf_locality = vreg_parts == 1 ? 3 : 2;
 //! Tokens ahead at which attend_part_lanes also prefetches K rows into L2 where the near prefetch
 //! above goes to L1 (the avx512 level; 0: none). On a Zen 4 core the near prefetcht0 of a line still
 //! in DRAM or L3 holds an L1 miss buffer for the whole round trip (attend_rows.inl): #24's fp16 grid
-//! ran trees 3-4 at a 4K and a 32K cache 1.25-1.35x faster with this far prefetch (the near one then
-//! hits L2), trees 5-8 1.02-1.17x, and the demo target's fp32 D 64 trees 5-8 1.06-1.28x (RESULTS.md,
-//! session 59). 64 into L2 alone was as fast there; 32 and 128 were within 5%; the near L1 prefetch
-//! is kept for the Zen 5 core it was measured on (session 41).
+//! ran trees 3-4 at a 4K and a 32K cache 1.14-1.38x faster with this far prefetch (the near one then
+//! hits L2), trees 5-8 1.01-1.17x, and the demo target's fp32 D 64 trees 5-8 1.07-1.28x (RESULTS.md,
+//! session 59). 64 into L2 alone was as fast there, 32 and 128 within 5-8%, any distance into L1
+//! 1.25-1.35x slower; the near L1 prefetch is kept for the Zen 5 core it was measured on (session
+//! 41), where the far one is not measured.
 inline constexpr int lanes_kpf_far = vreg_parts == 1 ? 64 : 0;
 
 //! Unmasked online-softmax attention of m_rows <= 16 * RV query rows per kv head over keys
