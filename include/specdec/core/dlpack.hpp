@@ -116,24 +116,21 @@ template <class T, int Rank>
   const memory_space space = memory_space_of(t.device, function, argument);
   require(Rank == 0 || t.shape != nullptr, function, argument, "non-null shape", "nullptr");
   std::int64_t extents[Rank], strides[Rank];
-  std::int64_t numel = 1, nonzero = 1;  // nonzero: the product of the non-zero extents, which must fit int64
+  bool empty = false;
   for (int i = 0; i < Rank; ++i) {
     require(t.shape[i] >= 0, function, argument, "non-negative shape[" + std::to_string(i) + "]", t.shape[i]);
     extents[i] = t.shape[i];
-    if (t.shape[i] == 0) numel = 0;
-    else nonzero = checked_size_product(function, argument, {nonzero, t.shape[i]});
+    empty = empty || t.shape[i] == 0;
   }
-  if (numel != 0) numel = nonzero;  // the default strides below are partial products of the same
+  // Checked even when a zero extent empties the tensor: the default strides below are partial products
+  // of the non-zero extents.
+  (void)detail::checked_nonzero_product(function, argument, extents);
   if (t.strides == nullptr) {
-    std::int64_t s = 1;
-    for (int i = Rank - 1; i >= 0; --i) {
-      strides[i] = s;
-      s *= extents[i];
-    }
+    detail::row_major_strides(extents, strides);
   } else {
     for (int i = 0; i < Rank; ++i) strides[i] = t.strides[i];
   }
-  require(numel == 0 || t.data != nullptr, function, argument, "non-null data for a non-empty tensor", "nullptr");
+  require(empty || t.data != nullptr, function, argument, "non-null data for a non-empty tensor", "nullptr");
   char* base = static_cast<char*>(const_cast<void*>(static_cast<const void*>(t.data)));
   if (base != nullptr) {
     const auto at = reinterpret_cast<std::uintptr_t>(base);
