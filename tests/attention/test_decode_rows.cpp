@@ -17,13 +17,15 @@ TEST_CASE("decode row kernel fp32: rows 1..8, GQA ratios, head dims, paged and c
     }
 }
 
+// (Catch2 runs a test case once per leaf section, and the code outside the sections on every one of
+// those runs: the sweeps beside the sections sit in sections of their own, so each runs once.)
 TEST_CASE("decode row kernel fp32: HND layout, forced splits, hybrid cache part, custom scale") {
-  row_kernel_sweep<float>(9001, 4, 128, {layout_kind::hnd});
+  SECTION("HND") { row_kernel_sweep<float>(9001, 4, 128, {layout_kind::hnd}); }
   for (int split : {1, 31, 64, 1000})
     DYNAMIC_SECTION("split " << split) {
       row_kernel_sweep<float>(9002 + split, 2, 64, {layout_kind::paged}, {.kv_split_size = split}, true);
     }
-  row_kernel_sweep<float>(9100, 8, 256, {layout_kind::nhd}, {.scale = 0.02f}, true);
+  SECTION("custom scale") { row_kernel_sweep<float>(9100, 8, 256, {layout_kind::nhd}, {.scale = 0.02f}, true); }
 }
 
 TEST_CASE("decode row kernel fp32: equals the tile kernel on the same inputs") {
@@ -54,17 +56,19 @@ static void lanes_ratio_grid(std::uint64_t seed, bool wide) {
 TEST_CASE("decode lanes kernel fp32: rows 9..16, GQA ratios, head dims, layouts, splits, hybrid") {
   using specdec::attention_kernel;
   lanes_ratio_grid(4600, false);
-  row_kernel_sweep<float>(4700, 4, 128, {layout_kind::hnd}, {}, true, attention_kernel::lanes);
+  SECTION("HND") { row_kernel_sweep<float>(4700, 4, 128, {layout_kind::hnd}, {}, true, attention_kernel::lanes); }
   for (int split : {1, 31, 64, 1000})
     DYNAMIC_SECTION("split " << split) {
       row_kernel_sweep<float>(4701 + split, 2, 64, {layout_kind::paged}, {.kv_split_size = split}, true,
                               attention_kernel::lanes);
     }
-  // GQA 1: every row count 9-16 through the public API (two seeds: four consecutive counts each).
-  for (std::uint64_t s : {4900, 4904})
-    row_kernel_sweep<float>(s, 1, 64, {layout_kind::nhd}, {}, true, attention_kernel::lanes);
-  // Pinned: lanes on a request the automatic choice gives the rows kernel (1-4 rows) is the same maths.
-  row_kernel_sweep<float>(4800, 1, 64, {layout_kind::nhd}, {.kernel = attention_kernel::lanes}, true);
+  SECTION("GQA 1, every row count; pinned on few rows") {
+    // GQA 1: every row count 9-16 through the public API (two seeds: four consecutive counts each).
+    for (std::uint64_t s : {4900, 4904})
+      row_kernel_sweep<float>(s, 1, 64, {layout_kind::nhd}, {}, true, attention_kernel::lanes);
+    // Pinned: lanes on a request the automatic choice gives the rows kernel (1-4 rows) is the same maths.
+    row_kernel_sweep<float>(4800, 1, 64, {layout_kind::nhd}, {.kernel = attention_kernel::lanes}, true);
+  }
 }
 
 // A decode-like work item holds all Hkv heads and runs them dot_heads at a time: Hkv = dot_heads + 3
@@ -86,15 +90,21 @@ TEST_CASE("decode row and lanes kernels fp32: more kv heads than one chunk of a 
 TEST_CASE("decode lanes kernel fp32: rows 17..32 (two row vectors), GQA ratios, head dims, layouts, splits, hybrid") {
   using specdec::attention_kernel;
   lanes_ratio_grid(5200, true);
-  row_kernel_sweep<float>(5300, 4, 64, {layout_kind::hnd}, {.kv_split_size = 45}, true, attention_kernel::lanes,
-                          specdec::detail::dot_heads + 3, true);
-  // The tile kernel pinned on the same rows (automatic no longer runs it there at the avx512 level).
-  row_kernel_sweep<float>(5500, 4, 128, {layout_kind::paged}, {.kernel = attention_kernel::tiles}, true,
-                          attention_kernel::lanes, 0, true);
-  // GQA 1: every row count 17-32 with a non-empty cache (request 0's is empty): six seeds of four
-  // consecutive counts each.
-  for (std::uint64_t s : {5394, 5397, 5400, 5403, 5406, 5407})
-    row_kernel_sweep<float>(s, 1, 64, {layout_kind::nhd}, {}, true, attention_kernel::lanes, 0, true);
+  SECTION("HND, more kv heads than a chunk, split 45") {
+    row_kernel_sweep<float>(5300, 4, 64, {layout_kind::hnd}, {.kv_split_size = 45}, true, attention_kernel::lanes,
+                            specdec::detail::dot_heads + 3, true);
+  }
+  SECTION("the tile kernel pinned") {
+    // The tile kernel pinned on the same rows (automatic no longer runs it there at the avx512 level).
+    row_kernel_sweep<float>(5500, 4, 128, {layout_kind::paged}, {.kernel = attention_kernel::tiles}, true,
+                            attention_kernel::lanes, 0, true);
+  }
+  SECTION("GQA 1, every row count") {
+    // GQA 1: every row count 17-32 with a non-empty cache (request 0's is empty): six seeds of four
+    // consecutive counts each.
+    for (std::uint64_t s : {5394, 5397, 5400, 5403, 5406, 5407})
+      row_kernel_sweep<float>(s, 1, 64, {layout_kind::nhd}, {}, true, attention_kernel::lanes, 0, true);
+  }
 }
 
 TEST_CASE("decode kernels: the automatic choice by query rows per kv head") {

@@ -16,8 +16,11 @@ TEST_CASE("decode row kernel fp16/bf16: rows 1..8, GQA ratios, head dims, paged 
         row_kernel_sweep<specdec::bfloat16>(seed, ratio, d, {layout_kind::nhd, layout_kind::paged});
       }
     }
-  row_kernel_sweep<specdec::half>(5300, 2, 128, {layout_kind::hnd}, {.kv_split_size = 100}, true);
-  row_kernel_sweep<specdec::bfloat16>(5301, 4, 64, {layout_kind::paged}, {.kv_split_size = 33}, true);
+  // (In sections of their own: Catch2 runs the code outside the sections once per leaf section.)
+  SECTION("HND and paged, forced splits, hybrid") {
+    row_kernel_sweep<specdec::half>(5300, 2, 128, {layout_kind::hnd}, {.kv_split_size = 100}, true);
+    row_kernel_sweep<specdec::bfloat16>(5301, 4, 64, {layout_kind::paged}, {.kv_split_size = 33}, true);
+  }
 }
 
 TEST_CASE("decode row kernel fp16/bf16: equals the tile kernel on the same inputs") {
@@ -39,14 +42,21 @@ TEST_CASE("decode lanes kernel fp16/bf16: rows 9..32, GQA ratios, head dims; row
         row_kernel_sweep<specdec::bfloat16>(seed, ratio, d, {layout_kind::nhd}, {}, false, attention_kernel::lanes);
       }
     }
-  row_kernel_sweep<specdec::half>(5700, 2, 128, {layout_kind::hnd}, {.kv_split_size = 100}, true, attention_kernel::lanes);
-  // Rows 17-32: the two-row-vector form, pinned.
-  row_kernel_sweep<specdec::half>(5710, 4, 128, {layout_kind::paged}, {}, true, attention_kernel::lanes, 0, true);
-  row_kernel_sweep<specdec::bfloat16>(5711, 2, 64, {layout_kind::nhd}, {}, false, attention_kernel::lanes, 0, true);
-  // Every row count the lanes kernel takes, 1-8 too (pinned there: rows4 4 and 8, where the PV
-  // step's first and only group is 4 or 8 rows and runs the V prefetch hook).
-  for (int rows = 1; rows <= 32; ++rows) {
-    row_kernel_matches_tile_kernel<128, specdec::half, 0>(rows, rows, 0, 65, 2e-6);
-    row_kernel_matches_tile_kernel<64, specdec::bfloat16, 0>(rows + 50, rows, 5, 40, 2e-6);
+  // (In sections of their own: Catch2 runs the code outside the sections once per leaf section.)
+  SECTION("HND, forced split, hybrid") {
+    row_kernel_sweep<specdec::half>(5700, 2, 128, {layout_kind::hnd}, {.kv_split_size = 100}, true,
+                                    attention_kernel::lanes);
+  }
+  SECTION("rows 17-32: the two-row-vector form, pinned") {
+    row_kernel_sweep<specdec::half>(5710, 4, 128, {layout_kind::paged}, {}, true, attention_kernel::lanes, 0, true);
+    row_kernel_sweep<specdec::bfloat16>(5711, 2, 64, {layout_kind::nhd}, {}, false, attention_kernel::lanes, 0, true);
+  }
+  SECTION("every row count equals the tile kernel") {
+    // Every row count the lanes kernel takes, 1-8 too (pinned there: rows4 4 and 8, where the PV
+    // step's first and only group is 4 or 8 rows and runs the V prefetch hook).
+    for (int rows = 1; rows <= 32; ++rows) {
+      row_kernel_matches_tile_kernel<128, specdec::half, 0>(rows, rows, 0, 65, 2e-6);
+      row_kernel_matches_tile_kernel<64, specdec::bfloat16, 0>(rows + 50, rows, 5, 40, 2e-6);
+    }
   }
 }
