@@ -39,14 +39,14 @@ TEST_CASE("decode_attention: split size heuristic and overrides") {
   CHECK(choose_kv_split(100000, 1, 3) % specdec::detail::kv_tile == 0);
   batch<float> b(3, 4, 4, 64, {700, 333}, {2, 1});
   const auto ref = specdec::reference::decode_attention(b.q_view(), b.paged(), b.indptr_view());
+  // Loops, not sections: Catch2 would run the batch and its reference again for every section.
   for (int threads : {1, 0})
     for (int split : {0, 1, 63, 700, 100000}) {
-      DYNAMIC_SECTION("threads " << threads << " split " << split) {
-        b.reset_outputs();
-        specdec::decode_attention(specdec::host{.num_threads = threads}, b.q_view(), b.paged(), b.indptr_view(),
-                                  b.out_view(), b.lse_view(), {.kv_split_size = split});
-        check_against(b, ref);
-      }
+      INFO("threads " << threads << " split " << split);
+      b.reset_outputs();
+      specdec::decode_attention(specdec::host{.num_threads = threads}, b.q_view(), b.paged(), b.indptr_view(),
+                                b.out_view(), b.lse_view(), {.kv_split_size = split});
+      check_against(b, ref);
     }
 }
 
@@ -123,18 +123,18 @@ TEST_CASE("attention_options::kernel pins the rows, lanes or tile kernel; each m
   const auto ref = specdec::reference::decode_attention(b.q_view(), layout, b.indptr_view());
   const auto hyb = specdec::reference::hybrid_tree_attention(b.q_view(), layout, b.k_view(), b.v_view(),
                                                              b.indptr_view(), b.mask_view());
+  // A loop, not sections: Catch2 would run the references and everything below again per section.
   for (auto kernel : {specdec::attention_kernel::automatic, specdec::attention_kernel::rows,
                       specdec::attention_kernel::tiles, specdec::attention_kernel::lanes}) {
-    DYNAMIC_SECTION("kernel " << static_cast<int>(kernel)) {
-      b.reset_outputs();
-      specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(),
-                                {.kv_split_size = 256, .kernel = kernel});
-      check_against(b, ref);
-      b.reset_outputs();
-      specdec::hybrid_tree_attention(specdec::host{}, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(),
-                                     b.mask_view(), b.out_view(), b.lse_view(), {.kernel = kernel});
-      check_against(b, hyb);
-    }
+    INFO("kernel " << static_cast<int>(kernel));
+    b.reset_outputs();
+    specdec::decode_attention(specdec::host{}, b.q_view(), layout, b.indptr_view(), b.out_view(), b.lse_view(),
+                              {.kv_split_size = 256, .kernel = kernel});
+    check_against(b, ref);
+    b.reset_outputs();
+    specdec::hybrid_tree_attention(specdec::host{}, b.q_view(), layout, b.k_view(), b.v_view(), b.indptr_view(),
+                                   b.mask_view(), b.out_view(), b.lse_view(), {.kernel = kernel});
+    check_against(b, hyb);
   }
   // rows and automatic run the same kernel here: same bits.
   b.reset_outputs();
@@ -255,14 +255,14 @@ TEMPLATE_TEST_CASE("host attention runs on a thread with a 128 KiB stack at head
   const auto hyb = specdec::reference::hybrid_tree_attention(b.q_view(), b.paged(), b.k_view(), b.v_view(),
                                                              b.indptr_view(), b.mask_view());
   const auto dec = specdec::reference::decode_attention(b.q_view(), b.paged(), b.indptr_view());
+  // Loops, not sections: Catch2 would build the batches and references again for every section.
   for (bool hybrid : {true, false})
     for (auto kernel : {specdec::attention_kernel::automatic, specdec::attention_kernel::tiles,
                         specdec::attention_kernel::lanes}) {
-      DYNAMIC_SECTION((hybrid ? "hybrid" : "decode") << " kernel " << static_cast<int>(kernel)) {
-        b.reset_outputs();
-        REQUIRE(attention_on_small_stack(b, kernel, hybrid, stack_bytes) == std::string());
-        check_against(b, hybrid ? hyb : dec);
-      }
+      INFO((hybrid ? "hybrid" : "decode") << " kernel " << static_cast<int>(kernel));
+      b.reset_outputs();
+      REQUIRE(attention_on_small_stack(b, kernel, hybrid, stack_bytes) == std::string());
+      check_against(b, hybrid ? hyb : dec);
     }
   // The rows kernel takes at most 8 rows per kv head: a batch of 1-2 token trees.
   batch<TestType> r(42, 8, 2, 256, {300, 300}, {1, 2});
