@@ -124,7 +124,7 @@ template <class T, int Rank>
   }
   // Checked even when a zero extent empties the tensor: the default strides below are partial products
   // of the non-zero extents.
-  (void)detail::checked_nonzero_product(function, argument, extents);
+  detail::require_nonzero_product_fits(function, argument, extents);
   if (t.strides == nullptr) {
     detail::row_major_strides(extents, strides);
   } else {

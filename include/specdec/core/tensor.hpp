@@ -55,11 +55,10 @@ concept tensor_like = requires(const V& v, int i) {
   { v.space() } -> std::same_as<memory_space>;
 };
 
-//! Non-owning view of a Rank-dimensional array with element strides. Copyable, host/device usable.
 namespace detail {
 //! Row-major strides of `extents` (the last dimension contiguous), multiplied in uint64: extents whose
 //! product does not fit int64 give strides that wrap, without undefined behaviour (require_array
-//! refuses such a view; make_view and from_dlpack refuse the extents first, checked_nonzero_product).
+//! refuses such a view; make_view and from_dlpack refuse the extents first, require_nonzero_product_fits).
 template <int Rank>
 constexpr void row_major_strides(const std::int64_t (&extents)[Rank], std::int64_t (&strides)[Rank]) noexcept {
   std::uint64_t s = 1;
@@ -70,20 +69,20 @@ constexpr void row_major_strides(const std::int64_t (&extents)[Rank], std::int64
 }
 
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
-//! The product of the non-zero values of `extents` (non-negative; the caller checks that with its own
-//! message), which throws invalid_argument unless it fits int64: with a zero extent the array is empty,
-//! but the other extents still give the row-major strides.
+//! Throws invalid_argument unless the product of the non-zero values of `extents` (non-negative; the
+//! caller checks that with its own message) fits int64: with a zero extent the array is empty, but the
+//! other extents still give the row-major strides.
 template <int Rank>
-[[nodiscard]] std::int64_t checked_nonzero_product(std::string_view function, std::string_view argument,
-                                                   const std::int64_t (&extents)[Rank]) {
+void require_nonzero_product_fits(std::string_view function, std::string_view argument,
+                                  const std::int64_t (&extents)[Rank]) {
   std::int64_t n = 1;
   for (const std::int64_t e : extents)
     if (e != 0) n = checked_size_product(function, argument, {n, e});
-  return n;
 }
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
 
+//! Non-owning view of a Rank-dimensional array with element strides. Copyable, host/device usable.
 template <class T, int Rank>
 class strided_view {
   static_assert(Rank >= 1, "strided_view: Rank must be at least 1");
@@ -174,7 +173,7 @@ template <int Rank, class T>
                                               memory_space space = memory_space::host) {
   for (int i = 0; i < Rank; ++i)
     require(extents[i] >= 0, "specdec::make_view", "extents", "non-negative extents", extents[i]);
-  (void)detail::checked_nonzero_product("specdec::make_view", "extents", extents);
+  detail::require_nonzero_product_fits("specdec::make_view", "extents", extents);
   return strided_view<T, Rank>::contiguous(data, extents, space);
 }
 
