@@ -86,7 +86,7 @@ void row_kernel_matches_tile_kernel(std::uint64_t seed, int m_rows, int k0, int 
   auto qt_of = [&](int) { return static_cast<const float*>(qt.data()); };
   std::vector<float> staging(host_kernel_scratch_floats(D));  // the kernels' workspace slot (scratch.hpp)
   float* const scratch = staging.data();
-  if constexpr (RB == 0) attend_part_lanes<D, T>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1);
+  if constexpr (RB == 0) attend_part_lanes<D, T>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1, scratch);
   else attend_part_rows<D, T, RB>(1, qt_of, [&](int) { return part_rows.data(); }, m_rows, krow, vrow, k0, k1, scratch);
   attend_part<D, T, false>(1, qt_of, [&](int) { return part_tile.data(); }, m_rows, 1, krow, vrow, k0, k1, nullptr, 0, scratch);
   double worst = 0;

@@ -64,24 +64,51 @@ inline constexpr int lanes_kpf_far = vreg_parts == 1 ? 64 : 0;
 //! (pv_row_groups for fp16/bf16 rows at the avx512 level, pv_blocks elsewhere), prefetching the
 //! next block's V. Score lanes m_rows..16 * RV - 1 have zero queries and are
 //! computed but never written out.
-template <int D, class T, int RV, class QtFn, class PartFn, class KRow, class VRow>
+//!
+//! With TR (4 or 8; RV = 2, m_rows <= 16 + TR) the second row vector's rows are tail rows: the
+//! broadcast step scores rows 0-15 only (one row vector, lanes_score_keys_for(1, widen) keys a step)
+//! and rows 16..m_rows - 1 get dot products along head_dim from a row-major copy of their queries
+//! in `scratch`, TK = 16 / TR keys x TR rows per step, their 16 sums reduced together (vhsum16), into
+//! lanes 16.. of the same score block; the softmax and PV steps are those of RV = 2. The second row
+//! vector costs D FMAs per key whatever the rows in it; the tail costs TR x D / 16 and a share of
+//! one reduction. `scratch`: host_kernel_scratch_floats(D) floats, read only with TR.
+template <int D, class T, int RV, int TR, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
-                          int k_begin, int k_end) noexcept {
-  static_assert(RV == 1 || RV == 2);  // m_rows <= 16 * RV: attend_part_lanes picks RV by the row count
+                          int k_begin, int k_end, float* scratch) noexcept {
+  // m_rows <= 16 * RV, or 16 + TR with tail rows: attend_part_lanes picks the form by the row count.
+  static_assert((RV == 1 || RV == 2) && (TR == 0 || (RV == 2 && (TR == 4 || TR == 8))));
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   constexpr bool widen = !std::is_same_v<T, float>;
-  constexpr int KB = lanes_score_keys_for(RV, widen), LB = lanes_block_for(RV, widen), NH = dot_heads;
+  constexpr int SRV = TR > 0 ? 1 : RV;  // row vectors the broadcast score step computes
+  constexpr int KB = lanes_score_keys_for(SRV, widen), LB = lanes_block_for(SRV, widen), NH = dot_heads;
   constexpr int W = RV * vlanes;  // rows per score vector set
+  constexpr int TK = TR > 0 ? vlanes / TR : 1;  // keys per tail step: TK x TR sums reduced together
+  static_assert(TR == 0 || (2 * vlanes == W && KB % TK == 0 && TK * TR == vlanes));
+  static_assert(TR == 0 || NH * TR * static_cast<std::size_t>(D) <= host_kernel_scratch_floats(D));
   alignas(64) float st[NH][LB][W];  // S, then P, key-major: a key's rows together
   alignas(64) float mrow[NH][W], lrow[NH][W], alpha[W];
   alignas(64) float kw[widen ? KB * D : 1];
   const T* vp[NH][LB];
   const T* vn[NH][LB];  // the next block's V rows, prefetched during this block's PV
   const int rows4 = static_cast<int>(round_up(m_rows, 4));
+  // Tail rows 16..16 + TR - 1, row-major (dot products along head_dim), in the workspace slot.
+  float(*const __restrict qtail)[TR > 0 ? TR : 1][D] = reinterpret_cast<float(*)[TR > 0 ? TR : 1][D]>(scratch);
+  if constexpr (TR > 0) {
+    // Score lanes 16 + TR..31 are never computed: zeros, so the softmax reads defined values there.
+    for (int hh = 0; hh < NH; ++hh)
+      for (int j = 0; j < LB; ++j) std::fill(&st[hh][j][vlanes + TR], &st[hh][j][0] + W, 0.0f);
+  } else {
+    (void)qtail;
+  }
 
   for (int h0 = 0; h0 < nheads; h0 += NH) {
     const int hc = std::min(NH, nheads - h0);
     for (int hh = 0; hh < hc; ++hh) {
+      if constexpr (TR > 0) {
+        const float* qt = qt_of(h0 + hh);
+        for (int e = 0; e < TR; ++e)
+          for (int d = 0; d < D; ++d) qtail[hh][e][d] = vlanes + e < m_rows ? qt[d * (2 * vlanes) + vlanes + e] : 0.0f;
+      }
       float* o = part_of(h0 + hh);
       std::fill(o, o + static_cast<std::int64_t>(rows4) * D, 0.0f);
       std::fill(mrow[hh], mrow[hh] + W, ninf);
@@ -112,7 +139,31 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
               kr[jj] = src;
             }
           }
-          score_keys<D, RV, KB, W>(qt_of(h0 + hh), kr, &st[hh][j0][0]);
+          score_keys<D, SRV, KB, W>(qt_of(h0 + hh), kr, &st[hh][j0][0]);
+          if constexpr (TR > 0) {
+            // The tail rows: TK keys x TR rows of dot products along head_dim at a time, their 16
+            // sums reduced together (as the rows kernel's two-key step), into lanes 16.. of the keys.
+            SPECDEC_UNROLL for (int jt = 0; jt < KB; jt += TK) {
+              vf16 acc[TK][TR];
+              SPECDEC_UNROLL for (int t = 0; t < TK; ++t)
+                SPECDEC_UNROLL for (int e = 0; e < TR; ++e) acc[t][e] = vf16{};
+              for (int c = 0; c < D; c += vlanes) {
+                vf16 kv[TK];
+                SPECDEC_UNROLL for (int t = 0; t < TK; ++t) kv[t] = vload(kr[jt + t] + c);
+                SPECDEC_UNROLL for (int e = 0; e < TR; ++e) {
+                  const vf16 q = vload(&qtail[hh][e][c]);
+                  SPECDEC_UNROLL for (int t = 0; t < TK; ++t) acc[t][e] += kv[t] * q;
+                }
+              }
+              vf16 all[vlanes];
+              SPECDEC_UNROLL for (int t = 0; t < TK; ++t)
+                SPECDEC_UNROLL for (int e = 0; e < TR; ++e) all[t * TR + e] = acc[t][e];
+              alignas(64) float sums[vlanes];
+              vstore(sums, vhsum16(all));
+              SPECDEC_UNROLL for (int t = 0; t < TK; ++t)
+                std::memcpy(&st[hh][j0 + jt + t][vlanes], sums + t * TR, sizeof(float) * TR);
+            }
+          }
         }
       }
       for (int hh = 0; hh < hc; ++hh) {
@@ -139,10 +190,23 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
   }
 }
 
-//! attend_part_lanes_rv with one row vector for m_rows <= 16, two up to max_lane_rows (32).
+//! Query rows past 16 up to which attend_part_lanes scores them as tail rows (dot products along
+//! head_dim, 4 or 8 at a time) instead of as a second 16-lane row vector: 8 where a 16-lane vector
+//! is one register (the avx512 level), else 0 (the tail step's 16 accumulators would not fit).
+//! #24's fp16 trees of 5 and 6 tokens at GQA 4 (20 and 24 rows, D 128) ran 1.07-1.14x faster on a Zen 4
+//! core at a 4K and a 32K cache (RESULTS.md, session 61).
+inline constexpr int lanes_tail_rows = vreg_parts == 1 ? 8 : 0;
+
+//! attend_part_lanes_rv with one row vector for m_rows <= 16, one and tail rows up to 16 +
+//! lanes_tail_rows, two up to max_lane_rows (32). `scratch`: host_kernel_scratch_floats(D) floats
+//! (the tail rows' queries, row-major).
 template <int D, class T, class QtFn, class PartFn, class KRow, class VRow>
 void attend_part_lanes(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KRow&& krow, VRow&& vrow,
-                       int k_begin, int k_end) noexcept {
-  if (m_rows <= vlanes) attend_part_lanes_rv<D, T, 1>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end);
-  else attend_part_lanes_rv<D, T, 2>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end);
+                       int k_begin, int k_end, float* scratch) noexcept {
+  if (m_rows <= vlanes) return attend_part_lanes_rv<D, T, 1, 0>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end, scratch);
+  if constexpr (lanes_tail_rows == 8) {  // (instantiated only where it can run)
+    if (m_rows <= vlanes + 4) return attend_part_lanes_rv<D, T, 2, 4>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end, scratch);
+    if (m_rows <= vlanes + 8) return attend_part_lanes_rv<D, T, 2, 8>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end, scratch);
+  }
+  attend_part_lanes_rv<D, T, 2, 0>(nheads, qt_of, part_of, m_rows, krow, vrow, k_begin, k_end, scratch);
 }

@@ -111,7 +111,7 @@ void run_host_attention_d(const host& policy, const attention_io_params<T>& io, 
         const attention_kernel k = kernel != attention_kernel::automatic ? kernel : automatic_cache_kernel(rows);
         if (k == attention_kernel::rows && rows <= 4) attend_part_rows<D, T, 4>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1, scratch);
         else if (k == attention_kernel::rows) attend_part_rows<D, T, 8>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1, scratch);
-        else if (k == attention_kernel::lanes) attend_part_lanes<D, T>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1);
+        else if (k == attention_kernel::lanes) attend_part_lanes<D, T>(hpi, qt_of, part_of, rows, krow, vrow, k0, k1, scratch);
         else attend_part<D, T, false>(hpi, qt_of, part_of, rows, G, krow, vrow, k0, k1, nullptr, 0, scratch);
         return;
       }
