@@ -86,7 +86,8 @@ TEST_CASE("decode row and lanes kernels fp32: more kv heads than one chunk of a 
 }
 
 // The lanes kernel's two-row-vector form: 17-32 query rows per kv head (a tree of 5-8 tokens at GQA
-// 4), pinned, so every level runs it (automatic takes it where a row vector is one register).
+// 4), pinned, so every level runs it (automatic takes it where a row vector is one register). At the
+// avx512 level rows 17-24 run one row vector and tail rows (lanes_tail_rows), 25-32 two vectors.
 TEST_CASE("decode lanes kernel fp32: rows 17..32 (two row vectors), GQA ratios, head dims, layouts, splits, hybrid") {
   using specdec::attention_kernel;
   lanes_ratio_grid(5200, true);
