@@ -30,6 +30,16 @@
 //!      never empty (only reachable when alpha > 1).
 //! Steps 5-7 each renormalise over what the previous steps kept. Removed tokens get -inf.
 //!
+//! Other engines' parameters map onto these with a few differences an engine porting its settings
+//! should know (checked against their sources, 2026-12): the order above is HuggingFace transformers'
+//! warper order; vLLM applies min-p before top-k and top-p, and llama.cpp's default chain applies
+//! temperature after its filters, so the same settings keep different sets there. top_k keeps exactly
+//! k tokens, where HuggingFace, vLLM and FlashInfer keep every token tied with the k-th. top_k = 0 is
+//! off (vLLM's -1 is an error here), and repetition_penalty must be >= 1 (HuggingFace and vLLM accept
+//! (0, 1), which rewards repetition; here r < 1 could overflow a large positive logit to +inf).
+//! Temperature has no greedy threshold above 0 (vLLM treats t < 1e-5 as greedy): a tiny t gives the
+//! t -> 0 limit described in step 3, uniform over exactly tied maxima rather than the lowest id.
+//!
 //! Non-finite numbers (the policy of every token-producing entry point, sampling/sampler.hpp): a row
 //! with a NaN or +inf logit, or with no logit above -inf, is rejected with specdec::invalid_argument
 //! naming the row and the token, before the row is modified; -inf logits are legal (masked tokens)
