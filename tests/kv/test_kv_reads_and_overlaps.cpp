@@ -287,3 +287,93 @@ TEST_CASE("batched commits: index arrays inside the moved rows, outputs over the
     CHECK(v[D] == 6.f);
   }
 }
+
+namespace {
+// A user's layout of one request, one kv head, 8 rows of head_dim 4 at k (K and V the same rows).
+struct rows4_layout {
+  using value_type = float;
+  float* k;
+  int num_requests() const { return 1; }
+  int num_kv_heads() const { return 1; }
+  int head_dim() const { return 4; }
+  int length(int) const { return 8; }
+  const float* k_row(int, int t, int) const { return k + t * 4; }
+  const float* v_row(int, int t, int) const { return k + t * 4; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+// Session 61's review: the single-request and span forms of the in-place commit re-read their index
+// arrays while moving rows (an array kept inside a moved row: a wild read under ASan), the
+// from-buffer commits wrote rows over spec rows still to be copied, and kv_importance wrote scores
+// over K rows still to be read (wrong results, no error).
+TEST_CASE("commits and kv_importance: index arrays inside moved rows, spec buffers and scores over rows", "[kv][commit]") {
+  constexpr int cap = 8, D = 4, c = 1;
+  std::vector<float> k(cap * D), v(cap * D);
+  for (int i = 0; i < cap * D; ++i) k[static_cast<std::size_t>(i)] = v[static_cast<std::size_t>(i)] = 100.f + static_cast<float>(i / D);
+  std::vector<std::int32_t> len{c};
+  sd::contiguous_kv<float> cache(k.data(), v.data(), len.data(), 1, cap, 1, D);
+  const std::span<const sd::contiguous_kv<float>> layers(&cache, 1);
+  SECTION("in place, one request and the span batch form: accepted kept in row c, which the first move overwrites") {
+    for (const bool batch : {false, true}) {
+      CAPTURE(batch);
+      for (int i = 0; i < cap * D; ++i) k[static_cast<std::size_t>(i)] = v[static_cast<std::size_t>(i)] = 100.f + static_cast<float>(i / D);
+      auto* acc = reinterpret_cast<std::int32_t*>(k.data() + c * D);  // row c = node 0's
+      acc[0] = 1, acc[1] = 2;  // the path 1 -> 2 (nodes at rows c + 1, c + 2)
+      k[(c + 1) * D + 1] = 1e30f;  // node 1's K, element 1: lands on acc[1] when node 1 moves to row c
+      const std::vector<std::int32_t> parents{-1, -1, 1};
+      if (!batch) {
+        CHECK(sd::kv_commit_in_place(layers, 0, c, 3, std::span<const std::int32_t>(acc, 2), parents) == c + 2);
+      } else {
+        const std::vector<std::int32_t> committed{c}, sizes{3}, indptr{0, 2};
+        const auto out = sd::kv_commit_in_place_batch(layers, committed, sizes, indptr, std::span<const std::int32_t>(acc, 2));
+        REQUIRE(out.size() == 1);
+        CHECK(out[0] == c + 2);
+      }
+      CHECK(k[c * D] == 101.f + c);  // node 1 (row c + 1) moved to row c
+      CHECK(k[c * D + 1] == 1e30f);
+      CHECK(k[(c + 1) * D] == 102.f + c);  // node 2 (row c + 2, as checked) to row c + 1
+      CHECK(v[(c + 1) * D + 3] == 102.f + c);
+    }
+  }
+  SECTION("from a buffer whose rows are the cache's own rows 0..3: refused before writing") {
+    const auto sk = sd::make_view<3>(static_cast<const float*>(k.data()), {4, 1, D});
+    const auto sv = sd::make_view<3>(static_cast<const float*>(v.data()), {4, 1, D});
+    const std::vector<std::int32_t> accepted{0, 1, 2}, parents{-1, 0, 1, 2};
+    len[0] = 2;
+    REQUIRE_THROWS_WITH(sd::kv_commit_from_buffer(layers, 0, 2, std::span(&sk, 1), std::span(&sv, 1), accepted, parents),
+                        Contains("'spec_k / spec_v'") && Contains("request 0, token 2, kv head 0"));
+    std::vector<std::int32_t> committed{2}, indptr{0, 4}, acc4{0, 1, 2, 0}, num{3}, newl(1, -9), status(3);
+    const auto v1 = [](std::vector<std::int32_t>& x) { return sd::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}); };
+    REQUIRE_THROWS_WITH(sd::kv_commit_from_buffer_batch(sd::host{}, layers, std::span(&sk, 1), std::span(&sv, 1), v1(committed),
+                                                        v1(indptr), v1(acc4), v1(num), v1(newl), v1(status)),
+                        Contains("'spec_k / spec_v'") && Contains("token 2"));
+    for (int t = 0; t < cap; ++t) CHECK(k[static_cast<std::size_t>(t * D)] == 100.f + static_cast<float>(t));  // nothing written
+    CHECK(newl[0] == -9);
+    // Control: the same nodes from a buffer of their own.
+    std::vector<float> own(k.begin(), k.begin() + 4 * D), ownv(v.begin(), v.begin() + 4 * D);
+    const auto ok = sd::make_view<3>(static_cast<const float*>(own.data()), {4, 1, D});
+    const auto okv = sd::make_view<3>(static_cast<const float*>(ownv.data()), {4, 1, D});
+    CHECK(sd::kv_commit_from_buffer(layers, 0, 2, std::span(&ok, 1), std::span(&okv, 1), accepted, parents) == 5);
+    CHECK(k[4 * D] == 102.f);  // node 2's row, not the row it was copied over
+  }
+  SECTION("kv_importance: scores over K rows it still reads") {
+    len[0] = 8;
+    std::vector<float> q(D, 1.f);
+    const auto qv = sd::make_view<2>(static_cast<const float*>(q.data()), {1, D});
+    REQUIRE_THROWS_WITH(sd::kv_importance(sd::host{}, qv, cache, 0, sd::make_view<2>(k.data() + 4, {1, 8})),
+                        Contains("'scores'") && Contains("cache.k"));
+    std::vector<std::int32_t> status(3);
+    REQUIRE_THROWS_WITH(sd::kv_importance_batch(sd::host{}, sd::make_view<3>(static_cast<const float*>(q.data()), {1, 1, D}), cache,
+                                                sd::make_view<3>(k.data() + 4, {1, 1, 8}), sd::make_view<1>(status.data(), {3})),
+                        Contains("'scores'") && Contains("cache.k"));
+    // A user's layout (no visit_memory): compared row by row.
+    const rows4_layout user{k.data()};
+    REQUIRE_THROWS_WITH(sd::kv_importance(sd::host{}, qv, user, 0, sd::make_view<2>(k.data() + 4, {1, 8})),
+                        Contains("'scores'") && Contains("request 0, token 1, kv head 0"));
+    for (int t = 0; t < cap; ++t) CHECK(k[static_cast<std::size_t>(t * D)] == 100.f + static_cast<float>(t));  // nothing written
+    std::vector<float> scores(8);
+    sd::kv_importance(sd::host{}, qv, user, 0, sd::make_view<2>(scores.data(), {1, 8}));  // control
+    CHECK(scores[1] == Approx(4 * 101.f));
+  }
+}

@@ -109,6 +109,57 @@ void require_commit_rows(std::span<const L> layers, int request, std::int64_t fi
                              "a layer sharing its storage");
 }
 
+//! A caller's index array as a vector: the commits read their own copies, so arrays a caller keeps
+//! inside the cache's rows (a user's layout can put its rows anywhere) cannot change under the row
+//! moves after they were checked.
+[[nodiscard]] inline std::vector<std::int32_t> copy_indices(std::span<const std::int32_t> a) {
+  return std::vector<std::int32_t>(a.begin(), a.end());
+}
+
+//! The byte ranges of a from-buffer commit's spec buffers, sorted and merged into disjoint ranges.
+[[nodiscard]] inline std::vector<std::pair<std::uintptr_t, std::uintptr_t>> merged_ranges(
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> r) {
+  std::sort(r.begin(), r.end());
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> out;
+  for (const auto& x : r)
+    if (!out.empty() && x.first <= out.back().second) out.back().second = std::max(out.back().second, x.second);
+    else out.push_back(x);
+  return out;
+}
+
+//! The rows a from-buffer commit writes, tokens [committed, committed + accepted) of `request` in
+//! every layer and kv head, lie apart from every spec buffer (`spans`: merged_ranges of their bytes):
+//! the copies run layer after layer and node after node, so a row written over a spec row that a
+//! later copy reads would commit the wrong K/V. Rows inside the buffers are the in-place commit's
+//! case (kv_commit_in_place). Host-accessible layouts; O(layers accepted Hkv log spans).
+template <class L>
+void require_rows_outside_specs(std::span<const L> layers, int request, std::int64_t committed, std::int64_t accepted,
+                                const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& spans,
+                                std::string_view fn) {
+  using T = typename L::value_type;
+  if (spans.empty()) return;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    if (!host_accessible(layers[l].space())) continue;
+    const auto row_bytes = static_cast<std::uintptr_t>(layers[l].head_dim()) * sizeof(T);
+    for (std::int64_t j = 0; j < accepted; ++j)
+      for (int h = 0; h < layers[l].num_kv_heads(); ++h)
+        for (const T* row : {layers[l].k_row(request, static_cast<int>(committed + j), h),
+                             layers[l].v_row(request, static_cast<int>(committed + j), h)}) {
+          const auto lo = reinterpret_cast<std::uintptr_t>(row), hi = lo + (row_bytes - 1);
+          // the first merged range ending at or after lo: the only one that can hold [lo, hi]
+          const auto it = std::lower_bound(spans.begin(), spans.end(), lo,
+                                           [](const auto& s, std::uintptr_t x) { return s.second < x; });
+          if (it != spans.end() && it->first <= hi) [[unlikely]]
+            throw_invalid_argument(fn, "spec_k / spec_v",
+                                   "buffers apart from the rows the commit writes (layers[" + std::to_string(l) +
+                                       "], request " + std::to_string(request) + ", token " +
+                                       std::to_string(committed + j) + ", kv head " + std::to_string(h) +
+                                       "; for trees stored in the cache itself use kv_commit_in_place)",
+                                   "a buffer over that row");
+        }
+  }
+}
+
 template <class L>
 void copy_row(const L& l, typename L::value_type* dst, const typename L::value_type* src) {
   std::copy_n(src, l.head_dim(), dst);
@@ -140,13 +191,17 @@ void move_accepted(std::span<const L> layers, int request, int committed_length,
 //! `layers` is a span of layouts (std::span(my_layers); const or not), one per layer.
 template <class LayerT, std::size_t E>
 int kv_commit_in_place(std::span<LayerT, E> layer_span, int request, int committed_length, int tree_size,
-                       std::span<const std::int32_t> accepted, std::span<const std::int32_t> parents = {}) {
+                       std::span<const std::int32_t> accepted_in, std::span<const std::int32_t> parents_in = {}) {
   using L = std::remove_const_t<LayerT>;
   // L is unconstrained so that these messages are what a non-layout gets (not an overload failure).
   static_assert(check_writable_kv_layout<L>());
   if constexpr (writable_kv_layout<L>) {
     const std::span<const L> layers(layer_span.data(), layer_span.size());
     constexpr std::string_view fn = "specdec::kv_commit_in_place";
+    // Checked and used as copies (detail::copy_indices): arrays inside the moved rows stay valid.
+    const std::vector<std::int32_t> accepted_copy = detail::copy_indices(accepted_in),
+                                    parents_copy = detail::copy_indices(parents_in);
+    const std::span<const std::int32_t> accepted(accepted_copy), parents(parents_copy);
     require(request >= 0, fn, "request", ">= 0", request);
     detail::validate_commit_layers(layers, std::int64_t{request} + 1, fn);
     require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
@@ -195,13 +250,15 @@ void check_spec_buffers(std::string_view fn, std::span<const L> layers, std::spa
 //! K/V, [tree_size, Hkv, D] (any rank-3 tensor_like of the cache's element type, unit inner stride,
 //! host-accessible). Copies node a_j's rows to position committed_length + j of layer l's cache.
 //! Returns committed_length + accepted.size(). Preconditions (checked): one spec_k/spec_v per layer,
-//! shapes [n, Hkv, D] with n = tree_size; committed_length + accepted.size() <= capacity(request).
+//! shapes [n, Hkv, D] with n = tree_size; committed_length + accepted.size() <= capacity(request);
+//! no spec buffer over a row the commit writes (a tree kept in the cache itself is
+//! kv_commit_in_place's case).
 //! Complexity: O(layers * accepted * Hkv * D).
 template <class LayerT, std::size_t E, class SpecT, std::size_t EK, std::size_t EV>
   requires tensor_like<std::remove_const_t<SpecT>>
 int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int committed_length,
                           std::span<SpecT, EK> spec_k, std::span<SpecT, EV> spec_v,
-                          std::span<const std::int32_t> accepted, std::span<const std::int32_t> parents = {}) {
+                          std::span<const std::int32_t> accepted_in, std::span<const std::int32_t> parents_in = {}) {
   using L = std::remove_const_t<LayerT>;
   using Spec = std::remove_const_t<SpecT>;
   // L is unconstrained so that these messages are what a non-layout gets (not an overload failure).
@@ -212,6 +269,9 @@ int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int comm
                   "specdec::kv_commit_from_buffer: spec buffer element type must equal the cache's value_type");
     const std::span<const L> layers(layer_span.data(), layer_span.size());
     constexpr std::string_view fn = "specdec::kv_commit_from_buffer";
+    const std::vector<std::int32_t> accepted_copy = detail::copy_indices(accepted_in),
+                                    parents_copy = detail::copy_indices(parents_in);
+    const std::span<const std::int32_t> accepted(accepted_copy), parents(parents_copy);
     require(request >= 0, fn, "request", ">= 0", request);
     detail::validate_commit_layers(layers, std::int64_t{request} + 1, fn);
     require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
@@ -219,7 +279,10 @@ int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int comm
     const std::int64_t n = static_cast<std::int64_t>(spec_k[0].extent(0));
     // node indices are int32 (accepted, parents): a larger buffer could not be addressed by them
     require(n <= INT32_MAX, fn, "spec_k[0]", "at most 2^31 - 1 tree nodes (extent 0)", n);
-    detail::check_spec_buffers<host>(fn, layers, spec_k, spec_v, n, [](std::size_t, const auto&, const auto&) {});
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spec_spans;
+    detail::check_spec_buffers<host>(fn, layers, spec_k, spec_v, n, [&](std::size_t, const auto& k, const auto& v) {
+      if (n > 0) spec_spans.insert(spec_spans.end(), {detail::view_byte_span(k), detail::view_byte_span(v)});
+    });
     for (std::size_t l = 0; l < layers.size(); ++l) {
       require(static_cast<std::int64_t>(committed_length) + static_cast<std::int64_t>(accepted.size()) <=
                   layers[l].capacity(request),
@@ -230,6 +293,8 @@ int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int comm
     detail::validate_accepted_path(accepted, static_cast<int>(n), parents, fn);
     detail::require_commit_rows(layers, request, committed_length,
                                 std::int64_t{committed_length} + static_cast<std::int64_t>(accepted.size()), fn);
+    detail::require_rows_outside_specs(layers, request, committed_length, static_cast<std::int64_t>(accepted.size()),
+                                       detail::merged_ranges(std::move(spec_spans)), fn);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const auto& layer = layers[l];
       const auto sk = as_view(spec_k[l]);
@@ -258,18 +323,28 @@ int kv_commit_from_buffer(std::span<LayerT, E> layer_span, int request, int comm
 //! Returns the new lengths. Complexity: O(layers * sum accepted * Hkv * D).
 template <class LayerT, std::size_t E>
 std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_span,
-                                                   std::span<const std::int32_t> committed_lengths,
-                                                   std::span<const std::int32_t> tree_sizes,
-                                                   std::span<const std::int32_t> accepted_indptr,
-                                                   std::span<const std::int32_t> accepted,
-                                                   std::span<const std::int32_t> node_indptr = {},
-                                                   std::span<const std::int32_t> node_parents = {}) {
+                                                   std::span<const std::int32_t> committed_lengths_in,
+                                                   std::span<const std::int32_t> tree_sizes_in,
+                                                   std::span<const std::int32_t> accepted_indptr_in,
+                                                   std::span<const std::int32_t> accepted_in,
+                                                   std::span<const std::int32_t> node_indptr_in = {},
+                                                   std::span<const std::int32_t> node_parents_in = {}) {
   using L = std::remove_const_t<LayerT>;
   // L is unconstrained so that these messages are what a non-layout gets (not an overload failure).
   static_assert(check_writable_kv_layout<L>());
   if constexpr (writable_kv_layout<L>) {
     const std::span<const L> layers(layer_span.data(), layer_span.size());
     constexpr std::string_view fn = "specdec::kv_commit_in_place_batch";
+    // Checked and used as copies (detail::copy_indices): arrays inside the moved rows stay valid.
+    const std::vector<std::int32_t> committed_copy = detail::copy_indices(committed_lengths_in),
+                                    sizes_copy = detail::copy_indices(tree_sizes_in),
+                                    acc_indptr_copy = detail::copy_indices(accepted_indptr_in),
+                                    accepted_copy = detail::copy_indices(accepted_in),
+                                    node_indptr_copy = detail::copy_indices(node_indptr_in),
+                                    parents_copy = detail::copy_indices(node_parents_in);
+    const std::span<const std::int32_t> committed_lengths(committed_copy), tree_sizes(sizes_copy),
+        accepted_indptr(acc_indptr_copy), accepted(accepted_copy), node_indptr(node_indptr_copy),
+        node_parents(parents_copy);
     const std::size_t requests = committed_lengths.size();
     require(requests <= static_cast<std::size_t>(INT32_MAX), fn, "committed_lengths.size()", "at most 2^31 - 1 requests", requests);
     require_equal(fn, "tree_sizes.size()", requests, tree_sizes.size());
@@ -523,6 +598,17 @@ struct commit_batch_backend<host> {
     a.node_indptr = indptr.data(), a.committed = committed.data(), a.accepted = accepted.data();
     a.num_accepted = num_accepted.data();
     validate_indptr(fn, "node_indptr", "node_indptr", a.node_indptr, a.requests, a.nodes, "accepted.extent(0)");
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spec_spans;
+    if (a.from_buffer && a.nodes > 0)
+      for (std::size_t l = 0; l < specs.size(); ++l) {
+        const std::int64_t hkv = layers[l].num_kv_heads(), d = layers[l].head_dim();
+        using T = typename L::value_type;
+        spec_spans.push_back(view_byte_span(strided_view<const T, 3>(specs[l].k, {a.nodes, hkv, d},
+                                                                      {specs[l].k_stride_node, specs[l].k_stride_head, 1})));
+        spec_spans.push_back(view_byte_span(strided_view<const T, 3>(specs[l].v, {a.nodes, hkv, d},
+                                                                      {specs[l].v_stride_node, specs[l].v_stride_head, 1})));
+      }
+    spec_spans = merged_ranges(std::move(spec_spans));
     for (std::int32_t r = 0; r < a.requests; ++r) {  // everything before the first write
       const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b, c = a.committed[r], k = a.num_accepted[r];
       require(c >= 0, fn, "committed_lengths[" + std::to_string(r) + "]", ">= 0", c);
@@ -538,6 +624,7 @@ struct commit_batch_backend<host> {
       if (k > 0)  // from a buffer: the path's destinations; in place: up to the last accepted node
         require_commit_rows(layers, r, c, std::int64_t{c} + (a.from_buffer ? k : a.accepted[b + k - 1] + 1), fn);
       require_lengths_outside_rows(layers, r, c, k, a, fn);
+      if (a.from_buffer) require_rows_outside_specs(layers, r, c, k, spec_spans, fn);
     }
     for (std::int32_t r = 0; r < a.requests; ++r) {
       const std::int32_t b = a.node_indptr[r], k = a.num_accepted[r], c = a.committed[r];
@@ -650,7 +737,9 @@ void kv_commit_in_place_batch(const Policy& policy, std::span<LayerT, E> layer_s
 //! accepted node a_j of request r is copied to cache position committed_lengths[r] + j in every
 //! layer and KV head, as kv_commit_from_buffer does for one request. The cache needs room for the
 //! accepted path only (committed + num_accepted <= capacity). Other arguments, checks, the status
-//! array and the host / cuda behaviour as kv_commit_in_place_batch's array form.
+//! array and the host / cuda behaviour as kv_commit_in_place_batch's array form; the host also
+//! refuses a spec buffer over a row it writes (kv_commit_from_buffer's rule; not compared on the
+//! device, where the rows written are known only to the kernels).
 template <execution_policy Policy, class LayerT, std::size_t E, class SpecT, std::size_t EK, std::size_t EV, class CL,
           class NI, class AC, class NA, class NL, class ST>
   requires(tensor_like<std::remove_const_t<SpecT>> && detail::int32_array<CL> && detail::int32_array<NI> &&

@@ -38,6 +38,7 @@
 //!   specdec::kv_cache<float, my_blocks> cache{k_pool, v_pool, {table, lens, max_blocks}, requests, kv_heads, dim};
 //! \endcode
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <string>
@@ -255,6 +256,49 @@ void require_kv_rows(const L& cache, int request, int t0, int t1, int h0, int h1
                                  "nullptr");
       }
   }
+}
+
+//! Outputs a host or device primitive writes while it reads keys through a layout (kv_importance
+//! writes each token's score while later K rows are still to be read) lie apart from what it reads:
+//! for a layout that reports its memory (kv_cache::visit_memory) the K buffer and the mapping's
+//! arrays (page tables, lengths), O(1); for another host-accessible layout every key row read,
+//! tokens [0, min(length(r), max_tokens)) of requests [r0, r1) and every kv head (max_tokens: the
+//! tokens the call can read, e.g. its output's columns), O(sum length x Hkv) compares. `outputs` are
+//! name, view pairs; throws invalid_argument naming `function` and the first overlapping output.
+//! (A device layout that does not report its memory is not compared: its rows may come from tables
+//! the host cannot read.)
+template <class L, class... Out>
+void require_outputs_apart_from_keys(const L& cache, int r0, int r1, std::int64_t max_tokens, std::string_view function,
+                                     const Out&... outputs) {
+  static_assert(sizeof...(Out) % 2 == 0, "require_outputs_apart_from_keys: name, view pairs");
+  constexpr std::size_t n = sizeof...(Out) / 2;
+  named_span spans[n];
+  collect_spans(spans, outputs...);
+  const auto check = [&](const std::string& what, std::uintptr_t lo, std::uintptr_t hi) {
+    for (const auto& [name, s] : spans)
+      if (s.first <= s.second && lo <= hi && s.first <= hi && lo <= s.second) [[unlikely]]
+        throw_invalid_argument(function, name, "memory apart from what the call reads (" + what + ")",
+                               "an overlapping view");
+  };
+  bool whole_k = false;
+  if constexpr (requires { cache.visit_memory([](std::string_view, const auto&) {}); })
+    cache.visit_memory([&](std::string_view name, const auto& view) {
+      if (name == "cache.v") return;  // values are not read
+      whole_k = whole_k || name == "cache.k";
+      const auto [lo, hi] = view_byte_span(view);
+      check(std::string(name), lo, hi);
+    });
+  if (whole_k || !host_accessible(cache.space())) return;
+  using T = std::remove_cv_t<typename L::value_type>;
+  const auto row_bytes = static_cast<std::uintptr_t>(cache.head_dim()) * sizeof(T);
+  for (int r = r0; r < r1; ++r)
+    for (std::int64_t t = 0, len = std::min<std::int64_t>(cache.length(r), max_tokens); t < len; ++t)
+      for (int h = 0; h < cache.num_kv_heads(); ++h) {
+        const auto lo = reinterpret_cast<std::uintptr_t>(cache.k_row(r, static_cast<int>(t), h));
+        check("the key row of request " + std::to_string(r) + ", token " + std::to_string(t) + ", kv head " +
+                  std::to_string(h),
+              lo, lo + (row_bytes - 1));
+      }
 }
 }  // namespace detail
 

@@ -177,7 +177,8 @@ inline namespace SPECDEC_HOST_ISA {  // see core/isa.hpp
 //!
 //! Arguments: q [Hq, D], the storage type of the cache or float, unit inner stride, host memory
 //! (usually the newest token's post-RoPE queries); cache host-accessible; request in
-//! [0, cache.num_requests()); scores float [Hkv, >= cache.length(request)], unit inner stride.
+//! [0, cache.num_requests()); scores float [Hkv, >= cache.length(request)], unit inner stride, apart
+//! from q and from the K rows it reads (detail::require_outputs_apart_from_keys).
 //! Hq a multiple of Hkv, D = cache.head_dim(). Violations throw specdec::invalid_argument.
 //! Parallel over chunks of 256 tokens on the host pool. O(length * Hkv * D + Hq * D) FLOPs, each
 //! K row read once.
@@ -214,6 +215,7 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
     require_unit_inner_stride(fn, "scores", scores);
     require_disjoint(fn, "q", q, "scores", scores);
     detail::require_kv_rows(cache, request, 0, len, 0, hkv, detail::kv_rows_read::keys, fn, "cache");
+    detail::require_outputs_apart_from_keys(cache, request, request + 1, len, fn, "scores", scores);  // written while K is read
     const auto* qd = static_cast<const std::remove_cv_t<typename Q::element_type>*>(q.data());
     float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
     detail::kv_importance_request<KT>(policy, qd, q.stride(0), hq, cache, request, len, sd, scores.stride(0));
@@ -337,6 +339,7 @@ void kv_importance_batch(const Policy& policy, const Q& q_in, const L& cache, co
     require_unit_inner_stride(fn, "scores", scores);
     require_unique_elements(fn, "scores", scores);
     require_outputs_apart(fn, std::forward_as_tuple("scores", scores, "status", status), std::forward_as_tuple("q", q));
+    detail::require_outputs_apart_from_keys(cache, 0, R, scores.extent(2), fn, "scores", scores, "status", status);  // written while K is read
     if constexpr (on_device_v<Policy>)
       require(static_cast<std::int64_t>(hkv) * d <= detail::importance_max_qsum_device, fn, "cache",
               "num_kv_heads() x head_dim() <= " + std::to_string(detail::importance_max_qsum_device) +
