@@ -6,9 +6,11 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <random>
 
@@ -814,5 +816,87 @@ TEST_CASE("a target that misbehaves through its own type is refused: vocabulary,
     speculative_batch<far_rows, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
     for (std::uint32_t id = 0; id < 3; ++id) b.add_request(id, p, {.max_new_tokens = 4});
     REQUIRE_THROWS_WITH(b.step(), Contains("'target logits'") && Contains("fit int64"));
+  }
+}
+
+namespace {
+// A 4-token target whose integers (vocab_size(), max_requests()) are of type I and whose per-request
+// logits are `hi` for token 1 and `lo` elsewhere, of type L.
+template <class I, class L>
+struct typed_target {
+  using logit_type = L;
+  I vocab = 4, slots = 1;
+  L lo{}, hi{};
+  I vocab_size() const { return vocab; }
+  I max_requests() const { return slots; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  void forward(int, std::int32_t, const token_tree&, std::span<L> logits) {
+    for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = i % 4 == 1 ? hi : lo;
+  }
+  void commit(int, std::span<const std::int32_t>) {}
+};
+
+// The same logits as a batched double target whose view has inner stride 2 (gathered by the batch).
+struct strided_double_target {
+  double lo = 0, hi = 0;
+  std::vector<double> buf;
+  int vocab_size() const { return 4; }
+  int max_requests() const { return 1; }
+  void prefill(int, std::span<const std::int32_t>) {}
+  strided_view<double, 2> forward_batch(const target_batch& b) {
+    buf.assign(static_cast<std::size_t>(b.total_rows()) * 8, std::numeric_limits<double>::quiet_NaN());
+    for (std::size_t i = 0; i < buf.size(); i += 2) buf[i] = (i / 2) % 4 == 1 ? hi : lo;
+    return strided_view<double, 2>(buf.data(), {b.total_rows(), std::int64_t{4}}, {8, 2});
+  }
+  void commit(int, std::span<const std::int32_t>) {}
+};
+
+template <class Target>
+std::vector<std::int32_t> decode_three(Target& t) {
+  speculative_batch<Target, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+  b.add_request(7, std::vector<std::int32_t>{1, 2, 3}, {.max_new_tokens = 3});
+  std::vector<std::int32_t> out;
+  while (b.active() > 0)
+    for (const auto& o : b.step()) out.insert(out.end(), o.tokens.begin(), o.tokens.end());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a target's wide integers and double logits beyond float's range are refused, not narrowed",
+          "[decoder][batch][errors]") {
+  using Catch::Contains;
+  const std::vector<std::int32_t> p{1, 2, 3};
+  {  // vocab_size() = 2^32 + 4 was decoded as a vocabulary of 4
+    typed_target<std::int64_t, float> t{(std::int64_t{1} << 32) + 4, 1, 0.0f, 1.0f};
+    speculative_batch<decltype(t), ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+    REQUIRE_THROWS_WITH(b.add_request(7, p), Contains("speculative_batch::add_request") &&
+                                                 Contains("'target.vocab_size()'") &&
+                                                 Contains("a value that fits in int") && Contains("got 4294967300"));
+    t.vocab = 4;  // the same target with an int-sized vocabulary decodes
+    CHECK(decode_three(t) == std::vector<std::int32_t>{1, 1, 1});
+  }
+  {  // max_requests() = 2^32 + 1 was read as 1 slot
+    typed_target<std::int64_t, float> t{4, (std::int64_t{1} << 32) + 1, 0.0f, 1.0f};
+    using batch_t = speculative_batch<decltype(t), ngram_drafter, trie_tree_builder, greedy_verifier>;
+    REQUIRE_THROWS_WITH(batch_t(t), Contains("specdec::speculative_batch") && Contains("'target.max_requests()'") &&
+                                        Contains("a value that fits in int") && Contains("got 4294967297"));
+  }
+  const std::string in_range = "logits within float's range (|x| <= FLT_MAX, or +-inf)";
+  {  // finite doubles below -FLT_MAX were all -inf after narrowing ("all -inf", a value never returned)
+    typed_target<int, double> t{4, 1, -2e300, -1e300};
+    REQUIRE_THROWS_WITH(decode_three(t), Contains("speculative_batch::step") && Contains("'target logits'") &&
+                                             Contains(in_range + " (row 0, token 0)") && Contains("got -2e+300"));
+  }
+  {  // a finite 1e300 read as +inf ("no +inf")
+    typed_target<int, double> t{4, 1, 0.0, 1e300};
+    REQUIRE_THROWS_WITH(decode_three(t), Contains(in_range + " (row 0, token 1)") && Contains("got 1e+300"));
+    t.hi = 1e30;  // within float's range: converted and decoded
+    CHECK(decode_three(t) == std::vector<std::int32_t>{1, 1, 1});
+  }
+  {  // the same through a strided double view
+    strided_double_target t{0.0, 1e300, {}};
+    REQUIRE_THROWS_WITH(decode_three(t), Contains(in_range + " (row 0, token 1)") && Contains("got 1e+300"));
+    t.hi = 1.0;
+    CHECK(decode_three(t) == std::vector<std::int32_t>{1, 1, 1});
   }
 }

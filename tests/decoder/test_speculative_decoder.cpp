@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <limits>
+#include <string>
 
 #include "../../examples/common/llama.hpp"
 #include "small_model.hpp"
@@ -212,6 +214,45 @@ TEST_CASE("tree builders and the n-gram drafter shape their output as documented
   CHECK(c.sequences[0] == std::vector<draft_token>{{3, 0}, {4, 0}, {1, 0}});
   ng.propose({.request = 0, .tokens = std::vector<std::int32_t>{1, 2, 3}, .depth = 3}, c);
   CHECK(c.empty());
+}
+
+TEST_CASE("cartesian / tokenswift tree builders refuse a NaN or +inf log-prob whatever the order of repeated tokens",
+          "[decoder][errors]") {
+  using Catch::Contains;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const auto refused = [](const std::string& arg) {  // one matcher (Catch's && keeps references)
+    return Contains("specdec::cartesian_tree_builder::build: argument '" + arg +
+                    "': expected a log-probability that is not NaN or +inf (-inf = impossible)");
+  };
+  draft_candidates c;
+  c.chain = {{5, -0.5f}};
+  token_tree t;
+  // A repeated token was merged with std::max before any check: max(-0.5, NaN) kept -0.5 and the tree
+  // was built; max(NaN, -0.5) kept NaN and cartesian_tree threw. Both orders are refused now.
+  c.alternatives = {{{5, -0.5f}, {5, nan}, {7, -1.0f}}};
+  REQUIRE_THROWS_WITH(cartesian_tree_builder({3}).build(c, t), refused("alternatives[0][1].logprob"));
+  REQUIRE_THROWS_WITH(tokenswift_tree_builder({3}).build(c, t), refused("alternatives[0][1].logprob"));
+  c.alternatives = {{{5, nan}, {5, -0.5f}, {7, -1.0f}}};
+  REQUIRE_THROWS_WITH(cartesian_tree_builder({3}).build(c, t), refused("alternatives[0][0].logprob"));
+  c.alternatives = {{{5, -0.5f}, {5, inf}, {7, -1.0f}}};
+  REQUIRE_THROWS_WITH(cartesian_tree_builder({3}).build(c, t), refused("alternatives[0][1].logprob"));
+  // every alternative the builder scans is checked, also one past the width
+  c.alternatives = {{{5, -0.5f}, {7, -1.0f}, {9, nan}}};
+  REQUIRE_THROWS_WITH(cartesian_tree_builder({2}).build(c, t), refused("alternatives[0][2].logprob"));
+  // the chain token where it stands in for missing alternatives
+  c.alternatives = {{{5, -0.5f}}};
+  c.chain = {{5, -0.5f}, {6, nan}};
+  REQUIRE_THROWS_WITH(cartesian_tree_builder({1, 1}).build(c, t), refused("chain[1].logprob"));
+  // -inf (impossible) stays a legal log-prob: the repeat merges to the better one
+  c.chain = {{5, -0.5f}};
+  for (const auto& alts : {std::vector<draft_token>{{5, -0.5f}, {5, -inf}, {7, -1.0f}},
+                           std::vector<draft_token>{{5, -inf}, {5, -0.5f}, {7, -1.0f}}}) {
+    c.alternatives = {alts};
+    cartesian_tree_builder({3}).build(c, t);
+    REQUIRE(t.size() == 2);
+    CHECK(t.logprob(0) == -0.5f);
+    CHECK(t.token(1) == 7);
+  }
 }
 
 TEST_CASE("cape_tree_builder: the chain plus S(p) runner-up siblings per depth, in CAPE's order (GLIDE §4.2)", "[decoder][cape]") {

@@ -30,7 +30,8 @@
 //! Logits: the view forward_batch returns carries its memory space. Host rows of float with unit
 //! inner stride are processed and verified in place (no copy; the target's buffer is overwritten with
 //! the processed rows, except under a verifier with verify_logits, which leaves it as it was); double,
-//! half and bfloat16 host rows are converted to float once. Device rows
+//! half and bfloat16 host rows are converted to float once (a finite double beyond FLT_MAX is refused,
+//! naming its row and token, not read as +-inf). Device rows
 //! (float, unit inner stride) go to the verifier's verify_batch when it has one
 //! (verifier_has_verify_batch: cuda_greedy_verifier in decoder/device_verifiers.cuh), which decides
 //! the whole step where the rows are, so only accepted nodes and bonus tokens come back; with any
@@ -84,6 +85,7 @@
 #include "specdec/decoder/concepts.hpp"
 #include "specdec/decoder/tree_builders.hpp"
 #include "specdec/decoder/verifiers.hpp"
+#include "specdec/draft/detail/draft_rows.hpp"  // model_int
 #include "specdec/draft/draft_candidates.hpp"
 #include "specdec/draft/ngram_drafter.hpp"  // the default drafter
 #include "specdec/sampling/logits_processor.hpp"
@@ -152,11 +154,12 @@ struct step_output {
 };
 
 namespace detail {
-//! target.vocab_size(), read where it is used (a user's target may change it): >= 1, else
-//! invalid_argument naming `fn`.
+//! target.vocab_size(), read where it is used (a user's target may change it): an int (a wider
+//! integer is range-checked by model_int, not narrowed: 2^32 + 4 was decoded as a vocabulary of 4)
+//! and >= 1, else invalid_argument naming `fn`.
 template <class Target>
 [[nodiscard]] int checked_vocab_size(const Target& target, std::string_view fn) {
-  const int V = target.vocab_size();
+  const int V = model_int(target.vocab_size(), fn, "target.vocab_size()");
   require(V >= 1, fn, "target.vocab_size()", ">= 1", V);
   return V;
 }
@@ -227,7 +230,7 @@ class speculative_batch {
                              host policy = {})
       : target_(&target), drafter_(std::move(drafter)), builder_(std::move(builder)),
         verifier_(std::move(verifier)), policy_(policy), adapter_(target) {
-    const int slots = target.max_requests();
+    const int slots = detail::model_int(target.max_requests(), "specdec::speculative_batch", "target.max_requests()");
     require(slots >= 1, "specdec::speculative_batch", "target.max_requests()", ">= 1", slots);
     req_.resize(static_cast<std::size_t>(slots));
   }
@@ -684,9 +687,26 @@ class speculative_batch {
       if (view.stride(1) == 1 && view.stride(0) >= V) return {view.data(), view.stride(0)};  // in place
     }
     rows_.resize(static_cast<std::size_t>(tb.total_rows()) * static_cast<std::size_t>(V));
-    for (std::int64_t i = 0; i < tb.total_rows(); ++i)
-      for (std::int64_t v = 0; v < V; ++v)
-        rows_[static_cast<std::size_t>(i * V + v)] = static_cast<float>(static_cast<E>(view(i, v)));
+    if constexpr (std::is_same_v<E, double>) {
+      // through assign_float_logits: a finite double beyond FLT_MAX is refused naming the value the
+      // target returned (narrowed, it read as +-inf and failed as "inf" or passed as a masked token)
+      for (std::int64_t i = 0; i < tb.total_rows(); ++i) {
+        std::span<const double> row;
+        if (view.stride(1) == 1) {
+          row = {view.data() + i * view.stride(0), static_cast<std::size_t>(V)};
+        } else {  // gathered
+          row_in_.resize(static_cast<std::size_t>(V));
+          for (std::int64_t v = 0; v < V; ++v) row_in_[static_cast<std::size_t>(v)] = view(i, v);
+          row = row_in_;
+        }
+        detail::assign_float_logits(row_out_, row, {fn, "target logits", i});
+        std::copy(row_out_.begin(), row_out_.end(), rows_.begin() + i * V);
+      }
+    } else {  // half / bfloat16: always within float's range
+      for (std::int64_t i = 0; i < tb.total_rows(); ++i)
+        for (std::int64_t v = 0; v < V; ++v)
+          rows_[static_cast<std::size_t>(i * V + v)] = static_cast<float>(static_cast<E>(view(i, v)));
+    }
     return {rows_.data(), V};
   }
 
@@ -1112,6 +1132,8 @@ class speculative_batch {
   std::vector<std::vector<double>> prior_q_;  //!< [source][depth]: the batch's conditional acceptance
   std::vector<int> plan_req_, plan_out_;
   std::vector<float> rows_;
+  std::vector<double> row_in_;  //!< a strided double row, gathered (take_rows)
+  std::vector<float> row_out_;  //!< a double row as float (take_rows)
   std::vector<step_output> outputs_;
   std::size_t out_count_ = 0;
 };

@@ -23,7 +23,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -53,6 +55,9 @@ static_assert(check_tree_builder<chain_tree_builder>());
 //! distinct tokens of alternatives[k] in rank order (or chain[k] alone when a drafter gave no
 //! alternatives there); a token listed twice is taken once with the better log-prob, since equal
 //! siblings would be one context verified twice. Nodes = sum_k prod_{j<=k} s_j.
+//! Every log-prob the builder reads (all of alternatives[k], or chain[k] where it stands in) must not
+//! be NaN or +inf (-inf = impossible): checked before merging, so the result does not depend on the
+//! order of the repeats (std::max would keep or drop a NaN depending on it).
 //! Depth k's candidates hang under every depth k-1 node although a model drafter ranked them after
 //! chain[0..k-1] only (TokenSwift's heads likewise rank each depth independently of the path). With a
 //! sampled chain this starts at the root: the argmax at depth 0 carries depth-1 candidates drafted
@@ -73,6 +78,11 @@ struct cartesian_tree_builder {
       require(widths[k] >= 1, fn, "widths[k]", ">= 1", widths[k]);
       head_candidates h;
       const auto width = static_cast<std::size_t>(widths[k]);
+      // token_tree's score rule (the one cartesian_tree states), checked before a repeat is merged
+      auto check = [&](const draft_token& d, auto&& name) {
+        if (!(d.logprob < std::numeric_limits<float>::infinity())) [[unlikely]]  // the name is built only on failure
+          throw_invalid_argument(fn, name(), "a log-probability that is not NaN or +inf (-inf = impossible)", d.logprob);
+      };
       auto take = [&](const draft_token& d) {  // merge a repeated token, else append while there is room
         for (std::size_t j = 0; j < h.tokens.size(); ++j)
           if (h.tokens[j] == d.token) {
@@ -82,8 +92,12 @@ struct cartesian_tree_builder {
         if (h.tokens.size() < width) h.tokens.push_back(d.token), h.logprobs.push_back(d.logprob);
       };
       if (k < c.alternatives.size() && !c.alternatives[k].empty()) {
-        for (const auto& a : c.alternatives[k]) take(a);
+        const auto& alts = c.alternatives[k];
+        for (std::size_t j = 0; j < alts.size(); ++j)
+          check(alts[j], [&] { return "alternatives[" + std::to_string(k) + "][" + std::to_string(j) + "].logprob"; });
+        for (const auto& a : alts) take(a);
       } else if (k < c.chain.size()) {
+        check(c.chain[k], [&] { return "chain[" + std::to_string(k) + "].logprob"; });
         take(c.chain[k]);
       }
       if (h.tokens.empty()) break;
