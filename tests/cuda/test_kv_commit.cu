@@ -11,6 +11,7 @@
 #include "cuda/cuda_test_util.cuh"
 #include "kv/block_table_util.hpp"
 #include "kv/commit_batch_util.hpp"
+#include "specdec/kv/paged_kv.hpp"
 #include "specdec/core/bfloat16.hpp"
 #include "specdec/core/half.hpp"
 #include "specdec/kv/block_table_kv.hpp"
@@ -285,6 +286,49 @@ TEST_CASE("cuda kv_commit_in_place_batch is captured in a CUDA graph", "[cuda][k
         const auto gk = dk.download();
         CHECK(std::memcmp(gk.data(), hk.data(), elems * 2) == 0);
       });
+}
+
+// Session 61's review of the cuda forms' host checks against the host backend's: one buffer under two
+// layers of different capacities (their pools start at one address but end apart), spec buffers over
+// a layer's K or V (the host compares them with the rows it writes), and new_lengths over a paged
+// layout's page table (read by the copy blocks while the new lengths are written).
+TEST_CASE("cuda batched commits: layers sharing a start, spec buffers over a layer, outputs over a page table",
+          "[cuda][kv][nogpu]") {
+  auto c = kv_test::random_commit_batch(2, 4, CAP, 5);
+  std::vector<float> k(2 * CAP * H * 64), v(k.size());
+  std::vector<std::int32_t> lens(2, 0), nl(2), st(3);
+  auto dev = [](std::vector<std::int32_t>& x) {
+    return specdec::make_view<1>(x.data(), {static_cast<std::int64_t>(x.size())}, memory_space::device);
+  };
+  const specdec::contiguous_kv<float> full{k.data(), v.data(), lens.data(), 2, CAP, H, 64, memory_space::device};
+  const std::vector<specdec::contiguous_kv<float>> shared{
+      full, {k.data(), v.data(), lens.data(), 2, CAP - 1, H, 64, memory_space::device}};
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(shared), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted), dev(nl),
+                                                      dev(st)),
+                    Catch::Contains("'layers[1]'") && Catch::Contains("apart from every other layer's"));
+  const std::vector<specdec::contiguous_kv<float>> one{full};
+  // two requests of two nodes, both accepted (a random batch may have no nodes, hence nothing to compare)
+  std::vector<std::int32_t> committed{0, 0}, indptr{0, 2, 4}, accepted{0, 1, 0, 1}, num{2, 2};
+  const int N = 4;
+  const std::vector<specdec::strided_view<const float, 3>> in_pool{
+      specdec::make_view<3>(static_cast<const float*>(k.data()), {N, H, 64}, memory_space::device)};
+  std::vector<float> own(static_cast<std::size_t>(N) * H * 64);
+  const std::vector<specdec::strided_view<const float, 3>> apart{
+      specdec::make_view<3>(static_cast<const float*>(own.data()), {N, H, 64}, memory_space::device)};
+  CHECK_THROWS_WITH(specdec::kv_commit_from_buffer_batch(specdec::cuda{}, std::span(one), std::span(in_pool),
+                                                         std::span(apart), dev(committed), dev(indptr), dev(accepted),
+                                                         dev(num), dev(nl), dev(st)),
+                    Catch::Contains("'spec_k[0]'") && Catch::Contains("layers[0].k"));
+  std::vector<float> kpool(4 * 8 * H * 64), vpool(kpool.size());
+  std::vector<std::int32_t> page_indptr{0, 2, 4}, pages{0, 1, 2, 3};
+  const std::vector<specdec::paged_kv<float>> paged{{kpool.data(), vpool.data(), page_indptr.data(), pages.data(),
+                                                      lens.data(), 2, 4, 8, H, 64, memory_space::device}};
+  CHECK_THROWS_WITH(specdec::kv_commit_in_place_batch(specdec::cuda{}, std::span(paged), dev(c.committed),
+                                                      dev(c.node_indptr), dev(c.accepted), dev(c.num_accepted),
+                                                      specdec::make_view<1>(page_indptr.data() + 1, {2}, memory_space::device),
+                                                      dev(st)),
+                    Catch::Contains("'new_lengths'") && Catch::Contains("page_indptr"));
 }
 
 TEST_CASE("cuda kv_commit_in_place_batch rejects host layouts and bad shapes before any CUDA call", "[cuda][kv][nogpu]") {

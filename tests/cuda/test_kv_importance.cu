@@ -471,6 +471,11 @@ TEST_CASE("cuda partial_kv_select_batch refuses host memory and budget - sink ab
   // 4096 itself is accepted by the checks: the rejection above is the limit, not the shapes
   CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 4097, 1, per, idx(4097), ev(4097), zd, nd, pd, std_),
                     Catch::Contains("'evict'") && Catch::Contains("shape"));
+  // sizes over the layout's lengths, which other blocks of the selection still read (session 61; the
+  // host backend reads every length first)
+  CHECK_THROWS_WITH(specdec::partial_kv_select_batch(specdec::cuda{}, sd, dev_cache, 8, 2, per, idx(8), ev(6),
+                                                     specdec::make_view<1>(lens.data(), {2}, dev), nd, pd, std_),
+                    Catch::Contains("'sizes'") && Catch::Contains("cache.mapping.lengths"));
 }
 
 TEST_CASE("cuda partial_kv_append_batch follows the host backend step by step, across selections", "[cuda][kv][partial]") {

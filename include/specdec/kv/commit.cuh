@@ -74,7 +74,9 @@ __global__ void __launch_bounds__(commit_check_threads)
     if (a.node_indptr[0] != 0) device_report(a.status, device_error::node_indptr, 0, -1);
     if (a.node_indptr[a.requests] != a.nodes) device_report(a.status, device_error::node_indptr, a.requests, -1);
   }
-  for (std::int32_t r = r0; r < a.requests; r += static_cast<std::int32_t>(gridDim.x * blockDim.x)) {
+  // 64-bit steps: r + the grid's threads passes INT32_MAX for a request count within a grid of it
+  for (std::int64_t r64 = r0; r64 < a.requests; r64 += std::int64_t{gridDim.x} * blockDim.x) {
+    const auto r = static_cast<std::int32_t>(r64);
     const std::int32_t b = a.node_indptr[r], e = a.node_indptr[r + 1], c = a.committed[r];
     if (first_group) {
       if (b < 0 || e < b || e > a.nodes) {

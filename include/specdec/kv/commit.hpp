@@ -539,8 +539,9 @@ void require_lengths_outside_rows(std::span<const L> layers, std::int32_t reques
 }
 
 //! The device commit's memory checks that need no per-request value (those live in device memory,
-//! where the check kernels read them): no two layers over the same K or V memory (a layer listed
-//! twice, or one buffer under two layers: the copy kernels run a group's layers concurrently), and
+//! where the check kernels read them): no two layers over K or V memory that starts at the same
+//! address (a layer listed twice, or one buffer under two layers: the copy kernels run a group's
+//! layers concurrently), and
 //! every array of the call apart from every layer's K and V (the rows written are known only on the
 //! device, so the arrays are kept out of the whole pools; the host backend compares them row by row:
 //! require_commit_rows, require_lengths_outside_rows). `arrays` are name, view pairs. A layout whose
@@ -567,16 +568,33 @@ void require_device_commit_memory(std::span<const L> layers, std::string_view fn
         pools.push_back({lo, hi, l, name == "cache.v"});
       });
   std::sort(pools.begin(), pools.end(), [](const pool& a, const pool& b) {
-    return std::tie(a.lo, a.hi, a.layer) < std::tie(b.lo, b.hi, b.layer);
+    return std::tie(a.lo, a.layer, a.hi) < std::tie(b.lo, b.layer, b.hi);
   });
+  // Pools of two layers that start at one address share rows whatever their ends (one buffer under
+  // two layers of different request counts or capacities): sorted by start, they are neighbours.
   for (std::size_t i = 1; i < pools.size(); ++i)
-    if (pools[i].lo == pools[i - 1].lo && pools[i].hi == pools[i - 1].hi && pools[i].layer != pools[i - 1].layer)
-      [[unlikely]]
+    if (pools[i].lo == pools[i - 1].lo && pools[i].layer != pools[i - 1].layer) [[unlikely]]
       throw_invalid_argument(fn, "layers[" + std::to_string(pools[i].layer) + "]",
                              "K and V memory apart from every other layer's (layers[" +
                                  std::to_string(pools[i - 1].layer) + "] has the same " +
                                  (pools[i - 1].v ? "V" : "K") + " memory)",
                              "a layer sharing its storage");
+}
+
+//! The device from-buffer commit's spec buffers of layer `l` apart from every layer's K and V memory
+//! (for layouts that report it, kv_cache::visit_memory): the rows the copy blocks write are known only
+//! on the device, and the blocks of every layer run at once. O(layers).
+template <class L, class K, class V>
+void require_spec_apart_from_layers(std::span<const L> layers, std::string_view fn, std::size_t l, const K& k,
+                                    const V& v) {
+  const std::string kname = "spec_k[" + std::to_string(l) + "]", vname = "spec_v[" + std::to_string(l) + "]";
+  for (std::size_t m = 0; m < layers.size(); ++m)
+    if constexpr (requires { layers[m].visit_memory([](std::string_view, const auto&) {}); })
+      layers[m].visit_memory([&](std::string_view name, const auto& pool) {
+        if (name != "cache.k" && name != "cache.v") return;
+        const std::string where = "layers[" + std::to_string(m) + "]." + std::string(name.substr(6));
+        require_disjoint(fn, where, pool, kname, k, vname, v);
+      });
 }
 
 template <>
@@ -677,6 +695,10 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
     require_device_commit_memory(layers, fn, "committed_lengths", committed_lengths, "node_indptr", node_indptr,
                                  "accepted", accepted, "num_accepted", num_accepted, "new_lengths", new_lengths,
                                  "status", status);
+    // new_lengths is written while other blocks (and the next group's launch) still read the
+    // layouts' tables through k_row and capacity; not their lengths, which may take the new ones
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      require_outputs_apart_from_mapping(layers[l], false, fn, "new_lengths", new_lengths, "status", status);
   }
   commit_batch_args a;
   a.requests = static_cast<std::int32_t>(R), a.nodes = static_cast<std::int32_t>(N);
@@ -707,9 +729,11 @@ commit_batch_args commit_batch_arrays(std::string_view fn, std::span<const L> la
 //!     enqueued before the first copy kernel, into `status`; the copies run only when status is
 //!     clear, the layers of a group concurrently, so layers must not share rows (the host copies
 //!     them one after another). Checked on the host, for layouts that report their span (kv_cache::
-//!     visit_memory): no two layers over the same K or V memory, and every array apart from the
-//!     layers' K and V memory (not only from the rows written, as on the host: those are known
-//!     only on the device). Page ids in device memory are read only by the kernels: a page id
+//!     visit_memory): no two layers over K or V memory starting at the same address, every array
+//!     apart from the layers' K and V memory (not only from the rows written, as on the host: those
+//!     are known only on the device), and new_lengths and status apart from the layouts' tables
+//!     (page tables: read by the copy blocks while new lengths are written; a layout's own lengths
+//!     array may take the new lengths). Page ids in device memory are read only by the kernels: a page id
 //!     outside the pool is the caller's error there, as for the attention calls. Enqueued on
 //!     policy.stream without synchronisation, graph-capturable.
 template <execution_policy Policy, class LayerT, std::size_t E, class CL, class NI, class AC, class NA, class NL,
@@ -738,8 +762,9 @@ void kv_commit_in_place_batch(const Policy& policy, std::span<LayerT, E> layer_s
 //! layer and KV head, as kv_commit_from_buffer does for one request. The cache needs room for the
 //! accepted path only (committed + num_accepted <= capacity). Other arguments, checks, the status
 //! array and the host / cuda behaviour as kv_commit_in_place_batch's array form; the host also
-//! refuses a spec buffer over a row it writes (kv_commit_from_buffer's rule; not compared on the
-//! device, where the rows written are known only to the kernels).
+//! refuses a spec buffer over a row it writes (kv_commit_from_buffer's rule), and the cuda form, where
+//! the rows written are known only to the kernels, a spec buffer over any layer's K or V memory (for
+//! layouts that report it, kv_cache::visit_memory).
 template <execution_policy Policy, class LayerT, std::size_t E, class SpecT, std::size_t EK, std::size_t EV, class CL,
           class NI, class AC, class NA, class NL, class ST>
   requires(tensor_like<std::remove_const_t<SpecT>> && detail::int32_array<CL> && detail::int32_array<NI> &&
@@ -769,6 +794,10 @@ void kv_commit_from_buffer_batch(const Policy& policy, std::span<LayerT, E> laye
     detail::check_spec_buffers<Policy>(fn, layers, spec_k, spec_v, N, [&](std::size_t l, const auto& k, const auto& v) {
       require_outputs_apart(fn, std::forward_as_tuple("new_lengths", new_lengths, "status", status),
                             std::forward_as_tuple("spec_k", k, "spec_v", v));
+      // On the device the rows written are known only to the kernels, and copy blocks of every layer
+      // run at once: the spec buffers apart from every layer's K and V memory (the host compares
+      // them with the rows it writes, require_rows_outside_specs).
+      if constexpr (on_device_v<Policy>) detail::require_spec_apart_from_layers(layers, fn, l, k, v);
       specs[l] = {k.data(), v.data(), k.stride(0), k.stride(1), v.stride(0), v.stride(1)};
     });
     detail::commit_batch_backend<Policy>::run(policy, layers, a, std::span<const detail::commit_spec<T>>(specs));

@@ -300,6 +300,20 @@ void require_outputs_apart_from_keys(const L& cache, int r0, int r1, std::int64_
               lo, lo + (row_bytes - 1));
       }
 }
+
+//! Outputs a device primitive writes while other threads still read the layout's index arrays (page
+//! tables; the lengths too when `lengths_read`) lie apart from those arrays: for a layout that reports
+//! them (kv_cache::visit_memory; K and V are not compared here). The host backends read what they
+//! need first, so this is for on_device_v policies. `outputs`: name, view pairs. O(arrays x outputs).
+template <class L, class... Out>
+void require_outputs_apart_from_mapping(const L& cache, bool lengths_read, std::string_view function,
+                                        const Out&... outputs) {
+  if constexpr (requires { cache.visit_memory([](std::string_view, const auto&) {}); })
+    cache.visit_memory([&](std::string_view name, const auto& view) {
+      if (name == "cache.k" || name == "cache.v" || (!lengths_read && name == "cache.mapping.lengths")) return;
+      require_disjoint(function, name, view, outputs...);
+    });
+}
 }  // namespace detail
 
 //! The kv_cache's own checks, found by ADL from validate_kv_layout (which checks geometry before and

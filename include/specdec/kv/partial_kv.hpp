@@ -804,6 +804,9 @@ void partial_kv_select_batch(const Policy& policy, const S& scores_in, const L& 
     // the kernel reads back the slots it wrote and re-reads the scores between its passes
     require_disjoint(fn, "scores", scores, "index", index, "evict", evict, "sizes", sizes, "seen", seen, "placed", placed,
                      "status", status);
+    if constexpr (on_device_v<Policy>)  // written while other blocks still read the lengths through the layout
+      detail::require_outputs_apart_from_mapping(cache, true, fn, "index", index, "evict", evict, "sizes", sizes, "seen", seen,
+                                                 "placed", placed, "status", status);
     detail::partial_kv_select_args<L> a{scores.data(),   scores.stride(0), scores.stride(1), scores.extent(2),
                                         cache,           budget,           sink,             selection == partial_kv_selection::shared,
                                         index.data(),    index.stride(0),  index.stride(1),  evict.data(),

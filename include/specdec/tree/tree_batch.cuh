@@ -45,10 +45,12 @@ __global__ void __launch_bounds__(tree_batch_threads)
     if (node_indptr[R] != N) device_report(status, device_error::node_indptr, R, -1);
   }
   __syncthreads();
-  for (std::int32_t base = 0; base < R; base += tree_batch_threads) {
-    const std::int32_t r = base + static_cast<std::int32_t>(threadIdx.x);
+  // 64-bit steps here and below: a count within a step of INT32_MAX must not wrap the index
+  for (std::int64_t base = 0; base < R; base += tree_batch_threads) {
+    const bool in = base + threadIdx.x < R;
+    const std::int32_t r = in ? static_cast<std::int32_t>(base + threadIdx.x) : 0;
     long long words = 0;
-    if (r < R) {
+    if (in) {
       const std::int32_t n = node_indptr[r + 1] - node_indptr[r];
       if (n < 0) device_report(status, device_error::node_indptr, r, -1);
       if (committed[r] < 1) device_report(status, device_error::committed_length, r, -1);
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(tree_batch_threads)
     long long offset, chunk_total;
     scan(temp).ExclusiveSum(words, offset, chunk_total);
     const long long carry = carry_s;
-    if (r < R) mask_indptr[r] = carry + offset;
+    if (in) mask_indptr[r] = carry + offset;
     __syncthreads();  // every thread has read carry_s and temp before they are reused
     if (threadIdx.x == 0) carry_s = carry + chunk_total;
     __syncthreads();
@@ -83,7 +85,8 @@ __global__ void __launch_bounds__(tree_batch_threads)
   if (t == 0) plan_failed = status[0] != 0;
   __syncthreads();
   if (plan_failed) return;
-  for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < R; r += static_cast<std::int32_t>(gridDim.x)) {
+  for (std::int64_t r64 = blockIdx.x; r64 < R; r64 += gridDim.x) {
+    const auto r = static_cast<std::int32_t>(r64);
     const std::int32_t b = node_indptr[r], n = node_indptr[r + 1] - b;
     const std::int32_t* par = parents + b;
     __syncthreads();  // the previous request's walks are done with par_s
@@ -94,7 +97,8 @@ __global__ void __launch_bounds__(tree_batch_threads)
     }
     const std::int32_t c = committed[r], o = b + r * extra;  // request r's first output row
     if (extra && t == 0) depths[o] = -1, positions[o] = c - 1;  // the root (root_and_nodes)
-    for (std::int32_t i = t; i < n; i += tree_batch_threads) {
+    for (std::int64_t i64 = t; i64 < n; i64 += tree_batch_threads) {
+      const auto i = static_cast<std::int32_t>(i64);
       const std::int32_t p = par[i];
       if (p < -1 || p >= i) device_report(status, device_error::parent, r, i);
       const std::int32_t d = tree_node_depth(par, i);

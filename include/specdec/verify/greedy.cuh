@@ -86,7 +86,9 @@ __global__ void __launch_bounds__(greedy_argmax_threads)
       }
       for (; k < n4; k += T) see4(__ldg(x4 + k), k);
     }
-    for (std::int32_t k = vec_end + t; k < vocab; k += greedy_argmax_threads) see(__ldg(x + k), k);
+    // 64-bit: k + threads passes INT32_MAX for a vocabulary within a block of it
+    for (std::int64_t k = std::int64_t{vec_end} + t; k < vocab; k += greedy_argmax_threads)
+      see(__ldg(x + k), static_cast<std::int32_t>(k));
     const bool row_bad = __syncthreads_or(bad) != 0;
     const greedy_argmax_pair r = reduce(temp).Reduce(best, greedy_argmax_op{});
     if (t == 0) out[row] = (row_bad || !(r.v > -std::numeric_limits<float>::infinity())) ? -1 : r.i;
