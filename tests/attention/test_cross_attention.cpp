@@ -178,6 +178,29 @@ TEST_CASE("cross attention rejects bad inputs, naming itself and the argument") 
         (void)specdec::cross_attention_workspace_bytes(h, specdec::make_view<3>(q3.data(), {N, 3, d}), cache, iv);
       },
       "specdec::cross_attention_workspace_bytes", "'q'");
+  // a workspace over the target's K, or over the committed lengths, through the committed-prefix
+  // form (found by a session-61 review: the prefix view hid the cache's memory from the overlap
+  // check, and the pass-1 partials overwrote K before pass 2 read it)
+  const std::size_t need = specdec::cross_attention_workspace_bytes(h, qv, cache, iv);
+  REQUIRE(need > 0);
+  std::vector<float> pool(need / sizeof(float) + tg.k.size());  // K at the start of a workspace-sized block
+  std::copy(tg.k.begin(), tg.k.end(), pool.begin());
+  auto pooled = cache;
+  pooled.k = pool.data();
+  specdec::attention_workspace over_k(reinterpret_cast<std::byte*>(pool.data()), need);
+  throws([&] { specdec::cross_attention(h, qv, pooled, committed, iv, ov, lv, {.workspace = &over_k}); },
+         "specdec::cross_attention", "cache.k");
+  std::vector<std::int32_t> lens_ws(need / sizeof(std::int32_t) + 2, 0);
+  lens_ws[0] = 20, lens_ws[1] = 5;
+  specdec::attention_workspace over_lens(reinterpret_cast<std::byte*>(lens_ws.data()), need);
+  throws(
+      [&] {
+        specdec::cross_attention(h, qv, cache, std::span<const std::int32_t>(lens_ws.data(), 2), iv, ov, lv,
+                                 {.workspace = &over_lens});
+      },
+      "specdec::cross_attention", "committed_lengths");
+  specdec::attention_workspace apart(need);  // control: a workspace of its own
+  specdec::cross_attention(h, qv, cache, committed, iv, ov, lv, {.workspace = &apart});
   // projection shapes
   std::vector<float> hid(N * 32), w(static_cast<std::size_t>(hq) * d * 32);
   throws(

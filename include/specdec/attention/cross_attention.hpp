@@ -109,6 +109,17 @@ struct kv_prefix {
   SPECDEC_HOST_DEVICE memory_space space() const noexcept { return base.space(); }
   SPECDEC_HOST_DEVICE auto k_row(int r, int t, int h) const noexcept { return base.k_row(r, t, h); }
   SPECDEC_HOST_DEVICE auto v_row(int r, int t, int h) const noexcept { return base.v_row(r, t, h); }
+
+  //! The memory the view reads, for overlap checks (kv_cache::visit_memory): the base layout's, when
+  //! it reports it, and the limits array. Without it a workspace over the target cache passed the
+  //! attention's overlap check (the base's memory went unreported through the wrapper). Host code. O(1).
+  template <class F>
+  void visit_memory(F&& f) const {
+    if constexpr (requires { base.visit_memory(f); }) base.visit_memory(f);
+    if (limits != nullptr && base.num_requests() > 0)
+      f(std::string_view("committed_lengths"),
+        strided_view<const std::int32_t, 1>(limits, {static_cast<std::int64_t>(base.num_requests())}, {1}, base.space()));
+  }
 };
 
 //! Validates the base layout, then (host memory) every limit in [0, base.length(r)].
