@@ -265,6 +265,25 @@ TEST_CASE("a null K or V row inside a request's cache is an error, not a read th
   holed_nhd whole{base};
   whole.hole = -1;
   REQUIRE_NOTHROW(sd::decode_attention(sd::host{}, q, whole, ip, o, l));
+  // A row at an odd byte offset between the corners (a table built from byte offsets): the kernels
+  // loaded it as floats, misaligned, before; now the same error as a null row, at its address.
+  std::vector<float> shifted(b.k_nhd.size() + 1);
+  std::memcpy(reinterpret_cast<std::byte*>(shifted.data()) + 2, b.k_nhd.data(), b.k_nhd.size() * sizeof(float));
+  struct odd_nhd : user_nhd {
+    const float* odd_k = nullptr;
+    float* k_row(int r, int t, int h) const {
+      if (r != 0 || t != 17) return user_nhd::k_row(r, t, h);
+      const auto* at = reinterpret_cast<const std::byte*>(odd_k) + 2 + (user_nhd::k_row(r, t, h) - k) * sizeof(float);
+      return const_cast<float*>(reinterpret_cast<const float*>(at));
+    }
+  };
+  odd_nhd odd{base};
+  odd.odd_k = shifted.data();
+  for (auto kernel : {sd::attention_kernel::rows, sd::attention_kernel::tiles, sd::attention_kernel::lanes}) {
+    const sd::attention_options opt{.kernel = kernel};
+    REQUIRE_BAD(sd::decode_attention(sd::host{}, q, odd, ip, o, l, opt),
+                "a non-null k_row for every row read (request 0, token 17, kv head 0), aligned to 4 bytes");
+  }
 }
 
 namespace {

@@ -1,11 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <numeric>
 #include <vector>
 
+#include "specdec/core/half.hpp"
 #include "specdec/core/tensor.hpp"
 
 using Catch::Matchers::Contains;
@@ -141,6 +143,28 @@ TEST_CASE("require_shape, require_unit_inner_stride and require_host_accessible"
   CHECK(specdec::device_accessible(specdec::memory_space::managed));
   CHECK_FALSE(specdec::device_accessible(specdec::memory_space::host));
   CHECK_FALSE(specdec::host_accessible(specdec::memory_space::device));
+}
+
+TEST_CASE("require_array refuses a view whose data pointer is misaligned for its element type") {
+  using Catch::Matchers::Contains;
+  // a user's tensor type over a byte buffer at an odd offset: the backends load elements as float
+  // (e.g. lse_merge, topk_batch), undefined behaviour before; from_dlpack refuses the same
+  std::vector<float> buf(16);
+  std::byte* const bytes = reinterpret_cast<std::byte*>(buf.data());
+  for (const int offset : {1, 2, 3}) {
+    const auto odd = specdec::make_view<1>(reinterpret_cast<float*>(bytes + offset), {4});
+    CHECK_THROWS_WITH(specdec::require_array("specdec::f", "x", odd),
+                      Contains("specdec::f") && Contains("'x'") && Contains("aligned to 4 bytes") && Contains("address 0x"));
+  }
+  CHECK_NOTHROW(specdec::require_array("specdec::f", "x", specdec::make_view<1>(buf.data() + 1, {4})));
+  // empty views are not read: any address is accepted, as a null one is
+  CHECK_NOTHROW(specdec::require_array("specdec::f", "x", specdec::make_view<1>(reinterpret_cast<float*>(bytes + 1), {0})));
+  // alignment is the element type's: an int64 view at a 4-byte offset is refused, a half view at 2 is not
+  std::vector<std::int64_t> wide(4);
+  const auto i64 = specdec::make_view<1>(reinterpret_cast<std::int64_t*>(reinterpret_cast<std::byte*>(wide.data()) + 4), {2});
+  CHECK_THROWS_WITH(specdec::require_array("specdec::f", "x", i64), Contains("aligned to 8 bytes"));
+  const auto h = specdec::make_view<1>(reinterpret_cast<const specdec::half*>(bytes + 2), {4});
+  CHECK_NOTHROW(specdec::require_array("specdec::f", "x", h));
 }
 
 TEST_CASE("require_array refuses views whose element offsets overflow int64 bytes; require_disjoint treats them as overlapping") {

@@ -2,6 +2,7 @@
 // the argument and saying what was expected.
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -55,6 +56,20 @@ TEST_CASE("contiguous_kv validation") {
   CHECK_NOTHROW(validate(dev));
   // An empty batch needs no buffers.
   CHECK_NOTHROW(validate(C{nullptr, nullptr, nullptr, 0, 8, 2, 4}));
+  // K or V at an odd byte offset into a buffer: every row would be a misaligned float (the kernels
+  // load them as floats); refused, device-resident too (the base address is the host's to see)
+  len[1] = 8;
+  std::vector<float> wide(k.size() + 1);
+  float* const odd = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(wide.data()) + 2);
+  bad = good;
+  bad.k = odd;
+  CHECK_THROWS_WITH(validate(bad), Equals("specdec::my_op: argument 'cache': expected k and v buffers aligned to 4 "
+                                          "bytes, got a misaligned k"));
+  bad.where = specdec::memory_space::device;
+  CHECK_THROWS_WITH(validate(bad), Contains("aligned to 4 bytes"));
+  bad = good;
+  bad.v = odd;
+  CHECK_THROWS_WITH(validate(bad), Contains("got a misaligned v"));
 }
 
 TEST_CASE("paged_kv validation") {
@@ -204,7 +219,7 @@ TEST_CASE("validate_kv_layout rejects null rows of a non-empty request in every 
   auto bad = good;
   bad.k_base = null_k;
   CHECK_THROWS_WITH(validate(bad), Equals("specdec::my_op: argument 'cache': expected a non-null k_row(0, 0, 0) "
-                                          "(request 0 has length 3), got nullptr"));
+                                          "(request 0 has length 3), aligned to 4 bytes, got nullptr"));
   // null V rows of a later request
   float* null_v[2] = {vb[0], nullptr};
   bad = good;
@@ -216,6 +231,15 @@ TEST_CASE("validate_kv_layout rejects null rows of a non-empty request in every 
   // the hooked layout gets the row checks too
   len[1] = 2;
   CHECK_THROWS_WITH(validate(hooked_layout{bad, 8}), Contains("non-null v_row(1, 0, 0)"));
+  // a row at an odd byte offset (a user's table built from byte offsets): misaligned float loads in
+  // the kernels before; refused at its address
+  std::vector<float> wide(k.size() + 1);
+  float* odd_k[2] = {kb[0], reinterpret_cast<float*>(reinterpret_cast<std::byte*>(wide.data()) + 1)};
+  bad = good;
+  bad.k_base = odd_k;
+  CHECK_THROWS_WITH(validate(bad), Contains("'cache'") && Contains("a non-null k_row(1, 0, 0) (request 1 has length 2), "
+                                                                   "aligned to 4 bytes") &&
+                                       Contains("got address 0x"));
 }
 
 TEST_CASE("validate_kv_layout never reads a device-resident user layout") {

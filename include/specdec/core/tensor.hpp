@@ -272,8 +272,11 @@ template <class V>
 }
 
 //! Validates that v describes an array: no negative extent (a view built with one describes no
-//! array; every size computed from it would be wrong), and a non-null data pointer unless some
-//! extent is 0. Throws naming function and argument.
+//! array; every size computed from it would be wrong), and, unless some extent is 0, a non-null data
+//! pointer aligned for the element type (the backends load elements as that type: a misaligned
+//! pointer from a user's own tensor type, e.g. a float view at an odd byte offset into a buffer, was
+//! undefined behaviour; from_dlpack refuses one too) and element offsets whose bytes fit int64.
+//! Throws naming function and argument.
 template <class V>
 void require_array(std::string_view function, std::string_view argument, const V& v) {
   bool empty = false;
@@ -284,6 +287,13 @@ void require_array(std::string_view function, std::string_view argument, const V
   }
   if (!empty && v.data() == nullptr) [[unlikely]]
     throw_invalid_argument(function, argument, "a non-null data pointer (the view has elements)", "nullptr");
+  constexpr std::size_t align = alignof(std::remove_cvref_t<typename V::element_type>);
+  if (const auto address = reinterpret_cast<std::uintptr_t>(v.data()); !empty && address % align != 0) [[unlikely]] {
+    std::ostringstream os;
+    os << "address 0x" << std::hex << address;
+    throw_invalid_argument(function, argument, "a data pointer aligned to " + std::to_string(align) + " bytes",
+                           os.str());
+  }
   if (!empty && !detail::addressable(v)) [[unlikely]] {
     std::ostringstream os;
     os << "strides [";

@@ -237,9 +237,9 @@ inline constexpr bool kv_rows_from_bases = [] {
 enum class kv_rows_read { keys, keys_and_values };
 
 //! The rows a host primitive is about to read through a layout, tokens [t0, t1) and kv heads
-//! [h0, h1) of `request`, are non-null: a user's own layout may return null for rows between the
-//! corners validate_kv_layout checks. Throws invalid_argument naming `function`, `argument` and the
-//! first null row, before anything is read through it (the kernels are noexcept). Compiled out for
+//! [h0, h1) of `request`, are usable (kv_row_usable: non-null, aligned): a user's own layout may return
+//! null or misaligned rows between the corners validate_kv_layout checks. Throws invalid_argument
+//! naming `function`, `argument` and the first such row, before anything is read through it (the kernels are noexcept). Compiled out for
 //! layouts whose rows are base + offset (kv_rows_from_bases: a kv_cache). O((t1 - t0) (h1 - h0)).
 template <class L>
 void require_kv_rows(const L& cache, int request, int t0, int t1, int h0, int h1, kv_rows_read read,
@@ -247,13 +247,15 @@ void require_kv_rows(const L& cache, int request, int t0, int t1, int h0, int h1
   if constexpr (!kv_rows_from_bases<L>) {
     for (int t = t0; t < t1; ++t)
       for (int h = h0; h < h1; ++h) {
-        const bool k_null = cache.k_row(request, t, h) == nullptr;
-        if (k_null || (read == kv_rows_read::keys_and_values && cache.v_row(request, t, h) == nullptr)) [[unlikely]]
-          throw_invalid_argument(function, argument,
-                                 std::string("a non-null ") + (k_null ? "k_row" : "v_row") + " for every row read (request " +
-                                     std::to_string(request) + ", token " + std::to_string(t) + ", kv head " +
-                                     std::to_string(h) + ")",
-                                 "nullptr");
+        const typename L::value_type* k = cache.k_row(request, t, h);
+        const bool k_bad = !kv_row_usable<L>(k);
+        if (k_bad || (read == kv_rows_read::keys_and_values && !kv_row_usable<L>(cache.v_row(request, t, h))))
+            [[unlikely]] {
+          const std::string at = " for every row read (request " + std::to_string(request) + ", token " +
+                                 std::to_string(t) + ", kv head " + std::to_string(h) + ")";
+          if (k_bad) throw_unusable_row<L>(function, argument, "k_row", k, at);
+          throw_unusable_row<L>(function, argument, "v_row", cache.v_row(request, t, h), at);
+        }
       }
   }
 }
@@ -327,6 +329,10 @@ template <class T, class M>
 void validate_layout(const kv_cache<T, M>& c, std::string_view function, std::string_view argument) {
   if constexpr (requires { validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument); })
     validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument);
+  if ((c.k != nullptr && reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) != 0) ||
+      (c.v != nullptr && reinterpret_cast<std::uintptr_t>(c.v) % alignof(T) != 0)) [[unlikely]]
+    throw_invalid_argument(function, argument, "k and v buffers aligned to " + std::to_string(alignof(T)) + " bytes",
+                           "a misaligned " + std::string(reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) ? "k" : "v"));
   if (c.k != nullptr && c.v != nullptr) return;
   bool holds_rows = c.requests > 0;
   if (holds_rows && host_accessible(c.where)) {

@@ -146,21 +146,50 @@ consteval bool check_writable_kv_layout() {
 namespace detail {
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 
-//! The generic row check: rows of a visible token must not be null. Only the corners of a request
-//! (first and last visible token, first and last kv head) are looked at, so validation stays
-//! O(requests); a null base pointer, the usual mistake, makes the first corner null.
+//! A row pointer the backends may read: non-null and aligned for the layout's value_type (they load
+//! its elements as that type; a user layout returning a row at an odd byte offset was undefined
+//! behaviour). The one test of validate_kv_layout's corners and kv_cache's require_kv_rows.
+template <class L>
+[[nodiscard]] bool kv_row_usable(const typename L::value_type* row) noexcept {
+  return row != nullptr && reinterpret_cast<std::uintptr_t>(row) % alignof(typename L::value_type) == 0;
+}
+
+//! The error for a row kv_row_usable refused: "a non-null <which><where>, aligned to N bytes", got
+//! "nullptr" or its address.
+template <class L>
+[[noreturn]] void throw_unusable_row(std::string_view function, std::string_view argument, const char* which,
+                                     const void* row, const std::string& where) {
+  std::string got = "nullptr";
+  if (row != nullptr) {
+    constexpr char hex[] = "0123456789abcdef";
+    got.clear();
+    for (auto a = reinterpret_cast<std::uintptr_t>(row); a != 0; a >>= 4) got.insert(got.begin(), hex[a & 15]);
+    got = "address 0x" + got;
+  }
+  throw_invalid_argument(function, argument,
+                         std::string("a non-null ") + which + where + ", aligned to " +
+                             std::to_string(alignof(typename L::value_type)) + " bytes",
+                         got);
+}
+
+//! The generic row check: rows of a visible token must be usable (kv_row_usable: non-null, aligned).
+//! Only the corners of a request (first and last visible token, first and last kv head) are looked
+//! at, so validation stays O(requests); a null base pointer, the usual mistake, makes the first
+//! corner null.
 template <class L>
 void require_row_corners(const L& l, int r, int length, std::string_view function, std::string_view argument) {
   const int tokens[2] = {0, length - 1}, heads[2] = {0, l.num_kv_heads() - 1};
   for (const int t : tokens)
     for (const int h : heads) {
-      const bool k_null = l.k_row(r, t, h) == nullptr;
-      if (k_null || l.v_row(r, t, h) == nullptr) [[unlikely]]
-        throw_invalid_argument(function, argument,
-                               std::string("a non-null ") + (k_null ? "k_row" : "v_row") + "(" + std::to_string(r) +
-                                   ", " + std::to_string(t) + ", " + std::to_string(h) + ") (request " +
-                                   std::to_string(r) + " has length " + std::to_string(length) + ")",
-                               "nullptr");
+      const typename L::value_type* k = l.k_row(r, t, h);
+      const typename L::value_type* v = l.v_row(r, t, h);
+      const bool k_bad = !kv_row_usable<L>(k);
+      if (k_bad || !kv_row_usable<L>(v)) [[unlikely]] {
+        const std::string at = "(" + std::to_string(r) + ", " + std::to_string(t) + ", " + std::to_string(h) +
+                               ") (request " + std::to_string(r) + " has length " + std::to_string(length) + ")";
+        if (k_bad) throw_unusable_row<L>(function, argument, "k_row", k, at);
+        throw_unusable_row<L>(function, argument, "v_row", v, at);
+      }
     }
 }
 
