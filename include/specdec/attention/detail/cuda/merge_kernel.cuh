@@ -61,12 +61,14 @@ __global__ void __launch_bounds__(128) lse_merge_kernel(const lse_merge_params<I
   const long long t = row / p.heads, h = row % p.heads;
   const int parts = p.in.count;
   const auto rc = p.in.at(t, h);
-  const auto lse_at = [&](int q) { return q < parts ? rc.lse(q) : -INFINITY; };
+  const auto lse_at = [&](long long q) { return q < parts ? rc.lse(static_cast<int>(q)) : -INFINITY; };
   float cached[kCached];
   lse_merge_weights w;
 #pragma unroll
   for (int c = 0; c < kCached; ++c) w.observe(cached[c] = lse_at(c * 32 + lane));
-  for (int q = kCached * 32 + lane; q < parts; q += 32) w.observe(rc.lse(q));
+  // Part counters are 64-bit: a stride of 32 from q < parts overflowed int for counts near INT32_MAX
+  // (a stride-0 part dimension allows any count up to it).
+  for (long long q = kCached * 32 + lane; q < parts; q += 32) w.observe(rc.lse(static_cast<int>(q)));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) w.max = nan_max(w.max, __shfl_xor_sync(full, w.max, o));
   float acc[E];
@@ -98,14 +100,15 @@ __global__ void __launch_bounds__(128) lse_merge_kernel(const lse_merge_params<I
   if (!w.empty()) {  // warp-uniform after the reduction
 #pragma unroll
     for (int c = 0; c < kCached; ++c) w.add(cached[c]);
-    for (int q = kCached * 32 + lane; q < parts; q += 32) w.add(rc.lse(q));
+    for (long long q = kCached * 32 + lane; q < parts; q += 32) w.add(rc.lse(static_cast<int>(q)));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) w.sum += __shfl_xor_sync(full, w.sum, o);
     w.finish();
 #pragma unroll
     for (int c = 0; c < kCached; ++c)
       if (c * 32 < parts) add_group(c * 32, cached[c]);
-    for (int q0 = kCached * 32; q0 < parts; q0 += 32) add_group(q0, lse_at(q0 + lane));
+    for (long long q0 = kCached * 32; q0 < parts; q0 += 32)
+      add_group(static_cast<int>(q0), lse_at(q0 + lane));
   }
   const float lse = w.lse();
   OutT* const out = p.out.row(t, h) + lane * E;

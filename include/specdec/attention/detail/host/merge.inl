@@ -50,8 +50,10 @@ void merge_parts_row(const merge_parts<InT>& parts, std::int64_t t, std::int64_t
   }
   alignas(64) float acc[256], chunk[256];
   float acc_lse = -std::numeric_limits<float>::infinity();
-  for (int q0 = 0; q0 < parts.count; q0 += merge_chunk_parts) {
-    const int cnt = std::min(merge_chunk_parts, parts.count - q0);
+  // q0 advances by the chunk it merged, never past parts.count: a stride of merge_chunk_parts
+  // overflowed int for counts within 63 of INT32_MAX (a stride-0 part dimension allows any count).
+  for (int q0 = 0, cnt = 0; q0 < parts.count; q0 += cnt) {
+    cnt = std::min(merge_chunk_parts, parts.count - q0);
     for (int q = 0; q < cnt; ++q) lse_buf[q] = rc.lse(q0 + q);
     float chunk_lse;
     merge_row<float>(cnt, lse_buf, [&](int q) { return rc.row(q0 + q); }, d, q0 == 0 ? acc : chunk,
