@@ -114,6 +114,24 @@ TEST_CASE("from_dlpack: dtype code, bits and lanes must match the element type")
   CHECK(specdec::dlpack_dtype<std::int64_t>().bits == 64);
 }
 
+namespace {
+template <class T>
+constexpr bool views_as = requires(const DLTensor& t) { specdec::from_dlpack<T, 1>(t); };
+}  // namespace
+
+TEST_CASE("from_dlpack: bool only where DLPack has a bool dtype; before 0.8 a uint8 tensor is viewed as uint8") {
+  // Before DLPack 0.8 a bool view took an 8-bit uint tensor, whose bytes may be any value: loading
+  // 0x02 as bool is undefined behaviour. Such headers leave from_dlpack<bool> out (dlpack_viewable).
+  STATIC_REQUIRE(views_as<std::uint8_t>);
+  STATIC_REQUIRE(views_as<const float>);
+  STATIC_REQUIRE(views_as<bool> == (DLPACK_VERSION >= 80));
+  STATIC_REQUIRE(views_as<const bool> == (DLPACK_VERSION >= 80));
+  std::uint8_t bytes[3] = {0, 2, 1};
+  std::int64_t shape[1] = {3};
+  const auto v = specdec::from_dlpack<const std::uint8_t, 1>(make_tensor(bytes, shape, nullptr, 1, DLDataType{kDLUInt, 8, 1}));
+  CHECK(v(1) == 2);
+}
+
 TEST_CASE("from_dlpack: ndim, shape, data and alignment are validated") {
   float x[8] = {};
   std::int64_t shape2[2] = {2, 4};

@@ -96,6 +96,13 @@ template <class T>
                          got.str());
 }
 
+//! Element types from_dlpack can view: any type specdec knows (dtype_of), except bool where the DLPack
+//! headers have no bool dtype (DLPACK_VERSION < 80, e.g. Debian's 0.6): there a bool view would have
+//! to take an 8-bit uint tensor, whose bytes may hold any value, and loading a byte other than 0 or 1
+//! as bool is undefined behaviour. View such a tensor as std::uint8_t instead.
+template <class T>
+concept dlpack_viewable = !std::is_same_v<std::remove_cv_t<T>, bool> || (DLPACK_VERSION >= 80);
+
 //! Views a DLTensor as strided_view<T, Rank> after checking it: dtype (code, bits, lanes) equals T's,
 //! ndim == Rank, the device type is supported (see memory_space_of), shape is non-negative, data is
 //! non-null unless the tensor is empty, data + byte_offset does not wrap and is aligned for T. Null
@@ -104,6 +111,7 @@ template <class T>
 //! Violations throw specdec::invalid_argument naming `function`, `argument`, the expectation and what
 //! was found. O(Rank).
 template <class T, int Rank>
+  requires dlpack_viewable<T>
 [[nodiscard]] strided_view<T, Rank> from_dlpack(const DLTensor& t, std::string_view function = "specdec::from_dlpack",
                                                 std::string_view argument = "tensor") {
   const DLDataType want = dlpack_dtype<T>();
@@ -150,6 +158,7 @@ template <class T, int Rank>
 
 //! from_dlpack on the DLTensor inside a DLManagedTensor (ownership stays with the caller).
 template <class T, int Rank>
+  requires dlpack_viewable<T>
 [[nodiscard]] strided_view<T, Rank> from_dlpack(const DLManagedTensor& t, std::string_view function = "specdec::from_dlpack",
                                                 std::string_view argument = "tensor") {
   return from_dlpack<T, Rank>(t.dl_tensor, function, argument);
