@@ -167,19 +167,32 @@ TEST_CASE("cuda_greedy_verifier: a step over device logits equals host greedy ve
   CHECK(checked >= 10);
 }
 
-TEST_CASE("cuda_greedy_verifier reports a bad tree value found on the device", "[cuda][decoder]") {
-  specdec_test::device_buffer<float> rows(std::vector<float>(3 * V, 0.0f));
-  const std::vector<std::int32_t> indptr{0, 2}, tokens{1, V + 1}, parents{-1, 0};  // a token >= V
+TEST_CASE("cuda_greedy_verifier refuses a bad tree value over device logits, then verifies the next step",
+          "[cuda][decoder]") {
+  // A token >= V: the device's own check reported it (session 31); since session 57 the host's tree
+  // check refuses it before any upload (the [nogpu] case below covers each kind), so what is left to
+  // see on a GPU is that the refused call leaves the verifier usable.
+  std::vector<float> logits(3 * V, 0.0f);
+  logits[2 * V + 5] = 1.0f;  // row 2 (request 0's bonus row after nodes 0 and 1) peaks at token 5
+  specdec_test::device_buffer<float> rows(logits);
+  const std::vector<std::int32_t> indptr{0, 2}, bad_tokens{1, V + 1}, tokens{0, 0}, parents{-1, 0};
   const specdec::sampling_params greedy{.temperature = 0.0f};
   const specdec::sampling_params* sp[] = {&greedy};
   const std::uint64_t zero[] = {0};
   specdec::cuda_greedy_verifier v{nullptr};
   specdec::verify_batch_result out;
-  const specdec::batch_verify_input in{indptr, tokens, parents,
-                                       specdec::make_view<2>(static_cast<const float*>(rows.data()), {3, V},
-                                                             memory_space::device),
-                                       sp, zero, zero};
-  REQUIRE_THROWS_WITH(v.verify_batch(in, out), Catch::Contains("verify_batch") && Catch::Contains("token of node 1"));
+  const auto lv = specdec::make_view<2>(static_cast<const float*>(rows.data()), {3, V}, memory_space::device);
+  const specdec::batch_verify_input bad{indptr, bad_tokens, parents, lv, sp, zero, zero};
+  REQUIRE_THROWS_WITH(v.verify_batch(bad, out), Catch::Contains("verify_batch") && Catch::Contains("'tokens'") &&
+                                                    Catch::Contains(std::to_string(V + 1)));
+  // rows 0 and 1 are all zeros (argmax 0, the first of the ties): nodes 0 and 1 (token 0) accepted,
+  // row 2's argmax 5 is the bonus
+  const specdec::batch_verify_input good{indptr, tokens, parents, lv, sp, zero, zero};
+  v.verify_batch(good, out);
+  REQUIRE(out.num_requests() == 1);
+  CHECK(std::vector<std::int32_t>(out.accepted_nodes(0).begin(), out.accepted_nodes(0).end()) ==
+        std::vector<std::int32_t>{0, 1});
+  CHECK(out.bonus[0] == 5);
 }
 
 TEST_CASE("cuda_greedy_verifier checks the logits' shape, memory and row spacing before any CUDA call",

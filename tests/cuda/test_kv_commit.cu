@@ -171,11 +171,13 @@ TEST_CASE("cuda kv_commit_in_place_batch reports bad values and leaves every cac
   const int R = 4, D = 64;
   const std::size_t elems = static_cast<std::size_t>(R) * CAP * H * D;
   const auto k = random_rows<float>(elems, rng), v = random_rows<float>(elems, rng);
-  device_buffer<float> dk(k), dvv(v);
+  // two layers over memory of their own (layers over one K or V are refused on the host since
+  // session 61), with the same contents
+  device_buffer<float> dk(k), dvv(v), dk1(k), dv1(v);
   device_buffer<std::int32_t> dlens(std::vector<std::int32_t>(R, 0));
   const std::vector<specdec::contiguous_kv<float>> layers{
       {dk.data(), dvv.data(), dlens.data(), R, CAP, H, D, memory_space::device},
-      {dk.data(), dvv.data(), dlens.data(), R, CAP - 1, H, D, memory_space::device}};  // layer 1: one slot less
+      {dk1.data(), dv1.data(), dlens.data(), R, CAP - 1, H, D, memory_space::device}};  // layer 1: one slot less
   auto expect = [&](const commit_batch_case& bad, specdec::device_error e, std::int32_t request, std::int32_t index) {
     device_arrays d(bad);
     d.launch(std::span<const specdec::contiguous_kv<float>>(layers));
@@ -186,6 +188,8 @@ TEST_CASE("cuda kv_commit_in_place_batch reports bad values and leaves every cac
     CHECK(s[2] == index);
     CHECK(dk.download() == k);
     CHECK(dvv.download() == v);
+    CHECK(dk1.download() == k);
+    CHECK(dv1.download() == v);
     CHECK(d.nl.download() == std::vector<std::int32_t>(R, -5));
   };
   const int b1 = c.node_indptr[1];

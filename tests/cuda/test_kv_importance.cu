@@ -190,8 +190,10 @@ TEST_CASE("cuda kv_importance_batch refuses host memory and too many kv_heads x 
   CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(q.data(), {2, 4, 64}), dev_cache, sd, std_),
                     Catch::Contains("'q'") && Catch::Contains("device-accessible"));
   // 128 kv heads x 128 > 12288 summed-query floats
-  std::vector<float> big_q(static_cast<std::size_t>(2) * 128 * 128);
-  const specdec::contiguous_kv<float> wide{k.data(), k.data(), lens.data(), 2, 4, 128, 128, memory_space::device};
+  // (the wide cache over a buffer of its own size: over k's 512 floats it reached whatever followed,
+  // and under compute-sanitizer's allocator that was the scores, refused first as an overlap)
+  std::vector<float> big_q(static_cast<std::size_t>(2) * 128 * 128), big_k(static_cast<std::size_t>(2) * 4 * 128 * 128);
+  const specdec::contiguous_kv<float> wide{big_k.data(), big_k.data(), lens.data(), 2, 4, 128, 128, memory_space::device};
   CHECK_THROWS_WITH(specdec::kv_importance_batch(specdec::cuda{}, specdec::make_view<3>(big_q.data(), {2, 128, 128}, memory_space::device),
                                                  wide, specdec::make_view<3>(s.data(), {2, 128, 4}, memory_space::device), std_),
                     Catch::Contains("12288"));

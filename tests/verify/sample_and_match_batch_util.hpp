@@ -133,6 +133,9 @@ struct sampled_logits_case {
   sampled_logits_case(int R, int max_nodes, std::int64_t V, int alphabet, bool with_penalties, std::uint64_t seed,
                       logits_case_kind k = logits_case_kind::sample_and_match)
       : vocab(V), b(static_cast<std::int32_t>(V)), penalties(with_penalties), kind(k) {
+    // tokens come from the first min(alphabet, V) ids: a vocabulary smaller than the alphabet (the
+    // CUDA tests' V = 1 cells) drew ids past it, which the host's token check refuses
+    alphabet = static_cast<int>(std::min<std::int64_t>(alphabet, V));
     const bool chain_trees = k == logits_case_kind::chain, distinct = k == logits_case_kind::multi_draft_wor;
     specdec::philox_stream rng(seed, 11);
     std::vector<std::int32_t> committed;
