@@ -124,8 +124,9 @@ TEST_CASE("from_dlpack: bool only where DLPack has a bool dtype; before 0.8 a ui
   // 0x02 as bool is undefined behaviour. Such headers leave from_dlpack<bool> out (dlpack_viewable).
   STATIC_REQUIRE(views_as<std::uint8_t>);
   STATIC_REQUIRE(views_as<const float>);
-  STATIC_REQUIRE(views_as<bool> == (DLPACK_VERSION >= 80));
-  STATIC_REQUIRE(views_as<const bool> == (DLPACK_VERSION >= 80));
+  STATIC_REQUIRE(views_as<bool> == static_cast<bool>(SPECDEC_DLPACK_HAS_BOOL));
+  STATIC_REQUIRE(views_as<const bool> == static_cast<bool>(SPECDEC_DLPACK_HAS_BOOL));
+  STATIC_REQUIRE(SPECDEC_DLPACK_HAS_BOOL == (specdec::dlpack_dtype<bool>().code != kDLUInt));
   std::uint8_t bytes[3] = {0, 2, 1};
   std::int64_t shape[1] = {3};
   const auto v = specdec::from_dlpack<const std::uint8_t, 1>(make_tensor(bytes, shape, nullptr, 1, DLDataType{kDLUInt, 8, 1}));

@@ -2,7 +2,7 @@
 //! \file dlpack.hpp
 //! Adapter from DLPack's DLTensor (the exchange format of PyTorch, JAX, CuPy, ...) to strided_view.
 //!
-//! Needs <dlpack/dlpack.h> (Debian libdlpack-dev; DLPACK_VERSION 60 or later). The adapter only
+//! Needs <dlpack/dlpack.h> (Debian libdlpack-dev; DLPack 0.6 or later, 1.x included). The adapter only
 //! reads the DLTensor: no copy, no ownership transfer (a DLManagedTensor's deleter stays the
 //! caller's business, and the view is valid as long as the producer keeps the memory alive).
 
@@ -18,10 +18,18 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/tensor.hpp"
 
+//! 1 where the DLPack headers have a bool dtype (kDLBool): 0.8 and later. DLPack 1.x defines
+//! DLPACK_MAJOR_VERSION and no longer DLPACK_VERSION (which then reads as 0 in #if).
+#if defined(DLPACK_MAJOR_VERSION) || (defined(DLPACK_VERSION) && DLPACK_VERSION >= 80)
+#define SPECDEC_DLPACK_HAS_BOOL 1
+#else
+#define SPECDEC_DLPACK_HAS_BOOL 0
+#endif
+
 namespace specdec {
 
 //! The DLPack data type of specdec's dtype `t` (lanes = 1). bool maps to kDLBool where the DLPack
-//! headers have it (DLPACK_VERSION >= 80) and to 8-bit kDLUInt before that.
+//! headers have it (SPECDEC_DLPACK_HAS_BOOL) and to 8-bit kDLUInt before that.
 [[nodiscard]] constexpr DLDataType to_dlpack(dtype t) noexcept {
   const auto bits = static_cast<std::uint8_t>(8 * size_of(t));
   switch (t) {
@@ -30,7 +38,7 @@ namespace specdec {
     case dtype::i8: case dtype::i16: case dtype::i32: case dtype::i64: return DLDataType{kDLInt, bits, 1};
     case dtype::u8: case dtype::u16: case dtype::u32: case dtype::u64: return DLDataType{kDLUInt, bits, 1};
     case dtype::boolean:
-#if DLPACK_VERSION >= 80
+#if SPECDEC_DLPACK_HAS_BOOL
       return DLDataType{kDLBool, 8, 1};
 #else
       return DLDataType{kDLUInt, 8, 1};
@@ -97,11 +105,11 @@ template <class T>
 }
 
 //! Element types from_dlpack can view: any type specdec knows (dtype_of), except bool where the DLPack
-//! headers have no bool dtype (DLPACK_VERSION < 80, e.g. Debian's 0.6): there a bool view would have
+//! headers have no bool dtype (!SPECDEC_DLPACK_HAS_BOOL: before 0.8, e.g. Debian's 0.6): there a bool view would have
 //! to take an 8-bit uint tensor, whose bytes may hold any value, and loading a byte other than 0 or 1
 //! as bool is undefined behaviour. View such a tensor as std::uint8_t instead.
 template <class T>
-concept dlpack_viewable = !std::is_same_v<std::remove_cv_t<T>, bool> || (DLPACK_VERSION >= 80);
+concept dlpack_viewable = !std::is_same_v<std::remove_cv_t<T>, bool> || (SPECDEC_DLPACK_HAS_BOOL != 0);
 
 //! Views a DLTensor as strided_view<T, Rank> after checking it: dtype (code, bits, lanes) equals T's,
 //! ndim == Rank, the device type is supported (see memory_space_of), shape is non-negative, data is

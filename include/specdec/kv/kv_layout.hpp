@@ -181,15 +181,15 @@ void require_row_corners(const L& l, int r, int length, std::string_view functio
   const int tokens[2] = {0, length - 1}, heads[2] = {0, l.num_kv_heads() - 1};
   for (const int t : tokens)
     for (const int h : heads) {
-      const typename L::value_type* k = l.k_row(r, t, h);
-      const typename L::value_type* v = l.v_row(r, t, h);
-      const bool k_bad = !kv_row_usable<L>(k);
-      if (k_bad || !kv_row_usable<L>(v)) [[unlikely]] {
-        const std::string at = "(" + std::to_string(r) + ", " + std::to_string(t) + ", " + std::to_string(h) +
-                               ") (request " + std::to_string(r) + " has length " + std::to_string(length) + ")";
-        if (k_bad) throw_unusable_row<L>(function, argument, "k_row", k, at);
-        throw_unusable_row<L>(function, argument, "v_row", v, at);
-      }
+      const auto at = [&] {
+        return "(" + std::to_string(r) + ", " + std::to_string(t) + ", " + std::to_string(h) + ") (request " +
+               std::to_string(r) + " has length " + std::to_string(length) + ")";
+      };
+      // v_row only once k_row passed (a user layout may form it from a null base)
+      if (const typename L::value_type* k = l.k_row(r, t, h); !kv_row_usable<L>(k)) [[unlikely]]
+        throw_unusable_row<L>(function, argument, "k_row", k, at());
+      if (const typename L::value_type* v = l.v_row(r, t, h); !kv_row_usable<L>(v)) [[unlikely]]
+        throw_unusable_row<L>(function, argument, "v_row", v, at());
     }
 }
 
