@@ -171,6 +171,18 @@ TEST_CASE("penalty_context_builder: each context's distinct tokens ascending wit
   CHECK_THROWS_WITH(b.add_context(b.distinct()), Contains("'committed'") && Contains("own arrays"));
   CHECK(b.path().size() == paths_before);
   CHECK(b.rows() == rows_before);
+  // A chain of 2^16 nodes: its root paths hold 2^16 (2^16 + 1) / 2 > INT32_MAX suffix tokens. Refused
+  // before its first row (append_row's limit threw partway before, after gigabytes of rows).
+  std::vector<std::int32_t> chain_tokens(1 << 16, 5), chain_parents(1 << 16);
+  for (std::size_t i = 0; i < chain_parents.size(); ++i) chain_parents[i] = static_cast<std::int32_t>(i) - 1;
+  CHECK_THROWS_WITH(b.add_tree_rows(0, chain_tokens, chain_parents),
+                    Contains("'parents'") && Contains("2147516416 tokens") && Contains("within INT32_MAX"));
+  CHECK(b.path().size() == paths_before);
+  CHECK(b.rows() == rows_before);
+  chain_tokens.resize(1 << 10), chain_parents.resize(1 << 10);  // a long chain that fits
+  b.add_tree_rows(0, chain_tokens, chain_parents);
+  CHECK(b.rows() == rows_before + (1 << 10) + 1);
+  CHECK(b.path().size() == paths_before + (std::size_t{1} << 9) * ((1 << 10) + 1));
   b.clear();
   CHECK(b.rows() == 0);
   CHECK(b.contexts() == 0);

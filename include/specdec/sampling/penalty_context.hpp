@@ -488,13 +488,34 @@ class penalty_context_builder {
                                parents[i]);
     detail::check_context(tokens, vocab_, fn_, "tokens");  // every check before the first row is added
     check_context_index(context);
-    append_row(context, {});
+    // the sizes the rows will reach, checked before the first is added (append_row's own checks
+    // would throw partway, leaving some of the tree's rows): n + 1 rows, sum of node depths suffix
+    // tokens (a chain of 2^16 nodes holds 2^31 + 2^15 of them)
+    require(row_context_.size() + tokens.size() + 1 <= static_cast<std::size_t>(detail::penalty_context_max), fn_,
+            "tokens", "a tree whose n + 1 rows keep the rows below INT32_MAX", tokens.size());
+    std::int64_t suffix = 0;  // depths fit int32 now: n < INT32_MAX
+    depth_.resize(tokens.size());
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-      scratch_.clear();
-      for (std::int64_t a = static_cast<std::int64_t>(i); a >= 0; a = parents[static_cast<std::size_t>(a)])
-        scratch_.push_back(tokens[static_cast<std::size_t>(a)]);
-      std::reverse(scratch_.begin(), scratch_.end());
-      append_row(context, scratch_);
+      depth_[i] = parents[i] < 0 ? 1 : depth_[static_cast<std::size_t>(parents[i])] + 1;
+      suffix += depth_[i];
+    }
+    require(static_cast<std::int64_t>(path_.size()) + suffix <= detail::penalty_context_max, fn_, "parents",
+            "a tree whose root paths (" + std::to_string(suffix) + " tokens) keep all rows' suffixes within INT32_MAX",
+            path_.size());
+    // and a failed allocation leaves the builder as it was
+    const std::size_t rows0 = row_context_.size(), path0 = path_.size();
+    try {
+      append_row(context, {});
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        scratch_.clear();
+        for (std::int64_t a = static_cast<std::int64_t>(i); a >= 0; a = parents[static_cast<std::size_t>(a)])
+          scratch_.push_back(tokens[static_cast<std::size_t>(a)]);
+        std::reverse(scratch_.begin(), scratch_.end());
+        append_row(context, scratch_);
+      }
+    } catch (...) {
+      row_context_.resize(rows0), path_indptr_.resize(rows0 + 1), path_.resize(path0);
+      throw;
     }
   }
 
@@ -538,7 +559,7 @@ class penalty_context_builder {
       return strided_view<const std::int32_t, 1>(a.data(), {static_cast<std::int64_t>(a.size())}, {1});
     };
     for (const auto* own : {&distinct_, &last_, &context_indptr_, &context_length_, &row_context_, &path_indptr_, &path_,
-                            &scratch_})
+                            &scratch_, &depth_})
       if (views_overlap(view(in), view(*own))) [[unlikely]]
         throw_invalid_argument(fn_, argument, "memory apart from the builder's own arrays (they grow while it is read)",
                                "a view of one of them");
@@ -553,6 +574,7 @@ class penalty_context_builder {
   std::vector<std::int32_t> distinct_, last_, context_indptr_, context_length_, row_context_, path_indptr_, path_;
   detail::token_marks marks_;
   std::vector<std::int32_t> scratch_;
+  std::vector<std::int32_t> depth_;  // add_tree_rows: each node's depth (its root path's length)
 };
 
 }  // namespace specdec
