@@ -291,7 +291,7 @@ void require_array(std::string_view function, std::string_view argument, const V
   if (const auto address = reinterpret_cast<std::uintptr_t>(v.data()); !empty && address % align != 0) [[unlikely]] {
     std::ostringstream os;
     os << "address 0x" << std::hex << address;
-    throw_invalid_argument(function, argument, "a data pointer aligned to " + std::to_string(align) + " bytes",
+    throw_invalid_argument(function, argument, std::string("a data pointer aligned to ") + std::to_string(align) + " bytes",
                            os.str());
   }
   if (!empty && !detail::addressable(v)) [[unlikely]] {

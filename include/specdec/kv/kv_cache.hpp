@@ -251,8 +251,9 @@ void require_kv_rows(const L& cache, int request, int t0, int t1, int h0, int h1
         const bool k_bad = !kv_row_usable<L>(k);
         if (k_bad || (read == kv_rows_read::keys_and_values && !kv_row_usable<L>(cache.v_row(request, t, h))))
             [[unlikely]] {
-          const std::string at = " for every row read (request " + std::to_string(request) + ", token " +
-                                 std::to_string(t) + ", kv head " + std::to_string(h) + ")";
+          std::string at(" for every row read (request ");  // appended: see require_row_corners
+          at += std::to_string(request), at += ", token ", at += std::to_string(t), at += ", kv head ";
+          at += std::to_string(h), at += ")";
           if (k_bad) throw_unusable_row<L>(function, argument, "k_row", k, at);
           throw_unusable_row<L>(function, argument, "v_row", cache.v_row(request, t, h), at);
         }
@@ -331,8 +332,8 @@ void validate_layout(const kv_cache<T, M>& c, std::string_view function, std::st
     validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument);
   if ((c.k != nullptr && reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) != 0) ||
       (c.v != nullptr && reinterpret_cast<std::uintptr_t>(c.v) % alignof(T) != 0)) [[unlikely]]
-    throw_invalid_argument(function, argument, "k and v buffers aligned to " + std::to_string(alignof(T)) + " bytes",
-                           "a misaligned " + std::string(reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) ? "k" : "v"));
+    throw_invalid_argument(function, argument, std::string("k and v buffers aligned to ") + std::to_string(alignof(T)) + " bytes",
+                           reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) ? "a misaligned k" : "a misaligned v");
   if (c.k != nullptr && c.v != nullptr) return;
   bool holds_rows = c.requests > 0;
   if (holds_rows && host_accessible(c.where)) {

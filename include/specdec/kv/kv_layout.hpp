@@ -162,9 +162,11 @@ template <class L>
   std::string got = "nullptr";
   if (row != nullptr) {
     constexpr char hex[] = "0123456789abcdef";
-    got.clear();
-    for (auto a = reinterpret_cast<std::uintptr_t>(row); a != 0; a >>= 4) got.insert(got.begin(), hex[a & 15]);
-    got = "address 0x" + got;
+    char digits[2 * sizeof(std::uintptr_t)];
+    int n = 0;
+    for (auto a = reinterpret_cast<std::uintptr_t>(row); a != 0; a >>= 4) digits[n++] = hex[a & 15];
+    got.assign("address 0x");
+    while (n > 0) got += digits[--n];
   }
   throw_invalid_argument(function, argument,
                          std::string("a non-null ") + which + where + ", aligned to " +
@@ -181,9 +183,11 @@ void require_row_corners(const L& l, int r, int length, std::string_view functio
   const int tokens[2] = {0, length - 1}, heads[2] = {0, l.num_kv_heads() - 1};
   for (const int t : tokens)
     for (const int h : heads) {
-      const auto at = [&] {
-        return "(" + std::to_string(r) + ", " + std::to_string(t) + ", " + std::to_string(h) + ") (request " +
-               std::to_string(r) + " has length " + std::to_string(length) + ")";
+      const auto at = [&] {  // appended piece by piece: GCC 12's -Wrestrict misfires on "(" + std::string&& at -O3
+        std::string a("(");
+        a += std::to_string(r), a += ", ", a += std::to_string(t), a += ", ", a += std::to_string(h);
+        a += ") (request ", a += std::to_string(r), a += " has length ", a += std::to_string(length), a += ")";
+        return a;
       };
       // v_row only once k_row passed (a user layout may form it from a null base)
       if (const typename L::value_type* k = l.k_row(r, t, h); !kv_row_usable<L>(k)) [[unlikely]]
