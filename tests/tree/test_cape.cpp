@@ -371,6 +371,23 @@ TEST_CASE("cape_expand_ranked: token ids >= 0, and a log-probability below float
     REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<ranked_token>(std::vector<ranked_token>{{1, bad}}, cands,
                                                                   cape_schedule::glide_bins(), 0, out),
                         Contains("'chain[0].logprob'"));
+  // int64 token ids (PyTorch's dtype) past INT32_MAX: cut to int32 silently before (0xFFFFFFFF came out
+  // as -1, the padding id, and 2^32 + 7 as 7); refused, naming the entry
+  struct wide_token {
+    std::int64_t token;
+    float logprob;
+  };
+  const std::vector<std::vector<wide_token>> wide_cands{{{(std::int64_t{1} << 32) + 7, -1.0f}, {9, -2.0f}}};
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<wide_token>(std::vector<wide_token>{{0xFFFFFFFFLL, -0.1f}}, wide_cands,
+                                                              cape_schedule::glide_bins(), 0, out),
+                      Contains("'chain[0].token'") && Contains("INT32_MAX") && Contains("4294967295"));
+  REQUIRE_THROWS_WITH(specdec::cape_expand_ranked<wide_token>(std::vector<wide_token>{{5, -0.1f}}, wide_cands,
+                                                              cape_schedule::glide_bins(), 0, out),
+                      Contains("'candidates[0][0].token'") && Contains("4294967303"));
+  specdec::cape_expand_ranked<wide_token>(std::vector<wide_token>{{5, -0.1f}},
+                                          std::vector<std::vector<wide_token>>{{{9, -2.0f}}}, cape_schedule::glide_bins(),
+                                          0, out);  // in range: the ids as given
+  CHECK(out.tokens == std::vector<std::int32_t>{5, 9});
 }
 
 TEST_CASE("cape_expand: a row cape_expand accepts (sum within 1e-2) is expanded, a chain p above 1 read as 1",

@@ -146,3 +146,17 @@ TEST_CASE("trie_merge: add_tree that fails part way merges nothing", "[tree][tri
   REQUIRE(m.add_sequence(V{5, 6}) == 2);  // the index was rolled back with the nodes
   CHECK(m.find(V{5, 6}) == 2);
 }
+
+TEST_CASE("trie_merge: add_sequence over the merger's own arrays reads a copy", "[tree][trie]") {
+  // Four root children (tokens 1..4), then their own token array as a sequence: the first new node
+  // reallocated the array the span viewed, and the rest was read from freed memory (ASan). Likewise
+  // the log-probs and the sources.
+  trie_merger m;
+  for (std::int32_t t = 1; t <= 4; ++t) m.add_sequence(V{t}, std::vector<float>{-0.5f * static_cast<float>(t)}, t);
+  REQUIRE(m.add_sequence(m.tree().tokens(), m.tree().logprobs(), 9) == 3);  // [1] exists; [1 2], [1 2 3], [1 2 3 4] new
+  CHECK(m.find(V{1, 2, 3, 4}) == 6);
+  CHECK(m.tree().logprob(6) == -2.0f);
+  CHECK(m.tree().score(6) == Approx(-5.0f));
+  REQUIRE(m.add_sequence(m.sources()) == 3);  // sources 1, 2, 3, 4, 9, 9, 9: [1 2 3 4] exists, then 9, 9, 9 new
+  CHECK(m.find(V{1, 2, 3, 4, 9, 9, 9}) == 9);
+}

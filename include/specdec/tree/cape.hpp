@@ -37,6 +37,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/bitmask.hpp"
@@ -330,6 +332,8 @@ template <class Candidate>
 void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::vector<Candidate>> candidates,
                         const cape_schedule& schedule, int max_tokens, cape_proposal& out) {
   constexpr std::string_view fn = "specdec::cape_expand_ranked";
+  static_assert(std::is_integral_v<std::remove_cvref_t<decltype(std::declval<const Candidate&>().token)>>,
+                "specdec::cape_expand_ranked: Candidate::token must be an integer token id");
   const int gamma = static_cast<int>(chain.size());
   require(max_tokens == 0 || max_tokens >= gamma, fn, "max_tokens", "0 (no cap) or >= gamma = " + std::to_string(gamma),
           max_tokens);
@@ -338,8 +342,9 @@ void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::v
   // 0 and is read as the smallest positive float: the schedule's lowest bin).
   for (int i = 0; i < gamma; ++i) {
     const auto& x = chain[static_cast<std::size_t>(i)];
-    if (x.token < 0) [[unlikely]]  // the argument name is built only on failure
-      throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].token", "a token id >= 0", x.token);
+    // ids in [0, INT32_MAX]: a wider id (an int64 token, as PyTorch's) was cut to int32 silently
+    if (x.token < 0 || !std::in_range<std::int32_t>(x.token)) [[unlikely]]  // the name is built only on failure
+      throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].token", "a token id in [0, INT32_MAX]", x.token);
     if (!(x.logprob > -std::numeric_limits<float>::infinity() && x.logprob <= 1e-4f)) [[unlikely]]
       throw_invalid_argument(fn, "chain[" + std::to_string(i) + "].logprob", "a log-probability in (-inf, 0] (p in (0, 1])",
                              x.logprob);
@@ -347,9 +352,9 @@ void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::v
   for (std::size_t i = 0; i < candidates.size() && i < chain.size(); ++i)  // the candidates expand() may read
     for (std::size_t j = 0; j < candidates[i].size(); ++j) {
       const auto& c = candidates[i][j];
-      if (c.token < 0) [[unlikely]]
+      if (c.token < 0 || !std::in_range<std::int32_t>(c.token)) [[unlikely]]
         throw_invalid_argument(fn, "candidates[" + std::to_string(i) + "][" + std::to_string(j) + "].token",
-                               "a token id >= 0", c.token);
+                               "a token id in [0, INT32_MAX]", c.token);
       if (!(c.logprob < std::numeric_limits<float>::infinity())) [[unlikely]]
         throw_invalid_argument(fn, "candidates[" + std::to_string(i) + "][" + std::to_string(j) + "].logprob",
                                "a log-probability that is not NaN or +inf (-inf = impossible)", c.logprob);
@@ -357,14 +362,15 @@ void cape_expand_ranked(std::span<const Candidate> chain, std::span<const std::v
   auto step = [&](int i) {
     const auto& x = chain[static_cast<std::size_t>(i)];
     const float p = std::clamp(std::exp(x.logprob), std::numeric_limits<float>::min(), 1.0f);
-    return detail::cape_step{x.token, x.logprob, schedule.expansion_size(p)};
+    return detail::cape_step{static_cast<std::int32_t>(x.token), x.logprob, schedule.expansion_size(p)};
   };
   auto expand = [&](int i, std::int32_t, int k, auto&& emit) {  // emit skips x_i and merges repeats
     if (static_cast<std::size_t>(i) >= candidates.size()) return;
     int n = 0;
     for (const auto& c : candidates[static_cast<std::size_t>(i)]) {
       if (n >= k) break;
-      if (c.logprob > -std::numeric_limits<float>::infinity() && emit(c.token, c.logprob)) ++n;
+      if (c.logprob > -std::numeric_limits<float>::infinity() && emit(static_cast<std::int32_t>(c.token), c.logprob))
+        ++n;
     }
   };
   detail::cape_assemble(gamma, step, expand, max_tokens, out);

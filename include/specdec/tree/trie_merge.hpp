@@ -53,11 +53,15 @@ class trie_merger {
     for (std::size_t i = 0; i < logprobs.size(); ++i)
       if (!(logprobs[i] < std::numeric_limits<float>::infinity())) [[unlikely]]
         detail::throw_bad_score(fn, "logprobs[" + std::to_string(i) + "]", logprobs[i], logprobs[i]);
+    // Read from copies: a span over the merger's own arrays (tree().tokens(), tree().logprobs(),
+    // sources()) was read after a new node had reallocated them (a use-after-free under ASan).
+    seq_tokens_.assign(tokens.begin(), tokens.end());
+    seq_logprobs_.assign(logprobs.begin(), logprobs.end());
     return transaction([&](int& added) {
       std::int32_t parent = -1;
-      for (std::size_t i = 0; i < tokens.size(); ++i) {
-        const std::int32_t node = child(parent, tokens[i], logprobs.empty() ? 0.0f : logprobs[i], source, added, fn,
-                                        "logprobs", i);
+      for (std::size_t i = 0; i < seq_tokens_.size(); ++i) {
+        const std::int32_t node = child(parent, seq_tokens_[i], seq_logprobs_.empty() ? 0.0f : seq_logprobs_[i],
+                                        source, added, fn, "logprobs", i);
         if (node < 0) break;  // budget exhausted: the rest of this candidate is dropped
         parent = node;
       }
@@ -146,7 +150,8 @@ class trie_merger {
 
   int max_nodes_;
   token_tree tree_;
-  std::vector<std::int32_t> sources_, remap_;
+  std::vector<std::int32_t> sources_, remap_, seq_tokens_;
+  std::vector<float> seq_logprobs_;
   detail::hash_slots index_;
 };
 
