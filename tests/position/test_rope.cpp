@@ -2,6 +2,7 @@
 // the fp32 kernels (float/half/bfloat16, both styles, partial rotary, cache) against the double
 // reference, and one test per kind of bad input.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -222,6 +223,31 @@ TEST_CASE("tree_positions: committed length plus depth") {
   CHECK_THROWS_WITH(specdec::tree_positions(0, bad, out2), Catch::Contains("depths"));
   CHECK_THROWS_AS(specdec::tree_positions(0, depth, out3), specdec::invalid_argument);
   CHECK_THROWS_WITH(specdec::tree_positions(0, depth, out3), Catch::Contains("out"));
+  // out over depths: in place is fine; shifted by one it gave 100 200 300 400 with no error
+  std::vector<std::int32_t> buf{0, 1, 2, 3, 9};
+  CHECK_THROWS_WITH(specdec::tree_positions(100, std::span<const std::int32_t>(buf.data(), 4), std::span(buf.data() + 1, 4)),
+                    Catch::Contains("'depths'") && Catch::Contains("partly overlapping"));
+  CHECK(buf == std::vector<std::int32_t>{0, 1, 2, 3, 9});
+  specdec::tree_positions(100, std::span<const std::int32_t>(buf.data(), 4), std::span(buf.data(), 4));
+  CHECK(buf == std::vector<std::int32_t>{100, 101, 102, 103, 9});
+  // a bad depth after good ones: nothing written (out[0] and out[1] were before the throw)
+  std::vector<std::int32_t> partial{0, 1, -1}, untouched(3, -5);
+  CHECK_THROWS_WITH(specdec::tree_positions(7, partial, untouched), Catch::Contains("at node 2"));
+  CHECK(untouched == std::vector<std::int32_t>(3, -5));
+}
+
+TEST_CASE("rope: a finite llama3 factor that sends an inverse frequency to inf is refused, not a NaN in x") {
+  // factor 1e-320 passed "finite and > 0"; f / factor = inf, cos(position * inf) = NaN written into finite x
+  rope_params p{.theta = 10000.0, .llama3 = specdec::llama3_rope_scaling{.factor = 1e-320}};
+  CHECK_THROWS_WITH(specdec::rope_inv_frequencies(p, 64), Catch::Contains("'params.llama3.factor'") && Catch::Contains("finite"));
+  std::vector<float> x(2 * 2 * 64, 0.5f);
+  const std::vector<std::int32_t> pos{1, 2};
+  CHECK_THROWS_WITH(specdec::apply_rope(specdec::host{}, p, specdec::make_view<3>(x.data(), {2, 2, 64}),
+                                        std::span<const std::int32_t>(pos)),
+                    Catch::Contains("'params.llama3.factor'"));
+  CHECK(std::all_of(x.begin(), x.end(), [](float v) { return v == 0.5f; }));
+  p.llama3->factor = 1e-3;  // small but fine: the low frequencies times 1000
+  CHECK_NOTHROW(specdec::rope_inv_frequencies(p, 64));
 }
 
 TEST_CASE("apply_rope rejects bad inputs with named arguments") {

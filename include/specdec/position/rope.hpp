@@ -145,6 +145,14 @@ inline namespace SPECDEC_HOST_ISA {  // on the host and CUDA entry points' path:
   for (int i = 0; i < r / 2; ++i) {
     f[i] = std::pow(params.theta, -2.0 * i / r);
     if (params.llama3) f[i] = llama3_scale_inv_frequency(f[i], *params.llama3);
+    // every angle position * f finite for positions up to INT32_MAX: a finite llama3.factor near 0
+    // (1e-320 passed "finite and > 0") gave f = inf, and cos(inf) wrote NaN into finite x
+    if (!std::isfinite(f[i] * static_cast<double>(INT32_MAX))) [[unlikely]] {
+      std::string expected("a value that keeps every inverse frequency times INT32_MAX finite (frequency ");
+      expected += std::to_string(i), expected += " is ", expected += std::to_string(f[i]), expected += ")";
+      throw_invalid_argument("specdec::rope_inv_frequencies", params.llama3 ? "params.llama3.factor" : "params.theta",
+                             expected, params.llama3 ? params.llama3->factor : params.theta);
+    }
   }
   return f;
 }
@@ -344,17 +352,20 @@ void apply_rope(const host& policy, const rope_cache& cache, const X& x, std::sp
 //! Positions of the n tree nodes of one request: committed_length + depth[i] (design brief).
 //! Preconditions: committed_length >= 0, every depth >= 0, out.size() == depths.size(), and the sum
 //! fits in int32. O(n).
+//! out may be depths itself (in place); a partial overlap is refused. Every depth is checked before
+//! out is written.
 inline void tree_positions(int committed_length, std::span<const std::int32_t> depths, std::span<std::int32_t> out) {
   constexpr std::string_view fn = "specdec::tree_positions";
   require(committed_length >= 0, fn, "committed_length", ">= 0", committed_length);
   require_equal(fn, "out (size)", depths.size(), out.size());
-  for (std::size_t i = 0; i < depths.size(); ++i) {
+  const auto n = static_cast<std::int64_t>(depths.size());
+  require_same_or_apart(fn, "out", make_view<1>(out.data(), {n}), "depths", make_view<1>(depths.data(), {n}));
+  for (std::size_t i = 0; i < depths.size(); ++i)
     if (!(depths[i] >= 0 && static_cast<std::int64_t>(depths[i]) + committed_length <= INT32_MAX)) [[unlikely]]
       throw_invalid_argument(
           fn, "depths",
           "every depth >= 0 with committed_length + depth <= INT32_MAX (at node " + std::to_string(i) + ")", depths[i]);
-    out[i] = committed_length + depths[i];
-  }
+  for (std::size_t i = 0; i < depths.size(); ++i) out[i] = committed_length + depths[i];
 }
 
 }  // namespace specdec
