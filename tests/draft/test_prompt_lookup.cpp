@@ -101,3 +101,14 @@ TEST_CASE("prompt_lookup: latest_match / previous_match walk every earlier occur
   REQUIRE_THROWS_WITH(pl.previous_match(4, 0), Contains("prompt_lookup::previous_match") && Contains("'m'"));
   REQUIRE_THROWS_WITH(pl.previous_match(3, 2), Contains("prompt_lookup::previous_match") && Contains("'s'"));
 }
+
+TEST_CASE("prompt_lookup: extend with tokens viewing its own context reads a copy", "[draft][pld]") {
+  // Appending tokens copied from context() (an accepted proposal, say): the reserve moved the
+  // context and the loop read the freed copy (a use-after-free under ASan).
+  prompt_lookup pl({.min_ngram = 1, .max_ngram = 2});
+  pl.extend(V{1, 2, 3, 4});
+  for (int round = 0; round < 4; ++round) pl.extend(pl.context().subspan(0, 3));  // capacity grows each time
+  const auto ctx = pl.context();
+  CHECK(V(ctx.begin(), ctx.end()) == V{1, 2, 3, 4, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
+  CHECK(pl.latest_match(2) == 11);  // "2 3" at 1, 5, 8, 11 before the one that ends the context (14)
+}

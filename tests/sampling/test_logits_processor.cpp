@@ -241,6 +241,30 @@ TEST_CASE("tree rows are processed with committed tokens plus the node's own roo
   }
 }
 
+TEST_CASE("process_logits and process_tree_logits refuse a row inside the workspace they are given") {
+  // A row in ws.values came back all -inf from top-k (the top-k scratch shrank and the fill wrote over
+  // it), one in ws.weights as its exp weights from top-p; no error either time.
+  using Catch::Contains;
+  specdec::sampling_workspace ws;
+  ws.values = {1.0f, 2.0f, 3.0f, 4.0f};
+  CHECK_THROWS_WITH(specdec::process_logits(std::span<float>(ws.values.data(), 4), {.top_k = 2}, {}, ws),
+                    Contains("specdec::process_logits") && Contains("'logits'") && Contains("workspace.values"));
+  CHECK(ws.values == std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f});
+  ws.weights = {1.0f, 2.0f, 3.0f, 4.0f};
+  CHECK_THROWS_WITH(specdec::process_logits(std::span<float>(ws.weights.data(), 4), {.top_p = 0.7f}, {}, ws),
+                    Contains("workspace.weights"));
+  CHECK(ws.weights == std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f});
+  CHECK_THROWS_WITH(specdec::process_tree_logits(specdec::make_view<2>(ws.weights.data(), {1, 4}), {.top_p = 0.7f}, {},
+                                                 {}, {}, ws),
+                    Contains("specdec::process_tree_logits") && Contains("workspace.weights"));
+  // the same row as a copy: processed
+  std::vector<float> row{1.0f, 2.0f, 3.0f, 4.0f};
+  specdec::process_logits(row, {.top_k = 2}, {}, ws);
+  CHECK(row[2] == 3.0f);
+  CHECK(row[3] == 4.0f);
+  CHECK(row[0] == -std::numeric_limits<float>::infinity());
+}
+
 TEST_CASE("processors validate their inputs") {
   specdec::sampling_workspace ws;
   std::vector<float> row{0.0f, 1.0f, 2.0f};

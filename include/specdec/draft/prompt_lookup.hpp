@@ -16,6 +16,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/detail/hash_slots.hpp"
+#include "specdec/core/tensor.hpp"
 
 namespace specdec {
 
@@ -107,6 +108,15 @@ class prompt_lookup {
 
   //! Appends tokens in order.
   void extend(std::span<const std::int32_t> tokens) {
+    // tokens may view the context itself (tokens copied from context(), e.g. an accepted proposal):
+    // read them from a copy, since the reserve below moves the context (a use-after-free before)
+    const auto as_view = [](const std::int32_t* p, std::size_t n) {
+      return strided_view<const std::int32_t, 1>(p, {static_cast<std::int64_t>(n)}, {1});
+    };
+    if (views_overlap(as_view(tokens.data(), tokens.size()), as_view(ctx_.data(), ctx_.size()))) {
+      own_.assign(tokens.begin(), tokens.end());
+      tokens = own_;
+    }
     // Grow geometrically: an exact reserve per call re-copied the whole context on every few-token
     // extend (the decoder's per-step pattern), ~7 us a step at 90K tokens.
     if (const std::size_t need = ctx_.size() + tokens.size(); need > ctx_.capacity())
@@ -178,6 +188,7 @@ class prompt_lookup {
 
   prompt_lookup_params p_;
   std::vector<std::int32_t> ctx_;
+  std::vector<std::int32_t> own_;  // extend: a copy of tokens that view ctx_
   std::vector<detail::hash_slots> maps_;
   std::vector<std::vector<std::int32_t>> prev_;  // [m - min_ngram][start]: previous start of that m-gram, or -1
 };

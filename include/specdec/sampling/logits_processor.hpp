@@ -138,6 +138,21 @@ struct sampling_workspace {
 
 namespace detail {
 
+//! The row (or output) a call processes lies apart from the workspace's float arrays: they are
+//! resized and written while the row is read and written (a row inside ws.values came back all -inf
+//! from top-k, one inside ws.weights as its exp weights from top-p, with no error).
+template <class V>
+void require_apart_from_workspace(std::string_view fn, std::string_view name, const V& row,
+                                  const sampling_workspace& ws) {
+  const auto whole = [](const auto& v) {
+    using T = typename std::remove_cvref_t<decltype(v)>::value_type;
+    return strided_view<const T, 1>(v.data(), {static_cast<std::int64_t>(v.size())}, {1});
+  };
+  require_disjoint(fn, name, row, "workspace.values", whole(ws.values));
+  require_disjoint(fn, name, row, "workspace.weights", whole(ws.weights));
+  require_disjoint(fn, name, row, "workspace.boundary_weights", whole(ws.boundary_weights));
+}
+
 //! Token at position j of the concatenation prefix ++ suffix.
 inline std::int32_t context_at(std::span<const std::int32_t> prefix, std::span<const std::int32_t> suffix,
                                std::size_t j) noexcept {
@@ -383,6 +398,8 @@ inline void process_logits(std::span<float> logits, const sampling_params& param
   const int vocab = static_cast<int>(logits.size());
   detail::check_context(context, vocab, fn, "context");
   detail::check_context(context_suffix, vocab, fn, "context_suffix");
+  detail::require_apart_from_workspace(fn, "logits",
+                                       make_view<1>(logits.data(), {static_cast<std::int64_t>(logits.size())}), ws);
   const auto scan = detail::check_row(logits, params, context, context_suffix, nullptr, ws, {fn, "logits"});
   detail::process_row(logits, params, context, context_suffix, nullptr, ws, scan);
 }
@@ -418,6 +435,7 @@ class tree_rows_processor {
     require(view.extent(1) >= 1 && view.extent(1) <= std::numeric_limits<std::int32_t>::max(), fn, "logits",
             "vocab (extent 1) in [1, 2^31 - 1]", view.extent(1));
     require_unit_inner_stride(fn, "logits", view);
+    require_apart_from_workspace(fn, "logits", view, ws);
     validate_sampling_params(params, fn);
     vocab_ = view.extent(1);
     check_context(committed, vocab_, fn, "committed");
@@ -453,6 +471,7 @@ class tree_rows_processor {
   //! processes it in place).
   void process(std::int64_t r, std::span<float> out) {
     require_equal(fn_, "the processed row's size", static_cast<std::size_t>(vocab_), out.size());
+    require_apart_from_workspace(fn_, "the processed row", make_view<1>(out.data(), {vocab_}), ws_);
     const auto in = row(r);
     if (out.data() != in.data()) std::copy(in.begin(), in.end(), out.begin());
     process_row(out, params_, committed_, row_path(r), dp_, ws_, scans_[static_cast<std::size_t>(r)]);
