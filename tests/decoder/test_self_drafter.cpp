@@ -375,6 +375,13 @@ TEST_CASE("model drafters: non-finite draft logits are named; request slots are 
   const std::vector<double> with_nan{0.0, std::nan(""), 1.0};
   CHECK_THROWS_WITH(detail::log_softmax(std::span<const double>(with_nan), std::span<float>(lp), "me"),
                     Contains("token 1"));
+  // a log-prob below float's range (a -1e39 logit) is -inf, by definition rather than by the
+  // double -> float conversion's undefined behaviour
+  const std::vector<double> far{0.0, -1e39, -3.0};
+  detail::log_softmax(std::span<const double>(far), std::span<float>(lp), "me");
+  CHECK(lp[1] == -std::numeric_limits<float>::infinity());
+  CHECK(lp[0] == Approx(-std::log1p(std::exp(-3.0))));
+  CHECK(lp[2] == Approx(-3.0 - std::log1p(std::exp(-3.0))));
   // slots
   scripted_model sm;
   self_drafter<scripted_model> sd(sm);

@@ -62,7 +62,13 @@ void log_softmax(std::span<const T> row, std::span<float> out, std::string_view 
     double sum = 0;
     for (auto x : row) sum += std::exp(static_cast<double>(x) - mx);
     const double lse = mx + std::log(sum);
-    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(row[i]) - lse);
+    // a log-prob below float's range is a float 0 probability: -inf (converting it to float was
+    // undefined behaviour, -inf only on the machines that happen to round so)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double lp = static_cast<double>(row[i]) - lse;
+      out[i] = lp < -static_cast<double>(std::numeric_limits<float>::max()) ? -std::numeric_limits<float>::infinity()
+                                                                              : static_cast<float>(lp);
+    }
   }
 }
 }  // namespace SPECDEC_HOST_ISA
