@@ -348,6 +348,18 @@ TEST_CASE("cape_proposal: a hand-built proposal is checked before mask(), tree()
   CHECK_THROWS_WITH(q.tree(), Contains("'pos[1]'") && Contains("step 2"));
   q.gamma = -1;
   CHECK_THROWS_WITH(q.tree(), Contains("'gamma'"));
+  // a NaN log-prob, and chain log-probs whose cumulative score overflows: named as this function's
+  // logprobs[i] (token_tree::add's own name came out before), and out left empty, not half-built
+  specdec::token_tree out = p.tree();
+  REQUIRE(out.size() == 3);
+  q = p;
+  q.logprobs[1] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(q.tree(out), Contains("specdec::cape_proposal::tree") && Contains("'logprobs[1]'"));
+  CHECK(out.size() == 0);
+  q = p;
+  q.logprobs = {3e38f, 3e38f, -0.3f};  // not a proposal's log-probs, but nothing else stops a hand-built one
+  CHECK_THROWS_WITH(q.tree(out), Contains("'logprobs[1]'") && Contains("cumulative score inf"));
+  CHECK(out.size() == 0);
 }
 
 TEST_CASE("cape_expand_ranked: token ids >= 0, and a log-probability below float's exp range is the lowest bin",

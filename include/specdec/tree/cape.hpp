@@ -183,14 +183,23 @@ struct cape_proposal {
     tree(t);
     return t;
   }
-  //! The same, written into out (its capacity reused). O(beta).
+  //! The same, written into out (its capacity reused). O(beta). A log-prob that breaks the score rule
+  //! (NaN, +inf, a cumulative score overflowing to +inf) throws naming logprobs[i] and leaves out empty.
   void tree(token_tree& out) const {
-    validate("specdec::cape_proposal::tree");
+    constexpr std::string_view fn = "specdec::cape_proposal::tree";
+    validate(fn);
     out.clear();
     out.reserve(size());
     for (int i = 0; i < size(); ++i) {
-      const std::int32_t step = pos[static_cast<std::size_t>(i)];  // 1-based; x in X_j is a child of chain node j-2
-      out.add(tokens[static_cast<std::size_t>(i)], step - 2, logprobs[static_cast<std::size_t>(i)]);
+      const std::int32_t parent = pos[static_cast<std::size_t>(i)] - 2;  // x in X_j is a child of chain node j-2
+      const float lp = logprobs[static_cast<std::size_t>(i)];
+      // checked here, so the error names this function and its array (token_tree::add's named itself
+      // and left out with the nodes before)
+      if (const float score = (parent < 0 ? 0.0f : out.score(parent)) + lp; !detail::score_ok(lp, score)) [[unlikely]] {
+        out.clear();
+        detail::throw_bad_score(fn, "logprobs[" + std::to_string(i) + "]", lp, score);
+      }
+      out.add(tokens[static_cast<std::size_t>(i)], parent, lp);
     }
   }
 };
