@@ -7,8 +7,11 @@
 # without FULL such a machine builds the tests' device code for compile checks only, and they skip). Every step has its own time limit so that
 # one hung step cannot eat the lease; logs go to OUT_DIR, a summary to stdout.
 # The device tool's upload is 64 MiB with the working tree: carry the binaries stripped and packed
-# (tar | xz -9e: 21 test binaries, two benchmarks and gpu_decode came to 29.7 MB in session 63) and
-# unpack them into BUILD_DIR first.
+# (21 test binaries, two benchmarks and gpu_decode came to 29.7 MB in session 63):
+#   mkdir -p c/{tests,benchmarks,examples,lib}; cp BUILD/tests/cuda_test_* c/tests; cp BUILD/benchmarks/bench_cuda_* \
+#     c/benchmarks; cp BUILD/examples/gpu_decode c/examples; strip c/*/*; cp -L <libbenchmark.so.1debian,
+#     libcudart.so.13> c/lib; (cd c && tar -cf - tests benchmarks examples lib | xz -9e -T2 > CARRY/bins.tar.xz)
+# and pass the carried folder as BUILD_DIR: a BUILD_DIR/bins.tar.xz is unpacked there first.
 #   tests     every tests/cuda binary (compares each kernel with the host backend and the reference),
 #             then examples/gpu_decode when BUILD_DIR has it (the whole step on the GPU: greedy
 #             speculative output against greedy autoregressive output, tok/s, tau; GPU_DECODE_ARGS)
@@ -32,6 +35,7 @@ out=${2:?out dir}
 what=${3:-all}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
+if [[ -f $build/bins.tar.xz && ! -d $build/tests ]]; then tar -xJf "$build/bins.tar.xz" -C "$build" || exit 1; fi
 # libbenchmark's shared object travels in BUILD_DIR/lib when the device image lacks it.
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # TESTS (a glob, default cuda_test_*) narrows the test and sanitizer steps, e.g. when only some
