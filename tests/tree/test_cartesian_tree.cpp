@@ -113,6 +113,15 @@ TEST_CASE("cartesian trees: NaN / +inf head log-probs are rejected naming head a
   REQUIRE_THROWS_WITH(specdec::sparse_tree(heads, {{0, 1}}), Contains("sparse_tree") && Contains("heads[1].logprobs[1]"));
   heads[1].logprobs[1] = -std::numeric_limits<float>::infinity();  // impossible, but a legal score
   CHECK(specdec::cartesian_tree(heads).size() == 6);
+  // each log-prob finite but their sum past float: named as this builder's heads[d].logprobs[r] (the
+  // message named token_tree::add's node before)
+  auto big = make_heads({{1}, {3, 4}});
+  big[0].logprobs[0] = 3e38f;
+  big[1].logprobs[1] = 3e38f;
+  REQUIRE_THROWS_WITH(specdec::cartesian_tree(big), Contains("specdec::cartesian_tree") && Contains("'heads[1].logprobs[1]'") &&
+                                                        Contains("cumulative score inf"));
+  REQUIRE_THROWS_WITH(specdec::sparse_tree(big, {{0, 1}}), Contains("specdec::sparse_tree") && Contains("'heads[1].logprobs[1]'"));
+  CHECK(specdec::sparse_tree(big, {{0, 0}}).size() == 2);
   // Rows with NaN: top-k ranks NaN last, so a NaN used to become a node's log-prob when the width
   // exceeded the non-NaN entries.
   std::vector<float> rows{-1.0f, std::nanf(""), -2.0f, -3.0f};

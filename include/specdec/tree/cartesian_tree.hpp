@@ -87,6 +87,19 @@ inline void validate_heads(std::string_view fn, std::span<const head_candidates>
   }
 }
 inline float head_lp(const head_candidates& h, std::size_t r) { return h.logprobs.empty() ? 0.0f : h.logprobs[r]; }
+//! t.add(token, parent, logprob of heads[d] rank r) with the score rule checked here, so that a
+//! cumulative score overflowing to +inf (validate_heads checks each log-prob, not their sums) is
+//! named as `fn`'s heads[d].logprobs[r] rather than token_tree::add's node.
+inline std::int32_t add_head_node(token_tree& t, std::string_view fn, std::span<const head_candidates> heads,
+                                  std::size_t d, std::size_t r, std::int32_t parent) {
+  const float lp = head_lp(heads[d], r);
+  if (const float score = (parent < 0 ? 0.0f : t.score(parent)) + lp; !score_ok(lp, score)) [[unlikely]] {
+    std::string arg("heads[");
+    arg += std::to_string(d), arg += "].logprobs[", arg += std::to_string(r), arg += "]";
+    throw_bad_score(fn, arg, lp, score);
+  }
+  return t.add(heads[d].tokens[r], parent, lp);
+}
 }  // namespace detail
 
 //! The full Cartesian-product tree (TokenSwift Appendix E): depth k holds every combination of the
@@ -106,10 +119,10 @@ inline token_tree cartesian_tree(std::span<const head_candidates> heads, int max
   token_tree t;
   t.reserve(static_cast<int>(total));
   std::vector<std::int32_t> prev{-1}, cur;
-  for (const auto& h : heads) {
+  for (std::size_t d = 0; d < heads.size(); ++d) {
     cur.clear();
     for (const std::int32_t p : prev)
-      for (std::size_t r = 0; r < h.tokens.size(); ++r) cur.push_back(t.add(h.tokens[r], p, detail::head_lp(h, r)));
+      for (std::size_t r = 0; r < heads[d].tokens.size(); ++r) cur.push_back(detail::add_head_node(t, fn, heads, d, r, p));
     prev.swap(cur);
   }
   return t;
@@ -159,9 +172,7 @@ inline token_tree sparse_tree(std::span<const head_candidates> heads, const std:
       });
       parent = static_cast<std::int32_t>(it - all.begin());
     }
-    const auto d = path.size() - 1;
-    const auto r = static_cast<std::size_t>(path.back());
-    t.add(heads[d].tokens[r], parent, detail::head_lp(heads[d], r));
+    detail::add_head_node(t, fn, heads, path.size() - 1, static_cast<std::size_t>(path.back()), parent);
   }
   return t;
 }
