@@ -249,6 +249,13 @@ template <class V>
   return {base + static_cast<std::uintptr_t>(lo * size), base + static_cast<std::uintptr_t>(hi * size + size - 1)};
 }
 
+//! "address 0x1f2e" for messages about a pointer's value (a misaligned row or view).
+[[nodiscard]] inline std::string address_text(const volatile void* p) {
+  std::ostringstream os;
+  os << "address 0x" << std::hex << reinterpret_cast<std::uintptr_t>(p);
+  return os.str();
+}
+
 using named_span = std::pair<std::string_view, std::pair<std::uintptr_t, std::uintptr_t>>;
 inline void collect_spans(named_span*) noexcept {}
 template <class V, class... Rest>
@@ -288,12 +295,9 @@ void require_array(std::string_view function, std::string_view argument, const V
   if (!empty && v.data() == nullptr) [[unlikely]]
     throw_invalid_argument(function, argument, "a non-null data pointer (the view has elements)", "nullptr");
   constexpr std::size_t align = alignof(std::remove_cvref_t<typename V::element_type>);
-  if (const auto address = reinterpret_cast<std::uintptr_t>(v.data()); !empty && address % align != 0) [[unlikely]] {
-    std::ostringstream os;
-    os << "address 0x" << std::hex << address;
+  if (!empty && reinterpret_cast<std::uintptr_t>(v.data()) % align != 0) [[unlikely]]
     throw_invalid_argument(function, argument, std::string("a data pointer aligned to ") + std::to_string(align) + " bytes",
-                           os.str());
-  }
+                           detail::address_text(v.data()));
   if (!empty && !detail::addressable(v)) [[unlikely]] {
     std::ostringstream os;
     os << "strides [";

@@ -330,10 +330,10 @@ template <class T, class M>
 void validate_layout(const kv_cache<T, M>& c, std::string_view function, std::string_view argument) {
   if constexpr (requires { validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument); })
     validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument);
-  if ((c.k != nullptr && reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) != 0) ||
-      (c.v != nullptr && reinterpret_cast<std::uintptr_t>(c.v) % alignof(T) != 0)) [[unlikely]]
+  const bool k_misaligned = reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) != 0;  // null is aligned
+  if (k_misaligned || reinterpret_cast<std::uintptr_t>(c.v) % alignof(T) != 0) [[unlikely]]
     throw_invalid_argument(function, argument, std::string("k and v buffers aligned to ") + std::to_string(alignof(T)) + " bytes",
-                           reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) ? "a misaligned k" : "a misaligned v");
+                           k_misaligned ? "a misaligned k" : "a misaligned v");
   if (c.k != nullptr && c.v != nullptr) return;
   bool holds_rows = c.requests > 0;
   if (holds_rows && host_accessible(c.where)) {

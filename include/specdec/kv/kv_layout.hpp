@@ -159,19 +159,10 @@ template <class L>
 template <class L>
 [[noreturn]] void throw_unusable_row(std::string_view function, std::string_view argument, const char* which,
                                      const void* row, const std::string& where) {
-  std::string got = "nullptr";
-  if (row != nullptr) {
-    constexpr char hex[] = "0123456789abcdef";
-    char digits[2 * sizeof(std::uintptr_t)];
-    int n = 0;
-    for (auto a = reinterpret_cast<std::uintptr_t>(row); a != 0; a >>= 4) digits[n++] = hex[a & 15];
-    got.assign("address 0x");
-    while (n > 0) got += digits[--n];
-  }
   throw_invalid_argument(function, argument,
                          std::string("a non-null ") + which + where + ", aligned to " +
                              std::to_string(alignof(typename L::value_type)) + " bytes",
-                         got);
+                         row == nullptr ? std::string("nullptr") : address_text(row));
 }
 
 //! The generic row check: rows of a visible token must be usable (kv_row_usable: non-null, aligned).
