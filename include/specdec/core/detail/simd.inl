@@ -202,16 +202,15 @@ SPECDEC_FORCEINLINE void vstore(float* p, const vf16& v) noexcept {
   SPECDEC_UNROLL_PARTS for (int k = 0; k < vparts; ++k) std::memcpy(p + k * native_lanes, &v.p[k], sizeof v.p[k]);
 #endif
 }
-//! vload for a vector that several FMAs then read: the value is kept in a register (an empty asm
-//! that the compiler must assume changes it), so the load is issued once. Without it GCC 12 folds
-//! the load into every FMA that reads it as a memory operand: the rows kernel's two-key score step
-//! issued two query loads per FMA pair plus the K loads, and on a Zen 5 core, which issues two
-//! 512-bit loads a cycle, that step was bound by the load ports (RESULTS.md, session 64: #24's fp16
-//! two-token tree at a 32K cache 8.0 -> 6.8 ms). GCC only: Clang 14 already loads such a vector
-//! once, and the asm made its 4K cell 5% slower. A plain vload elsewhere and where a
-//! vector is more than one register (the struct's parts are registers anyway).
-SPECDEC_FORCEINLINE vf16 vload_reg(const float* p) noexcept {
-  vf16 v = vload(p);
+//! v, kept in a register: for a loaded vector that several FMAs then read, so the load is issued
+//! once (an empty asm that the compiler must assume changes the value). Without it GCC 12 folds the
+//! load into every FMA that reads it as a memory operand: the rows kernel's two-key score step
+//! issued two query loads per FMA pair, and the PV step on fp32 V one V load per FMA, and on a Zen 5
+//! core, which issues two 512-bit loads a cycle, such a loop is bound by the load ports
+//! (RESULTS.md, session 64: #24's fp16 two-token tree at a 32K cache 8.0 -> 6.8 ms). GCC only:
+//! Clang 14 already loads such a vector once, and the asm made its 4K cell 5% slower. v itself
+//! elsewhere and where a vector is more than one register (the struct's parts are registers anyway).
+SPECDEC_FORCEINLINE vf16 vkeep(vf16 v) noexcept {
 #if SPECDEC_SIMD_AVX512 && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
   asm("" : "+v"(v));
 #endif

@@ -151,7 +151,7 @@ void attend_part_lanes_rv(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows
                 vf16 kv[TK];
                 SPECDEC_UNROLL for (int t = 0; t < TK; ++t) kv[t] = vload(kr[jt + t] + c);
                 SPECDEC_UNROLL for (int e = 0; e < TR; ++e) {
-                  const vf16 q = vload_reg(&qtail[hh][e][c]);  // one load for the TK keys
+                  const vf16 q = vkeep(vload(&qtail[hh][e][c]));  // one load for the TK keys
                   SPECDEC_UNROLL for (int t = 0; t < TK; ++t) acc[t][e] += kv[t] * q;
                 }
               }

@@ -115,7 +115,7 @@ void attend_part_rows(int nheads, QtFn&& qt_of, PartFn&& part_of, int m_rows, KR
             for (int c = 0; c < dv; ++c) {
               const vf16 k0 = vload_as_float(kr[0] + c * vlanes), k1 = vload_as_float(kr[1] + c * vlanes);
               SPECDEC_UNROLL for (int i = 0; i < RB; ++i) {
-                const vf16 q = vload_reg(&qb[hh][i][c * vlanes]);  // one load for both keys
+                const vf16 q = vkeep(vload(&qb[hh][i][c * vlanes]));  // one load for both keys
                 a0[i] += k0 * q;
                 a1[i] += k1 * q;
               }

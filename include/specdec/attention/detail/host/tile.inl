@@ -136,8 +136,8 @@ SPECDEC_FORCEINLINE void pv_register_block(float* __restrict o, const float* __r
   }
   for (int j = 0; j < nb; ++j) {
     if (i0 == 0) per_key(c0, CW * vlanes, j);
-    vf16 vv[CW];
-    SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vv[c] = vload_as_float(vrow(j) + c0 + c * vlanes);
+    vf16 vv[CW];  // each read by R FMAs: one load each (vkeep)
+    SPECDEC_UNROLL for (int c = 0; c < CW; ++c) vv[c] = vkeep(vload_as_float(vrow(j) + c0 + c * vlanes));
     // Unrolled (SPECDEC_UNROLL) before GCC's -O3 unroll-and-jam sees a loop nest, which matters
     // beyond -O2: the jam unrolled the key loop by 2 around this loop (two keys' V vectors live
     // at once), which spilled an accumulator to the stack on AVX2 (6 rows x 2 ymm; its
