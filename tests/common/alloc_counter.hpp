@@ -1,4 +1,5 @@
-// Process-wide heap-allocation counter for tests that assert a code path allocates nothing.
+// Process-wide heap-allocation counter for tests that assert a code path allocates nothing, and
+// failure injection for tests of what a failed allocation leaves behind.
 //
 // Include from exactly ONE translation unit of a test executable: it replaces the global
 // allocation functions. Every replaceable form ([new.delete.single], [new.delete.array], plain,
@@ -38,16 +39,44 @@ class allocation_scope {
   long start_;
 };
 
+// Allocations left before every further one fails (operator new throws std::bad_alloc, the nothrow
+// forms return nullptr); negative: none fails.
+inline std::atomic<long>& allocations_left() {
+  static std::atomic<long> n{-1};
+  return n;
+}
+
+// RAII: lets `allowed` more allocations succeed, then fails every one until it is destroyed, so a test
+// can check what a container leaves behind when its growth fails.
+class failing_allocation_scope {
+ public:
+  explicit failing_allocation_scope(long allowed) { allocations_left().store(allowed); }
+  ~failing_allocation_scope() { allocations_left().store(-1); }
+  failing_allocation_scope(const failing_allocation_scope&) = delete;
+  failing_allocation_scope& operator=(const failing_allocation_scope&) = delete;
+};
+
 namespace detail {
 inline void note_allocation() {
   if (counting().load(std::memory_order_relaxed)) allocations().fetch_add(1, std::memory_order_relaxed);
 }
+// True when this allocation is to fail (failing_allocation_scope).
+inline bool allocation_fails() {
+  long left = allocations_left().load(std::memory_order_relaxed);
+  while (left >= 0) {
+    if (left == 0) return true;
+    if (allocations_left().compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) return false;
+  }
+  return false;
+}
 inline void* plain_alloc(std::size_t n) noexcept {
   note_allocation();
+  if (allocation_fails()) return nullptr;
   return std::malloc(n ? n : 1);
 }
 inline void* aligned_alloc_rounded(std::size_t n, std::align_val_t a) noexcept {
   note_allocation();
+  if (allocation_fails()) return nullptr;
   std::size_t al = static_cast<std::size_t>(a);
   if (al < sizeof(void*)) al = sizeof(void*);
   const std::size_t bytes = n == 0 ? al : (n + al - 1) / al * al;  // aligned_alloc: size multiple of al

@@ -5,6 +5,8 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/detail/hash_slots.hpp"
 
+#include "common/alloc_counter.hpp"
+
 // Randomized insert/upsert/erase against std::map, with hashes squeezed into a few values so probe
 // runs are long, wrap around the table end, and backward-shift deletion is exercised.
 TEST_CASE("hash_slots: matches std::map under heavy collisions", "[core][hash]") {
@@ -44,4 +46,23 @@ TEST_CASE("hash_slots: matches std::map under heavy collisions", "[core][hash]")
     REQUIRE(t.size() == 0);
     REQUIRE(t.find(1, [](std::int32_t) { return true; }) == -1);
   }
+}
+
+// A growth whose allocation fails must leave the table as it was (strong guarantee): every stored id
+// still found, size() unchanged, and the next insert works. Before, the old cells were swapped out
+// before the new array was allocated, so a bad_alloc left an empty table with a stale size and mask.
+TEST_CASE("hash_slots: a failed growth leaves the table intact", "[core][hash]") {
+  specdec::detail::hash_slots t;
+  const auto eq_to = [](std::int32_t want) { return [want](std::int32_t id) { return id == want; }; };
+  const auto h = [](std::int32_t id) { return static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull; };
+  for (std::int32_t id = 0; id < 8; ++id) t.insert(h(id), id);  // 16 cells, half full: the next insert grows
+  {
+    specdec_test::failing_allocation_scope no_memory(0);
+    REQUIRE_THROWS_AS(t.insert(h(8), 8), std::bad_alloc);
+  }
+  REQUIRE(t.size() == 8);
+  for (std::int32_t id = 0; id < 9; ++id) REQUIRE(t.find(h(id), eq_to(id)) == (id < 8 ? id : -1));
+  t.insert(h(8), 8);
+  REQUIRE(t.size() == 9);
+  for (std::int32_t id = 0; id < 9; ++id) REQUIRE(t.find(h(id), eq_to(id)) == id);
 }

@@ -31,7 +31,7 @@ class hash_slots {
   //! Stores id under h (the caller guarantees no equal key is present).
   void insert(std::uint64_t h, std::int32_t id) {
     if ((size_ + 1) * 2 > cells_.size()) grow();
-    place(h, id);
+    place(cells_, mask_, {h, id});
     ++size_;
   }
 
@@ -83,18 +83,20 @@ class hash_slots {
     std::uint64_t h = 0;
     std::int32_t id = -1;
   };
-  void place(std::uint64_t h, std::int32_t id) {
-    std::size_t i = h & mask_;
-    while (cells_[i].id >= 0) i = (i + 1) & mask_;
-    cells_[i] = {h, id};
+  static void place(std::vector<cell>& cells, std::size_t mask, cell c) {
+    std::size_t i = c.h & mask;
+    while (cells[i].id >= 0) i = (i + 1) & mask;
+    cells[i] = c;
   }
+  //! Strong guarantee: the larger table is built beside the old one and swapped in only when filled,
+  //! so a failed allocation leaves every stored id, size() and the mask as they were.
   void grow() {
-    std::vector<cell> old;
-    old.swap(cells_);
-    cells_.assign(old.empty() ? 16 : old.size() * 2, cell{});
-    mask_ = cells_.size() - 1;
-    for (const cell& c : old)
-      if (c.id >= 0) place(c.h, c.id);
+    std::vector<cell> bigger(cells_.empty() ? 16 : cells_.size() * 2, cell{});
+    const std::size_t mask = bigger.size() - 1;
+    for (const cell& c : cells_)
+      if (c.id >= 0) place(bigger, mask, c);
+    cells_.swap(bigger);
+    mask_ = mask;
   }
 
   std::vector<cell> cells_;
