@@ -190,16 +190,15 @@ struct cape_proposal {
     validate(fn);
     out.clear();
     out.reserve(size());
-    for (int i = 0; i < size(); ++i) {
-      const std::int32_t parent = pos[static_cast<std::size_t>(i)] - 2;  // x in X_j is a child of chain node j-2
-      const float lp = logprobs[static_cast<std::size_t>(i)];
-      // checked here, so the error names this function and its array (token_tree::add's named itself
-      // and left out with the nodes before)
-      if (const float score = (parent < 0 ? 0.0f : out.score(parent)) + lp; !detail::score_ok(lp, score)) [[unlikely]] {
-        out.clear();
-        detail::throw_bad_score(fn, "logprobs[" + std::to_string(i) + "]", lp, score);
+    try {
+      for (int i = 0; i < size(); ++i) {
+        const std::int32_t parent = pos[static_cast<std::size_t>(i)] - 2;  // x in X_j is a child of chain node j-2
+        out.add(tokens[static_cast<std::size_t>(i)], parent, logprobs[static_cast<std::size_t>(i)], fn,
+                [i] { return "logprobs[" + std::to_string(i) + "]"; });
       }
-      out.add(tokens[static_cast<std::size_t>(i)], parent, lp);
+    } catch (...) {
+      out.clear();
+      throw;
     }
   }
 };

@@ -87,18 +87,15 @@ inline void validate_heads(std::string_view fn, std::span<const head_candidates>
   }
 }
 inline float head_lp(const head_candidates& h, std::size_t r) { return h.logprobs.empty() ? 0.0f : h.logprobs[r]; }
-//! t.add(token, parent, logprob of heads[d] rank r) with the score rule checked here, so that a
-//! cumulative score overflowing to +inf (validate_heads checks each log-prob, not their sums) is
-//! named as `fn`'s heads[d].logprobs[r] rather than token_tree::add's node.
+//! t.add(token, parent, logprob of heads[d] rank r), naming `fn`'s heads[d].logprobs[r] when the
+//! cumulative score overflows to +inf (validate_heads checks each log-prob, not their sums).
 inline std::int32_t add_head_node(token_tree& t, std::string_view fn, std::span<const head_candidates> heads,
                                   std::size_t d, std::size_t r, std::int32_t parent) {
-  const float lp = head_lp(heads[d], r);
-  if (const float score = (parent < 0 ? 0.0f : t.score(parent)) + lp; !score_ok(lp, score)) [[unlikely]] {
+  return t.add(heads[d].tokens[r], parent, head_lp(heads[d], r), fn, [d, r] {
     std::string arg("heads[");
     arg += std::to_string(d), arg += "].logprobs[", arg += std::to_string(r), arg += "]";
-    throw_bad_score(fn, arg, lp, score);
-  }
-  return t.add(heads[d].tokens[r], parent, lp);
+    return arg;
+  });
 }
 }  // namespace detail
 

@@ -179,15 +179,21 @@ class token_tree {
   //! (score(root) = 0). logprob: a number or -inf; NaN, +inf, or a score overflowing to +inf throws
   //! (file comment) and leaves the tree unchanged. Amortized O(1).
   int add(std::int32_t token, std::int32_t parent, float logprob = 0.0f) {
+    return add(token, parent, logprob, "specdec::token_tree::add", [this] { return "logprob (node " + std::to_string(size()) + ")"; });
+  }
+
+  //! add() for a builder that takes the log-probs from its own arguments: a bad parent or a log-prob
+  //! that breaks the score rule throws naming `function` and `argument()` (a callable returning the
+  //! argument's text, e.g. "logprobs[3]"; called only on failure), and leaves the tree unchanged.
+  template <class ArgumentName>
+  int add(std::int32_t token, std::int32_t parent, float logprob, std::string_view function, ArgumentName&& argument) {
     // Messages are formatted only on failure: add() is the builders' hot path.
     if (parent < -1 || parent >= size()) [[unlikely]]
-      throw_invalid_argument("specdec::token_tree::add", "parent", "a node index in [-1, " + std::to_string(size()) + ")",
-                             parent);
-    require(size() < std::numeric_limits<std::int32_t>::max(), "specdec::token_tree::add", "size()",
-            "< INT32_MAX", size());
+      throw_invalid_argument(function, "parent", "a node index in [-1, " + std::to_string(size()) + ")", parent);
+    require(size() < std::numeric_limits<std::int32_t>::max(), function, "size()", "< INT32_MAX", size());
     const float score = (parent < 0 ? 0.0f : scores_[parent]) + logprob;
     if (!detail::score_ok(logprob, score)) [[unlikely]]
-      detail::throw_bad_score("specdec::token_tree::add", "logprob (node " + std::to_string(size()) + ")", logprob, score);
+      detail::throw_bad_score(function, argument(), logprob, score);
     push(token, parent, logprob, score);
     return size() - 1;
   }

@@ -138,10 +138,8 @@ class trie_merger {
     const std::int32_t found = lookup(parent, token);
     if (found >= 0) return found;
     if (full()) return -1;
-    const float score = (parent < 0 ? 0.0f : tree_.scores()[static_cast<std::size_t>(parent)]) + logprob;
-    if (!detail::score_ok(logprob, score)) [[unlikely]]
-      detail::throw_bad_score(fn, std::string(array) + "[" + std::to_string(i) + "]", logprob, score);
-    const std::int32_t id = tree_.add(token, parent, logprob);
+    const std::int32_t id =
+        tree_.add(token, parent, logprob, fn, [array, i] { return std::string(array) + "[" + std::to_string(i) + "]"; });
     index_.insert(key(parent, token), id);
     sources_.push_back(source);
     ++added;
