@@ -47,12 +47,12 @@ void residual_head_cols(const TW* w, std::int64_t ws, const TB* b, const TX* x, 
                         int j1, float* y, std::int64_t ys, residual_activation act) noexcept {
   auto pass = [&]<int RB, int JB>(int r) {
     int j = j0;
-    for (; j + JB <= j1; j += JB) residual_block<RB, JB>(w, ws, b, x + r * xs, xs, H, j, y + r * ys, ys, act);
+    for (; j1 - j >= JB; j += JB) residual_block<RB, JB>(w, ws, b, x + r * xs, xs, H, j, y + r * ys, ys, act);
     for (; j < j1; ++j) residual_block<RB, 1>(w, ws, b, x + r * xs, xs, H, j, y + r * ys, ys, act);
   };
   int r = 0;
-  for (; r + 4 <= n; r += 4) pass.template operator()<4, 2>(r);
-  if (r + 2 <= n) pass.template operator()<2, 4>(r), r += 2;
+  for (; n - r >= 4; r += 4) pass.template operator()<4, 2>(r);  // (r + 4 <= n overflowed for n near INT32_MAX)
+  if (n - r >= 2) pass.template operator()<2, 4>(r), r += 2;
   if (r < n) pass.template operator()<1, 8>(r);
 }
 
