@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <random>
 #include <vector>
@@ -221,6 +222,13 @@ TEST_CASE("ring: bad inputs are rejected with named arguments") {
                     Catch::Contains("'v'"));
   CHECK_THROWS_WITH(c.append_speculative(0, k3, k3), Catch::Contains("'k'") && Catch::Contains("speculative_capacity"));
   c.append_speculative(0, k1, k1);
+  {  // a broadcast view of 2^63 - 1 rows with one token pending: pending + n overflowed int64 and passed
+    const std::int64_t huge[3] = {std::numeric_limits<std::int64_t>::max(), 2, 4}, bcast[3] = {0, 4, 1};
+    const specdec::strided_view<float, 3> all(buf.data(), huge, bcast);
+    CHECK_THROWS_WITH(c.append_speculative(0, all, all),
+                      Catch::Contains("'k'") && Catch::Contains("speculative_capacity - pending = 1"));
+    CHECK(c.pending(0) == 1);
+  }
   CHECK_THROWS_WITH(c.append(0, k1, k1), Catch::Contains("pending"));
   const std::vector<std::int32_t> path{0};
   CHECK_THROWS_WITH(c.append_rows(0, k1, k1, path), Catch::Contains("pending"));

@@ -260,7 +260,7 @@ class ring_kv_cache {
     const auto r = checked(request, fn);
     const std::int64_t n = validate_rows(fn, k, v);
     const std::int64_t pend = appended_[r] - committed_[r];
-    if (!(pend + n <= cfg_.speculative_capacity)) [[unlikely]]
+    if (!(n <= cfg_.speculative_capacity - pend)) [[unlikely]]  // (pend + n overflowed for n near 2^63)
       throw_invalid_argument(
           fn, "k",
           "at most speculative_capacity - pending = " + std::to_string(cfg_.speculative_capacity - pend) +
