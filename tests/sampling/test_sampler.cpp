@@ -30,6 +30,43 @@ TEST_CASE("chi-square p-values match tabulated quantiles") {
   CHECK(stat::chi2_sf(1e4, 5) < 1e-100);
 }
 
+TEST_CASE("sample_token scans the weights its block sums were taken over") {
+  // sample_token sums each 1024-token block with the dispatched exp_sum and then scans the chosen
+  // block's weights. It scanned them with fast_exp at the file's own flags: in a default x86-64 build
+  // under an AVX2/AVX-512 dispatch that rounds the multiply-adds the dispatched level fuses, so the
+  // scanned weights differed from the summed ones in their last bit and a draw falling in the
+  // difference went to the block's last token. Here every draw must equal the blocked inverse CDF over
+  // exp_sum's own weights. The row repeats one logit at which the two exps differ (when this build has
+  // such a pair), so the differences pile up along the block: the old scan missed ~1 draw in 20000.
+  float xc = -0.5f;
+  for (int k = 1; k <= 20000; ++k) {
+    const float x = -static_cast<float>(k) * 2.5e-4f;
+    float dispatched = 0.0f;
+    (void)specdec::detail::exp_sum(&x, 1, 0.0f, &dispatched);
+    if (dispatched != specdec::detail::fast_exp(x)) {
+      xc = x;
+      break;
+    }
+  }
+  CAPTURE(xc);
+  constexpr std::size_t v = 2 * specdec::detail::cdf_block;
+  std::vector<float> row(v, xc), w(v);
+  row[0] = 0.0f;  // the maximum
+  double bs[2];
+  for (int b = 0; b < 2; ++b)
+    bs[b] = specdec::detail::exp_sum(row.data() + b * 1024, 1024, 0.0f, w.data() + b * 1024);
+  const double total = bs[0] + bs[1];
+  specdec::philox_stream rng(11, 3), ref(11, 3);
+  std::int64_t mismatches = 0;
+  for (int t = 0; t < 300000; ++t) {
+    const double u = ref.uniform_double() * total;
+    const std::int64_t want = specdec::detail::cdf_search(bs, 2, static_cast<std::int64_t>(v), u,
+                                                          [&](std::int64_t i) { return static_cast<double>(w[static_cast<std::size_t>(i)]); });
+    mismatches += specdec::sample_token(row, rng) != want;
+  }
+  CHECK(mismatches == 0);
+}
+
 TEST_CASE("greedy_token takes the lowest id among ties") {
   CHECK(specdec::greedy_token(std::vector<float>{1.0f, 3.0f, 3.0f, 2.0f}) == 1);
   CHECK(specdec::greedy_token(std::vector<float>{ninf, ninf, -5.0f}) == 2);

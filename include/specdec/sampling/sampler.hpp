@@ -181,7 +181,7 @@ inline std::int32_t draw_from_probs(std::span<const float> probs, philox_stream&
 }
 
 //! Draws a token from softmax(logits) (the processed row; -inf = excluded) by blocked inverse CDF
-//! (exp by detail::fast_exp, sums in double). Preconditions (checked, invalid_argument otherwise):
+//! (exp by detail::fast_exp at the dispatched level, sums in double). Preconditions (checked, invalid_argument otherwise):
 //! non-empty; no NaN or +inf; at least one logit above -inf. Consumes two Philox words.
 //! Complexity: O(V): one checking max pass, one vectorized exp-and-sum pass, a scan of one 1024-token
 //! block; no sorting, no allocation below 128K tokens.
@@ -191,9 +191,23 @@ inline std::int32_t draw_from_probs(std::span<const float> probs, philox_stream&
   const detail::row_ref at{fn, "logits"};
   const float m = detail::checked_logit_scan(logits, at).max;
   const float* x = logits.data();
+  const std::size_t v = logits.size();
+  // The scanned block's weights come from exp_sum too, at the dispatched level the block sums came
+  // from: fast_exp at this file's own flags rounds its multiply-adds where that level fuses them (a
+  // default x86-64 build under an AVX-512 dispatch), and weights that differ in their last bit from
+  // the summed ones sent a draw that fell in the difference to the block's last token.
+  alignas(64) float w[detail::cdf_block];
+  std::size_t wlo = v;  // the block held in w (none yet)
   return detail::blocked_inverse_cdf(
-      logits.size(), [&](std::size_t lo, std::size_t hi) { return detail::exp_sum(x + lo, hi - lo, m, nullptr); },
-      [&](std::size_t i) { return static_cast<double>(detail::fast_exp(x[i] - m)); }, rng, at);
+      v, [&](std::size_t lo, std::size_t hi) { return detail::exp_sum(x + lo, hi - lo, m, nullptr); },
+      [&](std::size_t i) {
+        if (i < wlo || i - wlo >= detail::cdf_block) {
+          wlo = i - i % detail::cdf_block;
+          (void)detail::exp_sum(x + wlo, std::min(detail::cdf_block, v - wlo), m, w);
+        }
+        return static_cast<double>(w[i - wlo]);
+      },
+      rng, at);
 }
 
 //! Draws a token from a row of non-negative probabilities (or any non-negative weights: the row is
