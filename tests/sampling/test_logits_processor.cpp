@@ -198,6 +198,17 @@ TEST_CASE("truncations keep the documented sets") {
     row = logp({0.25, 0.25, 0.25, 0.25});
     specdec::process_logits(row, p, none, ws);
     CHECK(kept(row) == std::vector<int>{0});
+    // alpha = 1 on a uniform row of N: P = 1/N = exp(-H) = eta exactly, so every token is kept. The
+    // cut exp(-log N) * N rounded to 1 + 2^-52 for some N and masked all but token 0 (N = 7, 1000,
+    // 3000 among these; a review finding).
+    p.eta_epsilon = 0.5f;
+    p.eta_alpha = 1.0f;
+    for (int n : {2, 3, 5, 6, 7, 10, 100, 1000, 3000, 32000}) {
+      CAPTURE(n);
+      std::vector<float> flat(static_cast<std::size_t>(n), 0.0f);
+      specdec::process_logits(flat, p, none, ws);
+      CHECK(kept(flat).size() == static_cast<std::size_t>(n));
+    }
   }
   SECTION("temperature 0 is greedy") {
     specdec::sampling_params p;

@@ -278,9 +278,7 @@ __device__ inline void block_eta(float* row, std::int64_t n, float m, const samp
     }
     for (int j = 0; j < lanes; ++j) s += sh.part[j];
     const double h = std::log(sum) - s / sum;
-    const double alpha = p.eta_alpha < 0.0f ? std::sqrt(static_cast<double>(p.eta_epsilon)) : p.eta_alpha;
-    const double eta = fmin(static_cast<double>(p.eta_epsilon), alpha * std::exp(-h));
-    sh.need = eta * sum;
+    sh.need = eta_weight_cut(p.eta_epsilon, p.eta_alpha, sum, h);
   }
   const std::int64_t best = block_first_index(row, n, m, sh);  // its barriers publish sh.need
   const double cut = sh.need;

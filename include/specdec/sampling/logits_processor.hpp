@@ -375,10 +375,8 @@ inline void process_row(std::span<float> row, const sampling_params& p, std::spa
     const float* w = ws.weights.data();
     const double t = weighted_shift_sum(w, row.data(), row.size(), m);
     const double h = std::log(sum) - t / sum;
-    const double alpha = p.eta_alpha < 0.0f ? std::sqrt(static_cast<double>(p.eta_epsilon)) : p.eta_alpha;
-    const double eta = std::min(static_cast<double>(p.eta_epsilon), alpha * std::exp(-h));
     const std::int64_t best = first_index_of(row.data(), row.size(), m);
-    mask_weight_below(row.data(), w, row.size(), eta * sum, best);
+    mask_weight_below(row.data(), w, row.size(), eta_weight_cut(p.eta_epsilon, p.eta_alpha, sum, h), best);
   }
 }
 

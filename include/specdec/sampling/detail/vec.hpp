@@ -44,6 +44,21 @@ inline constexpr std::uint32_t top_p_bins = 1024;
   return std::ldexp(1.0, e == 0 ? -149 : e - 150);  // exact: a power of two
 }
 
+//! Eta-sampling's cut on the weights w = fast_exp(l - max) of a row (logits_processor.hpp, step 7):
+//! tokens with w below it are masked. cut = eta * sum, eta = min(epsilon, alpha exp(-H)), alpha =
+//! sqrt(epsilon) when eta_alpha < 0; h = H, sum = the weights' total. In exact arithmetic eta <=
+//! alpha exp(-H) <= alpha P_max (min-entropy <= entropy), so the cut is at most alpha times the
+//! maximum's weight fast_exp(0) = 1: the clamp to alpha changes nothing there, and keeps the tokens
+//! tied with the maximum that rounding would put below the cut (alpha = 1 on a uniform row of N:
+//! exp(-log N) * N came out as 1 + 2^-52 for some N and masked all but the first token). Host and
+//! device (sampling/logits_processor.cuh).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline double eta_weight_cut(float epsilon, float eta_alpha, double sum, double h) noexcept {
+  const double alpha = eta_alpha < 0.0f ? std::sqrt(static_cast<double>(epsilon)) : static_cast<double>(eta_alpha);
+  const double a = static_cast<double>(epsilon), b = alpha * std::exp(-h);
+  const double cut = (a < b ? a : b) * sum;
+  return cut < alpha ? cut : alpha;
+}
+
 //! fast_exp (vec.inl) as the host levels with FMA instructions compute it (AVX2, AVX-512, aarch64:
 //! each multiply-add of the reduction and the polynomial fused explicitly), for a CUDA device, which
 //! otherwise contracts as it likes. tests/sampling check that the host's dispatched exp equals it at
