@@ -1,5 +1,6 @@
 // What the decoder does when a user's component fails or misbehaves part-way (session-55 review, each
-// reproduced first): a prefill that throws inside generate_batch, a commit that throws after other
+// reproduced first): a prefill that throws inside generate_batch (and, session 65, a release that throws
+// in its cleanup), a commit that throws after other
 // requests of the step committed, a drafter that proposes more levels than asked; and the step cost
 // curve between points near DBL_MAX.
 #include <catch2/catch.hpp>
@@ -54,7 +55,36 @@ struct next_token_drafter {
     for (int d = 0; d < q.depth + extra; ++d) out.chain.push_back({t = (t + 1) % 16, -0.1f});
   }
 };
+// counting_target with a release that throws while throw_release is set.
+struct releasing_target : counting_target {
+  bool throw_release = true;
+  int releases = 0;
+  void release(int) {
+    ++releases;
+    if (throw_release) throw std::runtime_error("release failed");
+  }
+};
 }  // namespace
+
+TEST_CASE("generate_batch's cleanup aborts every request when the target's release throws", "[decoder][errors]") {
+  // The cleanup aborted the requests one by one and stopped at the first release that threw: the
+  // other requests stayed active (the next generate was refused) and the release error replaced the
+  // callback's (session-65 review).
+  releasing_target tg;
+  speculative_decoder<releasing_target, next_token_drafter, chain_tree_builder, greedy_verifier> dec(tg);
+  generation_options opt;
+  opt.max_new_tokens = 8;
+  opt.on_tokens = [](int, std::span<const std::int32_t>) { throw std::runtime_error("callback failed"); };
+  const std::vector<std::vector<std::int32_t>> two{{1, 2}, {3, 4}};
+  REQUIRE_THROWS_WITH(dec.generate_batch(two, opt), Contains("callback failed"));
+  CHECK(dec.batch().active() == 0);
+  CHECK(tg.releases == 2);
+  tg.throw_release = false;
+  opt.on_tokens = {};
+  const auto r = dec.generate_batch(two, opt);
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].tokens.size() == 8);
+}
 
 TEST_CASE("generate_batch whose second prefill throws leaves the decoder usable", "[decoder][errors]") {
   counting_target tg;

@@ -127,7 +127,14 @@ class speculative_decoder {
             opt.on_tokens(static_cast<int>(i), std::span<const std::int32_t>(results[i].tokens).subspan(from));
       }
     } catch (...) {
-      for (auto id : ids) batch_.abort(id);  // leave the batch empty for the next call
+      // Leave the batch empty for the next call: every request is aborted even when the target's
+      // release throws for one (that error is dropped; the exception in flight is the one reported).
+      for (auto id : ids) {
+        try {
+          batch_.abort(id);
+        } catch (...) {
+        }
+      }
       throw;
     }
     return results;
