@@ -268,6 +268,25 @@ TEST_CASE("process_logits and process_tree_logits refuse a row inside the worksp
   CHECK_THROWS_WITH(specdec::process_tree_logits(specdec::make_view<2>(ws.weights.data(), {1, 4}), {.top_p = 0.7f}, {},
                                                  {}, {}, ws),
                     Contains("specdec::process_tree_logits") && Contains("workspace.weights"));
+  // Token arrays inside the workspace's index scratch (session-65 review): a tree's tokens viewing
+  // ws.idx were read after row 0's top-p had reallocated it (a use-after-free under ASan).
+  {
+    std::vector<float> warm{0.0f, -1.0f, -2.0f, -3.0f};
+    specdec::process_logits(warm, {.top_p = 0.5f}, {}, ws);  // leaves ws.idx holding top-p's candidates
+    REQUIRE(!ws.idx.empty());
+    const auto n = static_cast<std::int64_t>(ws.idx.size());
+    std::vector<float> rows(static_cast<std::size_t>((n + 1) * 4096), 0.0f);
+    const std::vector<std::int32_t> parents(static_cast<std::size_t>(n), -1);
+    const std::span<const std::int32_t> inside(ws.idx.data(), ws.idx.size());
+    CHECK_THROWS_WITH(specdec::process_tree_logits(specdec::make_view<2>(rows.data(), {n + 1, 4096}), {.top_p = 0.5f},
+                                                   {}, inside, parents, ws),
+                      Contains("'tokens'") && Contains("workspace.idx"));
+    CHECK_THROWS_WITH(specdec::process_tree_logits(specdec::make_view<2>(rows.data(), {n + 1, 4096}), {.top_p = 0.5f},
+                                                   inside, std::vector<std::int32_t>(parents.size(), 0), parents, ws),
+                      Contains("'committed'") && Contains("workspace.idx"));
+    CHECK_THROWS_WITH(specdec::process_logits(std::span<float>(rows.data(), 4096), {.top_p = 0.5f}, inside, ws),
+                      Contains("'context'") && Contains("workspace.idx"));
+  }
   // the same row as a copy: processed
   std::vector<float> row{1.0f, 2.0f, 3.0f, 4.0f};
   specdec::process_logits(row, {.top_k = 2}, {}, ws);

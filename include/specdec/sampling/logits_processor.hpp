@@ -151,6 +151,15 @@ void require_apart_from_workspace(std::string_view fn, std::string_view name, co
   require_disjoint(fn, name, row, "workspace.values", whole(ws.values));
   require_disjoint(fn, name, row, "workspace.weights", whole(ws.weights));
   require_disjoint(fn, name, row, "workspace.boundary_weights", whole(ws.boundary_weights));
+  require_disjoint(fn, name, row, "workspace.idx", whole(ws.idx));
+  require_disjoint(fn, name, row, "workspace.topk_idx", whole(ws.topk_idx));
+  require_disjoint(fn, name, row, "workspace.distinct", whole(ws.distinct));
+}
+//! The same for a token array (a context, a tree's tokens or parents): the workspace's index arrays
+//! are resized while it is read (a tokens span over ws.idx was read after top-p had reallocated it).
+inline void require_apart_from_workspace(std::string_view fn, std::string_view name, std::span<const std::int32_t> ids,
+                                         const sampling_workspace& ws) {
+  require_apart_from_workspace(fn, name, strided_view<const std::int32_t, 1>(ids.data(), {static_cast<std::int64_t>(ids.size())}, {1}), ws);
 }
 
 //! Token at position j of the concatenation prefix ++ suffix.
@@ -396,6 +405,8 @@ inline void process_logits(std::span<float> logits, const sampling_params& param
   const int vocab = static_cast<int>(logits.size());
   detail::check_context(context, vocab, fn, "context");
   detail::check_context(context_suffix, vocab, fn, "context_suffix");
+  detail::require_apart_from_workspace(fn, "context", context, ws);
+  detail::require_apart_from_workspace(fn, "context_suffix", context_suffix, ws);
   detail::require_apart_from_workspace(fn, "logits",
                                        make_view<1>(logits.data(), {static_cast<std::int64_t>(logits.size())}), ws);
   const auto scan = detail::check_row(logits, params, context, context_suffix, nullptr, ws, {fn, "logits"});
@@ -438,6 +449,9 @@ class tree_rows_processor {
     vocab_ = view.extent(1);
     check_context(committed, vocab_, fn, "committed");
     check_context(tokens, vocab_, fn, "tokens");
+    require_apart_from_workspace(fn, "committed", committed, ws);
+    require_apart_from_workspace(fn, "tokens", tokens, ws);
+    require_apart_from_workspace(fn, "parents", parents, ws);
     for (std::int64_t i = 0; i < n; ++i)
       if (parents[static_cast<std::size_t>(i)] < -1 || parents[static_cast<std::size_t>(i)] >= i) [[unlikely]]
         throw_invalid_argument(fn, "parents", "parents[i] in [-1, i) (topological order) at i = " + std::to_string(i),
