@@ -8,10 +8,15 @@
 //  - apply_rope's positions inside x (rotated while read);
 //  - ring_append_batch's arrays inside the ring's own K/V slots;
 //  - the batched commits' index arrays inside the cache rows they move, and from-buffer outputs over
-//    the spec buffers; their new_lengths and status inside a row they write (session 56).
+//    the spec buffers; their new_lengths and status inside a row they write (session 56);
+//  - a negative length read after the layout check (the host selection wrote over a negative count),
+//    partial_kv_index::rebuild ranking more tokens than it scored, and misaligned mapping index arrays
+//    (session 65).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <utility>
@@ -80,6 +85,118 @@ TEST_CASE("batched importance and selection read each request's length once", "[
   }
   CHECK(scored > 0);
   CHECK(selected > 0);
+}
+
+TEST_CASE("batched importance and selection refuse a negative length read after the layout check", "[kv][partial]") {
+  // lengths_within checked only length > columns: a layout answering 4 to validate_kv_layout and
+  // then -3 made the host selection write std::iota over a negative count (a heap overflow under ASan).
+  std::vector<float> row(64, 1.f), q(64, 1.f);
+  int refused = 0;
+  for (int calls_before = 0; calls_before < 4; ++calls_before) {
+    CAPTURE(calls_before);
+    int calls = 0;
+    growing_layout cache{row.data(), calls_before, &calls, 4, -3};  // 4, then -3
+    std::vector<float> scores(6, -7.f);
+    std::vector<std::int32_t> status(3), index(8, -1), evict(8, -1), sizes(1, 9), seen(1, 9), placed(1, 9);
+    const auto sv = sd::make_view<3>(scores.data(), {1, 1, 4});
+    try {
+      sd::kv_importance_batch(sd::host{}, sd::make_view<3>(q.data(), {1, 1, 64}), cache, sv,
+                              sd::make_view<1>(status.data(), {3}));
+    } catch (const sd::invalid_argument& e) {
+      ++refused;
+      CHECK_THAT(e.what(), Contains("length") && (Contains(">= 0") || Contains("non-negative")));
+      CHECK(scores == std::vector<float>(6, -7.f));
+    }
+    calls = 0;
+    try {
+      sd::partial_kv_select_batch(sd::host{}, sd::make_view<3>(scores.data(), {1, 1, 4}), cache, 8, 2,
+                                  sd::partial_kv_selection::per_kv_head, sd::make_view<3>(index.data(), {1, 1, 8}),
+                                  sd::make_view<3>(evict.data(), {1, 1, 6}), sd::make_view<1>(sizes.data(), {1}),
+                                  sd::make_view<1>(seen.data(), {1}), sd::make_view<1>(placed.data(), {1}),
+                                  sd::make_view<1>(status.data(), {3}));
+    } catch (const sd::invalid_argument& e) {
+      ++refused;
+      CHECK_THAT(e.what(), Contains("length") && (Contains(">= 0") || Contains("non-negative")));
+      CHECK(index == std::vector<std::int32_t>(8, -1));
+      CHECK(sizes[0] == 9);
+    }
+  }
+  CHECK(refused > 0);
+}
+
+namespace {
+// K and V row t all (t + 1); length() 1000 for its first calls, then 4.
+struct rising_rows_layout {
+  using value_type = float;
+  const float* rows;
+  int calls_before;
+  int* calls;
+  int num_requests() const { return 1; }
+  int num_kv_heads() const { return 1; }
+  int head_dim() const { return 64; }
+  int length(int) const { return (*calls)++ < calls_before ? 1000 : 4; }
+  const float* k_row(int, int t, int) const { return rows + static_cast<std::ptrdiff_t>(t) * 64; }
+  const float* v_row(int, int t, int) const { return rows + static_cast<std::ptrdiff_t>(t) * 64; }
+  sd::memory_space space() const { return sd::memory_space::host; }
+};
+}  // namespace
+
+TEST_CASE("partial_kv_index::rebuild ranks the tokens it scored", "[kv][partial]") {
+  // rebuild read cache.length(r) and kv_importance read it again: a layout answering 1000 and then
+  // 4 had 4 tokens scored and 1000 ranked, 996 of them on scratch scores never computed. K row t is
+  // all (t + 1), so the scores rise with t and the 6 non-sink slots must show the last 6 tokens scored.
+  std::vector<float> rows(1000 * 64), q(64, 1.f);
+  for (int t = 0; t < 1000; ++t) std::fill_n(rows.begin() + t * 64, 64, static_cast<float>(t + 1));
+  for (int calls_before = 0; calls_before < 6; ++calls_before) {
+    CAPTURE(calls_before);
+    int calls = 0;
+    rising_rows_layout cache{rows.data(), calls_before, &calls};
+    sd::partial_kv_index idx(1, 1, 8, 2);
+    try {
+      idx.rebuild(sd::host{}, 0, sd::make_view<2>(q.data(), {1, 64}), cache);
+    } catch (const sd::invalid_argument&) {
+      continue;  // refused: nothing to rank
+    }
+    const int len = idx.seen(0);
+    REQUIRE((len == 4 || len == 1000));
+    const auto shown = idx.indices(0, 0);
+    std::vector<std::int32_t> got(shown.begin(), shown.end()), want{0, 1};
+    for (int t = std::max(2, len - 6); t < len; ++t) want.push_back(t);
+    std::sort(got.begin(), got.end());
+    CHECK(got == want);
+  }
+}
+
+TEST_CASE("a mapping's index arrays must be aligned for int32", "[kv]") {
+  // Only k and v were checked for alignment: a lengths or page-table pointer at an odd byte offset was
+  // read misaligned (undefined behaviour) by validation itself, then by every kernel (session-65 review).
+  alignas(8) unsigned char bytes[64] = {};
+  const std::int32_t two = 2, zero = 0;
+  std::memcpy(bytes + 1, &two, 4);
+  const auto* odd = reinterpret_cast<const std::int32_t*>(bytes + 1);
+  std::vector<float> k(8 * 4), v(8 * 4);
+  const sd::contiguous_kv<float> c(k.data(), v.data(), odd, 1, 8, 1, 4);
+  CHECK_THROWS_WITH(sd::validate_kv_layout(c, "test", "cache"),
+                    Contains("cache.mapping.lengths aligned to 4 bytes") && Contains("address 0x"));
+  // paged: page_indptr {0, 1} and page_indices {0} misaligned in turn
+  alignas(8) std::int32_t indptr[2] = {0, 1}, indices[1] = {0}, lens[1] = {2};
+  alignas(8) unsigned char raw[32] = {};
+  std::memcpy(raw + 1, indptr, sizeof indptr);
+  std::memcpy(raw + 17, &zero, 4);
+  const auto* odd_indptr = reinterpret_cast<const std::int32_t*>(raw + 1);
+  const auto* odd_indices = reinterpret_cast<const std::int32_t*>(raw + 17);
+  CHECK_THROWS_WITH(sd::validate_kv_layout(sd::paged_kv<float>(k.data(), v.data(), odd_indptr, indices, lens, 1, 2, 4, 1, 4),
+                                           "test", "cache"),
+                    Contains("cache.mapping.page_indptr aligned"));
+  CHECK_THROWS_WITH(sd::validate_kv_layout(sd::paged_kv<float>(k.data(), v.data(), indptr, odd_indices, lens, 1, 2, 4, 1, 4),
+                                           "test", "cache"),
+                    Contains("cache.mapping.page_indices aligned"));
+  // device-resident: the pointers are still checked (nothing is read)
+  CHECK_THROWS_WITH(sd::validate_kv_layout(sd::paged_kv<float>(k.data(), v.data(), indptr, odd_indices, lens, 1, 2, 4, 1, 4,
+                                                               sd::memory_space::device),
+                                           "test", "cache"),
+                    Contains("cache.mapping.page_indices aligned"));
+  sd::validate_kv_layout(sd::paged_kv<float>(k.data(), v.data(), indptr, indices, lens, 1, 2, 4, 1, 4), "test", "cache");
 }
 
 TEST_CASE("partial_kv_append_batch places the length it checked", "[kv][partial]") {

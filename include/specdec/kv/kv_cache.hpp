@@ -20,9 +20,11 @@
 //!   - optionally `required_span_size(const kv_geometry&)`: the elements of K (and of V) its offsets
 //!     reach (every row lies in [0, that)), as mdspan's mappings report it, and `visit_arrays(const
 //!     kv_geometry&, bool readable, F&& f)`: f(name, pointer, count) for every index array it reads
-//!     (readable: the arrays may be read to size the others). With them, kv_cache::visit_memory names
-//!     the cache's memory, and a call's workspace is checked apart from it (host reads through a
-//!     workspace that pass 1 had written were silently wrong, or out of bounds for a page table).
+//!     (readable: the arrays may be read to size the others; count 0 where the size would need a read
+//!     and readable is false). With them, kv_cache::visit_memory names the cache's memory, and a
+//!     call's workspace is checked apart from it (host reads through a workspace that pass 1 had
+//!     written were silently wrong, or out of bounds for a page table); validation refuses an index
+//!     array not aligned for int32 before anything reads it.
 //! A mapping used from CUDA kernels must mark offset/length/capacity `SPECDEC_HOST_DEVICE`
 //! (core/config.hpp): the kernels call them on the device, and nvcc rejects a __host__ function
 //! called from device code (tests/compile_fail: nvcc_kv_mapping_host_only).
@@ -328,6 +330,15 @@ void require_outputs_apart_from_mapping(const L& cache, bool lengths_read, std::
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 template <class T, class M>
 void validate_layout(const kv_cache<T, M>& c, std::string_view function, std::string_view argument) {
+  // The mapping's index arrays aligned for int32 before the hook reads them (a lengths pointer at an
+  // odd byte offset was read misaligned, undefined behaviour, by the hook itself).
+  if constexpr (requires { c.mapping.visit_arrays(c.geometry(), false, detail::ignore_array{}); })
+    c.mapping.visit_arrays(c.geometry(), false, [&](std::string_view name, const std::int32_t* p, std::int64_t) {
+      if (reinterpret_cast<std::uintptr_t>(p) % alignof(std::int32_t) != 0) [[unlikely]]
+        throw_invalid_argument(function, argument,
+                               std::string(name) + " aligned to " + std::to_string(alignof(std::int32_t)) + " bytes",
+                               detail::address_text(p));
+    });
   if constexpr (requires { validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument); })
     validate_kv_mapping(c.mapping, c.geometry(), c.where, function, argument);
   const bool k_misaligned = reinterpret_cast<std::uintptr_t>(c.k) % alignof(T) != 0;  // null is aligned

@@ -38,7 +38,8 @@ struct paged_mapping {
   void visit_arrays(const kv_geometry& g, bool readable, F&& f) const {
     f("cache.mapping.page_indptr", page_indptr, std::int64_t{g.num_requests} + 1);
     f("cache.mapping.lengths", lengths, g.num_requests);
-    if (readable && page_indptr != nullptr) f("cache.mapping.page_indices", page_indices, page_indptr[g.num_requests]);
+    // size 0 where knowing it would take a read (unreadable memory, or no page_indptr)
+    f("cache.mapping.page_indices", page_indices, readable && page_indptr != nullptr ? page_indptr[g.num_requests] : 0);
   }
 };
 

@@ -165,6 +165,44 @@ void kv_importance_request(const host& policy, const QT* qd, std::int64_t q_stri
   });
 }
 
+
+//! kv_importance after its layout checks, at the length `len` its caller read once from
+//! cache.length(request) (partial_kv_index::rebuild ranks the same `len` tokens it scores: a layout
+//! whose answer changed between two reads had tokens ranked on scratch scores never computed).
+template <tensor_like Q, class L, tensor_like S>
+void kv_importance_at(const host& policy, const Q& q, const L& cache, int request, int len, const S& scores) {
+  constexpr std::string_view fn = "specdec::kv_importance";
+  using QT = std::remove_cv_t<typename Q::element_type>;
+  using KT = std::remove_cv_t<typename L::value_type>;
+  static_assert(std::is_same_v<QT, KT> || std::is_same_v<QT, float>,
+                "specdec::kv_importance: q must have the cache's storage type or float");
+  static_assert(std::is_same_v<std::remove_cv_t<typename S::element_type>, float>,
+                "specdec::kv_importance: scores must be float");
+  static_assert(!std::is_const_v<typename S::element_type>, "specdec::kv_importance: scores must be writable");
+  static_assert(Q::rank == 2 && S::rank == 2, "specdec::kv_importance: q is [Hq, D] and scores [Hkv, length]");
+  require(len >= 0, fn, "cache", "cache.length(request) >= 0", len);
+  const int hkv = cache.num_kv_heads(), d = cache.head_dim();
+  require_host_accessible(fn, "q", q);
+  require_host_accessible(fn, "scores", scores);
+  require_shape(fn, "q", q, {-1, d});
+  require(q.extent(0) <= INT32_MAX, fn, "q", "at most 2^31-1 heads", q.extent(0));
+  const int hq = static_cast<int>(q.extent(0));
+  if (!(hq >= hkv && hq % hkv == 0)) [[unlikely]]
+    throw_invalid_argument(fn, "q", "a head count that is a multiple of cache.num_kv_heads() = " + std::to_string(hkv), hq);
+  require_unit_inner_stride(fn, "q", q);
+  require_shape(fn, "scores", scores, {hkv, -1});
+  require_unique_elements(fn, "scores", scores);
+  if (scores.extent(1) < len) [[unlikely]]
+    throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
+                           scores.extent(1));
+  require_unit_inner_stride(fn, "scores", scores);
+  require_disjoint(fn, "q", q, "scores", scores);
+  require_kv_rows(cache, request, 0, len, 0, hkv, kv_rows_read::keys, fn, "cache");
+  require_outputs_apart_from_keys(cache, request, request + 1, len, fn, "scores", scores);  // written while K is read
+  const auto* qd = static_cast<const QT*>(q.data());
+  float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
+  kv_importance_request<KT>(policy, qd, q.stride(0), hq, cache, request, len, sd, scores.stride(0));
+}
 }  // namespace SPECDEC_HOST_ISA
 }  // namespace detail
 
@@ -187,38 +225,10 @@ void kv_importance(const host& policy, const Q& q, const L& cache, int request, 
   static_assert(check_kv_layout<L>());  // L is unconstrained so that these messages are what a non-layout gets
   if constexpr (kv_layout<L>) {
     constexpr std::string_view fn = "specdec::kv_importance";
-    using QT = std::remove_cv_t<typename Q::element_type>;
-    using KT = std::remove_cv_t<typename L::value_type>;
-    static_assert(std::is_same_v<QT, KT> || std::is_same_v<QT, float>,
-                  "specdec::kv_importance: q must have the cache's storage type or float");
-    static_assert(std::is_same_v<std::remove_cv_t<typename S::element_type>, float>,
-                  "specdec::kv_importance: scores must be float");
-    static_assert(!std::is_const_v<typename S::element_type>, "specdec::kv_importance: scores must be writable");
-    static_assert(Q::rank == 2 && S::rank == 2, "specdec::kv_importance: q is [Hq, D] and scores [Hkv, length]");
     validate_kv_layout(cache, fn, "cache");
     require(host_accessible(cache.space()), fn, "cache", "host-accessible memory", cache.space());
     require_in_range(fn, "request", request, 0, cache.num_requests() - 1);
-    const int hkv = cache.num_kv_heads(), d = cache.head_dim(), len = cache.length(request);
-    require_host_accessible(fn, "q", q);
-    require_host_accessible(fn, "scores", scores);
-    require_shape(fn, "q", q, {-1, d});
-    require(q.extent(0) <= INT32_MAX, fn, "q", "at most 2^31-1 heads", q.extent(0));
-    const int hq = static_cast<int>(q.extent(0));
-    if (!(hq >= hkv && hq % hkv == 0)) [[unlikely]]
-      throw_invalid_argument(fn, "q", "a head count that is a multiple of cache.num_kv_heads() = " + std::to_string(hkv), hq);
-    require_unit_inner_stride(fn, "q", q);
-    require_shape(fn, "scores", scores, {hkv, -1});
-    require_unique_elements(fn, "scores", scores);
-    if (scores.extent(1) < len) [[unlikely]]
-      throw_invalid_argument(fn, "scores", "at least cache.length(request) = " + std::to_string(len) + " columns",
-                             scores.extent(1));
-    require_unit_inner_stride(fn, "scores", scores);
-    require_disjoint(fn, "q", q, "scores", scores);
-    detail::require_kv_rows(cache, request, 0, len, 0, hkv, detail::kv_rows_read::keys, fn, "cache");
-    detail::require_outputs_apart_from_keys(cache, request, request + 1, len, fn, "scores", scores);  // written while K is read
-    const auto* qd = static_cast<const std::remove_cv_t<typename Q::element_type>*>(q.data());
-    float* sd = const_cast<float*>(static_cast<const float*>(scores.data()));
-    detail::kv_importance_request<KT>(policy, qd, q.stride(0), hq, cache, request, len, sd, scores.stride(0));
+    detail::kv_importance_at(policy, q, cache, request, cache.length(request), scores);
   }
 }
 
@@ -251,6 +261,9 @@ template <class L>
   std::vector<int> lens(static_cast<std::size_t>(cache.num_requests()));
   for (int r = 0; r < cache.num_requests(); ++r) {
     const int len = lens[static_cast<std::size_t>(r)] = cache.length(r);
+    if (len < 0) [[unlikely]]  // (validate_kv_layout saw an earlier answer of a layout that may change it)
+      throw_invalid_argument(fn, "cache", "cache.length(r) >= 0 for every request (request " + std::to_string(r) + ")",
+                             len);
     if (len > columns) [[unlikely]]
       throw_invalid_argument(fn, "scores",
                              "at least cache.length(r) columns for every request (request " + std::to_string(r) +
@@ -547,9 +560,10 @@ class partial_kv_index {
       require_equal(fn, "cache.num_kv_heads()", heads_, cache.num_kv_heads());
       if (r >= cache.num_requests()) [[unlikely]]
         throw_invalid_argument(fn, "cache.num_requests()", "> request " + std::to_string(r), cache.num_requests());
+      // length read once: the tokens scored are the tokens ranked
       const int len = cache.length(r), cols = std::max(len, 1);  // a [heads, 0] view is still [heads, 1]
       scores_.resize(static_cast<std::size_t>(heads_) * cols);
-      kv_importance(policy, q, cache, r, make_view<2>(scores_.data(), {heads_, cols}));
+      detail::kv_importance_at(policy, q, cache, r, len, make_view<2>(scores_.data(), {heads_, cols}));
       const int keep = std::min(sink_, len), n = budget_ - sink_;
       if (selection_ == partial_kv_selection::shared)  // rank by the heads' summed scores, in row 0
         for (int i = 0; i < len; ++i) scores_[static_cast<std::size_t>(i)] = detail::partial_kv_shared_score(scores_.data(), cols, heads_, i);
