@@ -183,7 +183,12 @@ TEST_CASE("tokenswift_tree_builder: Cartesian heads then n-grams in one trie", "
   using Catch::Matchers::Contains;
   CHECK_THROWS_WITH(tokenswift_tree_builder({2, 2}, -1), Contains("'max_nodes'") && Contains("got -1"));
   tokenswift_tree_builder zero({2, 0});
-  CHECK_THROWS_WITH(zero.build(c, t), Contains("'widths[k]'") && Contains("got 0"));
+  CHECK_THROWS_WITH(zero.build(c, t), Contains("'widths[1]'") && Contains("got 0"));
+  // a width past the depth this draft reaches is refused too (it was accepted until a deeper draft came)
+  draft_candidates shallow;
+  shallow.chain = {{3, -0.1f}};
+  tokenswift_tree_builder deep_zero({2, 2, 0});
+  CHECK_THROWS_WITH(deep_zero.build(shallow, t), Contains("'widths[2]'") && Contains("got 0"));
 }
 
 TEST_CASE("tokenswift_self_draft: full budget reproduces the target, small budget rebuilds on schedule", "[self_drafter]") {

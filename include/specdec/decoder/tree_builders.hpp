@@ -73,9 +73,12 @@ struct cartesian_tree_builder {
   void build(const draft_candidates& c, token_tree& out) {
     constexpr std::string_view fn = "specdec::cartesian_tree_builder::build";
     heads_.clear();
+    // every width, not only those this draft reaches: {1, 0} was refused only once a draft went two deep
+    for (std::size_t k = 0; k < widths.size(); ++k)
+      if (widths[k] < 1) [[unlikely]]
+        throw_invalid_argument(fn, "widths[" + std::to_string(k) + "]", ">= 1", widths[k]);
     const std::size_t depth = std::min(widths.size(), std::max(c.alternatives.size(), c.chain.size()));
     for (std::size_t k = 0; k < depth; ++k) {
-      require(widths[k] >= 1, fn, "widths[k]", ">= 1", widths[k]);
       head_candidates h;
       const auto width = static_cast<std::size_t>(widths[k]);
       // token_tree's score rule (the one cartesian_tree states), checked before a repeat is merged
