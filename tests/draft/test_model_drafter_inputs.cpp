@@ -9,7 +9,8 @@
 //  - depth past max_draft_depth, and a multi-draft width past max_multi_drafts (unbounded forwards,
 //    unbounded memory);
 //  - double logits outside float's range, narrowed before their check (refused as "inf", or taken
-//    for masked tokens).
+//    for masked tokens);
+//  - (session 65) self_drafter dropping a request's n-gram pool for a new sequence it then refused.
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
@@ -92,7 +93,40 @@ struct wide_self_model {
   void self_draft(int, std::span<const std::int32_t>, std::span<float> rows) { std::fill(rows.begin(), rows.end(), 0.0f); }
   void reset_draft(int) {}
 };
+
+// Vocabulary 8; every draft row puts its mass on token 3.
+struct small_self_model {
+  using logit_type = float;
+  int vocab_size() const { return 8; }
+  int num_draft_heads() const { return 1; }
+  void self_draft(int, std::span<const std::int32_t>, std::span<float> rows) {
+    std::fill(rows.begin(), rows.end(), 0.0f);
+    rows[3] = 1.0f;
+  }
+  void reset_draft(int) {}
+};
 }  // namespace
+
+TEST_CASE("self_drafter: a rejected new sequence keeps the request's n-gram pool", "[draft][inputs]") {
+  // A shorter token list (a new sequence) dropped the request's pool before its tokens were checked:
+  // a call refused for an out-of-vocabulary id had already wiped the n-grams (session-65 review).
+  small_self_model m;
+  sd::self_drafter<small_self_model> d(m, {.ngram_candidates = 20, .ngram = {.n = 2}, .ngrams_from_prompt = true});
+  sd::draft_candidates out;
+  const std::vector<std::int32_t> a{1, 2, 3, 1, 2, 3, 1, 2}, bad{1, 99};
+  d.propose({.request = 0, .tokens = a, .depth = 2}, out);
+  const auto size = d.pool(0).size();
+  const auto seen = d.pool(0).tokens_seen();
+  REQUIRE(size > 0);
+  CHECK_THROWS_AS(d.propose({.request = 0, .tokens = bad, .depth = 2}, out), sd::invalid_argument);
+  CHECK(d.pool(0).size() == size);
+  CHECK(d.pool(0).tokens_seen() == seen);
+  // the original sequence continues where it was
+  std::vector<std::int32_t> more = a;
+  more.push_back(3);
+  d.propose({.request = 0, .tokens = more, .depth = 2}, out);
+  CHECK(d.pool(0).tokens_seen() == seen + 1);
+}
 
 TEST_CASE("chain_drafter refuses a negative cache length and integer answers wider than int", "[draft][inputs]") {
   const std::vector<std::int32_t> toks{1, 2, 3};

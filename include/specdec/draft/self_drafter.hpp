@@ -185,11 +185,14 @@ class self_drafter {
   void feed_ngrams(int r, std::span<const std::int32_t> tokens, int V, std::string_view fn) {
     if (static_cast<std::size_t>(r) >= state_.size()) state_.resize(static_cast<std::size_t>(r) + 1);
     auto& st = state_[static_cast<std::size_t>(r)];
-    if (st.started && tokens.size() < st.fed) st = request_state{};
+    const bool restart = st.started && tokens.size() < st.fed;  // a shorter token list: a new sequence
     // the tokens not yet fed, which the pool would hand back as candidates: of the model's
-    // vocabulary (checked once each, before any is pushed)
-    detail::check_context(tokens.subspan(st.started ? st.fed : p_.ngrams_from_prompt ? 0 : tokens.size()), V, fn,
+    // vocabulary (checked once each, before any is pushed, and before a new sequence drops the
+    // request's pool, so a rejected call leaves it as it was)
+    const bool continuing = st.started && !restart;
+    detail::check_context(tokens.subspan(continuing ? st.fed : p_.ngrams_from_prompt ? 0 : tokens.size()), V, fn,
                           "req.tokens (not yet fed to the n-gram pool)");
+    if (restart) st = request_state{};
     if (!st.started) {
       st.pool = ngram_pool(p_.ngram);
       st.started = true;
