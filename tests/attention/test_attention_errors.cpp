@@ -773,6 +773,31 @@ TEST_CASE("the workspace is refused over the cache's K/V and its mapping's array
   CHECK(ob[0] == Approx(1.f));
 }
 
+// Session 65 review: out and lse were checked apart from q, q_indptr and each other but not from the
+// cache: an out over K or an lse over V or over the lengths array was written without an error, and
+// the cache was corrupt for every later call (lengths[0] became 1083721381).
+TEST_CASE("out and lse are refused over the cache's K/V and its mapping's arrays", "[attention][sizes]") {
+  constexpr int D = 64;
+  std::vector<float> qb(D, 1.f), ob(D), lb(1), kc(4 * D, 0.f), vc(4 * D, 1.f);
+  std::vector<std::int32_t> lens{4}, ip{0, 1};
+  const auto q = sd::make_view<3>(qb.data(), {1, 1, D});
+  const auto o = sd::make_view<3>(ob.data(), {1, 1, D});
+  const auto l = sd::make_view<2>(lb.data(), {1, 1});
+  const auto ipv = sd::make_view<1>(ip.data(), {2});
+  const sd::host one{.num_threads = 1};
+  const sd::contiguous_kv<float> cache(kc.data(), vc.data(), lens.data(), 1, 4, 1, D);
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, sd::make_view<3>(kc.data(), {1, 1, D}), l),
+              "disjoint from 'cache.k'");
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, o, sd::make_view<2>(vc.data() + 5, {1, 1})),
+              "disjoint from 'cache.v'");
+  REQUIRE_BAD(sd::decode_attention(one, q, cache, ipv, o, sd::make_view<2>(reinterpret_cast<float*>(lens.data()), {1, 1})),
+              "disjoint from 'cache.mapping.lengths'");
+  CHECK(lens[0] == 4);
+  CHECK(kc[0] == 0.f);
+  sd::decode_attention(one, q, cache, ipv, o, l);  // control
+  CHECK(ob[0] == Approx(1.f));
+}
+
 TEST_CASE("glide_project_queries rejects a negative token count", "[attention][sizes]") {
   std::vector<float> h(8, 1.f), w(64 * 8, 0.5f), qo(64, -7.f);
   const sd::strided_view<float, 2> hidden(h.data(), {-3, 8}, {8, 1});

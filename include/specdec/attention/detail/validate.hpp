@@ -293,10 +293,15 @@ attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& p
   const auto io =
       validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
   require_workspace_apart(fn, options, "q", &q, "q_indptr", &q_indptr, "out", out, "lse", lse);
-  // and from the cache: pass 1 writes the workspace before pass 2 reads K/V rows (and a page table)
+  // and from the cache: pass 1 writes the workspace before pass 2 reads K/V rows (and a page table);
+  // out and lse too: an lse over the cache's lengths or an out over its K/V was written without an
+  // error and left the cache corrupt for every later call (and on a GPU races with the reads)
   if constexpr (requires { cache.visit_memory([](std::string_view, const auto&) {}); })
-    if (options.workspace != nullptr)
-      cache.visit_memory([&](std::string_view name, const auto& view) { require_workspace_apart(fn, options, name, &view); });
+    cache.visit_memory([&](std::string_view name, const auto& view) {
+      if (options.workspace != nullptr) require_workspace_apart(fn, options, name, &view);
+      if (out != nullptr) require_disjoint(fn, name, view, "out", *out);
+      if (lse != nullptr) require_disjoint(fn, name, view, "lse", *lse);
+    });
   return io;
 }
 
