@@ -86,6 +86,34 @@ TEST_CASE("generate_batch's cleanup aborts every request when the target's relea
   CHECK(r[0].tokens.size() == 8);
 }
 
+// next_token_drafter whose reset throws while throw_reset is set.
+struct resetting_drafter : next_token_drafter {
+  bool throw_reset = true;
+  void reset(int) {
+    if (throw_reset) throw std::runtime_error("reset failed");
+  }
+};
+
+TEST_CASE("add_request releases the prefilled slot when the drafter's reset throws", "[decoder][errors]") {
+  // The target's prefill had run and the slot stayed free without a release: a target that holds
+  // memory per prefilled slot (pages) leaked it on every such failure (session-65 review lead).
+  releasing_target tg;
+  tg.throw_release = false;
+  speculative_batch<releasing_target, resetting_drafter, chain_tree_builder, greedy_verifier> b(tg);
+  REQUIRE_THROWS_WITH(b.add_request(7, std::vector<std::int32_t>{1, 2}), Contains("reset failed"));
+  CHECK(tg.releases == 1);
+  CHECK(b.active() == 0);
+  CHECK(b.free_slots() == 2);
+  tg.throw_release = true;  // a release that fails too: the drafter's error is the one reported
+  REQUIRE_THROWS_WITH(b.add_request(7, std::vector<std::int32_t>{1, 2}), Contains("reset failed"));
+  CHECK(tg.releases == 2);
+  tg.throw_release = false;
+  b.drafter().throw_reset = false;
+  CHECK(b.add_request(7, std::vector<std::int32_t>{1, 2}) == 0);
+  CHECK(b.active() == 1);
+  CHECK(tg.releases == 2);
+}
+
 TEST_CASE("generate_batch whose second prefill throws leaves the decoder usable", "[decoder][errors]") {
   counting_target tg;
   tg.throw_prefill_slot = 1;

@@ -241,7 +241,8 @@ class speculative_batch {
   //! Adds a request: validates the id (not active), the prompt (non-empty, tokens in [0, V)) and the
   //! options, takes the lowest free slot, prefills it (target.prefill) and resets the drafter's state
   //! of that slot. Returns the slot. Throws invalid_argument (nothing changed) when the id is active,
-  //! an argument is invalid or no slot is free (free_slots() == 0).
+  //! an argument is invalid or no slot is free (free_slots() == 0). When drafter.reset throws after the
+  //! prefill, the slot is released (target.release, when the target has it) and stays free.
   int add_request(std::uint32_t id, std::span<const std::int32_t> prompt, const generation_options& opt = {}) {
     constexpr std::string_view fn = "specdec::speculative_batch::add_request";
     const detail::busy_scope busy(busy_, fn, not_from_callbacks);
@@ -254,7 +255,15 @@ class speculative_batch {
     auto& s = req_[static_cast<std::size_t>(slot)];
     const auto t0 = clock::now();
     target_->prefill(slot, prompt);
-    drafter_.reset(slot);
+    try {
+      drafter_.reset(slot);
+    } catch (...) {  // the slot stays free: give the target back what its prefill took (a failing release
+      try {          // is dropped; the drafter's error is the one reported)
+        release(slot);
+      } catch (...) {
+      }
+      throw;
+    }
     s.stats = {};
     s.stats.prefill_s = seconds(t0);
     stats_.prefill_s += s.stats.prefill_s;
