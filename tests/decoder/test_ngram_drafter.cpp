@@ -40,7 +40,7 @@ void oracle_propose(int max_ngram, int min_ngram, int search_window, const draft
         if (std::none_of(a.begin(), a.end(), [&](const draft_token& x) { return x.token == seq[d].token; }))
           a.push_back(seq[d]);
       }
-      if (static_cast<int>(out.sequences.size()) + 1 >= std::max(1, req.width)) break;
+      if (static_cast<int>(out.sequences.size()) + 1 >= req.width) break;
     }
   }
 }
@@ -89,7 +89,7 @@ TEST_CASE("ngram_drafter: equals the former scan over growing streams, slots and
         }
       }
       const draft_request req{.request = r, .tokens = t, .depth = static_cast<int>(rng.below(7)),
-                              .width = static_cast<int>(rng.below(6))};
+                              .width = 1 + static_cast<int>(rng.below(5))};
       ng.propose(req, got);
       oracle_propose(ng.max_ngram, ng.min_ngram, ng.search_window, req, want);
       INFO("seed " << seed << " step " << step << " request " << r << " L " << t.size() << " depth " << req.depth

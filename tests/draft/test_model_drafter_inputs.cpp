@@ -10,7 +10,10 @@
 //    unbounded memory);
 //  - double logits outside float's range, narrowed before their check (refused as "inf", or taken
 //    for masked tokens);
-//  - (session 65) self_drafter dropping a request's n-gram pool for a new sequence it then refused.
+//  - (session 65) self_drafter dropping a request's n-gram pool for a new sequence it then refused;
+//  - (session 66) chain_drafter / longspec_drafter handing a bad slot or tokens outside the draft
+//    vocabulary to the user's model, a width of 0 drafted as 1, longspec_drafter keeping its
+//    speculation after a later depth threw.
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
@@ -19,10 +22,12 @@
 #include <climits>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "specdec/draft/chain_drafter.hpp"
 #include "specdec/draft/longspec_drafter.hpp"
+#include "specdec/draft/ngram_drafter.hpp"
 #include "specdec/draft/self_drafter.hpp"
 
 namespace sd = specdec;
@@ -242,4 +247,126 @@ TEST_CASE("double draft logits outside float's range are refused by name, not na
   self.propose({.request = 0, .tokens = toks, .depth = 2}, out);
   REQUIRE(out.chain.size() == 2);
   CHECK(out.chain[0].token == 2);
+}
+
+namespace {
+// A model over 4 tokens that counts the calls it gets with a slot outside [0, 2^20) or a token outside
+// its vocabulary (the inputs a drafter must not hand it), and, for longspec_drafter, the speculative
+// steps not yet discarded; step() throws at speculative step number `throw_at` (0 = never).
+struct watching_model {
+  using logit_type = float;
+  mutable int bad_inputs = 0, calls = 0;
+  int speculative = 0, throw_at = 0, spec_steps = 0;
+  int absorbed_tokens = 0;
+  int cache = 0;
+  void see(int r, std::int32_t t = 0) const {
+    ++calls;
+    if (r < 0 || r > sd::max_request_slot || t < 0 || t >= 4) ++bad_inputs;
+  }
+  int vocab_size() const { return 4; }
+  // chain_drafter's side
+  int max_requests() const { return 1; }
+  void prefill(int r, std::span<const std::int32_t> p) {
+    for (auto t : p) see(r, t);
+    cache = static_cast<int>(p.size());
+  }
+  void forward(int r, std::int32_t root, const sd::token_tree& tree, std::span<float> l) {
+    see(r, root);
+    for (int i = 0; i < tree.size(); ++i) see(r, tree.token(i));
+    std::fill(l.begin(), l.end(), 0.0f);
+    for (std::size_t i = 2; i < l.size(); i += 4) l[i] = 5.0f;
+  }
+  void commit(int r, std::span<const std::int32_t> acc) {
+    see(r);
+    cache += 1 + static_cast<int>(acc.size());
+  }
+  int cache_length(int r) const {
+    see(r);
+    return cache;
+  }
+  void truncate(int r, int n) {
+    see(r);
+    cache = std::min(cache, n);
+  }
+  // longspec_drafter's side
+  int absorbed(int r) const {
+    see(r);
+    return absorbed_tokens;
+  }
+  void reset(int r) {
+    see(r);
+    absorbed_tokens = 0;
+  }
+  void step(int r, std::int32_t t, int, bool commit, std::span<float> l) {
+    see(r, t);
+    if (commit) {
+      ++absorbed_tokens;
+    } else {
+      ++speculative;
+      if (++spec_steps == throw_at) throw std::runtime_error("draft step failed");
+    }
+    std::fill(l.begin(), l.end(), 0.0f);
+    if (!l.empty()) l[2] = 5.0f;
+  }
+  void discard_speculation(int r) {
+    see(r);
+    speculative = 0;
+  }
+};
+}  // namespace
+
+TEST_CASE("model drafters refuse a bad slot, width or token before their model sees it", "[draft][inputs]") {
+  // chain_drafter and longspec_drafter handed a negative or huge slot and token ids outside the draft
+  // model's vocabulary (a target's token the smaller draft does not know) to the user's model, which
+  // indexes its state and embedding rows with them; a width of 0 was drafted as 1 (session-65 leads).
+  const std::vector<std::int32_t> ok{1, 2, 3}, bad_last{1, 2, 9}, bad_first{-1, 2, 3};
+  sd::draft_candidates out;
+  watching_model m;
+  sd::chain_drafter<watching_model> chain(m);
+  sd::longspec_drafter<watching_model> longspec(m);
+  const auto both = [&](const sd::draft_request& req, const char* what) {
+    INFO(what);
+    CHECK_THROWS_WITH(chain.propose(req, out), Contains(what));
+    CHECK_THROWS_WITH(longspec.propose(req, out), Contains(what));
+  };
+  both({.request = -1, .tokens = ok, .depth = 2}, "'req.request'");
+  both({.request = sd::max_request_slot + 1, .tokens = ok, .depth = 2}, "'req.request'");
+  both({.request = 0, .tokens = ok, .depth = 2, .width = 0}, "'req.width'");
+  both({.request = 0, .tokens = bad_last, .depth = 2}, "'req.tokens[2]'");
+  both({.request = 0, .tokens = bad_first, .depth = 2}, "'req.tokens[0]'");
+  CHECK(m.bad_inputs == 0);
+  // only the tokens a step feeds are read: tokens the model absorbed earlier are not checked again
+  m.cache = 2;
+  chain.propose({.request = 0, .tokens = bad_first, .depth = 2}, out);
+  CHECK(out.chain.size() == 2);
+  m.absorbed_tokens = 2;
+  longspec.propose({.request = 0, .tokens = bad_first, .depth = 2}, out);
+  CHECK(out.chain.size() == 2);
+  CHECK(m.bad_inputs == 0);
+  CHECK(m.calls > 0);
+
+  sd::philox_stream rng(1, 2);
+  sd::chain_drafter<watching_model> multi(m, sd::multi_draft_params{});
+  CHECK_THROWS_WITH(multi.propose({.request = 0, .tokens = ok, .depth = 1, .width = 0, .rng = &rng}, out),
+                    Contains("'req.width'"));
+  sd::ngram_drafter ngram;
+  CHECK_THROWS_WITH(ngram.propose({.request = 0, .tokens = ok, .depth = 2, .width = 0}, out), Contains("'req.width'"));
+}
+
+TEST_CASE("longspec_drafter drops its speculation when a later depth throws", "[draft][inputs]") {
+  // The chain's speculative steps stayed in the model after a step threw (until the next propose):
+  // a caller that committed or stepped the model in between saw them as context.
+  const std::vector<std::int32_t> toks{1, 2, 3};
+  sd::draft_candidates out;
+  watching_model m;
+  m.throw_at = 2;  // the chain's second speculative step
+  sd::longspec_drafter<watching_model> d(m);
+  REQUIRE_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 4}, out), Contains("draft step failed"));
+  CHECK(m.speculative == 0);
+  CHECK(out.empty());
+  m.throw_at = 0;
+  d.propose({.request = 0, .tokens = toks, .depth = 4}, out);  // the next proposal drafts in full
+  CHECK(out.chain.size() == 4);
+  CHECK(m.speculative == 0);
+  CHECK(m.bad_inputs == 0);
 }

@@ -69,6 +69,9 @@ class chain_drafter {
     const auto cache_length = [&] { return detail::model_int(model_->cache_length(r), fn, "model.cache_length(request)"); };
     int cached = cache_length();
     require(cached >= 0, fn, "model.cache_length(request)", ">= 0", cached);
+    // the tokens fed below: all of them (prefill) when nothing is cached, else t[cached .. L) (catch-up
+    // and the root; a cache longer than L - 1 is refused after the prefill check)
+    detail::require_fed_tokens(req, static_cast<std::size_t>(std::min(cached, L - 1)), V, fn);
     logits_.resize(static_cast<std::size_t>(V));
     if (cached == 0 && L > 1) model_->prefill(r, t.first(static_cast<std::size_t>(L)));
     cached = cache_length();

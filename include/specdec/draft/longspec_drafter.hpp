@@ -100,14 +100,14 @@ class longspec_drafter {
     const auto& t = req.tokens;
     const int L = detail::context_length(req, fn);
     const int V = detail::model_int(model_->vocab_size(), fn, "model.vocab_size()");
+    detail::validate_model_draft(req, V, fn);  // first: it checks the slot handed to the model below
+    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, fn);
     const auto absorbed = [&] {
       const int a = detail::model_int(model_->absorbed(r), fn, "model.absorbed(request)");
       require(a >= 0, fn, "model.absorbed(request)", ">= 0", a);
       return a;
     };
     require(absorbed() <= L, fn, "req.tokens.size()", "at least the tokens already absorbed", L);
-    detail::validate_model_draft(req, V, fn);
-    if (multi_) detail::multi_draft_sampler::validate(req, *multi_, fn);
     int rf = L;  // every absorbed position can be seen
     if constexpr (requires { model_->receptive_field(); }) {
       rf = detail::model_int(model_->receptive_field(), fn, "model.receptive_field()");
@@ -123,10 +123,26 @@ class longspec_drafter {
     require(first < L, fn, "model.absorbed(request)", "below the context length after reset", first);
     // skip history no future prediction can see (in int64: L - 1 - rf may pass INT_MIN)
     first = static_cast<int>(std::max<std::int64_t>(first, std::int64_t{L} - 1 - rf));
+    detail::require_fed_tokens(req, static_cast<std::size_t>(first), V, fn);
     for (int p = first; p < L; ++p)
       model_->step(r, t[static_cast<std::size_t>(p)], p, true,
                    p == L - 1 ? std::span<typename Model::logit_type>(root_) : std::span<typename Model::logit_type>{});
     if (req.depth <= 0) return;
+    try {  // the speculation is dropped also when a later depth throws (a bad draft row, the model)
+      speculate(req, L, V, out);
+    } catch (...) {
+      out.clear();
+      model_->discard_speculation(r);
+      throw;
+    }
+  }
+
+ private:
+  // Drafts from the absorbed context (root logits in root_): every path below ends with the model's
+  // speculation discarded; propose discards it when one throws.
+  void speculate(const draft_request& req, int L, int V, draft_candidates& out) {
+    const int r = req.request;
+    const auto& t = req.tokens;
     if (multi_) {
       multi_sampler_.run(std::span<const typename Model::logit_type>(root_), req, *multi_,
                          [&](std::int32_t tok, int depth, bool new_draft) {
@@ -200,7 +216,6 @@ class longspec_drafter {
     }
   }
 
- private:
   //! `p` if beam_tree_builder accepts it (its invalid_argument otherwise).
   static beam_tree_params checked(beam_tree_params p) {
     (void)beam_tree_builder(p);

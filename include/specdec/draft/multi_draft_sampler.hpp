@@ -73,8 +73,8 @@ struct multi_draft_sampler {
     require(p.greedy_temperature > 0.0f && std::isfinite(p.greedy_temperature), fn,
             "multi_draft_params.greedy_temperature", "a finite value > 0", p.greedy_temperature);
     require_draft_sampling(fn, "multi_draft_params.mode", p.mode);
-    require(req.width <= max_multi_drafts, fn, "req.width",
-            "at most max_multi_drafts = " + std::to_string(max_multi_drafts) + " drafts", req.width);
+    require(req.width >= 1 && req.width <= max_multi_drafts, fn, "req.width",
+            "in [1, max_multi_drafts = " + std::to_string(max_multi_drafts) + "] drafts", req.width);
   }
 
   template <class T, class Feed>
@@ -91,7 +91,7 @@ struct multi_draft_sampler {
     q_row(root, req, p.greedy_temperature);
     root_q = q;
     firsts.clear();
-    const int k = std::max(1, req.width);
+    const int k = req.width;
     for (int j = 0; j < k; ++j) {
       std::span<const float> row(root_q);
       if (p.mode == draft_sampling::without_replacement && !firsts.empty()) {

@@ -76,6 +76,7 @@ struct ngram_drafter {
     require(max_ngram <= prompt_lookup_params::max_ngram_limit, fn, "max_ngram",
             "<= prompt_lookup_params::max_ngram_limit = 256", max_ngram);
     require(search_window >= 0, fn, "search_window", ">= 0 (0 = the whole context)", search_window);
+    require(req.width >= 1, fn, "req.width", ">= 1", req.width);
     out.clear();
     if (req.depth <= 0) return;
     require(req.request >= 0 && req.request <= max_request_slot, fn, "req.request",
@@ -104,7 +105,7 @@ struct ngram_drafter {
           if (std::none_of(a.begin(), a.end(), [&](const draft_token& x) { return x.token == seq[d].token; }))
             a.push_back(seq[d]);
         }
-        if (static_cast<int>(out.sequences.size()) + 1 >= std::max(1, req.width)) break;
+        if (static_cast<int>(out.sequences.size()) + 1 >= req.width) break;
       }
     }
   }

@@ -126,9 +126,7 @@ class self_drafter {
     constexpr std::string_view fn = "specdec::self_drafter::propose";
     out.clear();
     const int r = req.request;
-    require(r >= 0 && r <= max_request_slot, fn, "req.request", "a request slot in [0, max_request_slot = 2^20 - 1]", r);
     require(!req.tokens.empty(), fn, "req.tokens.size()", ">= 1 (the root is the last token)", req.tokens.size());
-    require(req.width >= 1, fn, "req.width", ">= 1", req.width);
     const int gamma = detail::model_int(model_->num_draft_heads(), fn, "model.num_draft_heads()"),
               V = detail::model_int(model_->vocab_size(), fn, "model.vocab_size()");
     require(gamma >= 0 && gamma < std::numeric_limits<int>::max(), fn, "model.num_draft_heads()",

@@ -90,14 +90,34 @@ struct top_width_selector {
 };
 
 //! The checks every model drafter makes on entry, before it touches its model (a bad request leaves
-//! the draft cache as it was): the model's vocabulary (>= 1: an empty one has no token to propose)
+//! the draft cache as it was): the request slot (in [0, max_request_slot]: it is handed to the user's
+//! model, which indexes its own per-request state with it), the width (>= 1: draft_request's contract;
+//! 0 was drafted as 1), the depth, the model's vocabulary (>= 1: an empty one has no token to propose)
 //! and, when the request carries sampling_params, those parameters as process_logits checks them (a
 //! NaN or negative temperature is an error, not greedy drafting). Errors name `fn`.
 inline void validate_model_draft(const draft_request& req, int vocab, std::string_view fn) {
+  require(req.request >= 0 && req.request <= max_request_slot, fn, "req.request",
+          "a request slot in [0, max_request_slot = 2^20 - 1]", req.request);
+  require(req.width >= 1, fn, "req.width", ">= 1", req.width);
   require(vocab >= 1, fn, "model.vocab_size()", ">= 1", vocab);
   require(req.depth <= max_draft_depth, fn, "req.depth", "at most max_draft_depth = " + std::to_string(max_draft_depth),
           req.depth);
   if (req.sampling != nullptr) validate_sampling_params(*req.sampling, fn);
+}
+
+//! The committed tokens a model drafter is about to feed its model (req.tokens[first, size)): each a
+//! token of the model's vocabulary, checked before the first one reaches the model (which indexes its
+//! embedding rows with them: an id the target knows but a smaller draft vocabulary does not, or a
+//! negative one, was read out of bounds in the user's model). Only the tokens fed are read, so a
+//! request's long context is not rescanned every step.
+inline void require_fed_tokens(const draft_request& req, std::size_t first, int vocab, std::string_view fn) {
+  for (std::size_t i = first; i < req.tokens.size(); ++i) {
+    const std::int32_t t = req.tokens[i];
+    if (!(t >= 0 && t < vocab)) [[unlikely]]
+      throw_invalid_argument(fn, "req.tokens[" + std::to_string(i) + "]",
+                             "a token of the draft model's vocabulary [0, " + std::to_string(vocab) + ")",
+                             std::to_string(t));
+  }
 }
 
 //! A model's integer answer (vocab_size(), cache_length(r), ...) as an int: the model concepts ask
@@ -131,7 +151,7 @@ struct chain_picker {
     lp.resize(V);
     log_softmax(logits, std::span<float>(lp), fn);
     out.alternatives.emplace_back();
-    top_width(lp, std::max(1, req.width), out.alternatives.back());
+    top_width(lp, req.width, out.alternatives.back());
     const bool sample = req.rng != nullptr && req.sampling != nullptr && req.sampling->temperature > 0.0f;
     if (!sample) {
       out.chain.push_back(out.alternatives.back().front());
