@@ -1,6 +1,7 @@
 // What the decoder does when a user's component fails or misbehaves part-way (session-55 review, each
 // reproduced first): a prefill that throws inside generate_batch (and, session 65, a release that throws
-// in its cleanup), a commit that throws after other
+// in its cleanup; session 66, a drafter reset or an options copy that throws in add_request, a root
+// outside a shrunk vocabulary at calibration), a commit that throws after other
 // requests of the step committed, a drafter that proposes more levels than asked; and the step cost
 // curve between points near DBL_MAX.
 #include <catch2/catch.hpp>
@@ -112,6 +113,81 @@ TEST_CASE("add_request releases the prefilled slot when the drafter's reset thro
   CHECK(b.add_request(7, std::vector<std::int32_t>{1, 2}) == 0);
   CHECK(b.active() == 1);
   CHECK(tg.releases == 2);
+}
+
+// A callable whose copy throws while copy_throws is set (one that must duplicate a resource).
+bool copy_throws = false;
+struct throwing_copy_callback {
+  throwing_copy_callback() = default;
+  throwing_copy_callback(const throwing_copy_callback&) {
+    if (copy_throws) throw std::runtime_error("callback copy failed");
+  }
+  void operator()(int, std::span<const std::int32_t>) const {}
+};
+
+TEST_CASE("add_request whose options fail to copy changes nothing", "[decoder][errors]") {
+  // The options and the prompt were copied after the prefill, with the slot already marked used but
+  // not counted: the slot was never released, contains(id) was true with active() == 0, the next step
+  // drafted from an empty token list (a segfault under ASan), and speculative_decoder's cleanup made
+  // active() -1, refusing every later generate (session-66 review).
+  releasing_target tg;
+  tg.throw_release = false;
+  generation_options opt;
+  opt.max_new_tokens = 4;
+  opt.on_tokens = throwing_copy_callback{};
+  {
+    speculative_batch<releasing_target, next_token_drafter, chain_tree_builder, greedy_verifier> b(tg);
+    copy_throws = true;
+    REQUIRE_THROWS_WITH(b.add_request(5, std::vector<std::int32_t>{1, 2}, opt), Contains("callback copy failed"));
+    copy_throws = false;
+    CHECK_FALSE(b.contains(5));
+    CHECK(b.active() == 0);
+    CHECK(b.free_slots() == 2);
+    CHECK(tg.len[0] == 0);  // no prefill ran
+    CHECK(b.add_request(5, std::vector<std::int32_t>{1, 2}, opt) == 0);
+    const auto out = b.step();
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].tokens == std::vector<std::int32_t>{3, 4, 5, 6});
+  }
+  speculative_decoder<releasing_target, next_token_drafter, chain_tree_builder, greedy_verifier> dec(tg);
+  copy_throws = true;
+  REQUIRE_THROWS_WITH(dec.generate(std::vector<std::int32_t>{1, 2}, opt), Contains("callback copy failed"));
+  copy_throws = false;
+  CHECK(dec.batch().active() == 0);
+  opt.on_tokens = {};
+  CHECK(dec.generate(std::vector<std::int32_t>{1, 2}, opt).tokens == std::vector<std::int32_t>{3, 4, 5, 6});
+}
+
+// counting_target whose vocabulary the test can shrink; counts forwards given a root outside it.
+struct shrinking_target : counting_target {
+  int vocab = 32, bad_roots = 0, forwards = 0;
+  int vocab_size() const { return vocab; }
+  void forward(int, std::int32_t root, const token_tree& t, std::span<float> logits) {
+    ++forwards;
+    if (root < 0 || root >= vocab) ++bad_roots;
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    for (int i = 0; i <= t.size(); ++i) logits[static_cast<std::size_t>(i * vocab)] = 10;
+  }
+};
+
+TEST_CASE("calibration refuses a root outside the target's vocabulary before a forward", "[decoder][errors]") {
+  // With adaptive_depth, the first step's cost calibration ran the target's forward with the request's
+  // last token before the step's root check: 9 forwards with root 20 for a vocabulary shrunk to 16
+  // (session-66 review). calibrate_costs had no root check at all.
+  for (const bool adaptive : {false, true}) {
+    INFO("adaptive_depth " << adaptive);
+    shrinking_target tg;
+    speculative_batch<shrinking_target, next_token_drafter, chain_tree_builder, greedy_verifier> b(tg);
+    generation_options opt;
+    opt.max_new_tokens = 8;
+    opt.adaptive_depth = adaptive;
+    b.add_request(1, std::vector<std::int32_t>{3, 20}, opt);
+    tg.vocab = 16;
+    CHECK_THROWS_WITH(b.step(), Contains("'root (the request's last token)'"));
+    CHECK_THROWS_WITH(b.calibrate_costs(1), Contains("'root (the request's last token)'"));
+    CHECK(tg.forwards == 0);
+    CHECK(tg.bad_roots == 0);
+  }
 }
 
 TEST_CASE("generate_batch whose second prefill throws leaves the decoder usable", "[decoder][errors]") {

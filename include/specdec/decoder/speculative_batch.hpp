@@ -253,6 +253,17 @@ class speculative_batch {
     require(slot < max_requests(), fn, "free slots", "a free slot (max_requests() = " + std::to_string(max_requests()) +
                                                          " requests active)", 0);
     auto& s = req_[static_cast<std::size_t>(slot)];
+    // What can throw is made before the target sees the request (the copies of the options and the
+    // prompt: a user's callable may throw when copied, any of them may not get memory), and moved in
+    // without a throw after it: a copy that threw after the prefill left the slot marked used but
+    // uncounted (a later abort made active() -1) and its prefill unreleased (session-66 review).
+    generation_options o = opt;
+    o.on_tokens = {};  // the owner's: speculative_decoder calls it, never the batch
+    std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
+    decltype(s.src) src;
+    src.fill(source_estimates(adaptive_.cost_window));
+    static_assert(std::is_nothrow_move_assignable_v<generation_options> &&
+                  std::is_nothrow_move_assignable_v<decltype(s.src)>);
     const auto t0 = clock::now();
     target_->prefill(slot, prompt);
     try {
@@ -270,15 +281,14 @@ class speculative_batch {
     s.used = true;
     s.id = id;
     s.step = 0;
-    s.opt = opt;
-    s.opt.on_tokens = {};
-    s.tokens.assign(prompt.begin(), prompt.end());
+    s.opt = std::move(o);
+    s.tokens = std::move(tokens);
     s.prompt_len = s.tokens.size();
     s.reported = s.prompt_len;
     s.reason = stop_reason::max_tokens;
     s.verifier.reset();  // a fresh copy of the verifier for the new request (made on its first step)
     if (s.history) s.history->clear();
-    s.src.fill(source_estimates(adaptive_.cost_window));
+    s.src = std::move(src);
     s.source = 0;
     ++active_;
     return slot;
@@ -348,10 +358,7 @@ class speculative_batch {
       // A drafter or tree builder (the library's or a user's) must propose tokens of the target's
       // vocabulary, checked before the target's forward indexes its embedding rows with them.
       detail::check_context(s.tree.tokens(), V, "specdec::speculative_batch::step", "drafted tree");
-      // and the root, the request's last token, is one (a target whose vocabulary shrank would not
-      // have an embedding row for it)
-      detail::check_context(std::span<const std::int32_t>(&s.tokens.back(), 1), V, "specdec::speculative_batch::step",
-                            "root (the request's last token)");
+      check_root(s, V, "specdec::speculative_batch::step");
       s.phase_draft = std::chrono::duration<double>(tb - td).count();
       s.phase_build = seconds(tb);
       running_.push_back(r);
@@ -974,6 +981,12 @@ class speculative_batch {
     }
   }
 
+  // The root, the request's last token, is a token of the target's vocabulary V, checked before a
+  // forward feeds it (a target whose vocabulary shrank would not have an embedding row for it).
+  static void check_root(const request_state& s, int V, std::string_view fn) {
+    detail::check_context(std::span<const std::int32_t>(&s.tokens.back(), 1), V, fn, "root (the request's last token)");
+  }
+
   // calibrate_costs on a slot (see there): one untimed forward (caches, clocks), then
   // calibration_reps passes over the row counts (interleaved, so a slow moment does not bias one row
   // count), keeping each count's fastest.
@@ -981,6 +994,7 @@ class speculative_batch {
     const auto t0 = clock::now();
     auto& s = req_[static_cast<std::size_t>(slot)];
     const int V = detail::checked_vocab_size(*target_, "specdec::speculative_batch::calibrate_costs");
+    check_root(s, V, "specdec::speculative_batch::calibrate_costs");  // the forwards below feed it
     const std::array<int, 1> slots{slot};
     const std::array<std::int32_t, 1> roots{s.tokens.back()};
     std::vector<int> counts;  // no more rows than the longest chain this request may draft (its room)

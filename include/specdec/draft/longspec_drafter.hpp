@@ -178,7 +178,7 @@ class longspec_drafter {
     const token_tree tree = builder.build_from_logprobs(V, [&](const token_tree& cur, std::span<const std::int32_t> frontier,
                                                                std::span<float> rows) {
       if constexpr (tree_draft_model<Model>) {
-        tree_level(r, L, cur, frontier, rows);
+        tree_level(r, L, static_cast<std::size_t>(V), cur, frontier, rows);
         return;
       }
       for (std::size_t f = 0; f < frontier.size(); ++f) {
@@ -225,8 +225,10 @@ class longspec_drafter {
   // One beam level through step_tree: the frontier nodes not yet run (with any ancestor not yet run,
   // which the beam builder never produces: each level's frontier is the previous level's new nodes)
   // go through the model in one call, tree order; each frontier row is the log-softmax of its logits.
-  void tree_level(int r, int L, const token_tree& cur, std::span<const std::int32_t> frontier, std::span<float> rows) {
-    const std::size_t V = static_cast<std::size_t>(model_->vocab_size());
+  // V: the vocabulary propose checked and sized `rows` by (read once: a second read of
+  // model.vocab_size() could disagree with the rows' size).
+  void tree_level(int r, int L, std::size_t V, const token_tree& cur, std::span<const std::int32_t> frontier,
+                  std::span<float> rows) {
     spec_id_.resize(static_cast<std::size_t>(cur.size()), -1);
     level_tokens_.clear(), level_parents_.clear(), level_positions_.clear();
     const int base = next_spec_id_;  // this call's node i is the model's speculative node base + i
