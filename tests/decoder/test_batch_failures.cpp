@@ -87,6 +87,7 @@ TEST_CASE("generate_batch's cleanup aborts every request when the target's relea
   CHECK(r[0].tokens.size() == 8);
 }
 
+namespace {
 // next_token_drafter whose reset throws while throw_reset is set.
 struct resetting_drafter : next_token_drafter {
   bool throw_reset = true;
@@ -94,6 +95,7 @@ struct resetting_drafter : next_token_drafter {
     if (throw_reset) throw std::runtime_error("reset failed");
   }
 };
+}  // namespace
 
 TEST_CASE("add_request releases the prefilled slot when the drafter's reset throws", "[decoder][errors]") {
   // The target's prefill had run and the slot stayed free without a release: a target that holds
@@ -115,6 +117,7 @@ TEST_CASE("add_request releases the prefilled slot when the drafter's reset thro
   CHECK(tg.releases == 2);
 }
 
+namespace {
 // A callable whose copy throws while copy_throws is set (one that must duplicate a resource).
 bool copy_throws = false;
 struct throwing_copy_callback {
@@ -124,6 +127,7 @@ struct throwing_copy_callback {
   }
   void operator()(int, std::span<const std::int32_t>) const {}
 };
+}  // namespace
 
 TEST_CASE("add_request whose options fail to copy changes nothing", "[decoder][errors]") {
   // The options and the prompt were copied after the prefill, with the slot already marked used but
@@ -158,6 +162,7 @@ TEST_CASE("add_request whose options fail to copy changes nothing", "[decoder][e
   CHECK(dec.generate(std::vector<std::int32_t>{1, 2}, opt).tokens == std::vector<std::int32_t>{3, 4, 5, 6});
 }
 
+namespace {
 // counting_target whose vocabulary the test can shrink; counts forwards given a root outside it.
 struct shrinking_target : counting_target {
   int vocab = 32, bad_roots = 0, forwards = 0;
@@ -169,6 +174,7 @@ struct shrinking_target : counting_target {
     for (int i = 0; i <= t.size(); ++i) logits[static_cast<std::size_t>(i * vocab)] = 10;
   }
 };
+}  // namespace
 
 TEST_CASE("calibration refuses a root outside the target's vocabulary before a forward", "[decoder][errors]") {
   // With adaptive_depth, the first step's cost calibration ran the target's forward with the request's
