@@ -2,8 +2,8 @@
 // reproduced first): a prefill that throws inside generate_batch (and, session 65, a release that throws
 // in its cleanup; session 66, a drafter reset or an options copy that throws in add_request, a root
 // outside a shrunk vocabulary at calibration), a commit that throws after other
-// requests of the step committed, a drafter that proposes more levels than asked; and the step cost
-// curve between points near DBL_MAX.
+// requests of the step committed, a drafter that proposes more levels than asked, an allocation that
+// fails after the target committed (session 67); and the step cost curve between points near DBL_MAX.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/alloc_counter.hpp"
 #include "specdec/decoder/adaptive_depth.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 
@@ -250,6 +251,49 @@ TEST_CASE("a commit that throws after other requests committed loses none of the
   CHECK(third[0].finished);
   CHECK(third[0].reason == stop_reason::max_tokens);
   CHECK(b.active() == 0);
+}
+
+namespace {
+// counting_target whose commit, while `starve` is set, makes every later allocation fail (until the test
+// ends the scope): what a step does with memory exhausted right after the target committed.
+struct starving_target : counting_target {
+  bool starve = false;
+  void commit(int r, std::span<const std::int32_t> accepted) {
+    counting_target::commit(r, accepted);
+    if (starve) specdec_test::allocations_left().store(0);
+  }
+};
+}  // namespace
+
+TEST_CASE("an allocation that fails after the target committed leaves the tokens with the target", "[decoder][errors]") {
+  // step appended the committed tokens to the request's list after the commit, growing it: a
+  // bad_alloc there left the target's cache ahead of the list, and the next step drafted from the
+  // stale list and fed the target a root it already had (session-66 lead). The list's room is now
+  // reserved before the first commit.
+  starving_target tg;
+  speculative_batch<starving_target, next_token_drafter, chain_tree_builder, greedy_verifier> b(tg);
+  generation_options opt;
+  opt.max_new_tokens = 10;
+  opt.draft_depth = 4;
+  b.add_request(3, std::vector<std::int32_t>{1, 2}, opt);  // the list holds just the prompt
+  tg.starve = true;
+  bool threw = false;
+  try {
+    (void)b.step();
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  specdec_test::allocations_left().store(-1);
+  tg.starve = false;
+  CHECK(threw);  // the step's outputs need memory
+  // The target holds every token but the last one it emitted (counting_target's len), and so does the
+  // request: 1 2, then 3 4 5 6 and the bonus 7.
+  REQUIRE(b.tokens(3).size() == 7);
+  CHECK(static_cast<int>(b.tokens(3).size()) == tg.len[0] + 1);
+  std::vector<std::int32_t> out;
+  while (b.active() > 0)
+    for (const step_output& o : b.step()) out.insert(out.end(), o.tokens.begin(), o.tokens.end());
+  CHECK(out == std::vector<std::int32_t>{3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
 }
 
 TEST_CASE("a drafter that proposes more levels than asked is refused before the target forwards", "[decoder][errors]") {

@@ -318,7 +318,9 @@ class speculative_batch {
   //! step's outputs are then lost). When a target without commit_batch throws from commit(slot), the
   //! requests committed before it keep their new tokens: the next step reports them (in front of its
   //! own), and a request a stop rule finished is reported finished then, without another forward; the
-  //! throwing request and those after it are as before the step. A drafted tree deeper than the
+  //! throwing request and those after it are as before the step. Room for each request's new tokens is
+  //! reserved before the first commit, so whatever throws after a request committed (bad_alloc in the
+  //! statistics or the outputs) leaves its tokens in tokens(id), reported by the next step. A drafted tree deeper than the
   //! step's draft depth is refused (invalid_argument) before the target's forward.
   //! O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
   std::span<const step_output> step() {
@@ -422,8 +424,15 @@ class speculative_batch {
       verify_s = seconds(t0);
 
       // 4. commits, on this thread (one commit_batch when the target has it); each request's step
-      //    counts once its commit returned
+      //    counts once its commit returned. Every request's token list has room for what its commit
+      //    emits before the first commit: once the target has committed, appending the tokens cannot
+      //    fail (a bad_alloc there left the target's cache ahead of the tokens the next step drafted
+      //    from), and they are in the list before anything that may still allocate (the statistics).
       t0 = clock::now();
+      for (const int r : running_) {
+        auto& s = req_[static_cast<std::size_t>(r)];
+        s.tokens.reserve(s.tokens.size() + s.result.accepted.size() + 1);
+      }
       if constexpr (target_has_commit_batch<Target>) {
         committed_.accepted_indptr.assign(1, 0);
         committed_.accepted.clear();
@@ -441,14 +450,14 @@ class speculative_batch {
           target_->commit(r, s.result.accepted);
           s.phase_commit = seconds(tc);
         }
-        account(s, target_s);
         s.emitted_begin = s.tokens.size();
-        for (auto i : s.result.accepted) s.tokens.push_back(s.tree.token(i));
+        for (auto i : s.result.accepted) s.tokens.push_back(s.tree.token(i));  // reserved: no allocation
         s.tokens.push_back(s.result.bonus);
         // Committed: should a later request's commit throw, the next step reports these tokens (from
         // `reported`) and, when a stop rule fired (finished_now), finishes the request without
         // another forward.
         s.tokens.resize(apply_stop_rules(s, s.emitted_begin));
+        account(s, target_s);
       }
       commit_s = seconds(t0);
       ++stats_.batch_steps;
