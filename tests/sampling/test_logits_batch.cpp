@@ -582,17 +582,50 @@ std::vector<float> host_weights(const std::vector<float>& row, float m) {
   return w;
 }
 
-// Top-p as the kernel selects it (block_top_p), serially: the bin masses, the boundary and the
-// rounded need as the host finds them, then a byte of the logit key per pass, each digit's weight
-// summed (exact), and the ties at the last key by index. Returns the processed row.
-std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p) {
+// block_exact_sums (logits_processor.cuh), serially: visit(i, add) calls add(slot, w) for entry i's
+// weights; each weight's quanta (top_p_units) go to two 32-bit counters of its slot, folded into the
+// slot's double after every `round` entries (the kernel's top_p_units_round, 2^20; smaller here, so
+// that rows fold many times). Each slot's sum is also taken plainly in double, in index order: the
+// two must agree to the bit (the sums are exact).
+template <class Visit, class Quantum>
+std::vector<double> exact_sums_twin(std::size_t n, std::size_t slots, std::size_t round, const Visit& visit,
+                                    const Quantum& quantum) {
+  namespace d = specdec::detail;
+  std::vector<double> out(slots, 0.0), plain(slots, 0.0);
+  std::vector<std::uint32_t> hi(slots, 0u), lo(slots, 0u);
+  bool units_exact = true;
+  const auto add = [&](std::uint32_t slot, float w) {
+    const std::uint32_t u = d::top_p_units(w);
+    units_exact &= static_cast<double>(u) * quantum(slot) == static_cast<double>(w);  // w is u quanta
+    hi[slot] += d::top_p_units_hi(u);
+    lo[slot] += d::top_p_units_lo(u);
+    plain[slot] += w;
+  };
+  for (std::size_t r0 = 0; r0 < n; r0 += round) {
+    for (std::size_t i = r0; i < std::min(n, r0 + round); ++i) visit(i, add);
+    for (std::size_t b = 0; b < slots; ++b) out[b] += d::top_p_units_mass(hi[b], lo[b], quantum(b)), hi[b] = lo[b] = 0u;
+  }
+  REQUIRE(units_exact);
+  REQUIRE(std::equal(out.begin(), out.end(), plain.begin(),
+                     [](double a, double b) { return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b); }));
+  return out;
+}
+
+// Top-p as the kernel selects it (block_top_p), serially: the bin masses (block_exact_sums, folded
+// every `round` entries), the boundary and the rounded need as the host finds them, then a byte of
+// the logit key per pass, each digit's weight summed (exact), and the ties at the last key by index.
+// Returns the processed row.
+std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p, std::size_t round) {
   const std::size_t n = row.size();
   const auto w_all = host_weights(row, m);
   const auto weight = [&](std::size_t i) { return w_all[i]; };
   const double total = exp_sum_twin(w_all.data(), n);
-  std::vector<double> mass(specdec::detail::top_p_bins, 0.0);
-  for (std::size_t i = 0; i < n; ++i)
-    if (weight(i) > 0.0f) mass[specdec::detail::top_p_bin_of(weight(i))] += weight(i);
+  const std::vector<double> mass = exact_sums_twin(
+      n, specdec::detail::top_p_bins, round,
+      [&](std::size_t i, const auto& add) {
+        if (weight(i) > 0.0f) add(specdec::detail::top_p_bin_of(weight(i)), weight(i));
+      },
+      [](std::uint32_t b) { return specdec::detail::top_p_quantum(b); });
   const double need0 = static_cast<double>(top_p) * total;
   double above = 0.0;
   std::uint32_t boundary = specdec::detail::top_p_bins - 1;
@@ -607,13 +640,15 @@ std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p) {
   std::int32_t take = 0;
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    double wsum[256] = {};
     std::int32_t cnt[256] = {};
-    for (std::size_t i = 0; i < n; ++i)
-      if (cand(i)) {
-        const std::uint32_t k = specdec::detail::topk_key(row[i]);
-        if (pass == 0 || (k >> (shift + 8)) == prefix) wsum[(k >> shift) & 255u] += weight(i), ++cnt[(k >> shift) & 255u];
-      }
+    const std::vector<double> wsum = exact_sums_twin(
+        n, 256, round,
+        [&](std::size_t i, const auto& add) {
+          if (!cand(i)) return;
+          const std::uint32_t k = specdec::detail::topk_key(row[i]);
+          if (pass == 0 || (k >> (shift + 8)) == prefix) add((k >> shift) & 255u, weight(i)), ++cnt[(k >> shift) & 255u];
+        },
+        [q](std::uint32_t) { return q; });
     double acc = 0.0;
     int d = 255;
     for (; d > 0; --d) {
@@ -686,7 +721,7 @@ TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the 
     auto want = row;
     specdec::sampling_workspace ws;
     specdec::process_logits(want, p, {}, ws);
-    const auto got = top_p_twin(row, m, top_p);
+    const auto got = top_p_twin(row, m, top_p, 1 + rng.below(trial % 3 == 0 ? 64 : 5000));
     INFO("trial " << trial << " V " << v << " top_p " << top_p);
     CHECK(same_bits(got, want));
     selective += std::count(want.begin(), want.end(), ninf) > std::count(row.begin(), row.end(), ninf);
@@ -694,6 +729,27 @@ TEST_CASE("the cuda kernels' orders and top-p selection, run serially, give the 
   CHECK(selective > 100);  // most trials cut tokens
  }
   specdec::reset_simd_level();
+}
+
+TEST_CASE("top_p_units counts a weight in quanta of its top-p bin, denormals included") {
+  // Every float in (0, 1] (a stride through the bit patterns, plus each binade's ends): w is
+  // top_p_units(w) quanta of its bin, an integer below 2^24, split into two 12-bit parts.
+  namespace d = specdec::detail;
+  std::vector<std::uint32_t> bits;
+  for (std::uint32_t b = 1; b <= 0x3F800000u; b += 7919u) bits.push_back(b);
+  for (std::uint32_t e = 0; e < 127; ++e) bits.push_back(e << 23 | 1u), bits.push_back(e << 23 | 0x7FFFFFu);
+  bits.push_back(0x3F800000u);  // 1
+  for (const std::uint32_t b : bits) {
+    const float w = d::bits_float(b);
+    const std::uint32_t u = d::top_p_units(w);
+    INFO("bits " << b);
+    REQUIRE(u < (1u << 24));
+    REQUIRE(static_cast<double>(u) * d::top_p_quantum(d::top_p_bin_of(w)) == static_cast<double>(w));
+    REQUIRE((d::top_p_units_hi(u) << 12 | d::top_p_units_lo(u)) == u);
+  }
+  // the largest counters a round can hold give their exact mass
+  const auto most = static_cast<std::uint32_t>(d::top_p_units_round * 4095);
+  CHECK(d::top_p_units_mass(most, most, 1.0) == 4097.0 * 4095.0 * static_cast<double>(d::top_p_units_round));
 }
 
 TEST_CASE("temperature's shifted path gives the same zeros whichever zero is the maximum") {

@@ -19,10 +19,11 @@
 //!     topk_batch), ties at it taken in index order by a chunked CUB block scan (when only some of
 //!     them are kept);
 //!  4. top-p: the total weight in exp_sum's order (detail::exp_sum_block below), the bin masses
-//!     (exact sums in double: shared-memory atomics give the host's values in any order), the
-//!     boundary bin and its still-needed mass rounded to the bin's spacing by one thread as the host
-//!     does, then a weighted radix select over the boundary bin's logit keys (exact sums again) and
-//!     the ties at the last key by index;
+//!     (exact sums, so the host's values in any order: 32-bit shared-memory atomics of each weight's
+//!     quanta, folded into doubles, block_exact_sums), the boundary bin and its still-needed mass
+//!     rounded to the bin's spacing by one thread as the host does, then a weighted radix select over
+//!     the boundary bin's logit keys (exact sums again) and the ties at the last key by index (a
+//!     block scan only when some of them are left out);
 //!  5. min-p: l >= max + ln(p_base);
 //!  6. eta: the weight total and the entropy term in the host's orders (the entropy's 16 lane sums,
 //!     each a sequential chain over the row as on the host, by 16 threads), eta from the device's
@@ -65,6 +66,7 @@ struct row_kernel_shared {
   double mass[top_p_bins];  //!< top-p bin masses
   double wsum[256];         //!< top-p's weighted radix select: weight per digit
   std::int32_t cnt[256];    //!< ... and count per digit
+  std::uint32_t units_hi[top_p_bins], units_lo[top_p_bins];  //!< block_exact_sums' counters
   double part[exp_groups];  //!< a round's chunk sums; eta's lane sums
   double total, need;
   float fmax, fmin;
@@ -172,18 +174,47 @@ __device__ void keep_above_and_first_ties(float* row, std::int64_t n, const Cand
   }
 }
 
+//! Exact sums of weights into out[0, slots) (slots <= top_p_bins): visit(i, add), for i in [0, n),
+//! calls add(slot, w) for the weights w > 0 of entry i that go to `slot`, every weight of a slot a
+//! multiple of quantum(slot) below 2^(exponent + 1) (one binade: top_p_units). The weights' quanta go
+//! to 32-bit shared-memory counters (two atomics per weight), folded into out after every
+//! top_p_units_round entries (sampling/detail/vec.hpp). out is cleared first and complete on return,
+//! to every thread. Every thread calls it; contains __syncthreads.
+template <class Visit, class Quantum>
+__device__ void block_exact_sums(std::int64_t n, std::uint32_t slots, double* out, const Visit& visit,
+                                 const Quantum& quantum, row_kernel_shared& sh) {
+  const auto t = static_cast<std::uint32_t>(threadIdx.x);
+  for (std::uint32_t b = t; b < slots; b += process_threads) out[b] = 0.0, sh.units_hi[b] = 0u, sh.units_lo[b] = 0u;
+  __syncthreads();
+  const auto add = [&](std::uint32_t slot, float w) {
+    const std::uint32_t u = top_p_units(w);
+    atomicAdd(&sh.units_hi[slot], top_p_units_hi(u));
+    atomicAdd(&sh.units_lo[slot], top_p_units_lo(u));
+  };
+  for (std::int64_t r0 = 0; r0 < n; r0 += top_p_units_round) {  // uniform trip count
+    const std::int64_t r1 = n - r0 < top_p_units_round ? n : r0 + top_p_units_round;
+    for (std::int64_t i = r0 + t; i < r1; i += process_threads) visit(i, add);
+    __syncthreads();
+    for (std::uint32_t b = t; b < slots; b += process_threads) {
+      out[b] += top_p_units_mass(sh.units_hi[b], sh.units_lo[b], quantum(b));
+      sh.units_hi[b] = 0u, sh.units_lo[b] = 0u;
+    }
+    __syncthreads();
+  }
+}
+
 //! Top-p (apply_top_p) on a row whose maximum is m.
 __device__ inline void block_top_p(float* row, std::int64_t n, float m, float top_p, row_kernel_shared& sh) {
   const int t = static_cast<int>(threadIdx.x);
   const auto weight = [&](std::int64_t i) { return fast_exp_fused(row[i] - m); };
   const double total = exp_sum_block(row, n, m, sh);
-  for (int b = t; b < static_cast<int>(top_p_bins); b += process_threads) sh.mass[b] = 0.0;
-  __syncthreads();
-  for (std::int64_t i = t; i < n; i += process_threads) {
-    const float w = weight(i);
-    if (w > 0.0f) atomicAdd(&sh.mass[top_p_bin_of(w)], static_cast<double>(w));  // exact: one bin, one exponent
-  }
-  __syncthreads();
+  block_exact_sums(
+      n, top_p_bins, sh.mass,
+      [&](std::int64_t i, const auto& add) {
+        const float w = weight(i);
+        if (w > 0.0f) add(top_p_bin_of(w), w);  // a bin's weights share one exponent
+      },
+      [](std::uint32_t b) { return top_p_quantum(b); }, sh);
   if (t == 0) {  // the boundary bin and the mass still needed there, as the host finds them
     const double need = __dmul_rn(static_cast<double>(top_p), total);  // never fused with a later add: the host's product
     double above = 0.0;
@@ -205,20 +236,22 @@ __device__ inline void block_top_p(float* row, std::int64_t n, float m, float to
   const auto key = [&](std::int64_t i) { return topk_key(row[i]); };
   // The smallest (logit desc, id asc) prefix of the boundary bin whose weight reaches sh.need: a
   // byte of the logit key per pass, the digit where the weight above it first reaches what is needed.
+  const double boundary_quantum = top_p_quantum(boundary);
   std::uint32_t prefix = 0;
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    for (int d = t; d < 256; d += process_threads) sh.wsum[d] = 0.0, sh.cnt[d] = 0;
-    __syncthreads();
-    for (std::int64_t i = t; i < n; i += process_threads)
-      if (in_boundary(i)) {
-        const std::uint32_t k = key(i);
-        if (pass == 0 || (k >> (shift + 8)) == prefix) {
-          atomicAdd(&sh.wsum[(k >> shift) & 255u], static_cast<double>(weight(i)));
-          atomicAdd(&sh.cnt[(k >> shift) & 255u], 1);
-        }
-      }
-    __syncthreads();
+    for (int d = t; d < 256; d += process_threads) sh.cnt[d] = 0;  // published by block_exact_sums' barrier
+    block_exact_sums(
+        n, 256, sh.wsum,
+        [&](std::int64_t i, const auto& add) {
+          if (!in_boundary(i)) return;
+          const std::uint32_t k = key(i);
+          if (pass == 0 || (k >> (shift + 8)) == prefix) {
+            add((k >> shift) & 255u, weight(i));  // the boundary bin's weights: one exponent
+            atomicAdd(&sh.cnt[(k >> shift) & 255u], 1);
+          }
+        },
+        [boundary_quantum](std::uint32_t) { return boundary_quantum; }, sh);
     if (t == 0) {
       double need = sh.need, acc = 0.0;
       int d = 255;
@@ -244,6 +277,15 @@ __device__ inline void block_top_p(float* row, std::int64_t n, float m, float to
   // Mask: the bins above the boundary stay, the boundary bin's prefix stays, the rest is -inf.
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const std::int32_t take = sh.kept_ties;
+  if (take == sh.cnt[prefix & 255u]) {  // every token at the last key is kept (distinct logits: the usual case)
+    for (std::int64_t i = t; i < n; i += process_threads) {
+      const float w = weight(i);
+      const std::uint32_t b = top_p_bin_of(w);
+      if (b < boundary || (b == boundary && (w == 0.0f || key(i) < prefix))) row[i] = ninf;
+    }
+    __syncthreads();
+    return;
+  }
   for (std::int64_t i = t; i < n; i += process_threads) {
     const float w = weight(i);
     const std::uint32_t b = top_p_bin_of(w);

@@ -44,6 +44,32 @@ inline constexpr std::uint32_t top_p_bins = 1024;
   return std::ldexp(1.0, e == 0 ? -149 : e - 150);  // exact: a power of two
 }
 
+//! Exact weight sums in 32-bit integers (the CUDA backend of top-p: sampling/logits_processor.cuh).
+//! A weight w > 0 of top-p bin b is top_p_units(w) quanta of top_p_quantum(b): its significand with
+//! the implicit bit, an integer below 2^24. Its high and low 12 bits go to two 32-bit counters of the
+//! bin, which hold the sums of at most top_p_units_round weights (2^20 * 4095 < 2^32) before they are
+//! folded into the bin's double (top_p_units_mass) and cleared. Every fold adds an integer number of
+//! quanta below 2^44, and a bin's total stays below 2^53 quanta (V <= 2^29), so the double is the
+//! bin's exact mass: the host's sum, in any order. (Double atomics in shared memory are
+//! compare-and-swap loops, serialised on the few bins most weights of a row fall in; 32-bit integer
+//! additions are single instructions.)
+inline constexpr std::int64_t top_p_units_round = std::int64_t{1} << 20;
+static_assert(top_p_units_round * 4095 <= std::int64_t{0xFFFFFFFF}, "a round's 12-bit parts fit 32 bits");
+
+//! w / top_p_quantum(top_p_bin_of(w)) for a weight w in (0, 1]: the significand, with the implicit
+//! bit unless w is denormal.
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint32_t top_p_units(float w) noexcept {
+  const std::uint32_t b = float_bits(w), f = b & 0x7FFFFFu;
+  return (b >> 23) != 0u ? f | 0x800000u : f;
+}
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint32_t top_p_units_hi(std::uint32_t units) noexcept { return units >> 12; }
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::uint32_t top_p_units_lo(std::uint32_t units) noexcept { return units & 0xFFFu; }
+//! The mass counted by a bin's two counters, in quanta of `quantum` (exact: an integer < 2^44 times a
+//! power of two).
+[[nodiscard]] SPECDEC_HOST_DEVICE inline double top_p_units_mass(std::uint32_t hi, std::uint32_t lo, double quantum) noexcept {
+  return (static_cast<double>(hi) * 4096.0 + static_cast<double>(lo)) * quantum;
+}
+
 //! Eta-sampling's cut on the weights w = fast_exp(l - max) of a row (logits_processor.hpp, step 7):
 //! tokens with w below it are masked. cut = eta * sum, eta = min(epsilon, alpha exp(-H)), alpha =
 //! sqrt(epsilon) when eta_alpha < 0; h = H, sum = the weights' total. In exact arithmetic eta <=
