@@ -558,21 +558,26 @@ namespace {
 // output), so they check the order and the selection at whatever level runs; that the device's
 // weights (fast_exp_fused) are those weights at the FMA levels is the test case above.
 
-// exp_sum's order (vec.inl), written the way exp_sum_block (sampling/logits_processor.cuh) computes
-// it: chunks of 256, in each the 16 lane sums over the whole lanes, then the tail, then the lanes.
-double exp_sum_twin(const float* w, std::size_t n) {
+// exp_sum's order (vec.inl), written the way chunked_sum_block (sampling/logits_processor.cuh)
+// computes it: chunks of 256, in each the 16 lane sums over the whole lanes, then the tail, then the
+// lanes; the chunk sums in order. value(i): the double added for token i.
+template <class Value>
+double chunked_sum_twin(std::size_t n, const Value& value) {
   double total = 0.0;
   for (std::size_t lo = 0; lo < n; lo += 256) {
     const std::size_t len = std::min<std::size_t>(256, n - lo), body = len - len % 16;
     double acc[16] = {};
     for (std::size_t j = 0; j < 16; ++j)
-      for (std::size_t i = j; i < body; i += 16) acc[j] += static_cast<double>(w[lo + i]);
+      for (std::size_t i = j; i < body; i += 16) acc[j] += value(lo + i);
     double s = 0.0;
-    for (std::size_t i = body; i < len; ++i) s += static_cast<double>(w[lo + i]);
+    for (std::size_t i = body; i < len; ++i) s += value(lo + i);
     for (double a : acc) s += a;
     total += s;
   }
   return total;
+}
+double exp_sum_twin(const float* w, std::size_t n) {
+  return chunked_sum_twin(n, [&](std::size_t i) { return static_cast<double>(w[i]); });
 }
 
 //! The host's weights of a row with maximum m.
@@ -681,17 +686,9 @@ std::vector<float> top_p_twin(std::vector<float> row, float m, float top_p, std:
   return out;
 }
 
-// weighted_shift_sum's order (vec.inl), as block_eta computes it: 16 lane sums over the whole
-// lanes of the row, then the tail, then the lanes in order.
+// weighted_shift_sum's order (vec.inl), as block_eta computes it: exp_sum's chunks.
 double shift_sum_twin(const float* w, const float* x, std::size_t n, float m) {
-  const std::size_t body = n - n % 16;
-  double acc[16] = {};
-  for (std::size_t j = 0; j < 16; ++j)
-    for (std::size_t i = j; i < body; i += 16) acc[j] += w[i] > 0.0f ? static_cast<double>(w[i]) * (x[i] - m) : 0.0;
-  double s = 0.0;
-  for (std::size_t i = body; i < n; ++i) s += w[i] > 0.0f ? static_cast<double>(w[i]) * (x[i] - m) : 0.0;
-  for (double a : acc) s += a;
-  return s;
+  return chunked_sum_twin(n, [&](std::size_t i) { return w[i] > 0.0f ? static_cast<double>(w[i]) * (x[i] - m) : 0.0; });
 }
 
 }  // namespace

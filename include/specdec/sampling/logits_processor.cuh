@@ -25,9 +25,9 @@
 //!     the boundary bin's logit keys (exact sums again) and the ties at the last key by index (a
 //!     block scan only when some of them are left out);
 //!  5. min-p: l >= max + ln(p_base);
-//!  6. eta: the weight total and the entropy term in the host's orders (the entropy's 16 lane sums,
-//!     each a sequential chain over the row as on the host, by 16 threads), eta from the device's
-//!     double log and exp, the first maximum kept.
+//!  6. eta: the weight total and the entropy term in the host's order (exp_sum's chunks, added by
+//!     the whole block: chunked_sum_block), eta from the device's double log and exp, the first
+//!     maximum kept.
 //! logits_to_probs_batch: the scan, the total in exp_sum's order, then w * float(1 / total).
 //! The weights are fast_exp_fused's (sampling/detail/vec.hpp). Bit-identity with the host needs IEEE
 //! denormals and IEEE division on the device, nvcc's defaults (not -ftz=true, -prec-div=false or
@@ -67,7 +67,7 @@ struct row_kernel_shared {
   double wsum[256];         //!< top-p's weighted radix select: weight per digit
   std::int32_t cnt[256];    //!< ... and count per digit
   std::uint32_t units_hi[top_p_bins], units_lo[top_p_bins];  //!< block_exact_sums' counters
-  double part[exp_groups];  //!< a round's chunk sums; eta's lane sums
+  double part[exp_groups];  //!< a round's chunk sums (chunked_sum_block)
   double total, need;
   float fmax, fmin;
   std::int64_t first;
@@ -117,11 +117,12 @@ __device__ inline std::int64_t block_first_index(const float* row, std::int64_t 
   return sh.first;
 }
 
-//! exp_sum (vec.inl) of fast_exp_fused(row[i] - m) over [0, n), in its order: chunks of 256 tokens,
+//! The sum of value(i) (a double) over [0, n) in exp_sum's order (vec.inl): chunks of 256 tokens,
 //! each lane_sum's 16 lane sums (lane j: tokens j, j + 16, ... of the chunk's whole lanes, in
 //! order), then the chunk's tail and the lanes in lane order; the chunk sums added in chunk order.
 //! A half-warp per chunk, 32 chunks a round; one thread adds a round's chunk sums. To every thread.
-__device__ inline double exp_sum_block(const float* row, std::int64_t n, float m, row_kernel_shared& sh) {
+template <class Value>
+__device__ double chunked_sum_block(std::int64_t n, const Value& value, row_kernel_shared& sh) {
   const int t = static_cast<int>(threadIdx.x), j = t % lanes, g = t / lanes;
   const std::int64_t chunks = (n + exp_chunk - 1) / exp_chunk;
   if (t == 0) sh.total = 0.0;
@@ -131,9 +132,9 @@ __device__ inline double exp_sum_block(const float* row, std::int64_t n, float m
     const int len = c < chunks ? static_cast<int>(n - lo < exp_chunk ? n - lo : exp_chunk) : 0;
     const int body = len - len % lanes;
     double acc = 0.0;
-    for (int i = j; i < body; i += lanes) acc += static_cast<double>(fast_exp_fused(row[lo + i] - m));
+    for (int i = j; i < body; i += lanes) acc += value(lo + i);
     double s = 0.0;
-    for (int i = body; i < len; ++i) s += static_cast<double>(fast_exp_fused(row[lo + i] - m));  // the tail
+    for (int i = body; i < len; ++i) s += value(lo + i);  // the tail
     for (int k = 0; k < lanes; ++k) {
       const double a = __shfl_sync(0xffffffffu, acc, k, lanes);  // every lane takes part
       s += a;
@@ -146,6 +147,11 @@ __device__ inline double exp_sum_block(const float* row, std::int64_t n, float m
   }
   __syncthreads();
   return sh.total;
+}
+
+//! exp_sum (vec.inl) of fast_exp_fused(row[i] - m) over [0, n), in its order. To every thread.
+__device__ inline double exp_sum_block(const float* row, std::int64_t n, float m, row_kernel_shared& sh) {
+  return chunked_sum_block(n, [&](std::int64_t i) { return static_cast<double>(fast_exp_fused(row[i] - m)); }, sh);
 }
 
 //! Keeps, among the entries of `row` selected by `candidate(i)`, those whose key(i) is above `kth`,
@@ -300,25 +306,15 @@ __device__ inline void block_eta(float* row, std::int64_t n, float m, const samp
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const int t = static_cast<int>(threadIdx.x);
   const double sum = exp_sum_block(row, n, m, sh);
-  // weighted_shift_sum (vec.inl): lane j adds w (x - m) over tokens j, j + 16, ... of the whole
-  // lanes, in order; then the tail, then the lanes in order. One thread per lane.
-  const std::int64_t body = n - n % lanes;
-  if (t < lanes) {
-    double acc = 0.0;
-    for (std::int64_t i = t; i < body; i += lanes) {
-      const float w = fast_exp_fused(row[i] - m);
-      acc += w > 0.0f ? static_cast<double>(w) * (row[i] - m) : 0.0;
-    }
-    sh.part[t] = acc;
-  }
-  __syncthreads();
+  // weighted_shift_sum (vec.inl), in exp_sum's order
+  const double s = chunked_sum_block(
+      n,
+      [&](std::int64_t i) {
+        const float w = fast_exp_fused(row[i] - m);  // the product rounded on its own, as on the host
+        return w > 0.0f ? __dmul_rn(static_cast<double>(w), static_cast<double>(row[i] - m)) : 0.0;
+      },
+      sh);
   if (t == 0) {
-    double s = 0.0;
-    for (std::int64_t i = body; i < n; ++i) {
-      const float w = fast_exp_fused(row[i] - m);
-      s += w > 0.0f ? static_cast<double>(w) * (row[i] - m) : 0.0;
-    }
-    for (int j = 0; j < lanes; ++j) s += sh.part[j];
     const double h = std::log(sum) - s / sum;
     sh.need = eta_weight_cut(p.eta_epsilon, p.eta_alpha, sum, h);
   }

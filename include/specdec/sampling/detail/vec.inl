@@ -203,18 +203,28 @@ inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float
   for (; i < n; ++i) x[i] = x[i] >= cut ? x[i] : ninf;
 }
 
-//! sum over i with w[i] > 0 of w[i] * (x[i] - m), in double: `lanes` partial sums, the tail, then
-//! the lanes in order (eta sampling's entropy term; deterministic for a given n).
+//! sum over i with w[i] > 0 of w[i] * (x[i] - m), in double (eta sampling's entropy term), in
+//! exp_sum_kernel's order: chunks of 256 tokens, in each `lanes` partial sums over its whole lanes,
+//! then its tail and the lanes in order; the chunk sums added in order. Deterministic for a given n,
+//! and a block of the CUDA backend adds the chunks in parallel (logits_processor.cuh, block_eta).
 [[gnu::noinline]] inline double weighted_shift_sum_kernel(const float* w, const float* x, std::size_t n,
                                                           float m) noexcept {
-  double acc[lanes] = {};
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes)
-    for (int j = 0; j < lanes; ++j) acc[j] += w[i + j] > 0.0f ? static_cast<double>(w[i + j]) * (x[i + j] - m) : 0.0;
-  double t = 0.0;
-  for (; i < n; ++i) t += w[i] > 0.0f ? static_cast<double>(w[i]) * (x[i] - m) : 0.0;
-  for (int j = 0; j < lanes; ++j) t += acc[j];
-  return t;
+  constexpr std::size_t chunk = 256;
+  double s = 0.0;
+  for (std::size_t lo = 0; lo < n; lo += chunk) {
+    const std::size_t len = n - lo < chunk ? n - lo : chunk;
+    const float* cw = w + lo;
+    const float* cx = x + lo;
+    double acc[lanes] = {};
+    std::size_t i = 0;
+    for (; i + lanes <= len; i += lanes)
+      for (int j = 0; j < lanes; ++j) acc[j] += cw[i + j] > 0.0f ? static_cast<double>(cw[i + j]) * (cx[i + j] - m) : 0.0;
+    double t = 0.0;
+    for (; i < len; ++i) t += cw[i] > 0.0f ? static_cast<double>(cw[i]) * (cx[i] - m) : 0.0;
+    for (int j = 0; j < lanes; ++j) t += acc[j];
+    s += t;
+  }
+  return s;
 }
 
 //! x[k] = -inf where w[k] < cut (in double) and k != keep, for k in [0, n) (eta's cut).
