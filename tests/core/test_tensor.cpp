@@ -249,3 +249,23 @@ TEST_CASE("has_unique_elements never accepts a view whose indices share an eleme
   REQUIRE_THROWS_WITH(specdec::require_unique_elements("f", "out", specdec::strided_view<float, 2>(&dummy, {4, 8}, {0, 1})),
                       Contains("'out'") && Contains("do not overlap") && Contains("strides [0, 1]"));
 }
+
+TEST_CASE("the views' size arithmetic does not overflow at the extremes it accepts", "[tensor][errors]") {
+  // Each was signed int64 overflow (UBSan reports it in CI's sanitizer step; session-67 review).
+  float x[4] = {};
+  // require_batch_counts: N + R wrapped negative and passed "extent(0) + requests <= INT32_MAX"
+  const specdec::strided_view<float, 1> reqs(x, {1}, {1});
+  const specdec::strided_view<float, 1> nodes(x, {std::numeric_limits<std::int64_t>::max()}, {0});
+  CHECK_THROWS_WITH(specdec::require_batch_counts("f", "bonus", reqs, "tokens", nodes, true), Contains("tokens"));
+  const specdec::strided_view<float, 1> fits(x, {std::numeric_limits<std::int32_t>::max() - 1}, {0});
+  CHECK(specdec::require_batch_counts("f", "bonus", reqs, "tokens", fits, true).nodes == fits.extent(0));
+  // view_byte_span at the largest reach addressable() accepts: hi * size + size overflowed by one
+  const std::int64_t rows = std::numeric_limits<std::int64_t>::max() / 4 + 1;
+  const specdec::strided_view<float, 1> big(x, {rows}, {1});
+  const specdec::strided_view<float, 1> other(x + 2, {1}, {1});
+  CHECK(specdec::views_overlap(big, other));
+  // is_contiguous on an empty view with a huge extent (the running product left int64)
+  const specdec::strided_view<float, 3> empty(x, {0, std::int64_t{1} << 62, 4}, {0, 4, 1});
+  CHECK_FALSE(empty.is_contiguous());
+  CHECK(specdec::strided_view<float, 2>::contiguous(x, {std::int64_t{1} << 62, 4}).is_contiguous());
+}

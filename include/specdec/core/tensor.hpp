@@ -138,11 +138,18 @@ class strided_view {
     return static_cast<std::int64_t>(n);
   }
   //! True when strides are exactly row-major over the extents (size-1 dims ignored).
+  //! A negative extent is not; a row-major stride past INT64_MAX (which no stride can equal) is not
+  //! computed (no signed overflow).
   SPECDEC_HOST_DEVICE bool is_contiguous() const noexcept {
     std::int64_t s = 1;
+    bool past = false;  // the row-major stride of the next dimension left int64
     for (int i = Rank - 1; i >= 0; --i) {
-      if (extents_[i] != 1 && strides_[i] != s) return false;
-      s *= extents_[i];
+      const std::int64_t e = extents_[i];
+      if (e < 0 || (e != 1 && (past || strides_[i] != s))) return false;
+      if (e > 1 && s > INT64_MAX / e)
+        past = true;
+      else
+        s *= e;
     }
     return true;
   }
@@ -246,7 +253,9 @@ template <class V>
   }
   const auto base = reinterpret_cast<std::uintptr_t>(v.data());
   const auto size = static_cast<std::int64_t>(sizeof(typename V::element_type));
-  return {base + static_cast<std::uintptr_t>(lo * size), base + static_cast<std::uintptr_t>(hi * size + size - 1)};
+  // hi * size fits (addressable: every reach <= INT64_MAX / size); + size - 1 is added unsigned
+  return {base + static_cast<std::uintptr_t>(lo * size),
+          base + static_cast<std::uintptr_t>(hi * size) + static_cast<std::uintptr_t>(size - 1)};
 }
 
 //! "address 0x1f2e" for messages about a pointer's value (a misaligned row or view).
@@ -474,7 +483,7 @@ template <class RV, class NV>
   const std::int64_t R = r.extent(0), N = n.extent(0);
   require(R >= 0 && R < imax, function, per_request, "extent(0) in [0, INT32_MAX) (one per request)", R);
   if (plus_requests)
-    require(N >= 0 && N + R <= imax, function, per_node, "extent(0) + requests <= INT32_MAX", N);
+    require(N >= 0 && N <= imax - R, function, per_node, "extent(0) + requests <= INT32_MAX", N);  // R < imax: no overflow
   else
     require(N >= 0 && N <= imax, function, per_node, "extent(0) in [0, INT32_MAX]", N);
   return {R, N};
