@@ -283,21 +283,16 @@ __device__ inline void block_top_p(float* row, std::int64_t n, float m, float to
   // Mask: the bins above the boundary stay, the boundary bin's prefix stays, the rest is -inf.
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const std::int32_t take = sh.kept_ties;
-  if (take == sh.cnt[prefix & 255u]) {  // every token at the last key is kept (distinct logits: the usual case)
-    for (std::int64_t i = t; i < n; i += process_threads) {
-      const float w = weight(i);
-      const std::uint32_t b = top_p_bin_of(w);
-      if (b < boundary || (b == boundary && (w == 0.0f || key(i) < prefix))) row[i] = ninf;
-    }
-    __syncthreads();
-    return;
-  }
+  // every token at the last key kept (distinct logits: the usual case): the boundary bin is cut here,
+  // without keep_above_and_first_ties' block scans
+  const bool all_ties = take == sh.cnt[prefix & 255u];
   for (std::int64_t i = t; i < n; i += process_threads) {
     const float w = weight(i);
     const std::uint32_t b = top_p_bin_of(w);
-    if (b < boundary || (b == boundary && w == 0.0f)) row[i] = ninf;
+    if (b < boundary || (b == boundary && (w == 0.0f || (all_ties && key(i) < prefix)))) row[i] = ninf;
   }
   __syncthreads();
+  if (all_ties) return;
   keep_above_and_first_ties(row, n, in_boundary, key, prefix, take, sh);
 }
 

@@ -210,19 +210,13 @@ inline void exp_shifted(const float* __restrict x, std::size_t n, float m, float
 [[gnu::noinline]] inline double weighted_shift_sum_kernel(const float* w, const float* x, std::size_t n,
                                                           float m) noexcept {
   constexpr std::size_t chunk = 256;
+  double local[chunk];
   double s = 0.0;
   for (std::size_t lo = 0; lo < n; lo += chunk) {
     const std::size_t len = n - lo < chunk ? n - lo : chunk;
-    const float* cw = w + lo;
-    const float* cx = x + lo;
-    double acc[lanes] = {};
-    std::size_t i = 0;
-    for (; i + lanes <= len; i += lanes)
-      for (int j = 0; j < lanes; ++j) acc[j] += cw[i + j] > 0.0f ? static_cast<double>(cw[i + j]) * (cx[i + j] - m) : 0.0;
-    double t = 0.0;
-    for (; i < len; ++i) t += cw[i] > 0.0f ? static_cast<double>(cw[i]) * (cx[i] - m) : 0.0;
-    for (int j = 0; j < lanes; ++j) t += acc[j];
-    s += t;
+    for (std::size_t i = 0; i < len; ++i)
+      local[i] = w[lo + i] > 0.0f ? static_cast<double>(w[lo + i]) * (x[lo + i] - m) : 0.0;
+    s += lane_sum_kernel(local, len);
   }
   return s;
 }
