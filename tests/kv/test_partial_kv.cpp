@@ -861,9 +861,17 @@ TEST_CASE("partial_kv: partial_kv_append_batch refuses a shrinking cache, a bad 
   CHECK(index == untouched);
   evict[static_cast<std::size_t>(hkv * (budget - sink)) + 1] = 4;  // request 1, head 0, the second replacement
   CHECK_THROWS_WITH(call(), Contains("'evict'") && Contains("request 1"));
-  CHECK(std::vector<std::int32_t>(index.begin() + hkv * budget, index.end()) ==
-        std::vector<std::int32_t>(untouched.begin() + hkv * budget, untouched.end()));  // request 1 untouched
-  CHECK(seen[1] == 4);
+  // nothing written, request 0's appends (whose slots are fine) included: a refused call can be retried
+  CHECK(index == untouched);
+  CHECK(sizes == std::vector<std::int32_t>{4, 4});
+  CHECK(seen == std::vector<std::int32_t>{4, 4});
+  CHECK(placed == std::vector<std::int32_t>{0, 0});
+  CHECK(status == std::vector<std::int32_t>(3, 9));
+  evict[static_cast<std::size_t>(hkv * (budget - sink)) + 1] = 2;  // repaired: the same call goes through
+  call();
+  CHECK(seen == std::vector<std::int32_t>{6, 6});
+  CHECK(placed == std::vector<std::int32_t>{2, 2});
+  CHECK(index[2] == 5);  // request 0, head 0: both replacements took slot 2, the last wrote token 5
 }
 
 namespace {

@@ -416,39 +416,55 @@ inline constexpr int partial_kv_max_budget = (1 << 30) - 1;
   return budget > sink && placed > budget - sink;
 }
 
-//! One request's appends (partial_kv_index::append, partial_kv_append_batch's backends): each token
-//! seen .. len - 1 takes slot `size` while size < |B|, else (|B| > |S|) the next slot of each kv
-//! head's eviction order, evict[h][placed mod (|B| - |S|)] (placed counts the replacements since the
-//! rebuild, kept in [0, 2 (|B| - |S|)]), else it is not shown. index[h * i_stride + slot],
-//! evict[h * e_stride + p]. Returns false, having written nothing, when an eviction slot the walk
-//! would use is outside [0, |B|) (the lists are the caller's arrays in the batch form).
-//! Preconditions: len >= seen, 0 <= placed. O((len - seen) x heads).
-SPECDEC_HOST_DEVICE inline bool partial_kv_place(int len, int heads, int budget, int sink, std::int32_t* index,
-                                                 std::int64_t i_stride, const std::int32_t* evict, std::int64_t e_stride,
-                                                 std::int32_t& size, std::int32_t& seen, std::int32_t& placed) noexcept {
+//! The replacement count after one more replacement, kept in [0, 2 (|B| - |S|)] (n = |B| - |S|).
+[[nodiscard]] SPECDEC_HOST_DEVICE constexpr std::int32_t partial_kv_advance(std::int32_t placed, int n) noexcept {
+  return placed + 1 > 2 * n ? placed + 1 - n : placed + 1;
+}
+
+//! Whether the eviction slots that one request's appends (partial_kv_place, same arguments) would use
+//! all lie in [0, |B|): each token seen .. len - 1 past the free slots takes the next slot of each kv
+//! head's eviction order, evict[h][placed mod (|B| - |S|)]. Reads only; the batch form's host backend
+//! checks every request with it before it writes any. Preconditions: len >= seen, 0 <= placed.
+//! O(min(replacements, |B| - |S|) x heads).
+SPECDEC_HOST_DEVICE inline bool partial_kv_evictions_ok(int len, int heads, int budget, int sink, const std::int32_t* evict,
+                                                        std::int64_t e_stride, std::int32_t size, std::int32_t seen,
+                                                        std::int32_t placed) noexcept {
   // The p-th replacement since the rebuild (p from 0) takes eviction_order[p mod (|B| - |S|)], which
   // differs per kv head. The count is kept at most 2 (|B| - |S|), lowered by |B| - |S| past that
   // (its residue and whether it exceeds |B| - |S| are all that count), so no number of appends
   // overflows it: 2 (|B| - |S|) <= 2^31 - 2 for |B| < 2^30 (checked by every caller).
   const int n = budget - sink;
-  const auto advance = [n](std::int32_t pl) { return pl + 1 > 2 * n ? pl + 1 - n : pl + 1; };
+  if (n <= 0) return true;  // |S| = |B|: new tokens past the free slots are not shown
   const int fills = budget - size < len - seen ? budget - size : len - seen;
-  if (n > 0) {  // the replacements' slots (they cycle: the first min(count, n) are all there are)
-    const int count = len - seen - fills;
-    std::int32_t pl = placed;
-    for (int k = 0; k < count && k < n; ++k, pl = advance(pl))
-      for (int h = 0; h < heads; ++h) {
-        const std::int32_t slot = evict[h * e_stride + pl % n];
-        if (slot < 0 || slot >= budget) return false;
-      }
-  }
+  const int count = len - seen - fills;  // the replacements' slots cycle: the first min(count, n) are all there are
+  std::int32_t pl = placed;
+  for (int k = 0; k < count && k < n; ++k, pl = partial_kv_advance(pl, n))
+    for (int h = 0; h < heads; ++h) {
+      const std::int32_t slot = evict[h * e_stride + pl % n];
+      if (slot < 0 || slot >= budget) return false;
+    }
+  return true;
+}
+
+//! One request's appends (partial_kv_index::append, partial_kv_append_batch's backends): each token
+//! seen .. len - 1 takes slot `size` while size < |B|, else (|B| > |S|) the next slot of each kv
+//! head's eviction order, evict[h][placed mod (|B| - |S|)] (placed counts the replacements since the
+//! rebuild, kept in [0, 2 (|B| - |S|)]), else it is not shown. index[h * i_stride + slot],
+//! evict[h * e_stride + p]. Returns false, having written nothing, when an eviction slot the walk
+//! would use is outside [0, |B|) (partial_kv_evictions_ok; the lists are the caller's arrays in the
+//! batch form). Preconditions: len >= seen, 0 <= placed. O((len - seen) x heads).
+SPECDEC_HOST_DEVICE inline bool partial_kv_place(int len, int heads, int budget, int sink, std::int32_t* index,
+                                                 std::int64_t i_stride, const std::int32_t* evict, std::int64_t e_stride,
+                                                 std::int32_t& size, std::int32_t& seen, std::int32_t& placed) noexcept {
+  if (!partial_kv_evictions_ok(len, heads, budget, sink, evict, e_stride, size, seen, placed)) return false;
+  const int n = budget - sink;
   for (int t = seen; t < len; ++t) {
     if (size < budget) {
       const int slot = size++;
       for (int h = 0; h < heads; ++h) index[h * i_stride + slot] = t;
     } else if (n > 0) {
       const int p = placed % n;
-      placed = advance(placed);
+      placed = partial_kv_advance(placed, n);
       for (int h = 0; h < heads; ++h) index[h * i_stride + evict[h * e_stride + p]] = t;
     }
   }
@@ -869,7 +885,7 @@ struct partial_kv_append_backend<host> {
     // Each length read once: the one checked is the one placed (a user's layout may answer
     // differently from call to call; a length below seen would rewind the state).
     std::vector<int> lens(static_cast<std::size_t>(std::max(R, 0)));
-    for (int r = 0; r < R; ++r) {  // every request's state first
+    for (int r = 0; r < R; ++r) {  // every request's state and eviction slots before any write
       const int len = lens[static_cast<std::size_t>(r)] = a.cache.length(r);
       if (!partial_kv_state_ok(len, a.sizes[r], a.seen[r], a.placed[r], a.budget, a.sink)) [[unlikely]]
         throw_invalid_argument(fn, "sizes, seen, placed",
@@ -877,15 +893,18 @@ struct partial_kv_append_backend<host> {
                                    ": cache length >= seen >= 0, sizes in [0, budget], placed in [0, 2 (budget - sink)]",
                                "length " + std::to_string(len) + ", size " + std::to_string(a.sizes[r]) +
                                    ", seen " + std::to_string(a.seen[r]) + ", placed " + std::to_string(a.placed[r]));
+      if (!partial_kv_evictions_ok(len, hkv, a.budget, a.sink, a.evict + r * a.e_stride_request, a.e_stride_head,
+                                   a.sizes[r], a.seen[r], a.placed[r])) [[unlikely]]
+        throw_invalid_argument(fn, "evict",
+                               "slots in [0, budget = " + std::to_string(a.budget) + ") where request " +
+                                   std::to_string(r) + "'s appends use them",
+                               "a slot outside");
     }
     for (int r = 0; r < R; ++r) {
       std::int32_t size = a.sizes[r], seen = a.seen[r], placed = a.placed[r];
-      if (!partial_kv_place(lens[static_cast<std::size_t>(r)], hkv, a.budget, a.sink, a.index + r * a.i_stride_request, a.i_stride_head,
-                            a.evict + r * a.e_stride_request, a.e_stride_head, size, seen, placed)) [[unlikely]]
-        throw_invalid_argument(fn, "evict",
-                               "slots in [0, budget = " + std::to_string(a.budget) + ") where request " +
-                                   std::to_string(r) + "'s appends use them (requests before it were appended)",
-                               "a slot outside");
+      // true: its slots were checked above, and no index write reaches evict (disjoint, checked)
+      (void)partial_kv_place(lens[static_cast<std::size_t>(r)], hkv, a.budget, a.sink, a.index + r * a.i_stride_request,
+                             a.i_stride_head, a.evict + r * a.e_stride_request, a.e_stride_head, size, seen, placed);
       a.sizes[r] = size, a.seen[r] = seen, a.placed[r] = placed;
     }
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
@@ -910,8 +929,8 @@ struct partial_kv_append_backend<host> {
 //!   status  int32 [3]: {0, -1, -1}, or the device's report (device_error::partial_state: a length below
 //!           seen[r], a state entry out of range, or an eviction slot the appends would use outside
 //!           [0, |B|); that request is left as it was)
-//! specdec::host: host-accessible memory; every request's state checked before anything is written,
-//! each request's eviction slots before its own appends (invalid_argument). The same lists as
+//! specdec::host: host-accessible memory; every request's state and the eviction slots its appends
+//! use checked before anything is written (invalid_argument; a refused call writes nothing). The same lists as
 //! partial_kv_index::append.
 //! specdec::cuda (needs kv/partial_kv.cuh and nvcc): device-accessible memory; a thread per request
 //! walks its new tokens (a step's few; a long jump is what a selection is for). Enqueued on
