@@ -379,3 +379,31 @@ TEST_CASE("stochastic verifiers check every row they decide on in full, not just
                                                     specdec::make_view<2>(q.data(), {2, 3}), rng);
   CHECK(ok.accepted == std::vector<std::int32_t>{0});
 }
+
+TEST_CASE("token_tree verifiers refuse a vocabulary past INT32_MAX and take a batch of 0 requests with null rows") {
+  // A row of 2^31 + 8 entries (over one float: the check comes before any read) would hand back a token
+  // id cut to int32, negative for an argmax at 2^31; every verifier's rows come through one check.
+  float one = 1.0f;
+  const std::int64_t big = std::int64_t{1} << 31;
+  const auto huge = specdec::make_view<2>(static_cast<const float*>(&one), {1, big + 8});
+  specdec::philox_stream rng(1, 2);
+  const specdec::token_tree empty;
+  REQUIRE_THROWS_WITH(specdec::verify_greedy(empty, huge),
+                      Catch::Contains("target_logits") && Catch::Contains("INT32_MAX"));
+  REQUIRE_THROWS_WITH(specdec::verify_sample_and_match(empty, huge, rng),
+                      Catch::Contains("target_probs") && Catch::Contains("INT32_MAX"));
+  REQUIRE_THROWS_WITH(specdec::verify_chain_speculative(empty, huge, huge, rng), Catch::Contains("INT32_MAX"));
+  REQUIRE_THROWS_WITH(specdec::verify_multi_draft(empty, huge, huge, specdec::draft_sampling::with_replacement, rng),
+                      Catch::Contains("INT32_MAX"));
+  // 0 requests: an empty vector's data() is null, and no row is read (the array forms take it too)
+  const std::vector<float> none;
+  const auto rows = specdec::make_view<2>(none.data(), {0, 5});
+  const specdec::token_tree_batch batch;
+  CHECK(specdec::verify_greedy_batch(specdec::host{}, batch, rows).num_requests() == 0);
+  CHECK(specdec::verify_sample_and_match_batch(specdec::host{}, batch, rows, 1, 0).num_requests() == 0);
+  CHECK(specdec::verify_multi_draft_batch(specdec::host{}, batch, rows, rows, specdec::draft_sampling::with_replacement, 1, 0)
+            .num_requests() == 0);
+  // a null pointer with rows to read is still refused
+  REQUIRE_THROWS_WITH(specdec::verify_greedy(empty, specdec::make_view<2>(none.data(), {1, 5})),
+                      Catch::Contains("non-null data"));
+}

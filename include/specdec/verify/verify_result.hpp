@@ -16,6 +16,7 @@
 //! checked, so the check costs no extra pass. The result is always a token in [0, V).
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -162,9 +163,12 @@ prob_rows to_rows(const T& t, std::int64_t expect_rows, std::string_view functio
   const auto v = as_view(t);
   require_host_accessible(function, argument, v);
   require_shape(function, argument, v, {expect_rows, -1});
-  require(v.extent(1) >= 1, function, argument, "vocab (extent 1) >= 1", v.extent(1));
+  // token ids are int32: a row past INT32_MAX entries would hand back a wrapped, negative id
+  require(v.extent(1) >= 1 && v.extent(1) <= std::numeric_limits<std::int32_t>::max(), function, argument,
+          "vocab (extent 1) in [1, INT32_MAX] (token ids are int32)", v.extent(1));
   require_unit_inner_stride(function, argument, v);
-  require(v.data() != nullptr, function, argument, "non-null data", "nullptr");
+  // no row is read when there are none (a batch of 0 requests; an empty vector's data() is null)
+  require(v.data() != nullptr || v.extent(0) == 0, function, argument, "non-null data", "nullptr");
   return prob_rows{v.data(), v.stride(0), v.extent(0), v.extent(1)};
 }
 
