@@ -494,3 +494,64 @@ TEST_CASE("commits and kv_importance: index arrays inside moved rows, spec buffe
     CHECK(scores[1] == Approx(4 * 101.f));
   }
 }
+
+TEST_CASE("batched commits refuse two requests over the rows they move, and allow pages shared below them", "[kv][commit]") {
+  // A pool of 4 pages of 4 tokens, 1 kv head, head_dim 4; each row's first element is 100 + its index
+  // in the pool. Both requests have 4 committed tokens and a 3-node chain after them (tokens 4-6, in
+  // their second page) of which nodes 0 and 2 are accepted: node 2 moves to token 5.
+  constexpr int P = 4, H = 1, D = 4, pages = 4;
+  std::vector<float> k(static_cast<std::size_t>(pages * P * H * D)), v(k.size());
+  const auto fill = [&] {
+    for (std::size_t i = 0; i < k.size(); ++i) k[i] = v[i] = 100.f + static_cast<float>(i / D);
+  };
+  fill();
+  const std::vector<std::int32_t> page_indptr{0, 2, 4}, lengths{7, 7};
+  const auto run = [&](const std::vector<std::int32_t>& page_indices, bool arrays) {
+    const sd::paged_kv<float> cache(k.data(), v.data(), page_indptr.data(), page_indices.data(), lengths.data(), 2, pages,
+                                    P, H, D);
+    const std::vector<sd::paged_kv<float>> layers{cache};
+    const std::vector<std::int32_t> committed{4, 4}, sizes{3, 3}, acc_indptr{0, 2, 4}, accepted{0, 2, 0, 2},
+        node_indptr{0, 3, 6};
+    if (!arrays) return sd::kv_commit_in_place_batch(std::span(layers), committed, sizes, acc_indptr, accepted);
+    // the array form keeps each request's path at the start of its nodes' slots (node_indptr)
+    const std::vector<std::int32_t> by_node{0, 2, 0, 0, 2, 0};
+    std::vector<std::int32_t> num{2, 2}, newl{-1, -1}, status{9, 9, 9};
+    sd::kv_commit_in_place_batch(sd::host{}, std::span(layers), sd::make_view<1>(committed.data(), {2}),
+                                 sd::make_view<1>(node_indptr.data(), {3}), sd::make_view<1>(by_node.data(), {6}),
+                                 sd::make_view<1>(num.data(), {2}), sd::make_view<1>(newl.data(), {2}),
+                                 sd::make_view<1>(status.data(), {3}));
+    return newl;
+  };
+  for (const bool arrays : {false, true}) {
+    INFO((arrays ? "array form" : "span form"));
+    fill();
+    const auto before = k;
+    // request 1's second page is request 0's: its move of node 2 would be request 0's rows again
+    CHECK_THROWS_WITH(run({0, 1, 2, 1}, arrays), Contains("layers[0]") && Contains("request 0 token 4") &&
+                                                     Contains("request 1 token 4") && Contains("shared between requests"));
+    CHECK(k == before);
+    CHECK(v == before);
+    // a page shared below the committed lengths (a common prefix) is read by neither commit: allowed
+    CHECK(run({0, 1, 0, 2}, arrays) == std::vector<std::int32_t>{6, 6});
+    CHECK(k[static_cast<std::size_t>((1 * P + 1) * D)] == 100.f + 6);  // request 0: token 5 <- node 2 (token 6)
+    CHECK(k[static_cast<std::size_t>((2 * P + 1) * D)] == 100.f + 10);  // request 1: in its own page 2
+  }
+  // the from-buffer form writes the accepted path's destinations: those are compared
+  fill();
+  const auto before = k;
+  const std::vector<std::int32_t> shared{0, 1, 2, 1}, committed{4, 4}, node_indptr{0, 3, 6}, accepted{0, 2, 0, 0, 2, 0},
+      num{2, 2};
+  const sd::paged_kv<float> cache(k.data(), v.data(), page_indptr.data(), shared.data(), lengths.data(), 2, pages, P, H, D);
+  const std::vector<sd::paged_kv<float>> layers{cache};
+  std::vector<float> spec(static_cast<std::size_t>(6 * H * D), 7.f);
+  const auto sv = sd::make_view<3>(static_cast<const float*>(spec.data()), {6, H, D});
+  std::vector<std::int32_t> newl{-1, -1}, status{9, 9, 9};
+  CHECK_THROWS_WITH(sd::kv_commit_from_buffer_batch(sd::host{}, std::span(layers), std::span(&sv, 1), std::span(&sv, 1),
+                                                    sd::make_view<1>(committed.data(), {2}),
+                                                    sd::make_view<1>(node_indptr.data(), {3}),
+                                                    sd::make_view<1>(accepted.data(), {6}), sd::make_view<1>(num.data(), {2}),
+                                                    sd::make_view<1>(newl.data(), {2}), sd::make_view<1>(status.data(), {3})),
+                    Contains("shared between requests"));
+  CHECK(k == before);
+  CHECK(newl == std::vector<std::int32_t>{-1, -1});
+}

@@ -19,7 +19,8 @@
 //! Guarantees: everything is validated before the first write (layouts, with validate_kv_layout's
 //! generic checks for a user's layout too; capacity; request indices and node counts checked in 64
 //! bits; indptr arrays starting at 0, non-decreasing and ending at the size of the array they index;
-//! spec-buffer shapes; accepted indices forming a root path of the tree), so a failed commit leaves
+//! spec-buffer shapes; accepted indices forming a root path of the tree; in a batch on host layouts, no
+//! row reached by two requests' commits: detail::require_requests_apart), so a failed commit leaves
 //! every cache bit-identical; a full rejection (no accepted node) writes nothing either. Rows are
 //! copied bit for bit: their values (NaN included) are not inspected.
 //! The draft's ring cache (kv/ring_kv.hpp, LongSpec §3.1 sliding window) keeps only a window and never
@@ -158,6 +159,47 @@ void require_rows_outside_specs(std::span<const L> layers, int request, std::int
                                    "a buffer over that row");
         }
   }
+}
+
+//! Tokens [first, last) of `request`: the rows one request of a batch commit reads or writes.
+struct touched_tokens {
+  int request;
+  std::int64_t first, last;
+};
+
+//! No row a batch commit touches belongs to two requests. The requests are committed one after
+//! another, so with a page under two requests' tables (a prefix-sharing engine that left the page a
+//! step writes shared, or one table listing a page twice) one request's moves would overwrite rows the
+//! other still reads, and both caches would come out wrong with no error. `touched`: each request's
+//! tokens (in place: from the committed length up to the last accepted node; from a buffer: the
+//! path's destinations). Compared by the K row of kv head 0 in layer 0 (every layer's tables are
+//! expected to map the requests alike, as an engine's block table does; the layers' own storage is
+//! compared by require_commit_rows). Pages shared for reading, below the committed lengths, are not
+//! touched and stay allowed. Host-accessible layouts; O(T log T), T = the touched tokens.
+template <class L>
+void require_requests_apart(const L& layer, std::span<const touched_tokens> touched, std::string_view fn) {
+  if (touched.size() < 2 || !host_accessible(layer.space())) return;
+  struct row_of {
+    const void* p;
+    int request;
+    std::int64_t token;
+  };
+  thread_local std::vector<row_of> rows;  // kept between commits: no allocation per call
+  rows.clear();
+  for (const auto& t : touched)
+    for (std::int64_t i = t.first; i < t.last; ++i)
+      rows.push_back({layer.k_row(t.request, static_cast<int>(i), 0), t.request, i});
+  std::sort(rows.begin(), rows.end(), [](const row_of& a, const row_of& b) {
+    return std::less<const void*>{}(a.p, b.p) || (a.p == b.p && a.request < b.request);
+  });
+  for (std::size_t i = 1; i < rows.size(); ++i)
+    if (rows[i].p == rows[i - 1].p && rows[i].request != rows[i - 1].request) [[unlikely]]
+      throw_invalid_argument(fn, "layers[0]",
+                             "rows of one request each where the commit reads or writes (request " +
+                                 std::to_string(rows[i - 1].request) + " token " + std::to_string(rows[i - 1].token) +
+                                 " and request " + std::to_string(rows[i].request) + " token " +
+                                 std::to_string(rows[i].token) + " reach the same K row)",
+                             "a row shared between requests");
 }
 
 template <class L>
@@ -366,6 +408,7 @@ std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_sp
     }
     // validate everything first (same checks as the single-request form, without writing)
     detail::validate_commit_layers(layers, static_cast<std::int64_t>(requests), fn);
+    std::vector<detail::touched_tokens> touched;
     for (std::size_t r = 0; r < requests; ++r) {
       require(committed_lengths[r] >= 0 && tree_sizes[r] >= 0, fn, "committed_lengths/tree_sizes", ">= 0",
               std::min(committed_lengths[r], tree_sizes[r]));
@@ -380,10 +423,13 @@ std::vector<std::int32_t> kv_commit_in_place_batch(std::span<LayerT, E> layer_sp
       if (!node_parents.empty())
         par = node_parents.subspan(static_cast<std::size_t>(node_indptr[r]), static_cast<std::size_t>(tree_sizes[r]));
       detail::validate_accepted_path(acc, tree_sizes[r], par, fn);
-      if (!acc.empty())
-        detail::require_commit_rows(layers, static_cast<int>(r), committed_lengths[r],
-                                    std::int64_t{committed_lengths[r]} + acc.back() + 1, fn);
+      if (!acc.empty()) {
+        const std::int64_t last = std::int64_t{committed_lengths[r]} + acc.back() + 1;
+        detail::require_commit_rows(layers, static_cast<int>(r), committed_lengths[r], last, fn);
+        touched.push_back({static_cast<int>(r), committed_lengths[r], last});
+      }
     }
+    detail::require_requests_apart(layers[0], std::span<const detail::touched_tokens>(touched), fn);
     // Appended, not sized up front: GCC 12 at -O3 warned (-Warray-bounds, a false positive) on the
     // zero-fill of a vector of `requests` elements once the row checks above were inlined.
     std::vector<std::int32_t> out;
@@ -627,6 +673,7 @@ struct commit_batch_backend<host> {
                                                                       {specs[l].v_stride_node, specs[l].v_stride_head, 1})));
       }
     spec_spans = merged_ranges(std::move(spec_spans));
+    std::vector<touched_tokens> touched;
     for (std::int32_t r = 0; r < a.requests; ++r) {  // everything before the first write
       const std::int32_t b = a.node_indptr[r], n = a.node_indptr[r + 1] - b, c = a.committed[r], k = a.num_accepted[r];
       require(c >= 0, fn, "committed_lengths[" + std::to_string(r) + "]", ">= 0", c);
@@ -639,11 +686,15 @@ struct commit_batch_backend<host> {
                 "<= capacity = " + std::to_string(layers[l].capacity(r)) + " (layer " + std::to_string(l) + ")",
                 static_cast<std::int64_t>(c) + need);
       validate_accepted_path({a.accepted + b, static_cast<std::size_t>(k)}, n, {}, fn);
-      if (k > 0)  // from a buffer: the path's destinations; in place: up to the last accepted node
-        require_commit_rows(layers, r, c, std::int64_t{c} + (a.from_buffer ? k : a.accepted[b + k - 1] + 1), fn);
+      if (k > 0) {  // from a buffer: the path's destinations; in place: up to the last accepted node
+        const std::int64_t last = std::int64_t{c} + (a.from_buffer ? k : a.accepted[b + k - 1] + 1);
+        require_commit_rows(layers, r, c, last, fn);
+        touched.push_back({r, c, last});
+      }
       require_lengths_outside_rows(layers, r, c, k, a, fn);
       if (a.from_buffer) require_rows_outside_specs(layers, r, c, k, spec_spans, fn);
     }
+    if (!layers.empty()) require_requests_apart(layers[0], std::span<const touched_tokens>(touched), fn);
     for (std::int32_t r = 0; r < a.requests; ++r) {
       const std::int32_t b = a.node_indptr[r], k = a.num_accepted[r], c = a.committed[r];
       if (!a.from_buffer) {
