@@ -158,6 +158,28 @@ TEST_CASE_METHOD(fixture, "decode_attention, tree_attention and lse_merge valida
   REQUIRE_BAD(sd::lse_merge(sd::host{}, sd::make_view<4>(o.data(), {0, 2, 4, 64}), sd::make_view<3>(l2.data(), {0, 2, 4}),
                             v3, v2),
               "'o_parts'");
+  // the split options' ranges, as the cached calls check them (the tree-only plan has no split to use
+  // them in; a bad value was accepted there and refused by hybrid_tree_attention)
+  for (const sd::attention_options bad : {sd::attention_options{.kv_split_size = -1}, sd::attention_options{.kv_chunks = -3},
+                                          sd::attention_options{.kv_chunks = 5000}}) {
+    const char* what = bad.kv_split_size < 0 ? "options.kv_split_size" : "options.kv_chunks";
+    const auto before = b.out;
+    REQUIRE_BAD(sd::tree_attention(sd::host{}, b.q_view(), b.k_view(), b.v_view(), b.indptr_view(), b.mask_view(),
+                                   b.out_view(), b.lse_view(), bad),
+                what);
+    CHECK(b.out == before);
+    REQUIRE_BAD((void)sd::tree_attention_workspace_bytes(sd::host{}, b.q_view(), 4, b.indptr_view(), bad), what);
+  }
+  // extents whose product passes int64 (stride-0 inputs may repeat one row): refused naming them, not
+  // multiplied first (signed overflow, then a message with the wrapped product)
+  const std::int64_t huge = std::int64_t{1} << 40;
+  const sd::strided_view<const float, 3> o_huge(o.data(), {huge, huge, 64}, {0, 0, 1});
+  const sd::strided_view<const float, 2> l_huge(l2.data(), {huge, huge}, {0, 0});
+  REQUIRE_BAD(sd::lse_merge(sd::host{}, o_huge, l_huge, o_huge, l_huge, v3, v2),
+              std::to_string(huge) + " x " + std::to_string(huge));
+  const sd::strided_view<const float, 4> parts_huge(o.data(), {1, huge, huge, 64}, {0, 0, 0, 1});
+  const sd::strided_view<const float, 3> lparts_huge(l2.data(), {1, huge, huge}, {0, 0, 0});
+  REQUIRE_BAD(sd::lse_merge(sd::host{}, parts_huge, lparts_huge, v3, v2), "tokens * heads below 2^31");
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <tuple>
 
@@ -143,8 +144,9 @@ void validate_merge_out(std::string_view fn, std::string_view ref_name, const O&
   require_policy_memory<Policy>(fn, "out", out);
   require_policy_memory<Policy>(fn, "lse_out", lse_out);
   // n, h >= 0 (the caller's require_shape / require_array); both backends count rows in int.
-  require(n <= INT32_MAX && h <= INT32_MAX && n * h <= INT32_MAX, fn, ref_name, "tokens * heads below 2^31",
-          n * h);
+  // compared before multiplying: the extents of a stride-0 input can be anything up to INT64_MAX
+  if (!(n <= INT32_MAX && h <= INT32_MAX && n * h <= INT32_MAX)) [[unlikely]]
+    throw_invalid_argument(fn, ref_name, "tokens * heads below 2^31", std::to_string(n) + " x " + std::to_string(h));
   require_shape(fn, "out", out, {n, h, d});
   require_shape(fn, "lse_out", lse_out, {n, h});
   require_unit_inner_stride(fn, "out", out);

@@ -36,6 +36,7 @@ template <execution_policy P, tensor_like Q, tensor_like I>
   using T = std::remove_cv_t<QT>;
   if constexpr (detail::check_attention_types<P, QT, void, void, void, T, float, typename I::element_type, void>()) {
     detail::validate_policy(fn, policy);
+    detail::validate_split_options(fn, options);
     const auto io = detail::validate_io<P, T>(fn, q, q_indptr, detail::no_out<T>, detail::no_lse, -1, num_kv_heads,
                                               options.scale);
     return detail::attention_backend<P>::template workspace_bytes<false, true>(fn, policy, io, detail::no_cache{},

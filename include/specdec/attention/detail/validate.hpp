@@ -271,6 +271,14 @@ void require_workspace_apart(std::string_view fn, const attention_options& optio
   }(std::make_index_sequence<sizeof...(Args) / 2>{});
 }
 
+//! The ranges of attention_options' split fields, checked by every call and workspace query (host and
+//! cuda alike), whether or not the call's plan uses them: kv_split_size >= 0, kv_chunks in [0, 1024].
+inline void validate_split_options(std::string_view fn, const attention_options& options) {
+  require(options.kv_split_size >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", options.kv_split_size);
+  require(options.kv_chunks >= 0 && options.kv_chunks <= 1024, fn, "options.kv_chunks", "in [0, 1024] (0 = automatic)",
+          options.kv_chunks);
+}
+
 //! Validates the arguments of a call over a cache (decode and hybrid attention, and their
 //! workspace queries): the policy, the cache against q, then q / q_indptr / out / lse with the
 //! cache's request and kv-head counts. out and lse may be null (workspace queries).
@@ -287,9 +295,7 @@ attention_io_params<T> validate_cached_call(std::string_view fn, const Policy& p
   if (const int requests = cache.num_requests(); requests >= 0)
     require_shape(fn, "q_indptr", q_indptr, {static_cast<std::int64_t>(requests) + 1});
   validate_cache<Policy>(fn, cache, q);
-  require(options.kv_split_size >= 0, fn, "options.kv_split_size", ">= 0 (0 = automatic)", options.kv_split_size);
-  require(options.kv_chunks >= 0 && options.kv_chunks <= 1024, fn, "options.kv_chunks", "in [0, 1024] (0 = automatic)",
-          options.kv_chunks);
+  validate_split_options(fn, options);
   const auto io =
       validate_io<Policy, T>(fn, q, q_indptr, out, lse, cache.num_requests(), cache.num_kv_heads(), options.scale);
   require_workspace_apart(fn, options, "q", &q, "q_indptr", &q_indptr, "out", out, "lse", lse);
@@ -414,6 +420,7 @@ std::pair<attention_io_params<T>, tree_kv_params<T>> validate_tree_call(std::str
                                                                         const O& out, const LS& lse,
                                                                         const attention_options& options) {
   validate_policy(fn, policy);
+  validate_split_options(fn, options);  // ranges checked whether or not a plan uses them, as with a cache
   require_rank<K>(fn, "spec_k", 3);
   const int hkv = static_cast<int>(spec_k.extent(1));
   require(hkv > 0, fn, "spec_k", "at least one kv head (extent 1)", hkv);
