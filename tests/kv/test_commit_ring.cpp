@@ -98,3 +98,22 @@ TEST_CASE("ring commit rejects a spec buffer larger than int32 node indices befo
                       Contains("specdec::kv_commit_ring") && Contains("at most 2^31 - 1 tree nodes"));
   CHECK(same_ring(cache, k0, v0));
 }
+
+TEST_CASE("ring commit checks its preconditions for a full rejection too") {
+  // A full rejection writes nothing, but its arguments are still checked (review find: an empty path
+  // returned before the checks, so pending tokens and spec buffers of the wrong shape went unnoticed).
+  constexpr int H = 2, D = 4;
+  specdec::ring_kv_cache<float> cache({.requests = 1, .kv_heads = H, .head_dim = D, .window = 4, .speculative_capacity = 2});
+  std::vector<float> d(2 * H * D, 1.f), sk(3 * H * D, 2.f), bad(3 * 3 * 7, 2.f);
+  const auto k = specdec::make_view<3>(static_cast<const float*>(sk.data()), {3, H, D});
+  const auto kbad = specdec::make_view<3>(static_cast<const float*>(bad.data()), {3, 3, 7});
+  const std::vector<std::int32_t> none;
+  cache.append_speculative(0, specdec::make_view<3>(d.data(), {2, H, D}), specdec::make_view<3>(d.data(), {2, H, D}));
+  CHECK_THROWS_WITH(specdec::kv_commit_ring(cache, 0, k, k, std::span(none)), Catch::Contains("pending"));
+  CHECK(cache.pending(0) == 2);
+  cache.rollback(0, 2);
+  CHECK_THROWS_WITH(specdec::kv_commit_ring(cache, 0, kbad, kbad, std::span(none)), Catch::Contains("'k'"));
+  specdec::kv_commit_ring(cache, 0, k, k, std::span(none));  // valid and empty: nothing appended
+  CHECK(cache.length(0) == 0);
+  CHECK(cache.pending(0) == 0);
+}

@@ -462,8 +462,9 @@ void kv_commit_ring(ring_kv_cache<T>& cache, int request, const K& spec_k, const
   // node indices are int32 (accepted, parents): a larger buffer could not be addressed by them
   require(spec_k.extent(0) <= INT32_MAX, fn, "spec_k", "at most 2^31 - 1 tree nodes (extent 0)", spec_k.extent(0));
   detail::validate_accepted_path(accepted, static_cast<int>(spec_k.extent(0)), parents, fn);
-  if (accepted.empty()) return;
-  cache.append_rows(request, spec_k, spec_v, accepted);  // validates shapes / pending before writing
+  // also for a full rejection: append_rows checks the shapes and the pending tokens (what the
+  // preconditions above promise), and writes nothing for no rows
+  cache.append_rows(request, spec_k, spec_v, accepted);
 }
 
 //! Ring-cache commit for chain drafting: the drafted tokens were appended with append_speculative();
