@@ -453,10 +453,11 @@ SPECDEC_HOST_DEVICE inline bool partial_kv_evictions_ok(int len, int heads, int 
 //! evict[h * e_stride + p]. Returns false, having written nothing, when an eviction slot the walk
 //! would use is outside [0, |B|) (partial_kv_evictions_ok; the lists are the caller's arrays in the
 //! batch form). Preconditions: len >= seen, 0 <= placed. O((len - seen) x heads).
-SPECDEC_HOST_DEVICE inline bool partial_kv_place(int len, int heads, int budget, int sink, std::int32_t* index,
-                                                 std::int64_t i_stride, const std::int32_t* evict, std::int64_t e_stride,
-                                                 std::int32_t& size, std::int32_t& seen, std::int32_t& placed) noexcept {
-  if (!partial_kv_evictions_ok(len, heads, budget, sink, evict, e_stride, size, seen, placed)) return false;
+//! partial_kv_place's writes, for callers that have run partial_kv_evictions_ok on the same state.
+SPECDEC_HOST_DEVICE inline void partial_kv_place_checked(int len, int heads, int budget, int sink, std::int32_t* index,
+                                                         std::int64_t i_stride, const std::int32_t* evict,
+                                                         std::int64_t e_stride, std::int32_t& size, std::int32_t& seen,
+                                                         std::int32_t& placed) noexcept {
   const int n = budget - sink;
   for (int t = seen; t < len; ++t) {
     if (size < budget) {
@@ -469,6 +470,13 @@ SPECDEC_HOST_DEVICE inline bool partial_kv_place(int len, int heads, int budget,
     }
   }
   seen = len;
+}
+
+SPECDEC_HOST_DEVICE inline bool partial_kv_place(int len, int heads, int budget, int sink, std::int32_t* index,
+                                                 std::int64_t i_stride, const std::int32_t* evict, std::int64_t e_stride,
+                                                 std::int32_t& size, std::int32_t& seen, std::int32_t& placed) noexcept {
+  if (!partial_kv_evictions_ok(len, heads, budget, sink, evict, e_stride, size, seen, placed)) return false;
+  partial_kv_place_checked(len, heads, budget, sink, index, i_stride, evict, e_stride, size, seen, placed);
   return true;
 }
 
@@ -902,9 +910,9 @@ struct partial_kv_append_backend<host> {
     }
     for (int r = 0; r < R; ++r) {
       std::int32_t size = a.sizes[r], seen = a.seen[r], placed = a.placed[r];
-      // true: its slots were checked above, and no index write reaches evict (disjoint, checked)
-      (void)partial_kv_place(lens[static_cast<std::size_t>(r)], hkv, a.budget, a.sink, a.index + r * a.i_stride_request,
-                             a.i_stride_head, a.evict + r * a.e_stride_request, a.e_stride_head, size, seen, placed);
+      // its slots were checked above, and no index write reaches evict (disjoint, checked)
+      partial_kv_place_checked(lens[static_cast<std::size_t>(r)], hkv, a.budget, a.sink, a.index + r * a.i_stride_request,
+                               a.i_stride_head, a.evict + r * a.e_stride_request, a.e_stride_head, size, seen, placed);
       a.sizes[r] = size, a.seen[r] = seen, a.placed[r] = placed;
     }
     a.status[0] = 0, a.status[1] = -1, a.status[2] = -1;
