@@ -174,6 +174,23 @@ TEST_CASE("cuda verify_greedy_batch reports bad values in status", "[cuda][verif
   }
 }
 
+TEST_CASE("cuda verify_greedy_batch checks an empty batch's node_indptr as the host does", "[cuda][verify]") {
+  // 0 requests, 0 rows: the argmax pass has nothing to do, but the walk kernel still runs its block 0,
+  // which checks node_indptr's ends (the host backend's validate_indptr refuses {3} the same way).
+  // The penalized form launches the same walk (greedy_penalized_backend<cuda>).
+  greedy_batch_case e;
+  e.vocab = 8;
+  device_case ok(e);
+  ok.launch();
+  specdec_test::sync_check("verify_greedy_batch (empty batch)");
+  CHECK(ok.status().ok());
+  e.node_indptr = {3};
+  device_case bad(e);
+  bad.launch();
+  specdec_test::sync_check("verify_greedy_batch (empty batch, bad offsets)");
+  CHECK(bad.status().error == specdec::device_error::node_indptr);
+}
+
 TEST_CASE("cuda verify_greedy_batch is captured in a CUDA graph and replays", "[cuda][verify]") {
   const auto c = specdec_test::random_greedy_batch(8, 64, 4096, 4, 77);
   device_case d(c);

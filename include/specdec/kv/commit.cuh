@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(commit_copy_threads)
   __syncthreads();
   if (failed) return;
   const int h = static_cast<int>(blockIdx.y), l = static_cast<int>(blockIdx.z);
-  for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
+  for (std::int64_t r64 = blockIdx.x; r64 < a.requests; r64 += gridDim.x) {  // 64-bit: no wrap near INT32_MAX
+    const auto r = static_cast<std::int32_t>(r64);
     commit_copy_columns(g.layers[l], g.specs[l], a, r, h, t, commit_copy_threads);
     if (l == 0 && g.first == 0 && h == 0 && t == 0) a.new_lengths[r] = a.committed[r] + a.num_accepted[r];
   }

@@ -125,6 +125,7 @@ template <class Value>
 __device__ double chunked_sum_block(std::int64_t n, const Value& value, row_kernel_shared& sh) {
   const int t = static_cast<int>(threadIdx.x), j = t % lanes, g = t / lanes;
   const std::int64_t chunks = (n + exp_chunk - 1) / exp_chunk;
+  __syncthreads();  // every thread has read an earlier call's total (returned to all) before the reset
   if (t == 0) sh.total = 0.0;
   for (std::int64_t c0 = 0; c0 < chunks; c0 += exp_groups) {  // uniform trip count
     const std::int64_t c = c0 + g;

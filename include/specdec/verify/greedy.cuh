@@ -101,7 +101,8 @@ __global__ void __launch_bounds__(greedy_walk_threads) greedy_walk_kernel(const 
       reach_s[greedy_walk_smem_nodes], arg_s[greedy_walk_smem_nodes + 1];
   const int t = static_cast<int>(threadIdx.x);
   device_check_indptr_ends(a.node_indptr, a.requests, a.nodes, a.status);
-  for (std::int32_t r = static_cast<std::int32_t>(blockIdx.x); r < a.requests; r += static_cast<std::int32_t>(gridDim.x)) {
+  for (std::int64_t r64 = blockIdx.x; r64 < a.requests; r64 += gridDim.x) {  // 64-bit: no wrap near INT32_MAX
+    const auto r = static_cast<std::int32_t>(r64);
     std::int32_t b, e;
     if (!device_request_range(a.node_indptr, r, a.nodes, a.status, b, e)) continue;  // uniform
     const std::int32_t n = e - b;
@@ -172,12 +173,13 @@ struct greedy_batch_backend<cuda> {
     cudaStream_t stream = policy.stream;
     clear_device_status(a.status, stream);
     const std::int64_t rows = static_cast<std::int64_t>(a.nodes) + a.requests;
-    if (rows == 0) return;
-    const int argmax_blocks = static_cast<int>(rows < 65535 ? rows : 65535);
-    greedy_argmax_kernel<<<argmax_blocks, greedy_argmax_threads, 0, stream>>>(
-        a.rows, a.row_stride, rows, static_cast<std::int32_t>(a.vocab), a.emitted);
-    SPECDEC_CUDA_CHECK(cudaGetLastError());
-    launch_greedy_walk(stream, a);
+    if (rows > 0) {
+      const int argmax_blocks = static_cast<int>(rows < 65535 ? rows : 65535);
+      greedy_argmax_kernel<<<argmax_blocks, greedy_argmax_threads, 0, stream>>>(
+          a.rows, a.row_stride, rows, static_cast<std::int32_t>(a.vocab), a.emitted);
+      SPECDEC_CUDA_CHECK(cudaGetLastError());
+    }
+    launch_greedy_walk(stream, a);  // also for 0 requests: its block 0 checks node_indptr's ends, as the host does
   }
 };
 
@@ -189,8 +191,7 @@ template <>
 struct greedy_penalized_backend<cuda> {
   static void run(const cuda& policy, const tree_verify_arrays& a, const penalized_argmax_args& p) {
     penalized_argmax_backend<cuda>::run(policy, p);  // clears status (p.rows.status is a.status)
-    if (static_cast<std::int64_t>(a.nodes) + a.requests == 0) return;
-    launch_greedy_walk(policy.stream, a);
+    launch_greedy_walk(policy.stream, a);  // also for 0 requests (node_indptr's ends checked)
   }
 };
 
