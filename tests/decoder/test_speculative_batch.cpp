@@ -224,6 +224,45 @@ TEST_CASE("continuous batching: every request equals its own greedy decoding, jo
   }
 }
 
+TEST_CASE("a target sized for prompt + max_new_tokens has room for every step's tree, however wide",
+          "[decoder][batch]") {
+  // A repetitive prompt gives the n-gram drafter three continuations, so the trie is up to 3 wide: up
+  // to 12 nodes at depth 4, more than the last steps' room. The step cuts each tree to the tokens its
+  // request has left (the target refused cache + nodes + 1 > capacity on every retry before).
+  const std::vector<std::int32_t> p{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2};
+  const int prompt = static_cast<int>(p.size());
+  for (const int m : {1, 2, 3, 5, 8, 12}) {
+    INFO("max_new_tokens " << m);
+    llama_model<double> target(cfg, weights(), 2, prompt + m);
+    speculative_batch<llama_model<double>, ngram_drafter, trie_tree_builder, greedy_verifier> batch(target);
+    batch.add_request(1, p, {.max_new_tokens = m, .draft_depth = 4, .draft_width = 3});
+    batch.add_request(2, p, {.max_new_tokens = m, .draft_depth = 4, .draft_width = 1});
+    std::map<std::uint32_t, std::vector<std::int32_t>> got;
+    while (batch.active() > 0)
+      for (const auto& o : batch.step()) got[o.id].insert(got[o.id].end(), o.tokens.begin(), o.tokens.end());
+    CHECK(got[1] == greedy_of(p, m));
+    CHECK(got[2] == greedy_of(p, m));
+    CHECK((batch.stats().tree_nodes > 0) == (m > 1));  // max_new_tokens 1: nothing to draft
+  }
+  // i.i.d. drafts (one unmerged branch each): k = 3 drafts of depth 3 are 9 nodes, cut to the first
+  // drafts whole and a prefix of the next (a cut no drawn value decides; the law of such cuts is
+  // checked by test_distribution_multi_draft.cpp, whose first step cuts 4 nodes to 3).
+  const auto& q = distribution::prompt;  // distribution_util's 6-token model and its one-layer draft
+  llama_model<double> target(distribution::cfg, distribution::weights(), 1, static_cast<int>(q.size()) + 4);
+  distribution::drafters d(target);
+  using cd = chain_drafter<llama_model<double>>;
+  speculative_batch<llama_model<double>, cd, multi_draft_tree_builder, multi_draft_verifier> batch(
+      target, cd(d.small, multi_draft_params{.mode = draft_sampling::with_replacement}));
+  for (std::uint32_t seed = 1; seed <= 20; ++seed) {
+    batch.add_request(seed, q, {.max_new_tokens = 4, .sampling = {.temperature = 0.9f}, .seed = seed,
+                                .draft_depth = 3, .draft_width = 3});
+    int tokens = 0;
+    while (batch.active() > 0)
+      for (const auto& o : batch.step()) tokens += static_cast<int>(o.tokens.size());
+    CHECK(tokens == 4);
+  }
+}
+
 TEST_CASE("one target call per step over all active requests; half, bfloat16 and float logits", "[decoder][batch]") {
   const auto arrivals = random_arrivals(3, 6);
   auto check_elem = [&](auto tag) {

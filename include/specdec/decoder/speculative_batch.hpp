@@ -321,7 +321,9 @@ class speculative_batch {
   //! throwing request and those after it are as before the step. Room for each request's new tokens is
   //! reserved before the first commit, so whatever throws after a request committed (bad_alloc in the
   //! statistics or the outputs) leaves its tokens in tokens(id), reported by the next step. A drafted tree deeper than the
-  //! step's draft depth is refused (invalid_argument) before the target's forward.
+  //! step's draft depth is refused (invalid_argument) before the target's forward; one of more nodes
+  //! than the request has tokens left to generate is cut to its first that many (so a target sized for
+  //! prompt + max_new_tokens has room for every forward).
   //! O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
   std::span<const step_output> step() {
     const detail::busy_scope busy(busy_, "specdec::speculative_batch::step", not_from_callbacks);
@@ -357,6 +359,15 @@ class speculative_batch {
                                "at most the step's draft depth " + std::to_string(depth) + " of levels (request id " +
                                    std::to_string(s.id) + ")",
                                s.tree.max_depth() + 1);
+      // No wider than the room left: the forward holds the root and the tree's nodes after the cache,
+      // tokens.size() + nodes <= prompt + max_new_tokens, so at most remaining(s) nodes. A chain never
+      // needs the cut (nodes <= depth < remaining); a wide tree near a request's end does (a trie of
+      // width 3 at depth 4 has up to 12 nodes), and a target sized for max_new_tokens refused it on
+      // every retry. The first remaining(s) nodes are a tree (parents come first), and verifying it is
+      // exact as the whole one: any tree the target's draws do not choose, for verifiers of any tree;
+      // i.i.d. drafts (one unmerged branch each, in draw order, lengths set by the depth) keep their
+      // first drafts whole and a prefix of the next, a cut no drawn value decides.
+      if (const int room = remaining(s); s.tree.size() > room) s.tree.truncate(room);
       // A drafter or tree builder (the library's or a user's) must propose tokens of the target's
       // vocabulary, checked before the target's forward indexes its embedding rows with them.
       detail::check_context(s.tree.tokens(), V, "specdec::speculative_batch::step", "drafted tree");
