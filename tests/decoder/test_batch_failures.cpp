@@ -88,6 +88,26 @@ TEST_CASE("generate_batch's cleanup aborts every request when the target's relea
   CHECK(r[0].tokens.size() == 8);
 }
 
+TEST_CASE("generate_batch after a step whose release threw returns only its own requests' tokens",
+          "[decoder][errors]") {
+  // The step keeps a finished request's output for the next step when a release throws (no token is
+  // lost to an engine driving the batch); generate_batch gives up on the call, so nothing of it may
+  // reach the next call, whose ids (0, 1 by default) are the same.
+  releasing_target tg;
+  speculative_decoder<releasing_target, next_token_drafter, chain_tree_builder, greedy_verifier> dec(tg);
+  const std::vector<std::vector<std::int32_t>> two{{1, 2}, {3, 4}};
+  generation_options opt;
+  opt.max_new_tokens = 1;  // both finish in the first step, whose first release throws
+  REQUIRE_THROWS_WITH(dec.generate_batch(two, opt), Contains("release failed"));
+  CHECK(dec.batch().active() == 0);
+  tg.throw_release = false;
+  opt.max_new_tokens = 3;
+  const auto r = dec.generate_batch(two, opt);
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].tokens == std::vector<std::int32_t>{3, 4, 5});  // only this call's tokens
+  CHECK(r[1].tokens == std::vector<std::int32_t>{5, 6, 7});
+}
+
 namespace {
 // next_token_drafter whose reset throws while throw_reset is set.
 struct resetting_drafter : next_token_drafter {

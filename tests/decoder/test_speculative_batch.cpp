@@ -800,6 +800,35 @@ TEST_CASE("a target that misbehaves through its own type is refused: vocabulary,
     CHECK_FALSE(b.contains(1));
     CHECK_FALSE(b.contains(2));
     CHECK(t.releases == 2);
+    // ... and their outputs are not lost: the next step returns them (no request is left to step)
+    const auto late = b.step();
+    REQUIRE(late.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      CHECK(late[i].id == i + 1);
+      CHECK(late[i].finished);
+      CHECK(late[i].tokens == std::vector<std::int32_t>{4});
+    }
+    CHECK(late[1].reason == stop_reason::eos);
+    CHECK(b.step().empty());
+  }
+  {  // a request that goes on reports the tokens of the step whose release threw in its next step,
+     // after the carried outputs of the requests that finished in it
+    toy_next t;
+    t.throw_on_first_release = true;
+    speculative_batch<toy_next, ngram_drafter, trie_tree_builder, greedy_verifier> b(t);
+    b.add_request(1, p, {.max_new_tokens = 1});
+    b.add_request(2, p, {.max_new_tokens = 6});
+    b.add_request(3, p, {.max_new_tokens = 10, .eos = 4});
+    REQUIRE_THROWS_WITH(b.step(), Contains("release failed once"));
+    REQUIRE(b.active() == 1);
+    const auto next = b.step();
+    REQUIRE(next.size() == 3);
+    CHECK((next[0].id == 1 && next[0].finished && next[1].id == 3 && next[1].finished));
+    CHECK(next[2].id == 2);
+    std::vector<std::int32_t> streamed(next[2].tokens.begin(), next[2].tokens.end());
+    while (b.active() > 0)
+      for (const auto& o : b.step()) streamed.insert(streamed.end(), o.tokens.begin(), o.tokens.end());
+    CHECK(streamed == std::vector<std::int32_t>{4, 5, 6, 7, 0, 1});  // next token = last + 1 mod 8
   }
   {  // the adapter checks a hand-built batch's arrays; target_batch's accessors check the entry
     toy_next t;
@@ -847,7 +876,9 @@ TEST_CASE("a target that misbehaves through its own type is refused: vocabulary,
     CHECK_FALSE(b.contains(2));
     CHECK(b.contains(1));
     t.on_release = {};
-    CHECK(b.step().size() == 1);  // the batch is usable again after every refusal
+    const auto after = b.step();  // the batch is usable again after every refusal:
+    REQUIRE(after.size() == 2);   // request 2's output of the step whose release threw, then request 1's
+    CHECK((after[0].id == 2 && after[0].finished && after[1].id == 1));
     CHECK(b.abort(1));
   }
   {  // logits rows whose offsets overflow are refused before a row is read

@@ -314,8 +314,10 @@ class speculative_batch {
   //! Runs one speculative step for every active request (see the file comment) and returns one
   //! step_output per request that was active, in slot order. The span is valid until the next call of
   //! step, add_request or abort. When target.release throws for a finished request, every finished
-  //! request has still left the batch and been released, and the first exception propagates (the
-  //! step's outputs are then lost). When a target without commit_batch throws from commit(slot), the
+  //! request has still left the batch and been released, and the first exception propagates; no
+  //! output is lost: the next step returns the finished requests' outputs of the step that threw
+  //! first (finished, with their last tokens), and the requests that went on report those tokens again
+  //! in front of their new ones. When a target without commit_batch throws from commit(slot), the
   //! requests committed before it keep their new tokens: the next step reports them (in front of its
   //! own), and a request a stop rule finished is reported finished then, without another forward; the
   //! throwing request and those after it are as before the step. Room for each request's new tokens is
@@ -327,11 +329,14 @@ class speculative_batch {
   //! O(sum_b (draft_b + build_b) + target forward + sum_b (n_b + 1) V).
   std::span<const step_output> step() {
     const detail::busy_scope busy(busy_, "specdec::speculative_batch::step", not_from_callbacks);
-    out_count_ = 0;
+    out_count_ = carried_;  // finished requests' outputs of a step whose release threw, reported first
     order_.clear();
     for (int r = 0; r < max_requests(); ++r)
       if (req_[static_cast<std::size_t>(r)].used) order_.push_back(r);
-    if (order_.empty()) return {};
+    if (order_.empty()) {
+      carried_ = 0;
+      return {outputs_.data(), out_count_};
+    }
     const int V = detail::checked_vocab_size(*target_, "specdec::speculative_batch::step");
 
     // 1. depths (adaptive_depth: planned over the batch), drafts and trees, per request on this thread
@@ -518,9 +523,25 @@ class speculative_batch {
         if (!failed) failed = std::current_exception();
       }
     }
-    if (failed) std::rethrow_exception(failed);
+    if (failed) {
+      // Nothing reported is lost: the requests that go on report these tokens again, and the finished
+      // ones' outputs (left the batch, so no later step would see them) move to the front and are
+      // carried into the next step's outputs.
+      for (std::size_t i = carried_; i < out_count_; ++i)
+        if (const step_output& o = outputs_[i]; !o.finished)
+          req_[static_cast<std::size_t>(find(o.id))].reported -= o.tokens.size();
+      const auto first = outputs_.begin(), last = first + static_cast<std::ptrdiff_t>(out_count_);
+      carried_ = static_cast<std::size_t>(std::stable_partition(first, last, [](const step_output& o) { return o.finished; }) - first);
+      std::rethrow_exception(failed);
+    }
+    carried_ = 0;
     return {outputs_.data(), out_count_};
   }
+
+  //! Forgets the outputs that a step whose target.release threw carried for the next step (finished
+  //! requests' last tokens; see step). For an engine that gives up on the batch after the exception,
+  //! as speculative_decoder does, so that a later step does not report requests of the abandoned run.
+  void drop_carried_outputs() noexcept { carried_ = 0; }
 
   //! Active requests (added, not finished or aborted).
   [[nodiscard]] int active() const noexcept { return active_; }
@@ -1179,6 +1200,7 @@ class speculative_batch {
   std::vector<float> row_out_;  //!< a double row as float (take_rows)
   std::vector<step_output> outputs_;
   std::size_t out_count_ = 0;
+  std::size_t carried_ = 0;  //!< outputs_[0, carried_): finished requests' outputs of a step whose release threw
 };
 
 }  // namespace specdec

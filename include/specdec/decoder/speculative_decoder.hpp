@@ -128,7 +128,10 @@ class speculative_decoder {
       }
     } catch (...) {
       // Leave the batch empty for the next call: every request is aborted even when the target's
-      // release throws for one (that error is dropped; the exception in flight is the one reported).
+      // release throws for one (that error is dropped; the exception in flight is the one reported),
+      // and no output of this call is carried into the next (a step whose release threw keeps its
+      // finished requests' outputs for the next step; the next call's ids may be the same).
+      batch_.drop_carried_outputs();
       for (auto id : ids) {
         try {
           batch_.abort(id);
