@@ -159,6 +159,30 @@ TEST_CASE("cuda decode_attention without a workspace allocates stream-ordered sc
   check_cuda(b, host, ref);
 }
 
+TEST_CASE("cuda decode_attention: q_indptr values out of order or past q on the device stay inside q and the workspace",
+          "[cuda][attention]") {
+  // The host checks q_indptr's values only when it can read them; on the device a request whose
+  // offsets are out of order or past q gets no row tiles (compute-sanitizer's memcheck sees no access
+  // outside the buffers), and a good request before it is still computed.
+  batch<specdec::half> b(1450, 4, 2, 64, {100, 5, 7}, {2, 1, 3});
+  batch<specdec::half> host = b;
+  specdec::decode_attention(specdec::host{}, host.q_view(), host.nhd(), host.indptr_view(), host.out_view(),
+                            host.lse_view());
+  device_batch<specdec::half> d(b);
+  const std::vector<std::int32_t> bad{0, 2, 9, 6};  // request 1 ends past q's 6 tokens, request 2 runs backwards
+  SPECDEC_CUDA_CHECK(cudaMemcpy(d.indptr.data(), bad.data(), bad.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  specdec::decode_attention(specdec::cuda{}, d.q_view(), d.nhd(), d.indptr_view(), d.out_view(), d.lse_view());
+  specdec_test::sync_check("decode_attention(cuda) with bad device q_indptr");
+  d.out.download(b.out);
+  d.lse.download(b.lse);
+  const std::size_t row = 4 * 64;  // request 0: tokens 0-1, 4 heads of 64
+  int differ = 0;
+  for (std::size_t i = 0; i < 2 * row; ++i)
+    differ += std::abs(specdec::to_float(b.out[i]) - specdec::to_float(host.out[i])) >
+              2 * attn_test::out_tol<specdec::half>() * std::max(1.0f, std::abs(specdec::to_float(host.out[i])));
+  CHECK(differ == 0);
+}
+
 TEST_CASE("cuda decode_attention can be captured in a CUDA graph and replayed", "[cuda][attention]") {
   // Capture fails (cudaErrorStreamCaptureUnsupported / invalidated) if the call synchronises or
   // allocates outside the stream; replaying after changing the inputs must give the new result.

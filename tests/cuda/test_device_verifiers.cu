@@ -195,6 +195,26 @@ TEST_CASE("cuda_greedy_verifier refuses a bad tree value over device logits, the
   CHECK(out.bonus[0] == 5);
 }
 
+TEST_CASE("cuda sampled verifiers take a one-row step whose row stride is below the vocabulary", "[cuda][decoder]") {
+  // One request with an empty tree: the logits' one row is never stepped over, so its stride may be
+  // anything (check_step_logits allows it), and the rows' copy must not pass it on as the source
+  // pitch (cudaMemcpy2D refuses a pitch below the row's width).
+  std::vector<float> logits(V, 0.0f);
+  logits[5] = 3.0f;
+  specdec_test::device_buffer<float> rows(logits);
+  const std::vector<std::int32_t> indptr{0, 0}, none;
+  const specdec::sampling_params top1{.temperature = 0.7f, .top_k = 1};  // the draw is token 5
+  const specdec::sampling_params* sp[] = {&top1};
+  const std::uint64_t zero[] = {0};
+  specdec::cuda_sample_and_match_verifier v{nullptr};
+  specdec::verify_batch_result out;
+  const specdec::strided_view<const float, 2> lv(rows.data(), {1, V}, {1, 1}, memory_space::device);
+  v.verify_batch(specdec::batch_verify_input{indptr, none, none, lv, sp, zero, zero}, out);
+  REQUIRE(out.num_requests() == 1);
+  CHECK(out.accepted_nodes(0).empty());
+  CHECK(out.bonus[0] == 5);
+}
+
 TEST_CASE("cuda_greedy_verifier checks the logits' shape, memory and row spacing before any CUDA call",
           "[cuda][decoder][nogpu]") {
   std::vector<float> fake(16 * V, 0.0f);  // never read: every call is refused on the host

@@ -269,9 +269,12 @@ class device_step_rows {
     const step_arrays up = upload(in, stream);
     const auto lg = buffer(rows);
     float* buf = lg.data();
+    // One row: its stride is never stepped and may be anything (check_step_logits allows it), but
+    // cudaMemcpy2D refuses a source pitch below the row's width.
+    const std::int64_t pitch = rows == 1 ? V : in.logits.stride(0);
     if (rows > 0)
       SPECDEC_CUDA_CHECK(cudaMemcpy2DAsync(buf, static_cast<std::size_t>(V) * sizeof(float), in.logits.data(),
-                                           static_cast<std::size_t>(in.logits.stride(0)) * sizeof(float),
+                                           static_cast<std::size_t>(pitch) * sizeof(float),
                                            static_cast<std::size_t>(V) * sizeof(float), static_cast<std::size_t>(rows),
                                            cudaMemcpyDeviceToDevice, stream));
     const auto st = make_view<1>(status, {3}, memory_space::device);

@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -51,14 +52,30 @@
 namespace specdec::detail {
 
 template <class DT, int D, class Layout, bool HasCache, bool HasTree>
-void launch_cuda_attention(const cuda_attention_kernel_params<DT, Layout>& kp, const lse_merge_params<float, DT>& mp,
-                           const cuda_attention_plan& pl, cudaStream_t stream) {
+void launch_cuda_attention(std::string_view fn, const cuda_attention_kernel_params<DT, Layout>& kp,
+                           const lse_merge_params<float, DT>& mp, const cuda_attention_plan& pl, cudaStream_t stream) {
   using tile = attention_tile<D>;
   auto* kernel = &attention_partial_kernel<DT, D, Layout, HasCache, HasTree>;
   // Per call (cheap, not a stream operation): correct on every device of a multi-GPU process.
-  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(tile::smem_bytes)),
-             "cudaFuncSetAttribute(attention_partial_kernel, max dynamic shared memory)");
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(tile::smem_bytes));
+      e != cudaSuccess) [[unlikely]] {
+    (void)cudaGetLastError();  // not sticky: leave no error for a later launch check to find
+    // The tiles of head_dim 256 (99 KB with the kernel's static variables) exceed the 99 KB per
+    // block of sm_86 / sm_89 / sm_120 devices: say so rather than pass on a bare CUDA error.
+    int dev = 0, optin = 0;
+    cudaFuncAttributes fa{};
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+        cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && tile::smem_bytes + fa.sharedSizeBytes > static_cast<std::size_t>(optin))
+      throw_invalid_argument(fn, "q",
+                             "a head_dim whose key/value tiles fit this device's shared memory per block (head_dim " +
+                                 std::to_string(D) + " needs " + std::to_string(tile::smem_bytes + fa.sharedSizeBytes) +
+                                 " bytes, device " + std::to_string(dev) + " allows " + std::to_string(optin) + ")",
+                             D);
+    (void)cudaGetLastError();
+    cuda_check(e, "cudaFuncSetAttribute(attention_partial_kernel, max dynamic shared memory)");
+  }
   const dim3 grid(static_cast<unsigned>(pl.row_tiles), static_cast<unsigned>(pl.num_parts),
                   static_cast<unsigned>(kp.io.num_kv_heads));
   kernel<<<grid, tile::threads, tile::smem_bytes, stream>>>(kp);
@@ -121,9 +138,9 @@ void run_cuda_attention(std::string_view fn, const cuda& policy, const attention
   mp.head_dim = io.head_dim;
 
   switch (io.head_dim) {
-    case 64: launch_cuda_attention<DT, 64, KL, HasCache, HasTree>(kp, mp, pl, stream); break;
-    case 128: launch_cuda_attention<DT, 128, KL, HasCache, HasTree>(kp, mp, pl, stream); break;
-    case 256: launch_cuda_attention<DT, 256, KL, HasCache, HasTree>(kp, mp, pl, stream); break;
+    case 64: launch_cuda_attention<DT, 64, KL, HasCache, HasTree>(fn, kp, mp, pl, stream); break;
+    case 128: launch_cuda_attention<DT, 128, KL, HasCache, HasTree>(fn, kp, mp, pl, stream); break;
+    case 256: launch_cuda_attention<DT, 256, KL, HasCache, HasTree>(fn, kp, mp, pl, stream); break;
     default: throw_invalid_argument(fn, "q", "head_dim (extent 2) of 64, 128 or 256", io.head_dim);
   }
 }

@@ -52,7 +52,11 @@ __global__ void __launch_bounds__(attention_tile<D>::threads)
     for (int r0 = 0; r0 < p.io.num_requests; r0 += 32) {
       const int r = r0 + lane;
       long long n = 0;
-      if (r < p.io.num_requests) n = p.io.q_indptr[r + 1] - p.io.q_indptr[r];
+      if (r < p.io.num_requests) {  // offsets out of order or past q (a precondition the host checks
+        // only for host data): no tiles, so no read or write leaves q, the tree inputs or the workspace
+        const long long b = p.io.q_indptr[r], e = p.io.q_indptr[r + 1];
+        if (b >= 0 && e >= b && e <= p.io.total_tokens) n = e - b;
+      }
       const long long nt = (n * group + BM - 1) / BM;
       const long long mw = n * ((n + 63) / 64);
       long long ti = nt, mi = mw;
