@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -106,6 +107,74 @@ TEST_CASE("generate_batch after a step whose release threw returns only its own 
   REQUIRE(r.size() == 2);
   CHECK(r[0].tokens == std::vector<std::int32_t>{3, 4, 5});  // only this call's tokens
   CHECK(r[1].tokens == std::vector<std::int32_t>{5, 6, 7});
+}
+
+namespace {
+// next_token_drafter that throws for the request in slot fail_slot.
+struct slot_failing_drafter : next_token_drafter {
+  int fail_slot = -1;
+  void propose(const draft_request& q, draft_candidates& out) {
+    if (q.request == fail_slot) throw std::runtime_error("drafter failed");
+    next_token_drafter::propose(q, out);
+  }
+};
+// Greedy verification that throws for a tree whose first token is fail_token.
+struct token_failing_verifier {
+  static constexpr bool is_lossless_for_sampling = false;
+  std::int32_t fail_token = -1;
+  void verify(const verify_input& in, verify_result& out) const {
+    if (in.tree.size() > 0 && in.tree.token(0) == fail_token) throw std::runtime_error("verifier failed");
+    out = verify_greedy(in.tree, in.logits);
+  }
+};
+}  // namespace
+
+TEST_CASE("failed_request names the request whose own part of a step threw; aborting it lets the others go on",
+          "[decoder][errors]") {
+  // Before, an engine got the exception only: one request whose drafter, verifier or commit failed
+  // every time failed the whole batch on every retry, and the messages named no request.
+  const std::vector<std::int32_t> a{1, 2}, b{3, 4}, c{5, 6};
+  auto run = [&](auto& batch, std::uint32_t bad, const char* what) {
+    batch.add_request(10, a, {.max_new_tokens = 6, .draft_depth = 2});
+    batch.add_request(11, b, {.max_new_tokens = 6, .draft_depth = 2});
+    batch.add_request(12, c, {.max_new_tokens = 6, .draft_depth = 2});
+    REQUIRE_THROWS_WITH(batch.step(), Contains(what));
+    REQUIRE(batch.failed_request().has_value());
+    CHECK(*batch.failed_request() == bad);
+    CHECK(batch.abort(bad));
+    std::map<std::uint32_t, std::vector<std::int32_t>> got;
+    while (batch.active() > 0) {
+      for (const auto& o : batch.step()) got[o.id].insert(got[o.id].end(), o.tokens.begin(), o.tokens.end());
+      CHECK_FALSE(batch.failed_request().has_value());  // a step that did not throw
+    }
+    for (const auto& [id, prompt] : {std::pair{10u, a}, std::pair{11u, b}, std::pair{12u, c}}) {
+      if (id == bad) continue;
+      std::vector<std::int32_t> want;
+      for (std::int32_t t = prompt.back(); want.size() < 6;) want.push_back(t = (t + 1) % 16);
+      CHECK(got[id] == want);  // every token of the others, the failed step's none lost
+    }
+  };
+  {  // its drafter
+    counting_target tg;
+    tg.slots = 3, tg.len.resize(3);
+    speculative_batch<counting_target, slot_failing_drafter, chain_tree_builder, greedy_verifier> batch(tg);
+    batch.drafter().fail_slot = 1;
+    run(batch, 11u, "drafter failed");
+  }
+  {  // its verification (the other two verified in parallel)
+    counting_target tg;
+    tg.slots = 3, tg.len.resize(3);
+    speculative_batch<counting_target, next_token_drafter, chain_tree_builder, token_failing_verifier> batch(
+        tg, next_token_drafter{}, chain_tree_builder{}, token_failing_verifier{.fail_token = 7});  // c's first draft
+    run(batch, 12u, "verifier failed");
+  }
+  {  // its commit (a target without commit_batch)
+    counting_target tg;
+    tg.slots = 3, tg.len.resize(3);
+    tg.throw_commit_slot = 0;
+    speculative_batch<counting_target, next_token_drafter, chain_tree_builder, greedy_verifier> batch(tg);
+    run(batch, 10u, "commit failed");
+  }
 }
 
 namespace {

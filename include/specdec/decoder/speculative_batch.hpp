@@ -181,6 +181,24 @@ class busy_scope {
  private:
   bool& busy_;
 };
+
+//! Names request `id` in `failed` (speculative_batch::failed_request) when the scope is left by an
+//! exception: around the parts of a step that are one request's own.
+class blame_scope {
+ public:
+  blame_scope(std::optional<std::uint32_t>& failed, std::uint32_t id) noexcept
+      : failed_(failed), id_(id), uncaught_(std::uncaught_exceptions()) {}
+  ~blame_scope() {
+    if (std::uncaught_exceptions() > uncaught_) failed_ = id_;
+  }
+  blame_scope(const blame_scope&) = delete;
+  blame_scope& operator=(const blame_scope&) = delete;
+
+ private:
+  std::optional<std::uint32_t>& failed_;
+  std::uint32_t id_;
+  int uncaught_;
+};
 }  // namespace detail
 
 //! A target with only the per-request forward as a batched one: forward_batch runs forward(slot,
@@ -330,6 +348,7 @@ class speculative_batch {
   std::span<const step_output> step() {
     const detail::busy_scope busy(busy_, "specdec::speculative_batch::step", not_from_callbacks);
     out_count_ = carried_;  // finished requests' outputs of a step whose release threw, reported first
+    failed_.reset();
     order_.clear();
     for (int r = 0; r < max_requests(); ++r)
       if (req_[static_cast<std::size_t>(r)].used) order_.push_back(r);
@@ -347,6 +366,7 @@ class speculative_batch {
     for (const int r : order_) {
       auto& s = req_[static_cast<std::size_t>(r)];
       if (s.depth < 0) continue;  // nothing left (or stopped in a step that threw): finishes below without a forward
+      const detail::blame_scope blame(failed_, s.id);
       const int depth = s.depth;
       const auto td = clock::now();
       s.draft_rng = philox_stream(s.opt.seed ^ draft_seed_mix, stream_id(s.id, s.step));
@@ -413,6 +433,7 @@ class speculative_batch {
         const auto count = static_cast<std::int64_t>(running_.size());
         const auto body = [&](std::int64_t b) {
           auto& s = req_[static_cast<std::size_t>(running_[static_cast<std::size_t>(b)])];
+          s.threw = true;  // until its verification returns (read after a failed parallel_for)
           const auto tv = clock::now();
           const std::int32_t first = row_indptr_[static_cast<std::size_t>(b)];
           const std::int64_t n = s.tree.size();
@@ -430,11 +451,22 @@ class speculative_batch {
           }
           check_verify_result(s.result, s.tree, V);  // before the target commits or a token is emitted
           s.phase_verify = seconds(tv);
+          s.threw = false;
         };
-        if constexpr (std::is_copy_constructible_v<Verifier>) {
-          parallel_for(policy_, count, body);
-        } else {
-          for (std::int64_t b = 0; b < count; ++b) body(b);
+        for (const int r : running_) req_[static_cast<std::size_t>(r)].threw = false;
+        try {
+          if constexpr (std::is_copy_constructible_v<Verifier>) {
+            parallel_for(policy_, count, body);
+          } else {
+            for (std::int64_t b = 0; b < count; ++b) body(b);
+          }
+        } catch (...) {
+          for (const int r : running_)  // the first request whose verification threw (or never ran to its end)
+            if (req_[static_cast<std::size_t>(r)].threw) {
+              failed_ = req_[static_cast<std::size_t>(r)].id;
+              break;
+            }
+          throw;
         }
       }
       verify_s = seconds(t0);
@@ -463,6 +495,7 @@ class speculative_batch {
           s.phase_commit = batch_commit_s;  // the whole batch's commit, as target_s is the whole forward
         } else {
           const auto tc = clock::now();
+          const detail::blame_scope blame(failed_, s.id);
           target_->commit(r, s.result.accepted);
           s.phase_commit = seconds(tc);
         }
@@ -542,6 +575,14 @@ class speculative_batch {
   //! requests' last tokens; see step). For an engine that gives up on the batch after the exception,
   //! as speculative_decoder does, so that a later step does not report requests of the abandoned run.
   void drop_carried_outputs() noexcept { carried_ = 0; }
+
+  //! After step() threw: the id of a request whose own part of the step threw (its drafter, tree
+  //! builder or drafted-tree checks, its verification, or its per-request commit; the first in slot
+  //! order when several verifications did), so that an engine can abort that request and step the
+  //! others again instead of failing them all. Empty when the failure was the batch's (the target's
+  //! forward or commit_batch, a release, a device verify_batch, an allocation between phases) or the
+  //! last step did not throw. What a failed step leaves is as step() says.
+  [[nodiscard]] std::optional<std::uint32_t> failed_request() const noexcept { return failed_; }
 
   //! Active requests (added, not finished or aborted).
   [[nodiscard]] int active() const noexcept { return active_; }
@@ -671,6 +712,7 @@ class speculative_batch {
   struct request_state {
     bool used = false;
     bool finished_now = false;  //!< a stop rule fired in its last committed step (it leaves once reported)
+    bool threw = false;         //!< its verification this step has not returned (failed_request)
     std::uint32_t id = 0;    //!< request id: keys the random streams
     std::uint32_t step = 0;  //!< committed steps
     generation_options opt;
@@ -846,6 +888,7 @@ class speculative_batch {
       if constexpr (sources > 1) {
         if (s.depth > 0) {
           const draft_request dr{r, s.tokens, s.depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng};
+          const detail::blame_scope blame(failed_, s.id);
           s.source = drafter_.draft_source(dr);  // exactly int (drafter_has_sources)
           require(s.source >= 0 && s.source < sources, "specdec::speculative_batch::step", "drafter.draft_source()",
                   "in [0, draft_sources = " + std::to_string(sources) + ")", s.source);
@@ -1201,6 +1244,7 @@ class speculative_batch {
   std::vector<step_output> outputs_;
   std::size_t out_count_ = 0;
   std::size_t carried_ = 0;  //!< outputs_[0, carried_): finished requests' outputs of a step whose release threw
+  std::optional<std::uint32_t> failed_;  //!< failed_request()
 };
 
 }  // namespace specdec
