@@ -5,7 +5,9 @@
 // against that request's own greedy decoding. Exit code 0 = every request lossless.
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "common/llama.hpp"
@@ -47,7 +49,19 @@ int main() {
       waiting.pop_front();
     }
     most_active = std::max(most_active, batch.active());
-    for (const step_output& out : batch.step()) {  // one batched target forward
+    std::span<const step_output> outputs;
+    try {
+      outputs = batch.step();  // one batched target forward
+    } catch (const std::exception& e) {
+      // One request's own drafter, verifier or commit failed: drop it and step the others again.
+      // A failure of the whole batch (the forward) has no request to blame: give up.
+      const auto id = batch.failed_request();
+      if (!id) throw;
+      std::printf("step %3d: request %u failed (%s), aborted\n", step, *id, e.what());
+      batch.abort(*id);
+      continue;
+    }
+    for (const step_output& out : outputs) {
       auto& tokens = output[out.id];
       tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end());
       if (out.finished)
