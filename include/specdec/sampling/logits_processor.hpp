@@ -39,6 +39,20 @@
 //! (0, 1), which rewards repetition; here r < 1 could overflow a large positive logit to +inf).
 //! Temperature has no greedy threshold above 0 (vLLM treats t < 1e-5 as greedy): a tiny t gives the
 //! t -> 0 limit described in step 3, uniform over exactly tied maxima rather than the lowest id.
+//! More, checked against the same sources (session 69):
+//!  - top-p renormalises over what top-k kept, as HuggingFace, vLLM and llama.cpp do; SGLang's joint
+//!    top-k/top-p (FlashInfer's filter_apply_order "joint") builds both masks from the unfiltered
+//!    probabilities and can keep more (probabilities .35/.25/.2/.2, k 2, p .55: {0} here, {0, 1} there);
+//!  - tokens tied in probability at the top-p boundary are kept lowest id first; HuggingFace and vLLM
+//!    drop from the low end of an ascending sort and keep the highest ids among such ties (4 equal
+//!    logits, p .5: {0, 1} here, {2, 3} there), so side-by-side tests should avoid exact ties there;
+//!    SGLang also keeps a token when the mass before it equals p exactly, the others (and this) do not;
+//!  - top_p must be in (0, 1]: 0 is an error here, where HuggingFace and llama.cpp keep the top token;
+//!  - eta's kept argmax is one token (the lowest id) among tied maxima; HuggingFace's epsilon/eta
+//!    fallback keeps every tied maximum (only reachable here with alpha > 1);
+//!  - there are no OpenAI-style presence / frequency penalties (vLLM, llama.cpp, SGLang:
+//!    l -= frequency * count + presence * [count > 0]); llama.cpp's repeat_penalty over its last n
+//!    tokens is contextual_penalty with contextual_sign_aware and penalty_window = n.
 //!
 //! Non-finite numbers (the policy of every token-producing entry point, sampling/sampler.hpp): a row
 //! with a NaN or +inf logit, or with no logit above -inf, is rejected with specdec::invalid_argument
