@@ -91,9 +91,17 @@ TEST_CASE("self_drafter: sampling requests rank the processed rows (contextual p
   draft_candidates out;
   d.propose({.request = 0, .tokens = toks, .depth = 2, .width = 2, .sampling = &sp, .rng = &rng}, out);
   CHECK(tokens_of(out.chain) == std::vector<std::int32_t>{2, 3});
-  // Greedy request: raw rows.
+  // No sampling params: raw rows.
   d.propose({.request = 0, .tokens = toks, .depth = 2, .width = 2}, out);
   CHECK(tokens_of(out.chain) == std::vector<std::int32_t>{1, 2});
+  // A greedy request with the penalty: its target row is the argmax of the penalized logits, so the
+  // draft ranks by the penalties alone (Algorithm 1, line 8) and keeps its width: the filters (top_k 1
+  // here) and the one-hot of temperature 0 are left out. (The rows were ranked raw before.)
+  const sampling_params greedy{.temperature = 0.0f, .top_k = 1, .contextual_penalty = 2.0f, .penalty_window = 16};
+  d.propose({.request = 0, .tokens = toks, .depth = 2, .width = 2, .sampling = &greedy, .rng = &rng}, out);
+  CHECK(tokens_of(out.chain) == std::vector<std::int32_t>{2, 3});
+  REQUIRE(out.alternatives.size() == 2);
+  CHECK(tokens_of(out.alternatives[0]) == std::vector<std::int32_t>{2, 1});  // 3 against the penalized 2
 }
 
 TEST_CASE("self_drafter: token reutilization counts generated n-grams starting with argmax p0", "[self_drafter]") {

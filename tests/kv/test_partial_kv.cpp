@@ -318,7 +318,9 @@ TEST_CASE("partial_kv: new tokens fill, then replace the newest-filled, then the
   idx.append(0, 10);  // 9 replaces slot 2: |B| - |S| = 4 placed, not yet more than 4
   CHECK(slots() == std::vector<std::int32_t>{0, 1, 9, 8, 7, 6});
   CHECK_FALSE(idx.needs_rebuild(0));
-  idx.append(0, 11);  // the 5th since the rebuild: |C_full| - e > |B| - |S|; wraps to slot 5
+  idx.append(0, 11);  // the 5th replacement since the rebuild: more than |B| - |S|; wraps to slot 5
+                      // (Algorithm 1, line 5's |C_full| - e > |B| - |S| held from 9 on: it counts the
+                      // two tokens that filled free slots, which replaced nothing)
   CHECK(slots() == std::vector<std::int32_t>{0, 1, 9, 8, 7, 10});
   CHECK(idx.needs_rebuild(0));
   CHECK(idx.seen(0) == 11);

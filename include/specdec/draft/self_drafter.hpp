@@ -7,7 +7,8 @@
 //! rows l_0 .. l_gamma, row d predicting the token at depth d. The model side is the user's: it
 //! implements self_draft_model. This policy turns the rows into candidates:
 //!  - alternatives[d]: the top draft_request::width tokens of row d after the request's logits
-//!    processors (TokenSwift's "penalized probability p_<=3", line 8; contextual penalty and the
+//!    processors (at temperature 0 its penalties only, whose argmax the target's greedy row takes)
+//!    (TokenSwift's "penalized probability p_<=3", line 8; contextual penalty and the
 //!    samplers live in sampling/logits_processor.hpp), for cartesian / tokenswift tree builders;
 //!  - chain: each row's best token (the path a chain builder verifies);
 //!  - sequences: token reutilization (§3.2, line 10): the k most frequent n-grams of the generated
@@ -137,7 +138,19 @@ class self_drafter {
     rows_.resize((static_cast<std::size_t>(gamma) + 1) * static_cast<std::size_t>(V));
     model_->self_draft(r, req.tokens, std::span<typename Model::logit_type>(rows_));
     const int depth = std::min(req.depth, gamma + 1);
-    const bool processed = req.sampling != nullptr && req.sampling->temperature > 0.0f;
+    // The rows are ranked after the request's processors. At temperature 0 only the penalties: the
+    // target's row there is the argmax of its penalized logits (penalties come before the one-hot,
+    // logits_processor.hpp), which Algorithm 1 (line 8, "penalized probability"; line 10's a_0) drafts
+    // from too; the filters and the one-hot would leave a single token to rank.
+    const sampling_params* proc = req.sampling != nullptr && req.sampling->temperature > 0.0f ? req.sampling : nullptr;
+    if (req.sampling != nullptr && req.sampling->temperature == 0.0f &&
+        (req.sampling->repetition_penalty != 1.0f || req.sampling->contextual_penalty != 1.0f)) {
+      penalties_ = sampling_params{.repetition_penalty = req.sampling->repetition_penalty,
+                                   .contextual_penalty = req.sampling->contextual_penalty,
+                                   .penalty_window = req.sampling->penalty_window,
+                                   .contextual_sign_aware = req.sampling->contextual_sign_aware};
+      proc = &penalties_;
+    }
     context_.assign(req.tokens.begin(), req.tokens.end());
     out.vocab = V;
     row_.resize(static_cast<std::size_t>(V));
@@ -147,7 +160,7 @@ class self_drafter {
                                              static_cast<std::size_t>(d) * V, static_cast<std::size_t>(V)),
                                   {fn, "draft logits", d});
       // The penalty window sees the committed tokens and the chain drafted so far (Eq. 3's W).
-      if (processed) process_logits(std::span<float>(row_), *req.sampling, context_, ws_);
+      if (proc != nullptr) process_logits(std::span<float>(row_), *proc, context_, ws_);
       detail::log_softmax(std::span<const float>(row_), std::span<float>(lp_), fn);
       out.alternatives.emplace_back();
       top_(lp_, req.width, out.alternatives.back());
@@ -210,6 +223,7 @@ class self_drafter {
   std::vector<float> row_, lp_;
   std::vector<std::int32_t> context_;
   sampling_workspace ws_;
+  sampling_params penalties_;  // the request's penalties alone (temperature 0)
   detail::top_width_selector top_;
 };
 

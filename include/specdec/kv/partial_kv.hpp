@@ -17,8 +17,9 @@
 //!    the first |S| tokens (attention sinks); slots [|S|, |B|) hold the |B| - |S| most important
 //!    other tokens. New committed tokens fill free slots, then replace the least important ones
 //!    first (§3.3: "starting from the least important ones at position |B| - 1 and moving towards
-//!    position |S|"); once |B| - |S| of them have been placed since the last rebuild,
-//!    needs_rebuild() turns true (Algorithm 1, line 5: |C_full| - e > |B| - |S|) and the caller
+//!    position |S|"); once more than |B| - |S| of them have replaced slots since the last
+//!    rebuild, needs_rebuild() turns true (§3.3's trigger; Algorithm 1, line 5's |C_full| - e >
+//!    |B| - |S| when the cache was full at the rebuild, see partial_kv_needs_rebuild) and the caller
 //!    recomputes the selection from a fresh query (rebuild(), line 6). Further tokens before that
 //!    rebuild replace in the same order again (the newest win), so the view is always valid.
 //!    partial_kv_select_batch(policy, scores, cache, ...) computes rebuild()'s lists for every
@@ -410,8 +411,12 @@ namespace detail {
 //! Largest |B|: the appends' replacement count, kept at most 2 (|B| - |S|), stays an int32.
 inline constexpr int partial_kv_max_budget = (1 << 30) - 1;
 
-//! Algorithm 1, line 5's trigger: more than |B| - |S| tokens have replaced slots since the last
-//! rebuild (never when |S| = |B|: new tokens are not shown then).
+//! The rebuild trigger: more than |B| - |S| tokens have replaced slots since the last rebuild (never
+//! when |S| = |B|: new tokens are not shown then). This is §3.3's rule ("once replacements extend
+//! beyond the |S| position"). Algorithm 1, line 5 writes it as |C_full| - e > |B| - |S|, counting every
+//! token added since the rebuild: the two agree when the partial cache was full at the rebuild; when
+//! it had free slots, the tokens that fill them replace nothing, and this fires later by that many
+//! tokens (until then every new token is still shown, so a rebuild would change nothing they read).
 [[nodiscard]] SPECDEC_HOST_DEVICE constexpr bool partial_kv_needs_rebuild(std::int32_t placed, int budget, int sink) noexcept {
   return budget > sink && placed > budget - sink;
 }
@@ -555,7 +560,8 @@ class partial_kv_index {
   [[nodiscard]] int size(int r) const { return size_.at(check_request(r, "size")); }
   //! Full-cache tokens of request r accounted for (the length at the last rebuild or append).
   [[nodiscard]] int seen(int r) const { return seen_.at(check_request(r, "seen")); }
-  //! True once |B| - |S| tokens have replaced slots since the last rebuild (Algorithm 1, line 5).
+  //! True once more than |B| - |S| tokens have replaced slots since the last rebuild (§3.3's trigger;
+  //! Algorithm 1, line 5's when the cache was full at the rebuild: partial_kv_needs_rebuild).
   [[nodiscard]] bool needs_rebuild(int r) const {
     return detail::partial_kv_needs_rebuild(placed_.at(check_request(r, "needs_rebuild")), budget_, sink_);
   }
@@ -928,7 +934,7 @@ struct partial_kv_append_backend<host> {
 //! (|S| = |B|) it is not shown. sizes, seen and placed (as partial_kv_select_batch left them, or
 //! all 0 before any selection, with evict then |B| - 1 down to |S| as partial_kv_index starts) are
 //! updated. placed counts the replacements since the selection, kept in [0, 2 (|B| - |S|)] (lowered
-//! by |B| - |S| past that); TokenSwift's trigger (Algorithm 1, line 5) is placed[r] > |B| - |S|
+//! by |B| - |S| past that); TokenSwift's trigger (§3.3; Algorithm 1, line 5) is placed[r] > |B| - |S|
 //! (detail::partial_kv_needs_rebuild). The arrays must not share memory (checked).
 //!   cache   any kv_layout (only its lengths and head count are read); R = cache.num_requests()
 //!   budget  |B| in [1, 2^30 - 1]; sink |S| in [0, budget]
