@@ -6,7 +6,11 @@
 //!     unmasked, and
 //!   - the tree tokens j whose mask bit (i, j) is set (itself and its ancestors),
 //! i.e. the draft keeps a constant-size window whatever the context length. Every tree token sees the
-//! same window: the window is that of the committed (cached) tokens, not re-slid per depth.
+//! same window: the window is that of the committed (cached) tokens, not re-slid per depth, so a token
+//! at depth d attends to up to W + d + 1 keys, not a strict window of its W predecessors (§3.1 bounds
+//! the cache's memory by W; the tree tokens are not cached). sliding_window_decode's chain drafting
+//! sees W keys instead (its current tokens are in the ring): the two differ for the same token by the
+//! up to d + 1 oldest committed tokens, as a draft trained on either window may care.
 //!
 //! This is hybrid_tree_attention (attention/hybrid_tree_attention.hpp, owned by the attention
 //! component) run over the ring layout: no attention math is duplicated here. What this header adds
@@ -80,7 +84,10 @@ void sliding_window_attention(const host& policy, const Q& q, const ring_kv_cach
 
 //! Chain drafting: every query token of request r attends to the whole ring window, unmasked (the
 //! caller has appended the current tokens' K/V with ring_kv_cache::append_speculative first, so the
-//! window, W newest tokens, already contains them). decode_attention over the ring.
+//! window, W newest tokens, already contains them). decode_attention over the ring. Unmasked means
+//! not causal among a request's own queries: with several, query i also sees the tokens appended
+//! after it; draft one token per request per call (chain drafting), or use sliding_window_attention
+//! with a chain mask for several.
 //! Preconditions: those of decode_attention plus a valid ring. Complexity O(sum_r n_r min(L_r, W) Hq D).
 //! Policy: host, or cuda with attention/decode_attention.cuh included (the ring in device memory).
 template <execution_policy P, tensor_like Q, class T, tensor_like I, tensor_like O, tensor_like LS>

@@ -16,8 +16,10 @@
 //! 2^32 - 1 (further occurrences only refresh its recency).
 //! Ranking (deterministic): higher count first; ties broken by a seeded pseudo-random key of the
 //! n-gram (Philox of a hash of its tokens, keyed by `seed`), then lexicographically; so equal counts
-//! are ordered "randomly" (TokenSwift §3.4 randomizes among candidates) but reproducibly, and two
-//! continuations with the same count are both kept and both returned when k allows.
+//! are ordered "randomly" but reproducibly (the library's choice: TokenSwift §3.4's random selection
+//! is among the groups that passed verification, which exact tree verification replaces by its walk;
+//! the paper leaves retrieval ties open), and two continuations with the same count are both kept and
+//! both returned when k allows.
 
 #include <algorithm>
 #include <cstdint>
