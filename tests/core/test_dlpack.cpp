@@ -178,3 +178,22 @@ TEST_CASE("from_dlpack rejects shapes whose element count overflows int64", "[dl
   REQUIRE(v.extent(0) == 0);
   REQUIRE(v.extent(1) == std::int64_t{1} << 62);
 }
+
+#if defined(DLPACK_MAJOR_VERSION)  // DLPack 1.x headers (Debian's libdlpack-dev is 0.6: not compiled there)
+TEST_CASE("from_dlpack of a DLManagedTensorVersioned checks its major version and read-only flag", "[dlpack]") {
+  // The DLTensor inside carries no flag: a read-only tensor came back as a writable view, and a
+  // tensor of another major version (whose other fields DLPack forbids reading) was read.
+  static const float weights[4] = {1, 2, 3, 4};
+  std::int64_t shape[1] = {4};
+  DLManagedTensorVersioned mt{};
+  mt.version = {DLPACK_MAJOR_VERSION, 0};
+  mt.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  mt.dl_tensor = make_tensor(const_cast<float*>(weights), shape, nullptr, 1, specdec::dlpack_dtype<float>());
+  CHECK_THROWS_WITH((specdec::from_dlpack<float, 1>(mt)), Contains("writable tensor"));
+  CHECK(specdec::from_dlpack<const float, 1>(mt)(2) == 3.0f);
+  mt.flags = 0;
+  CHECK(specdec::from_dlpack<float, 1>(mt).extent(0) == 4);
+  mt.version.major = DLPACK_MAJOR_VERSION + 1;
+  CHECK_THROWS_WITH((specdec::from_dlpack<const float, 1>(mt)), Contains("major version"));
+}
+#endif

@@ -2,8 +2,9 @@
 //! \file bfloat16.hpp
 //! bfloat16 storage type usable on host and device.
 //!
-//! float -> bfloat16 rounds to nearest, ties to even (NaN stays a quiet NaN with its sign);
-//! bfloat16 -> float is exact. Bit-compatible with CUDA's __nv_bfloat16.
+//! float -> bfloat16 rounds to nearest, ties to even (NaN stays a quiet NaN with its sign on the host;
+//! in device code the __nv_bfloat16 intrinsics may give the canonical NaN 0x7fff instead, the one
+//! value whose bits differ); bfloat16 -> float is exact. Bit-compatible with CUDA's __nv_bfloat16.
 
 #include <cstdint>
 

@@ -5,6 +5,10 @@
 //! Needs <dlpack/dlpack.h> (Debian libdlpack-dev; DLPack 0.6 or later, 1.x included). The adapter only
 //! reads the DLTensor: no copy, no ownership transfer (a DLManagedTensor's deleter stays the
 //! caller's business, and the view is valid as long as the producer keeps the memory alive).
+//! The device's type sets the view's memory space; its device_id is not read: specdec::cuda runs on
+//! the caller's current device, so make the tensor's device current (cudaSetDevice) before the call.
+//! A DLPack 1.x DLManagedTensorVersioned is taken with its version and read-only flag checked; a bare
+//! DLTensor carries no flag, so viewing it as non-const elements is the caller's promise to write it.
 
 #include <dlpack/dlpack.h>
 
@@ -13,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "specdec/core/dtype.hpp"
 #include "specdec/core/error.hpp"
@@ -138,8 +143,7 @@ template <class T, int Rank>
     extents[i] = t.shape[i];
     empty = empty || t.shape[i] == 0;
   }
-  // Checked even when a zero extent empties the tensor: the default strides below are partial products
-  // of the non-zero extents.
+  // Checked even when a zero extent empties the tensor (the default strides are then 0 outside it).
   detail::require_nonzero_product_fits(function, argument, extents);
   if (t.strides == nullptr) {
     detail::row_major_strides(extents, strides);
@@ -171,5 +175,27 @@ template <class T, int Rank>
                                                 std::string_view argument = "tensor") {
   return from_dlpack<T, Rank>(t.dl_tensor, function, argument);
 }
+
+#if defined(DLPACK_MAJOR_VERSION)
+//! from_dlpack on the DLTensor inside a DLPack 1.x DLManagedTensorVersioned (ownership stays with the
+//! caller), after the checks only this struct allows: its major version is the one these headers
+//! define (DLPack: a consumer may read no other field of a tensor of another major version; the caller
+//! still owns it and calls its deleter), and a view of non-const elements needs a tensor without
+//! DLPACK_FLAG_BITMASK_READ_ONLY (view a read-only tensor as const T).
+template <class T, int Rank>
+  requires dlpack_viewable<T>
+[[nodiscard]] strided_view<T, Rank> from_dlpack(const DLManagedTensorVersioned& t,
+                                                std::string_view function = "specdec::from_dlpack",
+                                                std::string_view argument = "tensor") {
+  require(t.version.major == DLPACK_MAJOR_VERSION, function, argument,
+          "DLPack major version " + std::to_string(DLPACK_MAJOR_VERSION) + " (these headers')",
+          "version.major " + std::to_string(t.version.major));
+  if constexpr (!std::is_const_v<T>)
+    require((t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) == 0, function, argument,
+            "a writable tensor for a view of non-const elements (view a read-only one as const T)",
+            "flags with DLPACK_FLAG_BITMASK_READ_ONLY");
+  return from_dlpack<T, Rank>(t.dl_tensor, function, argument);
+}
+#endif
 
 }  // namespace specdec

@@ -5,7 +5,9 @@
 //! Conversions round to nearest, ties to even, exactly as the hardware does; NaN stays NaN (quieted),
 //! infinities and subnormals are preserved. In CUDA device code the conversions use the __half
 //! intrinsics, and specdec::half has the size, alignment and bit layout of __half, so device code
-//! reinterprets buffers freely (see to_device_type in core/device_types.cuh).
+//! reinterprets buffers freely (see to_device_type in core/device_types.cuh). A NaN's bits are not
+//! portable between the two: the host keeps its sign and payload (quieted), the __half intrinsics
+//! may give the canonical NaN 0x7fff; every other value converts to the same bits on both.
 
 #include <cstdint>
 

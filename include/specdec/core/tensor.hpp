@@ -70,8 +70,8 @@ constexpr void row_major_strides(const std::int64_t (&extents)[Rank], std::int64
 
 inline namespace SPECDEC_HOST_ISA {  // on every entry point's path: see core/isa.hpp
 //! Throws invalid_argument unless the product of the non-zero values of `extents` (non-negative; the
-//! caller checks that with its own message) fits int64: with a zero extent the array is empty, but the
-//! other extents still give the row-major strides.
+//! caller checks that with its own message) fits int64: with a zero extent the array is empty, and
+//! its other extents are held to the same bound as a non-empty array's.
 template <int Rank>
 void require_nonzero_product_fits(std::string_view function, std::string_view argument,
                                   const std::int64_t (&extents)[Rank]) {
