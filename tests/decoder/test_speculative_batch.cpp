@@ -801,6 +801,7 @@ TEST_CASE("a target that misbehaves through its own type is refused: vocabulary,
     CHECK_FALSE(b.contains(2));
     CHECK(t.releases == 2);
     // ... and their outputs are not lost: the next step returns them (no request is left to step)
+    CHECK(b.carried_outputs() == 2);
     const auto late = b.step();
     REQUIRE(late.size() == 2);
     for (std::size_t i = 0; i < 2; ++i) {
@@ -809,6 +810,7 @@ TEST_CASE("a target that misbehaves through its own type is refused: vocabulary,
       CHECK(late[i].tokens == std::vector<std::int32_t>{4});
     }
     CHECK(late[1].reason == stop_reason::eos);
+    CHECK(b.carried_outputs() == 0);
     CHECK(b.step().empty());
   }
   {  // a request that goes on reports the tokens of the step whose release threw in its next step,

@@ -575,6 +575,9 @@ class speculative_batch {
   //! requests' last tokens; see step). For an engine that gives up on the batch after the exception,
   //! as speculative_decoder does, so that a later step does not report requests of the abandoned run.
   void drop_carried_outputs() noexcept { carried_ = 0; }
+  //! Outputs the next step() returns before its own: finished requests' outputs of a step whose
+  //! target.release threw. Nonzero means "call step() again" even when active() is 0.
+  [[nodiscard]] std::size_t carried_outputs() const noexcept { return carried_; }
 
   //! After step() threw: the id of a request whose own part of the step threw (its drafter, tree
   //! builder or drafted-tree checks, its verification, or its per-request commit; the first in slot
