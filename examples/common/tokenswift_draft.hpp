@@ -91,7 +91,7 @@ class tokenswift_self_draft {
   void reset_draft(int r) {
     require_in_range("specdec::examples::tokenswift_self_draft::reset_draft", "request", r, 0,
                      target_->max_requests() - 1);
-    built_[static_cast<std::size_t>(r)] = 0;
+    forget(r);
   }
 
   //! Root = tokens.back() at position cache_length(r); writes gamma + 1 logit rows (see
@@ -112,6 +112,11 @@ class tokenswift_self_draft {
     v_.resize(k_.size()), att_.resize(q_.size()), g_.resize(F), u_.resize(F);
     const std::int32_t pos[1] = {L};
     const rope_params rp{.theta = c.rope_theta};
+    // Other slots whose cache the target released (a finished request: length back to 0) still have
+    // their selection, pointing at rows the cache no longer has; the attention call below checks the
+    // whole partial layout, every request's rows included, so forget those first.
+    for (int s = 0; s < target_->max_requests(); ++s)
+      if (s != r && built_[static_cast<std::size_t>(s)] != 0 && target_->cache_length(s) < index_.front().seen(s)) forget(s);
     const bool build = built_[static_cast<std::size_t>(r)] == 0;
     for (int l = 0; l < c.layers; ++l) {
       const auto& W = w.layers[static_cast<std::size_t>(l)];
@@ -153,6 +158,14 @@ class tokenswift_self_draft {
   }
 
  private:
+  // Slot r's draft state as before its first draft: no selection in any layer (nothing shown), and
+  // the next self_draft rebuilds it (Algorithm 1, line 2).
+  void forget(int r) {
+    for (auto& idx : index_) idx.clear(r);
+    for (auto& copy : copies_) copy.invalidate(r);
+    built_[static_cast<std::size_t>(r)] = 0;
+  }
+
   // Attention of the root's queries over layer l's partial view plus the root itself (a one-node
   // tree): Algorithm 1's line 2 (first draft of the request) or line 5-6 (rebuild) first.
   template <class Full>

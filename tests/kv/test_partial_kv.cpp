@@ -331,6 +331,19 @@ TEST_CASE("partial_kv: new tokens fill, then replace the newest-filled, then the
   const auto s2 = all_sink.indices(0, 0);
   CHECK(std::vector<std::int32_t>(s2.begin(), s2.end()) == std::vector<std::int32_t>{0, 1});
   CHECK_FALSE(all_sink.needs_rebuild(0));
+  // clear(r): the request's selection as constructed (a released or reused slot): nothing shown or
+  // seen, the eviction list of a fresh index, and a layout over a cache whose length dropped to 0
+  // passes the layout check again.
+  idx.clear(0);
+  CHECK(idx.size(0) == 0);
+  CHECK(idx.seen(0) == 0);
+  CHECK_FALSE(idx.needs_rebuild(0));
+  const partial_kv_index fresh(1, 1, budget, sink);
+  const auto e0 = idx.eviction_order(0, 0), e1 = fresh.eviction_order(0, 0);
+  CHECK(std::vector<std::int32_t>(e0.begin(), e0.end()) == std::vector<std::int32_t>(e1.begin(), e1.end()));
+  len[0] = 0;
+  CHECK_NOTHROW(validate_kv_layout(idx.layout(cache), "test", "cache"));
+  CHECK_THROWS_AS(idx.clear(1), specdec::invalid_argument);
 }
 
 TEST_CASE("partial_kv: attention over indexed_kv equals attention over a compacted copy") {

@@ -620,6 +620,20 @@ class partial_kv_index {
     }
   }
 
+  //! Forgets request r's selection, as constructed: nothing shown (size 0), nothing seen, the eviction
+  //! lists as before any rebuild. For a request slot whose cache was released (its length drops to 0,
+  //! and layout() would otherwise show rows the cache no longer has, which attention's layout check
+  //! refuses for every request of the call) or that a new request takes. O(|B| Hkv).
+  void clear(int r) {
+    check_request(r, "clear");
+    const int n = budget_ - sink_;
+    for (int h = 0; h < heads_; ++h)
+      for (int i = 0; i < n; ++i) evict_[(static_cast<std::size_t>(r) * heads_ + h) * n + i] = budget_ - 1 - i;
+    size_[r] = 0;
+    seen_[r] = 0;
+    placed_[r] = 0;
+  }
+
   //! The eviction order of (r, kv head h): the slots new tokens take once the |B| slots are full,
   //! the first one first (then cyclically; see append). |B| - |S| entries.
   [[nodiscard]] std::span<const std::int32_t> eviction_order(int r, int h) const {
