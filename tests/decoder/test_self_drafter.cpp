@@ -129,6 +129,14 @@ TEST_CASE("self_drafter: token reutilization counts generated n-grams starting w
   CHECK(m.resets == 1);
   d.propose({.request = 0, .tokens = toks, .depth = 4, .width = 1}, out);
   CHECK(out.sequences.empty());
+  // First asked after the 9 tokens were generated (speculative_batch planned depth 0 before, e.g. with
+  // adaptive depth): with the prompt's length said, the generated tokens are counted all the same
+  // (they were taken as prompt before, and their n-grams never reached the pool; review helper-105).
+  d.reset(0);
+  d.propose({.request = 0, .tokens = toks, .depth = 4, .width = 1, .prompt_length = 10}, out);
+  CHECK(d.pool(0).tokens_seen() == 9);
+  REQUIRE(out.sequences.size() == 2);
+  CHECK(tokens_of(out.sequences[0]) == std::vector<std::int32_t>{1, 4, 4});
   // ngrams_from_prompt counts the prompt too.
   self_drafter<scripted_model> dp(m, {.ngram_candidates = 5, .ngram = {.n = 3}, .ngrams_from_prompt = true});
   dp.propose({.request = 0, .tokens = std::span<const std::int32_t>(toks).first(10), .depth = 3, .width = 1}, out);

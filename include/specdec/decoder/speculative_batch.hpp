@@ -370,7 +370,8 @@ class speculative_batch {
       const int depth = s.depth;
       const auto td = clock::now();
       s.draft_rng = philox_stream(s.opt.seed ^ draft_seed_mix, stream_id(s.id, s.step));
-      draft_request dr{r, s.tokens, depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng};
+      draft_request dr{r, s.tokens, depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng,
+                       static_cast<std::int64_t>(s.prompt_len)};
       if (depth > 0) drafter_.propose(dr, s.cand);
       else s.cand.clear();
       const auto tb = clock::now();
@@ -890,7 +891,8 @@ class speculative_batch {
       s.source = 0;
       if constexpr (sources > 1) {
         if (s.depth > 0) {
-          const draft_request dr{r, s.tokens, s.depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng};
+          const draft_request dr{r, s.tokens, s.depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng,
+                                 static_cast<std::int64_t>(s.prompt_len)};
           const detail::blame_scope blame(failed_, s.id);
           s.source = drafter_.draft_source(dr);  // exactly int (drafter_has_sources)
           require(s.source >= 0 && s.source < sources, "specdec::speculative_batch::step", "drafter.draft_source()",

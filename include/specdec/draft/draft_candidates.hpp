@@ -119,6 +119,10 @@ struct draft_request {
   //! draft distribution q (stored in draft_candidates::q) instead of taking the argmax.
   const sampling_params* sampling = nullptr;
   philox_stream* rng = nullptr;
+  //! How many of `tokens` are the prompt (-1: not said). speculative_batch says it, so that a drafter
+  //! first asked after some tokens were generated (depth 0 planned for the first steps) still tells
+  //! the prompt from the output; without it a drafter takes the first call's tokens as the prompt.
+  std::int64_t prompt_length = -1;
 };
 
 }  // namespace specdec

@@ -133,7 +133,7 @@ class self_drafter {
     require(gamma >= 0 && gamma < std::numeric_limits<int>::max(), fn, "model.num_draft_heads()",
             "in [0, INT_MAX)", gamma);
     detail::validate_model_draft(req, V, fn);
-    feed_ngrams(r, req.tokens, V, fn);
+    feed_ngrams(r, req.tokens, req.prompt_length, V, fn);
     if (req.depth <= 0) return;
     rows_.resize((static_cast<std::size_t>(gamma) + 1) * static_cast<std::size_t>(V));
     model_->self_draft(r, req.tokens, std::span<typename Model::logit_type>(rows_));
@@ -192,8 +192,9 @@ class self_drafter {
   };
 
   // Pushes the request's tokens not yet seen: on the first call after a reset the prompt is skipped
-  // (unless ngrams_from_prompt); a shorter token list than before means a new sequence.
-  void feed_ngrams(int r, std::span<const std::int32_t> tokens, int V, std::string_view fn) {
+  // (unless ngrams_from_prompt): the first prompt_length tokens, or, when the request does not say
+  // (-1), every token of that call; a shorter token list than before means a new sequence.
+  void feed_ngrams(int r, std::span<const std::int32_t> tokens, std::int64_t prompt_length, int V, std::string_view fn) {
     if (static_cast<std::size_t>(r) >= state_.size()) state_.resize(static_cast<std::size_t>(r) + 1);
     auto& st = state_[static_cast<std::size_t>(r)];
     const bool restart = st.started && tokens.size() < st.fed;  // a shorter token list: a new sequence
@@ -201,13 +202,16 @@ class self_drafter {
     // vocabulary (checked once each, before any is pushed, and before a new sequence drops the
     // request's pool, so a rejected call leaves it as it was)
     const bool continuing = st.started && !restart;
-    detail::check_context(tokens.subspan(continuing ? st.fed : p_.ngrams_from_prompt ? 0 : tokens.size()), V, fn,
+    const std::size_t first = p_.ngrams_from_prompt ? 0
+                              : prompt_length >= 0  ? std::min(static_cast<std::size_t>(prompt_length), tokens.size())
+                                                    : tokens.size();
+    detail::check_context(tokens.subspan(continuing ? st.fed : first), V, fn,
                           "req.tokens (not yet fed to the n-gram pool)");
     if (restart) st = request_state{};
     if (!st.started) {
       st.pool = ngram_pool(p_.ngram);
       st.started = true;
-      st.fed = p_.ngrams_from_prompt ? 0 : tokens.size();
+      st.fed = first;
     }
     if (p_.ngram_candidates == 0) {
       st.fed = tokens.size();
