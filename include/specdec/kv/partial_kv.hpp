@@ -17,7 +17,11 @@
 //!    the first |S| tokens (attention sinks); slots [|S|, |B|) hold the |B| - |S| most important
 //!    other tokens. New committed tokens fill free slots, then replace the least important ones
 //!    first (§3.3: "starting from the least important ones at position |B| - 1 and moving towards
-//!    position |S|"); once more than |B| - |S| of them have replaced slots since the last
+//!    position |S|"). Where the cache had free slots at the rebuild (shorter than |B|, which §3.3's
+//!    long prompts never are), the eviction order starts at those slots, from |B| - 1 down, as the
+//!    quoted positions do: the first replacements then take the tokens that filled them, newest
+//!    first, before the least important selected ones (a choice left as is: on tests/decoder's model,
+//!    the other order moved tau within noise); once more than |B| - |S| of them have replaced slots since the last
 //!    rebuild, needs_rebuild() turns true (§3.3's trigger; Algorithm 1, line 5's |C_full| - e >
 //!    |B| - |S| when the cache was full at the rebuild, see partial_kv_needs_rebuild) and the caller
 //!    recomputes the selection from a fresh query (rebuild(), line 6). Further tokens before that
