@@ -756,7 +756,8 @@ class llama_model {
   attention_workspace workspace_;
   int max_requests_, capacity_;
   // Per layer: contiguous [requests, capacity, kv_heads, head_dim] or paged [pages, page_size, kv_heads,
-  // head_dim]. Layouts are built from these on every use (never stored), so copies stay independent.
+  // head_dim]. Layouts are built from these on every use (never stored), so a moved model's layouts
+  // read its own arrays (the model moves but does not copy: its attention workspace is move-only).
   std::vector<std::vector<T>> k_, v_;
   std::vector<std::int32_t> lengths_;
   int num_pages_ = 0;
