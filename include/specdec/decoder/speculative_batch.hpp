@@ -370,8 +370,7 @@ class speculative_batch {
       const int depth = s.depth;
       const auto td = clock::now();
       s.draft_rng = philox_stream(s.opt.seed ^ draft_seed_mix, stream_id(s.id, s.step));
-      draft_request dr{r, s.tokens, depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng,
-                       static_cast<std::int64_t>(s.prompt_len)};
+      const draft_request dr = draft_request_of(r, s, depth);
       if (depth > 0) drafter_.propose(dr, s.cand);
       else s.cand.clear();
       const auto tb = clock::now();
@@ -873,6 +872,11 @@ class speculative_batch {
     }
   }
 
+  //! What slot r's drafter is asked this step (draft_source and propose see the same request).
+  [[nodiscard]] static draft_request draft_request_of(int r, request_state& s, int depth) noexcept {
+    return {r, s.tokens, depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng, static_cast<std::int64_t>(s.prompt_len)};
+  }
+
   [[nodiscard]] static int remaining(const request_state& s) noexcept {
     return s.opt.max_new_tokens - static_cast<int>(s.tokens.size() - s.prompt_len);
   }
@@ -891,8 +895,7 @@ class speculative_batch {
       s.source = 0;
       if constexpr (sources > 1) {
         if (s.depth > 0) {
-          const draft_request dr{r, s.tokens, s.depth, s.opt.draft_width, &s.opt.sampling, &s.draft_rng,
-                                 static_cast<std::int64_t>(s.prompt_len)};
+          const draft_request dr = draft_request_of(r, s, s.depth);
           const detail::blame_scope blame(failed_, s.id);
           s.source = drafter_.draft_source(dr);  // exactly int (drafter_has_sources)
           require(s.source >= 0 && s.source < sources, "specdec::speculative_batch::step", "drafter.draft_source()",

@@ -545,12 +545,10 @@ class partial_kv_index {
       throw_invalid_argument(fn, "sink", "in [0, budget = " + std::to_string(budget) + "] (|S|)", sink);
     index_.assign(static_cast<std::size_t>(checked_size_product(fn, "budget", {requests, kv_heads, budget})), 0);
     evict_.assign(static_cast<std::size_t>(requests) * kv_heads * (budget - sink), 0);  // <= index_'s size
-    for (int r = 0; r < requests; ++r)  // before any rebuild: the slots above |S| newest-filled first
-      for (int h = 0; h < kv_heads; ++h)
-        for (int i = 0; i < budget - sink; ++i) evict_[(static_cast<std::size_t>(r) * kv_heads + h) * (budget - sink) + i] = budget - 1 - i;
     size_.assign(static_cast<std::size_t>(requests), 0);
     seen_.assign(static_cast<std::size_t>(requests), 0);
     placed_.assign(static_cast<std::size_t>(requests), 0);
+    for (int r = 0; r < requests; ++r) clear(r);  // the eviction lists before any rebuild
   }
 
   //! The requests it was built for; 0 once moved from (its arrays went with the move, so every call
@@ -630,7 +628,7 @@ class partial_kv_index {
   //! refuses for every request of the call) or that a new request takes. O(|B| Hkv).
   void clear(int r) {
     check_request(r, "clear");
-    const int n = budget_ - sink_;
+    const int n = budget_ - sink_;  // before any rebuild: the slots above |S|, newest-filled first
     for (int h = 0; h < heads_; ++h)
       for (int i = 0; i < n; ++i) evict_[(static_cast<std::size_t>(r) * heads_ + h) * n + i] = budget_ - 1 - i;
     size_[r] = 0;
