@@ -137,6 +137,8 @@ TEST_CASE("self_drafter: token reutilization counts generated n-grams starting w
   CHECK(d.pool(0).tokens_seen() == 9);
   REQUIRE(out.sequences.size() == 2);
   CHECK(tokens_of(out.sequences[0]) == std::vector<std::int32_t>{1, 4, 4});
+  CHECK_THROWS_WITH(d.propose({.request = 0, .tokens = toks, .depth = 4, .width = 1, .prompt_length = -2}, out),
+                    Catch::Contains("'req.prompt_length'"));
   // ngrams_from_prompt counts the prompt too.
   self_drafter<scripted_model> dp(m, {.ngram_candidates = 5, .ngram = {.n = 3}, .ngrams_from_prompt = true});
   dp.propose({.request = 0, .tokens = std::span<const std::int32_t>(toks).first(10), .depth = 3, .width = 1}, out);

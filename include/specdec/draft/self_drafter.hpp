@@ -133,6 +133,7 @@ class self_drafter {
     require(gamma >= 0 && gamma < std::numeric_limits<int>::max(), fn, "model.num_draft_heads()",
             "in [0, INT_MAX)", gamma);
     detail::validate_model_draft(req, V, fn);
+    require(req.prompt_length >= -1, fn, "req.prompt_length", ">= 0, or -1 (not said)", req.prompt_length);
     feed_ngrams(r, req.tokens, req.prompt_length, V, fn);
     if (req.depth <= 0) return;
     rows_.resize((static_cast<std::size_t>(gamma) + 1) * static_cast<std::size_t>(V));
