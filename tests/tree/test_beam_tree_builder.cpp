@@ -24,7 +24,15 @@ struct toy_drafter {
   int vocab;
   std::uint64_t seed;
   int calls = 0;
+  // When set, the root's row is -1e30 or -2e30 per token: below it every base + lp rounds to base,
+  // so equal scores of different log-probs are the rule, not the exception.
+  bool huge_root = false;
   std::vector<float> logprobs(const std::vector<std::int32_t>& path) const {
+    if (huge_root && path.empty()) {
+      std::vector<float> out(static_cast<std::size_t>(vocab));
+      for (std::size_t v = 0; v < out.size(); ++v) out[v] = (v * 7 + seed) % 3 == 0 ? -2e30f : -1e30f;
+      return out;
+    }
     std::uint64_t h = seed;
     for (auto t : path) h = h * 1000003u + static_cast<std::uint64_t>(t) + 1;
     specdec::philox_stream rng(h, 7);
@@ -46,7 +54,8 @@ struct toy_drafter {
 };
 
 // Reference beam tree by plain enumeration: level k+1 = the w_k best of ALL (s, v) extensions of the
-// sequences of level k, ranked by a full sort on (score desc, index of s in level k, v asc).
+// sequences of level k, ranked by a full sort on (score desc, index of s in level k, log-prob desc,
+// v asc): the builder's documented order.
 token_tree reference_beam_tree(const toy_drafter& d, const std::vector<int>& widths) {
   struct seq {
     std::int32_t node;  // -1 root
@@ -72,6 +81,7 @@ token_tree reference_beam_tree(const toy_drafter& d, const std::vector<int>& wid
     std::sort(all.begin(), all.end(), [](const ext& a, const ext& b) {
       if (a.score != b.score) return a.score > b.score;
       if (a.s != b.s) return a.s < b.s;
+      if (a.lp != b.lp) return a.lp > b.lp;
       return a.v < b.v;
     });
     all.resize(std::min(all.size(), static_cast<std::size_t>(w)));
@@ -216,6 +226,35 @@ TEST_CASE("beam_tree_builder: dense and candidate callbacks equal brute-force en
         });
         REQUIRE(got2 == ref);
         // The builder object is reusable: a second build gives the same tree.
+        REQUIRE(build_dense(d, {.beam_widths = widths}) == ref);
+      }
+    }
+  }
+}
+
+TEST_CASE("beam_tree_builder: equal scores of different log-probs keep the row's top-k order", "[tree][beam]") {
+  // Below a root score of -1e30, base + lp rounds to base for every lp of a row: the documented order
+  // then ranks by log-prob (as each row's top-k does), not by token id. Before, the builder ranked by
+  // id there, so the global top-w_k disagreed with the rows' cuts it was built from.
+  {
+    beam_tree_builder b({.beam_widths = {1, 1}});
+    const auto t = b.build_from_logprobs(2, [](const token_tree&, std::span<const std::int32_t> f, std::span<float> rows) {
+      if (f[0] < 0)
+        rows[0] = -1e30f, rows[1] = kNegInf;
+      else
+        rows[0] = -1.0f, rows[1] = -1e-7f;  // -1e30 - 1 == -1e30 - 1e-7 in float
+    });
+    REQUIRE(t.size() == 2);
+    CHECK(t.score(1) == t.score(0) - 1.0f);
+    CHECK(t.token(1) == 1);  // the higher log-prob, not the lower id
+  }
+  const std::vector<std::vector<int>> shapes{{2, 3, 4, 2}, {1, 1, 1}, {3, 9, 27}, {5, 1, 5, 1}};
+  for (int vocab : {2, 3, 5, 8}) {
+    for (const auto& widths : shapes) {
+      for (std::uint64_t seed = 0; seed < 6; ++seed) {
+        toy_drafter d{vocab, seed * 17 + static_cast<std::uint64_t>(vocab)};
+        d.huge_root = true;
+        const auto ref = reference_beam_tree(d, widths);
         REQUIRE(build_dense(d, {.beam_widths = widths}) == ref);
       }
     }

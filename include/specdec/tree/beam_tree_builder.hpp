@@ -24,7 +24,11 @@
 //!   cumulative score, ancestor-closed (keep_best_nodes). Since log-probs are <= 0 a step whose best
 //!   candidate cannot enter the top max_nodes ends the build early; the result is identical.
 //!
-//! Ties (deterministic): higher score first, then earlier frontier position, then lower token id.
+//! Ties (deterministic): higher score first, then earlier frontier position, then higher log-prob (as
+//! the drafter gave it, before log-probs in (0, 1e-3] are read as 0), then lower token id. Within a
+//! row the score never falls as the log-prob rises, so this order restricted to one row is the row's
+//! top-k order (log-prob descending, lower id on ties) even where rounding makes base + lp equal for
+//! different lp: the per-row cut above stays exact.
 //! New nodes of a step are appended best first. Candidates with log-prob -inf are never added.
 //! No node gets two children with the same token (equal siblings would be one context verified
 //! twice): a row's top-k is distinct, and a candidate callback listing a token twice for one row is
@@ -154,7 +158,8 @@ class beam_tree_builder {
     float score;
     std::int32_t row;
     std::int32_t token;
-    float logprob;
+    float logprob;  // clamped to <= 0: the node's log-prob
+    float given;    // as the drafter gave it: the tie-break after the row
   };
 
   template <class Fill>
@@ -185,15 +190,17 @@ class beam_tree_builder {
             throw_invalid_argument(name, "log-prob of token " + std::to_string(tok) + " (row " + std::to_string(r) + ")",
                                    "a log-probability <= 0 (not NaN)", lp);
           }
+          const float given = lp;
           lp = std::min(lp, 0.0f);
           if (lp == -std::numeric_limits<float>::infinity()) continue;
-          cands_.push_back({base + lp, static_cast<std::int32_t>(r), tok, lp});
+          cands_.push_back({base + lp, static_cast<std::int32_t>(r), tok, lp, given});
         }
       }
       if (cands_.empty()) break;
       const auto better = [](const candidate& a, const candidate& b) {
         if (a.score != b.score) return a.score > b.score;
         if (a.row != b.row) return a.row < b.row;
+        if (a.given != b.given) return a.given > b.given;  // the row's top-k order (file comment)
         return a.token < b.token;
       };
       const std::size_t take = std::min(cands_.size(), static_cast<std::size_t>(w));
